@@ -1,0 +1,67 @@
+package memtrack
+
+import (
+	"fmt"
+
+	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
+)
+
+// The states of a Buffer.
+const (
+	bufLive uint32 = iota
+	bufFreeing
+	bufFreed
+)
+
+// Buffer is memory allocated by [Device.Alloc]. It is counted on its device
+// until [Buffer.Free] returns nil. Its methods are safe for concurrent use.
+type Buffer struct {
+	dev     Device
+	size    int64
+	mem     memory
+	rec     *tracker.Record
+	backend backend
+	state   atomic.Uint32
+}
+
+// Free releases the buffer's memory and then uncounts it. It fails with
+// [ErrDoubleFree] on a buffer already freed and with [ErrNilBuffer] on a nil
+// buffer. If the backend fails to release the memory, the buffer stays live
+// and counted, and Free may be called again.
+func (b *Buffer) Free() error {
+	if b == nil {
+		return fmt.Errorf("%w: Free called on a nil *Buffer", ErrNilBuffer)
+	}
+	if !b.state.CompareAndSwap(bufLive, bufFreeing) {
+		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.dev)
+	}
+	if err := b.backend.free(b.dev.ordinal, b.mem); err != nil {
+		b.state.Store(bufLive)
+		return fillError(err, b.dev, b.size, nil)
+	}
+	// Cannot fail: the buffer's bytes are part of what the record holds.
+	_ = b.rec.Free(b.size)
+	b.state.Store(bufFreed)
+	return nil
+}
+
+// Size returns the size asked for, in bytes.
+func (b *Buffer) Size() int64 { return b.size }
+
+// Device returns the device the buffer lives on.
+func (b *Buffer) Device() Device { return b.dev }
+
+// Bytes returns the buffer's memory where the host can address it (CPU
+// buffers, and Metal buffers in shared storage), or nil where it cannot (CUDA
+// device memory) and once the buffer is freed. The slice must not be used
+// after Free: its memory may be returned to the OS.
+func (b *Buffer) Bytes() []byte {
+	if b == nil || b.state.Load() != bufLive {
+		return nil
+	}
+	return b.mem.host
+}
+
+// Freed reports whether [Buffer.Free] has released the buffer.
+func (b *Buffer) Freed() bool { return b != nil && b.state.Load() == bufFreed }

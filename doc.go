@@ -1,0 +1,39 @@
+// Package memtrack tracks, per device, how many bytes a process holds on
+// each device it uses (the CPU, NVIDIA GPUs through CUDA, Apple GPUs through
+// Metal): the current figure, its exact high-water mark, and the allocator
+// statistics known from PyTorch's torch.cuda.memory_stats.
+//
+// # Profiling peak memory
+//
+// The classic use sizes a cache from a profile: reset the peak, run one
+// representative pass, read the peak, and give the cache what remains:
+//
+//	dev, err := memtrack.ParseDevice("cuda:0")
+//	...
+//	dev.ResetPeakMemoryStats()
+//	runForwardPass(dev)
+//	peak := dev.MaxMemoryAllocated()
+//	_, total, err := dev.MemGetInfo()
+//	cacheBytes := int64(0.9*float64(total)) - peak
+//
+// # Devices and backends
+//
+// A [Device] is a kind and an ordinal. The CPU backend is always built and
+// needs no cgo. The CUDA backend is compiled with -tags cuda and the Metal
+// backend with -tags metal on macOS; without its tag, [CUDA] and [Metal]
+// return an error matching [ErrBackendNotBuilt] that names the tag.
+//
+// # Counters
+//
+// The counters live in package [github.com/memtrack/memtrack/tracker]: lock-
+// free atomics, one cache-line-aligned record per device, so that the
+// allocation path takes no lock and two devices never contend. Counted are
+// the sizes asked for, of buffers allocated through [Device.Alloc]; what the
+// driver reports beside them is in [Device.MemGetInfo] and [Device.Usage].
+//
+// # Errors
+//
+// Bad input gets an error and changes nothing: a size <= 0, an ordinal past
+// the last device, a second Free. Refused allocations return an
+// [*OutOfMemoryError] and add one to FailedAllocs, and nothing else.
+package memtrack

@@ -1,0 +1,94 @@
+package memtrack
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The sentinel errors. Every error the package returns wraps one of them (or
+// is a typed error that matches one with [errors.Is]) and says what to do.
+var (
+	// ErrBackendNotBuilt: the device's backend was left out of this binary
+	// by its build tags. The error names the tag that builds it.
+	ErrBackendNotBuilt = errors.New("memtrack: backend not built")
+
+	// ErrBackendUnavailable: the backend is built but cannot be used here
+	// (no driver, no device, or its initialisation failed).
+	ErrBackendUnavailable = errors.New("memtrack: backend unavailable")
+
+	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.
+	ErrInvalidOrdinal = errors.New("memtrack: invalid device ordinal")
+
+	// ErrInvalidDevice: a device string that [ParseDevice] cannot read.
+	ErrInvalidDevice = errors.New("memtrack: invalid device")
+
+	// ErrInvalidSize: a size or limit that is zero or negative where it must
+	// be positive (or negative where it must not be).
+	ErrInvalidSize = errors.New("memtrack: invalid size")
+
+	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed.
+	ErrDoubleFree = errors.New("memtrack: buffer already freed")
+
+	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer.
+	ErrNilBuffer = errors.New("memtrack: nil buffer")
+
+	// ErrOutOfMemory: an allocation refused by the memory limit, the
+	// device's capacity or the backend. It comes as an [*OutOfMemoryError].
+	ErrOutOfMemory = errors.New("memtrack: out of memory")
+)
+
+// OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory].
+type OutOfMemoryError struct {
+	Device    Device
+	Requested int64  // bytes asked for
+	Current   int64  // bytes tracked on the device when it was refused
+	Limit     int64  // the memory limit that refused it; 0 if it was not the cause
+	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
+	Reason    string // what refused it, in words
+}
+
+// Error describes the refused allocation.
+func (e *OutOfMemoryError) Error() string {
+	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested, %d tracked", e.Device, e.Requested, e.Current)
+	if e.Limit > 0 {
+		s += fmt.Sprintf(", limit %d", e.Limit)
+	}
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	if e.Code != 0 {
+		s += fmt.Sprintf(" (code %d)", e.Code)
+	}
+	return s
+}
+
+// Is reports whether target is [ErrOutOfMemory].
+func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
+
+// BackendError reports a failure of the allocator or driver behind a device,
+// with its own error code and name.
+type BackendError struct {
+	Device Device
+	Op     string // the operation: "alloc", "free", "meminfo", "init"
+	Code   int    // the backend's error code (a CUresult for CUDA)
+	Name   string // the code's name, such as "CUDA_ERROR_INVALID_VALUE"
+	Err    error  // an underlying error, if any
+}
+
+// Error describes the failure.
+func (e *BackendError) Error() string {
+	s := fmt.Sprintf("memtrack: %v: %s failed", e.Device, e.Op)
+	if e.Name != "" {
+		s += ": " + e.Name
+	}
+	if e.Code != 0 {
+		s += fmt.Sprintf(" (code %d)", e.Code)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the underlying error.
+func (e *BackendError) Unwrap() error { return e.Err }

@@ -1,0 +1,15 @@
+// Package tracker holds the lock-free counters behind memtrack: a
+// high-water-mark gauge ([Counter]), the per-device statistics record
+// ([Record]) and a table from device ordinal to record ([Table]).
+//
+// Every type is safe for concurrent use and its zero value is ready to use.
+// The allocation paths take no lock and allocate nothing on the heap: a
+// [Counter] performs one atomic read-modify-write per Alloc or Free and a
+// compare-and-swap only when the peak really rises; a [Record] performs one
+// per Alloc and two per Free, all on one cache line, whatever statistics it
+// keeps.
+//
+// The current figure and the peak are exact under any concurrency: the peak
+// is the largest value the current figure ever held since the last reset.
+// A reader never sees a peak below the current figure.
+package tracker

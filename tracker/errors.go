@@ -1,0 +1,48 @@
+package tracker
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidSize is returned for a size that is zero or negative.
+	ErrInvalidSize = errors.New("memtrack: size must be positive")
+
+	// ErrFreeExceedsHeld is returned by a free of more than is held. Nothing
+	// is freed: the counters keep their values.
+	ErrFreeExceedsHeld = errors.New("memtrack: free exceeds the amount held")
+
+	// ErrCapacity is returned when an allocation would take a counter past
+	// what it can represent ([MaxCount] for a [Counter], [MaxBytes] bytes or
+	// [MaxLive] live buffers for a [Record]).
+	ErrCapacity = errors.New("memtrack: counter capacity exceeded")
+
+	// ErrLimitExceeded is returned when an allocation would take the current
+	// figure past a limit; the error is a [*LimitError] with the details.
+	ErrLimitExceeded = errors.New("memtrack: memory limit exceeded")
+)
+
+// LimitError reports an allocation refused by a limit. It matches
+// [ErrLimitExceeded] with [errors.Is].
+type LimitError struct {
+	Requested int64 // the size asked for
+	Current   int64 // the current figure when the request was refused
+	Limit     int64 // the limit in force
+}
+
+// Error describes the refused request.
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("memtrack: memory limit exceeded: %d requested, %d held, limit %d", e.Requested, e.Current, e.Limit)
+}
+
+// Is reports whether target is [ErrLimitExceeded].
+func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
+
+func invalidSize(n int64) error {
+	return fmt.Errorf("%w: got %d", ErrInvalidSize, n)
+}
+
+func freeExceeds(n, held int64) error {
+	return fmt.Errorf("%w: freeing %d, holding %d", ErrFreeExceedsHeld, n, held)
+}
