@@ -80,6 +80,7 @@ type Record struct {
 	_         [cacheLineSize - 24]byte
 
 	// Cold line: written on folds, failures and by readers.
+	foldSeq          atomic.Int64 // odd while a fold moves figures
 	foldedFrees      atomic.Int64
 	foldedFreedBytes atomic.Int64
 	failed           atomic.Int64
@@ -200,12 +201,35 @@ func (r *Record) countFree(n int64) {
 	}
 }
 
-// fold moves the packed freed word into the 64-bit totals. Any goroutine may
-// fold at any time: the swap hands each free to exactly one fold.
+// fold moves the packed freed word into the 64-bit totals. One goroutine
+// folds at a time, and readers retry a read that a fold overlapped; a Free
+// that finds a fold running leaves its figures in the packed word for the
+// next one. Folds are rare: one per half a million frees or 4 TiB freed.
 func (r *Record) fold() {
+	seq := r.foldSeq.Load()
+	if seq&1 != 0 || !r.foldSeq.CompareAndSwap(seq, seq+1) {
+		return
+	}
 	f := r.freed.Swap(0)
 	r.foldedFrees.Add(int64(f & freedCountMask))
 	r.foldedFreedBytes.Add(int64(f >> freedCountBits))
+	r.foldSeq.Store(seq + 2)
+}
+
+// loadFreed returns the cumulative frees and freed bytes, folded and packed
+// together, as of one moment between folds.
+func (r *Record) loadFreed() (frees, freedBytes int64) {
+	for {
+		seq := r.foldSeq.Load()
+		if seq&1 == 0 {
+			frees, freedBytes = r.foldedFrees.Load(), r.foldedFreedBytes.Load()
+			f := r.freed.Load()
+			if r.foldSeq.Load() == seq {
+				return frees + int64(f&freedCountMask), freedBytes + int64(f>>freedCountBits)
+			}
+		}
+		runtime.Gosched()
+	}
 }
 
 // RecordFailure counts an allocation that failed outside the record (in the
@@ -253,9 +277,10 @@ func (r *Record) loadState() int64 {
 
 // Snapshot returns all the statistics. Current, Peak, Active and PeakActive
 // are read from one word and are exact. The cumulative figures are exact
-// whenever no Free is in progress; while one is, they can trail it by that
-// one free, and they never decrease between snapshots (except across
-// ResetAccumulated).
+// whenever no Free is in progress; while some are, Allocs and AllocatedBytes
+// can trail by those frees (so Allocs-Frees can exceed Active by them). No
+// cumulative figure decreases between snapshots, except across
+// ResetAccumulated.
 func (r *Record) Snapshot() Stats {
 	s := r.absolute()
 	s.Allocs -= r.baseAllocs.Load()
@@ -269,15 +294,9 @@ func (r *Record) Snapshot() Stats {
 // absolute returns the statistics with the cumulative figures counted from
 // the record's creation.
 func (r *Record) absolute() Stats {
-	// Order matters: the folded totals before the packed word (a fold moves
-	// figures from the second to the first), and the frees before the state
-	// (a Free changes the state first), so that the derived figures can only
-	// trail, never run ahead.
-	frees := r.foldedFrees.Load()
-	freedBytes := r.foldedFreedBytes.Load()
-	f := r.freed.Load()
-	frees += int64(f & freedCountMask)
-	freedBytes += int64(f >> freedCountBits)
+	// The frees are read before the state: a Free changes the state first,
+	// so the derived figures can trail a Free in progress, never run ahead.
+	frees, freedBytes := r.loadFreed()
 	v := r.loadState()
 	cur, live := v>>liveBits, v&liveMask
 	return Stats{

@@ -1,0 +1,163 @@
+package tracker
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// model is the plain sequential specification of a Counter and a Record.
+type model struct {
+	cur, peak, live, peakLive  int64
+	allocs, frees, aBytes, fBy int64
+	failed, limit              int64
+}
+
+// op decodes one operation from 9 bytes: a code and an operand.
+type op struct {
+	code byte
+	n    int64
+}
+
+func decodeOps(data []byte) []op {
+	var ops []op
+	for len(data) >= 9 {
+		ops = append(ops, op{data[0], int64(binary.LittleEndian.Uint64(data[1:9]))})
+		data = data[9:]
+	}
+	return ops
+}
+
+// operand keeps most operands small, so that sequences mostly succeed, while
+// some stay huge or negative to exercise the refusals.
+func operand(n int64) int64 {
+	switch {
+	case n%7 == 0:
+		return n // anything, including negative and huge
+	case n < 0:
+		return -n % 1000 // small, sometimes zero
+	default:
+		return n % 1000
+	}
+}
+
+func seedOps(f *testing.F) {
+	enc := func(ops ...op) []byte {
+		var b []byte
+		for _, o := range ops {
+			b = append(b, o.code)
+			b = binary.LittleEndian.AppendUint64(b, uint64(o.n))
+		}
+		return b
+	}
+	f.Add(enc(op{0, 100}, op{0, 50}, op{1, 120}, op{2, 0}, op{1, 30}))
+	f.Add(enc(op{0, 10}, op{1, 11}, op{1, -1}, op{0, 0}))
+	f.Add(enc(op{3, 500}, op{0, 400}, op{0, 200}, op{4, 0}, op{0, 7 * (1 << 40)}))
+	f.Add(enc(op{0, -7}, op{0, 7 << 60}, op{1, 7 << 60}, op{5, 0}))
+}
+
+func FuzzCounter(f *testing.F) {
+	seedOps(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c Counter
+		var m model
+		for i, o := range decodeOps(data) {
+			n := operand(o.n)
+			switch o.code % 4 {
+			case 0:
+				err := c.Alloc(n)
+				ok := n > 0 && n <= MaxCount-m.cur
+				require.Equal(t, ok, err == nil, "step %d: Alloc(%d) on %d: %v", i, n, m.cur, err)
+				if ok {
+					m.cur += n
+					m.peak = max(m.peak, m.cur)
+				}
+			case 1:
+				err := c.Free(n)
+				ok := n > 0 && n <= m.cur
+				require.Equal(t, ok, err == nil, "step %d: Free(%d) on %d: %v", i, n, m.cur, err)
+				if ok {
+					m.cur -= n
+				}
+			case 2:
+				c.ResetPeak()
+				m.peak = m.cur
+			case 3:
+				limit := n * 2
+				err := c.AllocWithin(n, limit)
+				ok := n > 0 && n <= min(limit, MaxCount)-m.cur
+				require.Equal(t, ok, err == nil, "step %d: AllocWithin(%d, %d) on %d: %v", i, n, limit, m.cur, err)
+				if ok {
+					m.cur += n
+					m.peak = max(m.peak, m.cur)
+				}
+			}
+			cur, peak := c.Load()
+			require.Equal(t, m.cur, cur, "step %d current", i)
+			require.Equal(t, m.peak, peak, "step %d peak", i)
+		}
+	})
+}
+
+func FuzzRecord(f *testing.F) {
+	seedOps(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Record
+		var m model
+		for i, o := range decodeOps(data) {
+			n := operand(o.n)
+			switch o.code % 6 {
+			case 0:
+				err := r.Alloc(n)
+				room := int64(MaxBytes)
+				if m.limit > 0 {
+					room = min(m.limit, MaxBytes)
+				}
+				ok := n > 0 && n <= room-m.cur && m.live < MaxLive
+				require.Equal(t, ok, err == nil, "step %d: Alloc(%d) on %d: %v", i, n, m.cur, err)
+				if ok {
+					m.cur += n
+					m.live++
+					m.allocs++
+					m.aBytes += n
+					m.peak = max(m.peak, m.cur)
+					m.peakLive = max(m.peakLive, m.live)
+				} else if n > 0 {
+					m.failed++
+				}
+			case 1:
+				err := r.Free(n)
+				ok := n > 0 && n <= m.cur && m.live > 0
+				require.Equal(t, ok, err == nil, "step %d: Free(%d) on %d: %v", i, n, m.cur, err)
+				if ok {
+					m.cur -= n
+					m.live--
+					m.frees++
+					m.fBy += n
+				}
+			case 2:
+				r.ResetPeak()
+				m.peak, m.peakLive = m.cur, m.live
+			case 3:
+				limit := n * 3
+				err := r.SetLimit(limit)
+				require.Equal(t, limit >= 0, err == nil, "step %d: SetLimit(%d): %v", i, limit, err)
+				if err == nil {
+					m.limit = limit
+				}
+			case 4:
+				r.ResetAccumulated()
+				m.allocs, m.frees, m.aBytes, m.fBy, m.failed = 0, 0, 0, 0, 0
+			case 5:
+				r.RecordFailure()
+				m.failed++
+			}
+			require.Equal(t, Stats{
+				Current: m.cur, Peak: m.peak, Active: m.live, PeakActive: m.peakLive,
+				AllocatedBytes: m.aBytes, FreedBytes: m.fBy, Allocs: m.allocs, Frees: m.frees,
+				Failed: m.failed, Limit: m.limit,
+			}, r.Snapshot(), "step %d", i)
+		}
+	})
+}

@@ -1,0 +1,300 @@
+package tracker
+
+import (
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRecordStatistics(t *testing.T) {
+	var r Record
+	require.NoError(t, r.Alloc(100))
+	require.NoError(t, r.Alloc(200))
+	require.NoError(t, r.Alloc(300))
+	require.NoError(t, r.Free(200))
+	r.RecordFailure()
+	assert.Equal(t, Stats{
+		Current: 400, Peak: 600, Active: 2, PeakActive: 3,
+		AllocatedBytes: 600, FreedBytes: 200, Allocs: 3, Frees: 1, Failed: 1,
+	}, r.Snapshot())
+	assert.Equal(t, int64(400), r.Current())
+	assert.Equal(t, int64(600), r.Peak())
+	assert.Equal(t, int64(2), r.Active())
+
+	r.ResetPeak()
+	s := r.Snapshot()
+	assert.Equal(t, int64(400), s.Peak)
+	assert.Equal(t, int64(2), s.PeakActive)
+
+	r.ResetAccumulated()
+	assert.Equal(t, Stats{Current: 400, Peak: 400, Active: 2, PeakActive: 2}, r.Snapshot())
+	require.NoError(t, r.Free(100))
+	require.NoError(t, r.Alloc(50))
+	assert.Equal(t, Stats{
+		Current: 350, Peak: 400, Active: 2, PeakActive: 2,
+		AllocatedBytes: 50, FreedBytes: 100, Allocs: 1, Frees: 1,
+	}, r.Snapshot())
+}
+
+func TestRecordBadInput(t *testing.T) {
+	tests := []struct {
+		name       string
+		limit      int64
+		op         func(r *Record) error
+		want       error
+		failsCount bool // a refused allocation counts as a failure
+	}{
+		{"alloc zero", 0, func(r *Record) error { return r.Alloc(0) }, ErrInvalidSize, false},
+		{"alloc negative", 0, func(r *Record) error { return r.Alloc(-1) }, ErrInvalidSize, false},
+		{"free zero", 0, func(r *Record) error { return r.Free(0) }, ErrInvalidSize, false},
+		{"free negative", 0, func(r *Record) error { return r.Free(math.MinInt64) }, ErrInvalidSize, false},
+		{"free more than held", 0, func(r *Record) error { return r.Free(101) }, ErrFreeExceedsHeld, false},
+		{"free max int64", 0, func(r *Record) error { return r.Free(math.MaxInt64) }, ErrFreeExceedsHeld, false},
+		{"free past MaxBytes", 0, func(r *Record) error { return r.Free(MaxBytes + 1) }, ErrFreeExceedsHeld, false},
+		{"alloc past MaxBytes", 0, func(r *Record) error { return r.Alloc(MaxBytes) }, ErrCapacity, true},
+		{"alloc max int64", 0, func(r *Record) error { return r.Alloc(math.MaxInt64) }, ErrCapacity, true},
+		{"alloc past limit", 150, func(r *Record) error { return r.Alloc(51) }, ErrLimitExceeded, true},
+		{"alloc max int64 under limit", 150, func(r *Record) error { return r.Alloc(math.MaxInt64) }, ErrLimitExceeded, true},
+		{"negative limit", 0, func(r *Record) error { return r.SetLimit(-1) }, ErrInvalidSize, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r Record
+			require.NoError(t, r.Alloc(300))
+			require.NoError(t, r.Alloc(100))
+			require.NoError(t, r.Free(300)) // current 100 in one buffer, peak 400 in two
+			require.NoError(t, r.SetLimit(tt.limit))
+			before := r.Snapshot()
+			err := tt.op(&r)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.want)
+			assert.Contains(t, err.Error(), "memtrack: ")
+			want := before
+			if tt.failsCount {
+				want.Failed++
+			}
+			assert.Equal(t, want, r.Snapshot())
+		})
+	}
+}
+
+// TestRecordFreeWithoutLiveBuffer frees bytes that are held but belong to
+// no live buffer (the live count is already zero): refused, nothing moves.
+func TestRecordFreeWithoutLiveBuffer(t *testing.T) {
+	var r Record
+	require.NoError(t, r.Alloc(10))
+	require.NoError(t, r.Alloc(10))
+	require.NoError(t, r.Free(5))
+	require.NoError(t, r.Free(5)) // live 0, 10 bytes held
+	before := r.Snapshot()
+	assert.ErrorIs(t, r.Free(5), ErrFreeExceedsHeld)
+	assert.Equal(t, before, r.Snapshot())
+}
+
+func TestRecordLimit(t *testing.T) {
+	var r Record
+	require.NoError(t, r.SetLimit(1000))
+	assert.Equal(t, int64(1000), r.Limit())
+	require.NoError(t, r.Alloc(1000))
+	err := r.Alloc(1)
+	var le *LimitError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, LimitError{Requested: 1, Current: 1000, Limit: 1000}, *le)
+	require.NoError(t, r.SetLimit(0))
+	require.NoError(t, r.Alloc(1), "0 removes the limit")
+	assert.Equal(t, int64(1), r.Snapshot().Failed)
+}
+
+func TestRecordLiveCapacity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates a million records")
+	}
+	var r Record
+	for range MaxLive {
+		require.NoError(t, r.Alloc(1))
+	}
+	before := r.Snapshot()
+	assert.ErrorIs(t, r.Alloc(1), ErrCapacity)
+	require.NoError(t, r.SetLimit(MaxLive*2))
+	assert.ErrorIs(t, r.Alloc(1), ErrCapacity, "the limited path checks the live count too")
+	before.Failed += 2
+	before.Limit = MaxLive * 2
+	assert.Equal(t, before, r.Snapshot())
+	require.NoError(t, r.Free(1))
+	require.NoError(t, r.Alloc(1))
+}
+
+// TestRecordFold drives the packed freed word across its fold thresholds
+// (by count and by bytes) and checks the cumulative figures stay exact.
+func TestRecordFold(t *testing.T) {
+	var r Record
+	frees := int64(flushCount + 10)
+	if testing.Short() {
+		frees = 1000
+	}
+	for range frees {
+		require.NoError(t, r.Alloc(3))
+		require.NoError(t, r.Free(3))
+	}
+	const big = flushFreedBytes / 2
+	for range 3 {
+		require.NoError(t, r.Alloc(big))
+		require.NoError(t, r.Free(big))
+	}
+	s := r.Snapshot()
+	assert.Equal(t, frees+3, s.Frees)
+	assert.Equal(t, frees+3, s.Allocs)
+	assert.Equal(t, 3*frees+3*big, s.FreedBytes)
+	assert.Equal(t, 3*frees+3*big, s.AllocatedBytes)
+	assert.Equal(t, int64(big), s.Peak)
+	if !testing.Short() {
+		assert.NotZero(t, r.foldedFrees.Load(), "the count threshold never folded")
+	}
+	assert.NotZero(t, r.foldedFreedBytes.Load(), "the bytes threshold never folded")
+}
+
+// TestRecordExactPeak holds G buffers at one moment (a barrier): the peaks
+// of bytes and live buffers are exact.
+func TestRecordExactPeak(t *testing.T) {
+	for _, g := range []int{2, 16, 128} {
+		var r Record
+		require.NoError(t, r.Alloc(1000))
+		r.ResetPeak()
+		r.ResetAccumulated()
+		var allocated, release, done sync.WaitGroup
+		allocated.Add(g)
+		release.Add(1)
+		for i := range g {
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				n := int64(100 + i)
+				assert.NoError(t, r.Alloc(n))
+				allocated.Done()
+				release.Wait()
+				assert.NoError(t, r.Free(n))
+			}()
+		}
+		allocated.Wait()
+		release.Done()
+		done.Wait()
+		held := int64(g*100 + g*(g-1)/2)
+		assert.Equal(t, Stats{
+			Current: 1000, Peak: 1000 + held, Active: 1, PeakActive: int64(1 + g),
+			AllocatedBytes: held, FreedBytes: held, Allocs: int64(g), Frees: int64(g),
+		}, r.Snapshot(), "g=%d", g)
+	}
+}
+
+// TestRecordSnapshotUnderLoad reads snapshots while goroutines allocate and
+// free (and reset the peak): peaks never fall below current figures, the
+// cumulative figures never decrease, and the final snapshot is exact. The
+// full run frees enough to cross a fold of the packed freed word.
+func TestRecordSnapshotUnderLoad(t *testing.T) {
+	iters := flushCount/8 + 1000
+	if testing.Short() {
+		iters = 2000
+	}
+	const workers = 4
+	var r Record
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := int64(8 << i)
+			for range iters {
+				assert.NoError(t, r.Alloc(n))
+				assert.NoError(t, r.Alloc(1))
+				assert.NoError(t, r.Free(n))
+				assert.NoError(t, r.Free(1))
+			}
+		}()
+	}
+	var reader sync.WaitGroup
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		var prev Stats
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if k%16 == 0 {
+				r.ResetPeak()
+			}
+			s := r.Snapshot()
+			ok := assert.GreaterOrEqual(t, s.Peak, s.Current) &&
+				assert.GreaterOrEqual(t, s.PeakActive, s.Active) &&
+				assert.GreaterOrEqual(t, s.Allocs, prev.Allocs) &&
+				assert.GreaterOrEqual(t, s.Frees, prev.Frees) &&
+				assert.GreaterOrEqual(t, s.AllocatedBytes, prev.AllocatedBytes) &&
+				assert.GreaterOrEqual(t, s.FreedBytes, prev.FreedBytes) &&
+				assert.GreaterOrEqual(t, s.Allocs-s.Frees, s.Active) &&
+				assert.GreaterOrEqual(t, s.AllocatedBytes-s.FreedBytes, s.Current)
+			if !ok {
+				return
+			}
+			prev = s
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	reader.Wait()
+	s := r.Snapshot()
+	if !testing.Short() {
+		assert.NotZero(t, r.foldedFrees.Load(), "no fold happened under load")
+	}
+	var bytes int64
+	for i := range workers {
+		bytes += int64(iters) * (8<<i + 1)
+	}
+	assert.Equal(t, int64(0), s.Current)
+	assert.Equal(t, int64(0), s.Active)
+	assert.Equal(t, int64(2*workers*iters), s.Allocs)
+	assert.Equal(t, int64(2*workers*iters), s.Frees)
+	assert.Equal(t, bytes, s.AllocatedBytes)
+	assert.Equal(t, bytes, s.FreedBytes)
+}
+
+// TestRecordRefusedFreeUnderLoad issues frees of more than is held while
+// other goroutines allocate and free correctly: every bad free is refused,
+// no good operation fails, and the final figures are exact.
+func TestRecordRefusedFreeUnderLoad(t *testing.T) {
+	iters := 5000
+	if testing.Short() {
+		iters = 500
+	}
+	var r Record
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range iters {
+				assert.NoError(t, r.Alloc(64))
+				assert.NoError(t, r.Free(64))
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range iters {
+			assert.ErrorIs(t, r.Free(1<<30), ErrFreeExceedsHeld)
+		}
+	}()
+	wg.Wait()
+	s := r.Snapshot()
+	assert.Equal(t, Stats{Current: 0, Peak: s.Peak, Active: 0, PeakActive: s.PeakActive,
+		AllocatedBytes: int64(3 * iters * 64), FreedBytes: int64(3 * iters * 64),
+		Allocs: int64(3 * iters), Frees: int64(3 * iters)}, s)
+	assert.LessOrEqual(t, s.Peak, int64(3*64))
+	assert.LessOrEqual(t, s.PeakActive, int64(3))
+}
