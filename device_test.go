@@ -1,0 +1,412 @@
+package memtrack
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestKindString(t *testing.T) {
+	assert.Equal(t, "cpu", KindCPU.String())
+	assert.Equal(t, "cuda", KindCUDA.String())
+	assert.Equal(t, "metal", KindMetal.String())
+	assert.Equal(t, "kind(9)", Kind(9).String())
+}
+
+func TestZeroDeviceIsCPU(t *testing.T) {
+	var d Device
+	assert.Equal(t, CPU(), d)
+	assert.Equal(t, KindCPU, d.Kind())
+	assert.Equal(t, 0, d.Ordinal())
+	assert.Equal(t, "cpu", d.String())
+	assert.Contains(t, Devices(), CPU())
+}
+
+func TestParseDevice(t *testing.T) {
+	fakeCUDA(t, 2, 1<<30)
+	tests := []struct {
+		in   string
+		want string // the device's String, if it parses
+		err  error
+	}{
+		{"cpu", "cpu", nil},
+		{"CPU", "cpu", nil},
+		{" cpu:0 ", "cpu", nil},
+		{"cuda", "cuda:0", nil},
+		{"cuda:1", "cuda:1", nil},
+		{"Cuda:0", "cuda:0", nil},
+		{"cpu:1", "", ErrInvalidOrdinal},
+		{"cuda:2", "", ErrInvalidOrdinal},
+		{"cuda:-1", "", ErrInvalidDevice},
+		{"cuda:x", "", ErrInvalidDevice},
+		{"cuda:", "", ErrInvalidDevice},
+		{"gpu:0", "", ErrInvalidDevice},
+		{"", "", ErrInvalidDevice},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			d, err := ParseDevice(tt.in)
+			if tt.err != nil {
+				assert.ErrorIs(t, err, tt.err)
+				assert.Equal(t, Device{}, d)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, d.String())
+			back, err := ParseDevice(d.String())
+			require.NoError(t, err)
+			assert.Equal(t, d, back, "String and ParseDevice round-trip")
+		})
+	}
+}
+
+func TestDevicesListsReachableDevices(t *testing.T) {
+	fakeCUDA(t, 2, 1<<30)
+	ds := Devices()
+	require.GreaterOrEqual(t, len(ds), 3)
+	assert.Equal(t, []string{"cpu", "cuda:0", "cuda:1"}, []string{ds[0].String(), ds[1].String(), ds[2].String()})
+}
+
+func TestBackendUnavailable(t *testing.T) {
+	f := newFakeBackend(0, 0)
+	f.initErr = fmt.Errorf("%w: no CUDA driver", ErrBackendUnavailable)
+	useBackend(t, KindCUDA, f)
+	_, err := CUDA(0)
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	_, err = ParseDevice("cuda:0")
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	for _, d := range Devices() {
+		assert.NotEqual(t, KindCUDA, d.Kind())
+	}
+	d := Device{kind: KindCUDA}
+	_, err = d.Alloc(10)
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	_, _, err = d.MemGetInfo()
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	assert.ErrorIs(t, d.SetMemoryLimit(10), ErrBackendUnavailable)
+	assert.Equal(t, Stats{Device: d}, d.MemoryStats())
+}
+
+// TestCountingPerDevice counts allocations on two devices: each device's
+// figures are exact and independent.
+func TestCountingPerDevice(t *testing.T) {
+	f, ds := fakeCUDA(t, 2, 1<<30)
+	a, b := ds[0], ds[1]
+	a1, err := a.Alloc(100)
+	require.NoError(t, err)
+	a2, err := a.Alloc(200)
+	require.NoError(t, err)
+	b1, err := b.Alloc(5000)
+	require.NoError(t, err)
+	assert.Equal(t, int64(300), a.MemoryAllocated())
+	assert.Equal(t, int64(5000), b.MemoryAllocated())
+	require.NoError(t, a1.Free())
+	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 300, AllocatedBytes: 300, FreedBytes: 100,
+		Active: 1, PeakActive: 2, Allocs: 2, Frees: 1}, a.MemoryStats())
+	assert.Equal(t, int64(300), a.MaxMemoryAllocated())
+	a.ResetPeakMemoryStats()
+	assert.Equal(t, int64(200), a.MaxMemoryAllocated())
+	a.ResetAccumulatedMemoryStats()
+	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 200, Active: 1, PeakActive: 1}, a.MemoryStats())
+	require.NoError(t, a2.Free())
+	require.NoError(t, b1.Free())
+	for i := range ds {
+		used, live, _ := f.state(i)
+		assert.Zero(t, used)
+		assert.Zero(t, live)
+	}
+	assert.Equal(t, int64(0), b.MemoryAllocated())
+	assert.Equal(t, int64(5000), b.MaxMemoryAllocated())
+}
+
+func TestBufferAccessors(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	b, err := ds[0].Alloc(64)
+	require.NoError(t, err)
+	assert.Equal(t, int64(64), b.Size())
+	assert.Equal(t, ds[0], b.Device())
+	assert.Nil(t, b.Bytes(), "device memory has no host view")
+	assert.False(t, b.Freed())
+	require.NoError(t, b.Free())
+	assert.True(t, b.Freed())
+}
+
+// TestBadInput runs every refused operation and checks the error and that no
+// figure moved: the device's statistics (FailedAllocs aside, where the
+// operation was a refused allocation) and the backend's own memory.
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		name   string
+		setup  func(f *fakeBackend, d Device)
+		op     func(d Device, held *Buffer) error
+		want   error
+		failed int64 // added to FailedAllocs
+		calls  int   // alloc calls that reach the backend
+	}{
+		{name: "alloc zero", op: func(d Device, _ *Buffer) error { _, err := d.Alloc(0); return err }, want: ErrInvalidSize},
+		{name: "alloc negative", op: func(d Device, _ *Buffer) error { _, err := d.Alloc(-4096); return err }, want: ErrInvalidSize},
+		{name: "alloc min int64", op: func(d Device, _ *Buffer) error { _, err := d.Alloc(math.MinInt64); return err }, want: ErrInvalidSize},
+		{
+			name: "alloc over the limit",
+			setup: func(_ *fakeBackend, d Device) {
+				require.NoError(t, d.SetMemoryLimit(150))
+			},
+			op:     func(d Device, _ *Buffer) error { _, err := d.Alloc(51); return err },
+			want:   ErrOutOfMemory,
+			failed: 1,
+		},
+		{
+			name:   "alloc larger than the device",
+			op:     func(d Device, _ *Buffer) error { _, err := d.Alloc(1 << 40); return err },
+			want:   ErrOutOfMemory,
+			failed: 1, calls: 1,
+		},
+		{
+			name:   "alloc max int64",
+			op:     func(d Device, _ *Buffer) error { _, err := d.Alloc(math.MaxInt64); return err },
+			want:   ErrOutOfMemory,
+			failed: 1, calls: 1,
+		},
+		{
+			name: "backend alloc error",
+			setup: func(f *fakeBackend, _ Device) {
+				f.allocErrs = []error{&BackendError{Op: "alloc", Code: 999, Err: errFakeDriver}}
+			},
+			op:     func(d Device, _ *Buffer) error { _, err := d.Alloc(10); return err },
+			want:   errFakeDriver,
+			failed: 1, calls: 1,
+		},
+		{
+			name: "backend free error",
+			setup: func(f *fakeBackend, _ Device) {
+				f.freeErrs = []error{&BackendError{Op: "free", Code: 700, Err: errFakeDriver}}
+			},
+			op:   func(_ Device, held *Buffer) error { return held.Free() },
+			want: errFakeDriver,
+		},
+		{
+			name:  "double free",
+			setup: nil,
+			op: func(d Device, _ *Buffer) error {
+				b, err := d.Alloc(7)
+				require.NoError(t, err)
+				require.NoError(t, b.Free())
+				return b.Free()
+			},
+			want: ErrDoubleFree, calls: 1,
+		},
+		{name: "nil buffer", op: func(Device, *Buffer) error { return (*Buffer)(nil).Free() }, want: ErrNilBuffer},
+		{name: "negative limit", op: func(d Device, _ *Buffer) error { return d.SetMemoryLimit(-1) }, want: ErrInvalidSize},
+		{
+			name: "ordinal past the last device",
+			op:   func(d Device, _ *Buffer) error { _, err := Device{kind: KindCUDA, ordinal: 1}.Alloc(10); return err },
+			want: ErrInvalidOrdinal,
+		},
+		{
+			name: "unknown kind",
+			op:   func(d Device, _ *Buffer) error { _, err := Device{kind: numKinds}.Alloc(10); return err },
+			want: ErrInvalidDevice,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, ds := fakeCUDA(t, 1, 1<<20)
+			d := ds[0]
+			held, err := d.Alloc(100)
+			require.NoError(t, err)
+			if tt.setup != nil {
+				tt.setup(f, d)
+			}
+			before := d.MemoryStats()
+			usedBefore, liveBefore, callsBefore := f.state(0)
+
+			err = tt.op(d, held)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.want)
+			assert.Contains(t, err.Error(), "memtrack: ")
+
+			want := before
+			want.FailedAllocs += tt.failed
+			got := d.MemoryStats()
+			if tt.name == "double free" { // the good Alloc and Free in between count
+				want.AllocatedBytes, want.FreedBytes, want.Allocs, want.Frees = 107, 7, 2, 1
+				want.PeakActive = 2
+				want.Peak = 107
+			}
+			assert.Equal(t, want, got)
+			used, live, calls := f.state(0)
+			assert.Equal(t, usedBefore, used, "backend memory")
+			assert.Equal(t, liveBefore, live, "backend allocations")
+			assert.Equal(t, callsBefore+tt.calls, calls, "backend alloc calls")
+			assert.False(t, held.Freed(), "the held buffer is still live")
+		})
+	}
+}
+
+func TestFreeRetryAfterBackendError(t *testing.T) {
+	f, ds := fakeCUDA(t, 1, 1<<20)
+	b, err := ds[0].Alloc(4096)
+	require.NoError(t, err)
+	f.freeErrs = []error{&BackendError{Op: "free", Err: errFakeDriver}}
+	require.Error(t, b.Free())
+	assert.Equal(t, int64(4096), ds[0].MemoryAllocated())
+	require.NoError(t, b.Free(), "a buffer whose free failed can be freed again")
+	assert.Equal(t, int64(0), ds[0].MemoryAllocated())
+	assert.ErrorIs(t, b.Free(), ErrDoubleFree)
+}
+
+func TestOutOfMemoryErrorDetails(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	held, err := d.Alloc(1000)
+	require.NoError(t, err)
+	defer held.Free()
+
+	require.NoError(t, d.SetMemoryLimit(4096))
+	assert.Equal(t, int64(4096), d.MemoryLimit())
+	_, err = d.Alloc(5000)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 5000, Current: 1000, Limit: 4096, Reason: "memory limit"}, *oom)
+	assert.Equal(t, "memtrack: out of memory on cuda:0: 5000 bytes requested, 1000 tracked, limit 4096: memory limit", err.Error())
+
+	require.NoError(t, d.SetMemoryLimit(0))
+	_, err = d.Alloc(1 << 20)
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 1 << 20, Current: 1000, Code: 2, Reason: "fake device full"}, *oom)
+}
+
+// TestLimitUnderContention lets many goroutines race for room under a
+// limit: exactly limit/size succeed, the rest fail and are counted, and the
+// backend holds exactly what is tracked.
+func TestLimitUnderContention(t *testing.T) {
+	const size, limit, g = 10, 1000, 400
+	f, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	require.NoError(t, d.SetMemoryLimit(limit))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	bufs := make(chan *Buffer, g)
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			b, err := d.Alloc(size)
+			if err != nil {
+				assert.ErrorIs(t, err, ErrOutOfMemory)
+				return
+			}
+			bufs <- b
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(bufs)
+	assert.Len(t, bufs, limit/size)
+	s := d.MemoryStats()
+	assert.Equal(t, int64(limit), s.Current)
+	assert.Equal(t, int64(limit), s.Peak)
+	assert.Equal(t, int64(g-limit/size), s.FailedAllocs)
+	used, live, _ := f.state(0)
+	assert.Equal(t, int64(limit), used, "memory refused after the backend gave it was returned")
+	assert.Equal(t, limit/size, live)
+	for b := range bufs {
+		require.NoError(t, b.Free())
+	}
+}
+
+// TestExactPeakConcurrent holds G buffers per device on two devices at one
+// moment (a barrier): each device's peak is exactly its G buffers.
+func TestExactPeakConcurrent(t *testing.T) {
+	const g = 32
+	_, ds := fakeCUDA(t, 2, 1<<30)
+	var allocated, release, done sync.WaitGroup
+	allocated.Add(2 * g)
+	release.Add(1)
+	for i := range 2 * g {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			d := ds[i%2]
+			b, err := d.Alloc(int64(1024 * (i%2 + 1)))
+			allocated.Done()
+			if !assert.NoError(t, err) {
+				return
+			}
+			release.Wait()
+			assert.NoError(t, b.Free())
+		}()
+	}
+	allocated.Wait()
+	release.Done()
+	done.Wait()
+	for i, d := range ds {
+		s := d.MemoryStats()
+		assert.Equal(t, int64(g*1024*(i+1)), s.Peak, "%v", d)
+		assert.Equal(t, int64(g), s.PeakActive)
+		assert.Equal(t, int64(0), s.Current)
+		assert.Equal(t, int64(g), s.Frees)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	b, err := ds[0].Alloc(4096)
+	require.NoError(t, err)
+	defer b.Free()
+	u, err := ds[0].Usage()
+	require.NoError(t, err)
+	assert.Equal(t, Usage{Device: ds[0], Tracked: 4096, Total: 1 << 20, Free: 1<<20 - 4096 - 1000, Used: 5096, Untracked: 1000}, u)
+	free, total, err := ds[0].MemGetInfo()
+	require.NoError(t, err)
+	assert.Equal(t, u.Free, free)
+	assert.Equal(t, u.Total, total)
+}
+
+func TestMemorySummary(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	require.NoError(t, d.SetMemoryLimit(1<<29))
+	b, err := d.Alloc(3 << 20)
+	require.NoError(t, err)
+	c, err := d.Alloc(1536)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	defer c.Free()
+	s := d.MemorySummary()
+	for _, want := range []string{
+		"memtrack memory summary: cuda:0",
+		"bytes  1.50 KiB  3.00 MiB   3.00 MiB  3.00 MiB",
+		"buffers         1         2          2         1",
+		"failed allocations: 0",
+		"memory limit: 512 MiB (536870912 bytes)",
+		"device (reported): 2.48 KiB used of 1.00 GiB",
+		"tracked 1.50 KiB, untracked 1000 B",
+	} {
+		assert.Contains(t, s, want)
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1.00 KiB", 1536: "1.50 KiB", 10 << 20: "10.0 MiB",
+		500 << 30: "500 GiB", -2048: "-2.00 KiB", math.MaxInt64: "8.00 EiB",
+	} {
+		assert.Equal(t, want, formatBytes(n), "%d", n)
+	}
+}
+
+func TestErrorsMatchSentinels(t *testing.T) {
+	oom := error(&OutOfMemoryError{})
+	assert.ErrorIs(t, oom, ErrOutOfMemory)
+	be := &BackendError{Device: Device{kind: KindCUDA, ordinal: 1}, Op: "free", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS", Err: errFakeDriver}
+	assert.ErrorIs(t, be, errFakeDriver)
+	assert.Equal(t, "memtrack: cuda:1: free failed: CUDA_ERROR_ILLEGAL_ADDRESS (code 700): fake driver failure", be.Error())
+	assert.False(t, errors.Is(be, ErrOutOfMemory))
+}

@@ -1,0 +1,110 @@
+package memtrack
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+// fakeBackend is an in-memory backend for testing the accounting: devices
+// with a capacity, and failures injected on demand.
+type fakeBackend struct {
+	mu        sync.Mutex
+	n         int     // devices
+	capacity  int64   // bytes per device
+	used      []int64 // bytes allocated per device
+	live      int     // allocations not yet freed
+	calls     int     // alloc calls received
+	initErr   error   // returned by devices
+	allocErrs []error // returned by the next alloc calls, in order
+	freeErrs  []error // returned by the next free calls, in order
+}
+
+func newFakeBackend(devices int, capacity int64) *fakeBackend {
+	return &fakeBackend{n: devices, capacity: capacity, used: make([]int64, devices)}
+}
+
+func (f *fakeBackend) devices() (int, error) {
+	if f.initErr != nil {
+		return 0, f.initErr
+	}
+	return f.n, nil
+}
+
+func (f *fakeBackend) alloc(ordinal int, size int64) (memory, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if len(f.allocErrs) > 0 {
+		err := f.allocErrs[0]
+		f.allocErrs = f.allocErrs[1:]
+		return memory{}, err
+	}
+	if size > f.capacity-f.used[ordinal] {
+		return memory{}, &OutOfMemoryError{Code: 2, Reason: "fake device full"}
+	}
+	f.used[ordinal] += size
+	f.live++
+	return memory{ptr: uintptr(0x1000 * f.calls), reserved: size}, nil
+}
+
+func (f *fakeBackend) free(ordinal int, m memory) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.freeErrs) > 0 {
+		err := f.freeErrs[0]
+		f.freeErrs = f.freeErrs[1:]
+		return err
+	}
+	f.used[ordinal] -= m.reserved
+	f.live--
+	return nil
+}
+
+func (f *fakeBackend) memInfo(ordinal int) (free, total int64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The driver sees a context of 1000 bytes beside the allocations.
+	return f.capacity - f.used[ordinal] - 1000, f.capacity, nil
+}
+
+// state returns the backend's figures under its lock.
+func (f *fakeBackend) state(ordinal int) (used int64, live, calls int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.used[ordinal], f.live, f.calls
+}
+
+// useBackend makes b the backend of kind k for the rest of the test, with
+// fresh records.
+func useBackend(t *testing.T, k Kind, b backend) {
+	t.Helper()
+	tb := &tables[k]
+	tb.mu.Lock()
+	old := tb.p.Load()
+	tb.p.Store(newKindState(k, b))
+	tb.mu.Unlock()
+	t.Cleanup(func() {
+		tb.mu.Lock()
+		tb.p.Store(old)
+		tb.mu.Unlock()
+	})
+}
+
+// fakeCUDA installs a fake CUDA backend and returns it with its devices.
+func fakeCUDA(t *testing.T, n int, capacity int64) (*fakeBackend, []Device) {
+	t.Helper()
+	f := newFakeBackend(n, capacity)
+	useBackend(t, KindCUDA, f)
+	ds := make([]Device, n)
+	for i := range ds {
+		d, err := CUDA(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds[i] = d
+	}
+	return f, ds
+}
+
+var errFakeDriver = errors.New("fake driver failure")

@@ -1,0 +1,20 @@
+//go:build !metal
+
+package memtrack
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestMetalNotBuilt(t *testing.T) {
+	_, err := Metal(0)
+	assert.ErrorIs(t, err, ErrBackendNotBuilt)
+	assert.Contains(t, err.Error(), "-tags metal")
+	_, err = ParseDevice("metal:0")
+	assert.ErrorIs(t, err, ErrBackendNotBuilt)
+	for _, d := range Devices() {
+		assert.NotEqual(t, KindMetal, d.Kind())
+	}
+}
