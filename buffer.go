@@ -46,11 +46,22 @@ func (b *Buffer) Free() error {
 	return nil
 }
 
-// Size returns the size asked for, in bytes.
-func (b *Buffer) Size() int64 { return b.size }
+// Size returns the size asked for, in bytes (0 for a nil buffer).
+func (b *Buffer) Size() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.size
+}
 
-// Device returns the device the buffer lives on.
-func (b *Buffer) Device() Device { return b.dev }
+// Device returns the device the buffer lives on (the zero Device for a nil
+// buffer).
+func (b *Buffer) Device() Device {
+	if b == nil {
+		return Device{}
+	}
+	return b.dev
+}
 
 // Bytes returns the buffer's memory where the host can address it (CPU
 // buffers, and Metal buffers in shared storage), or nil where it cannot (CUDA

@@ -134,6 +134,12 @@ func TestBufferAccessors(t *testing.T) {
 	assert.False(t, b.Freed())
 	require.NoError(t, b.Free())
 	assert.True(t, b.Freed())
+
+	var nilBuf *Buffer
+	assert.Zero(t, nilBuf.Size())
+	assert.Equal(t, Device{}, nilBuf.Device())
+	assert.Nil(t, nilBuf.Bytes())
+	assert.False(t, nilBuf.Freed())
 }
 
 // TestBadInput runs every refused operation and checks the error and that no
