@@ -55,7 +55,7 @@ func ExampleProfile_Budget() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%d GiB may be used, %d GiB is taken at the peak: %d GiB for the cache, %d blocks of %d MiB\n",
-		b.Limit>>30, b.Reserved>>30, b.Available>>30, b.Blocks, b.BlockSize>>20)
+		b.Usable>>30, b.Reserved>>30, b.Available>>30, b.Blocks, b.BlockSize>>20)
 
 	_, err = p.Budget(90, 16<<20)
 	fmt.Println(err)

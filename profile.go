@@ -98,12 +98,12 @@ func wrapRun(d Device, err error) error {
 // a fraction of the device's memory once the memory in use at the profiled
 // peak is set aside, and how many blocks of a given size it holds.
 type Budget struct {
-	Utilization float64 // the fraction of the device's memory the device may be filled to
-	Limit       int64   // Utilization × Total, in bytes
+	Utilization float64 // the fraction of the device's memory given to Budget
+	Usable      int64   // Utilization × Total, in bytes: what the device may be filled to
 	// Reserved is the memory in use on the device at the profiled peak:
 	// BaselineUsed + TrackedPeakIncrease + Untracked (when positive).
 	Reserved  int64
-	Available int64 // Limit - Reserved, or 0 where that is negative
+	Available int64 // Usable - Reserved, or 0 where that is negative
 	BlockSize int64
 	Blocks    int64 // Available / BlockSize
 }
@@ -128,11 +128,11 @@ func (p Profile) Budget(utilization float64, blockSize int64) (Budget, error) {
 	}
 	b := Budget{
 		Utilization: utilization,
-		Limit:       int64(utilization * float64(p.Total)),
+		Usable:      int64(utilization * float64(p.Total)),
 		Reserved:    p.BaselineUsed + p.TrackedPeakIncrease + max(p.Untracked, 0),
 		BlockSize:   blockSize,
 	}
-	b.Available = max(b.Limit-b.Reserved, 0)
+	b.Available = max(b.Usable-b.Reserved, 0)
 	b.Blocks = b.Available / blockSize
 	return b, nil
 }

@@ -181,12 +181,12 @@ func TestBudget(t *testing.T) {
 		block       int64
 		want        Budget
 	}{
-		{"vLLM-style", p, 0.9, 16 << 20, Budget{Utilization: 0.9, Limit: 72 * gib, Reserved: 27 * gib, Available: 45 * gib, BlockSize: 16 << 20, Blocks: 45 * 64}},
-		{"whole device", p, 1, gib, Budget{Utilization: 1, Limit: 80 * gib, Reserved: 27 * gib, Available: 53 * gib, BlockSize: gib, Blocks: 53}},
-		{"block does not divide", p, 1, 10 * gib, Budget{Utilization: 1, Limit: 80 * gib, Reserved: 27 * gib, Available: 53 * gib, BlockSize: 10 * gib, Blocks: 5}},
+		{"vLLM-style", p, 0.9, 16 << 20, Budget{Utilization: 0.9, Usable: 72 * gib, Reserved: 27 * gib, Available: 45 * gib, BlockSize: 16 << 20, Blocks: 45 * 64}},
+		{"whole device", p, 1, gib, Budget{Utilization: 1, Usable: 80 * gib, Reserved: 27 * gib, Available: 53 * gib, BlockSize: gib, Blocks: 53}},
+		{"block does not divide", p, 1, 10 * gib, Budget{Utilization: 1, Usable: 80 * gib, Reserved: 27 * gib, Available: 53 * gib, BlockSize: 10 * gib, Blocks: 5}},
 		{"negative untracked is not counted", Profile{Total: 10 * gib, BaselineUsed: gib, Untracked: -gib}, 0.5, gib,
-			Budget{Utilization: 0.5, Limit: 5 * gib, Reserved: gib, Available: 4 * gib, BlockSize: gib, Blocks: 4}},
-		{"no room", p, 0.25, gib, Budget{Utilization: 0.25, Limit: 20 * gib, Reserved: 27 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
+			Budget{Utilization: 0.5, Usable: 5 * gib, Reserved: gib, Available: 4 * gib, BlockSize: gib, Blocks: 4}},
+		{"no room", p, 0.25, gib, Budget{Utilization: 0.25, Usable: 20 * gib, Reserved: 27 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

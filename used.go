@@ -3,10 +3,10 @@ package memtrack
 import "github.com/memtrack/memtrack/tracker"
 
 // UsedDevices returns every device the process has used, in the order of
-// [Devices]: those for which a [Device] was obtained with [CUDA], [Metal] or
-// [ParseDevice], or on which any method that reads or changes its figures has
-// been called. It only reads the device tables: a kind never used stays
-// uninitialised, so listing devices never starts a driver.
+// [Devices]: those obtained with [CUDA], [Metal] or [ParseDevice], and those
+// on which a method other than Kind, Ordinal and String was called (the CPU
+// is listed once it has been used so). It only reads the device tables: a
+// kind never used stays uninitialised, so listing never starts a driver.
 func UsedDevices() []Device {
 	var ds []Device
 	rangeUsed(func(d Device, _ *tracker.Record) {

@@ -35,9 +35,9 @@ import (
 // copy of them and starts no goroutine: each Collect reads the counters.
 // Create one with [NewCollector].
 type Collector struct {
-	allocated, peak, active     *prometheus.Desc
-	allocs, frees, failures     *prometheus.Desc
-	limit, deviceFree, devTotal *prometheus.Desc
+	allocated, peak, active  *prometheus.Desc
+	allocs, frees, failures  *prometheus.Desc
+	limit, devFree, devTotal *prometheus.Desc
 
 	// Seams for tests; the package's functions otherwise.
 	devices func() []memtrack.Device
@@ -72,17 +72,17 @@ func NewCollector(opts ...Option) *Collector {
 		return prometheus.NewDesc("memtrack_"+name, help, []string{"backend", "ordinal"}, cfg.constLabels)
 	}
 	return &Collector{
-		allocated:  desc("allocated_bytes", "Bytes held by the device's live buffers allocated through memtrack (requested sizes)."),
-		peak:       desc("allocated_peak_bytes", "High-water mark of memtrack_allocated_bytes since the last peak reset."),
-		active:     desc("active_buffers", "Live buffers allocated through memtrack on the device."),
-		allocs:     desc("allocations_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
-		frees:      desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
-		failures:   desc("allocation_failures_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
-		limit:      desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
-		deviceFree: desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
-		devTotal:   desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
-		devices:    memtrack.UsedDevices,
-		memInfo:    memtrack.Device.MemGetInfo,
+		allocated: desc("allocated_bytes", "Bytes held by the device's live buffers allocated through memtrack (requested sizes)."),
+		peak:      desc("allocated_peak_bytes", "High-water mark of memtrack_allocated_bytes since the last peak reset."),
+		active:    desc("active_buffers", "Live buffers allocated through memtrack on the device."),
+		allocs:    desc("allocations_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
+		frees:     desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
+		failures:  desc("allocation_failures_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
+		limit:     desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
+		devFree:   desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
+		devTotal:  desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
+		devices:   memtrack.UsedDevices,
+		memInfo:   memtrack.Device.MemGetInfo,
 	}
 }
 
@@ -94,7 +94,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.allocs, c.frees, c.failures, c.limit, c.deviceFree, c.devTotal}
+	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal}
 }
 
 // Collect reads the figures of every used device and sends them.
@@ -119,7 +119,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			send(c.limit, prometheus.GaugeValue, s.Limit)
 		}
 		if free, total, err := c.memInfo(d); err == nil {
-			send(c.deviceFree, prometheus.GaugeValue, free)
+			send(c.devFree, prometheus.GaugeValue, free)
 			send(c.devTotal, prometheus.GaugeValue, total)
 		}
 	}

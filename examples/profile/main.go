@@ -65,7 +65,7 @@ func main() {
 	fmt.Printf("peak memory:  %s (%d bytes; %s above the weights)\n", size(p.PeakTracked), p.PeakTracked, size(p.TrackedPeakIncrease))
 	fmt.Printf("device:       %s total, %s in use before the pass and %s after (reported), %s of the growth untracked\n",
 		size(p.Total), size(p.BaselineUsed), size(p.EndUsed), size(p.Untracked))
-	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s in use at the peak = %s\n", size(p.Total), b.Utilization, size(b.Limit), size(b.Reserved), size(b.Available))
+	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s in use at the peak = %s\n", size(p.Total), b.Utilization, size(b.Usable), size(b.Reserved), size(b.Available))
 	if b.Blocks == 0 {
 		fmt.Printf("KV cache:     no room for one %s block\n", size(block))
 		os.Exit(1)
