@@ -157,6 +157,9 @@ func parseSize(s string) (int64, error) {
 }
 
 func size(n int64) string {
+	if n < 0 { // the untracked growth, where others freed memory meanwhile
+		return "-" + size(-n)
+	}
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
