@@ -55,26 +55,22 @@ func main() {
 	defer weightBuf.Free()
 
 	// Profile one forward pass: the peak measures only what it adds.
-	base := dev.MemoryAllocated()
-	dev.ResetPeakMemoryStats()
-	check(forwardPass(dev, *workers, *layers, act))
-	peak := dev.MaxMemoryAllocated()
+	p, err := dev.Profile(func() error { return forwardPass(dev, *workers, *layers, act) })
+	check(err)
+	b, err := p.Budget(*utilization, block)
+	check(err)
 
 	fmt.Print(dev.MemorySummary())
 	fmt.Printf("\nforward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("peak memory:  %s (%d bytes; %s above the weights)\n", size(peak), peak, size(peak-base))
-
-	free, total, err := dev.MemGetInfo()
-	check(err)
-	budget := int64(*utilization * float64(total))
-	avail := budget - peak
-	fmt.Printf("device:       %s total, %s free (reported)\n", size(total), size(free))
-	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s peak = %s\n", size(total), *utilization, size(budget), size(peak), size(max(avail, 0)))
-	if avail < block {
+	fmt.Printf("peak memory:  %s (%d bytes; %s above the weights)\n", size(p.PeakTracked), p.PeakTracked, size(p.TrackedPeakIncrease))
+	fmt.Printf("device:       %s total, %s in use before the pass and %s after (reported), %s of the growth untracked\n",
+		size(p.Total), size(p.BaselineUsed), size(p.EndUsed), size(p.Untracked))
+	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s in use at the peak = %s\n", size(p.Total), b.Utilization, size(b.Usable), size(b.Reserved), size(b.Available))
+	if b.Blocks == 0 {
 		fmt.Printf("KV cache:     no room for one %s block\n", size(block))
 		os.Exit(1)
 	}
-	fmt.Printf("KV cache:     %d blocks of %s\n", avail/block, size(block))
+	fmt.Printf("KV cache:     %d blocks of %s\n", b.Blocks, size(block))
 }
 
 // forwardPass runs workers requests through layers layers at once. Each layer
@@ -161,6 +157,9 @@ func parseSize(s string) (int64, error) {
 }
 
 func size(n int64) string {
+	if n < 0 { // the untracked growth, where others freed memory meanwhile
+		return "-" + size(-n)
+	}
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))

@@ -1,0 +1,126 @@
+// Package prom exports memtrack's figures to Prometheus: a
+// [prometheus.Collector] that reads the counters of every device the
+// process has used ([memtrack.UsedDevices]) at scrape time.
+//
+//	prometheus.MustRegister(prom.NewCollector())
+//
+// Each metric has the labels backend ("cpu", "cuda", "metal") and ordinal,
+// plus any constant labels given with [WithConstLabels]:
+//
+//	memtrack_allocated_bytes            gauge    bytes held by live buffers
+//	memtrack_allocated_peak_bytes       gauge    high-water mark of memtrack_allocated_bytes
+//	memtrack_active_buffers             gauge    live buffers
+//	memtrack_allocations_total          counter  allocations
+//	memtrack_frees_total                counter  frees
+//	memtrack_allocation_failures_total  counter  refused or failed allocations
+//	memtrack_limit_bytes                gauge    the memory limit, where one is set
+//	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
+//	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
+//
+// The device_* metrics are left out for a device whose query fails; the rest
+// of the scrape goes on. The counters restart from zero after
+// [memtrack.Device.ResetAccumulatedMemoryStats], which rate() and increase()
+// treat as a counter reset, and the peak follows
+// [memtrack.Device.ResetPeakMemoryStats].
+package prom
+
+import (
+	"strconv"
+
+	"github.com/memtrack/memtrack"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector is a [prometheus.Collector] of memtrack's figures. It keeps no
+// copy of them and starts no goroutine: each Collect reads the counters.
+// Create one with [NewCollector].
+type Collector struct {
+	allocated, peak, active  *prometheus.Desc
+	allocs, frees, failures  *prometheus.Desc
+	limit, devFree, devTotal *prometheus.Desc
+
+	// Seams for tests; the package's functions otherwise.
+	devices func() []memtrack.Device
+	memInfo func(memtrack.Device) (free, total int64, err error)
+}
+
+// Option configures a [Collector].
+type Option func(*config)
+
+type config struct {
+	constLabels prometheus.Labels
+}
+
+// WithConstLabels adds labels with fixed values to every metric, such as the
+// name of the model a process serves. Names that clash with backend or
+// ordinal, or are not valid label names, make registration fail.
+func WithConstLabels(labels prometheus.Labels) Option {
+	return func(c *config) {
+		for k, v := range labels {
+			c.constLabels[k] = v
+		}
+	}
+}
+
+// NewCollector returns a [Collector] of every device the process has used.
+func NewCollector(opts ...Option) *Collector {
+	cfg := config{constLabels: prometheus.Labels{}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("memtrack_"+name, help, []string{"backend", "ordinal"}, cfg.constLabels)
+	}
+	return &Collector{
+		allocated: desc("allocated_bytes", "Bytes held by the device's live buffers allocated through memtrack (requested sizes)."),
+		peak:      desc("allocated_peak_bytes", "High-water mark of memtrack_allocated_bytes since the last peak reset."),
+		active:    desc("active_buffers", "Live buffers allocated through memtrack on the device."),
+		allocs:    desc("allocations_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
+		frees:     desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
+		failures:  desc("allocation_failures_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
+		limit:     desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
+		devFree:   desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
+		devTotal:  desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
+		devices:   memtrack.UsedDevices,
+		memInfo:   memtrack.Device.MemGetInfo,
+	}
+}
+
+// Describe sends the descriptions of every metric the collector can send.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs() {
+		ch <- d
+	}
+}
+
+func (c *Collector) descs() []*prometheus.Desc {
+	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal}
+}
+
+// Collect reads the figures of every used device and sends them.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, d := range c.devices() {
+		labels := []string{d.Kind().String(), strconv.Itoa(d.Ordinal())}
+		send := func(desc *prometheus.Desc, t prometheus.ValueType, v int64) {
+			m, err := prometheus.NewConstMetric(desc, t, float64(v), labels...)
+			if err != nil {
+				m = prometheus.NewInvalidMetric(desc, err)
+			}
+			ch <- m
+		}
+		s := d.MemoryStats()
+		send(c.allocated, prometheus.GaugeValue, s.Current)
+		send(c.peak, prometheus.GaugeValue, s.Peak)
+		send(c.active, prometheus.GaugeValue, s.Active)
+		send(c.allocs, prometheus.CounterValue, s.Allocs)
+		send(c.frees, prometheus.CounterValue, s.Frees)
+		send(c.failures, prometheus.CounterValue, s.FailedAllocs)
+		if s.Limit > 0 {
+			send(c.limit, prometheus.GaugeValue, s.Limit)
+		}
+		if free, total, err := c.memInfo(d); err == nil {
+			send(c.devFree, prometheus.GaugeValue, free)
+			send(c.devTotal, prometheus.GaugeValue, total)
+		}
+	}
+}

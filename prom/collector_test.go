@@ -1,0 +1,204 @@
+package prom
+
+import (
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// counterNames are the metrics read from memtrack's own counters; the
+// device_* metrics come from the OS and change between reads.
+var counterNames = []string{
+	"memtrack_allocated_bytes", "memtrack_allocated_peak_bytes", "memtrack_active_buffers",
+	"memtrack_allocations_total", "memtrack_frees_total", "memtrack_allocation_failures_total",
+	"memtrack_limit_bytes",
+}
+
+// setCPU puts the CPU's figures in a known state: 3 KiB allocated in two
+// buffers, one freed, one refused by a 2 KiB limit, with the given limit
+// left in place until the test ends.
+func setCPU(t *testing.T, limit int64) {
+	t.Helper()
+	cpu := memtrack.CPU()
+	require.Zero(t, cpu.MemoryAllocated(), "an earlier test left CPU buffers live")
+	require.NoError(t, cpu.SetMemoryLimit(0))
+	cpu.ResetPeakMemoryStats()
+	cpu.ResetAccumulatedMemoryStats()
+
+	a, err := cpu.Alloc(1024)
+	require.NoError(t, err)
+	b, err := cpu.Alloc(2048)
+	require.NoError(t, err)
+	require.NoError(t, a.Free())
+	require.NoError(t, cpu.SetMemoryLimit(2560))
+	_, err = cpu.Alloc(1024)
+	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
+	require.NoError(t, cpu.SetMemoryLimit(limit))
+	t.Cleanup(func() {
+		assert.NoError(t, b.Free())
+		assert.NoError(t, cpu.SetMemoryLimit(0))
+	})
+}
+
+const countersText = `
+# HELP memtrack_active_buffers Live buffers allocated through memtrack on the device.
+# TYPE memtrack_active_buffers gauge
+memtrack_active_buffers{%[1]s} 1
+# HELP memtrack_allocated_bytes Bytes held by the device's live buffers allocated through memtrack (requested sizes).
+# TYPE memtrack_allocated_bytes gauge
+memtrack_allocated_bytes{%[1]s} 2048
+# HELP memtrack_allocated_peak_bytes High-water mark of memtrack_allocated_bytes since the last peak reset.
+# TYPE memtrack_allocated_peak_bytes gauge
+memtrack_allocated_peak_bytes{%[1]s} 3072
+# HELP memtrack_allocation_failures_total Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures.
+# TYPE memtrack_allocation_failures_total counter
+memtrack_allocation_failures_total{%[1]s} 1
+# HELP memtrack_allocations_total Allocations through memtrack on the device since the last reset of the cumulative figures.
+# TYPE memtrack_allocations_total counter
+memtrack_allocations_total{%[1]s} 2
+# HELP memtrack_frees_total Frees through memtrack on the device since the last reset of the cumulative figures.
+# TYPE memtrack_frees_total counter
+memtrack_frees_total{%[1]s} 1
+`
+
+const limitText = `# HELP memtrack_limit_bytes Memory limit on the bytes held by the device's live buffers; absent where none is set.
+# TYPE memtrack_limit_bytes gauge
+memtrack_limit_bytes{%[1]s} 1.048576e+06
+`
+
+const deviceText = `# HELP memtrack_device_free_bytes Free memory of the device as the OS or driver reports it; absent where the query fails.
+# TYPE memtrack_device_free_bytes gauge
+memtrack_device_free_bytes{%[1]s} 1000
+# HELP memtrack_device_total_bytes Total memory of the device as the OS or driver reports it; absent where the query fails.
+# TYPE memtrack_device_total_bytes gauge
+memtrack_device_total_bytes{%[1]s} 4000
+`
+
+// cpuLabels are the labels of the CPU's metrics without constant labels.
+const cpuLabels = `backend="cpu",ordinal="0"`
+
+// expect joins parts of the expected exposition, with labels (in the sorted
+// order of the exposition) in place of %[1]s.
+func expect(labels string, parts ...string) string {
+	return strings.ReplaceAll(strings.Join(parts, ""), "%[1]s", labels)
+}
+
+func TestCollectorCompare(t *testing.T) {
+	fixedInfo := func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
+	failedInfo := func(d memtrack.Device) (int64, int64, error) {
+		return 0, 0, &memtrack.BackendError{Device: d, Op: "meminfo", Err: errors.New("driver gone")}
+	}
+	tests := []struct {
+		name    string
+		opts    []Option
+		limit   int64
+		memInfo func(memtrack.Device) (int64, int64, error)
+		want    string
+	}{
+		{"no limit", nil, 0, fixedInfo, expect(cpuLabels, countersText, deviceText)},
+		{"limit", nil, 1 << 20, fixedInfo, expect(cpuLabels, countersText, limitText, deviceText)},
+		{"query fails", nil, 0, failedInfo, expect(cpuLabels, countersText)},
+		{"const labels", []Option{WithConstLabels(prometheus.Labels{"model": "llama", "zone": "a"})}, 1 << 20, fixedInfo,
+			expect(`backend="cpu",model="llama",ordinal="0",zone="a"`, countersText, limitText, deviceText)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setCPU(t, tt.limit)
+			c := NewCollector(tt.opts...)
+			c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
+			c.memInfo = tt.memInfo
+
+			reg := prometheus.NewPedanticRegistry()
+			require.NoError(t, reg.Register(c))
+			// Every metric the collector sends, compared as a whole.
+			assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(tt.want)))
+			problems, err := testutil.GatherAndLint(reg)
+			require.NoError(t, err)
+			assert.Empty(t, problems)
+		})
+	}
+}
+
+// TestCollectorUsedDevices scrapes the real device list and driver figures.
+func TestCollectorUsedDevices(t *testing.T) {
+	setCPU(t, 0)
+	c := NewCollector()
+	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(cpuLabels, countersText)), counterNames...))
+
+	used := len(memtrack.UsedDevices())
+	require.GreaterOrEqual(t, used, 1)
+	assert.Equal(t, 6*used, testutil.CollectAndCount(c, counterNames...))
+	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
+		// The CPU's figures come from /proc/meminfo or sysctl.
+		_, total, err := memtrack.CPU().MemGetInfo()
+		require.NoError(t, err)
+		assert.Equal(t, 1, testutil.CollectAndCount(c, "memtrack_device_free_bytes"))
+		assert.Equal(t, 1, testutil.CollectAndCount(c, "memtrack_device_total_bytes"))
+		assert.Equal(t, float64(total), testutil.ToFloat64(onlyTotal{c}))
+	}
+
+	problems, err := testutil.CollectAndLint(c)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
+
+// onlyTotal passes on the collector's memtrack_device_total_bytes alone, for
+// testutil.ToFloat64.
+type onlyTotal struct{ c *Collector }
+
+func (o onlyTotal) Describe(ch chan<- *prometheus.Desc) { ch <- o.c.devTotal }
+
+func (o onlyTotal) Collect(ch chan<- prometheus.Metric) {
+	all := make(chan prometheus.Metric)
+	go func() { o.c.Collect(all); close(all) }()
+	for m := range all {
+		if m.Desc() == o.c.devTotal {
+			ch <- m
+		}
+	}
+}
+
+func TestCollectorNoDevices(t *testing.T) {
+	c := NewCollector()
+	c.devices = func() []memtrack.Device { return nil }
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	assert.Empty(t, mfs)
+}
+
+func TestCollectorBadConstLabels(t *testing.T) {
+	tests := []struct {
+		name   string
+		labels prometheus.Labels
+	}{
+		{"clashes with backend", prometheus.Labels{"backend": "x"}},
+		{"clashes with ordinal", prometheus.Labels{"ordinal": "1"}},
+		{"reserved name", prometheus.Labels{"__reserved": "x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			assert.Error(t, reg.Register(NewCollector(WithConstLabels(tt.labels))))
+		})
+	}
+}
+
+// TestWithConstLabelsCopies checks that the caller's map may change after
+// the option is made.
+func TestWithConstLabelsCopies(t *testing.T) {
+	setCPU(t, 0)
+	labels := prometheus.Labels{"model": "llama"}
+	c := NewCollector(WithConstLabels(labels))
+	labels["model"] = "changed"
+	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
+	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(`backend="cpu",model="llama",ordinal="0"`, countersText)), counterNames...))
+}

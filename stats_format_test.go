@@ -1,0 +1,73 @@
+package memtrack_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStatsString(t *testing.T) {
+	tests := []struct {
+		name string
+		s    memtrack.Stats
+		want string
+	}{
+		{"zero", memtrack.Stats{},
+			"cpu: current 0 B, peak 0 B; 0 live buffers (peak 0); allocated 0 B in 0 allocs, freed 0 B in 0 frees; 0 failed; no limit"},
+		{"small sizes stay exact", memtrack.Stats{Current: 512, Peak: 1023, Active: 1, PeakActive: 2, AllocatedBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
+			"cpu: current 512 B, peak 1023 B; 1 live buffers (peak 2); allocated 1000 B in 2 allocs, freed 488 B in 1 frees; 0 failed; no limit"},
+		{"IEC units with exact bytes", memtrack.Stats{
+			Current: 3 << 29, Peak: 2 << 30, Active: 3, PeakActive: 4,
+			AllocatedBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
+		}, "cpu: current 1.50 GiB (1610612736 B), peak 2.00 GiB (2147483648 B); 3 live buffers (peak 4); " +
+			"allocated 12.0 MiB (12582912 B) in 10 allocs, freed 1.50 KiB (1536 B) in 7 frees; 1 failed; limit 4.00 GiB (4294967296 B)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.s.String())
+		})
+	}
+}
+
+func TestStatsLogValue(t *testing.T) {
+	s := memtrack.Stats{
+		Current: 3 << 20, Peak: 4 << 20, Active: 2, PeakActive: 3,
+		AllocatedBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2, FailedAllocs: 1, Limit: 1 << 30,
+	}
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+	logger.Info("memory", "stats", s)
+
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &got))
+	assert.Equal(t, map[string]any{
+		"level": "INFO",
+		"msg":   "memory",
+		"stats": map[string]any{
+			"device":          "cpu",
+			"current":         float64(3 << 20),
+			"peak":            float64(4 << 20),
+			"allocated_bytes": float64(5 << 20),
+			"freed_bytes":     float64(2 << 20),
+			"active":          float64(2),
+			"peak_active":     float64(3),
+			"allocs":          float64(4),
+			"frees":           float64(2),
+			"failed_allocs":   float64(1),
+			"limit":           float64(1 << 30),
+		},
+	}, got)
+}
+
+// dropTime removes the time from slog's output, so that it can be compared.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
