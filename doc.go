@@ -6,15 +6,19 @@
 // # Profiling peak memory
 //
 // The classic use sizes a cache from a profile: reset the peak, run one
-// representative pass, read the peak, and give the cache what remains:
+// representative pass, read the peak, and give the cache what remains.
+// [Device.Profile] does the first part, with the driver's figures beside the
+// tracked ones, and [Profile.Budget] the second:
 //
 //	dev, err := memtrack.ParseDevice("cuda:0")
 //	...
-//	dev.ResetPeakMemoryStats()
-//	runForwardPass(dev)
-//	peak := dev.MaxMemoryAllocated()
-//	_, total, err := dev.MemGetInfo()
-//	cacheBytes := int64(0.9*float64(total)) - peak
+//	p, err := dev.Profile(func() error { return runForwardPass(dev) })
+//	...
+//	b, err := p.Budget(0.9, blockBytes)
+//	fmt.Println(b.Blocks, "KV-cache blocks fit")
+//
+// By hand, the same is [Device.ResetPeakMemoryStats], the pass,
+// [Device.MaxMemoryAllocated] and [Device.MemGetInfo].
 //
 // # Devices and backends
 //
@@ -36,4 +40,10 @@
 // Bad input gets an error and changes nothing: a size <= 0, an ordinal past
 // the last device, a second Free. Refused allocations return an
 // [*OutOfMemoryError] and add one to FailedAllocs, and nothing else.
+//
+// # Observability
+//
+// [Expvar] publishes every used device's [Stats] as JSON, [Stats] logs as a
+// slog group, and package [github.com/memtrack/memtrack/prom] exports the
+// figures as Prometheus metrics.
 package memtrack
