@@ -1,5 +1,8 @@
 module github.com/memtrack/memtrack
 
-go 1.24
+go 1.24.0
 
-require go.uber.org/atomic v1.12.0
+require (
+	github.com/google/pprof v0.0.0-20250820193118-f64d9cf942d6
+	go.uber.org/atomic v1.12.0
+)
