@@ -213,9 +213,12 @@ func newSiteRecorder(depth, maxSites int) *siteRecorder {
 // Device.Alloc and returns its site.
 func (r *siteRecorder) alloc(size int64) *site {
 	var buf [MaxSiteDepth]uintptr
-	pcs := buf[:runtime.Callers(callerSkip, buf[:r.depth.Load()])]
-	h := hashStack(pcs)
+	return r.record(buf[:runtime.Callers(callerSkip, buf[:r.depth.Load()])], size)
+}
 
+// record counts an allocation of size bytes from the stack pcs.
+func (r *siteRecorder) record(pcs []uintptr, size int64) *site {
+	h := hashStack(pcs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sites[h]
