@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
@@ -103,7 +104,7 @@ func (d Device) recorder() (*siteRecorder, error) {
 	if r := s.sites.lookup(d.ordinal); r != nil {
 		return r, nil
 	}
-	return nil, fmt.Errorf("%w on %v: call %v's EnableAllocationSites first", ErrSitesNotRecorded, d, d)
+	return nil, fmt.Errorf("%w on %v: call Device.EnableAllocationSites first", ErrSitesNotRecorded, d)
 }
 
 // siteTable publishes the recorders of one kind's devices, by ordinal. While
@@ -351,8 +352,8 @@ type siteFigures struct {
 	objects, bytes int64
 }
 
-// snapshot returns the sites with live buffers, now or at the peak, and
-// the recorder's state.
+// snapshot returns the sites with live buffers, now or at the peak, the
+// largest first, and the recorder's state.
 func (r *siteRecorder) snapshot(atPeak bool) ([]siteFigures, SiteStats) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -372,6 +373,7 @@ func (r *siteRecorder) snapshot(atPeak bool) ([]siteFigures, SiteStats) {
 		}
 	}
 	add(r.other)
+	slices.SortFunc(out, func(a, b siteFigures) int { return cmp.Compare(b.bytes, a.bytes) })
 	return out, r.statsLocked()
 }
 
