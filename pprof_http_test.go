@@ -17,9 +17,9 @@ func TestProfileHandler(t *testing.T) {
 	wildcard.Handle("GET /sites/{device}", ProfileHandler())
 
 	d := recording(t, 32)
-	a := mustAlloc(t)(allocFromA(d, 1000))
+	a := allocOK(t)(allocFromA(d, 1000))
 	freeAll(t, a)
-	b := mustAlloc(t)(allocFromB(d, 300))
+	b := allocOK(t)(allocFromB(d, 300))
 	defer freeAll(t, b)
 
 	for _, tc := range []struct {

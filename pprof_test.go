@@ -49,10 +49,10 @@ func TestWriteProfileAttributesBytes(t *testing.T) {
 	d := recording(t, 32)
 	var bufs []*Buffer
 	for range 3 {
-		bufs = append(bufs, mustAlloc(t)(allocFromA(d, 1000)))
+		bufs = append(bufs, allocOK(t)(allocFromA(d, 1000)))
 	}
 	for range 2 {
-		bufs = append(bufs, mustAlloc(t)(allocFromB(d, 5000)))
+		bufs = append(bufs, allocOK(t)(allocFromB(d, 5000)))
 	}
 	defer func() { freeAll(t, bufs...) }()
 
@@ -82,11 +82,11 @@ func TestWriteProfileAttributesBytes(t *testing.T) {
 
 func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
 	d := recording(t, 32)
-	a1 := mustAlloc(t)(allocFromA(d, 1000))
-	b1 := mustAlloc(t)(allocFromB(d, 4000))
-	a2 := mustAlloc(t)(allocFromA(d, 2000)) // the peak: A 3000, B 4000
+	a1 := allocOK(t)(allocFromA(d, 1000))
+	b1 := allocOK(t)(allocFromB(d, 4000))
+	a2 := allocOK(t)(allocFromA(d, 2000)) // the peak: A 3000, B 4000
 	freeAll(t, a1, b1, a2)
-	a3 := mustAlloc(t)(allocFromA(d, 500))
+	a3 := allocOK(t)(allocFromA(d, 500))
 
 	peak := readProfile(t, d, ProfilePeak)
 	assert.Equal(t, []string{"peak_inuse_objects/count", "peak_inuse_space/bytes"}, sampleTypes(peak))
@@ -100,7 +100,7 @@ func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
 	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, ProfilePeak)),
 		"a reset makes the live set the peak")
 
-	b2 := mustAlloc(t)(allocFromB(d, 800))
+	b2 := allocOK(t)(allocFromB(d, 800))
 	freeAll(t, b2, a3)
 	assert.Equal(t, map[string][2]int64{funcA: {1, 500}, funcB: {1, 800}}, byLeaf(readProfile(t, d, ProfilePeak)),
 		"a new peak replaces the breakdown")
@@ -110,8 +110,8 @@ func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
 func TestWriteProfileFoldsIntoOther(t *testing.T) {
 	d := recording(t, 32)
 	stateOf(KindCPU).sites.lookup(0).maxSites = 1 // no allocation yet: nothing reads it
-	a := mustAlloc(t)(allocFromA(d, 100))
-	b := mustAlloc(t)(allocFromB(d, 200))
+	a := allocOK(t)(allocFromA(d, 100))
+	b := allocOK(t)(allocFromB(d, 200))
 	defer freeAll(t, a, b)
 	assert.Equal(t, map[string][2]int64{funcA: {1, 100}, otherFunction: {1, 200}}, byLeaf(readProfile(t, d, ProfileInUse)))
 	assert.Equal(t, int64(1), d.AllocationSiteStats().Folded)

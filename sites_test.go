@@ -19,7 +19,9 @@ func allocFromA(d Device, size int64) (*Buffer, error) { return d.Alloc(size) }
 //go:noinline
 func allocFromB(d Device, size int64) (*Buffer, error) { return d.Alloc(size) }
 
-func mustAlloc(t testing.TB) func(*Buffer, error) *Buffer {
+// allocOK returns the buffer of an allocation helper, failing the test on
+// an error: allocOK(t)(allocFromA(d, n)).
+func allocOK(t testing.TB) func(*Buffer, error) *Buffer {
 	return func(b *Buffer, err error) *Buffer {
 		t.Helper()
 		require.NoError(t, err)
@@ -87,7 +89,7 @@ func TestEnableDisable(t *testing.T) {
 	d.DisableAllocationSites() // off stays off
 	assert.Equal(t, SiteStats{}, d.AllocationSiteStats())
 
-	b := mustAlloc(t)(allocFromA(d, 100))
+	b := allocOK(t)(allocFromA(d, 100))
 	assert.Nil(t, b.site, "nothing recorded while off")
 	require.NoError(t, b.Free())
 }
@@ -96,11 +98,11 @@ func TestEnableDisable(t *testing.T) {
 // leave the recorder's figures exact.
 func TestSitesAcrossEnableAndDisable(t *testing.T) {
 	d := CPU()
-	before := mustAlloc(t)(allocFromA(d, 1000))
+	before := allocOK(t)(allocFromA(d, 1000))
 
 	require.NoError(t, d.EnableAllocationSites(8))
 	first := stateOf(KindCPU).sites.lookup(0)
-	during := mustAlloc(t)(allocFromB(d, 300))
+	during := allocOK(t)(allocFromB(d, 300))
 	require.NoError(t, before.Free())
 	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Sites: 1, Live: 1, LiveBytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
 		"the free of a buffer allocated before enabling changes nothing")
@@ -120,7 +122,7 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 
 func TestFirstFrameIsTheCaller(t *testing.T) {
 	d := recording(t, 1)
-	b := mustAlloc(t)(allocFromA(d, 10))
+	b := allocOK(t)(allocFromA(d, 10))
 	defer freeAll(t, b)
 	require.Len(t, b.site.pcs, 1)
 	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(b.site.pcs[0]))
@@ -321,7 +323,7 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	}
 	// Buffers allocated after the final enable, from a second site.
 	for i := range 10 {
-		b := mustAlloc(t)(allocFromB(d, int64(100+i)))
+		b := allocOK(t)(allocFromB(d, int64(100+i)))
 		all = append(all, b)
 		f := want[final]
 		want[final] = [2]int64{f[0] + 1, f[1] + b.size}
