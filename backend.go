@@ -38,6 +38,7 @@ type kindState struct {
 	n       int
 	err     error
 	records tracker.Table
+	sites   siteTable // recorders of allocation sites (sites.go)
 }
 
 // tables holds one kindState per kind, created on first use. This and the

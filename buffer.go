@@ -23,6 +23,7 @@ type Buffer struct {
 	rec     *tracker.Record
 	backend backend
 	state   atomic.Uint32
+	site    *site // where it was allocated, if recorded (sites.go)
 }
 
 // Free releases the buffer's memory and then uncounts it. It fails with
@@ -42,6 +43,9 @@ func (b *Buffer) Free() error {
 	}
 	// Cannot fail: the buffer's bytes are part of what the record holds.
 	_ = b.rec.Free(b.size)
+	if b.site != nil {
+		b.site.free(b.size)
+	}
 	b.state.Store(bufFreed)
 	return nil
 }

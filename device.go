@@ -132,7 +132,11 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 		}
 		return nil, oom
 	}
-	return &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}, nil
+	b := &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}
+	if sr := s.sites.lookup(d.ordinal); sr != nil {
+		b.site = sr.alloc(size) // see sites.go
+	}
+	return b, nil
 }
 
 // fillError completes an error from a backend with the device and figures.
@@ -167,11 +171,15 @@ func (d Device) MaxMemoryAllocated() int64 {
 	return 0
 }
 
-// ResetPeakMemoryStats sets the peaks (bytes and live buffers) to their
-// current figures, so that the next peak measures what happens from now on.
+// ResetPeakMemoryStats sets the peaks (bytes and live buffers, and the
+// allocation sites at the peak where they are recorded) to their current
+// figures, so that the next peak measures what happens from now on.
 func (d Device) ResetPeakMemoryStats() {
-	if _, r, err := d.resolve(); err == nil {
+	if s, r, err := d.resolve(); err == nil {
 		r.ResetPeak()
+		if sr := s.sites.lookup(d.ordinal); sr != nil {
+			sr.resetPeak()
+		}
 	}
 }
 

@@ -92,6 +92,7 @@ func cgroupLimit(root, self string) (limit, used int64, ok bool) {
 	}
 	return limit, used, ok
 }
+
 // readCgroupInt reads a cgroup file holding a number; "max" reads as absent.
 func readCgroupInt(path string) (int64, bool) {
 	data, err := os.ReadFile(path)

@@ -1,0 +1,138 @@
+package memtrack
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	funcA = "github.com/memtrack/memtrack.allocFromA"
+	funcB = "github.com/memtrack/memtrack.allocFromB"
+)
+
+// readProfile writes and parses the device's profile.
+func readProfile(t *testing.T, d Device, kind ProfileKind) *profile.Profile {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, WriteProfile(&buf, d, kind))
+	p, err := profile.Parse(&buf)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckValid())
+	return p
+}
+
+// byLeaf sums a profile's samples by their innermost function: objects and
+// bytes.
+func byLeaf(p *profile.Profile) map[string][2]int64 {
+	out := map[string][2]int64{}
+	for _, s := range p.Sample {
+		l := s.Location[0].Line[0].Function.Name
+		f := out[l]
+		out[l] = [2]int64{f[0] + s.Value[0], f[1] + s.Value[1]}
+	}
+	return out
+}
+
+func sampleTypes(p *profile.Profile) []string {
+	var out []string
+	for _, st := range p.SampleType {
+		out = append(out, st.Type+"/"+st.Unit)
+	}
+	return out
+}
+
+func TestWriteProfileAttributesBytes(t *testing.T) {
+	d := recording(t, 32)
+	var bufs []*Buffer
+	for range 3 {
+		bufs = append(bufs, allocOK(t)(allocFromA(d, 1000)))
+	}
+	for range 2 {
+		bufs = append(bufs, allocOK(t)(allocFromB(d, 5000)))
+	}
+	defer func() { freeAll(t, bufs...) }()
+
+	p := readProfile(t, d, ProfileInUse)
+	assert.Equal(t, []string{"inuse_objects/count", "inuse_space/bytes"}, sampleTypes(p))
+	assert.Equal(t, "inuse_space", p.DefaultSampleType)
+	assert.Equal(t, map[string][2]int64{funcA: {3, 3000}, funcB: {2, 10000}}, byLeaf(p))
+
+	// The stacks go on past the known functions, up to the test.
+	for _, s := range p.Sample {
+		var names []string
+		for _, l := range s.Location {
+			for _, ln := range l.Line {
+				names = append(names, ln.Function.Name)
+			}
+		}
+		assert.Contains(t, names, "github.com/memtrack/memtrack.TestWriteProfileAttributesBytes")
+		assert.Equal(t, []string{"cpu"}, s.Label["device"])
+	}
+
+	// One buffer of each freed: the profile follows.
+	require.NoError(t, bufs[0].Free())
+	require.NoError(t, bufs[4].Free())
+	bufs = append(bufs[1:4:4], bufs[5:]...)
+	assert.Equal(t, map[string][2]int64{funcA: {2, 2000}, funcB: {1, 5000}}, byLeaf(readProfile(t, d, ProfileInUse)))
+}
+
+func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
+	d := recording(t, 32)
+	a1 := allocOK(t)(allocFromA(d, 1000))
+	b1 := allocOK(t)(allocFromB(d, 4000))
+	a2 := allocOK(t)(allocFromA(d, 2000)) // the peak: A 3000, B 4000
+	freeAll(t, a1, b1, a2)
+	a3 := allocOK(t)(allocFromA(d, 500))
+
+	peak := readProfile(t, d, ProfilePeak)
+	assert.Equal(t, []string{"peak_inuse_objects/count", "peak_inuse_space/bytes"}, sampleTypes(peak))
+	assert.Equal(t, "peak_inuse_space", peak.DefaultSampleType)
+	assert.Equal(t, map[string][2]int64{funcA: {2, 3000}, funcB: {1, 4000}}, byLeaf(peak),
+		"the breakdown at the peak outlives the buffers")
+	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, ProfileInUse)))
+	assert.Equal(t, int64(7000), d.AllocationSiteStats().PeakBytes)
+
+	d.ResetPeakMemoryStats()
+	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, ProfilePeak)),
+		"a reset makes the live set the peak")
+
+	b2 := allocOK(t)(allocFromB(d, 800))
+	freeAll(t, b2, a3)
+	assert.Equal(t, map[string][2]int64{funcA: {1, 500}, funcB: {1, 800}}, byLeaf(readProfile(t, d, ProfilePeak)),
+		"a new peak replaces the breakdown")
+	assert.Empty(t, readProfile(t, d, ProfileInUse).Sample)
+}
+
+func TestWriteProfileFoldsIntoOther(t *testing.T) {
+	d := recording(t, 32)
+	stateOf(KindCPU).sites.lookup(0).maxSites = 1 // no allocation yet: nothing reads it
+	a := allocOK(t)(allocFromA(d, 100))
+	b := allocOK(t)(allocFromB(d, 200))
+	defer freeAll(t, a, b)
+	assert.Equal(t, map[string][2]int64{funcA: {1, 100}, otherFunction: {1, 200}}, byLeaf(readProfile(t, d, ProfileInUse)))
+	assert.Equal(t, int64(1), d.AllocationSiteStats().Folded)
+}
+
+func TestWriteProfileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Device
+		kind ProfileKind
+		err  error
+	}{
+		{"not recording", CPU(), ProfileInUse, ErrSitesNotRecorded},
+		{"bad kind", CPU(), ProfilePeak + 1, ErrInvalidProfileKind},
+		{"bad device", Device{kind: numKinds}, ProfileInUse, ErrInvalidDevice},
+		{"bad ordinal", Device{ordinal: 1}, ProfilePeak, ErrInvalidOrdinal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			assert.ErrorIs(t, WriteProfile(&buf, tc.d, tc.kind), tc.err)
+			assert.Zero(t, buf.Len(), "nothing written")
+		})
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !memtrack_nosites
+
+package memtrack
+
+// sitesBuilt reports whether the recording of allocation sites is compiled
+// in; -tags memtrack_nosites leaves it out (see sites_off.go).
+const sitesBuilt = true

@@ -1,0 +1,352 @@
+package memtrack
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The allocation helpers are the known call sites of the tests: each
+// allocates from a frame of its own.
+
+//go:noinline
+func allocFromA(d Device, size int64) (*Buffer, error) { return d.Alloc(size) }
+
+//go:noinline
+func allocFromB(d Device, size int64) (*Buffer, error) { return d.Alloc(size) }
+
+// allocOK returns the buffer of an allocation helper, failing the test on
+// an error: allocOK(t)(allocFromA(d, n)).
+func allocOK(t testing.TB) func(*Buffer, error) *Buffer {
+	return func(b *Buffer, err error) *Buffer {
+		t.Helper()
+		require.NoError(t, err)
+		return b
+	}
+}
+
+// frameOf returns the innermost function at a return address.
+func frameOf(pc uintptr) string {
+	f, _ := runtime.CallersFrames([]uintptr{pc}).Next()
+	return f.Function
+}
+
+// recording enables allocation sites on the CPU for the test and disables
+// them when it ends.
+func recording(t *testing.T, depth int) Device {
+	t.Helper()
+	d := CPU()
+	require.NoError(t, d.EnableAllocationSites(depth))
+	t.Cleanup(d.DisableAllocationSites)
+	return d
+}
+
+func freeAll(t testing.TB, bufs ...*Buffer) {
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+}
+
+func TestEnableAllocationSitesErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		d     Device
+		depth int
+		err   error
+	}{
+		{"depth 0", CPU(), 0, ErrInvalidSize},
+		{"negative depth", CPU(), -1, ErrInvalidSize},
+		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidSize},
+		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
+		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.ErrorIs(t, tc.d.EnableAllocationSites(tc.depth), tc.err)
+			assert.Equal(t, SiteStats{}, tc.d.AllocationSiteStats(), "nothing is recorded")
+			assert.Nil(t, stateOf(KindCPU).sites.recs.Load(), "the CPU table stays off")
+		})
+	}
+}
+
+func TestEnableDisable(t *testing.T) {
+	d := CPU()
+	s := stateOf(KindCPU)
+	require.Nil(t, s.sites.recs.Load(), "off before any test enables it")
+
+	require.NoError(t, d.EnableAllocationSites(4))
+	r := s.sites.lookup(0)
+	require.NotNil(t, r)
+	require.NoError(t, d.EnableAllocationSites(16))
+	assert.Same(t, r, s.sites.lookup(0), "enabling again keeps the recorder")
+	assert.Equal(t, 16, d.AllocationSiteStats().Depth)
+
+	d.DisableAllocationSites()
+	assert.Nil(t, s.sites.recs.Load(), "the table is nil again: the off path is one nil load")
+	d.DisableAllocationSites() // off stays off
+	assert.Equal(t, SiteStats{}, d.AllocationSiteStats())
+
+	b := allocOK(t)(allocFromA(d, 100))
+	assert.Nil(t, b.site, "nothing recorded while off")
+	require.NoError(t, b.Free())
+}
+
+// A buffer allocated before recording began, or freed after it ended, must
+// leave the recorder's figures exact.
+func TestSitesAcrossEnableAndDisable(t *testing.T) {
+	d := CPU()
+	before := allocOK(t)(allocFromA(d, 1000))
+
+	require.NoError(t, d.EnableAllocationSites(8))
+	first := stateOf(KindCPU).sites.lookup(0)
+	during := allocOK(t)(allocFromB(d, 300))
+	require.NoError(t, before.Free())
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Sites: 1, Live: 1, LiveBytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
+		"the free of a buffer allocated before enabling changes nothing")
+
+	d.DisableAllocationSites()
+	require.NoError(t, d.EnableAllocationSites(8))
+	assert.NotSame(t, first, stateOf(KindCPU).sites.lookup(0), "re-enabling starts afresh")
+	require.NoError(t, during.Free())
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8}, d.AllocationSiteStats(),
+		"the free of a buffer recorded by the old recorder leaves the new one alone")
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Sites: 1, PeakBytes: 300}, first.stats(),
+		"the old recorder forgot the buffer, keeping its site for the peak")
+	first.resetPeak()
+	assert.Equal(t, 0, first.stats().Sites, "no site left behind")
+	d.DisableAllocationSites()
+}
+
+func TestFirstFrameIsTheCaller(t *testing.T) {
+	d := recording(t, 1)
+	b := allocOK(t)(allocFromA(d, 10))
+	defer freeAll(t, b)
+	require.Len(t, b.site.pcs, 1)
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(b.site.pcs[0]))
+}
+
+// siteModel is the recorder's specification: the figures at the peak are a
+// full copy of the per-site figures, taken whenever the total rises past the
+// peak.
+type siteModel struct {
+	bytes, peakBytes map[uintptr]int64
+	total, peak      int64
+}
+
+func (m *siteModel) alloc(k uintptr, n int64) {
+	m.bytes[k] += n
+	m.total += n
+	if m.total > m.peak {
+		m.snap()
+	}
+}
+
+func (m *siteModel) snap() {
+	m.peak = m.total
+	m.peakBytes = map[uintptr]int64{}
+	for k, v := range m.bytes {
+		if v != 0 {
+			m.peakBytes[k] = v
+		}
+	}
+}
+
+// figures returns a recorder's sites by their one-frame stacks.
+func figures(r *siteRecorder, atPeak bool) map[uintptr]int64 {
+	got := map[uintptr]int64{}
+	sites, _ := r.snapshot(atPeak)
+	for _, s := range sites {
+		k := uintptr(0) // memtrack.other
+		if s.pcs != nil {
+			k = s.pcs[0]
+		}
+		got[k] = s.bytes
+	}
+	return got
+}
+
+// The lazy figures at the peak match a full copy at every peak, through
+// random allocations, frees and resets; and sites do not outlive their use.
+func TestSitesMatchModel(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		r := newSiteRecorder(1, 1<<20)
+		m := &siteModel{bytes: map[uintptr]int64{}, peakBytes: map[uintptr]int64{}}
+		type live struct {
+			k uintptr
+			n int64
+			s *site
+		}
+		var bufs []live
+		for range 2000 {
+			switch op := rng.IntN(10); {
+			case op < 5 || len(bufs) == 0:
+				k, n := uintptr(1+rng.IntN(8)), int64(1+rng.IntN(100))
+				bufs = append(bufs, live{k, n, r.record([]uintptr{k}, n)})
+				m.alloc(k, n)
+			case op < 9:
+				i := rng.IntN(len(bufs))
+				b := bufs[i]
+				bufs[i] = bufs[len(bufs)-1]
+				bufs = bufs[:len(bufs)-1]
+				b.s.free(b.n)
+				m.bytes[b.k] -= b.n
+				m.total -= b.n
+			default:
+				r.resetPeak()
+				m.snap()
+			}
+			cur := map[uintptr]int64{}
+			for k, v := range m.bytes {
+				if v != 0 {
+					cur[k] = v
+				}
+			}
+			require.Equal(t, cur, figures(r, false), "seed %d: live figures", seed)
+			require.Equal(t, m.peakBytes, figures(r, true), "seed %d: figures at the peak", seed)
+			require.Equal(t, m.peak, r.stats().PeakBytes)
+		}
+		for _, b := range bufs {
+			b.s.free(b.n)
+		}
+		r.resetPeak()
+		assert.Equal(t, SiteStats{Enabled: true, Depth: 1}, r.stats(), "seed %d: every site is gone", seed)
+		assert.Empty(t, r.sites)
+	}
+}
+
+// Past the cap on distinct stacks, allocations fold into memtrack.other and
+// are counted; freed sites make room again.
+func TestSiteCapFoldsIntoOther(t *testing.T) {
+	r := newSiteRecorder(1, 2)
+	a := r.record([]uintptr{1}, 10)
+	b := r.record([]uintptr{2}, 20)
+	c := r.record([]uintptr{3}, 30)
+	d := r.record([]uintptr{4}, 40)
+	e := r.record([]uintptr{1}, 5)
+	assert.Same(t, r.other, c)
+	assert.Same(t, r.other, d)
+	assert.Same(t, a, e, "a known stack still has its site")
+	assert.Equal(t, map[uintptr]int64{1: 15, 2: 20, 0: 70}, figures(r, false))
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Sites: 2, Folded: 2, Live: 5, LiveBytes: 105, PeakBytes: 105}, r.stats())
+
+	b.free(20)
+	r.resetPeak() // b's site held figures at the old peak; now it can go
+	assert.Equal(t, 1, r.stats().Sites)
+	f := r.record([]uintptr{5}, 50)
+	assert.NotSame(t, r.other, f, "a freed site makes room for a new stack")
+	for _, x := range []struct {
+		s *site
+		n int64
+	}{{a, 10}, {c, 30}, {d, 40}, {e, 5}, {f, 50}} {
+		x.s.free(x.n)
+	}
+	st := r.stats()
+	assert.Equal(t, int64(0), st.Live)
+	assert.Equal(t, int64(0), st.LiveBytes)
+	assert.Equal(t, int64(2), st.Folded, "the count of folded allocations stays")
+}
+
+// Recording toggled, and the peak reset, while goroutines allocate and free:
+// race-free, and every recorder's figures are exact.
+func TestSitesToggledUnderLoad(t *testing.T) {
+	d := CPU()
+	held := d.MemoryAllocated()
+	workers, iters, toggles := 8, 2000, 200
+	if testing.Short() {
+		iters, toggles = 200, 20
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	kept := make([][]*Buffer, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range iters {
+				b, err := allocFromA(d, int64(1+i%97))
+				if !assert.NoError(t, err) {
+					return
+				}
+				if i%10 == 0 {
+					kept[w] = append(kept[w], b)
+				} else if !assert.NoError(t, b.Free()) {
+					return
+				}
+			}
+		}()
+	}
+	workersDone := make(chan struct{})
+	toggled := make(chan struct{})
+	go func() {
+		defer close(toggled)
+		<-start
+		// Toggle for as long as the workers run, and at least toggles times.
+		for i := 0; ; i++ {
+			select {
+			case <-workersDone:
+				if i >= toggles {
+					assert.NoError(t, d.EnableAllocationSites(4))
+					return
+				}
+			default:
+			}
+			assert.NoError(t, d.EnableAllocationSites(1+i%8))
+			d.ResetPeakMemoryStats()
+			d.DisableAllocationSites()
+		}
+	}()
+	close(start)
+	wg.Wait()
+	close(workersDone)
+	<-toggled
+	defer d.DisableAllocationSites()
+
+	final := stateOf(KindCPU).sites.lookup(0)
+	require.NotNil(t, final)
+	// Every kept buffer is either unrecorded or counted by exactly the
+	// recorder it points to; sum them per recorder.
+	want := map[*siteRecorder][2]int64{}
+	var all []*Buffer
+	for _, bs := range kept {
+		for _, b := range bs {
+			all = append(all, b)
+			if b.site != nil {
+				f := want[b.site.rec]
+				want[b.site.rec] = [2]int64{f[0] + 1, f[1] + b.size}
+			}
+		}
+	}
+	// Buffers allocated after the final enable, from a second site.
+	for i := range 10 {
+		b := allocOK(t)(allocFromB(d, int64(100+i)))
+		all = append(all, b)
+		f := want[final]
+		want[final] = [2]int64{f[0] + 1, f[1] + b.size}
+	}
+	recorded := 0
+	for _, b := range all {
+		if b.site != nil {
+			recorded++
+		}
+	}
+	t.Logf("%d recorders counted %d of %d kept buffers", len(want), recorded, len(all))
+	for r, f := range want {
+		st := r.stats()
+		assert.Equal(t, f, [2]int64{st.Live, st.LiveBytes}, "a recorder's live figures equal its buffers'")
+	}
+	st := final.stats()
+	assert.Equal(t, want[final][1], st.LiveBytes)
+
+	freeAll(t, all...)
+	for r := range want {
+		r.resetPeak()
+		assert.Equal(t, SiteStats{Enabled: true, Depth: int(r.depth.Load()), Folded: r.stats().Folded}, r.stats(),
+			"after every free: no live figure, no site left")
+	}
+	assert.Equal(t, held, d.MemoryAllocated(), "the device's own count is untouched by the toggling")
+}
