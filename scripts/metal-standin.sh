@@ -6,6 +6,12 @@
 # own behaviour is verified only by go test -tags metal ./... on a Mac.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CGO_ENABLED=1
+if ! command -v "$(go env CC)" >/dev/null; then
+	echo "metal-standin: installing a C compiler for cgo" >&2
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar --exclude=./.git --exclude=./.cache -cf - . | tar -xf - -C "$tmp"
