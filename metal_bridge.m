@@ -73,7 +73,7 @@ uintptr_t mtb_new_buffer(uintptr_t dev, uint64_t length) {
 
 void *mtb_buffer_contents(uintptr_t buf) {
 	@autoreleasepool {
-		return buffer_of(buf).contents;
+		return [buffer_of(buf) contents];
 	}
 }
 
