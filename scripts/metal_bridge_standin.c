@@ -6,7 +6,7 @@
 // nothing about Metal itself; it proves that the Go side, the cgo calls
 // included, does what the tests ask of it.
 
-//go:build linux && cgo
+//go:build metal && linux && cgo
 
 #include <stdlib.h>
 
