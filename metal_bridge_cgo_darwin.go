@@ -1,0 +1,62 @@
+//go:build metal && darwin && cgo
+
+// The cgo half of the Metal bridge: one Go method per C function of
+// metal_bridge.h, converting types and nothing more.
+//
+// metal_bridge.m and metal_bridge.h carry this file's //go:build line. The go
+// command refuses C and Objective-C files in a package built without cgo
+// ("C source files not allowed when not using cgo"), so the Objective-C must
+// drop out of exactly the builds that drop this file: with the same line, a
+// CGO_ENABLED=0 build for darwin compiles metal_bridge_nocgo_darwin.go in
+// its place, and a build for another system sees neither.
+
+package memtrack
+
+/*
+// ARC manages the Objective-C objects (metal_bridge.m refuses to compile
+// without it). clang applies -fobjc-arc to Objective-C only, and warns that it
+// is unused when cgo compiles its own C files with the same flags.
+#cgo CFLAGS: -fobjc-arc -Wno-unused-command-line-argument
+// Without CoreGraphics a command-line program gets no default Metal device.
+#cgo LDFLAGS: -framework Metal -framework Foundation -framework CoreGraphics
+#include "metal_bridge.h"
+*/
+import "C"
+
+import "unsafe"
+
+// cgoMetalBridge is the [metalBridge] of metal_bridge.m.
+type cgoMetalBridge struct{}
+
+func openMetalBridge() (metalBridge, error) { return cgoMetalBridge{}, nil }
+
+func (cgoMetalBridge) copyDevices(devs []uintptr) int {
+	if len(devs) == 0 {
+		return 0
+	}
+	return int(C.mtb_copy_devices((*C.uintptr_t)(unsafe.Pointer(&devs[0])), C.int(len(devs))))
+}
+
+func (cgoMetalBridge) maxBufferLength(dev uintptr) int64 {
+	return int64Of(uint64(C.mtb_max_buffer_length(C.uintptr_t(dev))))
+}
+
+func (cgoMetalBridge) newBuffer(dev uintptr, length int64) uintptr {
+	return uintptr(C.mtb_new_buffer(C.uintptr_t(dev), C.uint64_t(length)))
+}
+
+func (cgoMetalBridge) bufferContents(buf uintptr) unsafe.Pointer {
+	return C.mtb_buffer_contents(C.uintptr_t(buf))
+}
+
+func (cgoMetalBridge) bufferAllocatedSize(buf uintptr) int64 {
+	return int64Of(uint64(C.mtb_buffer_allocated_size(C.uintptr_t(buf))))
+}
+
+func (cgoMetalBridge) release(obj uintptr) { C.mtb_release(C.uintptr_t(obj)) }
+
+func (cgoMetalBridge) memInfo(dev uintptr) (workingSet, allocated int64) {
+	var ws, used C.uint64_t
+	C.mtb_mem_info(C.uintptr_t(dev), &ws, &used)
+	return int64Of(uint64(ws)), int64Of(uint64(used))
+}

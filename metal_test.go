@@ -1,0 +1,221 @@
+//go:build metal && darwin
+
+// These tests need a Mac with a Metal GPU, the Xcode command-line tools and
+// cgo: go test -tags metal ./... . Where Metal(0) fails (a build without
+// cgo, or no Metal device) they fail and say why: they never skip.
+
+package memtrack_test
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// metalDevice returns metal:0, failing the test if this build or machine
+// has none.
+func metalDevice(t *testing.T) memtrack.Device {
+	t.Helper()
+	d, err := memtrack.Metal(0)
+	require.NoError(t, err, "metal:0 must exist on a Mac with a Metal GPU, built with -tags metal and cgo")
+	return d
+}
+
+func TestMetalDevices(t *testing.T) {
+	d := metalDevice(t)
+	assert.Equal(t, memtrack.KindMetal, d.Kind())
+	assert.Equal(t, "metal:0", d.String())
+
+	n := 0
+	for _, dev := range memtrack.Devices() {
+		if dev.Kind() == memtrack.KindMetal {
+			assert.Equal(t, n, dev.Ordinal(), "Devices lists the Metal GPUs in ordinal order")
+			n++
+		}
+	}
+	require.GreaterOrEqual(t, n, 1, "Devices lists metal:0")
+	for i := range n {
+		_, err := memtrack.Metal(i)
+		assert.NoError(t, err, "metal:%d", i)
+	}
+	for _, bad := range []int{n, n + 1, -1} {
+		_, err := memtrack.Metal(bad)
+		assert.ErrorIs(t, err, memtrack.ErrInvalidOrdinal, "metal:%d", bad)
+	}
+	parsed, err := memtrack.ParseDevice("metal:0")
+	require.NoError(t, err)
+	assert.Equal(t, d, parsed)
+}
+
+// TestMetalAllocCounts checks, for sizes around Metal's page rounding, that
+// an allocation counts exactly its requested size, that the buffer is
+// zeroed shared memory the host can write, and that Free uncounts it once.
+func TestMetalAllocCounts(t *testing.T) {
+	d := metalDevice(t)
+	for _, size := range []int64{1, 4095, 4096, 16<<10 + 1, 1<<20 + 3, 64 << 20} {
+		before := d.MemoryStats()
+		b, err := d.Alloc(size)
+		require.NoError(t, err, "Alloc(%d)", size)
+
+		live := d.MemoryStats()
+		assert.Equal(t, before.Current+size, live.Current, "Current counts the requested size")
+		assert.Equal(t, before.AllocatedBytes+size, live.AllocatedBytes)
+		assert.Equal(t, before.Allocs+1, live.Allocs)
+		assert.Equal(t, before.Active+1, live.Active)
+		assert.Equal(t, before.FailedAllocs, live.FailedAllocs)
+		assert.Equal(t, size, b.Size())
+		assert.GreaterOrEqual(t, b.Reserved(), size, "allocatedSize is at least the length")
+
+		host := b.Bytes()
+		require.Len(t, host, int(size), "shared storage: the host sees the buffer")
+		assert.True(t, bytes.Equal(host, make([]byte, size)), "a new buffer is zeroed")
+		host[size-1] = 0xA5
+		assert.Equal(t, byte(0xA5), b.Bytes()[size-1], "the host view writes the buffer")
+
+		require.NoError(t, b.Free())
+		after := d.MemoryStats()
+		assert.Equal(t, before.Current, after.Current, "Free uncounts the buffer")
+		assert.Equal(t, before.Active, after.Active)
+		assert.Equal(t, before.Frees+1, after.Frees)
+		assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
+		assert.Nil(t, b.Bytes(), "no host view after Free")
+		assert.True(t, b.Freed())
+
+		assert.ErrorIs(t, b.Free(), memtrack.ErrDoubleFree)
+		assert.Equal(t, after, d.MemoryStats(), "a second Free changes nothing")
+	}
+}
+
+func TestMetalMemGetInfo(t *testing.T) {
+	d := metalDevice(t)
+	free, total, err := d.MemGetInfo()
+	require.NoError(t, err)
+	assert.Positive(t, total, "recommendedMaxWorkingSetSize")
+	assert.GreaterOrEqual(t, free, int64(0))
+	assert.LessOrEqual(t, free, total)
+
+	// While a buffer lives, the driver's figure holds at least its
+	// allocatedSize (currentAllocatedSize counts every resource of the
+	// device).
+	b, err := d.Alloc(64 << 20)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Free()) }()
+	u, err := d.Usage()
+	require.NoError(t, err)
+	assert.Equal(t, total, u.Total)
+	assert.Equal(t, d.MemoryAllocated(), u.Tracked)
+	assert.GreaterOrEqual(t, u.Used, min(b.Reserved(), u.Total), "the driver sees the live buffer")
+}
+
+func TestMetalOutOfMemory(t *testing.T) {
+	d := metalDevice(t)
+	t.Cleanup(func() { require.NoError(t, d.SetMemoryLimit(0)) })
+	for _, tc := range []struct {
+		name  string
+		limit int64 // above what is tracked now; 0: none
+		size  int64
+	}{
+		{"over the memory limit", 1 << 20, 2 << 20},
+		{"past the device's largest buffer", 0, 1 << 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := d.MemoryAllocated()
+			lim := int64(0)
+			if tc.limit > 0 {
+				lim = base + tc.limit
+			}
+			require.NoError(t, d.SetMemoryLimit(lim))
+			before := d.MemoryStats()
+
+			b, err := d.Alloc(tc.size)
+			assert.Nil(t, b)
+			require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
+			var oom *memtrack.OutOfMemoryError
+			require.ErrorAs(t, err, &oom)
+			assert.Equal(t, d, oom.Device)
+			assert.Equal(t, tc.size, oom.Requested)
+			assert.Equal(t, lim, oom.Limit)
+
+			after := d.MemoryStats()
+			assert.Equal(t, before.FailedAllocs+1, after.FailedAllocs, "one failed allocation")
+			after.FailedAllocs = before.FailedAllocs
+			assert.Equal(t, before, after, "nothing else moved")
+
+			if tc.limit > 0 { // what fits under the limit is still granted
+				b, err := d.Alloc(tc.limit)
+				require.NoError(t, err)
+				require.NoError(t, b.Free())
+			}
+		})
+	}
+}
+
+// TestMetalConcurrentAlloc has many goroutines hold Metal buffers at the same
+// moment (a barrier), so the peak must be exactly their sum, then free them
+// all, so the figures must return to where they were.
+func TestMetalConcurrentAlloc(t *testing.T) {
+	goroutines, perG := 32, 8
+	if testing.Short() {
+		goroutines, perG = 8, 4
+	}
+	const size = 64<<10 + 1
+	d := metalDevice(t)
+	d.ResetPeakMemoryStats()
+	before := d.MemoryStats()
+
+	var allocated, done sync.WaitGroup
+	release := make(chan struct{})
+	errs := make(chan error, 2*goroutines*perG) // at most two per buffer: never blocks
+	for g := range goroutines {
+		allocated.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			bufs := make([]*memtrack.Buffer, 0, perG)
+			for range perG {
+				b, err := d.Alloc(size)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				b.Bytes()[size-1] = byte(g)
+				bufs = append(bufs, b)
+			}
+			allocated.Done()
+			<-release
+			for _, b := range bufs {
+				if b.Bytes()[size-1] != byte(g) {
+					errs <- fmt.Errorf("goroutine %d's buffer was overwritten", g)
+				}
+				if err := b.Free(); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	allocated.Wait()
+	held := d.MemoryStats()
+	close(release)
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	n := int64(goroutines * perG)
+	assert.Equal(t, before.Current+n*size, held.Current, "all buffers held at once")
+	assert.Equal(t, before.Current+n*size, held.Peak, "the peak is exactly their sum")
+	assert.Equal(t, before.Active+n, held.PeakActive)
+
+	after := d.MemoryStats()
+	assert.Equal(t, before.Current, after.Current, "all freed")
+	assert.Equal(t, before.Active, after.Active)
+	assert.Equal(t, before.Allocs+n, after.Allocs)
+	assert.Equal(t, before.Frees+n, after.Frees)
+	assert.Equal(t, before.Current+n*size, after.Peak, "the peak stays until reset")
+}
