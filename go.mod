@@ -2,4 +2,10 @@ module github.com/memtrack/memtrack
 
 go 1.24
 
-require go.uber.org/atomic v1.12.0
+require (
+	github.com/mumax/3 v0.0.0-20261020084628-54efa12420b2
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/atomic v1.12.0
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
