@@ -29,7 +29,7 @@ type cudaBackend struct {
 // cudaContext is one device's primary context.
 type cudaContext struct {
 	once sync.Once
-	ctx  cu.Context
+	ctx  cuContext
 	err  error
 }
 
@@ -65,12 +65,12 @@ func (b *cudaBackend) devices() (int, error) {
 
 // context returns the primary context of device ordinal, retaining it on
 // first use. Retaining creates the context, which takes device memory.
-func (b *cudaBackend) context(ordinal int) (cu.Context, error) {
+func (b *cudaBackend) context(ordinal int) (cuContext, error) {
 	if err := b.init(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if ordinal < 0 || ordinal >= b.n {
-		return 0, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
+		return nil, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
 	}
 	c := &b.ctxs[ordinal]
 	c.once.Do(func() {
@@ -92,9 +92,8 @@ func (b *cudaBackend) do(ordinal int, op string, f func()) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	return guard(op, func() {
-		if prev := cu.CtxGetCurrent(); prev != ctx {
-			cu.CtxSetCurrent(ctx)
-			defer cu.CtxSetCurrent(prev)
+		if prev := makeCurrent(ctx); prev != ctx {
+			defer setCurrent(prev)
 		}
 		f()
 	})

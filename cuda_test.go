@@ -350,8 +350,9 @@ func TestCUDAUsageTrackedVersusDriver(t *testing.T) {
 func TestCUDAContextRestored(t *testing.T) {
 	ds := cudaDevices(t, 2)
 	b := stateOf(KindCUDA).b.(*cudaBackend)
-	ctx1, err := b.context(1)
+	c, err := b.context(1)
 	require.NoError(t, err)
+	ctx1 := cuCtx(c)
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
