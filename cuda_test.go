@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -417,6 +418,10 @@ func TestCUDAReconcile(t *testing.T) {
 // the fake's environment set, running one TestCUDAChild* test in it.
 func TestCUDAFaults(t *testing.T) {
 	requireFake(t)
+	// The real link stub as the driver, where scripts/test-cuda.sh gives a
+	// folder holding it as libcuda.so.1: every call fails with
+	// CUDA_ERROR_STUB_LIBRARY (34).
+	stub := os.Getenv("MEMTRACK_CUDA_STUB_DIR")
 	cases := []struct {
 		child string
 		env   []string
@@ -424,14 +429,20 @@ func TestCUDAFaults(t *testing.T) {
 		{"TestCUDAChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC=2"}},
 		{"TestCUDAChildFreeFault", []string{"FAKECUDA_FAIL_FREE=1"}},
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_DEVICES=0", "MEMTRACK_WANT_CODE=100"}},                   // CUDA_ERROR_NO_DEVICE
-		{"TestCUDAChildInitFailure", []string{"FAKECUDA_ERROR=34", "MEMTRACK_WANT_CODE=34"}},                     // CUDA_ERROR_STUB_LIBRARY
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_ERROR=999", "MEMTRACK_WANT_CODE=999"}},                   // CUDA_ERROR_UNKNOWN
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_DEVICES=1", "FAKECUDA_ERROR=3", "MEMTRACK_WANT_CODE=3"}}, // NOT_INITIALIZED
+		{"TestCUDAChildInitFailure", []string{"LD_LIBRARY_PATH=" + stub, "MEMTRACK_WANT_CODE=34"}},
 	}
 	for _, c := range cases {
 		t.Run(c.child+"/"+strings.Join(c.env, ","), func(t *testing.T) {
+			if slices.Contains(c.env, "LD_LIBRARY_PATH=") {
+				t.Skip("set MEMTRACK_CUDA_STUB_DIR to a folder with the link stub as libcuda.so.1")
+			}
 			cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), append([]string{"MEMTRACK_CUDA_CHILD=" + c.child}, c.env...)...)
+			// The race detector's 1 s pause at exit is of no use here.
+			gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+			cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+c.child, "GORACE="+gorace)
+			cmd.Env = append(cmd.Env, c.env...)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "child output:\n%s", out)
 			assert.Contains(t, string(out), "--- PASS: "+c.child, "child output:\n%s", out)

@@ -52,8 +52,8 @@ fi
 # form, with its component set to non-free alone (main is configured already).
 nonfree_entry() {
 	local f
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f ]] || continue
+	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/*.sources; do
+		[[ -f $f && $f != */memtrack-non-free.sources ]] || continue
 		awk 'BEGIN { RS = ""; ORS = "\n" } NR == 1 { print; exit }' "$f" |
 			sed -E 's/^Components:.*/Components: non-free/'
 		return
@@ -85,7 +85,12 @@ work=$cache.tmp
 rm -rf "$work"
 mkdir -p "$work"
 log "downloading nvidia-cuda-dev"
-(cd "$work" && apt-get download -qq nvidia-cuda-dev >&2)
+# As root, apt downloads as its _apt user, which may not reach the cache.
+sandbox=()
+if [[ $(id -u) -eq 0 ]]; then
+	sandbox=(-o APT::Sandbox::User=root)
+fi
+(cd "$work" && apt-get download -qq "${sandbox[@]}" nvidia-cuda-dev >&2)
 deb=$(ls "$work"/nvidia-cuda-dev_*.deb)
 log "extracting cuda.h and the libcuda.so stub from $(basename "$deb")"
 dpkg-deb --fsys-tarfile "$deb" |
