@@ -259,10 +259,21 @@ func TestCUDADriverOutOfMemory(t *testing.T) {
 	require.Positive(t, total)
 	require.LessOrEqual(t, free, total)
 
+	// More than the device has: the driver refuses it.
+	assertDriverOOM(t, d, total+1<<30)
+
+	// The device still works.
+	b, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+}
+
+// assertDriverOOM asks d for size bytes, which the driver must refuse, and
+// checks the error and that only FailedAllocs moved.
+func assertDriverOOM(t *testing.T, d Device, size int64) {
+	t.Helper()
 	before := d.MemoryStats()
-	size := total + 1<<30 // more than the device has: the driver refuses it
 	b, err := d.Alloc(size)
-	require.Error(t, err)
 	assert.Nil(t, b)
 	assert.ErrorIs(t, err, ErrOutOfMemory)
 	var oom *OutOfMemoryError
@@ -273,15 +284,9 @@ func TestCUDADriverOutOfMemory(t *testing.T) {
 	assert.Equal(t, before.Current, oom.Current)
 	assert.Zero(t, oom.Limit, "the driver refused it, not a limit")
 	assert.Contains(t, err.Error(), "CUDA_ERROR_OUT_OF_MEMORY")
-
 	want := before
 	want.FailedAllocs++
 	assert.Equal(t, want, d.MemoryStats(), "only FailedAllocs moved")
-
-	// The device still works.
-	b, err = d.Alloc(1 << 20)
-	require.NoError(t, err)
-	require.NoError(t, b.Free())
 }
 
 func TestCUDADoubleFree(t *testing.T) {
@@ -464,25 +469,12 @@ func TestCUDAChildAllocFault(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	first, err := d.Alloc(1 << 20)
 	require.NoError(t, err)
-	before := d.MemoryStats()
 	usedBefore := used(t, d)
-
-	b, err := d.Alloc(2 << 20)
-	assert.Nil(t, b)
-	assert.ErrorIs(t, err, ErrOutOfMemory)
-	var oom *OutOfMemoryError
-	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
-	assert.Equal(t, d, oom.Device)
-	assert.Equal(t, int64(2<<20), oom.Requested)
-	assert.Equal(t, int64(1<<20), oom.Current)
-	want := before
-	want.FailedAllocs++
-	assert.Equal(t, want, d.MemoryStats(), "only FailedAllocs moved")
+	assertDriverOOM(t, d, 2<<20)
 	assert.Equal(t, usedBefore, used(t, d))
 
 	// The third allocation succeeds again.
-	b, err = d.Alloc(2 << 20)
+	b, err := d.Alloc(2 << 20)
 	require.NoError(t, err)
 	require.NoError(t, b.Free())
 	require.NoError(t, first.Free())

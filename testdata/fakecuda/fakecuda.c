@@ -104,6 +104,15 @@ static CUresult ready(void) {
 	return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
+// on_device also requires an output pointer and a device that exists.
+static CUresult on_device(CUdevice dev, const void *out) {
+	CUresult r = ready();
+	if (r != CUDA_SUCCESS) return r;
+	if (!out) return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+	return CUDA_SUCCESS;
+}
+
 // in_context also requires a current context; it returns its device.
 static CUresult in_context(int *device) {
 	CUresult r = ready();
@@ -151,37 +160,30 @@ CUresult CUDAAPI cuDeviceGetCount(int *count) {
 }
 
 CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
-	CUresult r = ready();
+	CUresult r = on_device(ordinal, device);
 	if (r != CUDA_SUCCESS) return r;
-	if (!device) return CUDA_ERROR_INVALID_VALUE;
-	if (ordinal < 0 || ordinal >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
 	*device = ordinal;
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
-	CUresult r = ready();
+	CUresult r = on_device(dev, name);
 	if (r != CUDA_SUCCESS) return r;
-	if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-	if (dev < 0 || dev >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+	if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
-	CUresult r = ready();
+	CUresult r = on_device(dev, bytes);
 	if (r != CUDA_SUCCESS) return r;
-	if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-	if (dev < 0 || dev >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
 	*bytes = capacity[dev];
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-	CUresult r = ready();
+	CUresult r = on_device(dev, pctx);
 	if (r != CUDA_SUCCESS) return r;
-	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-	if (dev < 0 || dev >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&mu);
 	if (retained[dev] == 0) {
 		if (used[dev] + context_bytes > capacity[dev]) {
