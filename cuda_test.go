@@ -392,7 +392,7 @@ func TestCUDAReconcile(t *testing.T) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "device %v: total %s, used with nothing tracked %s (tracked %s; untracked: context, libraries, other processes)\n",
 		d, formatBytes(base.Total), formatBytes(base.Used-base.Tracked), formatBytes(base.Tracked))
-	fmt.Fprintf(&out, "%10s %14s %16s %14s %14s\n", "size", "tracked Δ", "driver used Δ", "driver - tracked", "after free Δ")
+	fmt.Fprintf(&out, "%10s %12s %15s %18s %14s\n", "size", "tracked Δ", "driver used Δ", "driver - tracked", "after free Δ")
 	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 1 << 30} {
 		before, err := d.Usage()
 		require.NoError(t, err)
@@ -412,7 +412,7 @@ func TestCUDAReconcile(t *testing.T) {
 			assert.Equal(t, size, driver)
 			assert.Equal(t, before.Used, after.Used)
 		}
-		fmt.Fprintf(&out, "%10s %14d %16d %14d %14d\n", formatBytes(size), tracked, driver, driver-tracked, after.Used-before.Used)
+		fmt.Fprintf(&out, "%10s %12d %15d %18d %14d\n", formatBytes(size), tracked, driver, driver-tracked, after.Used-before.Used)
 	}
 	t.Log("\n" + out.String())
 }
