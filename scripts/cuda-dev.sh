@@ -45,9 +45,6 @@ if [[ $(id -u) -ne 0 ]]; then
 	sudo=(sudo)
 fi
 
-# Enable the non-free component if no configured source offers the package:
-# copy the machine's own first Debian source entry with the component added,
-# into a file of its own, and refresh only that source.
 # nonfree_entry prints the machine's own first Debian source entry, in deb822
 # form, with its component set to non-free alone (main is configured already).
 nonfree_entry() {
