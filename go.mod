@@ -4,6 +4,7 @@ go 1.24.0
 
 require (
 	github.com/google/pprof v0.0.0-20250820193118-f64d9cf942d6
+	github.com/mumax/3 v0.0.0-20261020084628-54efa12420b2
 	github.com/prometheus/client_golang v1.23.2
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/atomic v1.12.0

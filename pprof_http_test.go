@@ -37,7 +37,7 @@ func TestProfileHandler(t *testing.T) {
 		{"index (A stays for the peak)", "GET", "/debug/memtrack/", prefix, 200, nil, "cpu\trecording, 2 sites, 1 live buffers, 300 bytes\n"},
 		{"unreadable device", "GET", "/debug/memtrack/tpu:0", prefix, 400, nil, "memtrack: invalid device"},
 		{"no such ordinal", "GET", "/debug/memtrack/cpu:3", prefix, 404, nil, "memtrack: invalid device ordinal"},
-		{"backend not built", "GET", "/debug/memtrack/cuda:0", prefix, 404, nil, "-tags cuda"},
+		{"backend not built", "GET", "/debug/memtrack/metal:0", prefix, 404, nil, "-tags metal"},
 		{"bad peak", "GET", "/debug/memtrack/cpu?peak=maybe", prefix, 400, nil, `peak="maybe"`},
 		{"POST", "POST", "/debug/memtrack/cpu", prefix, 405, nil, "method POST not allowed"},
 	} {

@@ -1,0 +1,56 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/mumax/3/cuda/cu"
+)
+
+// BenchmarkCUDAAllocFree compares, in one run, a tracked allocation and free
+// (Device.Alloc and Buffer.Free: the counters, the locked thread, the
+// context switch and cu's calls) with the raw pair of cu calls on a thread
+// whose context is already current. Compare the two as a ratio, per size:
+//
+//	go test -tags cuda -run '^$' -bench CUDAAllocFree -count 10 | benchstat -col /pair -
+func BenchmarkCUDAAllocFree(b *testing.B) {
+	d, err := CUDA(0)
+	if err != nil {
+		b.Skip(err)
+	}
+	for _, size := range []struct {
+		name string
+		n    int64
+	}{{"1KiB", 1 << 10}, {"1MiB", 1 << 20}} {
+		b.Run("size="+size.name+"/pair=tracked", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				buf, err := d.Alloc(size.n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := buf.Free(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("size="+size.name+"/pair=raw", func(b *testing.B) {
+			c, err := stateOf(KindCUDA).b.(*cudaBackend).context(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := cuCtx(c)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			prev := cu.CtxGetCurrent()
+			cu.CtxSetCurrent(ctx)
+			defer cu.CtxSetCurrent(prev)
+			b.ReportAllocs()
+			for b.Loop() {
+				cu.MemFree(cu.MemAlloc(size.n))
+			}
+		})
+	}
+}

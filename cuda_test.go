@@ -1,0 +1,568 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mumax/3/cuda/cu"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run against whatever libcuda.so.1 the process loads: the fake
+// driver of testdata/fakecuda in CI (scripts/test-cuda.sh), or the NVIDIA
+// driver on a GPU machine (scripts/gpu-check.sh). Checks that only the fake
+// can make exact (what the driver reports, injected faults) are skipped on
+// a real GPU.
+
+// The fake driver's configuration for this process, unless the environment
+// sets another. A real driver ignores these variables.
+var fakeDefaults = map[string]string{
+	"FAKECUDA_DEVICES":       "2",
+	"FAKECUDA_CAPACITY":      strconv.Itoa(4<<30) + "," + strconv.Itoa(2<<30),
+	"FAKECUDA_CONTEXT_BYTES": strconv.Itoa(fakeContextBytes),
+}
+
+const fakeContextBytes = 48 << 20
+
+func TestMain(m *testing.M) {
+	// The driver reads its environment on the first call, which comes later.
+	for k, v := range fakeDefaults {
+		if _, ok := os.LookupEnv(k); !ok {
+			os.Setenv(k, v)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// onFake reports whether the process runs on the fake driver.
+func onFake() bool {
+	if _, err := CUDA(0); err != nil {
+		return false
+	}
+	var name string
+	if guard("name", func() { name = cu.DeviceGet(0).Name() }) != nil {
+		return false
+	}
+	return strings.HasPrefix(name, "memtrack fakecuda")
+}
+
+// cudaDevices returns the first n CUDA devices, or skips the test.
+func cudaDevices(t *testing.T, n int) []Device {
+	t.Helper()
+	var ds []Device
+	for i := range n {
+		d, err := CUDA(i)
+		if err != nil {
+			t.Skipf("needs %d CUDA devices: %v", n, err)
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+func requireFake(t *testing.T) {
+	t.Helper()
+	if !onFake() {
+		t.Skip("needs the fake driver of testdata/fakecuda (scripts/test-cuda.sh)")
+	}
+}
+
+// used returns what the driver reports in use on d.
+func used(t *testing.T, d Device) int64 {
+	t.Helper()
+	u, err := d.Usage()
+	require.NoError(t, err)
+	return u.Used
+}
+
+func TestCUDADevices(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	assert.Equal(t, KindCUDA, d.Kind())
+	assert.Equal(t, "cuda:0", d.String())
+	assert.Contains(t, Devices(), d)
+
+	n := 0
+	for _, d := range Devices() {
+		if d.Kind() == KindCUDA {
+			assert.Equal(t, n, d.Ordinal())
+			n++
+		}
+	}
+	if onFake() {
+		assert.Equal(t, 2, n, "FAKECUDA_DEVICES")
+	}
+	p, err := ParseDevice("cuda:" + strconv.Itoa(n-1))
+	require.NoError(t, err)
+	assert.Equal(t, n-1, p.Ordinal())
+}
+
+func TestCUDAInvalidOrdinal(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	n := len(Devices()) - 1 // all but the CPU, with no Metal in a cuda build
+	before := d.MemoryStats()
+	for _, ord := range []int{-1, n, n + 1, 1 << 20} {
+		_, err := CUDA(ord)
+		assert.ErrorIs(t, err, ErrInvalidOrdinal, "CUDA(%d)", ord)
+		_, err = ParseDevice(fmt.Sprintf("cuda:%d", ord))
+		assert.Error(t, err, "ParseDevice cuda:%d", ord)
+
+		// A Device value made up inside the package, past the checks of CUDA.
+		bad := Device{kind: KindCUDA, ordinal: ord}
+		b, err := bad.Alloc(1 << 10)
+		assert.ErrorIs(t, err, ErrInvalidOrdinal)
+		assert.Nil(t, b)
+		_, _, err = bad.MemGetInfo()
+		assert.ErrorIs(t, err, ErrInvalidOrdinal)
+	}
+	assert.Equal(t, before, d.MemoryStats(), "no counter of a real device moved")
+}
+
+func TestCUDAExactCountingTwoDevices(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	sizes := []int64{1, 1000, 1 << 10, 1<<20 + 3, 64 << 20}
+	before := [2]Stats{ds[0].MemoryStats(), ds[1].MemoryStats()}
+
+	var bufs [2][]*Buffer
+	var sum [2]int64
+	for i, size := range sizes {
+		for di, d := range ds {
+			size := size * int64(di+1) // different figures on each device
+			b, err := d.Alloc(size)
+			require.NoError(t, err)
+			bufs[di] = append(bufs[di], b)
+			sum[di] += size
+			assert.Equal(t, before[di].Current+sum[di], d.MemoryAllocated(), "after %d allocations", i+1)
+			assert.Nil(t, b.Bytes(), "device memory has no host view")
+			assert.NotZero(t, b.DevicePtr())
+			assert.Equal(t, d, b.Device())
+		}
+	}
+	for di, d := range ds {
+		s := d.MemoryStats()
+		assert.Equal(t, before[di].Current+sum[di], s.Current)
+		assert.Equal(t, before[di].Allocs+int64(len(sizes)), s.Allocs)
+		assert.Equal(t, before[di].Active+int64(len(sizes)), s.Active)
+		assert.GreaterOrEqual(t, s.Peak, s.Current)
+	}
+	for di, d := range ds {
+		for _, b := range bufs[di] {
+			ptr := b.DevicePtr()
+			require.NoError(t, b.Free())
+			assert.Zero(t, b.DevicePtr(), "DevicePtr of a freed buffer (was %#x)", ptr)
+		}
+		s := d.MemoryStats()
+		assert.Equal(t, before[di].Current, s.Current)
+		assert.Equal(t, before[di].Frees+int64(len(sizes)), s.Frees)
+		assert.Equal(t, before[di].FreedBytes+sum[di], s.FreedBytes)
+		assert.Equal(t, before[di].FailedAllocs, s.FailedAllocs)
+	}
+}
+
+func TestCUDAConcurrentAllocFree(t *testing.T) {
+	ds := cudaDevices(t, 1)
+	if d1, err := CUDA(1); err == nil {
+		ds = append(ds, d1)
+	}
+	const size = 3 << 10
+	const workers = 8
+	rounds := 200
+	if testing.Short() {
+		rounds = 20
+	}
+	var base [2]int64
+	var usedBase [2]int64
+	for i, d := range ds {
+		d.ResetPeakMemoryStats()
+		base[i] = d.MemoryAllocated()
+		usedBase[i] = used(t, d)
+	}
+	allocsBefore := ds[0].MemoryStats().Allocs
+
+	// Every worker holds one buffer on each device at the same moment: the
+	// peak must be exactly workers*size above the baseline.
+	var held, release sync.WaitGroup
+	held.Add(workers)
+	release.Add(1)
+	errs := make(chan error, workers)
+	var done sync.WaitGroup
+	for range workers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			var bufs []*Buffer
+			for _, d := range ds {
+				b, err := d.Alloc(size)
+				if err != nil {
+					errs <- err
+					held.Done()
+					return
+				}
+				bufs = append(bufs, b)
+			}
+			held.Done()
+			release.Wait()
+			for r := range rounds {
+				d := ds[r%len(ds)]
+				b, err := d.Alloc(size + int64(r))
+				if err == nil {
+					err = b.Free()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			for _, b := range bufs {
+				if err := b.Free(); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	held.Wait()
+	for i, d := range ds {
+		assert.Equal(t, base[i]+workers*size, d.MemoryAllocated(), "%v while all hold", d)
+		assert.Equal(t, base[i]+workers*size, d.MaxMemoryAllocated(), "%v peak while all hold", d)
+	}
+	release.Done()
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	for i, d := range ds {
+		assert.Equal(t, base[i], d.MemoryAllocated(), "%v after all freed", d)
+		assert.GreaterOrEqual(t, d.MaxMemoryAllocated(), base[i]+workers*size, "%v peak", d)
+		if onFake() {
+			assert.Equal(t, usedBase[i], used(t, d), "%v: the driver got all memory back", d)
+		}
+	}
+	perDevice0 := int64(workers) * int64(1+(rounds+len(ds)-1)/len(ds))
+	assert.Equal(t, allocsBefore+perDevice0, ds[0].MemoryStats().Allocs)
+}
+
+func TestCUDADriverOutOfMemory(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	free, total, err := d.MemGetInfo()
+	require.NoError(t, err)
+	require.Positive(t, total)
+	require.LessOrEqual(t, free, total)
+
+	// More than the device has: the driver refuses it.
+	assertDriverOOM(t, d, total+1<<30)
+
+	// The device still works.
+	b, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+}
+
+// assertDriverOOM asks d for size bytes, which the driver must refuse, and
+// checks the error and that only FailedAllocs moved.
+func assertDriverOOM(t *testing.T, d Device, size int64) {
+	t.Helper()
+	before := d.MemoryStats()
+	b, err := d.Alloc(size)
+	assert.Nil(t, b)
+	assert.ErrorIs(t, err, ErrOutOfMemory)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
+	assert.Equal(t, d, oom.Device)
+	assert.Equal(t, size, oom.Requested)
+	assert.Equal(t, before.Current, oom.Current)
+	assert.Zero(t, oom.Limit, "the driver refused it, not a limit")
+	assert.Contains(t, err.Error(), "CUDA_ERROR_OUT_OF_MEMORY")
+	want := before
+	want.FailedAllocs++
+	assert.Equal(t, want, d.MemoryStats(), "only FailedAllocs moved")
+}
+
+func TestCUDADoubleFree(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	b, err := d.Alloc(4 << 10)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	before := d.MemoryStats()
+	usedBefore := used(t, d)
+	err = b.Free()
+	assert.ErrorIs(t, err, ErrDoubleFree)
+	assert.Equal(t, before, d.MemoryStats())
+	assert.Equal(t, usedBefore, used(t, d))
+	assert.True(t, b.Freed())
+}
+
+func TestCUDAMemGetInfoPerDevice(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	requireFake(t) // on a real GPU, other processes change these figures
+	free0, total0, err := ds[0].MemGetInfo()
+	require.NoError(t, err)
+	free1, total1, err := ds[1].MemGetInfo()
+	require.NoError(t, err)
+	assert.Equal(t, int64(4<<30), total0, "FAKECUDA_CAPACITY of device 0")
+	assert.Equal(t, int64(2<<30), total1, "FAKECUDA_CAPACITY of device 1")
+
+	const size = 96 << 20
+	b, err := ds[1].Alloc(size)
+	require.NoError(t, err)
+	f0, _, err := ds[0].MemGetInfo()
+	require.NoError(t, err)
+	f1, _, err := ds[1].MemGetInfo()
+	require.NoError(t, err)
+	assert.Equal(t, free0, f0, "device 0 is untouched")
+	assert.Equal(t, free1-size, f1, "device 1 lost exactly the buffer")
+	require.NoError(t, b.Free())
+	f1, _, err = ds[1].MemGetInfo()
+	require.NoError(t, err)
+	assert.Equal(t, free1, f1)
+}
+
+func TestCUDAUsageTrackedVersusDriver(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	const size = 256 << 20
+	u0, err := d.Usage()
+	require.NoError(t, err)
+	b, err := d.Alloc(size)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Free()) }()
+	u1, err := d.Usage()
+	require.NoError(t, err)
+
+	assert.Equal(t, u0.Tracked+size, u1.Tracked)
+	assert.Equal(t, u1.Total-u1.Free, u1.Used)
+	assert.Equal(t, u1.Used-u1.Tracked, u1.Untracked)
+	if onFake() {
+		// The fake's only untracked memory is its context.
+		assert.Equal(t, u0.Used+size, u1.Used)
+		assert.Equal(t, int64(fakeContextBytes), u1.Untracked)
+	} else {
+		assert.GreaterOrEqual(t, u1.Used-u0.Used, int64(size)*9/10)
+	}
+}
+
+// TestCUDAContextRestored checks that a call leaves the calling thread's
+// current context as it found it.
+func TestCUDAContextRestored(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	b := stateOf(KindCUDA).b.(*cudaBackend)
+	c, err := b.context(1)
+	require.NoError(t, err)
+	ctx1 := cuCtx(c)
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var prev cu.Context
+	require.NoError(t, guard("test", func() { prev = cu.CtxGetCurrent(); cu.CtxSetCurrent(ctx1) }))
+	defer func() { assert.NoError(t, guard("test", func() { cu.CtxSetCurrent(prev) })) }()
+
+	buf, err := ds[0].Alloc(1 << 20)
+	require.NoError(t, err)
+	_, _, err = ds[0].MemGetInfo()
+	require.NoError(t, err)
+	require.NoError(t, buf.Free())
+
+	var cur cu.Context
+	require.NoError(t, guard("test", func() { cur = cu.CtxGetCurrent() }))
+	assert.Equal(t, ctx1, cur)
+}
+
+// TestCUDAReconcile prints, for allocations of several sizes, the tracked
+// bytes beside the change in what the driver reports used, and the memory in
+// use with nothing tracked (the context, and on a real GPU other libraries
+// and processes). scripts/gpu-check.sh runs it on a GPU; it asks for up to
+// 1 GiB, so it runs only with MEMTRACK_RECONCILE=1.
+func TestCUDAReconcile(t *testing.T) {
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d := cudaDevices(t, 1)[0]
+	base, err := d.Usage()
+	require.NoError(t, err)
+	var out strings.Builder
+	fmt.Fprintf(&out, "device %v: total %s, used with nothing tracked %s (tracked %s; untracked: context, libraries, other processes)\n",
+		d, formatBytes(base.Total), formatBytes(base.Used-base.Tracked), formatBytes(base.Tracked))
+	fmt.Fprintf(&out, "%10s %12s %15s %18s %14s\n", "size", "tracked Δ", "driver used Δ", "driver - tracked", "after free Δ")
+	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 1 << 30} {
+		before, err := d.Usage()
+		require.NoError(t, err)
+		b, err := d.Alloc(size)
+		require.NoError(t, err, "allocating %s", formatBytes(size))
+		during, err := d.Usage()
+		require.NoError(t, err)
+		require.NoError(t, b.Free())
+		after, err := d.Usage()
+		require.NoError(t, err)
+
+		tracked := during.Tracked - before.Tracked
+		driver := during.Used - before.Used
+		assert.Equal(t, size, tracked, "tracked change for %s", formatBytes(size))
+		assert.Equal(t, before.Tracked, after.Tracked)
+		if onFake() {
+			assert.Equal(t, size, driver)
+			assert.Equal(t, before.Used, after.Used)
+		}
+		fmt.Fprintf(&out, "%10s %12d %15d %18d %14d\n", formatBytes(size), tracked, driver, driver-tracked, after.Used-before.Used)
+	}
+	t.Log("\n" + out.String())
+}
+
+// Fault injection and init failure need a process of their own: the fake
+// driver reads its configuration once, and the driver is initialised once
+// per process. TestCUDAFaults runs the test binary again for each case with
+// the fake's environment set, running one TestCUDAChild* test in it.
+func TestCUDAFaults(t *testing.T) {
+	requireFake(t)
+	// The real link stub as the driver, where scripts/test-cuda.sh gives a
+	// folder holding it as libcuda.so.1: every call fails with
+	// CUDA_ERROR_STUB_LIBRARY (34).
+	stub := os.Getenv("MEMTRACK_CUDA_STUB_DIR")
+	cases := []struct {
+		child string
+		env   []string
+	}{
+		{"TestCUDAChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC=2"}},
+		{"TestCUDAChildFreeFault", []string{"FAKECUDA_FAIL_FREE=1"}},
+		{"TestCUDAChildInitFailure", []string{"FAKECUDA_DEVICES=0", "MEMTRACK_WANT_CODE=100"}},                   // CUDA_ERROR_NO_DEVICE
+		{"TestCUDAChildInitFailure", []string{"FAKECUDA_ERROR=999", "MEMTRACK_WANT_CODE=999"}},                   // CUDA_ERROR_UNKNOWN
+		{"TestCUDAChildInitFailure", []string{"FAKECUDA_DEVICES=1", "FAKECUDA_ERROR=3", "MEMTRACK_WANT_CODE=3"}}, // NOT_INITIALIZED
+		{"TestCUDAChildInitFailure", []string{"LD_LIBRARY_PATH=" + stub, "MEMTRACK_WANT_CODE=34"}},
+	}
+	for _, c := range cases {
+		t.Run(c.child+"/"+strings.Join(c.env, ","), func(t *testing.T) {
+			if slices.Contains(c.env, "LD_LIBRARY_PATH=") {
+				t.Skip("set MEMTRACK_CUDA_STUB_DIR to a folder with the link stub as libcuda.so.1")
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.v", "-test.count=1")
+			// The race detector's 1 s pause at exit is of no use here.
+			gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+			cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+c.child, "GORACE="+gorace)
+			cmd.Env = append(cmd.Env, c.env...)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "child output:\n%s", out)
+			assert.Contains(t, string(out), "--- PASS: "+c.child, "child output:\n%s", out)
+		})
+	}
+}
+
+// child skips the test unless TestCUDAFaults started this process for it.
+func child(t *testing.T) {
+	if os.Getenv("MEMTRACK_CUDA_CHILD") != t.Name() {
+		t.Skip("run by TestCUDAFaults in a process of its own")
+	}
+}
+
+// TestCUDAChildAllocFault: the fake fails the second cuMemAlloc with
+// CUDA_ERROR_OUT_OF_MEMORY.
+func TestCUDAChildAllocFault(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	first, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	usedBefore := used(t, d)
+	assertDriverOOM(t, d, 2<<20)
+	assert.Equal(t, usedBefore, used(t, d))
+
+	// The third allocation succeeds again.
+	b, err := d.Alloc(2 << 20)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	require.NoError(t, first.Free())
+	assert.Zero(t, d.MemoryAllocated())
+}
+
+// TestCUDAChildFreeFault: the fake fails the first cuMemFree.
+func TestCUDAChildFreeFault(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	b, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	ptr := b.DevicePtr()
+	before := d.MemoryStats()
+	usedBefore := used(t, d)
+
+	err = b.Free()
+	require.Error(t, err)
+	var be *BackendError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, "free", be.Op)
+	assert.Equal(t, int(cu.ERROR_INVALID_VALUE), be.Code)
+	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", be.Name)
+	assert.Equal(t, d, be.Device)
+	assert.Equal(t, before, d.MemoryStats(), "a failed free uncounts nothing")
+	assert.Equal(t, usedBefore, used(t, d))
+	assert.False(t, b.Freed())
+	assert.Equal(t, ptr, b.DevicePtr(), "the buffer stays live")
+
+	// Free may be called again, and then succeeds.
+	require.NoError(t, b.Free())
+	s := d.MemoryStats()
+	assert.Zero(t, s.Current)
+	assert.Equal(t, before.Frees+1, s.Frees)
+	assert.Equal(t, usedBefore-(1<<20), used(t, d))
+}
+
+// TestCUDAChildInitFailure: cuInit fails with MEMTRACK_WANT_CODE; every CUDA
+// call answers with an error, and Devices lists no CUDA device.
+func TestCUDAChildInitFailure(t *testing.T) {
+	child(t)
+	code, err := strconv.Atoi(os.Getenv("MEMTRACK_WANT_CODE"))
+	require.NoError(t, err)
+
+	for _, ord := range []int{0, 1} {
+		_, err := CUDA(ord)
+		assert.ErrorIs(t, err, ErrBackendUnavailable)
+		var be *BackendError
+		require.ErrorAs(t, err, &be)
+		assert.Equal(t, code, be.Code)
+		assert.Equal(t, "init", be.Op)
+		assert.Equal(t, cu.Result(code).String(), be.Name)
+	}
+	_, err = ParseDevice("cuda:0")
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	for _, d := range Devices() {
+		assert.NotEqual(t, KindCUDA, d.Kind(), "Devices lists %v", d)
+	}
+
+	d := Device{kind: KindCUDA}
+	b, err := d.Alloc(1 << 10)
+	assert.Nil(t, b)
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	_, _, err = d.MemGetInfo()
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	_, err = d.Usage()
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	assert.ErrorIs(t, d.SetMemoryLimit(1), ErrBackendUnavailable)
+	assert.Zero(t, d.MemoryAllocated())
+	assert.Equal(t, Stats{Device: d}, d.MemoryStats())
+
+	// The CPU is unaffected.
+	cpu, err := CPU().Alloc(1 << 10)
+	require.NoError(t, err)
+	require.NoError(t, cpu.Free())
+}
+
+// TestCUDAErrorMessages checks the errors made of cu's panics.
+func TestCUDAErrorMessages(t *testing.T) {
+	err := cudaError("alloc", cu.ERROR_OUT_OF_MEMORY)
+	assert.ErrorIs(t, err, ErrOutOfMemory)
+	err = cudaError("free", cu.ERROR_INVALID_VALUE)
+	var be *BackendError
+	require.True(t, errors.As(err, &be))
+	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", be.Name)
+	assert.Contains(t, err.Error(), "free failed: CUDA_ERROR_INVALID_VALUE (code 1)")
+	err = cudaError("alloc", "not a Result")
+	require.True(t, errors.As(err, &be))
+	assert.Zero(t, be.Code)
+	assert.Contains(t, err.Error(), "panic in the CUDA bindings: not a Result")
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks, on any Linux machine, GPU or not: fetch cuda.h
+# and the link stub (scripts/cuda-dev.sh, cached in .cache/cuda), build the
+# fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
+# run vet, build and the race-detector tests with -tags cuda against it.
+# Then build the folder of scripts/gpu-check.sh and run it on the fake
+# driver, so that what a GPU machine runs is known to work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+eval "$(./scripts/cuda-dev.sh)"
+include=/usr/local/cuda/include
+if [[ -n ${CGO_CFLAGS:-} ]]; then
+	include=${CGO_CFLAGS#-I}
+fi
+
+if ! command -v gcc >/dev/null; then
+	apt-get install -y -qq gcc >/dev/null
+fi
+fake=$root/.cache/fakecuda
+mkdir -p "$fake"
+echo "== gcc testdata/fakecuda/fakecuda.c -> $fake/libcuda.so.1"
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
+	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c -lpthread
+# The fake, not a driver the machine may have, answers every test.
+export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# One test runs a process on the real link stub, which must fail to init.
+stubdir=$root/.cache/cudastub
+mkdir -p "$stubdir"
+if [[ -f $root/.cache/cuda/lib/libcuda.so ]]; then
+	ln -sf "$root/.cache/cuda/lib/libcuda.so" "$stubdir/libcuda.so.1"
+else
+	ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "$stubdir/libcuda.so.1"
+fi
+export MEMTRACK_CUDA_STUB_DIR=$stubdir
+
+echo "== go vet -tags cuda ./..."
+go vet -tags cuda ./...
+echo "== go build -tags cuda ./..."
+go build -tags cuda ./...
+echo "== go test -race -tags cuda ./... (fake driver)"
+go test -race -tags cuda -count=1 ./...
+
+echo "== scripts/gpu-check.sh, run on the fake driver"
+./scripts/gpu-check.sh
+MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
