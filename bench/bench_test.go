@@ -57,20 +57,8 @@ func BenchmarkSerial(b *testing.B) {
 				v.Add(-size)
 			}
 		}},
-		{"pair", "Counter", func(b *testing.B) {
-			var c tracker.Counter
-			for b.Loop() {
-				must(c.Alloc(size))
-				must(c.Free(size))
-			}
-		}},
-		{"pair", "Counter-rising", func(b *testing.B) {
-			var c tracker.Counter
-			for b.Loop() {
-				must(c.Alloc(size))
-				must(c.Free(size - 1))
-			}
-		}},
+		{"pair", "Counter", counterPair(size)},
+		{"pair", "Counter-rising", counterPair(size - 1)},
 		{"pair", "Counter-limit", func(b *testing.B) {
 			var c tracker.Counter
 			for b.Loop() {
@@ -85,50 +73,12 @@ func BenchmarkSerial(b *testing.B) {
 				must(c.free(0, size))
 			}
 		}},
-		{"pair", "mutexdev", func(b *testing.B) {
-			var c mutexCounter
-			for b.Loop() {
-				must(c.alloc(size))
-				must(c.free(size))
-			}
-		}},
-		{"pair", "mutexdev-rising", func(b *testing.B) {
-			var c mutexCounter
-			for b.Loop() {
-				must(c.alloc(size))
-				must(c.free(size - 1))
-			}
-		}},
-		{"pair", "Record", func(b *testing.B) {
-			var r tracker.Record
-			for b.Loop() {
-				must(r.Alloc(size))
-				must(r.Free(size))
-			}
-		}},
-		{"pair", "Record-limit", func(b *testing.B) {
-			var r tracker.Record
-			must(r.SetLimit(limit))
-			for b.Loop() {
-				must(r.Alloc(size))
-				must(r.Free(size))
-			}
-		}},
-		{"pair", "mutexrecord", func(b *testing.B) {
-			var r mutexRecord
-			for b.Loop() {
-				must(r.alloc(size))
-				must(r.free(size))
-			}
-		}},
-		{"pair", "mutexrecord-limit", func(b *testing.B) {
-			var r mutexRecord
-			r.setLimit(limit)
-			for b.Loop() {
-				must(r.alloc(size))
-				must(r.free(size))
-			}
-		}},
+		{"pair", "mutexdev", mutexCounterPair(size)},
+		{"pair", "mutexdev-rising", mutexCounterPair(size - 1)},
+		{"pair", "Record", recordPair(0)},
+		{"pair", "Record-limit", recordPair(limit)},
+		{"pair", "mutexrecord", mutexRecordPair(0)},
+		{"pair", "mutexrecord-limit", mutexRecordPair(limit)},
 		{"read", "Counter", func(b *testing.B) {
 			var c tracker.Counter
 			must(c.Alloc(size))
@@ -172,6 +122,53 @@ func BenchmarkSerial(b *testing.B) {
 			b.ReportAllocs()
 			c.run(b)
 		})
+	}
+}
+
+// counterPair and mutexCounterPair measure Alloc+Free pairs that free the
+// given amount: size for the steady state, size-1 for a peak that rises on
+// every pair.
+func counterPair(free int64) func(b *testing.B) {
+	return func(b *testing.B) {
+		var c tracker.Counter
+		for b.Loop() {
+			must(c.Alloc(size))
+			must(c.Free(free))
+		}
+	}
+}
+
+func mutexCounterPair(free int64) func(b *testing.B) {
+	return func(b *testing.B) {
+		var c mutexCounter
+		for b.Loop() {
+			must(c.alloc(size))
+			must(c.free(free))
+		}
+	}
+}
+
+// recordPair and mutexRecordPair measure Alloc+Free pairs on a record with
+// the given limit (0: none).
+func recordPair(lim int64) func(b *testing.B) {
+	return func(b *testing.B) {
+		var r tracker.Record
+		must(r.SetLimit(lim))
+		for b.Loop() {
+			must(r.Alloc(size))
+			must(r.Free(size))
+		}
+	}
+}
+
+func mutexRecordPair(lim int64) func(b *testing.B) {
+	return func(b *testing.B) {
+		var r mutexRecord
+		r.setLimit(lim)
+		for b.Loop() {
+			must(r.alloc(size))
+			must(r.free(size))
+		}
 	}
 }
 
