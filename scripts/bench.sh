@@ -2,9 +2,9 @@
 # The benchmark suite of bench/, as the README's Performance section reports
 # it: every benchmark -count times (the parallel ones at -cpu 1,2,4,8), the
 # summary by benchstat, then the ratios and the targets by
-# bench/internal/benchratio. About 5 minutes on 2 cores.
+# bench/internal/benchratio. About 7 minutes on 2 cores.
 #
-# Environment: COUNT (default 10), BENCHTIME (default 200ms), CPUS (default
+# Environment: COUNT (default 10), BENCHTIME (default 400ms), CPUS (default
 # 1,2,4,8), OUT (a directory for bench.txt and the tables; default a new
 # temporary one). Run it on a quiet machine: other load skews the figures.
 set -euo pipefail
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 count=${COUNT:-10}
-benchtime=${BENCHTIME:-200ms}
+benchtime=${BENCHTIME:-400ms}
 cpus=${CPUS:-1,2,4,8}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
