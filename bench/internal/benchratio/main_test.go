@@ -72,7 +72,7 @@ func TestTableAndTargets(t *testing.T) {
 	res.targets(&tg)
 	for _, line := range []string{
 		"| Counter pair within 1.3x of the raw atomic pair | 1.200x | <= 1.3 | met |",
-		"| Counter at least 4x faster than mutex+map, 1 goroutines on different devices | 0.200x | <= 0.25 | met |",
+		"| Counter at least 4x faster than mutex+map, 1 goroutine on different devices | 0.200x | <= 0.25 | met |",
 		"| Counter at least 4x faster than mutex+map, 4 goroutines on different devices | | <= 0.25 | not measured |",
 		"| Counter on different devices scales: time/op at 2 CPUs vs 1 (1.6x the throughput or more) | 0.500x | <= 0.625 | met |",
 		"| CPU Alloc+Free 4 KiB: tracking overhead at most 10% | 1.050x | <= 1.1 | met |",

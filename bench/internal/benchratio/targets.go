@@ -26,7 +26,7 @@ func targets() []target {
 		{"Counter pair at least 4x faster than mutex+map, one goroutine", serial("Counter"), serial("mutexmap"), 0.25, false},
 	}
 	for _, p := range []int{1, 2, 4, 8} {
-		ts = append(ts, target{fmt.Sprintf("Counter at least 4x faster than mutex+map, %d goroutines on different devices", p),
+		ts = append(ts, target{fmt.Sprintf("Counter at least 4x faster than mutex+map, %s on different devices", goroutines(p)),
 			par("spread", "Counter", p), par("spread", "mutexmap", p), 0.25, false})
 	}
 	ts = append(ts,
@@ -38,9 +38,9 @@ func targets() []target {
 	)
 	for _, p := range []int{2, 4, 8} {
 		ts = append(ts,
-			target{fmt.Sprintf("Counter no slower than a per-device mutex, %d goroutines on one device", p),
+			target{fmt.Sprintf("Counter no slower than a per-device mutex, %s on one device", goroutines(p)),
 				par("one", "Counter", p), par("one", "mutexdev", p), 1, false},
-			target{fmt.Sprintf("Record no slower than the mutex record, %d goroutines on one device", p),
+			target{fmt.Sprintf("Record no slower than the mutex record, %s on one device", goroutines(p)),
 				par("one", "Record", p), par("one", "mutexrecord", p), 1, false})
 	}
 	return append(ts,
@@ -48,6 +48,13 @@ func targets() []target {
 		target{"CPU Alloc+Free 1 MiB: tracking overhead at most 1%", dev("1MiB", "tracked"), dev("1MiB", "untracked"), 1.01, false},
 		target{"CPU Alloc+Free 64 MiB: tracking overhead at most 1%", dev("64MiB", "tracked"), dev("64MiB", "untracked"), 1.01, false},
 	)
+}
+
+func goroutines(n int) string {
+	if n == 1 {
+		return "1 goroutine"
+	}
+	return fmt.Sprintf("%d goroutines", n)
 }
 
 // lookup finds the row of k; procs 0 matches any.
