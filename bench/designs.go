@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/memtrack/memtrack/tracker"
+)
+
+// pad separates the per-device structs of the designs below: 128 bytes, so
+// that two devices never share a cache line nor an adjacent-line prefetch
+// pair on any platform. It is at least tracker's own padding, so it can only
+// favour these designs over memtrack's.
+type pad [128]byte
+
+// The designs refuse what tracker refuses, with errors of their own that
+// allocate nothing.
+var (
+	errInvalidSize = errors.New("bench: size must be positive")
+	errCapacity    = errors.New("bench: counter capacity exceeded")
+	errFreeExceeds = errors.New("bench: free exceeds the amount held")
+	errLimit       = errors.New("bench: memory limit exceeded")
+)
+
+// usage is one device's current figure and peak as plain integers, with the
+// checks of tracker.Counter. It is not safe for concurrent use: the designs
+// below guard it with a mutex.
+type usage struct{ cur, peak int64 }
+
+func (u *usage) alloc(n int64) error {
+	switch {
+	case n <= 0:
+		return errInvalidSize
+	case n > tracker.MaxCount-u.cur:
+		return errCapacity
+	}
+	u.cur += n
+	u.peak = max(u.peak, u.cur)
+	return nil
+}
+
+func (u *usage) free(n int64) error {
+	switch {
+	case n <= 0:
+		return errInvalidSize
+	case n > u.cur:
+		return errFreeExceeds
+	}
+	u.cur -= n
+	return nil
+}
+
+// mapCounters is the design of memtrack's original proposal: one global
+// mutex over a map from device ordinal to current/peak. Values are pointers,
+// so an update costs one map lookup (the faster way to write it).
+type mapCounters struct {
+	mu sync.Mutex
+	m  map[int]*usage
+}
+
+// newMapCounters returns a mapCounters holding devices 0 to devices-1, so
+// that the benchmarks measure the steady state, not the first use.
+func newMapCounters(devices int) *mapCounters {
+	c := &mapCounters{m: make(map[int]*usage, devices)}
+	for i := range devices {
+		c.m[i] = new(usage)
+	}
+	return c
+}
+
+func (c *mapCounters) alloc(dev int, n int64) error {
+	c.mu.Lock()
+	err := c.m[dev].alloc(n)
+	c.mu.Unlock()
+	return err
+}
+
+func (c *mapCounters) free(dev int, n int64) error {
+	c.mu.Lock()
+	err := c.m[dev].free(n)
+	c.mu.Unlock()
+	return err
+}
+
+// load returns the current figure and the peak of dev.
+func (c *mapCounters) load(dev int) (current, peak int64) {
+	c.mu.Lock()
+	u := *c.m[dev]
+	c.mu.Unlock()
+	return u.cur, u.peak
+}
+
+// mutexCounter is PyTorch's design reduced to what tracker.Counter keeps: a
+// mutex per device over plain int64 current/peak. Use one per device, in a
+// slice: the padding keeps devices off each other's cache lines.
+type mutexCounter struct {
+	mu sync.Mutex
+	u  usage
+	_  pad
+}
+
+func (c *mutexCounter) alloc(n int64) error {
+	c.mu.Lock()
+	err := c.u.alloc(n)
+	c.mu.Unlock()
+	return err
+}
+
+func (c *mutexCounter) free(n int64) error {
+	c.mu.Lock()
+	err := c.u.free(n)
+	c.mu.Unlock()
+	return err
+}
+
+// load returns the current figure and the peak.
+func (c *mutexCounter) load() (current, peak int64) {
+	c.mu.Lock()
+	u := c.u
+	c.mu.Unlock()
+	return u.cur, u.peak
+}
+
+// mutexRecord is PyTorch's DeviceCachingAllocator statistics: a mutex per
+// device over plain integers, holding every statistic tracker.Record keeps,
+// with its checks (limit, capacity, frees of more than is held).
+type mutexRecord struct {
+	mu sync.Mutex
+	s  tracker.Stats
+	_  pad
+}
+
+func (r *mutexRecord) alloc(n int64) error {
+	if n <= 0 {
+		return errInvalidSize
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.s
+	switch {
+	case s.Limit > 0 && n > s.Limit-s.Current:
+		s.Failed++
+		return errLimit
+	case n > tracker.MaxBytes-s.Current, s.Active >= tracker.MaxLive:
+		s.Failed++
+		return errCapacity
+	}
+	s.Current += n
+	s.Active++
+	s.AllocatedBytes += n
+	s.Allocs++
+	s.Peak = max(s.Peak, s.Current)
+	s.PeakActive = max(s.PeakActive, s.Active)
+	return nil
+}
+
+func (r *mutexRecord) free(n int64) error {
+	if n <= 0 {
+		return errInvalidSize
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.s
+	if n > s.Current || s.Active == 0 {
+		return errFreeExceeds
+	}
+	s.Current -= n
+	s.Active--
+	s.FreedBytes += n
+	s.Frees++
+	return nil
+}
+
+func (r *mutexRecord) setLimit(limit int64) {
+	r.mu.Lock()
+	r.s.Limit = limit
+	r.mu.Unlock()
+}
+
+// snapshot returns all the statistics.
+func (r *mutexRecord) snapshot() tracker.Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.s
+}
+
+// packedCounter is tracker.Counter's algorithm without its padding: the
+// current figure and the peak share a cache line, and in a slice four
+// devices share one more. It shows what the padding buys.
+type packedCounter struct{ cur, peak atomic.Int64 }
+
+func (c *packedCounter) alloc(n int64) error {
+	if n <= 0 {
+		return errInvalidSize
+	}
+	v := c.cur.Add(n)
+	if v > tracker.MaxCount || v < 0 {
+		c.cur.Add(-n)
+		return errCapacity
+	}
+	for {
+		p := c.peak.Load()
+		if v <= p || c.peak.CompareAndSwap(p, v) {
+			return nil
+		}
+	}
+}
+
+func (c *packedCounter) free(n int64) error {
+	if n <= 0 {
+		return errInvalidSize
+	}
+	for {
+		o := c.cur.Load()
+		if n > o {
+			return errFreeExceeds
+		}
+		if c.cur.CompareAndSwap(o, o-n) {
+			return nil
+		}
+	}
+}
+
+// load returns the current figure and the peak.
+func (c *packedCounter) load() (current, peak int64) {
+	current = c.cur.Load()
+	return current, max(c.peak.Load(), current)
+}
+
+// atomicSlot is the floor of the parallel benchmarks: one int64 per device,
+// padded, moved by raw atomic adds.
+type atomicSlot struct {
+	v atomic.Int64
+	_ pad
+}
