@@ -45,8 +45,10 @@ func TestCounterBadInput(t *testing.T) {
 		{"alloc past MaxCount", func(c *Counter) error { return c.Alloc(MaxCount) }, ErrCapacity},
 		{"alloc max int64", func(c *Counter) error { return c.Alloc(math.MaxInt64) }, ErrCapacity},
 		{"alloc within negative", func(c *Counter) error { return c.AllocWithin(-1, 1000) }, ErrInvalidSize},
+		{"alloc within negative limit", func(c *Counter) error { return c.AllocWithin(10, math.MinInt64+5) }, ErrInvalidSize},
 		{"alloc within past limit", func(c *Counter) error { return c.AllocWithin(901, 1000) }, ErrLimitExceeded},
-		{"alloc within overflowing", func(c *Counter) error { return c.AllocWithin(math.MaxInt64, math.MaxInt64) }, ErrLimitExceeded},
+		{"alloc within past MaxCount", func(c *Counter) error { return c.AllocWithin(math.MaxInt64, math.MaxInt64) }, ErrCapacity},
+		{"alloc within overflowing", func(c *Counter) error { return c.AllocWithin(math.MaxInt64, 1000) }, ErrLimitExceeded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,4 +189,48 @@ func TestCounterResetPeakUnderLoad(t *testing.T) {
 	// The stored peak (not only the max in Load) must cover the current
 	// figure once every Alloc has returned.
 	assert.GreaterOrEqual(t, c.peak.Load(), cur)
+}
+
+// TestCounterRefusedFreeUnderLoad issues frees of more than is held while
+// other goroutines allocate and free correctly: every bad free is refused,
+// no good operation fails, readers never see a negative figure, and the
+// final figures are exact.
+func TestCounterRefusedFreeUnderLoad(t *testing.T) {
+	iters := 5000
+	if testing.Short() {
+		iters = 500
+	}
+	var c Counter
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range iters {
+				assert.NoError(t, c.Alloc(64))
+				assert.NoError(t, c.Free(64))
+			}
+		}()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range iters {
+			assert.ErrorIs(t, c.Free(1<<30), ErrFreeExceedsHeld)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range iters {
+			cur, peak := c.Load()
+			if !assert.GreaterOrEqual(t, cur, int64(0)) || !assert.LessOrEqual(t, peak, int64(3*64)) {
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	cur, peak := c.Load()
+	assert.Equal(t, int64(0), cur)
+	assert.LessOrEqual(t, peak, int64(3*64))
+	assert.Positive(t, peak)
 }

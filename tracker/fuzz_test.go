@@ -86,7 +86,7 @@ func FuzzCounter(f *testing.F) {
 			case 3:
 				limit := n * 2
 				err := c.AllocWithin(n, limit)
-				ok := n > 0 && n <= min(limit, MaxCount)-m.cur
+				ok := n > 0 && limit >= 0 && n <= min(limit, MaxCount)-m.cur
 				require.Equal(t, ok, err == nil, "step %d: AllocWithin(%d, %d) on %d: %v", i, n, limit, m.cur, err)
 				if ok {
 					m.cur += n
