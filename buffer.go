@@ -7,10 +7,11 @@ import (
 	"go.uber.org/atomic"
 )
 
-// The states of a Buffer.
+// The states of a Buffer. Free moves a buffer to bufFreed before it asks
+// the backend, so that one compare-and-swap settles concurrent Frees, and
+// moves it back if the backend fails.
 const (
 	bufLive uint32 = iota
-	bufFreeing
 	bufFreed
 )
 
@@ -34,7 +35,7 @@ func (b *Buffer) Free() error {
 	if b == nil {
 		return fmt.Errorf("%w: Free called on a nil *Buffer", ErrNilBuffer)
 	}
-	if !b.state.CompareAndSwap(bufLive, bufFreeing) {
+	if !b.state.CompareAndSwap(bufLive, bufFreed) {
 		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.dev)
 	}
 	if err := b.backend.free(b.dev.ordinal, b.mem); err != nil {
@@ -46,7 +47,6 @@ func (b *Buffer) Free() error {
 	if b.site != nil {
 		b.site.free(b.size)
 	}
-	b.state.Store(bufFreed)
 	return nil
 }
 
@@ -78,5 +78,6 @@ func (b *Buffer) Bytes() []byte {
 	return b.mem.host
 }
 
-// Freed reports whether [Buffer.Free] has released the buffer.
+// Freed reports whether the buffer is freed: true from the moment a
+// [Buffer.Free] begins, unless the backend then fails to release it.
 func (b *Buffer) Freed() bool { return b != nil && b.state.Load() == bufFreed }

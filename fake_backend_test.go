@@ -77,7 +77,7 @@ func (f *fakeBackend) state(ordinal int) (used int64, live, calls int) {
 
 // useBackend makes b the backend of kind k for the rest of the test, with
 // fresh records.
-func useBackend(t *testing.T, k Kind, b backend) {
+func useBackend(t testing.TB, k Kind, b backend) {
 	t.Helper()
 	tb := &tables[k]
 	tb.mu.Lock()
