@@ -24,8 +24,11 @@ import (
 // 409, each with the error in the body.
 func ProfileHandler() http.Handler { return profileHandler{} }
 
+// profileHandler is the http.Handler that ProfileHandler returns.
 type profileHandler struct{}
 
+// ServeHTTP writes the profile of the device the path names, or the list of
+// devices for the bare path.
 func (profileHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
