@@ -64,11 +64,18 @@ func FuzzCounter(f *testing.F) {
 		var m model
 		for i, o := range decodeOps(data) {
 			n := operand(o.n)
-			switch o.code % 4 {
-			case 0:
-				err := c.Alloc(n)
-				ok := n > 0 && n <= MaxCount-m.cur
-				require.Equal(t, ok, err == nil, "step %d: Alloc(%d) on %d: %v", i, n, m.cur, err)
+			switch code := o.code % 4; code {
+			case 0, 3:
+				// Alloc is AllocWithin MaxCount, with an error of its own.
+				limit, err := int64(MaxCount), error(nil)
+				if code == 0 {
+					err = c.Alloc(n)
+				} else {
+					limit = n * 2
+					err = c.AllocWithin(n, limit)
+				}
+				ok := n > 0 && limit >= 0 && n <= min(limit, MaxCount)-m.cur
+				require.Equal(t, ok, err == nil, "step %d: op %d of %d within %d on %d: %v", i, code, n, limit, m.cur, err)
 				if ok {
 					m.cur += n
 					m.peak = max(m.peak, m.cur)
@@ -83,15 +90,6 @@ func FuzzCounter(f *testing.F) {
 			case 2:
 				c.ResetPeak()
 				m.peak = m.cur
-			case 3:
-				limit := n * 2
-				err := c.AllocWithin(n, limit)
-				ok := n > 0 && limit >= 0 && n <= min(limit, MaxCount)-m.cur
-				require.Equal(t, ok, err == nil, "step %d: AllocWithin(%d, %d) on %d: %v", i, n, limit, m.cur, err)
-				if ok {
-					m.cur += n
-					m.peak = max(m.peak, m.cur)
-				}
 			}
 			cur, peak := c.Load()
 			require.Equal(t, m.cur, cur, "step %d current", i)
