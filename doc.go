@@ -7,14 +7,14 @@
 //
 // The classic use sizes a cache from a profile: reset the peak, run one
 // representative pass, read the peak, and give the cache what remains.
-// [Device.Profile] does the first part, with the driver's figures beside the
-// tracked ones, and [Profile.Budget] the second:
+// [Device.Measure] does the first part, with the driver's figures beside the
+// tracked ones, and [Measurement.Budget] the second:
 //
 //	dev, err := memtrack.ParseDevice("cuda:0")
 //	...
-//	p, err := dev.Profile(func() error { return runForwardPass(dev) })
+//	m, err := dev.Measure(func() error { return runForwardPass(dev) })
 //	...
-//	b, err := p.Budget(0.9, blockBytes)
+//	b, err := m.Budget(0.9, blockBytes)
 //	fmt.Println(b.Blocks, "KV-cache blocks fit")
 //
 // By hand, the same is [Device.ResetPeakMemoryStats], the pass,
