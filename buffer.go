@@ -81,3 +81,31 @@ func (b *Buffer) Bytes() []byte {
 // Freed reports whether the buffer is freed: true from the moment a
 // [Buffer.Free] begins, unless the backend then fails to release it.
 func (b *Buffer) Freed() bool { return b != nil && b.state.Load() == bufFreed }
+
+// DevicePtr returns the address of the buffer's memory on its device, for
+// code that launches kernels or copies memory itself: a CUdeviceptr for a
+// CUDA buffer (cu.DevicePtr(b.DevicePtr()) with github.com/mumax/3/cuda/cu),
+// valid in the device's primary context and so for the CUDA runtime too. It
+// returns 0 for CPU buffers, whose memory [Buffer.Bytes] gives, for a nil
+// buffer and once the buffer is freed.
+func (b *Buffer) DevicePtr() uintptr {
+	if b == nil || b.state.Load() != bufLive {
+		return 0
+	}
+	return b.mem.ptr
+}
+
+// Reserved returns the bytes the device set aside for the buffer: the
+// driver's figure, to compare with [Buffer.Size], which is what is tracked.
+// Metal rounds every buffer up (its allocatedSize); where a backend reports
+// no rounding, as the CPU backend does, Reserved equals Size. It returns 0
+// for a nil buffer.
+func (b *Buffer) Reserved() int64 {
+	if b == nil {
+		return 0
+	}
+	if b.mem.reserved > 0 {
+		return b.mem.reserved
+	}
+	return b.size
+}

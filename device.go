@@ -8,6 +8,30 @@ import (
 	"github.com/memtrack/memtrack/tracker"
 )
 
+// Kind is a kind of device: the memory a [Device] allocates.
+type Kind uint8
+
+// The kinds of device. KindCPU is the zero Kind.
+const (
+	KindCPU   Kind = iota // host memory
+	KindCUDA              // NVIDIA GPU memory, built with -tags cuda
+	KindMetal             // Apple GPU memory, built with -tags metal on macOS
+	numKinds
+)
+
+var kindNames = [numKinds]string{KindCPU: "cpu", KindCUDA: "cuda", KindMetal: "metal"}
+
+// String returns "cpu", "cuda" or "metal".
+func (k Kind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// buildTag is the build tag that compiles the backend of k.
+func (k Kind) buildTag() string { return k.String() }
+
 // Device is one device: a [Kind] and an ordinal. It is a small comparable
 // value; the zero Device is the CPU. Obtain others from [CUDA], [Metal],
 // [ParseDevice] or [Devices], which check that the device exists.
@@ -97,143 +121,45 @@ func (d Device) resolve() (*kindState, *tracker.Record, error) {
 	return s, r, err
 }
 
-// Alloc allocates size bytes on the device and counts them. It fails with
-// [ErrInvalidSize] for size <= 0 (counting nothing) and with an
-// [*OutOfMemoryError] when the memory limit or the device refuses it (adding
-// one to FailedAllocs and nothing else). Free the buffer with [Buffer.Free].
-func (d Device) Alloc(size int64) (*Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
-	}
-	s, rec, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	// A limit is checked before the backend is asked, so that a request over
-	// it costs no device memory; the record checks again, exactly, after.
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Current(); size > lim-cur {
-			rec.RecordFailure()
-			return nil, &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
-		}
-	}
-	m, err := s.b.alloc(d.ordinal, size)
-	if err != nil {
-		rec.RecordFailure()
-		return nil, fillError(err, d, size, rec)
-	}
-	if err := rec.Alloc(size); err != nil {
-		// A concurrent allocation took the room under the limit, or the
-		// record is full: give the memory back. The record counted the
-		// failure.
-		oom := &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
-		if ferr := s.b.free(d.ordinal, m); ferr != nil {
-			return nil, fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
-		}
-		return nil, oom
-	}
-	b := &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size) // see sites.go
-	}
-	return b, nil
-}
+// MarshalText writes the device as [Device.String] does, so that a [Stats]
+// encodes as JSON with "Device": "cuda:0".
+func (d Device) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// fillError completes an error from a backend with the device and figures.
-func fillError(err error, d Device, size int64, rec *tracker.Record) error {
-	switch e := err.(type) {
-	case *OutOfMemoryError:
-		e.Device, e.Requested = d, size
-		if rec != nil {
-			e.Current = rec.Current()
-		}
-	case *BackendError:
-		e.Device = d
-	}
-	return err
-}
-
-// MemoryAllocated returns the bytes held by the device's live buffers: the
-// sizes asked for, as counted by this package (torch.cuda.memory_allocated).
-func (d Device) MemoryAllocated() int64 {
-	if _, r, err := d.resolve(); err == nil {
-		return r.Current()
-	}
-	return 0
-}
-
-// MaxMemoryAllocated returns the high-water mark of [Device.MemoryAllocated]
-// since the last [Device.ResetPeakMemoryStats] (torch.cuda.max_memory_allocated).
-func (d Device) MaxMemoryAllocated() int64 {
-	if _, r, err := d.resolve(); err == nil {
-		return r.Peak()
-	}
-	return 0
-}
-
-// ResetPeakMemoryStats sets the peaks (bytes and live buffers, and the
-// allocation sites at the peak where they are recorded) to their current
-// figures, so that the next peak measures what happens from now on.
-func (d Device) ResetPeakMemoryStats() {
-	if s, r, err := d.resolve(); err == nil {
-		r.ResetPeak()
-		if sr := s.sites.lookup(d.ordinal); sr != nil {
-			sr.resetPeak()
-		}
-	}
-}
-
-// ResetAccumulatedMemoryStats sets the cumulative figures (allocations,
-// frees, their bytes, failures) back to zero; current figures and peaks stay.
-func (d Device) ResetAccumulatedMemoryStats() {
-	if _, r, err := d.resolve(); err == nil {
-		r.ResetAccumulated()
-	}
-}
-
-// MemoryStats returns a snapshot of the device's statistics.
-func (d Device) MemoryStats() Stats {
-	_, r, err := d.resolve()
-	if err != nil {
-		return Stats{Device: d}
-	}
-	return statsOf(d, r.Snapshot())
-}
-
-// MemGetInfo returns the free and total memory of the device as the OS or
-// driver reports them (cuMemGetInfo for CUDA, the machine or its cgroup for
-// the CPU): figures for the whole device, not this package's counters.
-func (d Device) MemGetInfo() (free, total int64, err error) {
-	s, _, err := d.resolve()
-	if err != nil {
-		return 0, 0, err
-	}
-	free, total, err = s.b.memInfo(d.ordinal)
-	if err != nil {
-		return 0, 0, fillError(err, d, 0, nil)
-	}
-	return free, total, nil
-}
-
-// SetMemoryLimit caps the bytes the device's live buffers may hold: an Alloc
-// that would pass it fails with an [*OutOfMemoryError]. Zero removes the
-// limit; a negative limit is an error. Buffers already allocated are kept
-// even if they exceed a new limit.
-func (d Device) SetMemoryLimit(limit int64) error {
-	if limit < 0 {
-		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, d)
-	}
-	_, r, err := d.resolve()
+// UnmarshalText reads a device as [ParseDevice] does; the device must exist
+// in this build and on this machine.
+func (d *Device) UnmarshalText(text []byte) error {
+	v, err := ParseDevice(string(text))
 	if err != nil {
 		return err
 	}
-	return r.SetLimit(limit)
+	*d = v
+	return nil
 }
 
-// MemoryLimit returns the device's memory limit, or 0 if none is set.
-func (d Device) MemoryLimit() int64 {
-	if _, r, err := d.resolve(); err == nil {
-		return r.Limit()
+// UsedDevices returns every device the process has used, in the order of
+// [Devices]: those obtained with [CUDA], [Metal] or [ParseDevice], and those
+// on which a method other than Kind, Ordinal and String was called (the CPU
+// is listed once it has been used so). It only reads the device tables: a
+// kind never used stays uninitialised, so listing never starts a driver.
+func UsedDevices() []Device {
+	var ds []Device
+	rangeUsed(func(d Device, _ *tracker.Record) {
+		ds = append(ds, d)
+	})
+	return ds
+}
+
+// rangeUsed calls f for each used device and its record, in the order of
+// [Devices], without creating a device table.
+func rangeUsed(f func(Device, *tracker.Record)) {
+	for k := range numKinds {
+		s := tables[k].p.Load()
+		if s == nil {
+			continue
+		}
+		s.records.Range(func(i int, r *tracker.Record) bool {
+			f(Device{kind: k, ordinal: i}, r)
+			return true
+		})
 	}
-	return 0
 }

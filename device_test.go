@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -415,4 +416,56 @@ func TestErrorsMatchSentinels(t *testing.T) {
 	assert.ErrorIs(t, be, errFakeDriver)
 	assert.Equal(t, "memtrack: cuda:1: free failed: CUDA_ERROR_ILLEGAL_ADDRESS (code 700): fake driver failure", be.Error())
 	assert.False(t, errors.Is(be, ErrOutOfMemory))
+}
+
+func TestDeviceText(t *testing.T) {
+	text, err := CPU().MarshalText()
+	require.NoError(t, err)
+	assert.Equal(t, "cpu", string(text))
+
+	var d Device
+	require.NoError(t, d.UnmarshalText([]byte("cpu")))
+	assert.Equal(t, CPU(), d)
+
+	out, err := json.Marshal(Stats{Current: 7})
+	require.NoError(t, err)
+	assert.Contains(t, string(out), `"Device":"cpu"`)
+
+	for _, bad := range []string{"", "tpu:0", "cpu:-1", "cpu:1"} {
+		d := CPU()
+		assert.Error(t, d.UnmarshalText([]byte(bad)), "%q", bad)
+		assert.Equal(t, CPU(), d, "a failed UnmarshalText changed the device")
+	}
+}
+
+func TestUsedDevices(t *testing.T) {
+	CPU().MemoryAllocated() // uses the CPU
+	_, err := CUDA(pastAnyOrdinal)
+	require.Error(t, err, "no machine has that many GPUs")
+
+	used := UsedDevices()
+	assert.Contains(t, used, CPU())
+	for _, d := range used {
+		assert.Less(t, d.Ordinal(), pastAnyOrdinal, "a refused ordinal was listed")
+		_, err := ParseDevice(d.String())
+		assert.NoError(t, err, "a listed device does not exist: %v", d)
+	}
+}
+
+// pastAnyOrdinal is an ordinal past any machine's devices.
+const pastAnyOrdinal = 1000
+
+// TestUsedDevicesCreatesNoTable hides the GPU kinds' tables, as in a
+// process that never used a GPU, and checks that listing does not create
+// them (which would initialise their drivers).
+func TestUsedDevicesCreatesNoTable(t *testing.T) {
+	for _, k := range []Kind{KindCUDA, KindMetal} {
+		saved := tables[k].p.Swap(nil)
+		t.Cleanup(func() { tables[k].p.Store(saved) })
+	}
+	CPU().MemoryAllocated()
+
+	assert.Equal(t, []Device{CPU()}, UsedDevices())
+	assert.Nil(t, tables[KindCUDA].p.Load(), "UsedDevices created the cuda table")
+	assert.Nil(t, tables[KindMetal].p.Load(), "UsedDevices created the metal table")
 }

@@ -35,6 +35,15 @@ var (
 	// ErrOutOfMemory: an allocation refused by the memory limit, the
 	// device's capacity or the backend. It comes as an [*OutOfMemoryError].
 	ErrOutOfMemory = errors.New("memtrack: out of memory")
+
+	// ErrSitesNotRecorded: allocation sites were asked of a device that does
+	// not record them; see [Device.EnableAllocationSites].
+	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
+
+	// ErrInvalidArgument: an argument outside what the function accepts,
+	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
+	// nil function given to [Device.Measure].
+	ErrInvalidArgument = errors.New("memtrack: invalid argument")
 )
 
 // OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory].

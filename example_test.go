@@ -1,8 +1,14 @@
 package memtrack_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
 
 	"github.com/memtrack/memtrack"
 )
@@ -69,4 +75,156 @@ func ExampleBuffer_Free() {
 	// Output:
 	// <nil>
 	// true
+}
+
+func ExampleDevice_Measure() {
+	dev := memtrack.CPU() // or a GPU: memtrack.ParseDevice("cuda:0")
+	weights, err := dev.Alloc(64 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer weights.Free()
+
+	// One dummy forward pass: activations come and go.
+	p, err := dev.Measure(func() error {
+		hidden, err := dev.Alloc(16 << 20)
+		if err != nil {
+			return err
+		}
+		scores, err := dev.Alloc(32 << 20)
+		if err != nil {
+			return err
+		}
+		if err := scores.Free(); err != nil {
+			return err
+		}
+		return hidden.Free()
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The tracked figures are exact; p.UsedIncrease and p.Untracked come
+	// from the OS or driver and vary from run to run.
+	fmt.Println("peak above the weights:", p.TrackedPeakIncrease>>20, "MiB")
+	fmt.Println("held after the pass:", (p.EndTracked-p.BaselineTracked)>>20, "MiB")
+	// Output:
+	// peak above the weights: 48 MiB
+	// held after the pass: 0 MiB
+}
+
+func ExampleMeasurement_Budget() {
+	// The figures a measurement of an 80 GiB GPU might give.
+	p := memtrack.Measurement{
+		Total:               80 << 30,
+		BaselineUsed:        20 << 30, // the context, the weights, other processes
+		TrackedPeakIncrease: 6 << 30,  // the forward pass's activations
+		Untracked:           1 << 30,  // what libraries allocated on their own
+	}
+	b, err := p.Budget(0.9, 16<<20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d GiB may be used, %d GiB is taken at the peak: %d GiB for the cache, %d blocks of %d MiB\n",
+		b.Usable>>30, b.Reserved>>30, b.Available>>30, b.Blocks, b.BlockSize>>20)
+
+	_, err = p.Budget(90, 16<<20)
+	fmt.Println(err)
+	// Output:
+	// 72 GiB may be used, 27 GiB is taken at the peak: 45 GiB for the cache, 2880 blocks of 16 MiB
+	// memtrack: invalid argument: 90: want a fraction of the device's memory in (0, 1]
+}
+
+// Reserved is the driver's figure for a buffer beside the size that is
+// tracked. A Metal buffer reserves whole pages; the CPU backend reserves
+// exactly the size asked for.
+func ExampleBuffer_Reserved() {
+	buf, err := memtrack.CPU().Alloc(1000)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer buf.Free()
+	fmt.Println(buf.Size(), buf.Reserved())
+	// Output: 1000 1000
+}
+
+func ExampleStats_String() {
+	s := memtrack.Stats{Current: 3 << 29, Peak: 2 << 30, Active: 3, PeakActive: 4, AllocatedBytes: 5 << 30, FreedBytes: 3584 << 20, Allocs: 10, Frees: 7}
+	fmt.Println(s)
+	// Output:
+	// cpu: current 1.50 GiB (1610612736 B), peak 2.00 GiB (2147483648 B); 3 live buffers (peak 4); allocated 5.00 GiB (5368709120 B) in 10 allocs, freed 3.50 GiB (3758096384 B) in 7 frees; 0 failed; no limit
+}
+
+func ExampleStats_LogValue() {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+	s := memtrack.Stats{Current: 3 << 20, Peak: 4 << 20, Active: 2, PeakActive: 3, AllocatedBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
+	logger.Info("memory", "stats", s) // with a real device: dev.MemoryStats()
+	// Output:
+	// level=INFO msg=memory stats.device=cpu stats.current=3145728 stats.peak=4194304 stats.allocated_bytes=5242880 stats.freed_bytes=2097152 stats.active=2 stats.peak_active=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.limit=0
+}
+
+func ExampleExpvar() {
+	v := memtrack.Expvar()
+	// Publish it once, in main, to serve it at /debug/vars:
+	//	expvar.Publish("memtrack", v)
+
+	buf, err := memtrack.CPU().Alloc(1 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Free()
+
+	var stats map[string]memtrack.Stats // what a reader of /debug/vars gets
+	if err := json.Unmarshal([]byte(v.String()), &stats); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(stats["cpu"].Current, stats["cpu"].Active)
+	// Output:
+	// 1048576 1
+}
+
+//go:noinline
+func loadWeights(d memtrack.Device) *memtrack.Buffer {
+	b, err := d.Alloc(3 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return b
+}
+
+//go:noinline
+func scratch(d memtrack.Device) {
+	b, err := d.Alloc(5 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	b.Free()
+}
+
+// Record allocation sites, then read who held the memory at the peak: each
+// site's innermost frame is the function that called Alloc. Package
+// github.com/memtrack/memtrack/pprof writes the same figures for go tool
+// pprof.
+func ExampleDevice_PeakAllocationSites() {
+	d := memtrack.CPU()
+	if err := d.EnableAllocationSites(32); err != nil {
+		log.Fatal(err)
+	}
+	defer d.DisableAllocationSites()
+
+	w := loadWeights(d)
+	defer w.Free()
+	scratch(d)
+
+	snap, err := d.PeakAllocationSites()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range snap.Sites { // the largest first
+		f, _ := runtime.CallersFrames(s.Stack).Next()
+		fmt.Printf("%s: %d buffer, %d MiB\n", f.Function[strings.LastIndexByte(f.Function, '.')+1:], s.Buffers, s.Bytes>>20)
+	}
+	// Output:
+	// scratch: 1 buffer, 5 MiB
+	// loadWeights: 1 buffer, 3 MiB
 }

@@ -28,7 +28,9 @@ import "unsafe"
 // cgoMetalBridge is the [metalBridge] of metal_bridge.m.
 type cgoMetalBridge struct{}
 
-func openMetalBridge() (metalBridge, error) { return cgoMetalBridge{}, nil }
+// newMetalBackend returns the Metal backend over the Objective-C of
+// metal_bridge.m.
+func newMetalBackend() backend { return newMetalBackendOver(cgoMetalBridge{}) }
 
 func (cgoMetalBridge) copyDevices(devs []uintptr) int {
 	if len(devs) == 0 {

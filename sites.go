@@ -2,23 +2,12 @@ package memtrack
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
 	"sync"
 
 	"go.uber.org/atomic"
-)
-
-var (
-	// ErrSitesNotRecorded: a profile of allocation sites was asked of a
-	// device that does not record them; see [Device.EnableAllocationSites].
-	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
-
-	// ErrInvalidProfileKind: a [ProfileKind] that is neither [ProfileInUse]
-	// nor [ProfilePeak].
-	ErrInvalidProfileKind = errors.New("memtrack: invalid profile kind")
 )
 
 const (
@@ -30,6 +19,10 @@ const (
 	// once. Allocations from further stacks are folded into one site,
 	// "memtrack.other", and counted in [SiteStats].Folded.
 	MaxAllocationSites = 4096
+
+	// OtherSite names the site that holds the allocations past
+	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
+	OtherSite = "memtrack.other"
 )
 
 // callerSkip is what runtime.Callers skips in siteRecorder.alloc: Callers
@@ -52,8 +45,10 @@ type SiteStats struct {
 // EnableAllocationSites starts recording, for every later [Device.Alloc] on
 // the device, the call stack that asked for it (at most depth frames above
 // memtrack, 1 <= depth <= [MaxSiteDepth]; 32 is usual), so that
-// [WriteProfile] can attribute the live buffers, and those live at the
-// latest peak, to their callers. Buffers allocated before are not recorded.
+// [Device.AllocationSites] and [Device.PeakAllocationSites] attribute the
+// live buffers, and those live at the latest peak, to their callers
+// (package [github.com/memtrack/memtrack/pprof] writes them for go tool
+// pprof). Buffers allocated before are not recorded.
 // On a device already recording, it changes the depth for later
 // allocations and keeps what is recorded.
 func (d Device) EnableAllocationSites(depth int) error {
@@ -92,6 +87,48 @@ func (d Device) AllocationSiteStats() SiteStats {
 		return r.stats()
 	}
 	return SiteStats{}
+}
+
+// Site is one call stack that allocated recorded buffers, with the figures
+// of its live buffers, now or at the latest peak.
+type Site struct {
+	// Stack holds the stack's return addresses, innermost first, as
+	// [runtime.Callers] writes them (read them with [runtime.CallersFrames]);
+	// nil for the site [OtherSite].
+	Stack   []uintptr
+	Buffers int64 // live buffers allocated from the stack
+	Bytes   int64 // their bytes
+}
+
+// SiteSnapshot is the allocation sites of one device at one moment, the
+// largest first, with the state of the recording.
+type SiteSnapshot struct {
+	Device Device
+	Stats  SiteStats
+	// Peak is true for the figures at the latest peak of the recorded bytes
+	// ([Device.PeakAllocationSites]), false for the live buffers now.
+	Peak  bool
+	Sites []Site
+}
+
+// AllocationSites returns the device's recorded live buffers by allocation
+// site, the largest first. It fails with an error matching
+// [ErrSitesNotRecorded] unless [Device.EnableAllocationSites] was called.
+func (d Device) AllocationSites() (SiteSnapshot, error) { return d.siteSnapshot(false) }
+
+// PeakAllocationSites returns the recorded buffers that were live at the
+// latest peak of the recorded bytes (since recording began or the last
+// [Device.ResetPeakMemoryStats]), by allocation site, the largest first. It
+// fails as [Device.AllocationSites] does.
+func (d Device) PeakAllocationSites() (SiteSnapshot, error) { return d.siteSnapshot(true) }
+
+func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
+	r, err := d.recorder()
+	if err != nil {
+		return SiteSnapshot{Device: d, Peak: atPeak}, err
+	}
+	sites, st := r.snapshot(atPeak)
+	return SiteSnapshot{Device: d, Stats: st, Peak: atPeak, Sites: sites}, nil
 }
 
 // recorder returns the device's recorder of allocation sites, or an error
@@ -346,25 +383,19 @@ func (r *siteRecorder) statsLocked() SiteStats {
 	}
 }
 
-// siteFigures is one site in a profile: its stack and two figures.
-type siteFigures struct {
-	pcs            []uintptr // nil for "memtrack.other"
-	objects, bytes int64
-}
-
 // snapshot returns the sites with live buffers, now or at the peak, the
 // largest first, and the recorder's state.
-func (r *siteRecorder) snapshot(atPeak bool) ([]siteFigures, SiteStats) {
+func (r *siteRecorder) snapshot(atPeak bool) ([]Site, SiteStats) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]siteFigures, 0, r.n+1)
+	out := make([]Site, 0, r.n+1)
 	add := func(s *site) {
 		o, b := s.objects, s.bytes
 		if atPeak {
 			o, b = s.atPeak()
 		}
 		if o != 0 || b != 0 {
-			out = append(out, siteFigures{pcs: s.pcs, objects: o, bytes: b})
+			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: o, Bytes: b})
 		}
 	}
 	for _, s := range r.sites {
@@ -373,7 +404,7 @@ func (r *siteRecorder) snapshot(atPeak bool) ([]siteFigures, SiteStats) {
 		}
 	}
 	add(r.other)
-	slices.SortFunc(out, func(a, b siteFigures) int { return cmp.Compare(b.bytes, a.bytes) })
+	slices.SortFunc(out, func(a, b Site) int { return cmp.Compare(b.Bytes, a.Bytes) })
 	return out, r.statsLocked()
 }
 

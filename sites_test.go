@@ -160,10 +160,10 @@ func figures(r *siteRecorder, atPeak bool) map[uintptr]int64 {
 	sites, _ := r.snapshot(atPeak)
 	for _, s := range sites {
 		k := uintptr(0) // memtrack.other
-		if s.pcs != nil {
-			k = s.pcs[0]
+		if s.Stack != nil {
+			k = s.Stack[0]
 		}
-		got[k] = s.bytes
+		got[k] = s.Bytes
 	}
 	return got
 }
@@ -349,4 +349,43 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 			"after every free: no live figure, no site left")
 	}
 	assert.Equal(t, held, d.MemoryAllocated(), "the device's own count is untouched by the toggling")
+}
+
+func TestAllocationSitesErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Device
+		err  error
+	}{
+		{"not recording", CPU(), ErrSitesNotRecorded},
+		{"bad device", Device{kind: numKinds}, ErrInvalidDevice},
+		{"bad ordinal", Device{ordinal: 1}, ErrInvalidOrdinal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, get := range []func() (SiteSnapshot, error){tc.d.AllocationSites, tc.d.PeakAllocationSites} {
+				snap, err := get()
+				assert.ErrorIs(t, err, tc.err)
+				assert.Empty(t, snap.Sites)
+			}
+		})
+	}
+}
+
+// Past MaxAllocationSites stacks, allocations fold into one site with a nil
+// stack, OtherSite, and are counted in SiteStats.Folded.
+func TestAllocationSitesFoldIntoOther(t *testing.T) {
+	d := recording(t, 32)
+	stateOf(KindCPU).sites.lookup(0).maxSites = 1 // no allocation yet: nothing reads it
+	a := allocOK(t)(allocFromA(d, 100))
+	b := allocOK(t)(allocFromB(d, 200))
+	defer freeAll(t, a, b)
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	require.Len(t, snap.Sites, 2)
+	assert.Nil(t, snap.Sites[0].Stack, "the folded site, the largest")
+	assert.Equal(t, [2]int64{1, 200}, [2]int64{snap.Sites[0].Buffers, snap.Sites[0].Bytes})
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(snap.Sites[1].Stack[0]))
+	assert.Equal(t, [2]int64{1, 100}, [2]int64{snap.Sites[1].Buffers, snap.Sites[1].Bytes})
+	assert.Equal(t, int64(1), snap.Stats.Folded)
+	assert.False(t, snap.Peak)
 }

@@ -2,7 +2,11 @@ package memtrack
 
 import (
 	"bytes"
+	"expvar"
 	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/memtrack/memtrack/tracker"
@@ -63,4 +67,134 @@ func (d Device) MemorySummary() string {
 		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
 	}
 	return buf.String()
+}
+
+// MemoryAllocated returns the bytes held by the device's live buffers: the
+// sizes asked for, as counted by this package (torch.cuda.memory_allocated).
+func (d Device) MemoryAllocated() int64 {
+	if _, r, err := d.resolve(); err == nil {
+		return r.Current()
+	}
+	return 0
+}
+
+// MaxMemoryAllocated returns the high-water mark of [Device.MemoryAllocated]
+// since the last [Device.ResetPeakMemoryStats] (torch.cuda.max_memory_allocated).
+func (d Device) MaxMemoryAllocated() int64 {
+	if _, r, err := d.resolve(); err == nil {
+		return r.Peak()
+	}
+	return 0
+}
+
+// ResetPeakMemoryStats sets the peaks (bytes and live buffers, and the
+// allocation sites at the peak where they are recorded) to their current
+// figures, so that the next peak measures what happens from now on.
+func (d Device) ResetPeakMemoryStats() {
+	if s, r, err := d.resolve(); err == nil {
+		r.ResetPeak()
+		if sr := s.sites.lookup(d.ordinal); sr != nil {
+			sr.resetPeak()
+		}
+	}
+}
+
+// ResetAccumulatedMemoryStats sets the cumulative figures (allocations,
+// frees, their bytes, failures) back to zero; current figures and peaks stay.
+func (d Device) ResetAccumulatedMemoryStats() {
+	if _, r, err := d.resolve(); err == nil {
+		r.ResetAccumulated()
+	}
+}
+
+// MemoryStats returns a snapshot of the device's statistics.
+func (d Device) MemoryStats() Stats {
+	_, r, err := d.resolve()
+	if err != nil {
+		return Stats{Device: d}
+	}
+	return statsOf(d, r.Snapshot())
+}
+
+// String describes the statistics on one line, each size in IEC units
+// (KiB, MiB, GiB) followed by its exact figure in bytes.
+func (s Stats) String() string {
+	limit := "no limit"
+	if s.Limit > 0 {
+		limit = "limit " + exactBytes(s.Limit)
+	}
+	return fmt.Sprintf("%v: current %s, peak %s; %d live buffers (peak %d); allocated %s in %d allocs, freed %s in %d frees; %d failed; %s",
+		s.Device, exactBytes(s.Current), exactBytes(s.Peak), s.Active, s.PeakActive,
+		exactBytes(s.AllocatedBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, limit)
+}
+
+// LogValue returns the statistics as a group, in bytes and counts, for
+// [log/slog]: logger.Info("memory", "stats", dev.MemoryStats()).
+func (s Stats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("device", s.Device.String()),
+		slog.Int64("current", s.Current),
+		slog.Int64("peak", s.Peak),
+		slog.Int64("allocated_bytes", s.AllocatedBytes),
+		slog.Int64("freed_bytes", s.FreedBytes),
+		slog.Int64("active", s.Active),
+		slog.Int64("peak_active", s.PeakActive),
+		slog.Int64("allocs", s.Allocs),
+		slog.Int64("frees", s.Frees),
+		slog.Int64("failed_allocs", s.FailedAllocs),
+		slog.Int64("limit", s.Limit),
+	)
+}
+
+// exactBytes writes n as formatBytes does, followed by the exact figure
+// where the unit rounds it: "512 B", "1.50 MiB (1572864 B)".
+func exactBytes(n int64) string {
+	s := formatBytes(n)
+	if n > -1024 && n < 1024 {
+		return s
+	}
+	return s + " (" + strconv.FormatInt(n, 10) + " B)"
+}
+
+// formatBytes writes n bytes in IEC units with three significant figures:
+// "512 B", "1.50 KiB", "2.00 GiB".
+func formatBytes(n int64) string {
+	const units = "KMGTPE"
+	neg := n < 0
+	v := math.Abs(float64(n))
+	if v < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	i := -1
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	prec := 2
+	if v >= 100 {
+		prec = 0
+	} else if v >= 10 {
+		prec = 1
+	}
+	s := strconv.FormatFloat(v, 'f', prec, 64) + " " + units[i:i+1] + "iB"
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// Expvar returns an [expvar.Var] whose String is a JSON object that maps each
+// used device's name ([Device.String]) to its [Stats], read when the variable
+// is read. Nothing is published by this package; publish it under a name of
+// your choice:
+//
+//	expvar.Publish("memtrack", memtrack.Expvar())
+func Expvar() expvar.Var {
+	return expvar.Func(func() any {
+		m := make(map[string]Stats)
+		rangeUsed(func(d Device, r *tracker.Record) {
+			m[d.String()] = statsOf(d, r.Snapshot())
+		})
+		return m
+	})
 }

@@ -26,13 +26,12 @@ retarget() {
 }
 retarget metal_bridge_cgo_darwin.go 'metal && darwin && cgo' 'metal && linux && cgo'
 retarget metal_bridge.h 'metal && darwin && cgo' 'metal && linux && cgo'
-retarget backend_metal.go 'metal && darwin' 'metal && linux'
 retarget metal_test.go 'metal && darwin' 'metal && linux'
 mv metal_bridge_cgo_darwin.go metal_bridge_cgo_linux.go
 # The Apple frameworks do not exist here, the Objective-C is replaced, and
 # the guard against -tags metal on Linux must not stop this build.
 sed -i '/^#cgo LDFLAGS: -framework /d; s/^#cgo CFLAGS: -fobjc-arc /#cgo CFLAGS: /' metal_bridge_cgo_linux.go
-rm metal_bridge.m backend_metal_other.go
+rm metal_bridge.m backend_metal_guard.go
 
 go vet -tags metal .
 go test -tags metal -race -count=1 -run Metal -v .

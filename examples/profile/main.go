@@ -54,8 +54,8 @@ func main() {
 	check(err)
 	defer weightBuf.Free()
 
-	// Profile one forward pass: the peak measures only what it adds.
-	p, err := dev.Profile(func() error { return forwardPass(dev, *workers, *layers, act) })
+	// Measure one forward pass: the peak measures only what it adds.
+	p, err := dev.Measure(func() error { return forwardPass(dev, *workers, *layers, act) })
 	check(err)
 	b, err := p.Budget(*utilization, block)
 	check(err)

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/pprof"
 )
 
 func main() {
@@ -37,10 +38,10 @@ func main() {
 	forwardPass(dev, 8, 24<<20)
 
 	check(os.MkdirAll(*dir, 0o755))
-	for name, kind := range map[string]memtrack.ProfileKind{"inuse.pb.gz": memtrack.ProfileInUse, "peak.pb.gz": memtrack.ProfilePeak} {
+	for name, kind := range map[string]pprof.Kind{"inuse.pb.gz": pprof.InUse, "peak.pb.gz": pprof.Peak} {
 		f, err := os.Create(filepath.Join(*dir, name))
 		check(err)
-		check(memtrack.WriteProfile(f, dev, kind))
+		check(pprof.WriteProfile(f, dev, kind))
 		check(f.Close())
 	}
 	st := dev.AllocationSiteStats()

@@ -1,21 +1,57 @@
-package memtrack
+package pprof
 
 import (
 	"bytes"
 	"testing"
 
 	"github.com/google/pprof/profile"
+	"github.com/memtrack/memtrack"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 const (
-	funcA = "github.com/memtrack/memtrack.allocFromA"
-	funcB = "github.com/memtrack/memtrack.allocFromB"
+	funcA = "github.com/memtrack/memtrack/pprof.allocFromA"
+	funcB = "github.com/memtrack/memtrack/pprof.allocFromB"
 )
 
+// The allocation helpers are the known call sites of the tests: each
+// allocates from a frame of its own.
+
+//go:noinline
+func allocFromA(d memtrack.Device, size int64) (*memtrack.Buffer, error) { return d.Alloc(size) }
+
+//go:noinline
+func allocFromB(d memtrack.Device, size int64) (*memtrack.Buffer, error) { return d.Alloc(size) }
+
+// allocOK returns the buffer of an allocation helper, failing the test on
+// an error: allocOK(t)(allocFromA(d, n)).
+func allocOK(t testing.TB) func(*memtrack.Buffer, error) *memtrack.Buffer {
+	return func(b *memtrack.Buffer, err error) *memtrack.Buffer {
+		t.Helper()
+		require.NoError(t, err)
+		return b
+	}
+}
+
+// recording enables allocation sites on the CPU for the test and disables
+// them when it ends.
+func recording(t *testing.T, depth int) memtrack.Device {
+	t.Helper()
+	d := memtrack.CPU()
+	require.NoError(t, d.EnableAllocationSites(depth))
+	t.Cleanup(d.DisableAllocationSites)
+	return d
+}
+
+func freeAll(t testing.TB, bufs ...*memtrack.Buffer) {
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+}
+
 // readProfile writes and parses the device's profile.
-func readProfile(t *testing.T, d Device, kind ProfileKind) *profile.Profile {
+func readProfile(t *testing.T, d memtrack.Device, kind Kind) *profile.Profile {
 	t.Helper()
 	var buf bytes.Buffer
 	require.NoError(t, WriteProfile(&buf, d, kind))
@@ -47,7 +83,7 @@ func sampleTypes(p *profile.Profile) []string {
 
 func TestWriteProfileAttributesBytes(t *testing.T) {
 	d := recording(t, 32)
-	var bufs []*Buffer
+	var bufs []*memtrack.Buffer
 	for range 3 {
 		bufs = append(bufs, allocOK(t)(allocFromA(d, 1000)))
 	}
@@ -56,7 +92,7 @@ func TestWriteProfileAttributesBytes(t *testing.T) {
 	}
 	defer func() { freeAll(t, bufs...) }()
 
-	p := readProfile(t, d, ProfileInUse)
+	p := readProfile(t, d, InUse)
 	assert.Equal(t, []string{"inuse_objects/count", "inuse_space/bytes"}, sampleTypes(p))
 	assert.Equal(t, "inuse_space", p.DefaultSampleType)
 	assert.Equal(t, map[string][2]int64{funcA: {3, 3000}, funcB: {2, 10000}}, byLeaf(p))
@@ -69,7 +105,7 @@ func TestWriteProfileAttributesBytes(t *testing.T) {
 				names = append(names, ln.Function.Name)
 			}
 		}
-		assert.Contains(t, names, "github.com/memtrack/memtrack.TestWriteProfileAttributesBytes")
+		assert.Contains(t, names, "github.com/memtrack/memtrack/pprof.TestWriteProfileAttributesBytes")
 		assert.Equal(t, []string{"cpu"}, s.Label["device"])
 	}
 
@@ -77,7 +113,7 @@ func TestWriteProfileAttributesBytes(t *testing.T) {
 	require.NoError(t, bufs[0].Free())
 	require.NoError(t, bufs[4].Free())
 	bufs = append(bufs[1:4:4], bufs[5:]...)
-	assert.Equal(t, map[string][2]int64{funcA: {2, 2000}, funcB: {1, 5000}}, byLeaf(readProfile(t, d, ProfileInUse)))
+	assert.Equal(t, map[string][2]int64{funcA: {2, 2000}, funcB: {1, 5000}}, byLeaf(readProfile(t, d, InUse)))
 }
 
 func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
@@ -88,50 +124,54 @@ func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
 	freeAll(t, a1, b1, a2)
 	a3 := allocOK(t)(allocFromA(d, 500))
 
-	peak := readProfile(t, d, ProfilePeak)
+	peak := readProfile(t, d, Peak)
 	assert.Equal(t, []string{"peak_inuse_objects/count", "peak_inuse_space/bytes"}, sampleTypes(peak))
 	assert.Equal(t, "peak_inuse_space", peak.DefaultSampleType)
 	assert.Equal(t, map[string][2]int64{funcA: {2, 3000}, funcB: {1, 4000}}, byLeaf(peak),
 		"the breakdown at the peak outlives the buffers")
-	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, ProfileInUse)))
+	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, InUse)))
 	assert.Equal(t, int64(7000), d.AllocationSiteStats().PeakBytes)
 
 	d.ResetPeakMemoryStats()
-	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, ProfilePeak)),
+	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, Peak)),
 		"a reset makes the live set the peak")
 
 	b2 := allocOK(t)(allocFromB(d, 800))
 	freeAll(t, b2, a3)
-	assert.Equal(t, map[string][2]int64{funcA: {1, 500}, funcB: {1, 800}}, byLeaf(readProfile(t, d, ProfilePeak)),
+	assert.Equal(t, map[string][2]int64{funcA: {1, 500}, funcB: {1, 800}}, byLeaf(readProfile(t, d, Peak)),
 		"a new peak replaces the breakdown")
-	assert.Empty(t, readProfile(t, d, ProfileInUse).Sample)
+	assert.Empty(t, readProfile(t, d, InUse).Sample)
 }
 
-func TestWriteProfileFoldsIntoOther(t *testing.T) {
+// The site without a stack, where memtrack folds the allocations past
+// MaxAllocationSites stacks, is one location named memtrack.other.
+func TestWriteProfileNamesTheFoldedSite(t *testing.T) {
 	d := recording(t, 32)
-	stateOf(KindCPU).sites.lookup(0).maxSites = 1 // no allocation yet: nothing reads it
 	a := allocOK(t)(allocFromA(d, 100))
-	b := allocOK(t)(allocFromB(d, 200))
-	defer freeAll(t, a, b)
-	assert.Equal(t, map[string][2]int64{funcA: {1, 100}, otherFunction: {1, 200}}, byLeaf(readProfile(t, d, ProfileInUse)))
-	assert.Equal(t, int64(1), d.AllocationSiteStats().Folded)
+	defer freeAll(t, a)
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	snap.Sites = append(snap.Sites, memtrack.Site{Buffers: 2, Bytes: 200})
+	var buf bytes.Buffer
+	require.NoError(t, build(snap).Write(&buf))
+	p, err := profile.Parse(&buf)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckValid())
+	assert.Equal(t, map[string][2]int64{funcA: {1, 100}, memtrack.OtherSite: {2, 200}}, byLeaf(p))
 }
 
 func TestWriteProfileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		d    Device
-		kind ProfileKind
+		kind Kind
 		err  error
 	}{
-		{"not recording", CPU(), ProfileInUse, ErrSitesNotRecorded},
-		{"bad kind", CPU(), ProfilePeak + 1, ErrInvalidProfileKind},
-		{"bad device", Device{kind: numKinds}, ProfileInUse, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 1}, ProfilePeak, ErrInvalidOrdinal},
+		{"not recording", InUse, memtrack.ErrSitesNotRecorded},
+		{"bad kind", Peak + 1, ErrInvalidKind},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			assert.ErrorIs(t, WriteProfile(&buf, tc.d, tc.kind), tc.err)
+			assert.ErrorIs(t, WriteProfile(&buf, memtrack.CPU(), tc.kind), tc.err)
 			assert.Zero(t, buf.Len(), "nothing written")
 		})
 	}

@@ -6,12 +6,53 @@ import (
 	"math"
 )
 
-// ErrInvalidArgument: an argument outside what the function accepts, such as
-// a utilization outside (0, 1] given to [Profile.Budget] or a nil function
-// given to [Device.Profile].
-var ErrInvalidArgument = errors.New("memtrack: invalid argument")
+// MemGetInfo returns the free and total memory of the device as the OS or
+// driver reports them (cuMemGetInfo for CUDA, the machine or its cgroup for
+// the CPU): figures for the whole device, not this package's counters.
+func (d Device) MemGetInfo() (free, total int64, err error) {
+	s, _, err := d.resolve()
+	if err != nil {
+		return 0, 0, err
+	}
+	free, total, err = s.b.memInfo(d.ordinal)
+	if err != nil {
+		return 0, 0, fillError(err, d, 0, nil)
+	}
+	return free, total, nil
+}
 
-// Profile is what [Device.Profile] measured on a device while a function ran:
+// Usage puts the bytes this package counts on a device beside what the OS or
+// driver reports for the whole device, and names their difference.
+//
+// The two never agree, and should not: the tracked figure is the sum of the
+// sizes of live buffers allocated through this package, while the reported
+// figure is everything the device has in use. On a GPU the difference holds
+// the CUDA context (hundreds of MiB), the memory of libraries that allocate
+// on their own (cuBLAS workspaces, NCCL buffers), other processes, and the
+// driver's rounding of each allocation; on the CPU it holds the rest of the
+// process and of the machine (or cgroup).
+type Usage struct {
+	Device    Device
+	Tracked   int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
+	Total     int64 // the device's memory, as reported
+	Free      int64 // free memory, as reported
+	Used      int64 // Total - Free: memory in use on the device, by anyone
+	Untracked int64 // Used - Tracked: memory in use that this package did not allocate
+}
+
+// Usage returns the tracked figure and the reported figures of the device
+// side by side; see [Usage] for how to read their difference.
+func (d Device) Usage() (Usage, error) {
+	tracked := d.MemoryAllocated()
+	free, total, err := d.MemGetInfo()
+	if err != nil {
+		return Usage{Device: d, Tracked: tracked}, err
+	}
+	used := max(total-free, 0)
+	return Usage{Device: d, Tracked: tracked, Total: total, Free: free, Used: used, Untracked: used - tracked}, nil
+}
+
+// Measurement is what [Device.Measure] measured on a device while a function ran:
 // the tracked figures, the figures the OS or driver reported, and the part of
 // the reported growth that the tracker cannot see.
 //
@@ -22,7 +63,7 @@ var ErrInvalidArgument = errors.New("memtrack: invalid argument")
 // cache: it is what the device gained that the package did not allocate
 // (a CUDA context created on first use, library workspaces, the Go heap on
 // the CPU, other processes).
-type Profile struct {
+type Measurement struct {
 	Device Device
 
 	BaselineTracked     int64 // tracked bytes when the run began
@@ -41,7 +82,7 @@ type Profile struct {
 	Untracked int64
 }
 
-// Profile measures the memory f needs on the device, the way an inference
+// Measure measures the memory f needs on the device, the way an inference
 // server does before it sizes its cache: it resets the peak, records the
 // tracked and reported baselines, runs f, and reads the figures again. f's
 // error is returned, wrapped, with the figures measured so far.
@@ -49,29 +90,29 @@ type Profile struct {
 // The peak is the device's, not the caller's: allocations by other
 // goroutines during f are in the figures, which is what sizing a cache needs
 // (they compete for the same memory) and is safe under concurrency. For the
-// same reason, profiles of one device must not overlap: the peak has one
-// reset point per device, so a profile (or any [Device.ResetPeakMemoryStats])
-// that starts while another runs moves that point, and the first profile
-// then sees only the peak since the second began. Run profiles of one device
-// one after another, or put everything to measure into one f; profiles of
+// same reason, measurements of one device must not overlap: the peak has one
+// reset point per device, so a measurement (or any [Device.ResetPeakMemoryStats])
+// that starts while another runs moves that point, and the first measurement
+// then sees only the peak since the second began. Run measurements of one device
+// one after another, or put everything to measure into one f; measurements of
 // different devices are independent and may run at once.
 //
-// Profile fails before running f, changing nothing, where the device does
+// Measure fails before running f, changing nothing, where the device does
 // not exist or its memory cannot be queried.
-func (d Device) Profile(f func() error) (Profile, error) {
+func (d Device) Measure(f func() error) (Measurement, error) {
 	if f == nil {
-		return Profile{Device: d}, fmt.Errorf("%w: profile of %v: nil function", ErrInvalidArgument, d)
+		return Measurement{Device: d}, fmt.Errorf("%w: measurement of %v: nil function", ErrInvalidArgument, d)
 	}
 	_, r, err := d.resolve()
 	if err != nil {
-		return Profile{Device: d}, err
+		return Measurement{Device: d}, err
 	}
 	free, total, err := d.MemGetInfo()
 	if err != nil {
-		return Profile{Device: d}, err
+		return Measurement{Device: d}, err
 	}
 	r.ResetPeak()
-	p := Profile{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
+	p := Measurement{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
 
 	ferr := f()
 
@@ -91,16 +132,16 @@ func wrapRun(d Device, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("memtrack: profile of %v: %w", d, err)
+	return fmt.Errorf("memtrack: measurement of %v: %w", d, err)
 }
 
-// Budget is the memory a cache may take after a [Profile]: what remains of
-// a fraction of the device's memory once the memory in use at the profiled
+// Budget is the memory a cache may take after a [Measurement]: what remains of
+// a fraction of the device's memory once the memory in use at the measured
 // peak is set aside, and how many blocks of a given size it holds.
 type Budget struct {
 	Utilization float64 // the fraction of the device's memory given to Budget
 	Usable      int64   // Utilization × Total, in bytes: what the device may be filled to
-	// Reserved is the memory in use on the device at the profiled peak:
+	// Reserved is the memory in use on the device at the measured peak:
 	// BaselineUsed + TrackedPeakIncrease + Untracked (when positive).
 	Reserved  int64
 	Available int64 // Usable - Reserved, or 0 where that is negative
@@ -108,15 +149,15 @@ type Budget struct {
 	Blocks    int64 // Available / BlockSize
 }
 
-// Budget turns the profile into a cache budget: the device may be filled to
-// utilization × Total, and a cache gets what the profiled peak leaves of
-// that. The peak counts everything in use on the device when the profile
+// Budget turns the measurement into a cache budget: the device may be filled to
+// utilization × Total, and a cache gets what the measured peak leaves of
+// that. The peak counts everything in use on the device when the measurement
 // began (this process, its earlier buffers and other processes), the tracked
 // peak increase and the untracked growth. It fails with
 // [ErrInvalidArgument] for a utilization outside (0, 1], and with
-// [ErrInvalidSize] for a blockSize <= 0 or a profile without a device total.
+// [ErrInvalidSize] for a blockSize <= 0 or a measurement without a device total.
 // A budget with no room for one block is not an error: Blocks is 0.
-func (p Profile) Budget(utilization float64, blockSize int64) (Budget, error) {
+func (p Measurement) Budget(utilization float64, blockSize int64) (Budget, error) {
 	if math.IsNaN(utilization) || utilization <= 0 || utilization > 1 {
 		return Budget{}, fmt.Errorf("%w: %v: want a fraction of the device's memory in (0, 1]", ErrInvalidArgument, utilization)
 	}
@@ -124,7 +165,7 @@ func (p Profile) Budget(utilization float64, blockSize int64) (Budget, error) {
 		return Budget{}, fmt.Errorf("%w: block size %d: want a positive number of bytes", ErrInvalidSize, blockSize)
 	}
 	if p.Total <= 0 {
-		return Budget{}, fmt.Errorf("%w: the profile of %v has a device total of %d bytes; budget a Profile returned by Device.Profile", ErrInvalidSize, p.Device, p.Total)
+		return Budget{}, fmt.Errorf("%w: the measurement of %v has a device total of %d bytes; budget a Measurement returned by Device.Measure", ErrInvalidSize, p.Device, p.Total)
 	}
 	b := Budget{
 		Utilization: utilization,

@@ -1,4 +1,4 @@
-package memtrack
+package pprof
 
 import (
 	"net/http"
@@ -12,9 +12,9 @@ import (
 
 func TestProfileHandler(t *testing.T) {
 	prefix := http.NewServeMux()
-	prefix.Handle("/debug/memtrack/", ProfileHandler())
+	prefix.Handle("/debug/memtrack/", Handler())
 	wildcard := http.NewServeMux()
-	wildcard.Handle("GET /sites/{device}", ProfileHandler())
+	wildcard.Handle("GET /sites/{device}", Handler())
 
 	d := recording(t, 32)
 	a := allocOK(t)(allocFromA(d, 1000))

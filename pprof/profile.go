@@ -1,6 +1,18 @@
-package memtrack
+// Package pprof writes the allocation sites that package memtrack records
+// as pprof profiles, the format go tool pprof reads, and serves them over
+// HTTP beside net/http/pprof.
+//
+// Record the sites with [memtrack.Device.EnableAllocationSites], then write
+// the live buffers ([InUse]) or those live at the latest peak ([Peak]):
+//
+//	dev.EnableAllocationSites(32)
+//	...
+//	pprof.WriteProfile(f, dev, pprof.Peak)
+//	// go tool pprof -top peak.pb.gz
+package pprof
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,61 +20,69 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/memtrack/memtrack"
 )
 
-// ProfileKind selects the figures [WriteProfile] writes.
-type ProfileKind uint8
+// ErrInvalidKind: a [Kind] that is neither [InUse] nor [Peak].
+var ErrInvalidKind = errors.New("memtrack: invalid profile kind")
+
+// Kind selects the figures [WriteProfile] writes.
+type Kind uint8
 
 const (
-	// ProfileInUse is the live buffers by allocation site, with the sample
-	// types inuse_space (bytes) and inuse_objects (count).
-	ProfileInUse ProfileKind = iota
+	// InUse is the live buffers by allocation site, with the sample types
+	// inuse_space (bytes) and inuse_objects (count).
+	InUse Kind = iota
 
-	// ProfilePeak is the live buffers by allocation site at the moment of
-	// the latest peak of the recorded bytes (since recording began or the
-	// last [Device.ResetPeakMemoryStats]), with the sample types
+	// Peak is the live buffers by allocation site at the moment of the
+	// latest peak of the recorded bytes (since recording began or the last
+	// [memtrack.Device.ResetPeakMemoryStats]), with the sample types
 	// peak_inuse_space (bytes) and peak_inuse_objects (count).
-	ProfilePeak
+	Peak
 )
 
 // String returns "inuse" or "peak".
-func (k ProfileKind) String() string {
+func (k Kind) String() string {
 	switch k {
-	case ProfileInUse:
+	case InUse:
 		return "inuse"
-	case ProfilePeak:
+	case Peak:
 		return "peak"
 	}
-	return fmt.Sprintf("ProfileKind(%d)", uint8(k))
+	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
-
-// otherFunction names the site that holds the allocations past
-// [MaxAllocationSites] distinct stacks.
-const otherFunction = "memtrack.other"
 
 // WriteProfile writes the device's recorded buffers by allocation site, now
 // or at the latest peak, as a gzipped pprof protocol buffer that go tool
 // pprof reads (-top, -http, flame graphs). It fails with an error matching
-// [ErrSitesNotRecorded] unless [Device.EnableAllocationSites] was called,
-// and writes nothing then.
-func WriteProfile(w io.Writer, d Device, kind ProfileKind) error {
-	if kind > ProfilePeak {
-		return fmt.Errorf("%w: %v", ErrInvalidProfileKind, kind)
+// [memtrack.ErrSitesNotRecorded] unless
+// [memtrack.Device.EnableAllocationSites] was called, and writes nothing
+// then.
+func WriteProfile(w io.Writer, d memtrack.Device, kind Kind) error {
+	var (
+		snap memtrack.SiteSnapshot
+		err  error
+	)
+	switch kind {
+	case InUse:
+		snap, err = d.AllocationSites()
+	case Peak:
+		snap, err = d.PeakAllocationSites()
+	default:
+		return fmt.Errorf("%w: %v", ErrInvalidKind, kind)
 	}
-	r, err := d.recorder()
 	if err != nil {
 		return err
 	}
-	sites, st := r.snapshot(kind == ProfilePeak)
-	return buildProfile(d, kind, sites, st).Write(w)
+	return build(snap).Write(w)
 }
 
-// buildProfile turns the sites into a profile, with one location per
-// program counter and its inlined frames as lines.
-func buildProfile(d Device, kind ProfileKind, sites []siteFigures, st SiteStats) *profile.Profile {
-	prefix := ""
-	if kind == ProfilePeak {
-		prefix = "peak_"
+// build turns the sites into a profile, with one location per program
+// counter and its inlined frames as lines.
+func build(snap memtrack.SiteSnapshot) *profile.Profile {
+	d, st, kind, prefix := snap.Device, snap.Stats, InUse, ""
+	if snap.Peak {
+		kind, prefix = Peak, "peak_"
 	}
 	p := &profile.Profile{
 		SampleType: []*profile.ValueType{
@@ -75,7 +95,7 @@ func buildProfile(d Device, kind ProfileKind, sites []siteFigures, st SiteStats)
 		TimeNanos:         time.Now().UnixNano(),
 		Comments: []string{
 			fmt.Sprintf("memtrack: %s memory of %v by allocation site, stacks of at most %d frames", kind, d, st.Depth),
-			fmt.Sprintf("memtrack: %d allocations folded into %s past %d sites", st.Folded, otherFunction, MaxAllocationSites),
+			fmt.Sprintf("memtrack: %d allocations folded into %s past %d sites", st.Folded, memtrack.OtherSite, memtrack.MaxAllocationSites),
 		},
 	}
 	// One mapping, for the executable, already symbolized: pprof then
@@ -83,19 +103,19 @@ func buildProfile(d Device, kind ProfileKind, sites []siteFigures, st SiteStats)
 	exe, _ := os.Executable()
 	p.Mapping = []*profile.Mapping{{ID: 1, Limit: ^uint64(0), File: exe, HasFunctions: true, HasFilenames: true, HasLineNumbers: true, HasInlineFrames: true}}
 	b := profileBuilder{p: p, locs: map[uintptr]*profile.Location{}, funcs: map[[2]string]*profile.Function{}}
-	for _, s := range sites {
+	for _, s := range snap.Sites {
 		var locs []*profile.Location
-		if s.pcs == nil {
+		if s.Stack == nil {
 			locs = []*profile.Location{b.other()}
 		}
-		for _, pc := range s.pcs {
+		for _, pc := range s.Stack {
 			if l := b.location(pc); l != nil {
 				locs = append(locs, l)
 			}
 		}
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: locs,
-			Value:    []int64{s.objects, s.bytes},
+			Value:    []int64{s.Buffers, s.Bytes},
 			Label:    map[string][]string{"device": {d.String()}},
 		})
 	}
@@ -151,7 +171,7 @@ func (b *profileBuilder) other() *profile.Location {
 	if l, ok := b.locs[0]; ok && l != nil {
 		return l
 	}
-	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: b.p.Mapping[0], Line: []profile.Line{{Function: b.function(otherFunction, "")}}}
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: b.p.Mapping[0], Line: []profile.Line{{Function: b.function(memtrack.OtherSite, "")}}}
 	b.p.Location = append(b.p.Location, l)
 	b.locs[0] = l
 	return l

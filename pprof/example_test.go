@@ -1,4 +1,4 @@
-package memtrack_test
+package pprof_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/pprof/profile"
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/pprof"
 )
 
 //go:noinline
@@ -43,9 +44,9 @@ func ExampleWriteProfile() {
 	defer w.Free()
 	scratch(d)
 
-	for _, kind := range []memtrack.ProfileKind{memtrack.ProfileInUse, memtrack.ProfilePeak} {
+	for _, kind := range []pprof.Kind{pprof.InUse, pprof.Peak} {
 		var buf bytes.Buffer
-		if err := memtrack.WriteProfile(&buf, d, kind); err != nil {
+		if err := pprof.WriteProfile(&buf, d, kind); err != nil {
 			log.Fatal(err)
 		}
 		p, err := profile.Parse(&buf)
@@ -68,9 +69,9 @@ func ExampleWriteProfile() {
 
 // Mount the profiles beside net/http/pprof; then
 // go tool pprof http://host/debug/memtrack/cpu reads them.
-func ExampleProfileHandler() {
+func ExampleHandler() {
 	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", memtrack.ProfileHandler())
+	mux.Handle("/debug/memtrack/", pprof.Handler())
 
 	d := memtrack.CPU()
 	for _, path := range []string{"/debug/memtrack/cpu", "/debug/memtrack/gpu:0"} {

@@ -19,14 +19,14 @@ func mustAlloc(t *testing.T, d Device, n int64) *Buffer {
 	return b
 }
 
-func TestProfile(t *testing.T) {
+func TestMeasure(t *testing.T) {
 	cpu := CPU()
 	weights := mustAlloc(t, cpu, 8<<10)
 	defer weights.Free()
 	base := cpu.MemoryAllocated()
 
 	var kept *Buffer
-	p, err := cpu.Profile(func() error {
+	p, err := cpu.Measure(func() error {
 		a := mustAlloc(t, cpu, 2<<20) // mapped from the OS
 		b := mustAlloc(t, cpu, 3<<10)
 		kept = mustAlloc(t, cpu, 5<<10)
@@ -56,7 +56,7 @@ func TestProfile(t *testing.T) {
 // TestProfileConcurrentAllocations lets another goroutine allocate while the
 // profiled function holds its peak: the profile is the device's, so its
 // buffer is in the peak.
-func TestProfileConcurrentAllocations(t *testing.T) {
+func TestMeasureConcurrentAllocations(t *testing.T) {
 	cpu := CPU()
 	start, allocated, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
@@ -72,7 +72,7 @@ func TestProfileConcurrentAllocations(t *testing.T) {
 		assert.NoError(t, b.Free())
 	}()
 
-	p, err := cpu.Profile(func() error {
+	p, err := cpu.Measure(func() error {
 		a := mustAlloc(t, cpu, 4<<10)
 		close(start)
 		<-allocated // the other goroutine holds its buffer now
@@ -89,22 +89,22 @@ func TestProfileConcurrentAllocations(t *testing.T) {
 // TestProfileOverlap shows what the documentation says of overlapping
 // profiles of one device: the later one's reset hides the earlier one's
 // peak from it.
-func TestProfileOverlap(t *testing.T) {
+func TestMeasureOverlap(t *testing.T) {
 	cpu := CPU()
 	peaked, secondStarted, secondDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var second Profile
+	var second Measurement
 	go func() {
 		defer close(secondDone)
 		<-peaked
 		var err error
-		second, err = cpu.Profile(func() error {
+		second, err = cpu.Measure(func() error {
 			close(secondStarted)
 			return nil
 		})
 		assert.NoError(t, err)
 	}()
 
-	first, err := cpu.Profile(func() error {
+	first, err := cpu.Measure(func() error {
 		b := mustAlloc(t, cpu, 6<<10)
 		require.NoError(t, b.Free())
 		close(peaked)
@@ -117,7 +117,7 @@ func TestProfileOverlap(t *testing.T) {
 	assert.Zero(t, second.TrackedPeakIncrease)
 }
 
-func TestProfileErrors(t *testing.T) {
+func TestMeasureErrors(t *testing.T) {
 	cpu := CPU()
 	held := mustAlloc(t, cpu, 2<<10)
 	spike := mustAlloc(t, cpu, 4<<10)
@@ -141,26 +141,26 @@ func TestProfileErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ran = false
-			p, err := tt.dev.Profile(tt.f)
+			p, err := tt.dev.Measure(tt.f)
 			require.Error(t, err)
 			if tt.want != nil {
 				assert.ErrorIs(t, err, tt.want)
 			}
 			assert.False(t, ran, "the function ran")
-			assert.Equal(t, Profile{Device: tt.dev}, p)
+			assert.Equal(t, Measurement{Device: tt.dev}, p)
 			assert.Equal(t, peak, cpu.MaxMemoryAllocated(), "a failed profile reset the CPU's peak")
 		})
 	}
 
 	t.Run("function fails", func(t *testing.T) {
 		boom := errors.New("boom")
-		p, err := cpu.Profile(func() error {
+		p, err := cpu.Measure(func() error {
 			b := mustAlloc(t, cpu, 1<<10)
 			require.NoError(t, b.Free())
 			return boom
 		})
 		assert.ErrorIs(t, err, boom)
-		assert.ErrorContains(t, err, "memtrack: profile of cpu: boom")
+		assert.ErrorContains(t, err, "memtrack: measurement of cpu: boom")
 		assert.Equal(t, int64(1<<10), p.TrackedPeakIncrease, "the figures of a failed run are still returned")
 		assert.Positive(t, p.Total)
 	})
@@ -168,7 +168,7 @@ func TestProfileErrors(t *testing.T) {
 
 func TestBudget(t *testing.T) {
 	const gib = 1 << 30
-	p := Profile{
+	p := Measurement{
 		Total:               80 * gib,
 		BaselineUsed:        20 * gib, // context, weights, other processes
 		TrackedPeakIncrease: 6 * gib,  // activations of the forward pass
@@ -176,7 +176,7 @@ func TestBudget(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
-		p           Profile
+		p           Measurement
 		utilization float64
 		block       int64
 		want        Budget
@@ -184,7 +184,7 @@ func TestBudget(t *testing.T) {
 		{"vLLM-style", p, 0.9, 16 << 20, Budget{Utilization: 0.9, Usable: 72 * gib, Reserved: 27 * gib, Available: 45 * gib, BlockSize: 16 << 20, Blocks: 45 * 64}},
 		{"whole device", p, 1, gib, Budget{Utilization: 1, Usable: 80 * gib, Reserved: 27 * gib, Available: 53 * gib, BlockSize: gib, Blocks: 53}},
 		{"block does not divide", p, 1, 10 * gib, Budget{Utilization: 1, Usable: 80 * gib, Reserved: 27 * gib, Available: 53 * gib, BlockSize: 10 * gib, Blocks: 5}},
-		{"negative untracked is not counted", Profile{Total: 10 * gib, BaselineUsed: gib, Untracked: -gib}, 0.5, gib,
+		{"negative untracked is not counted", Measurement{Total: 10 * gib, BaselineUsed: gib, Untracked: -gib}, 0.5, gib,
 			Budget{Utilization: 0.5, Usable: 5 * gib, Reserved: gib, Available: 4 * gib, BlockSize: gib, Blocks: 4}},
 		{"no room", p, 0.25, gib, Budget{Utilization: 0.25, Usable: 20 * gib, Reserved: 27 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
 	}
@@ -198,10 +198,10 @@ func TestBudget(t *testing.T) {
 }
 
 func TestBudgetErrors(t *testing.T) {
-	p := Profile{Total: 1 << 30}
+	p := Measurement{Total: 1 << 30}
 	tests := []struct {
 		name        string
-		p           Profile
+		p           Measurement
 		utilization float64
 		block       int64
 		want        error
@@ -214,7 +214,7 @@ func TestBudgetErrors(t *testing.T) {
 		{"infinite utilization", p, math.Inf(1), 1, ErrInvalidArgument, "+Inf"},
 		{"zero block", p, 0.9, 0, ErrInvalidSize, "block size 0"},
 		{"negative block", p, 0.9, -4096, ErrInvalidSize, "block size -4096"},
-		{"no device total", Profile{}, 0.9, 1, ErrInvalidSize, "Device.Profile"},
+		{"no device total", Measurement{}, 0.9, 1, ErrInvalidSize, "Device.Measure"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

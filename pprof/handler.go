@@ -1,4 +1,4 @@
-package memtrack
+package pprof
 
 import (
 	"bytes"
@@ -7,29 +7,31 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/memtrack/memtrack"
 )
 
-// ProfileHandler returns an [http.Handler] that serves [WriteProfile] for
-// the device named by the last element of the path, as [ParseDevice] reads
-// it, so that it can be mounted beside net/http/pprof:
+// Handler returns an [http.Handler] that serves [WriteProfile] for the
+// device named by the last element of the path, as [memtrack.ParseDevice]
+// reads it, so that it can be mounted beside net/http/pprof:
 //
-//	http.Handle("/debug/memtrack/", memtrack.ProfileHandler())
+//	http.Handle("/debug/memtrack/", pprof.Handler())
 //	// go tool pprof http://host/debug/memtrack/cuda:0
 //	// go tool pprof http://host/debug/memtrack/cuda:0?peak=1
 //
 // A pattern with a {device} wildcard works too. With ?peak=1 it serves the
-// [ProfilePeak] figures. The path without a device lists the devices and
+// [Peak] figures. The path without a device lists the devices and
 // whether they record allocation sites. A device that cannot be read is a
 // 400, one that does not exist a 404, and one that does not record sites a
 // 409, each with the error in the body.
-func ProfileHandler() http.Handler { return profileHandler{} }
+func Handler() http.Handler { return handler{} }
 
-// profileHandler is the http.Handler that ProfileHandler returns.
-type profileHandler struct{}
+// handler is the http.Handler that Handler returns.
+type handler struct{}
 
 // ServeHTTP writes the profile of the device the path names, or the list of
 // devices for the bare path.
-func (profileHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		httpError(w, http.StatusMethodNotAllowed, fmt.Errorf("memtrack: method %s not allowed", r.Method))
@@ -43,7 +45,7 @@ func (profileHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveIndex(w)
 		return
 	}
-	kind := ProfileInUse
+	kind := InUse
 	if v := r.URL.Query().Get("peak"); v != "" {
 		peak, err := strconv.ParseBool(v)
 		if err != nil {
@@ -51,23 +53,23 @@ func (profileHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if peak {
-			kind = ProfilePeak
+			kind = Peak
 		}
 	}
-	d, err := ParseDevice(name)
+	d, err := memtrack.ParseDevice(name)
 	var buf bytes.Buffer
 	if err == nil {
 		err = WriteProfile(&buf, d, kind)
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrInvalidDevice):
+	case errors.Is(err, memtrack.ErrInvalidDevice):
 		httpError(w, http.StatusBadRequest, err)
 		return
-	case errors.Is(err, ErrInvalidOrdinal), errors.Is(err, ErrBackendNotBuilt), errors.Is(err, ErrBackendUnavailable):
+	case errors.Is(err, memtrack.ErrInvalidOrdinal), errors.Is(err, memtrack.ErrBackendNotBuilt), errors.Is(err, memtrack.ErrBackendUnavailable):
 		httpError(w, http.StatusNotFound, err)
 		return
-	case errors.Is(err, ErrSitesNotRecorded):
+	case errors.Is(err, memtrack.ErrSitesNotRecorded):
 		httpError(w, http.StatusConflict, err)
 		return
 	default:
@@ -85,7 +87,7 @@ func (profileHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func serveIndex(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	for _, d := range Devices() {
+	for _, d := range memtrack.Devices() {
 		st := d.AllocationSiteStats()
 		if st.Enabled {
 			fmt.Fprintf(w, "%v\trecording, %d sites, %d live buffers, %d bytes\n", d, st.Sites, st.Live, st.LiveBytes)

@@ -1,0 +1,57 @@
+package memtrack
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The core counts and exposes plain Go values; every rendering (Prometheus,
+// pprof, HTML, traces) is a package of its own. So the core's dependencies,
+// in every build, are the standard library and these alone.
+var coreDeps = []string{
+	"github.com/memtrack/memtrack",
+	"github.com/memtrack/memtrack/tracker",
+	"go.uber.org/atomic",
+	"github.com/mumax/3/cuda/cu", // under -tags cuda
+}
+
+func TestCoreImportsNoRenderer(t *testing.T) {
+	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(gotool); err != nil {
+		t.Skipf("no go command at %s to list the dependencies with: %v", gotool, err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		tags string
+	}{
+		{"default", nil, ""},
+		{"cuda", nil, "cuda"},
+		{"metal on macOS", []string{"GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=1"}, "metal"},
+		{"nosites", nil, "memtrack_nosites"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, pkg := range []string{".", "./tracker"} {
+				cmd := exec.Command(gotool, "list", "-deps", "-tags", tc.tags,
+					"-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
+				cmd.Env = append(cmd.Environ(), tc.env...)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				out, err := cmd.Output()
+				require.NoError(t, err, "go list -deps %s: %s", pkg, stderr.String())
+				deps := strings.Fields(string(out))
+				require.Contains(t, deps, "go.uber.org/atomic", "the listing holds the non-standard dependencies")
+				for _, dep := range deps {
+					assert.True(t, slices.Contains(coreDeps, dep), "%s (-tags %q) depends on %s, which is not the standard library, go.uber.org/atomic or mumax's cu", pkg, tc.tags, dep)
+				}
+			}
+		})
+	}
+}
