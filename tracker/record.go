@@ -6,27 +6,52 @@ import (
 	stdatomic "sync/atomic"
 )
 
-// The bytes word holds the bytes held in its low 58 bits and, in bits 58-62,
-// a limit generation: 0 while no limit is set, bumped (1 to 31) by every
-// SetLimit that sets one. A fast-path add lands on the generation it finds,
-// so an Alloc that started before SetLimit and adds after it sees a non-zero
-// generation and takes the exact path, and a compare-and-swap prepared
-// under one limit fails once another is set.
+// The bytes word holds the bytes held in its low 48 bits (MaxBytes plus
+// room for the transient adds of goroutines in flight), in bits 48-52 a
+// limit generation: 0 while no limit is set, bumped (1 to 31) by every
+// SetLimit that sets one, and in bits 53-63 a tag that every operation moves
+// by one when it changes the bytes (wrapping freely out of the word). A
+// fast-path add lands on the generation it finds, so an Alloc that started
+// before SetLimit and adds after it sees a non-zero generation and takes the
+// exact path, and a compare-and-swap prepared under one limit fails once
+// another is set.
 //
 // The counts word holds the live buffers in its low 32 bits and the frees
 // (modulo 2^32, folded into a 64-bit total every 2^31) in its high 32 bits,
 // so that one add moves both on a Free and the cumulative allocations
 // (live + frees) never trail or lead.
+//
+// Every operation changes the bytes word first (with its tag) and the counts
+// word last (an Alloc adds one live buffer, a Free moves one buffer from live
+// to freed: either way live + 2*frees grows by one), with a Free's freed
+// bytes in between; an operation refused after its first add takes its adds
+// back in reverse order. So the tag equals live + 2*frees (modulo 2^11)
+// exactly when no operation is between its first and its last add: a reader
+// that loads the counts, then the other words, and finds them matching has
+// one consistent state, the one at its load of the counts (see cut).
 const (
-	genShift  = 58
-	fieldMask = 1<<genShift - 1
+	heldBits  = 48
+	heldMask  = 1<<heldBits - 1
+	genShift  = heldBits
 	genMask   = 31 << genShift
+	lowMask   = 1<<tagShift - 1 // held bytes and generation
+	tagShift  = genShift + 5
+	tagUnit   = 1 << tagShift
+	stepMask  = 1<<(64-tagShift) - 1
 	liveMask  = 1<<32 - 1
 	freeDelta = 1<<32 - 1              // frees+1, live-1
 	unfree    = ^uint64(freeDelta - 1) // -freeDelta
 	foldAt    = 1 << 63                // frees field at 2^31
 	notAdded  = -1 << 63               // no fast-path add was made
 )
+
+// consistent reports whether the bytes word b and the counts word c, loaded
+// in the order c then b, describe one state: no operation between its
+// first and its last add, no refused change being taken back.
+func consistent(b int64, c uint64) bool {
+	steps := c&liveMask + 2*(c>>32)
+	return b&heldMask <= MaxBytes && c&liveMask <= MaxLive && uint64(b)>>tagShift == steps&stepMask
+}
 
 const (
 	// MaxBytes is the most bytes a [Record] holds at once (64 TiB).
@@ -87,11 +112,8 @@ type Record struct {
 	foldedFrees stdatomic.Int64
 	failed      stdatomic.Int64
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
-	// Readers publish the highest allocated bytes they have reported, so
-	// that the figure never runs backwards while a Free is between its
-	// adds. The bases are the figures at the last ResetAccumulated, written
+	// The bases are the figures at the last ResetAccumulated, written
 	// under baseSeq (odd while they change).
-	seenAllocBytes                                                    int64 // atomic
 	baseSeq                                                           stdatomic.Int64
 	baseAllocs, baseAllocBytes, baseFrees, baseFreedBytes, baseFailed stdatomic.Int64
 	_                                                                 [cacheLineSize]byte
@@ -105,8 +127,8 @@ type Record struct {
 func (r *Record) Alloc(n int64) error {
 	v, l := int64(notAdded), int64(0)
 	if uint64(n-1) < fastMax && stdatomic.LoadInt64(&r.limit) == 0 {
-		v = stdatomic.AddInt64(&r.bytes, n)
-		if uint64(v) <= MaxBytes {
+		v = stdatomic.AddInt64(&r.bytes, n+tagUnit) & lowMask
+		if v <= MaxBytes {
 			l = int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
 			if l <= MaxLive && v <= stdatomic.LoadInt64(&r.peakBytes) && l <= stdatomic.LoadInt64(&r.peakLive) {
 				return nil
@@ -117,11 +139,12 @@ func (r *Record) Alloc(n int64) error {
 }
 
 // allocSlow finishes an Alloc whose fast path did not. If v != notAdded,
-// the fast path added n to the bytes (v the result) and, if v is within
-// [0, MaxBytes], one buffer to the counts (l the live buffers after it).
+// the fast path added n to the bytes (v the held bytes and generation after
+// it) and, if v is within [0, MaxBytes] (no limit, no transient), one buffer
+// to the counts (l the live buffers after it).
 func (r *Record) allocSlow(n, v, l int64) error {
 	if v != notAdded {
-		if uint64(v) <= MaxBytes {
+		if v <= MaxBytes {
 			if l <= MaxLive {
 				r.raisePeaks(v, l)
 				return nil
@@ -130,7 +153,7 @@ func (r *Record) allocSlow(n, v, l int64) error {
 		}
 		// Past a capacity, a limit set meanwhile, or a refused Free of
 		// another goroutine being taken back: undo and decide exactly.
-		stdatomic.AddInt64(&r.bytes, -n)
+		stdatomic.AddInt64(&r.bytes, -(n + tagUnit))
 	}
 	if n <= 0 {
 		return invalidSize(n)
@@ -138,12 +161,12 @@ func (r *Record) allocSlow(n, v, l int64) error {
 	return r.allocExact(n)
 }
 
-// allocExact is the exact path: a compare-and-swap loop on the bytes that
-// refuses what would pass the limit or the record's capacity.
+// allocExact is the exact path: a compare-and-swap loop on a consistent
+// state that refuses what would pass the limit or the record's capacity.
 func (r *Record) allocExact(n int64) error {
 	for {
-		o := r.loadBytes()
-		held := o & fieldMask
+		o, c := r.load()
+		held := o & heldMask
 		lim := stdatomic.LoadInt64(&r.limit)
 		room := int64(MaxBytes)
 		if o&genMask != 0 && lim > 0 {
@@ -156,19 +179,14 @@ func (r *Record) allocExact(n int64) error {
 			}
 			return &LimitError{Requested: n, Current: held, Limit: room}
 		}
-		if r.loadCounts()&liveMask >= MaxLive {
+		if c&liveMask >= MaxLive {
 			r.failed.Add(1)
 			return fmt.Errorf("%w: a record holds at most %d buffers", ErrCapacity, int64(MaxLive))
 		}
-		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o+n) {
+		// The compare-and-swap succeeds only if no operation changed the
+		// bytes since the consistent load, so the counts are still c.
+		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o+n+tagUnit) {
 			l := int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
-			if l > MaxLive {
-				// Raced to the 2^31st buffer: take both back.
-				stdatomic.AddUint64(&r.counts, ^uint64(0))
-				stdatomic.AddInt64(&r.bytes, -n)
-				r.failed.Add(1)
-				return fmt.Errorf("%w: a record holds at most %d buffers", ErrCapacity, int64(MaxLive))
-			}
 			r.raisePeaks(held+n, l)
 			return nil
 		}
@@ -188,18 +206,18 @@ func (r *Record) raisePeaks(bytes, live int64) {
 // [ErrInvalidSize] if n <= 0 and with [ErrFreeExceedsHeld] if n is more than
 // is held or no buffer is live; a failed Free changes nothing.
 //
-// A Free of more than is held is a caller's bug: the record takes its add
+// A Free of more than is held is a caller's bug: the record takes its adds
 // back at once and decides again exactly, and readers wait out the instant
 // in between.
 func (r *Record) Free(n int64) error {
 	var v int64 = -1
 	var c uint64
 	if uint64(n-1) < fastMax {
-		v = stdatomic.AddInt64(&r.bytes, -n)
-		if v&fieldMask <= MaxBytes {
+		v = stdatomic.AddInt64(&r.bytes, tagUnit-n) & heldMask
+		if v <= MaxBytes {
+			stdatomic.AddInt64(&r.freedBytes, n)
 			c = stdatomic.AddUint64(&r.counts, freeDelta)
 			if c&liveMask < MaxLive && c < foldAt {
-				stdatomic.AddInt64(&r.freedBytes, n)
 				return nil
 			}
 		}
@@ -208,50 +226,44 @@ func (r *Record) Free(n int64) error {
 }
 
 // freeSlow finishes a Free whose fast path did not. If n <= fastMax, the
-// fast path took n from the bytes (v the result) and, if v's bytes are
-// within [0, MaxBytes], counted the free (c the counts after it).
+// fast path took n from the bytes (v the held bytes after it) and, if v is
+// within [0, MaxBytes], added n to the freed bytes and counted the free (c
+// the counts after it).
 func (r *Record) freeSlow(n, v int64, c uint64) error {
 	if n <= 0 {
 		return invalidSize(n)
 	}
 	if uint64(n-1) < fastMax {
-		counted := v&fieldMask <= MaxBytes
+		counted := v <= MaxBytes
 		if counted && c&liveMask < MaxLive {
-			stdatomic.AddInt64(&r.freedBytes, n)
 			r.foldIfDue(c)
 			return nil
 		}
 		if counted {
 			stdatomic.AddUint64(&r.counts, unfree)
+			stdatomic.AddInt64(&r.freedBytes, -n)
 		}
-		// An Alloc that ran in between saw a figure too low by n and may
-		// have skipped raising the peak: raise from the restored figure.
-		if w := stdatomic.AddInt64(&r.bytes, n); w&fieldMask <= MaxBytes {
-			if b := w & fieldMask; b > stdatomic.LoadInt64(&r.peakBytes) {
-				raise(&r.peakBytes, b)
+		// An Alloc that added in between on the fast path saw a figure
+		// too low by n and may have skipped raising the peak: raise from
+		// the restored figure. While no limit is set (generation 0), the
+		// only other transients are refused Frees (lower, taken back
+		// with the same raise) or adds past MaxBytes (not raised); under
+		// a limit no Alloc succeeds on the fast path.
+		if w := stdatomic.AddInt64(&r.bytes, n-tagUnit) & lowMask; w <= MaxBytes {
+			if w > stdatomic.LoadInt64(&r.peakBytes) {
+				raise(&r.peakBytes, w)
 			}
 		}
 	}
 	for {
-		o := r.loadBytes()
-		held := o & fieldMask
-		if n > held {
+		o, cs := r.load()
+		held := o & heldMask
+		if n > held || cs&liveMask == 0 {
 			return freeExceeds(n, held)
 		}
-		cs := r.loadCounts()
-		if cs&liveMask == 0 {
-			return freeExceeds(n, held)
-		}
-		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o-n) {
-			c := stdatomic.AddUint64(&r.counts, freeDelta)
-			if c&liveMask >= MaxLive {
-				// The last live buffer went meanwhile: take it back.
-				stdatomic.AddUint64(&r.counts, unfree)
-				stdatomic.AddInt64(&r.bytes, n)
-				return freeExceeds(n, held)
-			}
+		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o-n+tagUnit) {
 			stdatomic.AddInt64(&r.freedBytes, n)
-			r.foldIfDue(c)
+			r.foldIfDue(stdatomic.AddUint64(&r.counts, freeDelta))
 			return nil
 		}
 	}
@@ -281,7 +293,10 @@ func (r *Record) foldIfDue(c uint64) {
 func (r *Record) RecordFailure() { r.failed.Add(1) }
 
 // Current returns the bytes held now.
-func (r *Record) Current() int64 { return r.loadBytes() & fieldMask }
+func (r *Record) Current() int64 {
+	b, _ := r.load()
+	return b & heldMask
+}
 
 // Peak returns the high-water mark of the bytes held since the last
 // [Record.ResetPeak]; it is never below the current figure read before it.
@@ -291,7 +306,10 @@ func (r *Record) Peak() int64 {
 }
 
 // Active returns the number of live buffers.
-func (r *Record) Active() int64 { return int64(r.loadCounts() & liveMask) }
+func (r *Record) Active() int64 {
+	_, c := r.load()
+	return int64(c & liveMask)
+}
 
 // SetLimit sets a limit on the bytes held: an allocation that lands after
 // SetLimit returns never takes the bytes held past it. Zero removes the
@@ -310,12 +328,12 @@ func (r *Record) SetLimit(limit int64) error {
 	// compare-and-swap prepared under the old limit, and a non-zero one
 	// sends the fast path to the exact path.
 	for {
-		o := r.loadBytes()
+		o, _ := r.load()
 		g := int64(0)
 		if limit > 0 {
-			g = (o>>genShift)%31 + 1
+			g = (o&genMask>>genShift)%31 + 1
 		}
-		if stdatomic.CompareAndSwapInt64(&r.bytes, o, g<<genShift|o&fieldMask) {
+		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o&^genMask|g<<genShift) {
 			return nil
 		}
 	}
@@ -324,34 +342,30 @@ func (r *Record) SetLimit(limit int64) error {
 // Limit returns the limit on the bytes held, or 0 if none is set.
 func (r *Record) Limit() int64 { return stdatomic.LoadInt64(&r.limit) }
 
-// loadBytes returns the bytes word, waiting out a refused change that is
-// being taken back (the only time its bytes are outside [0, MaxBytes]).
-func (r *Record) loadBytes() int64 {
+// load returns the bytes and counts words of one consistent state (see
+// consistent), waiting out operations between their first and last adds
+// and refused changes being taken back. It loads the counts, the bytes and
+// the counts again: if the counts did not change and the bytes' tag matches
+// them, no operation was between its adds when the counts were loaded and
+// none made its first add before the bytes were loaded (short of 2^11 of
+// them stopped between their adds at once).
+func (r *Record) load() (bytes int64, counts uint64) {
 	for {
-		if v := stdatomic.LoadInt64(&r.bytes); v >= 0 && v&fieldMask <= MaxBytes {
-			return v
-		}
-		runtime.Gosched()
-	}
-}
-
-// loadCounts returns the counts word, waiting out a refused change that is
-// being taken back.
-func (r *Record) loadCounts() uint64 {
-	for {
-		if c := stdatomic.LoadUint64(&r.counts); c&liveMask <= MaxLive {
-			return c
+		c := stdatomic.LoadUint64(&r.counts)
+		b := stdatomic.LoadInt64(&r.bytes)
+		if consistent(b, c) && stdatomic.LoadUint64(&r.counts) == c {
+			return b, c
 		}
 		runtime.Gosched()
 	}
 }
 
 // Snapshot returns all the statistics as one consistent state: no figure is
-// negative, and Allocs-Frees == Active and AllocatedBytes-FreedBytes ==
-// Current whenever no Alloc or Free is in progress. Allocs and Frees are
-// read from one word; the byte figures can trail a Free in progress by its
-// size, never run ahead, and no cumulative figure decreases between
-// snapshots, except across ResetAccumulated.
+// negative, Allocs-Frees == Active - (Active at the last ResetAccumulated),
+// and AllocatedBytes-FreedBytes == Current - (Current at the last
+// ResetAccumulated). Every operation counts wholly before or wholly after a
+// reset, and no cumulative figure decreases between snapshots, except
+// across ResetAccumulated.
 func (r *Record) Snapshot() Stats {
 	for {
 		seq := r.baseSeq.Load()
@@ -371,38 +385,37 @@ func (r *Record) Snapshot() Stats {
 	}
 }
 
-// absolute returns the statistics with the cumulative figures counted from
-// the record's creation.
+// absolute returns the statistics of one consistent state, with the
+// cumulative figures counted from the record's creation. The counts are
+// loaded first, then the freed bytes, the bytes and the counts again: a
+// Free adds its freed bytes between its bytes and its counts, so with the
+// bytes' tag matching the counts, the freed bytes are those of the same
+// state.
 func (r *Record) absolute() Stats {
-	var frees int64
+	var b, freed, folded int64
 	var c uint64
-	var freed int64
 	for {
 		seq := r.foldSeq.Load()
 		if seq&1 == 0 {
-			// The freed bytes are read before the bytes held: a Free
-			// changes the bytes held first, so the derived allocated bytes
-			// can trail a Free in progress, never run ahead.
+			c = stdatomic.LoadUint64(&r.counts)
 			freed = stdatomic.LoadInt64(&r.freedBytes)
-			frees = r.foldedFrees.Load()
-			c = r.loadCounts()
-			if r.foldSeq.Load() == seq {
+			b = stdatomic.LoadInt64(&r.bytes)
+			folded = r.foldedFrees.Load()
+			if consistent(b, c) && stdatomic.LoadUint64(&r.counts) == c && r.foldSeq.Load() == seq {
 				break
 			}
 		}
 		runtime.Gosched()
 	}
-	frees += int64(c >> 32)
+	frees := folded + int64(c>>32)
 	live := int64(c & liveMask)
-	cur := r.loadBytes() & fieldMask
-	allocBytes := cur + freed
-	raise(&r.seenAllocBytes, allocBytes)
+	cur := b & heldMask
 	return Stats{
 		Current:        cur,
 		Peak:           max(stdatomic.LoadInt64(&r.peakBytes), cur),
 		Active:         live,
 		PeakActive:     max(stdatomic.LoadInt64(&r.peakLive), live),
-		AllocatedBytes: max(allocBytes, stdatomic.LoadInt64(&r.seenAllocBytes)),
+		AllocatedBytes: cur + freed,
 		FreedBytes:     freed,
 		Allocs:         live + frees,
 		Frees:          frees,
@@ -422,8 +435,9 @@ func (r *Record) ResetPeak() {
 
 // ResetAccumulated sets the cumulative figures (allocations, frees, their
 // bytes and the failures) back to zero; the current figures and peaks stay.
-// The bases are written as one: a concurrent Snapshot sees all of them or
-// none.
+// The bases are one consistent state, written as one: every operation
+// counts wholly before the reset or wholly after it, and a concurrent
+// Snapshot sees all of the new bases or none.
 func (r *Record) ResetAccumulated() {
 	var seq int64
 	for {

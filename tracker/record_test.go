@@ -115,7 +115,7 @@ func TestRecordLiveCapacity(t *testing.T) {
 	require.NoError(t, r.Alloc(1))
 	// Stand in for MaxLive-1 more live buffers of no bytes: 2^31 real
 	// allocations would take minutes.
-	stdatomic.AddUint64(&r.counts, MaxLive-1)
+	standIn(&r, MaxLive-1)
 	before := r.Snapshot()
 	assert.ErrorIs(t, r.Alloc(1), ErrCapacity)
 	assert.ErrorIs(t, r.Alloc(fastMax+1), ErrCapacity, "the exact path checks the live count too")
@@ -144,12 +144,21 @@ func TestRecordByteCapacity(t *testing.T) {
 	assert.Equal(t, int64(MaxBytes), r.Current())
 }
 
+// standIn adds d to a quiet record's counts word, standing in for
+// operations too many to make, and moves the bytes word's tag with it (see
+// consistent), as those operations would have.
+func standIn(r *Record, d uint64) {
+	steps := d&liveMask + 2*(d>>32)
+	stdatomic.AddUint64(&r.counts, d)
+	stdatomic.AddInt64(&r.bytes, int64(steps<<tagShift))
+}
+
 // TestRecordFold drives the frees half of the counts word to its fold
 // threshold and checks the cumulative figures stay exact across the fold.
 func TestRecordFold(t *testing.T) {
 	var r Record
 	// Stand in for 2^31 - 2 earlier frees (with as many allocations).
-	stdatomic.AddUint64(&r.counts, (1<<31-2)<<32)
+	standIn(&r, (1<<31-2)<<32)
 	for range 5 {
 		require.NoError(t, r.Alloc(3))
 		require.NoError(t, r.Free(3))
