@@ -83,7 +83,8 @@ type Measurement struct {
 }
 
 // Measure measures the memory f needs on the device, the way an inference
-// server does before it sizes its cache: it resets the peak, records the
+// server does before it sizes its cache: it resets every peak that
+// [Device.ResetPeakMemoryStats] resets (the allocation sites' too), records the
 // tracked and reported baselines, runs f, and reads the figures again. f's
 // error is returned, wrapped, with the figures measured so far.
 //
@@ -103,7 +104,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if f == nil {
 		return Measurement{Device: d}, fmt.Errorf("%w: measurement of %v: nil function", ErrInvalidArgument, d)
 	}
-	_, r, err := d.resolve()
+	s, r, err := d.resolve()
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
@@ -111,7 +112,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
-	r.ResetPeak()
+	resetPeaks(s, r, d.ordinal)
 	p := Measurement{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
 
 	ferr := f()

@@ -225,3 +225,27 @@ func TestBudgetErrors(t *testing.T) {
 		})
 	}
 }
+
+// A measurement resets every peak that ResetPeakMemoryStats resets, the
+// allocation sites' among them: a spike before the measurement must not
+// show in the sites at its peak.
+func TestMeasureResetsThePeakOfAllocationSites(t *testing.T) {
+	d := recording(t, 8)
+	spike := allocOK(t)(allocFromA(d, 100<<10))
+	require.NoError(t, spike.Free())
+
+	_, err := d.Measure(func() error {
+		b, err := allocFromB(d, 10<<10)
+		if err != nil {
+			return err
+		}
+		return b.Free()
+	})
+	require.NoError(t, err)
+	snap, err := d.PeakAllocationSites()
+	require.NoError(t, err)
+	require.Len(t, snap.Sites, 1, "only the measured pass's site is in the peak")
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromB", frameOf(snap.Sites[0].Stack[0]))
+	assert.Equal(t, int64(10<<10), snap.Sites[0].Bytes)
+	assert.Equal(t, int64(10<<10), snap.Stats.PeakBytes)
+}
