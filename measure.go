@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 )
 
 // MemGetInfo returns the free and total memory of the device as the OS or
@@ -98,6 +99,10 @@ type Measurement struct {
 // one after another, or put everything to measure into one f; measurements of
 // different devices are independent and may run at once.
 //
+// On the CPU, Measure runs the Go garbage collector and returns the freed
+// memory to the OS before each reading of the reported figures, so that
+// Untracked measures what stays rather than garbage not yet collected.
+//
 // Measure fails before running f, changing nothing, where the device does
 // not exist or its memory cannot be queried.
 func (d Device) Measure(f func() error) (Measurement, error) {
@@ -108,6 +113,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
+	settle(d)
 	free, total, err := d.MemGetInfo()
 	if err != nil {
 		return Measurement{Device: d}, err
@@ -119,6 +125,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 
 	p.PeakTracked, p.EndTracked = r.Peak(), r.Current()
 	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
+	settle(d)
 	free, total, err = d.MemGetInfo()
 	if err != nil {
 		return p, errors.Join(wrapRun(d, ferr), err)
@@ -127,6 +134,20 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	p.UsedIncrease = p.EndUsed - p.BaselineUsed
 	p.Untracked = p.UsedIncrease - (p.EndTracked - p.BaselineTracked)
 	return p, wrapRun(d, ferr)
+}
+
+// settle makes the reported figures of the CPU measure what stays: it runs
+// the Go garbage collector and returns the freed memory to the OS
+// ([debug.FreeOSMemory] does both), as vLLM runs gc.collect() and
+// torch.cuda.empty_cache() before it reads the device. Without it, Go-heap
+// memory that is garbage (CPU buffers under 1 MiB once freed, anything f
+// dropped) counts as in use until a collection and the scavenger get to it,
+// and the untracked growth swings by hundreds of MiB from run to run. Other
+// devices' memory is not in the Go heap: nothing to do.
+func settle(d Device) {
+	if d.kind == KindCPU {
+		debug.FreeOSMemory()
+	}
 }
 
 func wrapRun(d Device, err error) error {
