@@ -7,14 +7,17 @@
 //
 // The classic use sizes a cache from a profile: reset the peak, run one
 // representative pass, read the peak, and give the cache what remains.
-// [Device.Measure] does the first part, with the driver's figures beside the
-// tracked ones, and [Measurement.Budget] the second:
+// [Device.Baseline] records the device before the weights are loaded,
+// [Device.Measure] measures the pass, with the driver's figures beside the
+// tracked ones, and [Measurement.Budget] sizes the cache by vLLM's formula:
 //
 //	dev, err := memtrack.ParseDevice("cuda:0")
 //	...
+//	base, err := dev.Baseline() // before the weights, the context, the libraries
+//	loadWeights(dev)
 //	m, err := dev.Measure(func() error { return runForwardPass(dev) })
 //	...
-//	b, err := m.Budget(0.9, blockBytes)
+//	b, err := m.Budget(base, 0.9, blockBytes)
 //	fmt.Println(b.Blocks, "KV-cache blocks fit")
 //
 // By hand, the same is [Device.ResetPeakMemoryStats], the pass,

@@ -49,6 +49,9 @@ func main() {
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
 
+	// The baseline, before anything of the instance is on the device.
+	base, err := dev.Baseline()
+	check(err)
 	// The weights stay allocated for the server's lifetime.
 	weightBuf, err := dev.Alloc(w)
 	check(err)
@@ -57,7 +60,7 @@ func main() {
 	// Measure one forward pass: the peak measures only what it adds.
 	p, err := dev.Measure(func() error { return forwardPass(dev, *workers, *layers, act) })
 	check(err)
-	b, err := p.Budget(*utilization, block)
+	b, err := p.Budget(base, *utilization, block)
 	check(err)
 
 	fmt.Print(dev.MemorySummary())
@@ -65,7 +68,7 @@ func main() {
 	fmt.Printf("peak memory:  %s (%d bytes; %s above the weights)\n", size(p.PeakTracked), p.PeakTracked, size(p.TrackedPeakIncrease))
 	fmt.Printf("device:       %s total, %s in use before the pass and %s after (reported), %s of the growth untracked\n",
 		size(p.Total), size(p.BaselineUsed), size(p.EndUsed), size(p.Untracked))
-	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s in use at the peak = %s\n", size(p.Total), b.Utilization, size(b.Usable), size(b.Reserved), size(b.Available))
+	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s in use at the peak = %s\n", size(p.Total), b.Utilization, size(b.Requested), size(b.Reserved), size(b.Available))
 	if b.Blocks == 0 {
 		fmt.Printf("KV cache:     no room for one %s block\n", size(block))
 		os.Exit(1)
