@@ -216,6 +216,12 @@ func scratch(d memtrack.Device) {
 // pprof.
 func ExampleDevice_PeakAllocationSites() {
 	d := memtrack.CPU()
+	// Record every allocation, for exact figures; the default rate samples
+	// (on average one sample per 512 KiB) and scales its figures.
+	if err := d.SetAllocationSiteRate(1); err != nil {
+		log.Fatal(err)
+	}
+	defer d.SetAllocationSiteRate(0)
 	if err := d.EnableAllocationSites(32); err != nil {
 		log.Fatal(err)
 	}
