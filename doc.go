@@ -52,8 +52,10 @@
 //
 // # Allocation sites
 //
-// [Device.EnableAllocationSites] records the call stack of every later
-// allocation on a device; [Device.AllocationSites] and
+// [Device.EnableAllocationSites] records the call stack of later
+// allocations on a device, sampled as Go's heap profiler samples
+// ([Device.SetAllocationSiteRate]; rate 1 records every one);
+// [Device.AllocationSites] and
 // [Device.PeakAllocationSites] return the live buffers, and those live at the
 // latest peak, by call stack as a [SiteSnapshot]. Package
 // [github.com/memtrack/memtrack/pprof] writes them as profiles for go tool
