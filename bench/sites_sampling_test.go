@@ -42,7 +42,7 @@ func BenchmarkSitesSampling(b *testing.B) {
 				defer d.DisableAllocationSites()
 			}
 			b.ReportAllocs()
-			framesDeep(depth-2, func() {
+			samplingDepth(depth-2, func() {
 				for b.Loop() {
 					sampledPair(b, d, size)
 				}
@@ -95,7 +95,7 @@ func samplingRatio(b *testing.B, rate int64) {
 		return time.Since(start)
 	}
 	var ratios, off, on []float64
-	framesDeep(depth-2, func() {
+	samplingDepth(depth-2, func() {
 		for i := 0; b.Loop(); i++ {
 			var tOff, tOn time.Duration
 			if i%2 == 0 {
@@ -108,12 +108,12 @@ func samplingRatio(b *testing.B, rate int64) {
 			on = append(on, float64(tOn)/block)
 		}
 	})
-	b.ReportMetric(median(ratios), "on/off")
-	b.ReportMetric(median(off), "ns/pair-off")
-	b.ReportMetric(median(on), "ns/pair-on")
+	b.ReportMetric(samplingMedian(ratios), "on/off")
+	b.ReportMetric(samplingMedian(off), "ns/pair-off")
+	b.ReportMetric(samplingMedian(on), "ns/pair-on")
 }
 
-func median(v []float64) float64 {
+func samplingMedian(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
@@ -122,15 +122,15 @@ func median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-// framesDeep calls f n frames below its caller.
+// samplingDepth calls f n frames below its caller.
 //
 //go:noinline
-func framesDeep(n int, f func()) {
+func samplingDepth(n int, f func()) {
 	if n <= 0 {
 		f()
 		return
 	}
-	framesDeep(n-1, f)
+	samplingDepth(n-1, f)
 }
 
 func sampledPair(b *testing.B, d memtrack.Device, size int64) {
