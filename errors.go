@@ -44,6 +44,12 @@ var (
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
 	// nil function given to [Device.Measure].
 	ErrInvalidArgument = errors.New("memtrack: invalid argument")
+
+	// ErrDeviceLost: the device's context met an error that leaves it
+	// unusable (for CUDA, a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS);
+	// every later call on the device fails with it, and buffers stay counted.
+	// Restart the process to use the device again.
+	ErrDeviceLost = errors.New("memtrack: device lost")
 )
 
 // OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory].
