@@ -199,14 +199,17 @@ static CUresult on_device(const char *fn, CUdevice dev, const void *out) {
 }
 
 // known reports whether ctx is a context the fake gave out; alive whether it
-// may be used now. Both are called with mu held.
+// may be used now. They take no lock: the checks of every call stay cheap,
+// as the driver's are, and a context dies only through calls that the
+// tests order themselves.
 static int known(CUcontext ctx) {
 	return (ctx >= &contexts[0] && ctx < &contexts[ndevices]) ||
 	       (ctx >= &created[0] && ctx < &created[MAX_CREATED]);
 }
 
 static int alive(CUcontext ctx) {
-	return known(ctx) && (ctx->primary ? retained[ctx->device] > 0 : ctx->alive);
+	return known(ctx) && (ctx->primary ? __atomic_load_n(&retained[ctx->device], __ATOMIC_ACQUIRE) > 0
+					   : __atomic_load_n(&ctx->alive, __ATOMIC_ACQUIRE));
 }
 
 // in_context also requires a current context that is alive; it returns its
@@ -216,21 +219,15 @@ static CUresult in_context(const char *fn, int *device) {
 	if (r != CUDA_SUCCESS) return r;
 	CUcontext ctx = current();
 	if (ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-	pthread_mutex_lock(&mu);
-	int ok = alive(ctx);
-	pthread_mutex_unlock(&mu);
-	if (!ok) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (!alive(ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	*device = ctx->device;
 	return CUDA_SUCCESS;
 }
 
 // usable checks a context given to a call: one the fake gave out and alive.
 static CUresult usable(CUcontext ctx) {
-	pthread_mutex_lock(&mu);
-	int k = known(ctx), a = k && alive(ctx);
-	pthread_mutex_unlock(&mu);
-	if (!k) return CUDA_ERROR_INVALID_CONTEXT;
-	return a ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (!known(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+	return alive(ctx) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
 #define UNSUPPORTED(fn)                          \
@@ -356,7 +353,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 		pthread_mutex_unlock(&mu);
 		return r;
 	}
-	retained[dev]++;
+	__atomic_add_fetch(&retained[dev], 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
 	*pctx = &contexts[dev];
 	return CUDA_SUCCESS;
@@ -373,7 +370,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
-	if (--retained[dev] == 0) used[dev] -= context_bytes;
+	if (__atomic_sub_fetch(&retained[dev], 1, __ATOMIC_RELEASE) == 0) used[dev] -= context_bytes;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -397,7 +394,7 @@ CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) 
 	}
 	c->device = dev;
 	c->primary = 0;
-	c->alive = 1;
+	__atomic_store_n(&c->alive, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
 	stack[depth++] = c; // a new context is pushed onto the caller's stack
 	*pctx = c;
@@ -415,7 +412,7 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
-	ctx->alive = 0;
+	__atomic_store_n(&ctx->alive, 0, __ATOMIC_RELEASE);
 	used[ctx->device] -= context_bytes;
 	pthread_mutex_unlock(&mu);
 	if (current() == ctx) depth--;
