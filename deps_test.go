@@ -42,8 +42,10 @@ func TestCoreImportsNoRenderer(t *testing.T) {
 				cmd := exec.Command(gotool, "list", "-deps", "-tags", tc.tags,
 					"-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
 				cmd.Env = append(cmd.Environ(), tc.env...)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
 				out, err := cmd.Output()
-				require.NoError(t, err, "go list -deps %s", pkg)
+				require.NoError(t, err, "go list -deps %s: %s", pkg, stderr.String())
 				deps := strings.Fields(string(out))
 				require.Contains(t, deps, "go.uber.org/atomic", "the listing holds the non-standard dependencies")
 				for _, dep := range deps {
