@@ -778,3 +778,24 @@ func TestCUDAErrorNames(t *testing.T) {
 		assert.Equal(t, code == 700, errors.Is(err, ErrDeviceLost), "code %d: sticky", code)
 	}
 }
+
+// TestCUDANeedsDriverToStart documents what docs/cuda.md says of a binary
+// built with -tags cuda: it links against libcuda.so.1, so without the
+// driver's library the dynamic loader refuses to start it (no
+// ErrBackendUnavailable: no Go code runs). It runs this test binary again
+// with an empty library path, where the machine has no libcuda.so.1 of its
+// own.
+func TestCUDANeedsDriverToStart(t *testing.T) {
+	requireFake(t)
+	for _, dir := range []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"} {
+		if _, err := os.Stat(dir + "/libcuda.so.1"); err == nil {
+			t.Skipf("this machine has %s/libcuda.so.1", dir)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the binary started without libcuda.so.1:\n%s", out)
+	assert.Contains(t, string(out), "libcuda.so.1")
+	assert.Contains(t, string(out), "error while loading shared libraries")
+}

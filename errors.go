@@ -13,7 +13,9 @@ var (
 	ErrBackendNotBuilt = errors.New("memtrack: backend not built")
 
 	// ErrBackendUnavailable: the backend is built but cannot be used here
-	// (no driver, no device, or its initialisation failed).
+	// (no device, or its initialisation failed). A binary built with
+	// -tags cuda links against the driver's libcuda.so.1 and does not start
+	// where it is missing; where it is the link stub, CUDA is unavailable.
 	ErrBackendUnavailable = errors.New("memtrack: backend unavailable")
 
 	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.
