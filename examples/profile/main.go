@@ -3,6 +3,7 @@
 // KV cache from what remains, as an inference server does before it starts.
 //
 //	go run ./examples/profile [-device cpu|cuda:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
+//	go run ./examples/profile -serve localhost:6060 -linger 1m -trace memtrack.json
 //
 // The forward pass is simulated: the weights are allocated once, then several
 // goroutines (the requests of a batch) each allocate and free the
@@ -32,6 +33,9 @@ func main() {
 		layers      = flag.Int("layers", 12, "layers of the model")
 		hidden      = flag.String("activation", "4MiB", "activation size of one request in one layer")
 		weights     = flag.String("weights", "64MiB", "size of the model's weights")
+		serve       = flag.String("serve", "", "serve the page (a timeline of the memory) at http://ADDR/debug/memtrack/ while it runs, e.g. localhost:6060")
+		traceFile   = flag.String("trace", "", "write the allocation history to this file as a Chrome trace, for Perfetto UI")
+		linger      = flag.Duration("linger", 0, "with -serve, keep serving this long once done")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -48,6 +52,8 @@ func main() {
 	}
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
+	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
+	defer stopView()
 
 	// The weights stay allocated for the server's lifetime.
 	weightBuf, err := dev.Alloc(w)
