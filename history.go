@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
 
 // MaxHistoryEntries is the most events [Device.EnableMemoryHistory] keeps
-// per device: 4 Mi events, 256 MiB of ring at 64 bytes an event.
+// per device: 4 Mi events, 256 MiB of ring at 64 bytes an event (and 32 MiB
+// more once allocation sites are recorded).
 const MaxHistoryEntries = 1 << 22
 
 // HistoryAction is what happened in a [HistoryEvent].
@@ -95,8 +97,10 @@ type History struct {
 // EnableMemoryHistory starts recording every allocation, free and refused
 // allocation on the device into a ring of maxEntries events (1 <=
 // maxEntries <= [MaxHistoryEntries]): once full, each event replaces the
-// oldest. The ring takes 64 bytes an event, allocated now; recording adds no
-// lock and no allocation to Alloc and Free. Read it with
+// oldest. The ring takes 64 bytes an event, allocated and touched now, holding no
+// pointer (so the garbage collector does not scan it), and 8 bytes more an
+// event once an event has an allocation site; recording adds no lock and no
+// allocation to Alloc and Free. Read it with
 // [Device.MemoryHistory]. On a device already recording with the same
 // maxEntries it changes nothing; with another it starts a new, empty ring.
 // Recording is the model of PyTorch's
@@ -227,11 +231,16 @@ const (
 // writing), or already holds a newer event, the event is dropped and counted
 // as lost. Readers claim each slot the same way while they copy it. The
 // claims order the plain writes and reads, so the race detector agrees.
+//
+// The slots hold no pointer, so that the garbage collector need not scan a
+// ring of millions of events; the events' sites are kept beside them, by
+// slot, in an array made on the first event that has a site.
 type history struct {
 	head  atomic.Uint64 // the next event's number
 	lost  atomic.Uint64 // events dropped by writers
 	start time.Time     // the clock of the events' times
 	slots []historySlot
+	sites atomic.Pointer[[]*site] // by slot; written and read as the slot is
 }
 
 // historySlot is one event in the ring, 64 bytes.
@@ -240,14 +249,21 @@ type historySlot struct {
 	nanos  int64         // since start
 	size   int64
 	cur    int64
-	site   *site
 	stream uintptr
 	action HistoryAction
-	_      [64 - 56]byte
+	_      [64 - 41]byte
 }
 
 func newHistory(n int) *history {
-	return &history{start: time.Now(), slots: make([]historySlot, n)}
+	h := &history{start: time.Now(), slots: make([]historySlot, n)}
+	// Touch every page now, so that the OS maps them at enabling rather
+	// than in a page fault on the allocation path the first time round.
+	const perPage = 4096 / int(unsafe.Sizeof(historySlot{}))
+	for i := 0; i < n; i += perPage {
+		h.slots[i].nanos = -1
+		h.slots[i].nanos = 0
+	}
+	return h
 }
 
 // alloc records an allocation; s is its site, if recorded.
@@ -265,9 +281,24 @@ func (h *history) record(a HistoryAction, size, cur int64, s *site) {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.site, sl.stream, sl.action = nanos, size, cur, s, 0, a
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action = nanos, size, cur, 0, a
+		if p := h.sites.Load(); p != nil {
+			(*p)[t%uint64(len(h.slots))] = s
+		} else if s != nil {
+			(*h.makeSites())[t%uint64(len(h.slots))] = s
+		}
 		sl.seq.Store((t+1)<<2 | slotDone)
 	}
+}
+
+// makeSites makes the array of the events' sites, once.
+func (h *history) makeSites() *[]*site {
+	p := new([]*site)
+	*p = make([]*site, len(h.slots))
+	if h.sites.CompareAndSwap(nil, p) {
+		return p
+	}
+	return h.sites.Load()
 }
 
 // claim makes the writer of event t the owner of its slot, or counts the
@@ -297,6 +328,7 @@ func (h *history) snapshot() History {
 	out := History{MaxEntries: len(h.slots), Start: h.start}
 	out.Events = make([]HistoryEvent, 0, head-first)
 	stacks := make(map[*site][]uintptr) // one copy of each site's stack
+	sites := h.sites.Load()
 	for t := first; t < head; t++ {
 		sl := &h.slots[t%n]
 		done := (t+1)<<2 | slotDone
@@ -311,7 +343,12 @@ func (h *history) snapshot() History {
 			Current: sl.cur,
 			Stream:  sl.stream,
 		}
-		s := sl.site
+		var s *site
+		if sites != nil {
+			s = (*sites)[t%n]
+		} else if sites = h.sites.Load(); sites != nil { // made since
+			s = (*sites)[t%n]
+		}
 		sl.seq.Store(done)
 		if s != nil && s.pcs != nil {
 			st, ok := stacks[s]

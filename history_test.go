@@ -3,10 +3,12 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
@@ -519,4 +521,39 @@ func FuzzHistoryRing(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHistorySlotLayout: a slot is 64 bytes and holds no pointer, so that
+// the garbage collector does not scan the ring.
+func TestHistorySlotLayout(t *testing.T) {
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(historySlot{}))
+	typ := reflect.TypeFor[historySlot]()
+	for i := range typ.NumField() {
+		switch f := typ.Field(i); f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.String, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+			t.Errorf("historySlot.%s is a %v: the ring would hold pointers", f.Name, f.Type.Kind())
+		}
+	}
+}
+
+// BenchmarkHistoryRecord measures the recording of one event alone (a
+// pair records two), in a ring of 1 Ki events (in cache) and of 1 Mi
+// events (64 MiB: a cache miss an event), serially and from every P.
+func BenchmarkHistoryRecord(b *testing.B) {
+	var rec tracker.Record
+	for _, n := range []int{1 << 10, 1 << 20} {
+		h := newHistory(n)
+		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
+			for b.Loop() {
+				h.alloc(64, nil, &rec)
+			}
+		})
+		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					h.alloc(64, nil, &rec)
+				}
+			})
+		})
+	}
 }

@@ -29,7 +29,7 @@ func BenchmarkHistoryAllocFree(b *testing.B) {
 		}
 		run := func(b *testing.B, body func(b *testing.B)) {
 			if on {
-				if err := d.EnableMemoryHistory(1 << 20); err != nil {
+				if err := d.EnableMemoryHistory(benchRing); err != nil {
 					b.Fatal(err)
 				}
 				defer d.DisableMemoryHistory()
@@ -56,3 +56,6 @@ func BenchmarkHistoryAllocFree(b *testing.B) {
 		})
 	}
 }
+
+// benchRing is the size of the ring the benchmark records into.
+var benchRing = 1 << 20
