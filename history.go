@@ -62,8 +62,9 @@ type HistoryEvent struct {
 	// device held at some moment between the event and its recording.
 	Current int64
 	// Stack is the allocation site of the buffer, innermost frame first, as
-	// [Site].Stack, when [Device.EnableAllocationSites] recorded it; nil
-	// otherwise. Events of one site share the slice: do not modify it.
+	// [Site].Stack, when [Device.EnableAllocationSites] recorded it (only
+	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
+	// set the rate to 1); nil otherwise. Events of one site share the slice: do not modify it.
 	Stack []uintptr
 	// Stream is the stream the buffer was allocated on, for stream-ordered
 	// allocation; 0 (the default stream) until memtrack allocates on streams.
@@ -327,7 +328,7 @@ func (h *history) snapshot() History {
 	}
 	out := History{MaxEntries: len(h.slots), Start: h.start}
 	out.Events = make([]HistoryEvent, 0, head-first)
-	stacks := make(map[*site][]uintptr) // one copy of each site's stack
+	stacks := make(map[*stack][]uintptr) // one copy of each site's stack
 	sites := h.sites.Load()
 	for t := first; t < head; t++ {
 		sl := &h.slots[t%n]
@@ -350,11 +351,11 @@ func (h *history) snapshot() History {
 			s = (*sites)[t%n]
 		}
 		sl.seq.Store(done)
-		if s != nil && s.pcs != nil {
-			st, ok := stacks[s]
+		if s != nil && s.st != nil && s.st.pcs != nil {
+			st, ok := stacks[s.st]
 			if !ok {
-				st = append([]uintptr(nil), s.pcs...)
-				stacks[s] = st
+				st = append([]uintptr(nil), s.st.pcs...)
+				stacks[s.st] = st
 			}
 			e.Stack = st
 		}

@@ -198,6 +198,7 @@ func TestHistoryWrapsAround(t *testing.T) {
 func TestHistoryCarriesSites(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
+	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: exact stacks
 	require.NoError(t, d.EnableAllocationSites(8))
 	t.Cleanup(d.DisableAllocationSites)
 	historyOn(t, d, 8)

@@ -46,6 +46,8 @@ func TestDataJSON(t *testing.T) {
 	d := memtrack.CPU()
 	require.NoError(t, d.EnableMemoryHistory(100))
 	defer d.DisableMemoryHistory()
+	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: exact sites
+	defer d.SetAllocationSiteRate(0)
 	require.NoError(t, d.EnableAllocationSites(8))
 	defer d.DisableAllocationSites()
 	base := d.MemoryAllocated()

@@ -186,6 +186,8 @@ func TestPageInChromium(t *testing.T) {
 	d := memtrack.CPU()
 	require.NoError(t, d.EnableMemoryHistory(10000))
 	defer d.DisableMemoryHistory()
+	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: the stacked sites are exact
+	defer d.SetAllocationSiteRate(0)
 	require.NoError(t, d.EnableAllocationSites(16))
 	defer d.DisableAllocationSites()
 	require.Zero(t, d.MemoryAllocated(), "the test starts with nothing allocated")
