@@ -22,6 +22,8 @@ go test -c -tags cuda -o "$dir/memtrack.test" .
 if [[ -d bench ]]; then
 	go test -c -tags cuda -o "$dir/bench.test" ./bench
 fi
+go test -c -tags cuda -o "$dir/cu.test" ./cu
+go build -tags cuda -o "$dir/track" ./examples/track
 
 cat >"$dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -42,6 +44,13 @@ echo "== benchmarks: tracked cuMemAlloc+cuMemFree against the raw cu pair"
 if [[ -x bench.test ]]; then
 	./bench.test -test.run '^$' -test.bench . -test.benchmem -test.benchtime "$benchtime"
 fi
+
+echo "== the cu drop-in: tests, and its pair against the raw cu pair"
+./cu.test -test.count=1 -test.short -test.v
+./cu.test -test.run '^$' -test.bench MemAllocFree -test.benchmem -test.benchtime "$benchtime"
+
+echo "== examples/track"
+./track
 RUN
 chmod +x "$dir/run.sh"
 echo "built $dir:"
