@@ -3,9 +3,9 @@
 // Metal): the current figure, its exact high-water mark, and the allocator
 // statistics known from PyTorch's torch.cuda.memory_stats.
 //
-// # Profiling peak memory
+// # Measuring peak memory
 //
-// The classic use sizes a cache from a profile: reset the peak, run one
+// The classic use sizes a cache from a measurement: reset the peak, run one
 // representative pass, read the peak, and give the cache what remains.
 // [Device.Measure] does the first part, with the driver's figures beside the
 // tracked ones, and [Measurement.Budget] the second:
@@ -46,4 +46,13 @@
 // [Expvar] publishes every used device's [Stats] as JSON, [Stats] logs as a
 // slog group, and package [github.com/memtrack/memtrack/prom] exports the
 // figures as Prometheus metrics.
+//
+// # Allocation sites
+//
+// [Device.EnableAllocationSites] records the call stack of every later
+// allocation on a device; [Device.AllocationSites] and
+// [Device.PeakAllocationSites] return the live buffers, and those live at the
+// latest peak, by call stack as a [SiteSnapshot]. Package
+// [github.com/memtrack/memtrack/pprof] writes them as profiles for go tool
+// pprof and serves them over HTTP.
 package memtrack
