@@ -10,7 +10,7 @@ func BenchmarkTrack(b *testing.B) {
 	d := freshCPU(b)
 	b.Run("pair=addressed", func(b *testing.B) {
 		b.ReportAllocs()
-		p := uintptr(0x7f0000000000)
+		p := uintptr(0x10000000)
 		for b.Loop() {
 			p += 256
 			if _, err := d.Track(1024, p); err != nil {

@@ -297,7 +297,7 @@ func TestTrackConcurrent(t *testing.T) {
 			defer done.Done()
 			start.Wait()
 			for i := range n {
-				ptr := uintptr(w+1)<<32 | uintptr(i%16)<<8
+				ptr := uintptr(w+1)<<20 | uintptr(i%16)<<8
 				h, err := d.Track(int64(i%7+1), ptr)
 				if err != nil {
 					t.Error(err)
