@@ -55,6 +55,8 @@ func main() {
 	dev := b.device()
 	fmt.Printf("device %v (%s)\n", dev, bindingName)
 
+	base, err := dev.Baseline() // before the weights, as vLLM takes it
+	check(err)
 	freeWeights := b.tensor(*weights)
 	defer freeWeights()
 
@@ -65,10 +67,16 @@ func main() {
 	want := 2**activation + *workspaceN // the input, the output and the workspace
 	fmt.Printf("peak above the weights: %d bytes (want %d: two activations and one workspace)\n", m.TrackedPeakIncrease, want)
 	fmt.Printf("device: %d bytes in use before the pass, %d after; untracked growth %d\n", m.BaselineUsed, m.EndUsed, m.Untracked)
-	budget, err := m.Budget(*utilization, *blockSize)
+	if vllm, err := m.Budget(base, *utilization, *blockSize); err != nil {
+		fmt.Printf("budget (vLLM's formula): %v\n", err) // the device had too little free at the baseline
+	} else {
+		fmt.Printf("budget (vLLM's formula): %d of %d bytes requested, %d reserved: %d blocks of %d bytes\n",
+			vllm.Requested, m.Total, vllm.Reserved, vllm.Blocks, vllm.BlockSize)
+	}
+	shared, err := m.SharedBudget(*utilization, *blockSize)
 	check(err)
-	fmt.Printf("budget: %.2f of %d bytes = %d, minus %d at the peak = %d: %d blocks of %d bytes\n",
-		budget.Utilization, m.Total, budget.Usable, budget.Reserved, budget.Available, budget.Blocks, budget.BlockSize)
+	fmt.Printf("budget (shared device):  %d of %d bytes requested, %d reserved: %d blocks of %d bytes\n",
+		shared.Requested, m.Total, shared.Reserved, shared.Blocks, shared.BlockSize)
 
 	// A limit just under the measured peak: the library's workspace, which
 	// Track counts, is what the limit refuses.
