@@ -13,7 +13,9 @@ var (
 	ErrBackendNotBuilt = errors.New("memtrack: backend not built")
 
 	// ErrBackendUnavailable: the backend is built but cannot be used here
-	// (no driver, no device, or its initialisation failed).
+	// (no device, or its initialisation failed). A binary built with
+	// -tags cuda links against the driver's libcuda.so.1 and does not start
+	// where it is missing; where it is the link stub, CUDA is unavailable.
 	ErrBackendUnavailable = errors.New("memtrack: backend unavailable")
 
 	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.
@@ -26,11 +28,17 @@ var (
 	// be positive (or negative where it must not be).
 	ErrInvalidSize = errors.New("memtrack: invalid size")
 
-	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed.
+	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed, or
+	// [Tracked.Release] on a handle already released.
 	ErrDoubleFree = errors.New("memtrack: buffer already freed")
 
-	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer.
+	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer, or [Tracked.Release]
+	// on a nil *Tracked.
 	ErrNilBuffer = errors.New("memtrack: nil buffer")
+
+	// ErrAlreadyTracked: [Device.Track] of an address that a live handle
+	// tracks already.
+	ErrAlreadyTracked = errors.New("memtrack: address already tracked")
 
 	// ErrOutOfMemory: an allocation refused by the memory limit, the
 	// device's capacity or the backend. It comes as an [*OutOfMemoryError].
@@ -40,10 +48,20 @@ var (
 	// not record them; see [Device.EnableAllocationSites].
 	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
 
+	// ErrHistoryNotRecorded: a history was asked of a device that does not
+	// record one ([Device.EnableMemoryHistory]).
+	ErrHistoryNotRecorded = errors.New("memtrack: memory history not recorded")
+
 	// ErrInvalidArgument: an argument outside what the function accepts,
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
 	// nil function given to [Device.Measure].
 	ErrInvalidArgument = errors.New("memtrack: invalid argument")
+
+	// ErrDeviceLost: the device's context met an error that leaves it
+	// unusable (for CUDA, a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS);
+	// every later call on the device fails with it, and buffers stay counted.
+	// Restart the process to use the device again.
+	ErrDeviceLost = errors.New("memtrack: device lost")
 )
 
 // OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory].
