@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -63,21 +64,51 @@ func sequence(seed uint64, steps, devices int) []op {
 	return ops
 }
 
+// wideSequence is a sequence whose sizes also take the paths that small
+// sizes never reach: sizes at and past tracker's 16 MiB fast-path bound,
+// and sizes near tracker.MaxCount that the capacity refuses.
+func wideSequence(seed uint64, steps, devices int) []op {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ops := sequence(seed, steps, devices)
+	for i := range ops {
+		switch rng.IntN(10) {
+		case 0, 1:
+			ops[i].n = packedFastMax - 1 + rng.Int64N(3) // 16 MiB - 1 to + 1
+		case 2, 3:
+			ops[i].n = packedFastMax + rng.Int64N(1<<30)
+		case 4:
+			ops[i].n = tracker.MaxCount/2 + rng.Int64N(1<<32) - 1<<31
+		}
+	}
+	return ops
+}
+
 // TestCountersAgree drives every design that stands against tracker.Counter
-// through the same sequence and checks that each accepts and refuses the
+// through the same sequences and checks that each accepts and refuses the
 // same steps and reports the same current figure and peak after each.
 func TestCountersAgree(t *testing.T) {
 	const devices = 3
-	for _, seed := range []uint64{1, 2, 3} {
-		ops := sequence(seed, 2000, devices)
+	for _, seq := range []struct {
+		name string
+		seed uint64
+		make func(seed uint64, steps, devices int) []op
+	}{
+		{"small", 1, sequence}, {"small", 2, sequence}, {"small", 3, sequence},
+		{"wide", 4, wideSequence}, {"wide", 5, wideSequence},
+	} {
+		seed := seq.seed
+		ops := seq.make(seed, 2000, devices)
 		designs := newCounterDesigns(devices)
 		ref := designs["Counter"]
 		delete(designs, "Counter")
-		refused := 0
+		refused, full := 0, 0
 		for i, o := range ops {
 			refErr := apply(ref, o)
 			if refErr != nil {
 				refused++
+			}
+			if errors.Is(refErr, tracker.ErrCapacity) {
+				full++
 			}
 			wantCur, wantPeak := ref.load(o.dev)
 			for name, d := range designs {
@@ -90,6 +121,9 @@ func TestCountersAgree(t *testing.T) {
 		// The sequence exercised both outcomes.
 		assert.Positive(t, refused, "seed %d", seed)
 		assert.Less(t, refused, len(ops)/2, "seed %d", seed)
+		if seq.name == "wide" {
+			assert.Positive(t, full, "seed %d: the capacity refused nothing", seed)
+		}
 	}
 }
 

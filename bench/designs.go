@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -185,47 +186,112 @@ func (r *mutexRecord) snapshot() tracker.Stats {
 	return r.s
 }
 
-// packedCounter is tracker.Counter's algorithm without its padding: the
-// current figure and the peak share a cache line, and in a slice four
-// devices share one more. It shows what the padding buys.
-type packedCounter struct{ cur, peak atomic.Int64 }
+// packedCounter is tracker.Counter's algorithm, line for line (the same
+// fast paths, the same slow paths), without its padding: the current figure
+// and the peak share a cache line, and in a slice four devices share one
+// more. It shows what the padding buys. Keep it in step with
+// tracker/counter.go: bench/agree_test.go checks that it reports the same
+// figures, and accepts and refuses the same steps, as tracker.Counter.
+type packedCounter struct {
+	_    [0]atomic.Int64 // 64-bit alignment on 32-bit platforms
+	cur  int64           // atomic
+	peak int64           // atomic
+}
+
+// packedFastMax is tracker's fastMax: the largest size the add-based fast
+// paths take.
+const packedFastMax = 1 << 24
 
 func (c *packedCounter) alloc(n int64) error {
+	var v int64
+	if uint64(n-1) < packedFastMax {
+		v = atomic.AddInt64(&c.cur, n)
+		if uint64(v) <= tracker.MaxCount && v <= atomic.LoadInt64(&c.peak) {
+			return nil
+		}
+	}
+	return c.allocSlow(n, v)
+}
+
+func (c *packedCounter) allocSlow(n, v int64) error {
+	if uint64(n-1) < packedFastMax {
+		if uint64(v) <= tracker.MaxCount {
+			raise(&c.peak, v)
+			return nil
+		}
+		atomic.AddInt64(&c.cur, -n)
+	}
 	if n <= 0 {
 		return errInvalidSize
 	}
-	v := c.cur.Add(n)
-	if v > tracker.MaxCount || v < 0 {
-		c.cur.Add(-n)
-		return errCapacity
-	}
 	for {
-		p := c.peak.Load()
-		if v <= p || c.peak.CompareAndSwap(p, v) {
+		o := c.current()
+		if n > tracker.MaxCount-o {
+			return errCapacity
+		}
+		if atomic.CompareAndSwapInt64(&c.cur, o, o+n) {
+			raise(&c.peak, o+n)
 			return nil
 		}
 	}
 }
 
 func (c *packedCounter) free(n int64) error {
+	var v int64 = -1
+	if uint64(n-1) < packedFastMax {
+		v = atomic.AddInt64(&c.cur, -n)
+		if uint64(v) <= tracker.MaxCount {
+			return nil
+		}
+	}
+	return c.freeSlow(n, v)
+}
+
+func (c *packedCounter) freeSlow(n, v int64) error {
 	if n <= 0 {
 		return errInvalidSize
 	}
+	if uint64(n-1) < packedFastMax {
+		if w := atomic.AddInt64(&c.cur, n); uint64(w) <= tracker.MaxCount {
+			raise(&c.peak, w)
+		}
+	}
 	for {
-		o := c.cur.Load()
+		o := c.current()
 		if n > o {
 			return errFreeExceeds
 		}
-		if c.cur.CompareAndSwap(o, o-n) {
+		if atomic.CompareAndSwapInt64(&c.cur, o, o-n) {
 			return nil
 		}
 	}
 }
 
+// current returns the current figure, waiting out a refused change that is
+// being taken back.
+func (c *packedCounter) current() int64 {
+	for {
+		if v := atomic.LoadInt64(&c.cur); uint64(v) <= tracker.MaxCount {
+			return v
+		}
+		runtime.Gosched()
+	}
+}
+
 // load returns the current figure and the peak.
 func (c *packedCounter) load() (current, peak int64) {
-	current = c.cur.Load()
-	return current, max(c.peak.Load(), current)
+	current = c.current()
+	return current, max(atomic.LoadInt64(&c.peak), current)
+}
+
+// raise lifts p to v if v is higher, as tracker's raise does.
+func raise(p *int64, v int64) {
+	for {
+		o := atomic.LoadInt64(p)
+		if v <= o || atomic.CompareAndSwapInt64(p, o, v) {
+			return
+		}
+	}
 }
 
 // atomicSlot is the floor of the parallel benchmarks: one int64 per device,
