@@ -38,7 +38,10 @@ func must(err error) {
 // reads every statistic. Each loop is written out so that every design pays
 // exactly its own calls. The plain floor, design int64, keeps a current
 // figure and a peak with Counter's checks: a bare add/sub pair compiles to
-// nothing.
+// nothing. The raw floors: atomic, the sync/atomic add pair (Counter's two
+// adds); atomicpeak, that pair plus the peak check (a load of the peak's
+// cache line); atomic5, as many adds as tracker.Record's pair makes (two on
+// Alloc, three on Free, on separate words of one cache line).
 func BenchmarkSerial(b *testing.B) {
 	cases := []struct {
 		op, design string
@@ -57,6 +60,18 @@ func BenchmarkSerial(b *testing.B) {
 			for b.Loop() {
 				v.Add(size)
 				v.Add(-size)
+			}
+		}},
+		{"pair", "atomicpeak", func(b *testing.B) {
+			var c rawPeak
+			for b.Loop() {
+				c.pair(size)
+			}
+		}},
+		{"pair", "atomic5", func(b *testing.B) {
+			var r rawRecord
+			for b.Loop() {
+				r.pair(size)
 			}
 		}},
 		{"pair", "Counter", counterPair(size)},
@@ -185,6 +200,14 @@ var parallelDesigns = []struct {
 	{"atomic", func(n int) func(int) {
 		s := make([]atomicSlot, n)
 		return func(dev int) { s[dev].v.Add(size); s[dev].v.Add(-size) }
+	}},
+	{"atomicpeak", func(n int) func(int) {
+		c := make([]rawPeak, n)
+		return func(dev int) { c[dev].pair(size) }
+	}},
+	{"atomic5", func(n int) func(int) {
+		r := make([]rawRecord, n)
+		return func(dev int) { r[dev].pair(size) }
 	}},
 	{"Counter", func(n int) func(int) {
 		c := make([]tracker.Counter, n)

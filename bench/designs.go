@@ -300,3 +300,41 @@ type atomicSlot struct {
 	v atomic.Int64
 	_ pad
 }
+
+// rawPeak is the floor of tracker.Counter's pair under contention: the raw
+// atomic add pair plus the peak check, with the current figure and the peak
+// on cache lines of their own as in Counter, and no range checks.
+type rawPeak struct {
+	_    [0]atomic.Int64 // 64-bit alignment on 32-bit platforms
+	cur  int64           // atomic
+	_    [64 - 8]byte
+	peak int64 // atomic
+	_    [128 - 8]byte
+}
+
+func (c *rawPeak) pair(n int64) {
+	if v := atomic.AddInt64(&c.cur, n); v > atomic.LoadInt64(&c.peak) {
+		raise(&c.peak, v)
+	}
+	atomic.AddInt64(&c.cur, -n)
+}
+
+// rawRecord is the floor of tracker.Record's pair: as many atomic adds as
+// Record's fast paths perform (see tracker/record.go: two on Alloc, the
+// bytes and the counts; three on Free, the bytes, the freed bytes and the
+// counts), in the same order, on separate words of one cache line, with no
+// check and no load.
+type rawRecord struct {
+	_                    [0]atomic.Int64 // 64-bit alignment on 32-bit platforms
+	_                    [64]byte
+	bytes, counts, freed int64 // atomic
+	_                    [128 - 24]byte
+}
+
+func (r *rawRecord) pair(n int64) {
+	atomic.AddInt64(&r.bytes, n)
+	atomic.AddInt64(&r.counts, 1)
+	atomic.AddInt64(&r.bytes, -n)
+	atomic.AddInt64(&r.freed, n)
+	atomic.AddInt64(&r.counts, 1<<32-1)
+}
