@@ -1,40 +1,62 @@
 package bench
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/memtrack/memtrack"
 )
 
-// BenchmarkSitesAllocFree measures Device.Alloc + Buffer.Free of a small CPU
-// buffer with the recording of allocation sites off and on, serially and
-// from every P.
+// stackDepth is the depth of the stack the sites benchmarks allocate from,
+// counted from the benchmark's function: a framework's depth (a training
+// loop, a model's layers, a tensor library, its allocator), so that a site
+// of 32 frames has 32 frames to walk and one of 8 stops early.
+const stackDepth = 36
+
+// BenchmarkSitesAllocFree measures Device.Alloc + Buffer.Free of a 64-byte
+// CPU buffer, called stackDepth frames deep, with the recording of
+// allocation sites off and on (depth8, depth32: the frames kept), each at
+// the default sampling rate (rate=default, memtrack.DefaultSiteRate) and
+// recording every allocation (rate=1), serially and from every P.
 //
-// Recording on against off, as ratios side by side:
+// Recording on against off, as ratios side by side, alternated in time:
 //
-//	go test -run '^$' -bench SitesAllocFree -count 10 ./bench > sites.txt
+//	for i in 1 2 3 4 5 6 7 8; do
+//		go test -run '^$' -bench SitesAllocFree -count 1 ./bench
+//	done > sites.txt
 //	benchstat -col /sites sites.txt
 //
 // With sites=off the hook costs one atomic load (a nil table) on Alloc and a
 // nil check on Free. The build-equivalent path is the same benchmark built
 // with -tags memtrack_nosites, where the hook is compiled out (and the
-// sites=depth cases are skipped):
+// recording cases are skipped):
 //
 //	go test -run '^$' -bench 'SitesAllocFree/sites=off' -count 10 -tags memtrack_nosites ./bench > nosites.txt
 //	benchstat nosites.txt sites.txt
 func BenchmarkSitesAllocFree(b *testing.B) {
 	const size = 64
 	d := memtrack.CPU()
-	for _, bc := range []struct {
+	type config struct {
 		name  string
-		depth int // 0: off
-	}{
-		{"off", 0},
-		{"depth8", 8},
-		{"depth32", 32},
-	} {
+		depth int   // 0: off
+		rate  int64 // 0: the default
+	}
+	configs := []config{{"off", 0, 0}}
+	for _, depth := range []int{8, 32} {
+		for _, rate := range []struct {
+			name string
+			rate int64
+		}{{"default", 0}, {"1", 1}} {
+			configs = append(configs, config{"depth" + strconv.Itoa(depth) + "/rate=" + rate.name, depth, rate.rate})
+		}
+	}
+	for _, bc := range configs {
 		run := func(b *testing.B, body func(b *testing.B)) {
 			if bc.depth > 0 {
+				if err := d.SetAllocationSiteRate(bc.rate); err != nil {
+					b.Skip(err)
+				}
+				defer d.SetAllocationSiteRate(0)
 				if err := d.EnableAllocationSites(bc.depth); err != nil {
 					b.Skip(err)
 				}
@@ -45,21 +67,37 @@ func BenchmarkSitesAllocFree(b *testing.B) {
 		}
 		b.Run("sites="+bc.name+"/mode=serial", func(b *testing.B) {
 			run(b, func(b *testing.B) {
-				for b.Loop() {
-					allocFree(b, d, size)
-				}
-			})
-		})
-		b.Run("sites="+bc.name+"/mode=parallel", func(b *testing.B) {
-			run(b, func(b *testing.B) {
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
+				atDepth(stackDepth, func() {
+					for b.Loop() {
 						allocFree(b, d, size)
 					}
 				})
 			})
 		})
+		b.Run("sites="+bc.name+"/mode=parallel", func(b *testing.B) {
+			run(b, func(b *testing.B) {
+				b.RunParallel(func(pb *testing.PB) {
+					atDepth(stackDepth, func() {
+						for pb.Next() {
+							allocFree(b, d, size)
+						}
+					})
+				})
+			})
+		})
 	}
+}
+
+// atDepth calls f about n frames below its caller (the closure and the
+// loop add two).
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	if n <= 2 {
+		f()
+		return
+	}
+	atDepth(n-1, f)
 }
 
 func allocFree(b *testing.B, d memtrack.Device, size int64) {
