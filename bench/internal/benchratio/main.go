@@ -5,6 +5,13 @@
 // peer design (-peer), and against its own run at -cpu 1. It then states
 // each of the suite's targets as met or missed, with the measured ratio.
 //
+// With -raw, it also reads the raw go test output that benchstat summarised,
+// run as rounds (scripts/bench.sh runs every benchmark once per round, N
+// rounds), and gives beside each ratio of benchstat's medians the median of
+// the per-round ratios: the two designs measured moments apart, so that
+// drift in the machine's load cancels out. The targets are judged on the
+// per-round median where there is one.
+//
 // A benchmark name is read as GROUP/design=DESIGN-PROCS: the rows of one
 // group and one PROCS are compared with each other.
 package main
@@ -25,10 +32,14 @@ func main() {
 	base := flag.String("base", "atomic,mutexmap", "comma-separated designs every row is compared with, where its group has them")
 	peer := flag.String("peer", "Counter=mutexdev,Record=mutexrecord,packed=Counter,tracked=untracked",
 		"comma-separated DESIGN=PEER pairs: a row of DESIGN (or DESIGN-suffix) is compared with PEER (or PEER-suffix, where it exists)")
+	raw := flag.String("raw", "", "the raw go test -bench output, in rounds, for the medians of the per-round ratios")
 	flag.Parse()
 	res, err := parse(os.Stdin)
 	if err == nil && len(res.rows) == 0 {
 		err = errors.New("no benchmark rows in the input")
+	}
+	if err == nil && *raw != "" {
+		res.rounds, err = readRounds(*raw)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchratio:", err)
@@ -54,8 +65,18 @@ type row struct {
 }
 
 type results struct {
-	rows  []*row // in the order the table prints them
-	index map[key]*row
+	rows   []*row // in the order the table prints them
+	index  map[key]*row
+	rounds rounds // nil without -raw
+}
+
+func readRounds(name string) (rounds, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseRounds(f)
 }
 
 // parseName splits "GROUP/design=DESIGN-PROCS"; PROCS is 1 when absent.
@@ -174,12 +195,18 @@ func (res *results) peerOf(r *row, peers map[string]string) *row {
 	return res.index[key{r.group, p, r.procs}]
 }
 
-// ratio formats a/b, or "" where b is missing or is a itself.
-func ratio(a, b *row) string {
+// ratio formats a/b, or "" where b is missing or is a itself: the ratio of
+// benchstat's medians, then, where there are rounds, the median of the
+// per-round ratios in parentheses.
+func (res *results) ratio(a, b *row) string {
 	if b == nil || a == b || b.sec == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%.2fx", a.sec/b.sec)
+	s := fmt.Sprintf("%.2fx", a.sec/b.sec)
+	if q, n := res.rounds.ratio(a.key, b.key); n > 0 {
+		s += fmt.Sprintf(" (%.2fx)", q)
+	}
+	return s
 }
 
 func (res *results) table(w io.Writer, bases []string, peers map[string]string) {
@@ -197,13 +224,13 @@ func (res *results) table(w io.Writer, bases []string, peers map[string]string) 
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s |", r.group, r.procs, r.design, duration(r.sec), r.ci, allocs)
 		for _, b := range bases {
-			fmt.Fprintf(w, " %s |", ratio(r, res.index[key{r.group, b, r.procs}]))
+			fmt.Fprintf(w, " %s |", res.ratio(r, res.index[key{r.group, b, r.procs}]))
 		}
-		peer := ratio(r, res.peerOf(r, peers))
+		peer := res.ratio(r, res.peerOf(r, peers))
 		if p := res.peerOf(r, peers); p != nil && peer != "" {
 			peer += " " + p.design
 		}
-		fmt.Fprintf(w, " %s | %s |\n", peer, ratio(r, res.index[key{r.group, r.design, 1}]))
+		fmt.Fprintf(w, " %s | %s |\n", peer, res.ratio(r, res.index[key{r.group, r.design, 1}]))
 	}
 }
 
