@@ -9,6 +9,7 @@ import (
 	"github.com/memtrack/memtrack"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,6 +18,7 @@ import (
 // device_* metrics come from the OS and change between reads.
 var counterNames = []string{
 	"memtrack_allocated_bytes", "memtrack_allocated_peak_bytes", "memtrack_active_buffers",
+	"memtrack_active_buffers_peak", "memtrack_allocated_bytes_total", "memtrack_freed_bytes_total",
 	"memtrack_allocations_total", "memtrack_frees_total", "memtrack_allocation_failures_total",
 	"memtrack_limit_bytes",
 }
@@ -51,9 +53,15 @@ const countersText = `
 # HELP memtrack_active_buffers Live buffers allocated through memtrack on the device.
 # TYPE memtrack_active_buffers gauge
 memtrack_active_buffers{%[1]s} 1
+# HELP memtrack_active_buffers_peak High-water mark of memtrack_active_buffers since the last peak reset.
+# TYPE memtrack_active_buffers_peak gauge
+memtrack_active_buffers_peak{%[1]s} 2
 # HELP memtrack_allocated_bytes Bytes held by the device's live buffers allocated through memtrack (requested sizes).
 # TYPE memtrack_allocated_bytes gauge
 memtrack_allocated_bytes{%[1]s} 2048
+# HELP memtrack_allocated_bytes_total Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures.
+# TYPE memtrack_allocated_bytes_total counter
+memtrack_allocated_bytes_total{%[1]s} 3072
 # HELP memtrack_allocated_peak_bytes High-water mark of memtrack_allocated_bytes since the last peak reset.
 # TYPE memtrack_allocated_peak_bytes gauge
 memtrack_allocated_peak_bytes{%[1]s} 3072
@@ -66,6 +74,9 @@ memtrack_allocations_total{%[1]s} 2
 # HELP memtrack_frees_total Frees through memtrack on the device since the last reset of the cumulative figures.
 # TYPE memtrack_frees_total counter
 memtrack_frees_total{%[1]s} 1
+# HELP memtrack_freed_bytes_total Bytes freed through memtrack on the device since the last reset of the cumulative figures.
+# TYPE memtrack_freed_bytes_total counter
+memtrack_freed_bytes_total{%[1]s} 1024
 `
 
 const limitText = `# HELP memtrack_limit_bytes Memory limit on the bytes held by the device's live buffers; absent where none is set.
@@ -134,7 +145,7 @@ func TestCollectorUsedDevices(t *testing.T) {
 
 	used := len(memtrack.UsedDevices())
 	require.GreaterOrEqual(t, used, 1)
-	assert.Equal(t, 6*used, testutil.CollectAndCount(c, counterNames...))
+	assert.Equal(t, 9*used, testutil.CollectAndCount(c, counterNames...))
 	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
 		// The CPU's figures come from /proc/meminfo or sysctl.
 		_, total, err := memtrack.CPU().MemGetInfo()
@@ -201,4 +212,34 @@ func TestWithConstLabelsCopies(t *testing.T) {
 	labels["model"] = "changed"
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(`backend="cpu",model="llama",ordinal="0"`, countersText)), counterNames...))
+}
+
+// TestCollectorPromlint runs client_golang's promlint over a scrape in which
+// every metric of the collector is present, and over a control metric that
+// breaks its rules, so that a linter which reports nothing is not mistaken
+// for a clean exposition.
+func TestCollectorPromlint(t *testing.T) {
+	setCPU(t, 1<<20)
+	c := NewCollector(WithConstLabels(prometheus.Labels{"service": "llm"}))
+	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
+	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.Len(t, mfs, len(c.descs()), "the scrape lacks some of the collector's metrics")
+
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+
+	// The control: a counter without _total, in milliseconds.
+	bad := prometheus.NewCounter(prometheus.CounterOpts{Name: "memtrack_alloc_time_milliseconds", Help: "x"})
+	badReg := prometheus.NewRegistry()
+	require.NoError(t, badReg.Register(bad))
+	badMfs, err := badReg.Gather()
+	require.NoError(t, err)
+	problems, err = promlint.NewWithMetricFamilies(badMfs).Lint()
+	require.NoError(t, err)
+	assert.NotEmpty(t, problems)
 }
