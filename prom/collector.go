@@ -19,6 +19,13 @@
 //	memtrack_limit_bytes                gauge    the memory limit, where one is set
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
+//	memtrack_device_info                gauge    1, with the labels uuid and name ([memtrack.Device.Info])
+//
+// memtrack_device_info names the device: uuid is the GPU's UUID as
+// nvidia-smi and dcgm-exporter print it ("GPU-…"), a Metal device's
+// registryID ("0x…"), or empty for the CPU; name is the model name. Join it
+// on backend and ordinal to give the other metrics those labels, and then on
+// uuid to put them beside dcgm-exporter's (docs/integrations.md).
 //
 // The device_* metrics are left out for a device whose query fails; the rest
 // of the scrape goes on. The counters restart from zero after
@@ -42,10 +49,12 @@ type Collector struct {
 	allocatedTotal, freedTotal          *prometheus.Desc
 	allocs, frees, failures             *prometheus.Desc
 	limit, devFree, devTotal            *prometheus.Desc
+	info                                *prometheus.Desc
 
 	// Seams for tests; the package's functions otherwise.
 	devices func() []memtrack.Device
 	memInfo func(memtrack.Device) (free, total int64, err error)
+	devInfo func(memtrack.Device) (memtrack.DeviceInfo, error)
 }
 
 // Option configures a [Collector].
@@ -56,8 +65,9 @@ type config struct {
 }
 
 // WithConstLabels adds labels with fixed values to every metric, such as the
-// name of the model a process serves. Names that clash with backend or
-// ordinal, or are not valid label names, make registration fail.
+// name of the model a process serves. Names that clash with backend,
+// ordinal, uuid or name, or are not valid label names, make registration
+// fail.
 func WithConstLabels(labels prometheus.Labels) Option {
 	return func(c *config) {
 		for k, v := range labels {
@@ -88,8 +98,11 @@ func NewCollector(opts ...Option) *Collector {
 		limit:          desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
 		devFree:        desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
 		devTotal:       desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
-		devices:        memtrack.UsedDevices,
-		memInfo:        memtrack.Device.MemGetInfo,
+		info: prometheus.NewDesc("memtrack_device_info", "The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.",
+			[]string{"backend", "ordinal", "uuid", "name"}, cfg.constLabels),
+		devices: memtrack.UsedDevices,
+		memInfo: memtrack.Device.MemGetInfo,
+		devInfo: memtrack.Device.Info,
 	}
 }
 
@@ -102,7 +115,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.activePeak, c.allocatedTotal, c.freedTotal,
-		c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal}
+		c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal, c.info}
 }
 
 // Collect reads the figures of every used device and sends them.
@@ -132,6 +145,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if free, total, err := c.memInfo(d); err == nil {
 			send(c.devFree, prometheus.GaugeValue, free)
 			send(c.devTotal, prometheus.GaugeValue, total)
+		}
+		if info, err := c.devInfo(d); err == nil {
+			m, err := prometheus.NewConstMetric(c.info, prometheus.GaugeValue, 1, append(labels, info.UUID, info.Name)...)
+			if err != nil {
+				m = prometheus.NewInvalidMetric(c.info, err)
+			}
+			ch <- m
 		}
 	}
 }

@@ -92,6 +92,21 @@ memtrack_device_free_bytes{%[1]s} 1000
 memtrack_device_total_bytes{%[1]s} 4000
 `
 
+const infoText = `# HELP memtrack_device_info The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.
+# TYPE memtrack_device_info gauge
+memtrack_device_info{%[1]s} 1
+`
+
+// cpuInfoLabels are the labels of the CPU's memtrack_device_info as
+// fixedDevInfo names it.
+const cpuInfoLabels = `backend="cpu",name="Fake CPU \\ \"9000\"",ordinal="0",uuid="CPU-0"`
+
+// fixedDevInfo names the CPU with a UUID (which the real CPU has none of),
+// and with a backslash and quotes, which the exposition escapes.
+func fixedDevInfo(d memtrack.Device) (memtrack.DeviceInfo, error) {
+	return memtrack.DeviceInfo{Device: d, Name: `Fake CPU \ "9000"`, UUID: "CPU-0"}, nil
+}
+
 // cpuLabels are the labels of the CPU's metrics without constant labels.
 const cpuLabels = `backend="cpu",ordinal="0"`
 
@@ -106,18 +121,24 @@ func TestCollectorCompare(t *testing.T) {
 	failedInfo := func(d memtrack.Device) (int64, int64, error) {
 		return 0, 0, &memtrack.BackendError{Device: d, Op: "meminfo", Err: errors.New("driver gone")}
 	}
+	failedDevInfo := func(d memtrack.Device) (memtrack.DeviceInfo, error) {
+		return memtrack.DeviceInfo{Device: d}, &memtrack.BackendError{Device: d, Op: "info", Err: errors.New("driver gone")}
+	}
 	tests := []struct {
 		name    string
 		opts    []Option
 		limit   int64
 		memInfo func(memtrack.Device) (int64, int64, error)
+		devInfo func(memtrack.Device) (memtrack.DeviceInfo, error)
 		want    string
 	}{
-		{"no limit", nil, 0, fixedInfo, expect(cpuLabels, countersText, deviceText)},
-		{"limit", nil, 1 << 20, fixedInfo, expect(cpuLabels, countersText, limitText, deviceText)},
-		{"query fails", nil, 0, failedInfo, expect(cpuLabels, countersText)},
-		{"const labels", []Option{WithConstLabels(prometheus.Labels{"model": "llama", "zone": "a"})}, 1 << 20, fixedInfo,
-			expect(`backend="cpu",model="llama",ordinal="0",zone="a"`, countersText, limitText, deviceText)},
+		{"no limit", nil, 0, fixedInfo, fixedDevInfo, expect(cpuLabels, countersText, deviceText) + expect(cpuInfoLabels, infoText)},
+		{"limit", nil, 1 << 20, fixedInfo, fixedDevInfo, expect(cpuLabels, countersText, limitText, deviceText) + expect(cpuInfoLabels, infoText)},
+		{"queries fail", nil, 0, failedInfo, failedDevInfo, expect(cpuLabels, countersText)},
+		{"info fails", nil, 0, fixedInfo, failedDevInfo, expect(cpuLabels, countersText, deviceText)},
+		{"const labels", []Option{WithConstLabels(prometheus.Labels{"model": "llama", "zone": "a"})}, 1 << 20, fixedInfo, fixedDevInfo,
+			expect(`backend="cpu",model="llama",ordinal="0",zone="a"`, countersText, limitText, deviceText) +
+				expect(`backend="cpu",model="llama",name="Fake CPU \\ \"9000\"",ordinal="0",uuid="CPU-0",zone="a"`, infoText)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,6 +146,7 @@ func TestCollectorCompare(t *testing.T) {
 			c := NewCollector(tt.opts...)
 			c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 			c.memInfo = tt.memInfo
+			c.devInfo = tt.devInfo
 
 			reg := prometheus.NewPedanticRegistry()
 			require.NoError(t, reg.Register(c))
@@ -154,6 +176,16 @@ func TestCollectorUsedDevices(t *testing.T) {
 		assert.Equal(t, 1, testutil.CollectAndCount(c, "memtrack_device_total_bytes"))
 		assert.Equal(t, float64(total), testutil.ToFloat64(onlyTotal{c}))
 	}
+
+	// The CPU's identity, as the core reports it.
+	info, err := memtrack.CPU().Info()
+	require.NoError(t, err)
+	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	wantInfo := expect(`backend="cpu",name="`+esc.Replace(info.Name)+`",ordinal="0",uuid=""`, infoText)
+	if used == 1 {
+		assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(wantInfo), "memtrack_device_info"))
+	}
+	assert.Equal(t, used, testutil.CollectAndCount(c, "memtrack_device_info"))
 
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
@@ -193,6 +225,8 @@ func TestCollectorBadConstLabels(t *testing.T) {
 	}{
 		{"clashes with backend", prometheus.Labels{"backend": "x"}},
 		{"clashes with ordinal", prometheus.Labels{"ordinal": "1"}},
+		{"clashes with uuid", prometheus.Labels{"uuid": "x"}},
+		{"clashes with name", prometheus.Labels{"name": "x"}},
 		{"reserved name", prometheus.Labels{"__reserved": "x"}},
 	}
 	for _, tt := range tests {
@@ -223,6 +257,7 @@ func TestCollectorPromlint(t *testing.T) {
 	c := NewCollector(WithConstLabels(prometheus.Labels{"service": "llm"}))
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
+	c.devInfo = fixedDevInfo
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()
