@@ -42,6 +42,10 @@ var (
 	// not record them; see [Device.EnableAllocationSites].
 	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
 
+	// ErrHistoryNotRecorded: a history was asked of a device that does not
+	// record one ([Device.EnableMemoryHistory]).
+	ErrHistoryNotRecorded = errors.New("memtrack: memory history not recorded")
+
 	// ErrInvalidArgument: an argument outside what the function accepts,
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
 	// nil function given to [Device.Measure].

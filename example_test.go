@@ -256,3 +256,41 @@ func ExampleDevice_PeakAllocationSites() {
 	// scratch: 1 buffer, 5 MiB
 	// loadWeights: 1 buffer, 3 MiB
 }
+
+// Record the device's history, as torch.cuda.memory._record_memory_history
+// does, then read every allocation, free and refusal back, each with the
+// figure after it. Package github.com/memtrack/memtrack/trace writes the
+// history for Perfetto UI, and github.com/memtrack/memtrack/web plots it.
+func ExampleDevice_MemoryHistory() {
+	d := memtrack.CPU()
+	if err := d.EnableMemoryHistory(1000); err != nil { // the newest 1000 events
+		log.Fatal(err)
+	}
+	defer d.DisableMemoryHistory()
+	base := d.MemoryAllocated()
+
+	a, _ := d.Alloc(4 << 20)
+	b, _ := d.Alloc(1 << 20)
+	a.Free()
+	d.SetMemoryLimit(base + 2<<20)
+	if _, err := d.Alloc(2 << 20); err != nil {
+		fmt.Println("refused:", errors.Is(err, memtrack.ErrOutOfMemory))
+	}
+	d.SetMemoryLimit(0)
+	b.Free()
+
+	h, err := d.MemoryHistory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range h.Events {
+		fmt.Printf("%d %-5v %d MiB, then %d MiB\n", e.Seq, e.Action, e.Size>>20, (e.Current-base)>>20)
+	}
+	// Output:
+	// refused: true
+	// 0 alloc 4 MiB, then 4 MiB
+	// 1 alloc 1 MiB, then 5 MiB
+	// 2 free  4 MiB, then 1 MiB
+	// 3 limit 2 MiB, then 1 MiB
+	// 4 free  1 MiB, then 0 MiB
+}

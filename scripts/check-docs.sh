@@ -50,6 +50,10 @@ declare -A skip_cmds=(
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
 	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
 	['./scripts/bench.sh']='by hand on a quiet machine (about 7 minutes); .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
+	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
+	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
