@@ -3,6 +3,8 @@
 package prom
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -15,8 +17,21 @@ import (
 // TestCollectorCUDAInfo scrapes memtrack_device_info of cuda:0 from the
 // driver the process loads (the fake of testdata/fakecuda under
 // scripts/test-cuda.sh): its uuid label is the GPU's UUID, in the form
-// dcgm-exporter's UUID label has.
+// dcgm-exporter's UUID label has. It runs in a process of its own, since
+// using cuda:0 adds it to the used devices that other tests list.
 func TestCollectorCUDAInfo(t *testing.T) {
+	if os.Getenv("MEMTRACK_PROM_CHILD") != t.Name() {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+		gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+		cmd.Env = append(os.Environ(), "MEMTRACK_PROM_CHILD="+t.Name(), "GORACE="+gorace)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child output:\n%s", out)
+		if strings.Contains(string(out), "--- SKIP: "+t.Name()) {
+			t.Skipf("child skipped:\n%s", out)
+		}
+		assert.Contains(t, string(out), "--- PASS: "+t.Name(), "child output:\n%s", out)
+		return
+	}
 	d, err := memtrack.CUDA(0)
 	if err != nil {
 		t.Skipf("needs a CUDA device: %v", err)
