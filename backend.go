@@ -39,6 +39,7 @@ type kindState struct {
 	err     error
 	records tracker.Table
 	sites   siteTable // recorders of allocation sites (sites.go)
+	tracked addrIndex // addresses of Tracked handles (track.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"unsafe"
 
 	"github.com/memtrack/memtrack"
 )
@@ -293,4 +294,30 @@ func ExampleDevice_MemoryHistory() {
 	// 2 free  4 MiB, then 1 MiB
 	// 3 limit 2 MiB, then 1 MiB
 	// 4 free  1 MiB, then 0 MiB
+}
+
+// Count memory that another binding allocated: here a C library's
+// workspace, stood for by a Go slice. The handle uncounts it; the library
+// frees it.
+func ExampleDevice_Track() {
+	dev := memtrack.CPU()
+	base := dev.MemoryAllocated()
+
+	workspace := make([]byte, 4<<20) // allocated by "the library"
+	ptr := uintptr(unsafe.Pointer(&workspace[0]))
+	h, err := dev.Track(int64(len(workspace)), ptr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.TrackedAt(memtrack.KindCPU, ptr) == h)
+
+	_, err = dev.Track(16, ptr)
+	fmt.Println(errors.Is(err, memtrack.ErrAlreadyTracked))
+
+	_ = h.Release() // uncounts; frees nothing
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, len(workspace))
+	// Output:
+	// tracked: 4194304 true
+	// true
+	// tracked: 0 4194304
 }
