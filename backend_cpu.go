@@ -14,6 +14,9 @@ const mmapThreshold = 1 << 20
 type cpuBackend struct {
 	capOnce sync.Once
 	cap     int64 // the most memory the process may hold: cgroup limit or RAM
+
+	modelMu sync.Mutex
+	model   *string // the CPU's model name, once read
 }
 
 func newCPUBackend() backend { return &cpuBackend{} }
@@ -63,4 +66,19 @@ func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 		return 0, 0, &BackendError{Op: "meminfo", Err: err}
 	}
 	return free, total, nil
+}
+
+// info names the CPU by its model, read once it reads without error; the
+// CPU has no identifier.
+func (c *cpuBackend) info(int) (name, uuid string, err error) {
+	c.modelMu.Lock()
+	defer c.modelMu.Unlock()
+	if c.model == nil {
+		m, err := cpuModelName()
+		if err != nil {
+			return "", "", &BackendError{Op: "info", Err: err}
+		}
+		c.model = &m
+	}
+	return *c.model, "", nil
 }

@@ -135,6 +135,10 @@ type metalBridge interface {
 	// memInfo returns the device's recommendedMaxWorkingSetSize and
 	// currentAllocatedSize.
 	memInfo(dev uintptr) (workingSet, allocated int64)
+	// registryID returns the device's registryID: mtb_registry_id.
+	registryID(dev uintptr) uint64
+	// name returns the device's name: mtb_device_name.
+	name(dev uintptr) string
 }
 
 // int64Of converts a byte count that C reports as unsigned, saturating at

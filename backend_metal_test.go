@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -88,6 +89,11 @@ func (f *fakeMetal) memInfo(uintptr) (workingSet, allocated int64) {
 	}
 	return f.workingSet, allocated
 }
+
+// registryID gives device handle h the registry ID 0x1000003f0 + h.
+func (f *fakeMetal) registryID(dev uintptr) uint64 { return 0x1000003f0 + uint64(dev) }
+
+func (f *fakeMetal) name(dev uintptr) string { return fmt.Sprintf("Fake Metal GPU %d", dev) }
 
 // state returns the fake's live buffers, calls to newBuffer and releases.
 func (f *fakeMetal) state() (live, newCalls int, released map[uintptr]int) {

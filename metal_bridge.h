@@ -36,4 +36,11 @@ void mtb_release(uintptr_t obj);
 // currentAllocatedSize.
 void mtb_mem_info(uintptr_t dev, uint64_t *working_set, uint64_t *allocated);
 
+// mtb_registry_id returns the device's registryID.
+uint64_t mtb_registry_id(uintptr_t dev);
+
+// mtb_device_name stores the device's name in UTF-8 in name (at most cap
+// bytes, the NUL included, cut short if longer).
+void mtb_device_name(uintptr_t dev, char *name, int cap);
+
 #endif

@@ -62,3 +62,13 @@ func (cgoMetalBridge) memInfo(dev uintptr) (workingSet, allocated int64) {
 	C.mtb_mem_info(C.uintptr_t(dev), &ws, &used)
 	return int64Of(uint64(ws)), int64Of(uint64(used))
 }
+
+func (cgoMetalBridge) registryID(dev uintptr) uint64 {
+	return uint64(C.mtb_registry_id(C.uintptr_t(dev)))
+}
+
+func (cgoMetalBridge) name(dev uintptr) string {
+	var buf [256]C.char
+	C.mtb_device_name(C.uintptr_t(dev), &buf[0], C.int(len(buf)))
+	return C.GoString(&buf[0])
+}

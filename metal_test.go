@@ -219,3 +219,15 @@ func TestMetalConcurrentAlloc(t *testing.T) {
 	assert.Equal(t, before.Frees+n, after.Frees)
 	assert.Equal(t, before.Current+n*size, after.Peak, "the peak stays until reset")
 }
+
+// TestMetalInfo: the device has a name, and its registry ID in hex as its
+// UUID.
+func TestMetalInfo(t *testing.T) {
+	d := metalDevice(t)
+	info, err := d.Info()
+	require.NoError(t, err)
+	assert.Equal(t, d, info.Device)
+	assert.NotEmpty(t, info.Name)
+	assert.Regexp(t, `^0x[0-9a-f]+$`, info.UUID)
+	t.Logf("%v: %q, registry ID %s", d, info.Name, info.UUID)
+}
