@@ -40,3 +40,34 @@ func BenchmarkDeviceLayer(b *testing.B) {
 	}
 	d.DisableAllocationSites()
 }
+
+// sinkBytes keeps the baseline's slice escaping to the heap, as a tracked
+// buffer's memory does.
+var sinkBytes []byte
+
+// BenchmarkCPUPair measures a 64-byte CPU Alloc+Free through the Device
+// layer (design=tracked) against a bare make([]byte, 64) that escapes
+// (design=make): the ratio of the two is the Device layer's cost on the
+// smallest buffers, where it is largest.
+func BenchmarkCPUPair(b *testing.B) {
+	const size = 64
+	b.Run("design=tracked", func(b *testing.B) {
+		b.ReportAllocs()
+		d := CPU()
+		for b.Loop() {
+			buf, err := d.Alloc(size)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := buf.Free(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("design=make", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkBytes = make([]byte, size)
+		}
+	})
+}
