@@ -92,7 +92,7 @@ func useBackend(t testing.TB, k Kind, b backend) {
 }
 
 // fakeCUDA installs a fake CUDA backend and returns it with its devices.
-func fakeCUDA(t *testing.T, n int, capacity int64) (*fakeBackend, []Device) {
+func fakeCUDA(t testing.TB, n int, capacity int64) (*fakeBackend, []Device) {
 	t.Helper()
 	f := newFakeBackend(n, capacity)
 	useBackend(t, KindCUDA, f)
