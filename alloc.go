@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/memtrack/memtrack/tracker"
@@ -26,8 +27,9 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 			return nil, &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
 		}
 	}
-	m, err := s.b.alloc(d.ordinal, size)
-	if err != nil {
+	// The backend writes straight into the buffer (see backend).
+	b := &Buffer{size: size, ordinal: int32(d.ordinal), kind: d.kind}
+	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
 		rec.RecordFailure()
 		return nil, fillError(err, d, size, rec)
 	}
@@ -35,17 +37,29 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 		// A concurrent allocation took the room under the limit, or the
 		// record is full: give the memory back. The record counted the
 		// failure.
-		oom := &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
-		if ferr := s.b.free(d.ordinal, m); ferr != nil {
+		oom := recordRefusal(err, d, size, rec.Current())
+		if ferr := s.b.free(d.ordinal, size, &b.mem); ferr != nil {
 			return nil, fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 		}
 		return nil, oom
 	}
-	b := &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}
+	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
 	}
 	return b, nil
+}
+
+// recordRefusal describes an allocation that the device's record refused,
+// with the fields that explain it: the limit and the figure it was held
+// against for a [*tracker.LimitError], the tracker's capacity (in Reason)
+// for anything else. cur is the bytes tracked when it was refused.
+func recordRefusal(err error, d Device, size, cur int64) *OutOfMemoryError {
+	var le *tracker.LimitError
+	if errors.As(err, &le) {
+		return &OutOfMemoryError{Device: d, Requested: size, Current: le.Current, Limit: le.Limit, Reason: "memory limit"}
+	}
+	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Reason: "the tracker's capacity: " + err.Error()}
 }
 
 // fillError completes an error from a backend with the device and figures.

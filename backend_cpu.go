@@ -3,6 +3,10 @@ package memtrack
 import (
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
 )
 
 // mmapThreshold is the size from which CPU buffers come from the OS (mmap)
@@ -10,48 +14,120 @@ import (
 // the tracked figure; smaller buffers come from the Go heap.
 const mmapThreshold = 1 << 20
 
+// cpuCapacityValidity is how long the CPU backend trusts the capacity it
+// last read (the machine's memory, or its cgroup's limit, which can change
+// at run time) before a request that needs it reads it again.
+const cpuCapacityValidity = 100 * time.Millisecond
+
 // cpuBackend allocates host memory. It has one device, ordinal 0.
+//
+// It refuses a request when the bytes its device holds plus the request
+// pass the capacity, the most memory the process may hold (the cgroup's
+// limit or the machine's memory): Go's runtime aborts the process on a make
+// it cannot satisfy, and an mmap past RAM can succeed only to be killed when
+// touched. The capacity is read when the device table is made and again,
+// when the figure is older than [cpuCapacityValidity], by large requests
+// (which make a system call anyway) and by small ones that it would refuse.
+// A small request that fits reads no file and no clock: one atomic load of
+// the capacity and one of the bytes held.
 type cpuBackend struct {
-	capOnce sync.Once
-	cap     int64 // the most memory the process may hold: cgroup limit or RAM
+	readCapacity func() (int64, error)
+	now          func() time.Time
+	records      *tracker.Table // the device table's records (recordUser)
+
+	capacity atomic.Int64 // the figure last read; 0 if unknown
+	mu       sync.Mutex   // serialises reads of the capacity
+	readAt   time.Time    // when it was last read, under mu
 }
 
-func newCPUBackend() backend { return &cpuBackend{} }
+func newCPUBackend() backend { return newCPUBackendOver(hostCapacity, time.Now) }
 
-func (*cpuBackend) devices() (int, error) { return 1, nil }
+// newCPUBackendOver returns a CPU backend that reads its capacity with read
+// and the time with now.
+func newCPUBackendOver(read func() (int64, error), now func() time.Time) *cpuBackend {
+	return &cpuBackend{readCapacity: read, now: now}
+}
 
-// capacity returns the memory the process can hold at most, read once.
-func (c *cpuBackend) capacity() int64 {
-	c.capOnce.Do(func() {
-		if _, total, err := hostMemInfo(); err == nil {
-			c.cap = total
+// hostCapacity returns the memory of the machine, or of its cgroup where
+// that is lower.
+func hostCapacity() (int64, error) {
+	_, total, err := hostMemInfo()
+	return total, err
+}
+
+func (c *cpuBackend) useRecords(t *tracker.Table) { c.records = t }
+
+func (c *cpuBackend) devices() (int, error) {
+	c.readCapacityIfStale()
+	return 1, nil
+}
+
+// readCapacityIfStale reads the capacity again if the figure is older than
+// cpuCapacityValidity, and returns it. A read that fails keeps the old
+// figure.
+func (c *cpuBackend) readCapacityIfStale() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); c.readAt.IsZero() || now.Sub(c.readAt) >= cpuCapacityValidity {
+		if v, err := c.readCapacity(); err == nil && v > 0 {
+			c.capacity.Store(v)
 		}
-	})
-	return c.cap
+		c.readAt = now
+	}
+	return c.capacity.Load()
 }
 
-func (c *cpuBackend) alloc(_ int, size int64) (memory, error) {
-	if size < mmapThreshold {
-		return memory{host: make([]byte, size)}, nil
+// held returns the bytes the device holds.
+func (c *cpuBackend) held() int64 {
+	if c.records == nil {
+		return 0
 	}
-	// Go's runtime aborts the process on a make it cannot satisfy, and an
-	// mmap past RAM can succeed only to be killed when touched: refuse what
-	// the machine (or cgroup) cannot hold, and let mmap refuse the rest.
-	if limit := c.capacity(); limit > 0 && size > limit {
-		return memory{}, &OutOfMemoryError{Reason: fmt.Sprintf("larger than the memory of this machine or cgroup (%s)", formatBytes(limit))}
+	if r := c.records.Lookup(0); r != nil {
+		return r.Current()
+	}
+	return 0
+}
+
+// admit refuses size bytes if, beside what the device holds, they pass the
+// capacity, read again first if it is stale.
+func (c *cpuBackend) admit(size int64) error {
+	capacity := c.readCapacityIfStale()
+	if capacity <= 0 {
+		return nil // unknown: mmap and the runtime decide
+	}
+	if held := c.held(); size > capacity-held {
+		return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
+			"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
+	}
+	return nil
+}
+
+func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
+	if size < mmapThreshold {
+		if capacity := c.capacity.Load(); capacity > 0 && size > capacity-c.held() {
+			if err := c.admit(size); err != nil {
+				return err
+			}
+		}
+		m.setHost(make([]byte, size))
+		return nil
+	}
+	if err := c.admit(size); err != nil {
+		return err
 	}
 	b, err := mapMemory(size)
 	if err != nil {
-		return memory{}, &OutOfMemoryError{Reason: "mmap: " + err.Error()}
+		return &OutOfMemoryError{Reason: "mmap: " + err.Error()}
 	}
-	return memory{host: b}, nil
+	m.setHost(b)
+	return nil
 }
 
-func (*cpuBackend) free(_ int, m memory) error {
-	if len(m.host) < mmapThreshold {
+func (*cpuBackend) free(_ int, size int64, m *memory) error {
+	if size < mmapThreshold {
 		return nil // Go heap memory: the garbage collector takes it back
 	}
-	if err := unmapMemory(m.host); err != nil {
+	if err := unmapMemory(m.hostBytes(size)); err != nil {
 		return &BackendError{Op: "free", Err: fmt.Errorf("munmap: %w", err)}
 	}
 	return nil

@@ -99,16 +99,17 @@ func (b *cudaBackend) do(ordinal int, op string, f func()) error {
 	})
 }
 
-func (b *cudaBackend) alloc(ordinal int, size int64) (memory, error) {
+func (b *cudaBackend) alloc(ordinal int, size int64, m *memory) error {
 	var p cu.DevicePtr
 	err := b.do(ordinal, "alloc", func() { p = cu.MemAlloc(size) })
 	if err != nil {
-		return memory{}, err
+		return err
 	}
-	return memory{ptr: uintptr(p)}, nil
+	m.ptr = uintptr(p)
+	return nil
 }
 
-func (b *cudaBackend) free(ordinal int, m memory) error {
+func (b *cudaBackend) free(ordinal int, _ int64, m *memory) error {
 	return b.do(ordinal, "free", func() { cu.MemFree(cu.DevicePtr(m.ptr)) })
 }
 

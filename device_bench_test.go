@@ -7,8 +7,8 @@ import "testing"
 type noopBackend struct{}
 
 func (noopBackend) devices() (int, error)                      { return 1, nil }
-func (noopBackend) alloc(int, int64) (memory, error)           { return memory{}, nil }
-func (noopBackend) free(int, memory) error                     { return nil }
+func (noopBackend) alloc(int, int64, *memory) error            { return nil }
+func (noopBackend) free(int, int64, *memory) error             { return nil }
 func (noopBackend) memInfo(int) (free, total int64, err error) { return 0, 0, nil }
 
 // BenchmarkDeviceLayer measures the fixed cost that tracking adds to every

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -348,6 +349,65 @@ func TestOutOfMemoryErrorDetails(t *testing.T) {
 	_, err = d.Alloc(1 << 20)
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 1 << 20, Current: 1000, Code: 2, Reason: "fake device full"}, *oom)
+}
+
+// TestOutOfMemoryErrorFields checks that a refused allocation fills exactly
+// the fields that explain the refusal: Limit only when the memory limit
+// refused it, and neither the limit nor the backend's code when the record's
+// capacity did.
+func TestOutOfMemoryErrorFields(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, math.MaxInt64)
+	d := ds[0]
+	held, err := d.Alloc(1000)
+	require.NoError(t, err)
+	defer held.Free()
+
+	// The record's capacity refuses, under a limit far above it.
+	require.NoError(t, d.SetMemoryLimit(math.MaxInt64))
+	_, err = d.Alloc(tracker.MaxBytes)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Zero(t, oom.Limit, "the limit did not refuse it: %v", err)
+	assert.Equal(t, int64(1000), oom.Current)
+	assert.Equal(t, int64(tracker.MaxBytes), oom.Requested)
+	assert.NotContains(t, err.Error(), "limit")
+	assert.Contains(t, err.Error(), "capacity")
+	assert.Equal(t, int64(1000), d.MemoryAllocated())
+
+	// The limit refuses: it is named.
+	require.NoError(t, d.SetMemoryLimit(1500))
+	_, err = d.Alloc(501)
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, int64(1500), oom.Limit)
+	assert.Equal(t, int64(1000), oom.Current)
+}
+
+// TestRecordRefusal turns each refusal of the record into an
+// OutOfMemoryError whose fields say what refused it.
+func TestRecordRefusal(t *testing.T) {
+	d := Device{kind: KindCUDA, ordinal: 1}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want OutOfMemoryError
+	}{
+		{
+			name: "limit",
+			err:  &tracker.LimitError{Requested: 10, Current: 95, Limit: 100},
+			want: OutOfMemoryError{Device: d, Requested: 10, Current: 95, Limit: 100, Reason: "memory limit"},
+		},
+		{
+			name: "capacity",
+			err:  fmt.Errorf("%w: a record holds at most 3 buffers", tracker.ErrCapacity),
+			want: OutOfMemoryError{Device: d, Requested: 10, Current: 7, Reason: "the tracker's capacity: memtrack: counter capacity exceeded: a record holds at most 3 buffers"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := recordRefusal(tc.err, d, 10, 7)
+			assert.Equal(t, tc.want, *got)
+			assert.ErrorIs(t, got, ErrOutOfMemory)
+		})
+	}
 }
 
 // TestLimitUnderContention lets many goroutines race for room under a
