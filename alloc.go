@@ -28,7 +28,13 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
-	b := &Buffer{size: size, ordinal: int32(d.ordinal), kind: d.kind}
+	var b *Buffer
+	if s.inline && size <= cpuInlineMax {
+		b = newSmallCPUBuffer(size)
+	} else {
+		b = new(Buffer)
+	}
+	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
 		rec.RecordFailure()
 		return nil, fillError(err, d, size, rec)

@@ -21,7 +21,9 @@ type backend interface {
 	// or an error that says why it reaches none.
 	devices() (int, error)
 	// alloc allocates size > 0 bytes on device ordinal and describes them
-	// in *m, which is zero; on an error it leaves *m zero.
+	// in *m, which is zero (except for the CPU's small buffers, whose host
+	// memory comes with the Buffer; see kindState.inline); on an error it
+	// leaves *m as it was.
 	alloc(ordinal int, size int64, m *memory) error
 	// free releases *m, which alloc made for size bytes on device ordinal.
 	free(ordinal int, size int64, m *memory) error
@@ -62,6 +64,9 @@ type kindState struct {
 	err     error
 	records tracker.Table
 	sites   siteTable // recorders of allocation sites (sites.go)
+	// inline: the backend is the CPU's, whose buffers of at most
+	// cpuInlineMax bytes Alloc allocates together with their memory.
+	inline bool
 }
 
 // tables holds one kindState per kind, created on first use. This and the
@@ -93,6 +98,7 @@ func newKindState(k Kind, b backend) *kindState {
 	if u, ok := b.(recordUser); ok {
 		u.useRecords(&s.records)
 	}
+	_, s.inline = b.(*cpuBackend)
 	s.n, s.err = b.devices()
 	if s.err != nil {
 		s.n = 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
@@ -102,6 +103,8 @@ func (c *cpuBackend) admit(size int64) error {
 	return nil
 }
 
+// alloc allocates size bytes; a small buffer's memory may have come with
+// its Buffer already (newSmallCPUBuffer), in m.host.
 func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	if size < mmapThreshold {
 		if capacity := c.capacity.Load(); capacity > 0 && size > capacity-c.held() {
@@ -109,7 +112,9 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 				return err
 			}
 		}
-		m.setHost(make([]byte, size))
+		if m.host == nil {
+			m.setHost(make([]byte, size))
+		}
 		return nil
 	}
 	if err := c.admit(size); err != nil {
@@ -121,6 +126,41 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	}
 	m.setHost(b)
 	return nil
+}
+
+// cpuInlineMax is the largest CPU buffer whose memory is allocated together
+// with its Buffer: one allocation instead of two, where the Buffer would
+// otherwise cost as much as the memory.
+const cpuInlineMax = 256
+
+// bufferWith is a Buffer followed by the memory of a small CPU buffer.
+type bufferWith[T any] struct {
+	b    Buffer
+	data T
+}
+
+func newBufferWith[T any]() *Buffer {
+	x := new(bufferWith[T])
+	x.b.mem.host = unsafe.Pointer(&x.data)
+	return &x.b
+}
+
+// newSmallCPUBuffer returns a Buffer with zeroed memory for size <=
+// cpuInlineMax bytes in the same allocation, in mem.host, rounded up to a
+// power of two (as the Go heap's size classes would round a make).
+func newSmallCPUBuffer(size int64) *Buffer {
+	switch {
+	case size <= 16:
+		return newBufferWith[[16]byte]()
+	case size <= 32:
+		return newBufferWith[[32]byte]()
+	case size <= 64:
+		return newBufferWith[[64]byte]()
+	case size <= 128:
+		return newBufferWith[[128]byte]()
+	default:
+		return newBufferWith[[cpuInlineMax]byte]()
+	}
 }
 
 func (*cpuBackend) free(_ int, size int64, m *memory) error {

@@ -12,11 +12,13 @@ import (
 func TestCPUBuffers(t *testing.T) {
 	cpu := CPU()
 	base := cpu.MemoryStats()
-	for _, size := range []int64{1, 4095, mmapThreshold - 1, mmapThreshold, 3*mmapThreshold + 5} {
+	sizes := []int64{1, 16, 17, 32, 33, 64, 65, 128, 129, cpuInlineMax, cpuInlineMax + 1, 4095, mmapThreshold - 1, mmapThreshold, 3*mmapThreshold + 5}
+	for _, size := range sizes {
 		b, err := cpu.Alloc(size)
 		require.NoError(t, err, "size %d", size)
 		p := b.Bytes()
 		require.Len(t, p, int(size))
+		require.Equal(t, int(size), cap(p), "the view ends where the buffer does")
 		for i := range p {
 			if p[i] != 0 {
 				t.Fatalf("size %d: byte %d is %d, want zeroed memory", size, i, p[i])
@@ -29,8 +31,8 @@ func TestCPUBuffers(t *testing.T) {
 	}
 	s := cpu.MemoryStats()
 	assert.Equal(t, base.Current, s.Current)
-	assert.Equal(t, base.Allocs+5, s.Allocs)
-	assert.Equal(t, base.Frees+5, s.Frees)
+	assert.Equal(t, base.Allocs+int64(len(sizes)), s.Allocs)
+	assert.Equal(t, base.Frees+int64(len(sizes)), s.Frees)
 }
 
 // TestCPUHugeRequests asks for more than any machine has: refused with
