@@ -20,7 +20,8 @@ const mmapThreshold = 1 << 20
 // at run time) before a request that needs it reads it again.
 const cpuCapacityValidity = 100 * time.Millisecond
 
-// cpuBackend allocates host memory. It has one device, ordinal 0.
+// cpuBackend allocates host memory. It has one device, ordinal 0. The zero
+// cpuBackend reads the host's capacity with the wall clock.
 //
 // It refuses a request when the bytes its device holds plus the request
 // pass the capacity, the most memory the process may hold (the cgroup's
@@ -67,10 +68,14 @@ func (c *cpuBackend) devices() (int, error) {
 // cpuCapacityValidity, and returns it. A read that fails keeps the old
 // figure.
 func (c *cpuBackend) readCapacityIfStale() int64 {
+	read, clock := c.readCapacity, c.now
+	if read == nil { // the zero cpuBackend reads the host's figures
+		read, clock = hostCapacity, time.Now
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := c.now(); c.readAt.IsZero() || now.Sub(c.readAt) >= cpuCapacityValidity {
-		if v, err := c.readCapacity(); err == nil && v > 0 {
+	if now := clock(); c.readAt.IsZero() || now.Sub(c.readAt) >= cpuCapacityValidity {
+		if v, err := read(); err == nil && v > 0 {
 			c.capacity.Store(v)
 		}
 		c.readAt = now

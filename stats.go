@@ -92,10 +92,17 @@ func (d Device) MaxMemoryAllocated() int64 {
 // figures, so that the next peak measures what happens from now on.
 func (d Device) ResetPeakMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
-		r.ResetPeak()
-		if sr := s.sites.lookup(d.ordinal); sr != nil {
-			sr.resetPeak()
-		}
+		resetPeaks(s, r, d.ordinal)
+	}
+}
+
+// resetPeaks resets every peak of one device: its record's and, where they
+// are recorded, its allocation sites'. ResetPeakMemoryStats and Measure both
+// call it, so that a measurement resets what a reset resets.
+func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
+	r.ResetPeak()
+	if sr := s.sites.lookup(ordinal); sr != nil {
+		sr.resetPeak()
 	}
 }
 
