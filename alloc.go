@@ -23,8 +23,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Current(); size > lim-cur {
-			rec.RecordFailure()
-			return nil, &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
+			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -36,24 +35,43 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	}
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		rec.RecordFailure()
-		return nil, fillError(err, d, size, rec)
+		return nil, d.backendRefused(rec, size, err)
 	}
 	if err := rec.Alloc(size); err != nil {
-		// A concurrent allocation took the room under the limit, or the
-		// record is full: give the memory back. The record counted the
-		// failure.
-		oom := recordRefusal(err, d, size, rec.Current())
-		if ferr := s.b.free(d.ordinal, size, &b.mem); ferr != nil {
-			return nil, fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
-		}
-		return nil, oom
+		return nil, d.recordRefused(s, rec, b, err)
 	}
 	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
 	}
 	return b, nil
+}
+
+// The refusals of Alloc, kept out of its fast path.
+
+// overLimit refuses size bytes that the memory limit lim does not leave
+// room for beside the cur bytes tracked.
+func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
+	rec.RecordFailure()
+	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
+}
+
+// backendRefused counts and completes the error of a backend that could not
+// allocate size bytes.
+func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
+	rec.RecordFailure()
+	return fillError(err, d, size, rec)
+}
+
+// recordRefused gives back the memory of b, which the record refused to
+// count (a concurrent allocation took the room under the limit, or the
+// record is full); the record counted the failure.
+func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
+	oom := recordRefusal(err, d, b.size, rec.Current())
+	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
+		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
+	}
+	return oom
 }
 
 // recordRefusal describes an allocation that the device's record refused,

@@ -52,17 +52,16 @@ func (b *Buffer) valid() bool { return b != nil && b.self == b }
 // (a zero Buffer, or a copy of one). If the backend fails to release the
 // memory, the buffer stays live and counted, and Free may be called again.
 func (b *Buffer) Free() error {
-	if b == nil {
-		return fmt.Errorf("%w: Free called on a nil *Buffer", ErrNilBuffer)
+	if b == nil || b.self != b || !b.state.CompareAndSwap(bufLive, bufFreed) {
+		return b.refuseFree()
 	}
-	if b.self != b {
-		return fmt.Errorf("%w: Free called on a Buffer that Device.Alloc did not return (a zero Buffer, or a copy of one)", ErrInvalidBuffer)
+	// The device's table and record, looked up as resolve does.
+	s := tables[b.kind].p.Load()
+	var rec *tracker.Record
+	if s != nil {
+		rec = s.records.Lookup(int(b.ordinal))
 	}
-	if !b.state.CompareAndSwap(bufLive, bufFreed) {
-		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.Device())
-	}
-	s, rec := b.owner()
-	if s == nil || rec == nil { // only where a test replaced the device table
+	if rec == nil { // only where a test replaced the device table
 		b.state.Store(bufLive)
 		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, b.Device())
 	}
@@ -71,9 +70,7 @@ func (b *Buffer) Free() error {
 		return fillError(err, b.Device(), b.size, nil)
 	}
 	if err := rec.Free(b.size); err != nil {
-		// The memory is released; the record disagrees with the buffers
-		// it was told about. Say so rather than let the figures drift.
-		return fmt.Errorf("memtrack: %v: the %d-byte buffer's memory was released, but its record refused to uncount it: %w", b.Device(), b.size, err)
+		return b.uncountFailed(err)
 	}
 	if b.site != nil {
 		b.site.free(b.size)
@@ -81,13 +78,23 @@ func (b *Buffer) Free() error {
 	return nil
 }
 
-// owner returns the device table and the record of a valid buffer's device.
-func (b *Buffer) owner() (*kindState, *tracker.Record) {
-	s := tables[b.kind].p.Load()
-	if s == nil {
-		return nil, nil
+// refuseFree says why Free refused b: nil, not from Alloc, or freed.
+func (b *Buffer) refuseFree() error {
+	switch {
+	case b == nil:
+		return fmt.Errorf("%w: Free called on a nil *Buffer", ErrNilBuffer)
+	case b.self != b:
+		return fmt.Errorf("%w: Free called on a Buffer that Device.Alloc did not return (a zero Buffer, or a copy of one)", ErrInvalidBuffer)
+	default:
+		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.Device())
 	}
-	return s, s.records.Lookup(int(b.ordinal))
+}
+
+// uncountFailed reports a buffer whose memory was released but whose record
+// refused to uncount it: the record disagrees with the buffers it was told
+// about, and Free says so rather than let the figures drift.
+func (b *Buffer) uncountFailed(err error) error {
+	return fmt.Errorf("memtrack: %v: the %d-byte buffer's memory was released, but its record refused to uncount it: %w", b.Device(), b.size, err)
 }
 
 // Size returns the size asked for, in bytes (0 for a nil buffer).

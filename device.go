@@ -135,8 +135,21 @@ func (d Device) String() string {
 	return d.kind.String() + ":" + strconv.Itoa(d.ordinal)
 }
 
-// resolve returns the device's table and record.
+// resolve returns the device's table and record. Its fast path, for a
+// device whose record exists, is small enough to inline into Alloc.
 func (d Device) resolve() (*kindState, *tracker.Record, error) {
+	if d.kind < numKinds {
+		if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
+			if r := s.records.Lookup(d.ordinal); r != nil {
+				return s, r, nil
+			}
+		}
+	}
+	return d.resolveSlow()
+}
+
+// resolveSlow is resolve where the table or the record may not exist yet.
+func (d Device) resolveSlow() (*kindState, *tracker.Record, error) {
 	if d.kind >= numKinds {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidDevice, d)
 	}
