@@ -44,6 +44,9 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
 	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.alloc(size, b.site, rec) // see history.go
+	}
 	return b, nil
 }
 
@@ -53,6 +56,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 // room for beside the cur bytes tracked.
 func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
 	rec.RecordFailure()
+	tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
 	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
 }
 
@@ -60,6 +64,7 @@ func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
 // allocate size bytes.
 func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
 	rec.RecordFailure()
+	tables[d.kind].history.refused(d.ordinal, size, rec, err)
 	return fillError(err, d, size, rec)
 }
 
@@ -67,6 +72,7 @@ func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error
 // count (a concurrent allocation took the room under the limit, or the
 // record is full); the record counted the failure.
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
+	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
 	oom := recordRefusal(err, d, b.size, rec.Current())
 	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)

@@ -66,14 +66,18 @@ type kindState struct {
 	sites   siteTable // recorders of allocation sites (sites.go)
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
-	inline bool
+	inline  bool
+	tracked addrIndex // addresses of Tracked handles (track.go)
 }
 
-// tables holds one kindState per kind, created on first use. This and the
-// records inside are the package's only global state.
+// tables holds one kindState per kind, created on first use, and the
+// kind's recorded histories (history.go), which outlive a kindState so that
+// Free reaches them in one load. These and the records inside are the
+// package's only global state.
 var tables [numKinds]struct {
-	mu sync.Mutex
-	p  atomic.Pointer[kindState]
+	mu      sync.Mutex
+	p       atomic.Pointer[kindState]
+	history historyTable
 }
 
 // stateOf returns the device table of k, creating it (and so initialising

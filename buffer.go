@@ -75,6 +75,9 @@ func (b *Buffer) Free() error {
 	if b.site != nil {
 		b.site.free(b.size)
 	}
+	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
+		h.free(b.size, b.site, rec) // see history.go
+	}
 	return nil
 }
 

@@ -28,15 +28,21 @@ var (
 	// be positive (or negative where it must not be).
 	ErrInvalidSize = errors.New("memtrack: invalid size")
 
-	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed.
+	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed, or
+	// [Tracked.Release] on a handle already released.
 	ErrDoubleFree = errors.New("memtrack: buffer already freed")
 
-	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer.
+	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer, or [Tracked.Release]
+	// on a nil *Tracked.
 	ErrNilBuffer = errors.New("memtrack: nil buffer")
 
 	// ErrInvalidBuffer: [Buffer.Free] on a Buffer that [Device.Alloc] did
 	// not return: a zero Buffer, or a copy of one (which go vet reports).
 	ErrInvalidBuffer = errors.New("memtrack: invalid buffer")
+
+	// ErrAlreadyTracked: [Device.Track] of an address that a live handle
+	// tracks already.
+	ErrAlreadyTracked = errors.New("memtrack: address already tracked")
 
 	// ErrOutOfMemory: an allocation refused by the memory limit, the
 	// device's capacity or the backend. It comes as an [*OutOfMemoryError].
@@ -45,6 +51,10 @@ var (
 	// ErrSitesNotRecorded: allocation sites were asked of a device that does
 	// not record them; see [Device.EnableAllocationSites].
 	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
+
+	// ErrHistoryNotRecorded: a history was asked of a device that does not
+	// record one ([Device.EnableMemoryHistory]).
+	ErrHistoryNotRecorded = errors.New("memtrack: memory history not recorded")
 
 	// ErrInvalidArgument: an argument outside what the function accepts,
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
