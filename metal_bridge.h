@@ -1,4 +1,4 @@
-//go:build metal && darwin && cgo
+//go:build metal && darwin && !ios && cgo
 
 // metal_bridge.h: the C interface of metal_bridge.m, the only functions Go
 // calls for the Metal backend. No Objective-C type appears here: devices and

@@ -1,4 +1,4 @@
-//go:build metal && darwin && cgo
+//go:build metal && darwin && !ios && cgo
 
 // metal_bridge.m: the Objective-C side of the Metal backend, behind the C
 // functions of metal_bridge.h (see metal_bridge_cgo_darwin.go for why this

@@ -1,4 +1,4 @@
-//go:build metal && darwin
+//go:build metal && darwin && !ios
 
 // These tests need a Mac with a Metal GPU, the Xcode command-line tools and
 // cgo: go test -tags metal ./... . Where Metal(0) fails (a build without
