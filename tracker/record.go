@@ -82,7 +82,8 @@ type Stats struct {
 // The allocation path is built for contention. Without a limit, Alloc of up
 // to 16 MiB performs two atomic adds (bytes, live buffers) and Free three
 // (bytes, live buffers with frees, freed bytes), all on the record's first
-// cache line; their fast paths are small enough for the compiler to inline.
+// cache line. Their fast paths are not inlinable: the adds and their checks
+// alone cost more than the compiler's budget.
 // Larger sizes, and every Alloc while a limit is set, take a
 // compare-and-swap loop instead of the bytes add. The peaks and the limit
 // sit on a second line that is written only when a peak rises, so the peak
