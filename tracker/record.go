@@ -113,6 +113,7 @@ type Record struct {
 	foldedFrees stdatomic.Int64
 	failed      stdatomic.Int64
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
+	limitGen    int64           // the last non-zero generation; under limitMu
 	// The bases are the figures at the last ResetAccumulated, written
 	// under baseSeq (odd while they change).
 	baseSeq                                                           stdatomic.Int64
@@ -328,12 +329,24 @@ func (r *Record) SetLimit(limit int64) error {
 	// Publish the change in the bytes word: a new generation fails every
 	// compare-and-swap prepared under the old limit, and a non-zero one
 	// sends the fast path to the exact path.
+	//
+	// The non-zero generations cycle through 1 to 31 over the SetLimits
+	// that set a limit, whatever limits were removed in between (a removal
+	// writes generation 0 and leaves the cycle where it was). A
+	// compare-and-swap of allocExact prepared under a limit (generation g)
+	// can therefore pass under another only if, between its load and its
+	// compare-and-swap, a multiple of 31 SetLimits set a limit, the last
+	// SetLimit set one, and the operations on the record in that time left
+	// the held bytes as they were and moved the tag by a multiple of 2^11.
+	// One prepared without a limit (generation 0) can pass only while no
+	// limit is set, which is what it assumed.
+	g := int64(0)
+	if limit > 0 {
+		r.limitGen = r.limitGen%31 + 1
+		g = r.limitGen
+	}
 	for {
 		o, _ := r.load()
-		g := int64(0)
-		if limit > 0 {
-			g = (o&genMask>>genShift)%31 + 1
-		}
 		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o&^genMask|g<<genShift) {
 			return nil
 		}
