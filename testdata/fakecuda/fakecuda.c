@@ -2,14 +2,15 @@
 // tests on machines without a GPU. It is test equipment, never part of the
 // library: scripts/test-cuda.sh builds it with
 //
-//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c -lpthread
+//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c -lpthread
 //
 // It exports every cu* symbol that github.com/mumax/3/cuda/cu references, plus
 // cuDevicePrimaryCtxRetain. Including cuda.h gives each function the
 // signature and the versioned name (cuMemAlloc_v2, ...) the real driver has.
 // Init, devices, primary contexts, the current context of each thread and
-// the memory calls work; device memory is host memory. Everything else
-// returns CUDA_ERROR_NOT_SUPPORTED.
+// the memory calls work; device memory is host memory. Streams, events,
+// host functions and memory pools are in fakecuda_stream.c, built with it.
+// Everything else returns CUDA_ERROR_NOT_SUPPORTED.
 //
 // It is configured by environment variables, read once, on the first call:
 //
@@ -120,6 +121,30 @@ static CUresult in_context(int *device) {
 	if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
 	*device = current->device;
 	return CUDA_SUCCESS;
+}
+
+// ---- shared with fakecuda_stream.c (streams, events, memory pools)
+
+CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
+
+CUresult fakecuda_ready(void) { return ready(); }
+CUresult fakecuda_in_context(int *device) { return in_context(device); }
+CUresult fakecuda_on_device(CUdevice dev, const void *out) { return on_device(dev, out); }
+
+// fakecuda_take takes n bytes of device dev's memory for a pool, or fails
+// with CUDA_ERROR_OUT_OF_MEMORY; fakecuda_give gives them back.
+CUresult fakecuda_take(int dev, size_t n) {
+	pthread_mutex_lock(&mu);
+	CUresult r = n > capacity[dev] - used[dev] ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS) used[dev] += n;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+void fakecuda_give(int dev, size_t n) {
+	pthread_mutex_lock(&mu);
+	used[dev] -= n;
+	pthread_mutex_unlock(&mu);
 }
 
 #define UNSUPPORTED                           \
@@ -274,6 +299,10 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	long n = ++nfrees;
 	struct alloc **p = &live;
 	while (*p && (CUdeviceptr)(uintptr_t)(*p)->mem != dptr) p = &(*p)->next;
+	if (n != fail_free && *p == NULL) {
+		pthread_mutex_unlock(&mu);
+		return fakecuda_pool_free_now(dptr); // fakecuda_stream.c
+	}
 	if (n == fail_free || *p == NULL) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -325,7 +354,6 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) { UNSUPPORTED; }
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { UNSUPPORTED; }
 CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) { UNSUPPORTED; }
 CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) { UNSUPPORTED; }
-CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) { UNSUPPORTED; }
 CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f) { UNSUPPORTED; }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 				unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
@@ -344,14 +372,9 @@ CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, 
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
 				   CUstream s) { UNSUPPORTED; }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char uc, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream s) { UNSUPPORTED; }
 CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int ui, size_t n) { UNSUPPORTED; }
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s) { UNSUPPORTED; }
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) { UNSUPPORTED; }
 CUresult CUDAAPI cuModuleLoad(CUmodule *mod, const char *fname) { UNSUPPORTED; }
 CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image) { UNSUPPORTED; }
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) { UNSUPPORTED; }
-CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned int flags) { UNSUPPORTED; }
-CUresult CUDAAPI cuStreamDestroy(CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuStreamQuery(CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuStreamSynchronize(CUstream s) { UNSUPPORTED; }
