@@ -41,6 +41,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 		}
 		return nil, oom
 	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	b := &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go

@@ -28,6 +28,7 @@ type memory struct {
 	ptr      uintptr // device address or the backend's handle; 0 for Go memory
 	host     []byte  // host-visible view of the memory; nil if there is none
 	reserved int64   // bytes the backend really reserved, if it rounds up; else 0
+	pooled   bool    // allocated in stream order from a CUDA memory pool (cuda_stream.go)
 }
 
 // kindState is the device table of one kind: its backend, the number of its

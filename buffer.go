@@ -44,6 +44,7 @@ func (b *Buffer) Free() error {
 	}
 	// Cannot fail: the buffer's bytes are part of what the record holds.
 	_ = b.rec.Free(b.size)
+	sideFree(b.dev, b.size) // the device-side figure (cuda_stream.go)
 	if b.site != nil {
 		b.site.free(b.size)
 	}

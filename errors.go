@@ -40,6 +40,11 @@ var (
 	// not record them; see [Device.EnableAllocationSites].
 	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
 
+	// ErrNotSupported: the device or its driver lacks what the call needs,
+	// such as stream-ordered allocation on a device that is not a CUDA GPU
+	// or on a GPU without memory pools.
+	ErrNotSupported = errors.New("memtrack: not supported")
+
 	// ErrInvalidArgument: an argument outside what the function accepts,
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
 	// nil function given to [Device.Measure].

@@ -71,6 +71,12 @@ type Measurement struct {
 	EndTracked          int64 // tracked bytes when the run ended
 	TrackedPeakIncrease int64 // PeakTracked - BaselineTracked
 
+	// The device-side figure ([Stats].Held): with buffers freed by
+	// [Buffer.FreeAsync] counted until their streams executed the frees.
+	BaselineHeld     int64
+	PeakHeld         int64
+	HeldPeakIncrease int64 // PeakHeld - BaselineHeld
+
 	Total        int64 // the device's memory, as reported
 	BaselineUsed int64 // memory in use on the device when the run began, as reported
 	EndUsed      int64 // memory in use on the device when the run ended, as reported
@@ -112,12 +118,16 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 		return Measurement{Device: d}, err
 	}
 	r.ResetPeak()
+	resetDevicePeaks(d)
 	p := Measurement{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
+	p.BaselineHeld, _ = deviceHeld(d, p.BaselineTracked, p.BaselineTracked)
 
 	ferr := f()
 
 	p.PeakTracked, p.EndTracked = r.Peak(), r.Current()
 	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
+	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
+	p.HeldPeakIncrease = p.PeakHeld - p.BaselineHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {
 		return p, errors.Join(wrapRun(d, ferr), err)
@@ -142,7 +152,9 @@ type Budget struct {
 	Utilization float64 // the fraction of the device's memory given to Budget
 	Usable      int64   // Utilization × Total, in bytes: what the device may be filled to
 	// Reserved is the memory in use on the device at the measured peak:
-	// BaselineUsed + TrackedPeakIncrease + Untracked (when positive).
+	// BaselineUsed + the larger of TrackedPeakIncrease and HeldPeakIncrease
+	// (the device-side peak, which stream-ordered frees raise) + Untracked
+	// (when positive).
 	Reserved  int64
 	Available int64 // Usable - Reserved, or 0 where that is negative
 	BlockSize int64
@@ -170,7 +182,7 @@ func (p Measurement) Budget(utilization float64, blockSize int64) (Budget, error
 	b := Budget{
 		Utilization: utilization,
 		Usable:      int64(utilization * float64(p.Total)),
-		Reserved:    p.BaselineUsed + p.TrackedPeakIncrease + max(p.Untracked, 0),
+		Reserved:    p.BaselineUsed + max(p.TrackedPeakIncrease, p.HeldPeakIncrease) + max(p.Untracked, 0),
 		BlockSize:   blockSize,
 	}
 	b.Available = max(b.Usable-b.Reserved, 0)
