@@ -13,12 +13,20 @@
 //	memtrack_allocations_total          counter  allocations
 //	memtrack_frees_total                counter  frees
 //	memtrack_allocation_failures_total  counter  refused or failed allocations
+//	memtrack_held_bytes                 gauge    bytes the device holds for memtrack's buffers: allocated
+//	                                             bytes plus stream-ordered frees not yet executed (CUDA)
+//	memtrack_held_peak_bytes            gauge    high-water mark of memtrack_held_bytes
 //	memtrack_limit_bytes                gauge    the memory limit, where one is set
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
+//	memtrack_pool_reserved_bytes        gauge    a CUDA memory pool's reserved bytes (memory_reserved)
+//	memtrack_pool_reserved_peak_bytes   gauge    its high-water mark (max_memory_reserved)
+//	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
+//	memtrack_pool_used_peak_bytes       gauge    its high-water mark
 //
-// The device_* metrics are left out for a device whose query fails; the rest
-// of the scrape goes on. The counters restart from zero after
+// The device_* metrics are left out for a device whose query fails, and the
+// pool_* metrics for a device without a CUDA memory pool; the rest of the
+// scrape goes on. The counters restart from zero after
 // [memtrack.Device.ResetAccumulatedMemoryStats], which rate() and increase()
 // treat as a counter reset, and the peak follows
 // [memtrack.Device.ResetPeakMemoryStats].
@@ -38,10 +46,13 @@ type Collector struct {
 	allocated, peak, active  *prometheus.Desc
 	allocs, frees, failures  *prometheus.Desc
 	limit, devFree, devTotal *prometheus.Desc
+	held, heldPeak           *prometheus.Desc
+	poolReserved, poolUsed   [2]*prometheus.Desc // current, peak
 
 	// Seams for tests; the package's functions otherwise.
-	devices func() []memtrack.Device
-	memInfo func(memtrack.Device) (free, total int64, err error)
+	devices   func() []memtrack.Device
+	memInfo   func(memtrack.Device) (free, total int64, err error)
+	poolStats func(memtrack.Device) (memtrack.PoolStats, error)
 }
 
 // Option configures a [Collector].
@@ -81,8 +92,19 @@ func NewCollector(opts ...Option) *Collector {
 		limit:     desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
 		devFree:   desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
 		devTotal:  desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
+		held:      desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed."),
+		heldPeak:  desc("held_peak_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
+		poolReserved: [2]*prometheus.Desc{
+			desc("pool_reserved_bytes", "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them."),
+			desc("pool_reserved_peak_bytes", "High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it."),
+		},
+		poolUsed: [2]*prometheus.Desc{
+			desc("pool_used_bytes", "Bytes in use in the device's CUDA memory pool, as the driver reports them."),
+			desc("pool_used_peak_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
+		},
 		devices:   memtrack.UsedDevices,
 		memInfo:   memtrack.Device.MemGetInfo,
+		poolStats: memtrack.Device.PoolStats,
 	}
 }
 
@@ -94,7 +116,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal}
+	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal,
+		c.held, c.heldPeak, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
 }
 
 // Collect reads the figures of every used device and sends them.
@@ -115,12 +138,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		send(c.allocs, prometheus.CounterValue, s.Allocs)
 		send(c.frees, prometheus.CounterValue, s.Frees)
 		send(c.failures, prometheus.CounterValue, s.FailedAllocs)
+		send(c.held, prometheus.GaugeValue, s.Held)
+		send(c.heldPeak, prometheus.GaugeValue, s.HeldPeak)
 		if s.Limit > 0 {
 			send(c.limit, prometheus.GaugeValue, s.Limit)
 		}
 		if free, total, err := c.memInfo(d); err == nil {
 			send(c.devFree, prometheus.GaugeValue, free)
 			send(c.devTotal, prometheus.GaugeValue, total)
+		}
+		if p, err := c.poolStats(d); err == nil {
+			send(c.poolReserved[0], prometheus.GaugeValue, p.ReservedCurrent)
+			send(c.poolReserved[1], prometheus.GaugeValue, p.ReservedHigh)
+			send(c.poolUsed[0], prometheus.GaugeValue, p.UsedCurrent)
+			send(c.poolUsed[1], prometheus.GaugeValue, p.UsedHigh)
 		}
 	}
 }
