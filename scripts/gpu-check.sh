@@ -6,10 +6,13 @@
 #	bench.test     the bench/ package's benchmarks (-tags cuda), if it exists
 #	run.sh         runs them: the tests, the reconciliation table (tracked
 #	               bytes against the driver's change in used memory, for
-#	               1 KiB to 1 GiB, and the context overhead), the benchmarks
+#	               1 KiB to 1 GiB, and the context overhead), the
+#	               stream-ordered table (per size: tracked peak, device-side
+#	               peak, the pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
+#	               buffers freed behind a memset of 1 GiB), the benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
-# NVIDIA driver (libcuda.so.1) and about 1.2 GiB of free GPU memory.
+# NVIDIA driver (libcuda.so.1) and about 1.6 GiB of free GPU memory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +40,10 @@ echo "== tests"
 echo "== reconciliation: tracked bytes against the driver's used memory"
 MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v
 
-echo "== benchmarks: tracked cuMemAlloc+cuMemFree against the raw cu pair"
+echo "== stream-ordered: tracked and device-side peaks against the pool's highs"
+MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v
+
+echo "== benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs"
 ./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime"
 if [[ -x bench.test ]]; then
 	./bench.test -test.run '^$' -test.bench . -test.benchmem -test.benchtime "$benchtime"
