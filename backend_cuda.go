@@ -3,35 +3,44 @@
 package memtrack
 
 import (
+	"context"
 	"fmt"
-	"runtime"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mumax/3/cuda/cu"
 )
 
-// cudaBackend allocates NVIDIA GPU memory through the CUDA driver API
-// (github.com/mumax/3/cuda/cu). The driver is initialised on the first call,
-// once per process; each device's primary context is retained on the first
-// use of that device, so that buffers interoperate with code that uses the
-// CUDA runtime, which works in the same contexts.
-//
-// The cu package panics on every driver error; each call here recovers that
-// panic and returns it as a *BackendError or *OutOfMemoryError carrying the
-// CUresult.
+// cudaBackend allocates NVIDIA GPU memory through the CUDA driver API. The
+// driver is initialised (cuInit, through github.com/mumax/3/cuda/cu) on the
+// first call, once per process; each device's primary context is retained
+// on the first use of that device, so that buffers interoperate with code
+// that uses the CUDA runtime, which works in the same contexts. Each
+// operation is one call of ours into the driver (cuda_calls.go).
 type cudaBackend struct {
 	initOnce sync.Once
 	n        int
 	initErr  error
-	ctxs     []cudaContext // one per device, retained on first use
+	devs     []cudaDevice // one per device
 }
 
-// cudaContext is one device's primary context.
-type cudaContext struct {
-	once sync.Once
-	ctx  cuContext
-	err  error
+// cudaDevice is the backend's state of one device.
+type cudaDevice struct {
+	ordinal int
+	// ctx is the device's retained primary context; nil until a retain
+	// succeeds. A failed retain is tried again by the next call.
+	ctx atomic.Pointer[retained]
+	mu  sync.Mutex // held while retaining
+	// lost is the sticky CUresult that lost the device's context, or 0.
+	lost atomic.Int32
+	// restoreFailures counts operations that succeeded but could not make
+	// the thread's previous context current again.
+	restoreFailures atomic.Int64
 }
+
+// retained holds a retained primary context.
+type retained struct{ ctx cuContext }
 
 func newCUDABackend() backend { return &cudaBackend{} }
 
@@ -43,7 +52,7 @@ func (b *cudaBackend) init() error {
 			b.n = cu.DeviceGetCount()
 		})
 		if err == nil && b.n == 0 {
-			err = &BackendError{Op: "init", Code: int(cu.ERROR_NO_DEVICE), Name: cu.ERROR_NO_DEVICE.String()}
+			err = resultError("init", "", cu.ERROR_NO_DEVICE)
 		}
 		if err != nil {
 			b.n = 0
@@ -51,7 +60,10 @@ func (b *cudaBackend) init() error {
 				ErrBackendUnavailable, withDevice(err, Device{kind: KindCUDA}))
 		}
 		b.initErr = err
-		b.ctxs = make([]cudaContext, b.n)
+		b.devs = make([]cudaDevice, b.n)
+		for i := range b.devs {
+			b.devs[i].ordinal = i
+		}
 	})
 	return b.initErr
 }
@@ -63,92 +75,122 @@ func (b *cudaBackend) devices() (int, error) {
 	return b.n, nil
 }
 
-// context returns the primary context of device ordinal, retaining it on
-// first use. Retaining creates the context, which takes device memory.
-func (b *cudaBackend) context(ordinal int) (cuContext, error) {
+// dev returns the state of device ordinal, which must exist.
+func (b *cudaBackend) dev(ordinal int) *cudaDevice { return &b.devs[ordinal] }
+
+// device returns the state of device ordinal and its primary context,
+// retaining it on first use (retaining creates the context, which takes
+// device memory). It fails if the device is lost.
+func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	if err := b.init(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ordinal < 0 || ordinal >= b.n {
-		return nil, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
+		return nil, nil, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
 	}
-	c := &b.ctxs[ordinal]
-	c.once.Do(func() {
-		c.err = guard("context", func() { c.ctx = primaryContext(cu.DeviceGet(ordinal)) })
-	})
-	return c.ctx, c.err
+	d := &b.devs[ordinal]
+	if lost := d.lost.Load(); lost != 0 {
+		return nil, nil, resultError(op, "the device was lost earlier", cu.Result(lost))
+	}
+	if c := d.ctx.Load(); c != nil {
+		return d, c.ctx, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.ctx.Load(); c != nil {
+		return d, c.ctx, nil
+	}
+	c, res := cuRetain(ordinal)
+	if res != cu.SUCCESS {
+		return nil, nil, d.failed(op, "retaining the device's primary context", res)
+	}
+	d.ctx.Store(&retained{c})
+	return d, c, nil
 }
 
-// do runs f, a sequence of cu calls, on device ordinal: with the goroutine
-// locked to its OS thread and the device's primary context current on it,
-// since CUDA contexts are current per thread. The thread's previous context
-// is made current again afterwards, so that code which set its own context
-// on that thread is undisturbed. A panic of cu becomes the returned error.
-func (b *cudaBackend) do(ordinal int, op string, f func()) error {
-	ctx, err := b.context(ordinal)
-	if err != nil {
-		return err
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	return guard(op, func() {
-		if prev := makeCurrent(ctx); prev != ctx {
-			defer setCurrent(prev)
-		}
-		f()
-	})
+// context returns the primary context of device ordinal, retaining it on
+// first use.
+func (b *cudaBackend) context(ordinal int) (cuContext, error) {
+	_, c, err := b.device(ordinal, "context")
+	return c, err
 }
 
 func (b *cudaBackend) alloc(ordinal int, size int64) (memory, error) {
-	var p cu.DevicePtr
-	err := b.do(ordinal, "alloc", func() { p = cu.MemAlloc(size) })
+	d, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
 		return memory{}, err
 	}
-	return memory{ptr: uintptr(p)}, nil
+	ptr, r := cuAlloc(ctx, size)
+	if err := d.settle("alloc", r); err != nil {
+		return memory{}, err
+	}
+	return memory{ptr: ptr}, nil
 }
 
 func (b *cudaBackend) free(ordinal int, m memory) error {
-	return b.do(ordinal, "free", func() { cu.MemFree(cu.DevicePtr(m.ptr)) })
+	d, ctx, err := b.device(ordinal, "free")
+	if err != nil {
+		return err
+	}
+	return d.settle("free", cuFree(ctx, m.ptr))
 }
 
 // memInfo returns cuMemGetInfo, which reports the device of the current
-// context: do makes it the device's own.
+// context: the call makes it the device's own.
 func (b *cudaBackend) memInfo(ordinal int) (free, total int64, err error) {
-	err = b.do(ordinal, "meminfo", func() { free, total = cu.MemGetInfo() })
-	return free, total, err
+	d, ctx, err := b.device(ordinal, "meminfo")
+	if err != nil {
+		return 0, 0, err
+	}
+	free, total, r := cuMemInfo(ctx)
+	if err := d.settle("meminfo", r); err != nil {
+		return 0, 0, err
+	}
+	return free, total, nil
 }
 
-// guard runs f and turns a panic into an error: a cu.Result (every driver
-// error, which cu panics with) into a *OutOfMemoryError for
-// CUDA_ERROR_OUT_OF_MEMORY and a *BackendError for the others, and any
-// other panic into a *BackendError, so that none escapes the package.
-func guard(op string, f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = cudaError(op, r)
-		}
-	}()
-	f()
+// settle turns what one operation reported into its error: the operation's
+// own result decides. If the context could not be made current, the
+// operation did not run, and that is the error. If the operation ran but
+// the thread's previous context could not be made current again, the
+// operation's result stands (an allocation is returned and counted, a free
+// is uncounted, so that no memory is lost from the figures); the device's
+// primary context stays current on the thread, the failure is counted on
+// the device and logged at level Warn on the default [slog.Logger], and, if
+// the error is sticky, the device is marked lost for every later call.
+func (d *cudaDevice) settle(op string, r callResult) error {
+	if r.enter != cu.SUCCESS {
+		return d.failed(op, "making the device's primary context current", r.enter)
+	}
+	if r.restore != cu.SUCCESS {
+		d.restoreFailed(op, r.restore)
+	}
+	if r.op != cu.SUCCESS {
+		return d.failed(op, "", r.op)
+	}
 	return nil
 }
 
-func cudaError(op string, r any) error {
-	res, ok := r.(cu.Result)
-	if !ok {
-		return &BackendError{Op: op, Err: fmt.Errorf("panic in the CUDA bindings: %v", r)}
+// failed returns the error of a failed step of op, marking the device lost
+// if the error is sticky.
+func (d *cudaDevice) failed(op, stage string, res cu.Result) error {
+	if sticky(res) {
+		d.lost.CompareAndSwap(0, int32(res))
 	}
-	if res == cu.ERROR_OUT_OF_MEMORY {
-		return &OutOfMemoryError{Code: int(res), Reason: "the CUDA driver refused it: " + res.String()}
-	}
-	return &BackendError{Op: op, Code: int(res), Name: res.String()}
+	return resultError(op, stage, res)
 }
 
-// withDevice sets the device of a *BackendError, for errors that no device
-// operation completes (see fillError).
-func withDevice(err error, d Device) error {
-	if e, ok := err.(*BackendError); ok {
-		e.Device = d
+func (d *cudaDevice) restoreFailed(op string, res cu.Result) {
+	d.restoreFailures.Add(1)
+	if sticky(res) {
+		d.lost.CompareAndSwap(0, int32(res))
 	}
-	return err
+	name, text := errorName(res)
+	slog.Default().LogAttrs(context.Background(), slog.LevelWarn,
+		"memtrack: the CUDA operation succeeded, but the thread's previous context could not be made current again; the device's primary context stays current on the thread",
+		slog.String("device", Device{kind: KindCUDA, ordinal: d.ordinal}.String()),
+		slog.String("op", op),
+		slog.Int("code", int(res)),
+		slog.String("name", name),
+		slog.String("error", text))
 }

@@ -10,9 +10,10 @@ import (
 )
 
 // BenchmarkCUDAAllocFree compares, in one run, a tracked allocation and free
-// (Device.Alloc and Buffer.Free: the counters, the locked thread, the
-// context switch and cu's calls) with the raw pair of cu calls on a thread
-// whose context is already current. Compare the two as a ratio, per size:
+// (Device.Alloc and Buffer.Free: the Device layer, the counters and one
+// call of ours each, which switches to the primary context and back), the
+// backend's calls alone, and the raw pair of cu calls on a thread whose
+// context is already current. Compare them as ratios, per size:
 //
 //	go test -tags cuda -run '^$' -bench CUDAAllocFree -count 10 | benchstat -col /pair -
 func BenchmarkCUDAAllocFree(b *testing.B) {
@@ -33,6 +34,24 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 				}
 				if err := buf.Free(); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+		// The backend's own calls without the Device layer: one cgo call
+		// each, switching to the primary context and back.
+		b.Run("size="+size.name+"/pair=backend", func(b *testing.B) {
+			c, err := stateOf(KindCUDA).b.(*cudaBackend).context(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				ptr, r := cuAlloc(c, size.n)
+				if r != (callResult{}) {
+					b.Fatal(r)
+				}
+				if r := cuFree(c, ptr); r != (callResult{}) {
+					b.Fatal(r)
 				}
 			}
 		})

@@ -57,13 +57,17 @@ static CUresult memtrack_pool_set_threshold(CUmemoryPool pool, cuuint64_t thresh
 */
 import "C"
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/mumax/3/cuda/cu"
+)
 
 // defaultPool returns the default memory pool of CUDA device d.
 func defaultPool(d Device) (C.CUmemoryPool, error) {
 	p := C.memtrack_default_pool(C.int(d.ordinal))
 	if p.status != C.CUDA_SUCCESS {
-		return nil, fillError(cudaError("memory pool", cuResult(p.status)), d, 0, nil)
+		return nil, fillError(resultError("memory pool", "", cu.Result(p.status)), d, 0, nil)
 	}
 	if p.supported == 0 {
 		return nil, fmt.Errorf("%w: %v has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): stream-ordered allocation needs CUDA 11.2 or later and a device that supports it; allocate with Device.Alloc instead",
@@ -82,7 +86,7 @@ func (d Device) PoolStats() (PoolStats, error) {
 	}
 	s := C.memtrack_pool_get(pool)
 	if s.status != C.CUDA_SUCCESS {
-		return PoolStats{Device: d}, fillError(cudaError("memory pool", cuResult(s.status)), d, 0, nil)
+		return PoolStats{Device: d}, fillError(resultError("memory pool", "", cu.Result(s.status)), d, 0, nil)
 	}
 	return PoolStats{
 		Device:           d,
@@ -121,7 +125,7 @@ func (d Device) TrimPool(keep int64) error {
 		return err
 	}
 	if r := C.cuMemPoolTrimTo(pool, C.size_t(keep)); r != C.CUDA_SUCCESS {
-		return fillError(cudaError("trim pool", cuResult(r)), d, 0, nil)
+		return fillError(resultError("trim pool", "", cu.Result(r)), d, 0, nil)
 	}
 	return nil
 }
@@ -144,7 +148,7 @@ func (d Device) SetPoolReleaseThreshold(bytes int64) error {
 		return err
 	}
 	if r := C.memtrack_pool_set_threshold(pool, C.cuuint64_t(bytes)); r != C.CUDA_SUCCESS {
-		return fillError(cudaError("set release threshold", cuResult(r)), d, 0, nil)
+		return fillError(resultError("set release threshold", "", cu.Result(r)), d, 0, nil)
 	}
 	return nil
 }

@@ -17,38 +17,33 @@ package memtrack
 #include <stdint.h>
 
 typedef struct {
-	CUresult status;  // the operation's
-	CUresult restore; // restoring the thread's context
+	CUresult enter;   // getting or switching the context; the operation ran only if 0
+	CUresult op;      // the operation
+	CUresult restore; // putting the previous context back
 	CUdeviceptr ptr;
 	CUevent event;
 	int retired; // the free is known to be executed: nothing to wait for
 } memtrack_async;
 
-static CUresult memtrack_enter(CUcontext ctx, CUcontext *prev) {
+static CUresult memtrack_async_enter(CUcontext ctx, CUcontext *prev) {
+	*prev = NULL;
 	CUresult r = cuCtxGetCurrent(prev);
 	if (r == CUDA_SUCCESS && *prev != ctx) r = cuCtxSetCurrent(ctx);
 	return r;
 }
 
-static CUresult memtrack_leave(CUcontext ctx, CUcontext prev) {
+static CUresult memtrack_async_leave(CUcontext ctx, CUcontext prev) {
 	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
 }
 
 // memtrack_alloc_async allocates size bytes on stream from the device's
-// default pool. If the thread's context cannot be restored, the memory is
-// freed again and the restore's error returned.
+// default pool.
 static memtrack_async memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
-	CUstream stream = (CUstream)handle;
-	memtrack_async a = {CUDA_SUCCESS, CUDA_SUCCESS, 0, NULL, 0};
-	CUcontext prev = NULL;
-	a.status = memtrack_enter(ctx, &prev);
-	if (a.status != CUDA_SUCCESS) return a;
-	a.status = cuMemAllocAsync(&a.ptr, size, stream);
-	a.restore = memtrack_leave(ctx, prev);
-	if (a.status == CUDA_SUCCESS && a.restore != CUDA_SUCCESS) {
-		cuMemFreeAsync(a.ptr, stream);
-		a.ptr = 0;
-	}
+	memtrack_async a = {0};
+	CUcontext prev;
+	if ((a.enter = memtrack_async_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	a.restore = memtrack_async_leave(ctx, prev);
 	return a;
 }
 
@@ -64,13 +59,13 @@ enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
 // free. Where neither can be enqueued, it waits for the stream and reports
 // the free retired.
 static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
+	memtrack_async a = {0};
 	CUstream stream = (CUstream)handle;
-	memtrack_async a = {CUDA_SUCCESS, CUDA_SUCCESS, 0, event, 0};
-	CUcontext prev = NULL;
-	a.status = memtrack_enter(ctx, &prev);
-	if (a.status != CUDA_SUCCESS) return a;
-	a.status = cuMemFreeAsync(ptr, stream);
-	if (a.status == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
+	CUcontext prev;
+	a.event = event;
+	if ((a.enter = memtrack_async_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	a.op = cuMemFreeAsync(ptr, stream);
+	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
 		CUresult r;
 		if (how == MEMTRACK_BY_HOSTFN) {
 			r = cuLaunchHostFunc(stream, memtrack_retired, (void *)token);
@@ -83,18 +78,18 @@ static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintpt
 			a.retired = 1;
 		}
 	}
-	a.restore = memtrack_leave(ctx, prev);
+	a.restore = memtrack_async_leave(ctx, prev);
 	return a;
 }
 
 // memtrack_event_reached queries event in ctx: CUDA_SUCCESS once its stream
 // has reached it, CUDA_ERROR_NOT_READY before.
 static CUresult memtrack_event_reached(CUcontext ctx, CUevent event) {
-	CUcontext prev = NULL;
-	CUresult r = memtrack_enter(ctx, &prev);
+	CUcontext prev;
+	CUresult r = memtrack_async_enter(ctx, &prev);
 	if (r != CUDA_SUCCESS) return r;
 	r = cuEventQuery(event);
-	CUresult r2 = memtrack_leave(ctx, prev);
+	CUresult r2 = memtrack_async_leave(ctx, prev);
 	return r != CUDA_SUCCESS ? r : r2;
 }
 */
@@ -109,8 +104,10 @@ import (
 	"go.uber.org/atomic"
 )
 
-// cuResult converts a CUresult for cudaError.
-func cuResult(r C.CUresult) cu.Result { return cu.Result(r) }
+// resultOfAsync is what one of the C helpers above reports.
+func resultOfAsync(a C.memtrack_async) callResult {
+	return callResult{enter: cu.Result(a.enter), op: cu.Result(a.op), restore: cu.Result(a.restore)}
+}
 
 // How FreeAsync learns that its stream has executed the free.
 const (
@@ -244,7 +241,7 @@ func (sd *deviceSide) reap(ordinal int) {
 	if n == nil {
 		return
 	}
-	ctx, err := cudaContextOf(ordinal)
+	_, ctx, err := cudaDeviceOf(ordinal, "event query")
 	for n != nil {
 		next := n.next
 		r := C.CUresult(C.CUDA_SUCCESS)
@@ -286,24 +283,14 @@ func (sd *deviceSide) spareEvent() C.CUevent {
 	return nil
 }
 
-// cudaContextOf returns the primary context of CUDA device ordinal.
-func cudaContextOf(ordinal int) (cuContext, error) {
+// cudaDeviceOf returns the CUDA backend's state of device ordinal and its
+// primary context, as the backend's own operations get them.
+func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
 	if !ok {
-		return nil, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
+		return nil, nil, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
 	}
-	return b.context(ordinal)
-}
-
-// asyncError turns the results of a C helper into an error, or nil.
-func asyncError(op string, status, restore C.CUresult) error {
-	if status != C.CUDA_SUCCESS {
-		return cudaError(op, cuResult(status))
-	}
-	if restore != C.CUDA_SUCCESS {
-		return cudaError("restore context", cuResult(restore))
-	}
-	return nil
+	return b.device(ordinal, op)
 }
 
 // cudaPool returns the device-side figure and the default memory pool of
@@ -346,7 +333,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := cudaContextOf(d.ordinal)
+	dev, ctx, err := cudaDeviceOf(d.ordinal, "alloc")
 	if err != nil {
 		return nil, fillError(err, d, size, rec)
 	}
@@ -358,14 +345,14 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	}
 	sd.reap(d.ordinal) // so that the peak leaves out what is known freed
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if err := asyncError("alloc", a.status, a.restore); err != nil {
+	if err := dev.settle("alloc", resultOfAsync(a)); err != nil {
 		rec.RecordFailure()
 		return nil, fillError(err, d, size, rec)
 	}
 	if err := rec.Alloc(size); err != nil {
 		oom := &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
 		f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), C.MEMTRACK_UNTRACKED, 0, nil)
-		if ferr := asyncError("free", f.status, f.restore); ferr != nil {
+		if ferr := dev.settle("free", resultOfAsync(f)); ferr != nil {
 			return nil, fmt.Errorf("%w; releasing the memory also failed: %w", oom, fillError(ferr, d, size, nil))
 		}
 		return nil, oom
@@ -401,7 +388,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.dev)
 	}
 	sd := sideOf(b.dev.ordinal)
-	ctx, err := cudaContextOf(b.dev.ordinal)
+	dev, ctx, err := cudaDeviceOf(b.dev.ordinal, "free")
 	if err != nil {
 		b.state.Store(bufLive)
 		return fillError(err, b.dev, b.size, nil)
@@ -413,14 +400,16 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		event = sd.spareEvent()
 	}
 	f := C.memtrack_free_async(ctx, C.CUdeviceptr(b.mem.ptr), C.uintptr_t(stream), how, token, event)
-	if f.status != C.CUDA_SUCCESS {
+	// The free's own result decides (see settle): a failure to restore the
+	// thread's context is logged and counted there, and the free stands.
+	if err := dev.settle("free", resultOfAsync(f)); err != nil {
 		if event != nil {
 			sd.spareMu.Lock()
 			sd.spare = append(sd.spare, event)
 			sd.spareMu.Unlock()
 		}
 		b.state.Store(bufLive)
-		return fillError(cudaError("free", cuResult(f.status)), b.dev, b.size, nil)
+		return fillError(err, b.dev, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
 	_ = b.rec.Free(b.size)
@@ -433,9 +422,6 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	case how == C.MEMTRACK_BY_EVENT:
 		sd.push(&retireNode{event: f.event, size: b.size})
 	}
-	if f.restore != C.CUDA_SUCCESS {
-		return fillError(cudaError("restore context", cuResult(f.restore)), b.dev, b.size, nil)
-	}
 	return nil
 }
 
@@ -444,9 +430,12 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 // makes current and restores as the tracked calls do.
 func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream) error {
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if err := asyncError("alloc", a.status, a.restore); err != nil {
-		return err
+	if r := resultOfAsync(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+		return resultError("alloc", "", max(r.enter, r.op))
 	}
 	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), C.MEMTRACK_UNTRACKED, 0, nil)
-	return asyncError("free", f.status, f.restore)
+	if r := resultOfAsync(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+		return resultError("free", "", max(r.enter, r.op))
+	}
+	return nil
 }

@@ -27,7 +27,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		n    int64
 	}{{"1KiB", 1 << 10}, {"1MiB", 1 << 20}} {
 		b.Run("size="+size.name+"/pair=raw", func(b *testing.B) {
-			ctx, err := cudaContextOf(0)
+			_, ctx, err := cudaDeviceOf(0, "bench")
 			if err != nil {
 				b.Fatal(err)
 			}

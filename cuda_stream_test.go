@@ -28,7 +28,7 @@ var retireModes = []struct {
 // locked thread, and restores the thread's context.
 func inContext(t testing.TB, d Device, f func()) {
 	t.Helper()
-	ctx, err := cudaContextOf(d.Ordinal())
+	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
 	require.NoError(t, err)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

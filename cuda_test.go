@@ -5,6 +5,8 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -437,6 +439,19 @@ func TestCUDAFaults(t *testing.T) {
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_ERROR=999", "MEMTRACK_WANT_CODE=999"}},                   // CUDA_ERROR_UNKNOWN
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_DEVICES=1", "FAKECUDA_ERROR=3", "MEMTRACK_WANT_CODE=3"}}, // NOT_INITIALIZED
 		{"TestCUDAChildInitFailure", []string{"LD_LIBRARY_PATH=" + stub, "MEMTRACK_WANT_CODE=34"}},
+		// Item 14: the restore of the thread's context fails after the
+		// operation succeeded. Each call of memtrack on the test's thread
+		// makes two cuCtxSetCurrent (switch, restore): the child's
+		// MemGetInfo, Alloc, MemGetInfo, Free; so the 4th is the alloc's
+		// restore, the 8th the free's.
+		{"TestCUDAChildRestoreFailure", []string{"FAKECUDA_FAIL=cuCtxSetCurrent:4:201", "MEMTRACK_FAIL_AT=alloc"}},
+		{"TestCUDAChildRestoreFailure", []string{"FAKECUDA_FAIL=cuCtxSetCurrent:8:201", "MEMTRACK_FAIL_AT=free"}},
+		// Item 15: the first retain of the primary context fails.
+		{"TestCUDAChildRetainRetried", []string{"FAKECUDA_FAIL=cuDevicePrimaryCtxRetain:1:46"}}, // DEVICE_UNAVAILABLE
+		{"TestCUDAChildRetainRetried", []string{"FAKECUDA_FAIL=cuDevicePrimaryCtxRetain:1:2"}},  // OUT_OF_MEMORY
+		// Item 16: the second cuMemAlloc meets a sticky error.
+		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:700"}}, // ILLEGAL_ADDRESS
+		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:719"}}, // LAUNCH_FAILED
 	}
 	for _, c := range cases {
 		t.Run(c.child+"/"+strings.Join(c.env, ","), func(t *testing.T) {
@@ -512,6 +527,16 @@ func TestCUDAChildFreeFault(t *testing.T) {
 	assert.Equal(t, usedBefore-(1<<20), used(t, d))
 }
 
+// initFailureNames are the names of the codes TestCUDAChildInitFailure
+// meets. The link stub cannot name its own code (34): cuGetErrorName fails
+// there too, and the package's own table answers.
+var initFailureNames = map[int]string{
+	3:   "CUDA_ERROR_NOT_INITIALIZED",
+	34:  "CUDA_ERROR_STUB_LIBRARY",
+	100: "CUDA_ERROR_NO_DEVICE",
+	999: "CUDA_ERROR_UNKNOWN",
+}
+
 // TestCUDAChildInitFailure: cuInit fails with MEMTRACK_WANT_CODE; every CUDA
 // call answers with an error, and Devices lists no CUDA device.
 func TestCUDAChildInitFailure(t *testing.T) {
@@ -526,7 +551,7 @@ func TestCUDAChildInitFailure(t *testing.T) {
 		require.ErrorAs(t, err, &be)
 		assert.Equal(t, code, be.Code)
 		assert.Equal(t, "init", be.Op)
-		assert.Equal(t, cu.Result(code).String(), be.Name)
+		assert.Equal(t, initFailureNames[code], be.Name)
 	}
 	_, err = ParseDevice("cuda:0")
 	assert.ErrorIs(t, err, ErrBackendUnavailable)
@@ -565,4 +590,212 @@ func TestCUDAErrorMessages(t *testing.T) {
 	require.True(t, errors.As(err, &be))
 	assert.Zero(t, be.Code)
 	assert.Contains(t, err.Error(), "panic in the CUDA bindings: not a Result")
+}
+
+// ownContext creates a context of the test's own on device d (cuCtxCreate),
+// current on the calling thread, which it locks; the cleanup destroys it.
+func ownContext(t *testing.T, d Device) cu.Context {
+	t.Helper()
+	runtime.LockOSThread()
+	var own cu.Context
+	require.NoError(t, guard("test", func() { own = cu.CtxCreate(0, cu.DeviceGet(d.Ordinal())) }))
+	t.Cleanup(func() {
+		assert.NoError(t, guard("test", func() { own.Destroy() }))
+		runtime.UnlockOSThread()
+	})
+	return own
+}
+
+// currentContext returns the calling thread's current context.
+func currentContext(t *testing.T) cu.Context {
+	t.Helper()
+	var cur cu.Context
+	require.NoError(t, guard("test", func() { cur = cu.CtxGetCurrent() }))
+	return cur
+}
+
+// TestCUDAContextRestoredOwnContext is the one-GPU variant of
+// TestCUDAContextRestored: the thread's current context is one the test
+// created on the same device, which memtrack does not use (it uses the
+// device's primary context) and must leave current after every call.
+func TestCUDAContextRestoredOwnContext(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	own := ownContext(t, d)
+	require.Equal(t, own, currentContext(t))
+
+	buf, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	assert.Equal(t, own, currentContext(t), "after Alloc")
+	_, _, err = d.MemGetInfo()
+	require.NoError(t, err)
+	assert.Equal(t, own, currentContext(t), "after MemGetInfo")
+	require.NoError(t, buf.Free())
+	assert.Equal(t, own, currentContext(t), "after Free")
+}
+
+// captureLog makes the default logger of this (child) process write into
+// the returned buffer.
+func captureLog(t *testing.T) *strings.Builder {
+	var out strings.Builder
+	var mu sync.Mutex
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return &out
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestCUDAChildRestoreFailure: the fake fails the cuCtxSetCurrent that puts
+// the thread's own context back after a successful cuMemAlloc
+// (MEMTRACK_FAIL_AT=alloc) or cuMemFree (=free). The operation's result
+// decides: the buffer is returned and counted, or freed and uncounted; the
+// failed restore is logged and counted, not returned.
+func TestCUDAChildRestoreFailure(t *testing.T) {
+	child(t)
+	failAt := os.Getenv("MEMTRACK_FAIL_AT")
+	d := cudaDevices(t, 1)[0]
+	log := captureLog(t)
+	own := ownContext(t, d)
+	const size = 64 << 20
+	usedBefore := used(t, d)
+	ownCurrent := func() bool { return currentContext(t) == own }
+
+	b, err := d.Alloc(size)
+	require.NoError(t, err, "the allocation succeeded; only the restore failed")
+	require.NotNil(t, b)
+	assert.Equal(t, int64(size), d.MemoryAllocated())
+	assert.Equal(t, usedBefore+size, used(t, d), "the driver holds what is tracked")
+	if failAt == "alloc" {
+		assert.False(t, ownCurrent(), "the restore failed: the primary context stays current")
+	} else {
+		assert.True(t, ownCurrent())
+	}
+
+	require.NoError(t, b.Free(), "the free succeeded; only the restore failed")
+	assert.True(t, b.Freed())
+	assert.False(t, ownCurrent(), "a restore failed: the primary context stays current")
+	assert.Zero(t, d.MemoryAllocated())
+	assert.Equal(t, usedBefore, used(t, d), "the driver got the memory back")
+	s := d.MemoryStats()
+	assert.Equal(t, int64(1), s.Allocs)
+	assert.Equal(t, int64(1), s.Frees)
+	assert.Zero(t, s.FailedAllocs)
+
+	b2, err := d.Alloc(size)
+	require.NoError(t, err, "the device still works")
+	require.NoError(t, b2.Free())
+
+	be := stateOf(KindCUDA).b.(*cudaBackend)
+	assert.Equal(t, int64(1), be.dev(0).restoreFailures.Load(), "the failed restore is counted")
+	assert.Equal(t, 1, strings.Count(log.String(), "level=WARN"), "%s", log)
+	assert.Contains(t, log.String(), "op="+failAt)
+	assert.Contains(t, log.String(), "CUDA_ERROR_INVALID_CONTEXT")
+}
+
+// TestCUDAChildRetainRetried: the fake fails the first retain of the
+// primary context (cuDevicePrimaryCtxRetain); the next call retries it.
+func TestCUDAChildRetainRetried(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	b, err := d.Alloc(1 << 20)
+	require.Error(t, err)
+	assert.Nil(t, b)
+	var be *BackendError
+	var oom *OutOfMemoryError
+	require.True(t, errors.As(err, &be) || errors.As(err, &oom), "%v", err)
+	assert.Equal(t, int64(1), d.MemoryStats().FailedAllocs)
+
+	b, err = d.Alloc(1 << 20)
+	require.NoError(t, err, "the retain is tried again")
+	free, total, err := d.MemGetInfo()
+	require.NoError(t, err)
+	if onFake() {
+		assert.Equal(t, total-fakeContextBytes-(1<<20), free, "one context, retained once")
+	}
+	require.NoError(t, b.Free())
+}
+
+// TestCUDAChildDeviceLost: the fake's second cuMemAlloc meets a sticky
+// error; from then on every call on the device says the device is lost, and
+// what was tracked stays tracked.
+func TestCUDAChildDeviceLost(t *testing.T) {
+	child(t)
+	want := 700
+	if strings.Contains(os.Getenv("FAKECUDA_FAIL"), ":719") {
+		want = 719
+	}
+	d := cudaDevices(t, 1)[0]
+	b1, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+
+	b, err := d.Alloc(2 << 20)
+	assert.Nil(t, b)
+	assert.ErrorIs(t, err, ErrDeviceLost)
+	var be *BackendError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, want, be.Code)
+	assert.Equal(t, map[int]string{700: "CUDA_ERROR_ILLEGAL_ADDRESS", 719: "CUDA_ERROR_LAUNCH_FAILED"}[want], be.Name)
+	assert.Equal(t, d, be.Device)
+
+	before := d.MemoryStats()
+	_, err = d.Alloc(1 << 10)
+	assert.ErrorIs(t, err, ErrDeviceLost, "a later Alloc")
+	assert.ErrorIs(t, b1.Free(), ErrDeviceLost, "a later Free")
+	_, _, err = d.MemGetInfo()
+	assert.ErrorIs(t, err, ErrDeviceLost, "a later MemGetInfo")
+	assert.False(t, b1.Freed(), "the buffer stays live")
+	want2 := before
+	want2.FailedAllocs++
+	assert.Equal(t, want2, d.MemoryStats(), "only FailedAllocs moved")
+	assert.Equal(t, int64(1<<20), d.MemoryAllocated())
+}
+
+// TestCUDAErrorNames checks that error names come from the driver, which
+// knows the codes cu's table lacks.
+func TestCUDAErrorNames(t *testing.T) {
+	cudaDevices(t, 1)
+	for code, name := range map[int]string{
+		1:   "CUDA_ERROR_INVALID_VALUE",
+		34:  "CUDA_ERROR_STUB_LIBRARY",
+		46:  "CUDA_ERROR_DEVICE_UNAVAILABLE",
+		700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+		803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+	} {
+		err := cudaError("alloc", cu.Result(code))
+		var be *BackendError
+		require.ErrorAs(t, err, &be)
+		assert.Equal(t, name, be.Name, "code %d", code)
+		assert.Equal(t, code == 700, errors.Is(err, ErrDeviceLost), "code %d: sticky", code)
+	}
+}
+
+// TestCUDANeedsDriverToStart documents what docs/cuda.md says of a binary
+// built with -tags cuda: it links against libcuda.so.1, so without the
+// driver's library the dynamic loader refuses to start it (no
+// ErrBackendUnavailable: no Go code runs). It runs this test binary again
+// with an empty library path, where the machine has no libcuda.so.1 of its
+// own.
+func TestCUDANeedsDriverToStart(t *testing.T) {
+	requireFake(t)
+	for _, dir := range []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"} {
+		if _, err := os.Stat(dir + "/libcuda.so.1"); err == nil {
+			t.Skipf("this machine has %s/libcuda.so.1", dir)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the binary started without libcuda.so.1:\n%s", out)
+	assert.Contains(t, string(out), "libcuda.so.1")
+	assert.Contains(t, string(out), "error while loading shared libraries")
 }

@@ -3,18 +3,21 @@
 // Metal): the current figure, its exact high-water mark, and the allocator
 // statistics known from PyTorch's torch.cuda.memory_stats.
 //
-// # Profiling peak memory
+// # Measuring peak memory
 //
-// The classic use sizes a cache from a profile: reset the peak, run one
+// The classic use sizes a cache from a measurement: reset the peak, run one
 // representative pass, read the peak, and give the cache what remains.
-// [Device.Measure] does the first part, with the driver's figures beside the
-// tracked ones, and [Measurement.Budget] the second:
+// [Device.Baseline] records the device before the weights are loaded,
+// [Device.Measure] measures the pass, with the driver's figures beside the
+// tracked ones, and [Measurement.Budget] sizes the cache by vLLM's formula:
 //
 //	dev, err := memtrack.ParseDevice("cuda:0")
 //	...
+//	base, err := dev.Baseline() // before the weights, the context, the libraries
+//	loadWeights(dev)
 //	m, err := dev.Measure(func() error { return runForwardPass(dev) })
 //	...
-//	b, err := m.Budget(0.9, blockBytes)
+//	b, err := m.Budget(base, 0.9, blockBytes)
 //	fmt.Println(b.Blocks, "KV-cache blocks fit")
 //
 // By hand, the same is [Device.ResetPeakMemoryStats], the pass,
@@ -46,4 +49,15 @@
 // [Expvar] publishes every used device's [Stats] as JSON, [Stats] logs as a
 // slog group, and package [github.com/memtrack/memtrack/prom] exports the
 // figures as Prometheus metrics.
+//
+// # Allocation sites
+//
+// [Device.EnableAllocationSites] records the call stack of later
+// allocations on a device, sampled as Go's heap profiler samples
+// ([Device.SetAllocationSiteRate]; rate 1 records every one);
+// [Device.AllocationSites] and
+// [Device.PeakAllocationSites] return the live buffers, and those live at the
+// latest peak, by call stack as a [SiteSnapshot]. Package
+// [github.com/memtrack/memtrack/pprof] writes them as profiles for go tool
+// pprof and serves them over HTTP.
 package memtrack

@@ -13,7 +13,9 @@ var (
 	ErrBackendNotBuilt = errors.New("memtrack: backend not built")
 
 	// ErrBackendUnavailable: the backend is built but cannot be used here
-	// (no driver, no device, or its initialisation failed).
+	// (no device, or its initialisation failed). A binary built with
+	// -tags cuda links against the driver's libcuda.so.1 and does not start
+	// where it is missing; where it is the link stub, CUDA is unavailable.
 	ErrBackendUnavailable = errors.New("memtrack: backend unavailable")
 
 	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.
@@ -49,6 +51,12 @@ var (
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a
 	// nil function given to [Device.Measure].
 	ErrInvalidArgument = errors.New("memtrack: invalid argument")
+
+	// ErrDeviceLost: the device's context met an error that leaves it
+	// unusable (for CUDA, a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS);
+	// every later call on the device fails with it, and buffers stay counted.
+	// Restart the process to use the device again.
+	ErrDeviceLost = errors.New("memtrack: device lost")
 )
 
 // OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory].

@@ -113,24 +113,33 @@ func ExampleDevice_Measure() {
 }
 
 func ExampleMeasurement_Budget() {
-	// The figures a measurement of an 80 GiB GPU might give.
+	// The figures an 80 GiB GPU might give: the baseline before the
+	// instance made its context and loaded its weights, then the
+	// measurement of one forward pass.
+	const gib = 1 << 30
+	base := memtrack.Baseline{Total: 80 * gib, Free: 80 * gib}
 	p := memtrack.Measurement{
-		Total:               80 << 30,
-		BaselineUsed:        20 << 30, // the context, the weights, other processes
-		TrackedPeakIncrease: 6 << 30,  // the forward pass's activations
-		Untracked:           1 << 30,  // what libraries allocated on their own
+		Total:               80 * gib,
+		BaselineTracked:     16 * gib, // the weights
+		BaselineUsed:        17 * gib, // the weights and a 1 GiB context
+		TrackedPeakIncrease: 6 * gib,  // the forward pass's activations
+		PeakTracked:         22 * gib,
+		EndTracked:          16 * gib, // the activations are freed
+		EndUsed:             18 * gib, // libraries kept 1 GiB of workspaces
+		UsedIncrease:        1 * gib,
+		Untracked:           1 * gib,
 	}
-	b, err := p.Budget(0.9, 16<<20)
+	b, err := p.Budget(base, 0.9, 16<<20)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%d GiB may be used, %d GiB is taken at the peak: %d GiB for the cache, %d blocks of %d MiB\n",
-		b.Usable>>30, b.Reserved>>30, b.Available>>30, b.Blocks, b.BlockSize>>20)
+	fmt.Printf("%d GiB requested - (%d GiB weights + %d GiB peak + %d GiB untracked) = %d GiB: %d blocks of %d MiB\n",
+		b.Requested/gib, b.Held/gib, b.PeakIncrease/gib, b.UntrackedIncrease/gib, b.Available/gib, b.Blocks, b.BlockSize>>20)
 
-	_, err = p.Budget(90, 16<<20)
+	_, err = p.Budget(base, 90, 16<<20)
 	fmt.Println(err)
 	// Output:
-	// 72 GiB may be used, 27 GiB is taken at the peak: 45 GiB for the cache, 2880 blocks of 16 MiB
+	// 72 GiB requested - (16 GiB weights + 6 GiB peak + 2 GiB untracked) = 48 GiB: 3072 blocks of 16 MiB
 	// memtrack: invalid argument: 90: want a fraction of the device's memory in (0, 1]
 }
 
@@ -207,6 +216,12 @@ func scratch(d memtrack.Device) {
 // pprof.
 func ExampleDevice_PeakAllocationSites() {
 	d := memtrack.CPU()
+	// Record every allocation, for exact figures; the default rate samples
+	// (on average one sample per 512 KiB) and scales its figures.
+	if err := d.SetAllocationSiteRate(1); err != nil {
+		log.Fatal(err)
+	}
+	defer d.SetAllocationSiteRate(0)
 	if err := d.EnableAllocationSites(32); err != nil {
 		log.Fatal(err)
 	}

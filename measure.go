@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 )
 
 // MemGetInfo returns the free and total memory of the device as the OS or
@@ -89,7 +90,8 @@ type Measurement struct {
 }
 
 // Measure measures the memory f needs on the device, the way an inference
-// server does before it sizes its cache: it resets the peak, records the
+// server does before it sizes its cache: it resets every peak that
+// [Device.ResetPeakMemoryStats] resets (the allocation sites' too), records the
 // tracked and reported baselines, runs f, and reads the figures again. f's
 // error is returned, wrapped, with the figures measured so far.
 //
@@ -103,22 +105,26 @@ type Measurement struct {
 // one after another, or put everything to measure into one f; measurements of
 // different devices are independent and may run at once.
 //
+// On the CPU, Measure runs the Go garbage collector and returns the freed
+// memory to the OS before each reading of the reported figures, so that
+// Untracked measures what stays rather than garbage not yet collected.
+//
 // Measure fails before running f, changing nothing, where the device does
 // not exist or its memory cannot be queried.
 func (d Device) Measure(f func() error) (Measurement, error) {
 	if f == nil {
 		return Measurement{Device: d}, fmt.Errorf("%w: measurement of %v: nil function", ErrInvalidArgument, d)
 	}
-	_, r, err := d.resolve()
+	s, r, err := d.resolve()
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
+	settle(d)
 	free, total, err := d.MemGetInfo()
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
-	r.ResetPeak()
-	resetDevicePeaks(d)
+	resetPeaks(s, r, d.ordinal)
 	p := Measurement{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
 	p.BaselineHeld, _ = deviceHeld(d, p.BaselineTracked, p.BaselineTracked)
 
@@ -126,6 +132,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 
 	p.PeakTracked, p.EndTracked = r.Peak(), r.Current()
 	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
+	settle(d)
 	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
 	p.HeldPeakIncrease = p.PeakHeld - p.BaselineHeld
 	free, total, err = d.MemGetInfo()
@@ -138,6 +145,20 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	return p, wrapRun(d, ferr)
 }
 
+// settle makes the reported figures of the CPU measure what stays: it runs
+// the Go garbage collector and returns the freed memory to the OS
+// ([debug.FreeOSMemory] does both), as vLLM runs gc.collect() and
+// torch.cuda.empty_cache() before it reads the device. Without it, Go-heap
+// memory that is garbage (CPU buffers under 1 MiB once freed, anything f
+// dropped) counts as in use until a collection and the scavenger get to it,
+// and the untracked growth swings by hundreds of MiB from run to run. Other
+// devices' memory is not in the Go heap: nothing to do.
+func settle(d Device) {
+	if d.kind == KindCPU {
+		debug.FreeOSMemory()
+	}
+}
+
 func wrapRun(d Device, err error) error {
 	if err == nil {
 		return nil
@@ -145,47 +166,166 @@ func wrapRun(d Device, err error) error {
 	return fmt.Errorf("memtrack: measurement of %v: %w", d, err)
 }
 
-// Budget is the memory a cache may take after a [Measurement]: what remains of
-// a fraction of the device's memory once the memory in use at the measured
-// peak is set aside, and how many blocks of a given size it holds.
+// Baseline is a device's memory as it stood when an inference instance was
+// created, before it loaded its weights: vLLM's snapshot at the
+// initialisation of its worker. [Measurement.Budget] counts against the
+// instance whatever was allocated outside this package after it (a CUDA
+// context, library handles and workspaces) and leaves out what was in use
+// before it (other processes), as vLLM does.
+type Baseline struct {
+	Device  Device
+	Tracked int64 // bytes tracked on the device ([Device.MemoryAllocated])
+	Total   int64 // the device's memory, as reported
+	Free    int64 // free memory, as reported
+	Used    int64 // Total - Free: memory in use on the device, by anyone
+}
+
+// Baseline takes the device's [Baseline]: call it when the instance starts,
+// before the weights are loaded and before anything of its own (a CUDA
+// context, libraries) takes device memory, and give it to
+// [Measurement.Budget]. On the CPU it first runs the Go garbage collector
+// and returns freed memory to the OS, as [Device.Measure] does.
+func (d Device) Baseline() (Baseline, error) {
+	_, r, err := d.resolve()
+	if err != nil {
+		return Baseline{Device: d}, err
+	}
+	settle(d)
+	free, total, err := d.MemGetInfo()
+	if err != nil {
+		return Baseline{Device: d}, err
+	}
+	return Baseline{Device: d, Tracked: r.Current(), Total: total, Free: free, Used: max(total-free, 0)}, nil
+}
+
+// Budget is the memory a cache may take, computed from a [Measurement] by
+// [Measurement.Budget] (vLLM's formula) or [Measurement.SharedBudget] (the
+// whole device's): a fraction of the device's memory, less the memory
+// set aside, in blocks of a given size.
 type Budget struct {
-	Utilization float64 // the fraction of the device's memory given to Budget
-	Usable      int64   // Utilization × Total, in bytes: what the device may be filled to
-	// Reserved is the memory in use on the device at the measured peak:
-	// BaselineUsed + the larger of TrackedPeakIncrease and HeldPeakIncrease
-	// (the device-side peak, which stream-ordered frees raise) + Untracked
-	// (when positive).
-	Reserved  int64
-	Available int64 // Usable - Reserved, or 0 where that is negative
+	Utilization float64 // the fraction of the device's memory given
+	Requested   int64   // Utilization × Total: what the device may be filled to (vLLM's requested_memory)
+
+	// Held is what was held before the measured pass: for Budget, the
+	// tracked growth from the baseline to the measurement (the weights,
+	// vLLM's weights_memory); for SharedBudget, everything in use on the
+	// device when the measurement began, by anyone.
+	Held int64
+	// PeakIncrease is the tracked peak's rise during the pass
+	// ([Measurement].TrackedPeakIncrease, vLLM's torch_peak_increase), or
+	// the device-side peak's ([Measurement].HeldPeakIncrease) where
+	// buffers freed in stream order raised that higher: it is what the
+	// device had to fit.
+	PeakIncrease int64
+	// UntrackedIncrease is, for Budget, the growth of the memory in use
+	// that this package did not allocate, from the baseline to the end of
+	// the pass (vLLM's non_torch_increase; negative where untracked memory
+	// was released); for SharedBudget, the untracked growth during the pass
+	// ([Measurement].Untracked), or 0 where that is negative.
+	UntrackedIncrease int64
+	// Reserved is Held + PeakIncrease + UntrackedIncrease: the memory that
+	// is not the cache's (vLLM's non_kv_cache_memory).
+	Reserved int64
+
+	Available int64 // Requested - Reserved, or 0 where that is negative
 	BlockSize int64
 	Blocks    int64 // Available / BlockSize
 }
 
-// Budget turns the measurement into a cache budget: the device may be filled to
-// utilization × Total, and a cache gets what the measured peak leaves of
-// that. The peak counts everything in use on the device when the measurement
-// began (this process, its earlier buffers and other processes), the tracked
-// peak increase and the untracked growth. It fails with
-// [ErrInvalidArgument] for a utilization outside (0, 1], and with
-// [ErrInvalidSize] for a blockSize <= 0 or a measurement without a device total.
-// A budget with no room for one block is not an error: Blocks is 0.
-func (p Measurement) Budget(utilization float64, blockSize int64) (Budget, error) {
-	if math.IsNaN(utilization) || utilization <= 0 || utilization > 1 {
-		return Budget{}, fmt.Errorf("%w: %v: want a fraction of the device's memory in (0, 1]", ErrInvalidArgument, utilization)
+// Budget sizes a cache as current vLLM does (its memory profiling before it
+// allocates the KV cache), from the baseline taken when the instance was
+// created and the measurement of one forward pass:
+//
+//	Requested         = utilization × Total                          (requested_memory)
+//	Held              = Measurement.BaselineTracked - Baseline.Tracked  (weights_memory)
+//	PeakIncrease      = Measurement.TrackedPeakIncrease             (torch_peak_increase;
+//	                    HeldPeakIncrease where stream-ordered frees raised that higher)
+//	UntrackedIncrease = (EndUsed - EndTracked) - (Baseline.Used - Baseline.Tracked)
+//	                                                                 (non_torch_increase)
+//	Available         = Requested - (Held + PeakIncrease + UntrackedIncrease)
+//
+// The tracked bytes stand for the memory of PyTorch's allocator and the
+// reported used memory for cudaMemGetInfo's. Memory that other processes held
+// at the baseline is not set aside: the request is a share of the whole
+// device, and as vLLM does, Budget refuses it, with an [*OutOfMemoryError]
+// (matching [ErrOutOfMemory]), where the device had less than Requested free
+// at the baseline. To share a device with processes whose memory must be
+// left to them, use [Measurement.SharedBudget].
+//
+// It fails with [ErrInvalidArgument] for a utilization outside (0, 1] or a
+// baseline that is missing or of another device, and with [ErrInvalidSize]
+// for a blockSize <= 0 or a measurement without a device total. A budget
+// with no room for one block is not an error: Blocks is 0.
+func (p Measurement) Budget(base Baseline, utilization float64, blockSize int64) (Budget, error) {
+	if err := p.checkBudget(utilization, blockSize); err != nil {
+		return Budget{}, err
 	}
-	if blockSize <= 0 {
-		return Budget{}, fmt.Errorf("%w: block size %d: want a positive number of bytes", ErrInvalidSize, blockSize)
+	if base.Total <= 0 {
+		return Budget{}, fmt.Errorf("%w: the baseline of %v has a device total of %d bytes; take one with Device.Baseline before loading the weights", ErrInvalidArgument, base.Device, base.Total)
 	}
-	if p.Total <= 0 {
-		return Budget{}, fmt.Errorf("%w: the measurement of %v has a device total of %d bytes; budget a Measurement returned by Device.Measure", ErrInvalidSize, p.Device, p.Total)
+	if base.Device != p.Device || base.Total != p.Total {
+		return Budget{}, fmt.Errorf("%w: the baseline of %v with %d bytes in total does not belong to the measurement of %v with %d bytes", ErrInvalidArgument, base.Device, base.Total, p.Device, p.Total)
+	}
+	requested := int64(utilization * float64(p.Total))
+	if base.Free < requested {
+		return Budget{}, &OutOfMemoryError{Device: p.Device, Requested: requested, Current: base.Tracked,
+			Reason: fmt.Sprintf("%d bytes free at the baseline, less than utilization %v of the device's %d bytes; lower the utilization or free the device", base.Free, utilization, p.Total)}
 	}
 	b := Budget{
-		Utilization: utilization,
-		Usable:      int64(utilization * float64(p.Total)),
-		Reserved:    p.BaselineUsed + max(p.TrackedPeakIncrease, p.HeldPeakIncrease) + max(p.Untracked, 0),
-		BlockSize:   blockSize,
+		Utilization:       utilization,
+		Requested:         requested,
+		Held:              p.BaselineTracked - base.Tracked,
+		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
+		UntrackedIncrease: (p.EndUsed - p.EndTracked) - (base.Used - base.Tracked),
+		BlockSize:         blockSize,
 	}
-	b.Available = max(b.Usable-b.Reserved, 0)
-	b.Blocks = b.Available / blockSize
-	return b, nil
+	return b.fill(), nil
+}
+
+// SharedBudget sizes a cache for a device shared with others: the device may
+// be filled to utilization × Total, and everything in use on it when the
+// measurement began (this process's buffers and context, other processes)
+// is set aside with the tracked peak increase and the untracked growth
+// during the pass (when positive):
+//
+//	Available = utilization × Total - (BaselineUsed + TrackedPeakIncrease + max(Untracked, 0))
+//
+// This is not vLLM's formula ([Measurement.Budget] is): it leaves other
+// processes the memory they held, where vLLM leaves them only what the
+// utilization does not request. It fails as Budget does, less the baseline's
+// checks.
+func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget, error) {
+	if err := p.checkBudget(utilization, blockSize); err != nil {
+		return Budget{}, err
+	}
+	b := Budget{
+		Utilization:       utilization,
+		Requested:         int64(utilization * float64(p.Total)),
+		Held:              p.BaselineUsed,
+		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
+		UntrackedIncrease: max(p.Untracked, 0),
+		BlockSize:         blockSize,
+	}
+	return b.fill(), nil
+}
+
+// fill sums what is set aside and counts the blocks.
+func (b Budget) fill() Budget {
+	b.Reserved = b.Held + b.PeakIncrease + b.UntrackedIncrease
+	b.Available = max(b.Requested-b.Reserved, 0)
+	b.Blocks = b.Available / b.BlockSize
+	return b
+}
+
+func (p Measurement) checkBudget(utilization float64, blockSize int64) error {
+	if math.IsNaN(utilization) || utilization <= 0 || utilization > 1 {
+		return fmt.Errorf("%w: %v: want a fraction of the device's memory in (0, 1]", ErrInvalidArgument, utilization)
+	}
+	if blockSize <= 0 {
+		return fmt.Errorf("%w: block size %d: want a positive number of bytes", ErrInvalidSize, blockSize)
+	}
+	if p.Total <= 0 {
+		return fmt.Errorf("%w: the measurement of %v has a device total of %d bytes; budget a Measurement returned by Device.Measure", ErrInvalidSize, p.Device, p.Total)
+	}
+	return nil
 }

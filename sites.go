@@ -3,6 +3,8 @@ package memtrack
 import (
 	"cmp"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -23,34 +25,48 @@ const (
 	// OtherSite names the site that holds the allocations past
 	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
 	OtherSite = "memtrack.other"
+
+	// DefaultSiteRate is the sampling rate of allocation sites unless
+	// [Device.SetAllocationSiteRate] sets another: on average one sample
+	// per 512 KiB allocated, the default of Go's heap profiler
+	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
+	// they are nearly all recorded; a small buffer costs one random number.
+	DefaultSiteRate = 512 << 10
 )
 
-// callerSkip is what runtime.Callers skips in siteRecorder.alloc: Callers
-// itself, siteRecorder.alloc and Device.Alloc, so that the first frame kept
-// is the caller of Device.Alloc.
-const callerSkip = 3
+// callerSkip is what runtime.Callers skips in siteRecorder.allocSampled:
+// Callers itself, allocSampled, siteRecorder.alloc and Device.Alloc, so that
+// the first frame kept is the caller of Device.Alloc. (Callers counts
+// inlined frames as frames.)
+const callerSkip = 4
 
 // SiteStats describes the recording of allocation sites on one device.
-// The figures cover the buffers allocated while recording was on.
+// The figures cover the buffers allocated while recording was on; Live,
+// LiveBytes and PeakBytes are scaled by the sampling, as [Site]'s figures
+// are (exact at rate 1).
 type SiteStats struct {
 	Enabled   bool  // sites are being recorded
 	Depth     int   // the most frames recorded per stack
+	Rate      int64 // the sampling rate: on average one sample per Rate bytes; 1 records every allocation
 	Sites     int   // distinct stacks held, besides "memtrack.other"
-	Folded    int64 // allocations folded into "memtrack.other" since recording began
+	Folded    int64 // sampled allocations folded into "memtrack.other" since recording began
 	Live      int64 // recorded live buffers
 	LiveBytes int64 // their bytes
 	PeakBytes int64 // high-water mark of LiveBytes since enabling or the last ResetPeakMemoryStats
 }
 
-// EnableAllocationSites starts recording, for every later [Device.Alloc] on
-// the device, the call stack that asked for it (at most depth frames above
-// memtrack, 1 <= depth <= [MaxSiteDepth]; 32 is usual), so that
-// [Device.AllocationSites] and [Device.PeakAllocationSites] attribute the
-// live buffers, and those live at the latest peak, to their callers
+// EnableAllocationSites starts recording, for later [Device.Alloc] calls on
+// the device, the call stack that asked for the memory (at most depth
+// frames above memtrack, 1 <= depth <= [MaxSiteDepth]; 32 is usual), so
+// that [Device.AllocationSites] and [Device.PeakAllocationSites] attribute
+// the live buffers, and those live at the latest peak, to their callers
 // (package [github.com/memtrack/memtrack/pprof] writes them for go tool
 // pprof). Buffers allocated before are not recorded.
-// On a device already recording, it changes the depth for later
-// allocations and keeps what is recorded.
+//
+// Allocations are sampled at the device's rate, [DefaultSiteRate] unless
+// [Device.SetAllocationSiteRate] sets another, so that recording can stay
+// on in production. On a device already recording, it changes the depth
+// for later allocations and keeps what is recorded.
 func (d Device) EnableAllocationSites(depth int) error {
 	if depth < 1 || depth > MaxSiteDepth {
 		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidSize, depth, d, MaxSiteDepth)
@@ -76,6 +92,38 @@ func (d Device) DisableAllocationSites() {
 	}
 }
 
+// SetAllocationSiteRate sets the rate at which the device's allocation sites
+// are sampled, with the semantics of Go's heap profiler
+// ([runtime.MemProfileRate]): on average one sample per rate bytes
+// allocated, an allocation of n bytes being recorded with probability
+// 1 - exp(-n/rate), and each recorded allocation counted as 1/p buffers and
+// n/p bytes, so that the figures of [Site] and [SiteStats] are unbiased
+// estimates of the true ones. Rate 1 records every allocation, exactly; 0
+// restores [DefaultSiteRate]; a negative rate is an [ErrInvalidSize] error.
+//
+// The rate holds for the device's later allocations, whether or not it
+// records now, and across [Device.DisableAllocationSites]; buffers already
+// recorded keep the weight they were recorded with. The sampled figures at
+// the peak are those at the peak of the sampled (scaled) bytes, which is
+// the device's peak only approximately where small allocations make it.
+func (d Device) SetAllocationSiteRate(rate int64) error {
+	if rate < 0 {
+		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidSize, rate, d)
+	}
+	s, _, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	if !sitesBuilt {
+		return fmt.Errorf("%w on %v: this binary was built with -tags memtrack_nosites; rebuild without it", ErrSitesNotRecorded, d)
+	}
+	if rate == 0 {
+		rate = DefaultSiteRate
+	}
+	s.sites.setRate(d.ordinal, rate)
+	return nil
+}
+
 // AllocationSiteStats returns the state of the recording of allocation
 // sites on the device; the zero SiteStats if recording is off.
 func (d Device) AllocationSiteStats() SiteStats {
@@ -90,14 +138,17 @@ func (d Device) AllocationSiteStats() SiteStats {
 }
 
 // Site is one call stack that allocated recorded buffers, with the figures
-// of its live buffers, now or at the latest peak.
+// of its live buffers, now or at the latest peak. The figures are scaled by
+// the sampling ([Device.SetAllocationSiteRate]): each sampled buffer counts
+// as the buffers and bytes it stands for, so they estimate the stack's true
+// figures without bias, and equal them at rate 1.
 type Site struct {
 	// Stack holds the stack's return addresses, innermost first, as
 	// [runtime.Callers] writes them (read them with [runtime.CallersFrames]);
 	// nil for the site [OtherSite].
 	Stack   []uintptr
-	Buffers int64 // live buffers allocated from the stack
-	Bytes   int64 // their bytes
+	Buffers int64 // live buffers allocated from the stack (scaled)
+	Bytes   int64 // their bytes (scaled)
 }
 
 // SiteSnapshot is the allocation sites of one device at one moment, the
@@ -148,8 +199,29 @@ func (d Device) recorder() (*siteRecorder, error) {
 // no device of the kind records, the published slice is nil, so that the
 // allocation path pays one atomic load.
 type siteTable struct {
-	mu   sync.Mutex // serialises enable and disable
-	recs atomic.Pointer[[]*siteRecorder]
+	mu    sync.Mutex // serialises enable, disable and setRate
+	recs  atomic.Pointer[[]*siteRecorder]
+	rates []int64 // by ordinal, the rates set; 0: DefaultSiteRate
+}
+
+// rate returns the sampling rate of ordinal i. t.mu must be held.
+func (t *siteTable) rate(i int) int64 {
+	if i < len(t.rates) && t.rates[i] > 0 {
+		return t.rates[i]
+	}
+	return DefaultSiteRate
+}
+
+func (t *siteTable) setRate(i int, rate int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i >= len(t.rates) {
+		t.rates = append(t.rates, make([]int64, i+1-len(t.rates))...)
+	}
+	t.rates[i] = rate
+	if p := t.recs.Load(); p != nil && i < len(*p) && (*p)[i] != nil {
+		(*p)[i].rate.Store(rate)
+	}
 }
 
 // lookup returns the recorder of ordinal i, or nil if it records nothing.
@@ -177,7 +249,7 @@ func (t *siteTable) enable(i, depth int) {
 	}
 	recs := make([]*siteRecorder, max(len(old), i+1))
 	copy(recs, old)
-	recs[i] = newSiteRecorder(depth, MaxAllocationSites)
+	recs[i] = newSiteRecorder(depth, t.rate(i), MaxAllocationSites)
 	t.recs.Store(&recs)
 }
 
@@ -201,61 +273,114 @@ func (t *siteTable) disable(i int) {
 }
 
 // siteRecorder holds one device's allocation sites: per call stack, the
-// live buffers and bytes allocated from it, and the same figures as they
-// stood at the latest peak of the recorded bytes.
+// live sampled buffers allocated from it and their scaled figures, and the
+// same figures as they stood at the latest peak of the recorded bytes.
 //
 // The figures at the peak are kept lazily, at a constant cost per
 // allocation and free: a new peak (or a reset) starts a new generation, at
-// which moment every site's figures at the peak are its current figures;
-// a site saves its figures the first time it changes in a generation. So
-// a site's figure at the peak is the saved one if it was saved in the
+// which moment every stack's figures at the peak are its current figures;
+// a stack saves its figures the first time it changes in a generation. So
+// a stack's figure at the peak is the saved one if it was saved in the
 // current generation, and its current one if not.
+//
+// The scaled figures are float64: sums of whole weights (rate 1) are exact
+// up to 2^53, and a stack or recorder with no live sample is set to zero
+// exactly, so that rounding never leaves a residue behind.
 type siteRecorder struct {
 	depth    atomic.Int32
+	rate     atomic.Int64
 	maxSites int
 
 	mu      sync.Mutex
-	sites   map[uint64]*site // by stack hash; collisions chain through site.next
-	n       int              // sites in the map
-	other   *site            // allocations past maxSites
+	sites   map[uint64]*stack // by stack hash; collisions chain through stack.next
+	n       int               // stacks in the map
+	other   *stack            // allocations past maxSites
 	folded  int64
-	live    int64
-	bytes   int64
-	peak    int64
+	live    int64   // live samples
+	objects float64 // their scaled count
+	bytes   float64 // their scaled bytes
+	peak    float64
 	gen     uint64
-	pending []*site // emptied sites kept for their figures at the peak
+	pending []*stack // emptied stacks kept for their figures at the peak
 }
 
-// site is one call stack and the recorded buffers allocated from it.
-type site struct {
+// stack is one call stack and the sampled buffers allocated from it.
+type stack struct {
 	rec  *siteRecorder
 	hash uint64
-	next *site
+	next *stack
 	pcs  []uintptr // nil for "memtrack.other"; never modified
 
 	// Guarded by rec.mu.
-	objects, bytes         int64
-	peakObjects, peakBytes int64  // the figures at the peak, if savedGen == rec.gen
-	savedGen               uint64 // generation of peakObjects and peakBytes
-	pending                bool   // in rec.pending
+	live                   int64 // live samples
+	objects, bytes         float64
+	peakObjects, peakBytes float64 // the figures at the peak, if savedGen == rec.gen
+	savedGen               uint64  // generation of peakObjects and peakBytes
+	pending                bool    // in rec.pending
 }
 
-func newSiteRecorder(depth, maxSites int) *siteRecorder {
-	r := &siteRecorder{maxSites: maxSites, sites: make(map[uint64]*site), gen: 1}
+// site is what a recorded [Buffer] keeps: its stack and the scaled figures
+// it added there, which its free takes away again whatever the rate is by
+// then.
+type site struct {
+	st             *stack
+	objects, bytes float64
+}
+
+func newSiteRecorder(depth int, rate int64, maxSites int) *siteRecorder {
+	r := &siteRecorder{maxSites: maxSites, sites: make(map[uint64]*stack), gen: 1}
 	r.depth.Store(int32(depth))
-	r.other = &site{rec: r}
+	r.rate.Store(rate)
+	r.other = &stack{rec: r}
 	return r
 }
 
-// alloc records an allocation of size bytes from the stack of the caller of
-// Device.Alloc and returns its site.
+// alloc samples an allocation of size bytes; if it is sampled, it records
+// the stack of the caller of Device.Alloc and returns the buffer's site,
+// and nil if not. Not sampled, it costs one random number.
 func (r *siteRecorder) alloc(size int64) *site {
-	var buf [MaxSiteDepth]uintptr
-	return r.record(buf[:runtime.Callers(callerSkip, buf[:r.depth.Load()])], size)
+	w, ok := sample(size, r.rate.Load(), rand.Uint64())
+	if !ok {
+		return nil
+	}
+	return r.allocSampled(size, w)
 }
 
-// record counts an allocation of size bytes from the stack pcs.
-func (r *siteRecorder) record(pcs []uintptr, size int64) *site {
+// allocSampled records a sampled allocation of weight w. Kept out of alloc
+// so that the path of an allocation not sampled stays short.
+//
+//go:noinline
+func (r *siteRecorder) allocSampled(size int64, w float64) *site {
+	var buf [MaxSiteDepth]uintptr
+	return r.record(buf[:runtime.Callers(callerSkip, buf[:r.depth.Load()])], size, w)
+}
+
+// sample decides, with rnd a uniform random number, whether an allocation of
+// size bytes is recorded at the rate, and returns its weight: the number of
+// allocations the sample stands for. At rate 1 every allocation is, with
+// weight 1. Otherwise, as in Go's heap profiler, the allocated bytes are
+// sampled by a Poisson process of one point per rate bytes on average: an
+// allocation is recorded if a point falls in it, with probability
+// p = 1 - exp(-size/rate), and weighs 1/p, so that the scaled figures are
+// unbiased. As p <= size/rate, most allocations not sampled are refused
+// with one multiplication.
+func sample(size, rate int64, rnd uint64) (w float64, ok bool) {
+	if rate <= 1 {
+		return 1, true
+	}
+	u := float64(rnd>>11) * 0x1p-53 // uniform in [0, 1)
+	if u*float64(rate) >= float64(size) {
+		return 0, false
+	}
+	p := -math.Expm1(-float64(size) / float64(rate))
+	if u >= p {
+		return 0, false
+	}
+	return 1 / p, true
+}
+
+// record counts an allocation of size bytes and weight w from the stack pcs.
+func (r *siteRecorder) record(pcs []uintptr, size int64, w float64) *site {
 	h := hashStack(pcs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -266,37 +391,51 @@ func (r *siteRecorder) record(pcs []uintptr, size int64) *site {
 	switch {
 	case s != nil:
 	case r.n < r.maxSites:
-		s = &site{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...)}
+		s = &stack{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...)}
 		r.sites[h] = s
 		r.n++
 	default:
 		s = r.other
 		r.folded++
 	}
+	b := &site{st: s, objects: w, bytes: w * float64(size)}
 	s.save()
-	s.objects++
-	s.bytes += size
+	s.live++
+	s.objects += b.objects
+	s.bytes += b.bytes
 	r.live++
-	r.bytes += size
+	r.objects += b.objects
+	r.bytes += b.bytes
 	if r.bytes > r.peak {
 		r.peak = r.bytes
 		r.newGen()
 	}
-	return s
+	return b
 }
 
-// free forgets a buffer of size bytes allocated from s. It may run after
-// the recorder was disabled, on the recorder that counted the buffer.
-func (s *site) free(size int64) {
+// free forgets the buffer of the site. It may run after the recorder was
+// disabled, on the recorder that counted the buffer. The size is the
+// buffer's; the site knows what it added.
+func (b *site) free(int64) {
+	s := b.st
 	r := s.rec
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.save()
-	s.objects--
-	s.bytes -= size
+	s.live--
+	s.objects -= b.objects
+	s.bytes -= b.bytes
 	r.live--
-	r.bytes -= size
-	if s.objects > 0 || s == r.other {
+	r.objects -= b.objects
+	r.bytes -= b.bytes
+	if r.live == 0 {
+		r.objects, r.bytes = 0, 0
+	}
+	if s.live > 0 {
+		return
+	}
+	s.objects, s.bytes = 0, 0
+	if s == r.other {
 		return
 	}
 	if s.peakObjects == 0 {
@@ -308,16 +447,16 @@ func (s *site) free(size int64) {
 	}
 }
 
-// save keeps the site's figures at the peak before its first change in the
+// save keeps the stack's figures at the peak before its first change in the
 // current generation.
-func (s *site) save() {
+func (s *stack) save() {
 	if g := s.rec.gen; s.savedGen != g {
 		s.peakObjects, s.peakBytes, s.savedGen = s.objects, s.bytes, g
 	}
 }
 
-// atPeak returns the site's figures at the latest peak.
-func (s *site) atPeak() (objects, bytes int64) {
+// atPeak returns the stack's figures at the latest peak.
+func (s *stack) atPeak() (objects, bytes float64) {
 	if s.savedGen == s.rec.gen {
 		return s.peakObjects, s.peakBytes
 	}
@@ -325,12 +464,12 @@ func (s *site) atPeak() (objects, bytes int64) {
 }
 
 // newGen starts a generation: the figures at the peak become the current
-// ones, and the empty sites kept for the old peak go.
+// ones, and the empty stacks kept for the old peak go.
 func (r *siteRecorder) newGen() {
 	r.gen++
 	for _, s := range r.pending {
 		s.pending = false
-		if s.objects == 0 {
+		if s.live == 0 {
 			r.remove(s)
 		}
 	}
@@ -338,7 +477,7 @@ func (r *siteRecorder) newGen() {
 	r.pending = r.pending[:0]
 }
 
-func (r *siteRecorder) remove(s *site) {
+func (r *siteRecorder) remove(s *stack) {
 	p := r.sites[s.hash]
 	if p == s {
 		if s.next == nil {
@@ -375,11 +514,12 @@ func (r *siteRecorder) statsLocked() SiteStats {
 	return SiteStats{
 		Enabled:   true,
 		Depth:     int(r.depth.Load()),
+		Rate:      r.rate.Load(),
 		Sites:     r.n,
 		Folded:    r.folded,
-		Live:      r.live,
-		LiveBytes: r.bytes,
-		PeakBytes: r.peak,
+		Live:      int64(math.Round(r.objects)),
+		LiveBytes: int64(math.Round(r.bytes)),
+		PeakBytes: int64(math.Round(r.peak)),
 	}
 }
 
@@ -389,13 +529,13 @@ func (r *siteRecorder) snapshot(atPeak bool) ([]Site, SiteStats) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]Site, 0, r.n+1)
-	add := func(s *site) {
+	add := func(s *stack) {
 		o, b := s.objects, s.bytes
 		if atPeak {
 			o, b = s.atPeak()
 		}
 		if o != 0 || b != 0 {
-			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: o, Bytes: b})
+			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: int64(math.Round(o)), Bytes: int64(math.Round(b))})
 		}
 	}
 	for _, s := range r.sites {

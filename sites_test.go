@@ -1,6 +1,8 @@
 package memtrack
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -35,13 +37,23 @@ func frameOf(pc uintptr) string {
 	return f.Function
 }
 
-// recording enables allocation sites on the CPU for the test and disables
-// them when it ends.
+// recording enables allocation sites on the CPU for the test, every
+// allocation recorded (rate 1), and disables them when it ends.
 func recording(t *testing.T, depth int) Device {
 	t.Helper()
-	d := CPU()
+	d := exactSites(t)
 	require.NoError(t, d.EnableAllocationSites(depth))
 	t.Cleanup(d.DisableAllocationSites)
+	return d
+}
+
+// exactSites sets the CPU's site rate to 1 for the test, and back to the
+// default when it ends.
+func exactSites(t *testing.T) Device {
+	t.Helper()
+	d := CPU()
+	require.NoError(t, d.SetAllocationSiteRate(1))
+	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
 	return d
 }
 
@@ -97,23 +109,23 @@ func TestEnableDisable(t *testing.T) {
 // A buffer allocated before recording began, or freed after it ended, must
 // leave the recorder's figures exact.
 func TestSitesAcrossEnableAndDisable(t *testing.T) {
-	d := CPU()
+	d := exactSites(t)
 	before := allocOK(t)(allocFromA(d, 1000))
 
 	require.NoError(t, d.EnableAllocationSites(8))
 	first := stateOf(KindCPU).sites.lookup(0)
 	during := allocOK(t)(allocFromB(d, 300))
 	require.NoError(t, before.Free())
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Sites: 1, Live: 1, LiveBytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Live: 1, LiveBytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
 		"the free of a buffer allocated before enabling changes nothing")
 
 	d.DisableAllocationSites()
 	require.NoError(t, d.EnableAllocationSites(8))
 	assert.NotSame(t, first, stateOf(KindCPU).sites.lookup(0), "re-enabling starts afresh")
 	require.NoError(t, during.Free())
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 8}, d.AllocationSiteStats(),
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1}, d.AllocationSiteStats(),
 		"the free of a buffer recorded by the old recorder leaves the new one alone")
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Sites: 1, PeakBytes: 300}, first.stats(),
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, PeakBytes: 300}, first.stats(),
 		"the old recorder forgot the buffer, keeping its site for the peak")
 	first.resetPeak()
 	assert.Equal(t, 0, first.stats().Sites, "no site left behind")
@@ -124,8 +136,8 @@ func TestFirstFrameIsTheCaller(t *testing.T) {
 	d := recording(t, 1)
 	b := allocOK(t)(allocFromA(d, 10))
 	defer freeAll(t, b)
-	require.Len(t, b.site.pcs, 1)
-	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(b.site.pcs[0]))
+	require.Len(t, b.site.st.pcs, 1)
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(b.site.st.pcs[0]))
 }
 
 // siteModel is the recorder's specification: the figures at the peak are a
@@ -173,7 +185,7 @@ func figures(r *siteRecorder, atPeak bool) map[uintptr]int64 {
 func TestSitesMatchModel(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		r := newSiteRecorder(1, 1<<20)
+		r := newSiteRecorder(1, 1, 1<<20)
 		m := &siteModel{bytes: map[uintptr]int64{}, peakBytes: map[uintptr]int64{}}
 		type live struct {
 			k uintptr
@@ -185,7 +197,7 @@ func TestSitesMatchModel(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 5 || len(bufs) == 0:
 				k, n := uintptr(1+rng.IntN(8)), int64(1+rng.IntN(100))
-				bufs = append(bufs, live{k, n, r.record([]uintptr{k}, n)})
+				bufs = append(bufs, live{k, n, r.record([]uintptr{k}, n, 1)})
 				m.alloc(k, n)
 			case op < 9:
 				i := rng.IntN(len(bufs))
@@ -213,7 +225,7 @@ func TestSitesMatchModel(t *testing.T) {
 			b.s.free(b.n)
 		}
 		r.resetPeak()
-		assert.Equal(t, SiteStats{Enabled: true, Depth: 1}, r.stats(), "seed %d: every site is gone", seed)
+		assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: 1}, r.stats(), "seed %d: every site is gone", seed)
 		assert.Empty(t, r.sites)
 	}
 }
@@ -221,23 +233,23 @@ func TestSitesMatchModel(t *testing.T) {
 // Past the cap on distinct stacks, allocations fold into memtrack.other and
 // are counted; freed sites make room again.
 func TestSiteCapFoldsIntoOther(t *testing.T) {
-	r := newSiteRecorder(1, 2)
-	a := r.record([]uintptr{1}, 10)
-	b := r.record([]uintptr{2}, 20)
-	c := r.record([]uintptr{3}, 30)
-	d := r.record([]uintptr{4}, 40)
-	e := r.record([]uintptr{1}, 5)
-	assert.Same(t, r.other, c)
-	assert.Same(t, r.other, d)
-	assert.Same(t, a, e, "a known stack still has its site")
+	r := newSiteRecorder(1, 1, 2)
+	a := r.record([]uintptr{1}, 10, 1)
+	b := r.record([]uintptr{2}, 20, 1)
+	c := r.record([]uintptr{3}, 30, 1)
+	d := r.record([]uintptr{4}, 40, 1)
+	e := r.record([]uintptr{1}, 5, 1)
+	assert.Same(t, r.other, c.st)
+	assert.Same(t, r.other, d.st)
+	assert.Same(t, a.st, e.st, "a known stack still has its site")
 	assert.Equal(t, map[uintptr]int64{1: 15, 2: 20, 0: 70}, figures(r, false))
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Sites: 2, Folded: 2, Live: 5, LiveBytes: 105, PeakBytes: 105}, r.stats())
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: 1, Sites: 2, Folded: 2, Live: 5, LiveBytes: 105, PeakBytes: 105}, r.stats())
 
 	b.free(20)
 	r.resetPeak() // b's site held figures at the old peak; now it can go
 	assert.Equal(t, 1, r.stats().Sites)
-	f := r.record([]uintptr{5}, 50)
-	assert.NotSame(t, r.other, f, "a freed site makes room for a new stack")
+	f := r.record([]uintptr{5}, 50, 1)
+	assert.NotSame(t, r.other, f.st, "a freed site makes room for a new stack")
 	for _, x := range []struct {
 		s *site
 		n int64
@@ -253,7 +265,7 @@ func TestSiteCapFoldsIntoOther(t *testing.T) {
 // Recording toggled, and the peak reset, while goroutines allocate and free:
 // race-free, and every recorder's figures are exact.
 func TestSitesToggledUnderLoad(t *testing.T) {
-	d := CPU()
+	d := exactSites(t)
 	held := d.MemoryAllocated()
 	workers, iters, toggles := 8, 2000, 200
 	if testing.Short() {
@@ -316,8 +328,8 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 		for _, b := range bs {
 			all = append(all, b)
 			if b.site != nil {
-				f := want[b.site.rec]
-				want[b.site.rec] = [2]int64{f[0] + 1, f[1] + b.size}
+				f := want[b.site.st.rec]
+				want[b.site.st.rec] = [2]int64{f[0] + 1, f[1] + b.size}
 			}
 		}
 	}
@@ -345,7 +357,7 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	freeAll(t, all...)
 	for r := range want {
 		r.resetPeak()
-		assert.Equal(t, SiteStats{Enabled: true, Depth: int(r.depth.Load()), Folded: r.stats().Folded}, r.stats(),
+		assert.Equal(t, SiteStats{Enabled: true, Depth: int(r.depth.Load()), Rate: 1, Folded: r.stats().Folded}, r.stats(),
 			"after every free: no live figure, no site left")
 	}
 	assert.Equal(t, held, d.MemoryAllocated(), "the device's own count is untouched by the toggling")
@@ -388,4 +400,168 @@ func TestAllocationSitesFoldIntoOther(t *testing.T) {
 	assert.Equal(t, [2]int64{1, 100}, [2]int64{snap.Sites[1].Buffers, snap.Sites[1].Bytes})
 	assert.Equal(t, int64(1), snap.Stats.Folded)
 	assert.False(t, snap.Peak)
+}
+
+func TestSetAllocationSiteRate(t *testing.T) {
+	d := CPU()
+	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
+	for _, tc := range []struct {
+		name string
+		d    Device
+		rate int64
+		err  error
+	}{
+		{"negative", CPU(), -1, ErrInvalidSize},
+		{"bad kind", Device{kind: numKinds}, 1, ErrInvalidDevice},
+		{"bad ordinal", Device{ordinal: 3}, 1, ErrInvalidOrdinal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.ErrorIs(t, tc.d.SetAllocationSiteRate(tc.rate), tc.err)
+		})
+	}
+
+	require.NoError(t, d.EnableAllocationSites(4))
+	assert.Equal(t, int64(DefaultSiteRate), d.AllocationSiteStats().Rate, "the default")
+	require.NoError(t, d.SetAllocationSiteRate(1))
+	assert.Equal(t, int64(1), d.AllocationSiteStats().Rate, "set while recording")
+	d.DisableAllocationSites()
+	require.NoError(t, d.SetAllocationSiteRate(4096))
+	require.NoError(t, d.EnableAllocationSites(4))
+	assert.Equal(t, int64(4096), d.AllocationSiteStats().Rate, "set while not recording, kept for the next recording")
+	require.NoError(t, d.SetAllocationSiteRate(0))
+	assert.Equal(t, int64(DefaultSiteRate), d.AllocationSiteStats().Rate, "0 restores the default")
+	d.DisableAllocationSites()
+}
+
+// sampleStats returns the expected number of samples of an allocation of n
+// bytes at a rate, and the variance of the scaled estimate of its bytes.
+func sampleStats(n, rate int64) (p, varBytes float64) {
+	p = -math.Expm1(-float64(n) / float64(rate))
+	return p, float64(n) * float64(n) * (1 - p) / p
+}
+
+// sample keeps Go's heap profiler's promise: each allocation is sampled
+// with probability 1 - exp(-n/rate), and the scaled figures are unbiased.
+// A fixed seed makes the test deterministic; the tolerances are 5 standard
+// deviations, so that a correct sampler fails with probability < 1e-6 for
+// any seed.
+func TestSampleIsUnbiased(t *testing.T) {
+	for _, tc := range []struct {
+		size, rate int64
+		allocs     int
+	}{
+		{64, 4096, 200_000},                  // p = 0.016
+		{64, DefaultSiteRate, 2_000_000},     // p = 0.00012: the default, small buffers
+		{4096, 4096, 50_000},                 // p = 0.63
+		{100 << 10, DefaultSiteRate, 20_000}, // p = 0.18
+		{16 << 20, DefaultSiteRate, 1000},    // p = 1 - 1.3e-14
+		{3, 1, 1000},                         // rate 1: every allocation, weight 1
+	} {
+		t.Run(fmt.Sprintf("%dB/rate%d", tc.size, tc.rate), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.size), uint64(tc.rate)))
+			var samples int
+			var objects, bytes float64
+			for range tc.allocs {
+				if w, ok := sample(tc.size, tc.rate, rng.Uint64()); ok {
+					samples++
+					objects += w
+					bytes += w * float64(tc.size)
+				}
+			}
+			k := float64(tc.allocs)
+			if tc.rate == 1 {
+				assert.Equal(t, tc.allocs, samples)
+				assert.Equal(t, k, objects)
+				assert.Equal(t, k*float64(tc.size), bytes)
+				return
+			}
+			p, v := sampleStats(tc.size, tc.rate)
+			assert.InDelta(t, k*p, float64(samples), 5*math.Sqrt(k*p*(1-p))+1, "samples")
+			assert.InDelta(t, k*float64(tc.size), bytes, 5*math.Sqrt(k*v)+1, "scaled bytes")
+			assert.InDelta(t, k, objects, 5*math.Sqrt(k*(1-p)/p)+1, "scaled buffers")
+			t.Logf("%d samples of %d allocations; scaled bytes %.4g of %.4g", samples, tc.allocs, bytes, k*float64(tc.size))
+		})
+	}
+}
+
+// Sampled, the recorder's figures are scaled estimates; the figures at the
+// peak come from the peak of the scaled bytes, and nothing is left behind
+// once every buffer is freed (the float sums are zeroed, not rounded).
+func TestSampledSitesAtThePeak(t *testing.T) {
+	const (
+		rate = 4096
+		size = 64
+		nA   = 16384 // 1 MiB from stack A, freed
+		nB   = 4096  // then 256 KiB from stack B, live
+	)
+	rng := rand.New(rand.NewPCG(1, 2))
+	r := newSiteRecorder(1, rate, 1<<20)
+	allocs := func(k uintptr, n int) []*site {
+		var out []*site
+		for range n {
+			if w, ok := sample(size, rate, rng.Uint64()); ok {
+				out = append(out, r.record([]uintptr{k}, size, w))
+			}
+		}
+		return out
+	}
+	_, v := sampleStats(size, rate)
+	tolerance := func(n int) float64 { return 5 * math.Sqrt(float64(n)*v) }
+
+	a := allocs(1, nA)
+	for _, b := range a {
+		b.free(size)
+	}
+	b := allocs(2, nB)
+	live, peak := figures(r, false), figures(r, true)
+	assert.InDelta(t, nB*size, live[2], tolerance(nB), "B's live bytes")
+	assert.NotContains(t, live, uintptr(1), "A holds nothing")
+	assert.InDelta(t, nA*size, peak[1], tolerance(nA), "A's bytes at the peak")
+	assert.NotContains(t, peak, uintptr(2), "B came after the peak")
+	st := r.stats()
+	assert.Equal(t, peak[1], st.PeakBytes, "the peak is the figures at the peak")
+	assert.Equal(t, live[2], st.LiveBytes)
+	t.Logf("A at the peak %d of %d bytes, B live %d of %d (%d+%d samples)", peak[1], nA*size, live[2], nB*size, len(a), len(b))
+
+	for _, x := range b {
+		x.free(size)
+	}
+	r.resetPeak()
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: rate}, r.stats(), "nothing left behind")
+	assert.Empty(t, r.sites)
+}
+
+// Through Device.Alloc, with the runtime's random numbers (no seed): 16384
+// buffers of 64 B at rate 4096 are estimated within 6 standard deviations
+// (a false failure has probability 2e-9), and freeing them leaves nothing.
+func TestSampledAllocationSites(t *testing.T) {
+	const rate, size, n = 4096, 64, 16384
+	d := CPU()
+	require.NoError(t, d.SetAllocationSiteRate(rate))
+	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
+	require.NoError(t, d.EnableAllocationSites(1))
+	defer d.DisableAllocationSites()
+
+	bufs := make([]*Buffer, 0, n)
+	sampled := 0
+	for range n {
+		b := allocOK(t)(allocFromA(d, size))
+		if b.site != nil {
+			sampled++
+		}
+		bufs = append(bufs, b)
+	}
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	require.Len(t, snap.Sites, 1)
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(snap.Sites[0].Stack[0]))
+	p, v := sampleStats(size, rate)
+	assert.InDelta(t, n*size, snap.Sites[0].Bytes, 6*math.Sqrt(n*v))
+	assert.InDelta(t, n, snap.Sites[0].Buffers, 6*math.Sqrt(n*(1-p)/p))
+	assert.Equal(t, int64(rate), snap.Stats.Rate)
+	t.Logf("%d of %d allocations sampled; %d bytes estimated of %d", sampled, n, snap.Sites[0].Bytes, n*size)
+
+	freeAll(t, bufs...)
+	d.ResetPeakMemoryStats()
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: rate}, d.AllocationSiteStats())
 }

@@ -108,11 +108,19 @@ func (d Device) MaxMemoryAllocated() int64 {
 // figures, so that the next peak measures what happens from now on.
 func (d Device) ResetPeakMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
-		r.ResetPeak()
-		resetDevicePeaks(d)
-		if sr := s.sites.lookup(d.ordinal); sr != nil {
-			sr.resetPeak()
-		}
+		resetPeaks(s, r, d.ordinal)
+	}
+}
+
+// resetPeaks resets every peak of one device: its record's, its device-side
+// figure's and its memory pool's highs (cuda_stream.go) and, where they are
+// recorded, its allocation sites'. ResetPeakMemoryStats and Measure both
+// call it, so that a measurement resets what a reset resets.
+func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
+	r.ResetPeak()
+	resetDevicePeaks(Device{kind: s.kind, ordinal: ordinal})
+	if sr := s.sites.lookup(ordinal); sr != nil {
+		sr.resetPeak()
 	}
 }
 

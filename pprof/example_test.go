@@ -35,6 +35,12 @@ func scratch(d memtrack.Device) {
 // it at the peak. go tool pprof reads the same profiles.
 func ExampleWriteProfile() {
 	d := memtrack.CPU()
+	// Record every allocation, for exact figures; the default rate samples
+	// (on average one sample per 512 KiB) and scales its figures.
+	if err := d.SetAllocationSiteRate(1); err != nil {
+		log.Fatal(err)
+	}
+	defer d.SetAllocationSiteRate(0)
 	if err := d.EnableAllocationSites(32); err != nil {
 		log.Fatal(err)
 	}

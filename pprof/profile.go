@@ -54,7 +54,9 @@ func (k Kind) String() string {
 
 // WriteProfile writes the device's recorded buffers by allocation site, now
 // or at the latest peak, as a gzipped pprof protocol buffer that go tool
-// pprof reads (-top, -http, flame graphs). It fails with an error matching
+// pprof reads (-top, -http, flame graphs). As in Go's heap profiles, the
+// profile's Period is the sampling rate ([memtrack.Device.SetAllocationSiteRate]),
+// a comment says it, and the values are scaled estimates (exact at rate 1). It fails with an error matching
 // [memtrack.ErrSitesNotRecorded] unless
 // [memtrack.Device.EnableAllocationSites] was called, and writes nothing
 // then.
@@ -90,12 +92,15 @@ func build(snap memtrack.SiteSnapshot) *profile.Profile {
 			{Type: prefix + "inuse_space", Unit: "bytes"},
 		},
 		DefaultSampleType: prefix + "inuse_space",
-		PeriodType:        &profile.ValueType{Type: "space", Unit: "bytes"},
-		Period:            1,
-		TimeNanos:         time.Now().UnixNano(),
+		// As in Go's heap profiles, the period is the sampling rate: on
+		// average one sample per Period bytes, the values already scaled.
+		PeriodType: &profile.ValueType{Type: "space", Unit: "bytes"},
+		Period:     st.Rate,
+		TimeNanos:  time.Now().UnixNano(),
 		Comments: []string{
 			fmt.Sprintf("memtrack: %s memory of %v by allocation site, stacks of at most %d frames", kind, d, st.Depth),
-			fmt.Sprintf("memtrack: %d allocations folded into %s past %d sites", st.Folded, memtrack.OtherSite, memtrack.MaxAllocationSites),
+			sampling(st.Rate),
+			fmt.Sprintf("memtrack: %d sampled allocations folded into %s past %d sites", st.Folded, memtrack.OtherSite, memtrack.MaxAllocationSites),
 		},
 	}
 	// One mapping, for the executable, already symbolized: pprof then
@@ -120,6 +125,14 @@ func build(snap memtrack.SiteSnapshot) *profile.Profile {
 		})
 	}
 	return p
+}
+
+// sampling describes the sampling rate in a comment of the profile.
+func sampling(rate int64) string {
+	if rate <= 1 {
+		return "memtrack: every allocation recorded (sampling rate 1)"
+	}
+	return fmt.Sprintf("memtrack: sampled, on average one sample per %d bytes allocated (Device.SetAllocationSiteRate); values scaled to estimate all allocations", rate)
 }
 
 // profileBuilder adds locations and functions to a profile, once each.

@@ -34,11 +34,13 @@ func allocOK(t testing.TB) func(*memtrack.Buffer, error) *memtrack.Buffer {
 	}
 }
 
-// recording enables allocation sites on the CPU for the test and disables
-// them when it ends.
+// recording enables allocation sites on the CPU for the test, every
+// allocation recorded (rate 1), and disables them when it ends.
 func recording(t *testing.T, depth int) memtrack.Device {
 	t.Helper()
 	d := memtrack.CPU()
+	require.NoError(t, d.SetAllocationSiteRate(1))
+	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
 	require.NoError(t, d.EnableAllocationSites(depth))
 	t.Cleanup(d.DisableAllocationSites)
 	return d
@@ -95,6 +97,8 @@ func TestWriteProfileAttributesBytes(t *testing.T) {
 	p := readProfile(t, d, InUse)
 	assert.Equal(t, []string{"inuse_objects/count", "inuse_space/bytes"}, sampleTypes(p))
 	assert.Equal(t, "inuse_space", p.DefaultSampleType)
+	assert.Equal(t, int64(1), p.Period, "the sampling rate")
+	assert.Contains(t, p.Comments, "memtrack: every allocation recorded (sampling rate 1)")
 	assert.Equal(t, map[string][2]int64{funcA: {3, 3000}, funcB: {2, 10000}}, byLeaf(p))
 
 	// The stacks go on past the known functions, up to the test.
@@ -174,5 +178,21 @@ func TestWriteProfileErrors(t *testing.T) {
 			assert.ErrorIs(t, WriteProfile(&buf, memtrack.CPU(), tc.kind), tc.err)
 			assert.Zero(t, buf.Len(), "nothing written")
 		})
+	}
+}
+
+// As Go's heap profiles do, a sampled profile says its rate: the Period is
+// the rate and a comment says what it means; the values are scaled.
+func TestWriteProfileSaysItsRate(t *testing.T) {
+	d := recording(t, 32)
+	require.NoError(t, d.SetAllocationSiteRate(4096))
+	bufs := []*memtrack.Buffer{allocOK(t)(allocFromA(d, 64<<20))} // sampled: p = 1 - exp(-16384)
+	defer func() { freeAll(t, bufs...) }()
+	for _, kind := range []Kind{InUse, Peak} {
+		p := readProfile(t, d, kind)
+		assert.Equal(t, &profile.ValueType{Type: "space", Unit: "bytes"}, p.PeriodType)
+		assert.Equal(t, int64(4096), p.Period)
+		assert.Contains(t, p.Comments, "memtrack: sampled, on average one sample per 4096 bytes allocated (Device.SetAllocationSiteRate); values scaled to estimate all allocations")
+		assert.Equal(t, map[string][2]int64{funcA: {1, 64 << 20}}, byLeaf(p), "a weight of 1 + 1e-7000 rounds to the exact figures")
 	}
 }

@@ -2,17 +2,22 @@
 # Builds, here and against the CUDA link stub, what checks memtrack on a
 # machine with an NVIDIA GPU and no Go toolchain, into out/gpu-check/:
 #
-#	memtrack.test  the root package's tests and CUDA benchmarks (-tags cuda)
-#	bench.test     the bench/ package's benchmarks (-tags cuda), if it exists
-#	run.sh         runs them: the tests, the reconciliation table (tracked
-#	               bytes against the driver's change in used memory, for
-#	               1 KiB to 1 GiB, and the context overhead), the
-#	               stream-ordered table (per size: tracked peak, device-side
-#	               peak, the pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
-#	               buffers freed behind a memset of 1 GiB), the benchmarks
+#	memtrack.test       the root package's tests and CUDA benchmarks (-tags cuda)
+#	memtrack-race.test  the same tests built with -race
+#	run.sh              runs them: the tests, the race-detector tests, the
+#	                    reconciliation table (tracked bytes against the
+#	                    driver's change in used memory, for 1 KiB to 1 GiB,
+#	                    and the context overhead), the stream-ordered table
+#	                    (per size: tracked peak, device-side peak, the
+#	                    pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
+#	                    buffers freed behind a memset of 1 GiB) and the CUDA
+#	                    benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
-# NVIDIA driver (libcuda.so.1) and about 1.6 GiB of free GPU memory.
+# NVIDIA driver (libcuda.so.1) and about 1.6 GiB of free GPU memory, and
+# takes about a minute on one GPU. Every step runs even when an earlier one
+# fails, so that every figure is printed; run.sh exits non-zero at the end
+# if any step failed, and names them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,34 +25,49 @@ eval "$(./scripts/cuda-dev.sh)"
 dir=out/gpu-check
 rm -rf "$dir"
 mkdir -p "$dir"
-echo "== go test -c -tags cuda -> $dir"
+echo "== go test -c -tags cuda [-race] -> $dir"
 go test -c -tags cuda -o "$dir/memtrack.test" .
-if [[ -d bench ]]; then
-	go test -c -tags cuda -o "$dir/bench.test" ./bench
-fi
+go test -c -race -tags cuda -o "$dir/memtrack-race.test" .
 
 cat >"$dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs memtrack's CUDA checks on this machine's GPU (see scripts/gpu-check.sh).
-# MEMTRACK_BENCHTIME sets -test.benchtime (default 1s).
-set -euo pipefail
+# MEMTRACK_BENCHTIME sets -test.benchtime (default 1s). Every step runs; the
+# exit status says whether all passed.
+set -uo pipefail
 cd "$(dirname "$0")"
 benchtime=${MEMTRACK_BENCHTIME:-1s}
+failed=()
 
-echo "== tests"
-./memtrack.test -test.count=1 -test.v
+# step NAME CMD...: runs one step, remembering a failure and going on.
+step() {
+	local name=$1
+	shift
+	echo "== $name"
+	if ! "$@"; then
+		failed+=("$name")
+		echo "== $name: FAILED"
+	fi
+}
 
-echo "== reconciliation: tracked bytes against the driver's used memory"
-MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v
+# The dependency test lists the module's packages with the go command, in
+# the source tree, which this folder does not carry.
+skip='^TestCoreImportsNoRenderer$'
 
-echo "== stream-ordered: tracked and device-side peaks against the pool's highs"
-MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v
+step "tests" ./memtrack.test -test.count=1 -test.v -test.timeout 90s -test.skip "$skip"
+step "tests under the race detector" ./memtrack-race.test -test.count=1 -test.timeout 90s -test.skip "$skip"
+step "reconciliation: tracked bytes against the driver's used memory" \
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v -test.timeout 60s
+step "stream-ordered: tracked and device-side peaks against the pool's highs" \
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
+step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
+	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
 
-echo "== benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs"
-./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime"
-if [[ -x bench.test ]]; then
-	./bench.test -test.run '^$' -test.bench . -test.benchmem -test.benchtime "$benchtime"
+if ((${#failed[@]} > 0)); then
+	printf '== FAILED: %s\n' "${failed[@]}"
+	exit 1
 fi
+echo "== all steps passed"
 RUN
 chmod +x "$dir/run.sh"
 echo "built $dir:"

@@ -1,8 +1,12 @@
 // Command profile shows memtrack's main use end to end: it profiles the peak
 // memory of a dummy forward pass of a model on one device, then sizes a
-// KV cache from what remains, as an inference server does before it starts.
+// KV cache from what remains, as an inference server does before it starts:
+// by vLLM's formula, and for a device shared with other processes.
 //
 //	go run ./examples/profile [-device cpu|cuda:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
+//
+// Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
+// TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
 //
 // The forward pass is simulated: the weights are allocated once, then several
 // goroutines (the requests of a batch) each allocate and free the
@@ -10,12 +14,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/memtrack/memtrack"
@@ -27,7 +30,7 @@ func main() {
 	var (
 		devName     = flag.String("device", "cpu", "device to profile: cpu, cuda:N or metal:N")
 		utilization = flag.Float64("utilization", 0.9, "fraction of the device's memory the server may use, in (0, 1]")
-		blockSize   = flag.String("block-size", "16MiB", "size of one KV-cache block (bytes, or with a KiB, MiB or GiB suffix)")
+		blockSize   = flag.String("block-size", "16MiB", "size of one KV-cache block: bytes, or a number with a unit (16MiB, 16MB, 1.5GiB, 16Mi)")
 		workers     = flag.Int("workers", 4, "requests processed at once in the forward pass")
 		layers      = flag.Int("layers", 12, "layers of the model")
 		hidden      = flag.String("activation", "4MiB", "activation size of one request in one layer")
@@ -49,6 +52,9 @@ func main() {
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
 
+	// The baseline, before anything of the instance is on the device.
+	base, err := dev.Baseline()
+	check(err)
 	// The weights stay allocated for the server's lifetime.
 	weightBuf, err := dev.Alloc(w)
 	check(err)
@@ -57,20 +63,47 @@ func main() {
 	// Measure one forward pass: the peak measures only what it adds.
 	p, err := dev.Measure(func() error { return forwardPass(dev, *workers, *layers, act) })
 	check(err)
-	b, err := p.Budget(*utilization, block)
-	check(err)
 
-	fmt.Print(dev.MemorySummary())
-	fmt.Printf("\nforward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("peak memory:  %s (%d bytes; %s above the weights)\n", size(p.PeakTracked), p.PeakTracked, size(p.TrackedPeakIncrease))
-	fmt.Printf("device:       %s total, %s in use before the pass and %s after (reported), %s of the growth untracked\n",
-		size(p.Total), size(p.BaselineUsed), size(p.EndUsed), size(p.Untracked))
-	fmt.Printf("KV cache:     %s x %.2f = %s budget, minus the %s in use at the peak = %s\n", size(p.Total), b.Utilization, size(b.Usable), size(b.Reserved), size(b.Available))
-	if b.Blocks == 0 {
-		fmt.Printf("KV cache:     no room for one %s block\n", size(block))
+	// Each figure is named once, for what it is. "Tracked" is what memtrack
+	// counts (buffers allocated through it); "in use" is what the OS or
+	// driver reports for the whole device, by anyone; "not tracked" is
+	// their difference.
+	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
+	fmt.Printf("  baseline (before the weights): %s in use, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
+	fmt.Printf("  weights (tracked):             %s\n", size(p.BaselineTracked-base.Tracked))
+	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
+	fmt.Printf("  tracked peak:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.TrackedPeakIncrease))
+	fmt.Printf("  in use before / after:         %s / %s\n", size(p.BaselineUsed), size(p.EndUsed))
+	fmt.Printf("  not-tracked growth in the pass: %s (in use grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.BaselineTracked))
+
+	blocks := int64(0)
+	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
+	if b, err := p.Budget(base, *utilization, block); err != nil {
+		if !errors.Is(err, memtrack.ErrOutOfMemory) {
+			log.Fatal(err)
+		}
+		fmt.Printf("  refused, as vLLM refuses to start: %v\n", err)
+	} else {
+		printBudget(b, "weights", "not-tracked growth since the baseline")
+		blocks += b.Blocks
+	}
+	fmt.Printf("KV cache on a shared device (Measurement.SharedBudget):\n")
+	b, err := p.SharedBudget(*utilization, block)
+	check(err)
+	printBudget(b, "in use before the pass", "not-tracked growth in the pass")
+	blocks += b.Blocks
+	if blocks == 0 {
 		os.Exit(1)
 	}
-	fmt.Printf("KV cache:     %d blocks of %s\n", b.Blocks, size(block))
+}
+
+// printBudget writes how a budget was reached; held and grown name its Held
+// and UntrackedIncrease, which the two formulas measure differently.
+func printBudget(b memtrack.Budget, held, grown string) {
+	fmt.Printf("  requested: %.2f x total = %s\n", b.Utilization, size(b.Requested))
+	fmt.Printf("  set aside: %s = %s %s + %s tracked peak increase + %s %s\n",
+		size(b.Reserved), size(b.Held), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
+	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }
 
 // forwardPass runs workers requests through layers layers at once. Each layer
@@ -137,27 +170,8 @@ func touch(b *memtrack.Buffer) {
 	}
 }
 
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	t := strings.TrimSpace(s)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if v, ok := strings.CutSuffix(t, u.suffix); ok {
-			t, mult = strings.TrimSpace(v), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number of bytes, optionally with KiB, MiB or GiB", s)
-	}
-	return n * mult, nil
-}
-
 func size(n int64) string {
-	if n < 0 { // the untracked growth, where others freed memory meanwhile
+	if n < 0 { // a not-tracked growth, where others freed memory meanwhile
 		return "-" + size(-n)
 	}
 	switch {

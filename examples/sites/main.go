@@ -2,9 +2,14 @@
 // go tool pprof: who holds the memory once a dummy forward pass is done, and
 // who held it at the pass's peak.
 //
-//	go run ./examples/sites [-device cpu|cuda:N|metal:N] [-o dir]
+//	go run ./examples/sites [-device cpu|cuda:N|metal:N] [-o dir] [-rate bytes]
 //	go tool pprof -top dir/inuse.pb.gz
 //	go tool pprof -top dir/peak.pb.gz
+//
+// Allocations are sampled as Go's heap profiler samples them, on average one
+// per -rate bytes (memtrack.DefaultSiteRate, 512 KiB, unless set; 1 records
+// every allocation), and the profiles' figures are scaled to match; buffers
+// of many MiB, as here, are practically always recorded.
 //
 // The model is simulated: the weights and a KV cache stay allocated, and
 // every layer of the pass allocates an activation and an attention scratch
@@ -26,10 +31,12 @@ func main() {
 	log.SetPrefix("sites: ")
 	devName := flag.String("device", "cpu", "device: cpu, cuda:N or metal:N")
 	dir := flag.String("o", ".", "directory for inuse.pb.gz and peak.pb.gz")
+	rate := flag.Int64("rate", 0, "sampling rate of allocation sites: on average one sample per rate bytes; 1 records every allocation, 0 the default")
 	flag.Parse()
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
 
+	check(dev.SetAllocationSiteRate(*rate))
 	check(dev.EnableAllocationSites(32))
 	defer dev.DisableAllocationSites()
 
@@ -45,7 +52,7 @@ func main() {
 		check(f.Close())
 	}
 	st := dev.AllocationSiteStats()
-	log.Printf("%v: %d live buffers, %d bytes; peak %d bytes; profiles in %s", dev, st.Live, st.LiveBytes, st.PeakBytes, *dir)
+	log.Printf("%v: %d live buffers, %d bytes; peak %d bytes (sampling rate %d); profiles in %s", dev, st.Live, st.LiveBytes, st.PeakBytes, st.Rate, *dir)
 
 	for _, b := range append(weights, cache) {
 		check(b.Free())

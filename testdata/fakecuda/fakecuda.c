@@ -5,12 +5,16 @@
 //	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c -lpthread
 //
 // It exports every cu* symbol that github.com/mumax/3/cuda/cu references, plus
-// cuDevicePrimaryCtxRetain. Including cuda.h gives each function the
-// signature and the versioned name (cuMemAlloc_v2, ...) the real driver has.
-// Init, devices, primary contexts, the current context of each thread and
-// the memory calls work; device memory is host memory. Streams, events,
-// host functions and memory pools are in fakecuda_stream.c, built with it.
-// Everything else returns CUDA_ERROR_NOT_SUPPORTED.
+// the primary-context, context-stack and error-name calls memtrack makes.
+// Including cuda.h gives each function the signature and the versioned name
+// (cuMemAlloc_v2, ...) the real driver has. Init, devices, primary contexts
+// (retained and released, counted), contexts of one's own (cuCtxCreate,
+// cuCtxDestroy), each thread's context stack (push, pop, set, get), error
+// names and the memory calls work; device memory is host memory. A context
+// that is not alive (a primary context retained by nobody, a destroyed one,
+// a pointer the fake never gave out) is refused where the driver refuses it.
+// Streams, events, host functions and memory pools are in fakecuda_stream.c,
+// built with it. Everything else returns CUDA_ERROR_NOT_SUPPORTED.
 //
 // It is configured by environment variables, read once, on the first call:
 //
@@ -18,13 +22,21 @@
 //	                           fails with CUDA_ERROR_NO_DEVICE, as the driver does
 //	FAKECUDA_CAPACITY=b[,b..]  each device's memory in bytes (default 4 GiB);
 //	                           the last value repeats for later devices
-//	FAKECUDA_CONTEXT_BYTES=b   memory a primary context takes on its device
-//	                           once retained (default 0), as a real one does
+//	FAKECUDA_CONTEXT_BYTES=b   memory a context takes on its device while it
+//	                           lives (default 0), as a real one does
 //	FAKECUDA_FAIL_ALLOC=n      the n-th cuMemAlloc of the process fails with
 //	                           CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE=n       the n-th cuMemFree of the process fails with
 //	                           CUDA_ERROR_INVALID_VALUE and frees nothing
+//	FAKECUDA_FAIL=f:n:code[,..] the n-th call of the process to the driver
+//	                           function f (its name without _v2, such as
+//	                           cuCtxSetCurrent) fails with the CUresult code
+//	                           and does nothing
 //	FAKECUDA_ERROR=code        every call returns this CUresult
+//
+// A sticky error (one that cuda.h says leaves the process unusable, such as
+// CUDA_ERROR_ILLEGAL_ADDRESS), once injected, is what every later call
+// returns, except cuGetErrorName and cuGetErrorString, as with the driver.
 #include <cuda.h>
 
 #include <pthread.h>
@@ -34,9 +46,14 @@
 #include <string.h>
 
 #define MAX_DEVICES 16
+#define MAX_CREATED 64
+#define MAX_FAULTS 16
+#define STACK_DEPTH 32
 
 struct CUctx_st {
 	int device;
+	int primary; // a device's primary context: alive while retained
+	int alive;   // a created context: alive until destroyed
 };
 
 struct alloc {
@@ -46,26 +63,57 @@ struct alloc {
 	int device;
 };
 
+struct fault {
+	char name[64];
+	long n;
+	CUresult code;
+	long calls;
+};
+
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int ndevices = 1;
 static size_t capacity[MAX_DEVICES];
 static size_t context_bytes;
 static long fail_alloc, fail_free;
 static CUresult every_call = CUDA_SUCCESS;
+static struct fault faults[MAX_FAULTS];
+static int nfaults;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
+static CUresult poisoned = CUDA_SUCCESS; // the sticky error, once one happened
 static long nallocs, nfrees;
 static size_t used[MAX_DEVICES];
 static int retained[MAX_DEVICES];
 static struct CUctx_st contexts[MAX_DEVICES];
+static struct CUctx_st created[MAX_CREATED];
 static struct alloc *live;
 
-static __thread CUcontext current;
+// Each thread's context stack; the current context is its top.
+static __thread CUcontext stack[STACK_DEPTH];
+static __thread int depth;
+
+static CUcontext current(void) { return depth > 0 ? stack[depth - 1] : NULL; }
 
 static long env_long(const char *name, long def) {
 	const char *s = getenv(name);
 	return s && *s ? strtol(s, NULL, 0) : def;
+}
+
+static void configure_faults(const char *s) {
+	while (s && *s && nfaults < MAX_FAULTS) {
+		struct fault *f = &faults[nfaults];
+		const char *colon = strchr(s, ':');
+		if (!colon || (size_t)(colon - s) >= sizeof f->name) break;
+		memcpy(f->name, s, (size_t)(colon - s));
+		f->name[colon - s] = 0;
+		char *end;
+		f->n = strtol(colon + 1, &end, 0);
+		if (*end != ':') break;
+		f->code = (CUresult)strtol(end + 1, &end, 0);
+		nfaults++;
+		s = *end == ',' ? end + 1 : NULL;
+	}
 }
 
 static void configure(void) {
@@ -82,54 +130,114 @@ static void configure(void) {
 		}
 		capacity[i] = c;
 		contexts[i].device = i;
+		contexts[i].primary = 1;
 	}
 	context_bytes = (size_t)env_long("FAKECUDA_CONTEXT_BYTES", 0);
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
+	configure_faults(getenv("FAKECUDA_FAIL"));
 }
 
-// enter is the prologue of every call: the configured error, if any.
-static CUresult enter(void) {
+// sticky reports whether cuda.h (11.8) says that r leaves the process in a
+// state where every later call fails with it.
+static int sticky(CUresult r) {
+	switch (r) {
+	case CUDA_ERROR_ILLEGAL_ADDRESS:
+	case CUDA_ERROR_LAUNCH_TIMEOUT:
+	case CUDA_ERROR_ASSERT:
+	case CUDA_ERROR_HARDWARE_STACK_ERROR:
+	case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+	case CUDA_ERROR_MISALIGNED_ADDRESS:
+	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+	case CUDA_ERROR_INVALID_PC:
+	case CUDA_ERROR_LAUNCH_FAILED:
+	case CUDA_ERROR_MPS_CLIENT_TERMINATED:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+// enter is the prologue of every call named fn: the configured error, the
+// sticky error, or the fault injected into this call, if any.
+static CUresult enter(const char *fn) {
 	pthread_once(&config_once, configure);
-	return every_call;
+	if (every_call != CUDA_SUCCESS) return every_call;
+	// Without faults nothing below can happen: no lock on the fast path.
+	if (nfaults == 0) return CUDA_SUCCESS;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mu);
+	if (poisoned != CUDA_SUCCESS) {
+		r = poisoned;
+	} else {
+		for (int i = 0; i < nfaults; i++) {
+			struct fault *f = &faults[i];
+			if (strcmp(f->name, fn) == 0 && ++f->calls == f->n) {
+				r = f->code;
+				if (sticky(r)) poisoned = r;
+			}
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
 }
 
 // ready also requires cuInit.
-static CUresult ready(void) {
-	CUresult r = enter();
+static CUresult ready(const char *fn) {
+	CUresult r = enter(fn);
 	if (r != CUDA_SUCCESS) return r;
-	pthread_mutex_lock(&mu);
-	int ok = initialized;
-	pthread_mutex_unlock(&mu);
-	return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+	return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 // on_device also requires an output pointer and a device that exists.
-static CUresult on_device(CUdevice dev, const void *out) {
-	CUresult r = ready();
+static CUresult on_device(const char *fn, CUdevice dev, const void *out) {
+	CUresult r = ready(fn);
 	if (r != CUDA_SUCCESS) return r;
 	if (!out) return CUDA_ERROR_INVALID_VALUE;
 	if (dev < 0 || dev >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
 	return CUDA_SUCCESS;
 }
 
-// in_context also requires a current context; it returns its device.
-static CUresult in_context(int *device) {
-	CUresult r = ready();
+// known reports whether ctx is a context the fake gave out; alive whether it
+// may be used now. They take no lock: the checks of every call stay cheap,
+// as the driver's are, and a context dies only through calls that the
+// tests order themselves.
+static int known(CUcontext ctx) {
+	return (ctx >= &contexts[0] && ctx < &contexts[ndevices]) ||
+	       (ctx >= &created[0] && ctx < &created[MAX_CREATED]);
+}
+
+static int alive(CUcontext ctx) {
+	return known(ctx) && (ctx->primary ? __atomic_load_n(&retained[ctx->device], __ATOMIC_ACQUIRE) > 0
+					   : __atomic_load_n(&ctx->alive, __ATOMIC_ACQUIRE));
+}
+
+// in_context also requires a current context that is alive; it returns its
+// device.
+static CUresult in_context(const char *fn, int *device) {
+	CUresult r = ready(fn);
 	if (r != CUDA_SUCCESS) return r;
-	if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-	*device = current->device;
+	CUcontext ctx = current();
+	if (ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+	if (!alive(ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*device = ctx->device;
 	return CUDA_SUCCESS;
+}
+
+// usable checks a context given to a call: one the fake gave out and alive.
+static CUresult usable(CUcontext ctx) {
+	if (!known(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+	return alive(ctx) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
 // ---- shared with fakecuda_stream.c (streams, events, memory pools)
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
 
-CUresult fakecuda_ready(void) { return ready(); }
-CUresult fakecuda_in_context(int *device) { return in_context(device); }
-CUresult fakecuda_on_device(CUdevice dev, const void *out) { return on_device(dev, out); }
+CUresult fakecuda_ready(const char *fn) { return ready(fn); }
+CUresult fakecuda_in_context(const char *fn, int *device) { return in_context(fn, device); }
+CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out) { return on_device(fn, dev, out); }
 
 // fakecuda_take takes n bytes of device dev's memory for a pool, or fails
 // with CUDA_ERROR_OUT_OF_MEMORY; fakecuda_give gives them back.
@@ -147,29 +255,76 @@ void fakecuda_give(int dev, size_t n) {
 	pthread_mutex_unlock(&mu);
 }
 
-#define UNSUPPORTED                           \
-	do {                                  \
-		CUresult r_ = enter();        \
-		if (r_ != CUDA_SUCCESS)       \
-			return r_;            \
+#define UNSUPPORTED(fn)                          \
+	do {                                     \
+		CUresult r_ = enter(fn);         \
+		if (r_ != CUDA_SUCCESS)          \
+			return r_;               \
 		return CUDA_ERROR_NOT_SUPPORTED; \
 	} while (0)
 
-// ---- init, devices, contexts
+// ---- error names
+
+// The names and descriptions of the codes memtrack's tests meet; the driver
+// knows them all. Unknown codes get CUDA_ERROR_INVALID_VALUE, as from it.
+static const struct {
+	CUresult code;
+	const char *name, *text;
+} names[] = {
+	{CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+	{CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	{CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+	{CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
+	{CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	{CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	{CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult lookup(CUresult code, const char **name, const char **text) {
+	pthread_once(&config_once, configure);
+	if (every_call != CUDA_SUCCESS) return every_call;
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (names[i].code == code) {
+			if (name) *name = names[i].name;
+			if (text) *text = names[i].text;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+	if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+	return lookup(error, pStr, NULL);
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+	if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+	return lookup(error, NULL, pStr);
+}
+
+// ---- init, devices
 
 CUresult CUDAAPI cuInit(unsigned int flags) {
-	CUresult r = enter();
+	CUresult r = enter("cuInit");
 	if (r != CUDA_SUCCESS) return r;
 	if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	if (ndevices == 0) return CUDA_ERROR_NO_DEVICE;
-	pthread_mutex_lock(&mu);
-	initialized = 1;
-	pthread_mutex_unlock(&mu);
+	__atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDriverGetVersion(int *version) {
-	CUresult r = enter();
+	CUresult r = enter("cuDriverGetVersion");
 	if (r != CUDA_SUCCESS) return r;
 	if (!version) return CUDA_ERROR_INVALID_VALUE;
 	*version = CUDA_VERSION;
@@ -177,7 +332,7 @@ CUresult CUDAAPI cuDriverGetVersion(int *version) {
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int *count) {
-	CUresult r = ready();
+	CUresult r = ready("cuDeviceGetCount");
 	if (r != CUDA_SUCCESS) return r;
 	if (!count) return CUDA_ERROR_INVALID_VALUE;
 	*count = ndevices;
@@ -185,14 +340,14 @@ CUresult CUDAAPI cuDeviceGetCount(int *count) {
 }
 
 CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
-	CUresult r = on_device(ordinal, device);
+	CUresult r = on_device("cuDeviceGet", ordinal, device);
 	if (r != CUDA_SUCCESS) return r;
 	*device = ordinal;
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
-	CUresult r = on_device(dev, name);
+	CUresult r = on_device("cuDeviceGetName", dev, name);
 	if (r != CUDA_SUCCESS) return r;
 	if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
@@ -200,48 +355,140 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
 }
 
 CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
-	CUresult r = on_device(dev, bytes);
+	CUresult r = on_device("cuDeviceTotalMem", dev, bytes);
 	if (r != CUDA_SUCCESS) return r;
 	*bytes = capacity[dev];
 	return CUDA_SUCCESS;
 }
 
+// ---- contexts
+
+// take_context_memory charges a new context's memory to dev; mu is held.
+static CUresult take_context_memory(int dev) {
+	if (used[dev] + context_bytes > capacity[dev]) return CUDA_ERROR_OUT_OF_MEMORY;
+	used[dev] += context_bytes;
+	return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-	CUresult r = on_device(dev, pctx);
+	CUresult r = on_device("cuDevicePrimaryCtxRetain", dev, pctx);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&mu);
-	if (retained[dev] == 0) {
-		if (used[dev] + context_bytes > capacity[dev]) {
-			pthread_mutex_unlock(&mu);
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		used[dev] += context_bytes;
+	if (retained[dev] == 0 && (r = take_context_memory(dev)) != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&mu);
+		return r;
 	}
-	retained[dev]++;
+	__atomic_add_fetch(&retained[dev], 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
 	*pctx = &contexts[dev];
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
-	CUresult r = ready();
+// cuDevicePrimaryCtxRelease: the last release destroys the primary context
+// (and frees its memory); the fake keeps the allocations made in it.
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+	int unused;
+	CUresult r = on_device("cuDevicePrimaryCtxRelease", dev, &unused);
 	if (r != CUDA_SUCCESS) return r;
-	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-	*pctx = current;
+	pthread_mutex_lock(&mu);
+	if (retained[dev] == 0) {
+		pthread_mutex_unlock(&mu);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	if (__atomic_sub_fetch(&retained[dev], 1, __ATOMIC_RELEASE) == 0) used[dev] -= context_bytes;
+	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
-	CUresult r = ready();
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+	CUresult r = on_device("cuCtxCreate", dev, pctx);
 	if (r != CUDA_SUCCESS) return r;
-	if (ctx != NULL && (ctx < &contexts[0] || ctx >= &contexts[ndevices])) return CUDA_ERROR_INVALID_CONTEXT;
-	current = ctx;
+	if (depth == STACK_DEPTH) return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	struct CUctx_st *c = NULL;
+	for (int i = 0; i < MAX_CREATED && !c; i++) {
+		if (!created[i].alive) c = &created[i];
+	}
+	if (!c) {
+		pthread_mutex_unlock(&mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if ((r = take_context_memory(dev)) != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&mu);
+		return r;
+	}
+	c->device = dev;
+	c->primary = 0;
+	__atomic_store_n(&c->alive, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&mu);
+	stack[depth++] = c; // a new context is pushed onto the caller's stack
+	*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+// cuCtxDestroy destroys a context of one's own and pops it off the calling
+// thread's stack where it is current. Unlike the driver, it does not check
+// other threads' stacks.
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
+	CUresult r = ready("cuCtxDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&mu);
+	if (!known(ctx) || ctx->primary || !ctx->alive) {
+		pthread_mutex_unlock(&mu);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	__atomic_store_n(&ctx->alive, 0, __ATOMIC_RELEASE);
+	used[ctx->device] -= context_bytes;
+	pthread_mutex_unlock(&mu);
+	if (current() == ctx) depth--;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
+	CUresult r = ready("cuCtxPushCurrent");
+	if (r != CUDA_SUCCESS) return r;
+	if ((r = usable(ctx)) != CUDA_SUCCESS) return r;
+	if (depth == STACK_DEPTH) return CUDA_ERROR_OUT_OF_MEMORY;
+	stack[depth++] = ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
+	CUresult r = ready("cuCtxPopCurrent");
+	if (r != CUDA_SUCCESS) return r;
+	if (depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+	CUcontext ctx = stack[--depth];
+	if (pctx) *pctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+	CUresult r = ready("cuCtxGetCurrent");
+	if (r != CUDA_SUCCESS) return r;
+	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+	*pctx = current();
+	return CUDA_SUCCESS;
+}
+
+// cuCtxSetCurrent replaces the top of the calling thread's stack (NULL pops
+// it), and refuses a context the fake never gave out or that is not alive:
+// a primary context must be retained first.
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+	CUresult r = ready("cuCtxSetCurrent");
+	if (r != CUDA_SUCCESS) return r;
+	if (ctx == NULL) {
+		if (depth > 0) depth--;
+		return CUDA_SUCCESS;
+	}
+	if ((r = usable(ctx)) != CUDA_SUCCESS) return r;
+	if (depth == 0) depth = 1;
+	stack[depth - 1] = ctx;
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
 	int dev;
-	CUresult r = in_context(&dev);
+	CUresult r = in_context("cuCtxGetDevice", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!device) return CUDA_ERROR_INVALID_VALUE;
 	*device = dev;
@@ -250,14 +497,14 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
 
 CUresult CUDAAPI cuCtxSynchronize(void) {
 	int dev;
-	return in_context(&dev);
+	return in_context("cuCtxSynchronize", &dev);
 }
 
 // ---- memory
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	int dev;
-	CUresult r = in_context(&dev);
+	CUresult r = in_context("cuMemAlloc", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
 	struct alloc *a = malloc(sizeof *a);
@@ -293,7 +540,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	int dev;
-	CUresult r = in_context(&dev);
+	CUresult r = in_context("cuMemFree", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&mu);
 	long n = ++nfrees;
@@ -318,7 +565,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 
 CUresult CUDAAPI cuMemGetInfo(size_t *freep, size_t *totalp) {
 	int dev;
-	CUresult r = in_context(&dev);
+	CUresult r = in_context("cuMemGetInfo", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!freep || !totalp) return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mu);
@@ -330,7 +577,7 @@ CUresult CUDAAPI cuMemGetInfo(size_t *freep, size_t *totalp) {
 
 CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
 	int dev;
-	CUresult r = in_context(&dev);
+	CUresult r = in_context("cuMemGetAddressRange", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&mu);
 	for (struct alloc *a = live; a; a = a->next) {
@@ -348,33 +595,31 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
 
 // ---- not supported: the rest of what mumax's cu references
 
-CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) { UNSUPPORTED; }
-CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { UNSUPPORTED; }
-CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) { UNSUPPORTED; }
-CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { UNSUPPORTED; }
-CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) { UNSUPPORTED; }
-CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) { UNSUPPORTED; }
-CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f) { UNSUPPORTED; }
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) { UNSUPPORTED("cuCtxDisablePeerAccess"); }
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { UNSUPPORTED("cuCtxEnablePeerAccess"); }
+CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) { UNSUPPORTED("cuCtxGetApiVersion"); }
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) { UNSUPPORTED("cuDeviceCanAccessPeer"); }
+CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f) { UNSUPPORTED("cuFuncGetAttribute"); }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 				unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-				CUstream stream, void **params, void **extra) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemFreeHost(void *p) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { UNSUPPORTED; }
+				CUstream stream, void **params, void **extra) { UNSUPPORTED("cuLaunchKernel"); }
+CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize) { UNSUPPORTED("cuMemAllocHost"); }
+CUresult CUDAAPI cuMemFreeHost(void *p) { UNSUPPORTED("cuMemFreeHost"); }
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { UNSUPPORTED("cuMemcpy"); }
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyAsync"); }
+CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { UNSUPPORTED("cuMemcpyDtoD"); }
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyDtoDAsync"); }
+CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) { UNSUPPORTED("cuMemcpyDtoH"); }
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyDtoHAsync"); }
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) { UNSUPPORTED("cuMemcpyHtoD"); }
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyHtoDAsync"); }
+CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { UNSUPPORTED("cuMemcpyPeer"); }
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
-				   CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char uc, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int ui, size_t n) { UNSUPPORTED; }
-CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s) { UNSUPPORTED; }
-CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) { UNSUPPORTED; }
-CUresult CUDAAPI cuModuleLoad(CUmodule *mod, const char *fname) { UNSUPPORTED; }
-CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image) { UNSUPPORTED; }
-CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) { UNSUPPORTED; }
+				   CUstream s) { UNSUPPORTED("cuMemcpyPeerAsync"); }
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char uc, size_t n) { UNSUPPORTED("cuMemsetD8"); }
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int ui, size_t n) { UNSUPPORTED("cuMemsetD32"); }
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s) { UNSUPPORTED("cuMemsetD32Async"); }
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) { UNSUPPORTED("cuModuleGetFunction"); }
+CUresult CUDAAPI cuModuleLoad(CUmodule *mod, const char *fname) { UNSUPPORTED("cuModuleLoad"); }
+CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image) { UNSUPPORTED("cuModuleLoadData"); }
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) { UNSUPPORTED("cuPointerGetAttribute"); }

@@ -44,9 +44,9 @@
 #define GRANULE ((size_t)2 << 20)
 
 // From fakecuda.c.
-CUresult fakecuda_ready(void);
-CUresult fakecuda_in_context(int *device);
-CUresult fakecuda_on_device(CUdevice dev, const void *out);
+CUresult fakecuda_ready(const char *fn);
+CUresult fakecuda_in_context(const char *fn, int *device);
+CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
 void fakecuda_give(int dev, size_t n);
 
@@ -123,10 +123,17 @@ static void sconfigure(void) {
 	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i;
 }
 
-static CUresult sready(void) {
+// sready is the prologue of every call named fn here: fakecuda.c's checks
+// (configured errors and faults, cuInit).
+static CUresult sready(const char *fn) {
 	pthread_once(&sconfig_once, sconfigure);
-	return fakecuda_ready();
+	return fakecuda_ready(fn);
 }
+
+// sconfig reads this file's configuration, for the calls whose prologue is
+// another of fakecuda.c's (fakecuda_in_context, fakecuda_on_device), so that
+// each call passes one prologue and counts once for FAKECUDA_FAIL.
+static void sconfig(void) { pthread_once(&sconfig_once, sconfigure); }
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -227,9 +234,10 @@ static struct CUstream_st *stream_new(int device) {
 
 // resolve returns the stream a handle names: the legacy default stream of
 // the current context's device for the special handles.
-static CUresult resolve(CUstream h, struct CUstream_st **out) {
+static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, int *devp) {
 	int dev;
-	CUresult r = fakecuda_in_context(&dev);
+	CUresult r = fakecuda_in_context(fn, &dev);
+	if (r == CUDA_SUCCESS && devp) *devp = dev;
 	if (r != CUDA_SUCCESS) return r;
 	if (h != NULL && h != CU_STREAM_LEGACY && h != CU_STREAM_PER_THREAD) {
 		*out = h;
@@ -253,9 +261,9 @@ static void enqueue(struct CUstream_st *s, struct op *o) {
 	pthread_cond_broadcast(&s->cond);
 }
 
-static CUresult push(CUstream h, struct op *tmpl) {
+static CUresult push(const char *fn, CUstream h, struct op *tmpl) {
 	struct CUstream_st *s;
-	CUresult r = resolve(h, &s);
+	CUresult r = resolve(fn, h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	struct op *o = malloc(sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -279,8 +287,8 @@ static void synchronized(void) {
 
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	int dev;
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = fakecuda_in_context(&dev);
+	sconfig();
+	CUresult r = fakecuda_in_context("cuStreamCreate", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!ph) return CUDA_ERROR_INVALID_VALUE;
 	struct CUstream_st *s = stream_new(dev);
@@ -290,7 +298,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 }
 
 CUresult CUDAAPI cuStreamDestroy(CUstream h) {
-	CUresult r = sready();
+	CUresult r = sready("cuStreamDestroy");
 	if (r != CUDA_SUCCESS) return r;
 	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
@@ -306,8 +314,8 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	struct CUstream_st *s;
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = resolve(h, &s);
+	sconfig();
+	CUresult r = resolve("cuStreamSynchronize", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	drain(s);
@@ -318,8 +326,8 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 
 CUresult CUDAAPI cuStreamQuery(CUstream h) {
 	struct CUstream_st *s;
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = resolve(h, &s);
+	sconfig();
+	CUresult r = resolve("cuStreamQuery", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	int idle = !s->head && !s->busy;
@@ -328,36 +336,33 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 }
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
-	CUresult r = sready();
-	if (r != CUDA_SUCCESS) return r;
+	sconfig();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	long gen = e->recorded;
 	pthread_mutex_unlock(&smu);
 	struct op o = {.kind = OP_WAIT, .event = e, .gen = gen};
-	return push(h, &o);
+	return push("cuStreamWaitEvent", h, &o);
 }
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
-	CUresult r = sready();
-	if (r != CUDA_SUCCESS) return r;
+	sconfig();
 	if (!fn) return CUDA_ERROR_INVALID_VALUE;
 	struct op o = {.kind = OP_HOSTFN, .fn = fn, .data = data};
-	return push(h, &o);
+	return push("cuLaunchHostFunc", h, &o);
 }
 
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h) {
-	CUresult r = sready();
-	if (r != CUDA_SUCCESS) return r;
+	sconfig();
 	if (!dst) return CUDA_ERROR_INVALID_VALUE;
 	struct op o = {.kind = OP_MEMSET, .data = (void *)(uintptr_t)dst, .value = uc, .n = n};
-	return push(h, &o);
+	return push("cuMemsetD8Async", h, &o);
 }
 
 // ---- events
 
 CUresult CUDAAPI cuEventCreate(CUevent *pe, unsigned int flags) {
-	CUresult r = sready();
+	CUresult r = sready("cuEventCreate");
 	if (r != CUDA_SUCCESS) return r;
 	if (!pe) return CUDA_ERROR_INVALID_VALUE;
 	struct CUevent_st *e = calloc(1, sizeof *e);
@@ -367,7 +372,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *pe, unsigned int flags) {
 }
 
 CUresult CUDAAPI cuEventDestroy(CUevent e) {
-	CUresult r = sready();
+	CUresult r = sready("cuEventDestroy");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	// An event still to be reached by a stream stays allocated: the driver
@@ -380,18 +385,24 @@ CUresult CUDAAPI cuEventDestroy(CUevent e) {
 }
 
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
-	CUresult r = sready();
-	if (r != CUDA_SUCCESS) return r;
+	sconfig();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	long gen = ++e->recorded;
 	pthread_mutex_unlock(&smu);
 	struct op o = {.kind = OP_RECORD, .event = e, .gen = gen};
-	return push(h, &o);
+	CUresult r = push("cuEventRecord", h, &o);
+	if (r != CUDA_SUCCESS) {
+		// Nothing was enqueued: the record did not happen.
+		pthread_mutex_lock(&smu);
+		if (e->recorded == gen) e->recorded--;
+		pthread_mutex_unlock(&smu);
+	}
+	return r;
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent e) {
-	CUresult r = sready();
+	CUresult r = sready("cuEventQuery");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
@@ -401,7 +412,7 @@ CUresult CUDAAPI cuEventQuery(CUevent e) {
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent e) {
-	CUresult r = sready();
+	CUresult r = sready("cuEventSynchronize");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
@@ -414,8 +425,8 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 // ---- memory pools
 
 CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = fakecuda_on_device(dev, pi);
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceGetAttribute", dev, pi);
 	if (r != CUDA_SUCCESS) return r;
 	switch (attrib) {
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
@@ -427,16 +438,16 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 }
 
 CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = fakecuda_on_device(dev, pool);
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceGetDefaultMemPool", dev, pool);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	*pool = &pools[dev];
 	return CUDA_SUCCESS;
 }
 
-static CUresult valid_pool(CUmemoryPool p) {
-	CUresult r = sready();
+static CUresult valid_pool(const char *fn, CUmemoryPool p) {
+	CUresult r = sready(fn);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	if (p < &pools[0] || p >= &pools[MAX_DEVICES]) return CUDA_ERROR_INVALID_VALUE;
@@ -444,7 +455,7 @@ static CUresult valid_pool(CUmemoryPool p) {
 }
 
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
-	CUresult r = valid_pool(p);
+	CUresult r = valid_pool("cuMemPoolGetAttribute", p);
 	if (r != CUDA_SUCCESS) return r;
 	if (!value) return CUDA_ERROR_INVALID_VALUE;
 	cuuint64_t v;
@@ -463,7 +474,7 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr,
 }
 
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
-	CUresult r = valid_pool(p);
+	CUresult r = valid_pool("cuMemPoolSetAttribute", p);
 	if (r != CUDA_SUCCESS) return r;
 	if (!value) return CUDA_ERROR_INVALID_VALUE;
 	cuuint64_t v = *(cuuint64_t *)value;
@@ -487,7 +498,7 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr,
 }
 
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
-	CUresult r = valid_pool(p);
+	CUresult r = valid_pool("cuMemPoolTrimTo", p);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	pool_release(p, keep);
@@ -497,13 +508,12 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	struct CUstream_st *s;
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = resolve(h, &s);
+	sconfig();
+	int dev;
+	CUresult r = resolve("cuMemAllocAsync", h, &s, &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-	int dev;
-	fakecuda_in_context(&dev);
 	if (s->device != dev) return CUDA_ERROR_INVALID_CONTEXT;
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -554,8 +564,8 @@ static struct palloc *find(CUdeviceptr dptr) {
 
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	struct CUstream_st *s;
-	CUresult r = sready();
-	if (r == CUDA_SUCCESS) r = resolve(h, &s);
+	sconfig();
+	CUresult r = resolve("cuMemFreeAsync", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	struct op *o = calloc(1, sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;

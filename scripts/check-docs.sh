@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Checks that the README and docs/ say nothing that has stopped being true
+# about how to run things:
+#
+#  1. Every shell command in their ```sh blocks (and every "$ " line of their
+#     ```console blocks) must be in one of the two lists below: run_cmds
+#     (cheap, runs on Linux without a GPU or a Mac: this script runs it) or
+#     skip_cmds (with where it is run instead). A command in neither list
+#     fails the script, and so does a list entry that no document holds any
+#     more, so that neither side can drift unnoticed.
+#  2. The commands of run_cmds run from the repository root, in the order
+#     the documents give them; any failure fails the script.
+#  3. Every relative link and #anchor in README.md and docs/*.md must
+#     resolve: the file exists, and the anchor is the GitHub slug of one of
+#     its headings.
+#
+# Usage: scripts/check-docs.sh (from anywhere). .ci/run runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+docs=(README.md docs/*.md)
+
+# Commands this script runs. The key is the command as written (trailing
+# "# comment" removed, blanks collapsed); the value is what to run instead,
+# or empty to run it as written. $DOCS_TMP is a temporary directory of this
+# run.
+declare -A run_cmds=(
+	# README: the main job, on the CPU (a few seconds).
+	['go run ./examples/profile']=''
+	# README: the fuzz targets exist and fuzz; bounded here, as written they
+	# run until stopped.
+	['go test -fuzz FuzzCounter ./tracker/']='go test -fuzz FuzzCounter -fuzztime 50x ./tracker/'
+	['go test -fuzz FuzzRecord ./tracker/']='go test -fuzz FuzzRecord -fuzztime 50x ./tracker/'
+	# docs/metal.md: the Go side of the Metal backend type-checks for macOS.
+	['GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet -tags metal ./...']=''
+	# docs/integrations.md: the walk-through, writing into a temporary
+	# directory instead of /tmp/prof.
+	['go run ./examples/sites -o /tmp/prof']='go run ./examples/sites -o "$DOCS_TMP/prof"'
+	['go tool pprof -top /tmp/prof/peak.pb.gz']='go tool pprof -top "$DOCS_TMP/prof/peak.pb.gz" | grep -F main.loadWeights'
+)
+
+# Commands this script does not run, each with where it is run instead.
+declare -A skip_cmds=(
+	['./scripts/test.sh']='.ci/run runs it, just before this script'
+	['./scripts/test-cuda.sh']='.ci/run runs it (it needs apt and root the first time, and minutes)'
+	['eval "$(./scripts/cuda-dev.sh)"']='scripts/test-cuda.sh runs it (the first run downloads about 800 MB)'
+	['go build -tags cuda ./...']='scripts/test-cuda.sh builds with -tags cuda after scripts/cuda-dev.sh (it needs cuda.h)'
+	['./scripts/gpu-check.sh']='scripts/test-cuda.sh runs it, and its run.sh on the fake driver'
+	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
+	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
+	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
+	['./scripts/bench.sh']='by hand on a quiet machine (about 7 minutes); .ci/run runs every benchmark once with -benchtime 1x'
+	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
+)
+
+fail=0
+complain() {
+	echo "check-docs: $*" >&2
+	fail=1
+}
+
+# extract_commands FILE: prints "LINE<TAB>COMMAND" for every command in the
+# file's ```sh blocks and every "$ " line of its ```console blocks. Fences
+# may be indented (inside list items). A line ending in a backslash
+# continues on the next.
+extract_commands() {
+	awk '
+	function emit(line, cmd) {
+		sub(/[ \t]+#[ \t].*$/, "", cmd)   # a trailing comment
+		gsub(/[ \t]+/, " ", cmd)
+		sub(/^ /, "", cmd); sub(/ $/, "", cmd)
+		if (cmd != "") printf "%d\t%s\n", line, cmd
+	}
+	{
+		line = $0
+		sub(/^[ \t]+/, "", line)
+	}
+	fence == "" && line ~ /^```/ {
+		fence = substr(line, 4)
+		sub(/[ \t]+$/, "", fence)
+		if (fence == "") fence = "none"
+		next
+	}
+	fence != "" && line ~ /^```[ \t]*$/ { fence = ""; next }
+	fence == "sh" || fence == "bash" || fence == "shell" {
+		if (line ~ /^#/ && cont == "") next
+		if (line ~ /\\$/) {
+			if (cont == "") start = NR
+			cont = cont substr(line, 1, length(line) - 1) " "
+			next
+		}
+		if (cont != "") { emit(start, cont line); cont = ""; next }
+		emit(NR, line)
+		next
+	}
+	fence == "console" && line ~ /^\$ / { emit(NR, substr(line, 3)) }
+	' "$1"
+}
+
+# 1. Every command is listed.
+declare -A seen=()
+todo=()
+for f in "${docs[@]}"; do
+	while IFS=$'\t' read -r line cmd; do
+		seen[$cmd]=1
+		if [[ ${run_cmds[$cmd]+set} ]]; then
+			todo+=("$f:$line"$'\t'"$cmd")
+		elif [[ ${skip_cmds[$cmd]+set} ]]; then
+			echo "skip $f:$line: $cmd  -- ${skip_cmds[$cmd]}"
+		else
+			complain "$f:$line: command in neither list of scripts/check-docs.sh: $cmd"
+		fi
+	done < <(extract_commands "$f")
+done
+for cmd in "${!run_cmds[@]}" "${!skip_cmds[@]}"; do
+	[[ ${seen[$cmd]+set} ]] || complain "listed in scripts/check-docs.sh but in no document any more: $cmd"
+done
+
+# 2. Run the listed commands, in document order.
+DOCS_TMP=$(mktemp -d)
+export DOCS_TMP
+trap 'rm -rf "$DOCS_TMP"' EXIT
+for entry in "${todo[@]}"; do
+	where=${entry%%$'\t'*}
+	cmd=${entry#*$'\t'}
+	actual=${run_cmds[$cmd]:-$cmd}
+	echo "== $where: $actual"
+	start=$SECONDS
+	if ! out=$(cd "$root" && bash -euo pipefail -c "$actual" 2>&1); then
+		printf '%s\n' "$out" | tail -n 40 >&2
+		complain "$where: command failed: $actual"
+	fi
+	echo "   ($((SECONDS - start)) s)"
+done
+
+# 3. Links and anchors. slugs FILE prints the GitHub anchor of every
+# heading outside code blocks: lower case, inline code marks and link
+# targets dropped, everything but letters, digits, blanks, "-" and "_"
+# removed, blanks made "-", and "-1", "-2"... added to repeats.
+slugs() {
+	awk '
+	{ line = $0; sub(/^[ \t]+/, "", line) }
+	line ~ /^```/ { infence = !infence; next }
+	!infence && $0 ~ /^#+ / { sub(/^#+ +/, ""); sub(/ +#+ *$/, ""); print }
+	' "$1" | perl -CSD -ne '
+		chomp;
+		s/\[([^\]]*)\]\([^)]*\)/$1/g;
+		$_ = lc;
+		s/[^\p{L}\p{N}\p{M} _-]//g;
+		s/ /-/g;
+		my $s = $_;
+		$s .= "-" . $n{$_} if $n{$_};
+		$n{$_}++;
+		print "$s\n";
+	'
+}
+
+# links FILE prints "LINE<TAB>TARGET" for every inline link [text](target)
+# outside code blocks and inline code.
+links() {
+	awk '
+	{ line = $0; sub(/^[ \t]+/, "", line) }
+	line ~ /^```/ { infence = !infence; next }
+	infence { next }
+	{
+		s = $0
+		gsub(/`[^`]*`/, "", s)
+		while (match(s, /\]\([^)]+\)/)) {
+			printf "%d\t%s\n", NR, substr(s, RSTART + 2, RLENGTH - 3)
+			s = substr(s, RSTART + RLENGTH)
+		}
+	}
+	' "$1"
+}
+
+nlinks=0
+for f in "${docs[@]}"; do
+	dir=$(dirname "$f")
+	while IFS=$'\t' read -r line target; do
+		target=${target%% *} # drop a "title"
+		case $target in
+		http://* | https://* | mailto:*) continue ;;
+		esac
+		nlinks=$((nlinks + 1))
+		path=${target%%#*}
+		anchor=
+		[[ $target == *#* ]] && anchor=${target#*#}
+		if [[ -z $path ]]; then
+			dest=$f
+		else
+			dest=$dir/$path
+		fi
+		if [[ ! -e $dest ]]; then
+			complain "$f:$line: link to a missing file: $target"
+			continue
+		fi
+		if [[ -n $anchor ]]; then
+			if [[ $dest != *.md ]]; then
+				complain "$f:$line: anchor into a file that is not Markdown: $target"
+			elif ! slugs "$dest" | grep -qxF -- "$anchor"; then
+				complain "$f:$line: no heading in $dest has the anchor #$anchor"
+			fi
+		fi
+	done < <(links "$f")
+done
+echo "== ${#todo[@]} commands run, ${#skip_cmds[@]} skipped as listed, $nlinks relative links checked"
+
+if ((fail)); then
+	echo "check-docs: FAILED (see above)" >&2
+	exit 1
+fi
+echo "check-docs: ok"
