@@ -23,15 +23,18 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Current(); size > lim-cur {
 			rec.RecordFailure()
+			tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
 			return nil, &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
 		}
 	}
 	m, err := s.b.alloc(d.ordinal, size)
 	if err != nil {
 		rec.RecordFailure()
+		tables[d.kind].history.refused(d.ordinal, size, rec, err)
 		return nil, fillError(err, d, size, rec)
 	}
 	if err := rec.Alloc(size); err != nil {
+		tables[d.kind].history.refused(d.ordinal, size, rec, err)
 		// A concurrent allocation took the room under the limit, or the
 		// record is full: give the memory back. The record counted the
 		// failure.
@@ -45,6 +48,9 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	b := &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.alloc(size, b.site, rec) // see history.go
 	}
 	return b, nil
 }

@@ -40,13 +40,17 @@ type kindState struct {
 	err     error
 	records tracker.Table
 	sites   siteTable // recorders of allocation sites (sites.go)
+	tracked addrIndex // addresses of Tracked handles (track.go)
 }
 
-// tables holds one kindState per kind, created on first use. This and the
-// records inside are the package's only global state.
+// tables holds one kindState per kind, created on first use, and the
+// kind's recorded histories (history.go), which outlive a kindState so that
+// Free reaches them in one load. These and the records inside are the
+// package's only global state.
 var tables [numKinds]struct {
-	mu sync.Mutex
-	p  atomic.Pointer[kindState]
+	mu      sync.Mutex
+	p       atomic.Pointer[kindState]
+	history historyTable
 }
 
 // stateOf returns the device table of k, creating it (and so initialising

@@ -48,6 +48,9 @@ func (b *Buffer) Free() error {
 	if b.site != nil {
 		b.site.free(b.size)
 	}
+	if h := tables[b.dev.kind].history.lookup(b.dev.ordinal); h != nil {
+		h.free(b.size, b.site, b.rec) // see history.go
+	}
 	return nil
 }
 

@@ -28,11 +28,17 @@ var (
 	// be positive (or negative where it must not be).
 	ErrInvalidSize = errors.New("memtrack: invalid size")
 
-	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed.
+	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed, or
+	// [Tracked.Release] on a handle already released.
 	ErrDoubleFree = errors.New("memtrack: buffer already freed")
 
-	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer.
+	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer, or [Tracked.Release]
+	// on a nil *Tracked.
 	ErrNilBuffer = errors.New("memtrack: nil buffer")
+
+	// ErrAlreadyTracked: [Device.Track] of an address that a live handle
+	// tracks already.
+	ErrAlreadyTracked = errors.New("memtrack: address already tracked")
 
 	// ErrOutOfMemory: an allocation refused by the memory limit, the
 	// device's capacity or the backend. It comes as an [*OutOfMemoryError].
@@ -46,6 +52,10 @@ var (
 	// such as stream-ordered allocation on a device that is not a CUDA GPU
 	// or on a GPU without memory pools.
 	ErrNotSupported = errors.New("memtrack: not supported")
+
+	// ErrHistoryNotRecorded: a history was asked of a device that does not
+	// record one ([Device.EnableMemoryHistory]).
+	ErrHistoryNotRecorded = errors.New("memtrack: memory history not recorded")
 
 	// ErrInvalidArgument: an argument outside what the function accepts,
 	// such as a utilization outside (0, 1] given to [Measurement.Budget] or a

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"unsafe"
 
 	"github.com/memtrack/memtrack"
 )
@@ -242,4 +243,68 @@ func ExampleDevice_PeakAllocationSites() {
 	// Output:
 	// scratch: 1 buffer, 5 MiB
 	// loadWeights: 1 buffer, 3 MiB
+}
+
+// Record the device's history, as torch.cuda.memory._record_memory_history
+// does, then read every allocation, free and refusal back, each with the
+// figure after it. Package github.com/memtrack/memtrack/trace writes the
+// history for Perfetto UI, and github.com/memtrack/memtrack/web plots it.
+func ExampleDevice_MemoryHistory() {
+	d := memtrack.CPU()
+	if err := d.EnableMemoryHistory(1000); err != nil { // the newest 1000 events
+		log.Fatal(err)
+	}
+	defer d.DisableMemoryHistory()
+	base := d.MemoryAllocated()
+
+	a, _ := d.Alloc(4 << 20)
+	b, _ := d.Alloc(1 << 20)
+	a.Free()
+	d.SetMemoryLimit(base + 2<<20)
+	if _, err := d.Alloc(2 << 20); err != nil {
+		fmt.Println("refused:", errors.Is(err, memtrack.ErrOutOfMemory))
+	}
+	d.SetMemoryLimit(0)
+	b.Free()
+
+	h, err := d.MemoryHistory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range h.Events {
+		fmt.Printf("%d %-5v %d MiB, then %d MiB\n", e.Seq, e.Action, e.Size>>20, (e.Current-base)>>20)
+	}
+	// Output:
+	// refused: true
+	// 0 alloc 4 MiB, then 4 MiB
+	// 1 alloc 1 MiB, then 5 MiB
+	// 2 free  4 MiB, then 1 MiB
+	// 3 limit 2 MiB, then 1 MiB
+	// 4 free  1 MiB, then 0 MiB
+}
+
+// Count memory that another binding allocated: here a C library's
+// workspace, stood for by a Go slice. The handle uncounts it; the library
+// frees it.
+func ExampleDevice_Track() {
+	dev := memtrack.CPU()
+	base := dev.MemoryAllocated()
+
+	workspace := make([]byte, 4<<20) // allocated by "the library"
+	ptr := uintptr(unsafe.Pointer(&workspace[0]))
+	h, err := dev.Track(int64(len(workspace)), ptr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.TrackedAt(memtrack.KindCPU, ptr) == h)
+
+	_, err = dev.Track(16, ptr)
+	fmt.Println(errors.Is(err, memtrack.ErrAlreadyTracked))
+
+	_ = h.Release() // uncounts; frees nothing
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, len(workspace))
+	// Output:
+	// tracked: 4194304 true
+	// true
+	// tracked: 0 4194304
 }

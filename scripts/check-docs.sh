@@ -37,6 +37,8 @@ declare -A run_cmds=(
 	# directory instead of /tmp/prof.
 	['go run ./examples/sites -o /tmp/prof']='go run ./examples/sites -o "$DOCS_TMP/prof"'
 	['go tool pprof -top /tmp/prof/peak.pb.gz']='go tool pprof -top "$DOCS_TMP/prof/peak.pb.gz" | grep -F main.loadWeights'
+	# docs/track.md: Device.Track on the CPU (it checks its own peak).
+	['go run ./examples/track']=''
 )
 
 # Commands this script does not run, each with where it is run instead.
@@ -49,7 +51,12 @@ declare -A skip_cmds=(
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
 	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
+	["go test -tags cuda -run '^\$' -bench MemAllocFree -count 10 ./cu/"]='by hand (it needs cuda.h and a driver); scripts/test-cuda.sh runs ./cu on the fake driver, scripts/gpu-check.sh its benchmark'
 	['./scripts/bench.sh']='by hand on a quiet machine (about 7 minutes); .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
+	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
+	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

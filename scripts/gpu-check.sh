@@ -28,6 +28,8 @@ mkdir -p "$dir"
 echo "== go test -c -tags cuda [-race] -> $dir"
 go test -c -tags cuda -o "$dir/memtrack.test" .
 go test -c -race -tags cuda -o "$dir/memtrack-race.test" .
+go test -c -tags cuda -o "$dir/cu.test" ./cu
+go build -tags cuda -o "$dir/track" ./examples/track
 
 cat >"$dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -62,6 +64,10 @@ step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
 step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
 	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
+step "the cu drop-in's tests" ./cu.test -test.count=1 -test.short -test.v -test.timeout 90s
+step "benchmarks: the cu drop-in's MemAlloc+MemFree against the raw cu pair" \
+	./cu.test -test.run '^$' -test.bench MemAllocFree -test.benchmem -test.benchtime "$benchtime" -test.count 3
+step "examples/track" ./track
 
 if ((${#failed[@]} > 0)); then
 	printf '== FAILED: %s\n' "${failed[@]}"

@@ -3,8 +3,9 @@
 # and the link stub (scripts/cuda-dev.sh, cached in .cache/cuda), build the
 # fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
 # run vet, build and the race-detector tests with -tags cuda against it.
-# Then build the folder of scripts/gpu-check.sh and run it on the fake
-# driver, so that what a GPU machine runs is known to work.
+# Then run examples/track on it, and build the folder of scripts/gpu-check.sh
+# and run it on the fake driver, so that what a GPU machine runs is known to
+# work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -41,6 +42,9 @@ echo "== go build -tags cuda ./..."
 go build -tags cuda ./...
 echo "== go test -race -tags cuda ./... (fake driver)"
 go test -race -tags cuda -count=1 ./...
+
+echo "== go run -tags cuda ./examples/track (fake driver)"
+go run -tags cuda ./examples/track
 
 echo "== scripts/gpu-check.sh, run on the fake driver"
 ./scripts/gpu-check.sh

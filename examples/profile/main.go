@@ -4,6 +4,7 @@
 // by vLLM's formula, and for a device shared with other processes.
 //
 //	go run ./examples/profile [-device cpu|cuda:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
+//	go run ./examples/profile -serve localhost:6060 -linger 1m -trace memtrack.json
 //
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
@@ -35,6 +36,9 @@ func main() {
 		layers      = flag.Int("layers", 12, "layers of the model")
 		hidden      = flag.String("activation", "4MiB", "activation size of one request in one layer")
 		weights     = flag.String("weights", "64MiB", "size of the model's weights")
+		serve       = flag.String("serve", "", "serve the page (a timeline of the memory) at http://ADDR/debug/memtrack/ while it runs, e.g. localhost:6060")
+		traceFile   = flag.String("trace", "", "write the allocation history to this file as a Chrome trace, for Perfetto UI")
+		linger      = flag.Duration("linger", 0, "with -serve, keep serving this long once done")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -51,6 +55,8 @@ func main() {
 	}
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
+	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
+	defer stopView()
 
 	// The baseline, before anything of the instance is on the device.
 	base, err := dev.Baseline()

@@ -1,0 +1,3 @@
+package cu
+
+//go:generate go run mirror_gen.go

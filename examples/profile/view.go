@@ -1,0 +1,53 @@
+package main
+
+import (
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/trace"
+	"github.com/memtrack/memtrack/web"
+)
+
+// startView records the device's history (and its allocation sites) when
+// the page is served (-serve) or the trace written (-trace), and serves the
+// page at /debug/memtrack/ while the program runs. The func it returns
+// writes the trace and, after linger, stops serving.
+func startView(dev memtrack.Device, addr, traceFile string, linger time.Duration) (stop func()) {
+	if addr == "" && traceFile == "" {
+		return func() {}
+	}
+	check(dev.EnableMemoryHistory(1 << 16))
+	check(dev.EnableAllocationSites(32))
+	var srv *http.Server
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		check(err)
+		mux := http.NewServeMux()
+		mux.Handle("/debug/memtrack/", web.Handler())
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		log.Printf("serving the page at http://%s/debug/memtrack/", ln.Addr())
+	}
+	return func() {
+		if traceFile != "" {
+			h, err := dev.MemoryHistory()
+			check(err)
+			f, err := os.Create(traceFile)
+			check(err)
+			check(trace.Write(f, h))
+			check(f.Close())
+			log.Printf("wrote %d events to %s: open it in Perfetto UI or chrome://tracing (docs/timeline.md)", len(h.Events), traceFile)
+		}
+		if srv != nil {
+			if linger > 0 {
+				log.Printf("serving for %v more", linger)
+				time.Sleep(linger)
+			}
+			srv.Close()
+		}
+	}
+}

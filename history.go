@@ -1,0 +1,372 @@
+package memtrack
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
+)
+
+// MaxHistoryEntries is the most events [Device.EnableMemoryHistory] keeps
+// per device: 4 Mi events, 256 MiB of ring at 64 bytes an event (and 32 MiB
+// more once allocation sites are recorded).
+const MaxHistoryEntries = 1 << 22
+
+// HistoryAction is what happened in a [HistoryEvent].
+type HistoryAction uint8
+
+// The actions a history records.
+const (
+	HistoryAlloc       HistoryAction = iota + 1 // a buffer was allocated
+	HistoryFree                                 // a buffer was freed
+	HistoryLimit                                // an allocation was refused by the memory limit
+	HistoryOutOfMemory                          // an allocation was refused by the device (or the record's capacity)
+	HistoryFailed                               // an allocation failed in the backend for another reason
+)
+
+var historyActionNames = [...]string{
+	HistoryAlloc:       "alloc",
+	HistoryFree:        "free",
+	HistoryLimit:       "limit",
+	HistoryOutOfMemory: "oom",
+	HistoryFailed:      "failed",
+}
+
+// String returns "alloc", "free", "limit", "oom" or "failed".
+func (a HistoryAction) String() string {
+	if int(a) < len(historyActionNames) && historyActionNames[a] != "" {
+		return historyActionNames[a]
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// Refused reports whether the action is an allocation that did not happen:
+// [HistoryLimit], [HistoryOutOfMemory] or [HistoryFailed].
+func (a HistoryAction) Refused() bool { return a >= HistoryLimit && a <= HistoryFailed }
+
+// HistoryEvent is one allocation, free or refused allocation on a device.
+type HistoryEvent struct {
+	// Seq numbers the device's events from 0, in the order they took their
+	// place in the history; a number missing between two events is a gap.
+	Seq    uint64
+	Time   time.Time     // when it happened (with a monotonic reading)
+	Action HistoryAction // what happened
+	Size   int64         // the bytes allocated, freed or asked for
+	// Current is the device's tracked bytes ([Device.MemoryAllocated]) read
+	// just after the event. With no other allocation or free running on the
+	// device at once it is exact; under concurrency it is a figure the
+	// device held at some moment between the event and its recording.
+	Current int64
+	// Stack is the allocation site of the buffer, innermost frame first, as
+	// [Site].Stack, when [Device.EnableAllocationSites] recorded it (only
+	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
+	// set the rate to 1); nil otherwise. Events of one site share the slice: do not modify it.
+	Stack []uintptr
+	// Stream is the stream the buffer was allocated on, for stream-ordered
+	// allocation; 0 (the default stream) until memtrack allocates on streams.
+	Stream uintptr
+}
+
+// HistoryGap is a run of events missing between two recorded ones: a viewer
+// must not draw a line from the event before it to the event after it.
+// Events go missing when a writer was lapped (the ring wrapped past it
+// before it finished), or when its slot was being read at that moment.
+type HistoryGap struct {
+	After, Before uint64    // the Seq of the events either side
+	Missing       uint64    // Before - After - 1
+	From, To      time.Time // the times of the events either side
+}
+
+// History is the recorded allocation history of one device, the oldest
+// event first.
+type History struct {
+	Device     Device
+	MaxEntries int       // the most events the ring keeps
+	Start      time.Time // when recording began
+	Events     []HistoryEvent
+	Gaps       []HistoryGap
+	// Overwritten counts the events older than Events that the ring let go,
+	// Lost the events that never made it into the ring (see [HistoryGap]),
+	// both since recording began.
+	Overwritten, Lost uint64
+}
+
+// EnableMemoryHistory starts recording every allocation, free and refused
+// allocation on the device into a ring of maxEntries events (1 <=
+// maxEntries <= [MaxHistoryEntries]): once full, each event replaces the
+// oldest. The ring takes 64 bytes an event, allocated and touched now, holding no
+// pointer (so the garbage collector does not scan it), and 8 bytes more an
+// event once an event has an allocation site; recording adds no lock and no
+// allocation to Alloc and Free. Read it with
+// [Device.MemoryHistory]. On a device already recording with the same
+// maxEntries it changes nothing; with another it starts a new, empty ring.
+// Recording is the model of PyTorch's
+// torch.cuda.memory._record_memory_history(max_entries=...).
+func (d Device) EnableMemoryHistory(maxEntries int) error {
+	if maxEntries < 1 || maxEntries > MaxHistoryEntries {
+		return fmt.Errorf("%w: history of %d events on %v: want 1 to %d", ErrInvalidArgument, maxEntries, d, MaxHistoryEntries)
+	}
+	if _, _, err := d.resolve(); err != nil {
+		return err
+	}
+	tables[d.kind].history.enable(d.ordinal, maxEntries)
+	return nil
+}
+
+// DisableMemoryHistory stops recording the device's history and drops what
+// was recorded. Recording that is off stays off.
+func (d Device) DisableMemoryHistory() {
+	if _, _, err := d.resolve(); err == nil {
+		tables[d.kind].history.disable(d.ordinal)
+	}
+}
+
+// MemoryHistory returns the device's recorded events, the oldest first,
+// with the gaps between them. It fails with an error matching
+// [ErrHistoryNotRecorded] unless [Device.EnableMemoryHistory] was called.
+// Reading does not stop recording; an event being written as it reads is
+// left out (and, if newer events were read, reported as a gap).
+func (d Device) MemoryHistory() (History, error) {
+	if _, _, err := d.resolve(); err != nil {
+		return History{Device: d}, err
+	}
+	h := tables[d.kind].history.lookup(d.ordinal)
+	if h == nil {
+		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
+	}
+	hist := h.snapshot()
+	hist.Device = d
+	return hist, nil
+}
+
+// historyTable publishes the histories of one kind's devices, by ordinal.
+// While no device of the kind records, the published slice is nil, so that
+// Alloc and Free pay one atomic load.
+type historyTable struct {
+	mu   sync.Mutex // serialises enable and disable
+	recs atomic.Pointer[[]*history]
+}
+
+// lookup returns the history of ordinal i, or nil if none is recorded.
+func (t *historyTable) lookup(i int) *history {
+	p := t.recs.Load()
+	if p == nil || i >= len(*p) {
+		return nil
+	}
+	return (*p)[i]
+}
+
+func (t *historyTable) enable(i, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var old []*history
+	if p := t.recs.Load(); p != nil {
+		old = *p
+	}
+	if i < len(old) && old[i] != nil && len(old[i].slots) == n {
+		return
+	}
+	recs := make([]*history, max(len(old), i+1))
+	copy(recs, old)
+	recs[i] = newHistory(n)
+	t.recs.Store(&recs)
+}
+
+func (t *historyTable) disable(i int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.recs.Load()
+	if p == nil || i >= len(*p) || (*p)[i] == nil {
+		return
+	}
+	recs := make([]*history, len(*p))
+	copy(recs, *p)
+	recs[i] = nil
+	for _, h := range recs {
+		if h != nil {
+			t.recs.Store(&recs)
+			return
+		}
+	}
+	t.recs.Store(nil) // no device of the kind records: back to one nil load
+}
+
+// refused records a refused allocation of size bytes on device i, if its
+// history is recorded. err is the refusal: a limit (tracker.ErrLimitExceeded,
+// or nil for memtrack's own check of the limit), an *OutOfMemoryError or
+// another failure.
+func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error) {
+	h := t.lookup(i)
+	if h == nil {
+		return
+	}
+	var oom *OutOfMemoryError
+	a := HistoryFailed
+	switch {
+	case err == nil || errors.Is(err, tracker.ErrLimitExceeded):
+		a = HistoryLimit
+	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
+		a = HistoryOutOfMemory
+	}
+	h.record(a, size, rec.Current(), nil)
+}
+
+// The states of a history slot, in the low bits of its sequence word; the
+// high bits hold the event's number plus one (0: never written).
+const (
+	slotWriting uint64 = 1 // a writer owns the slot
+	slotDone    uint64 = 2 // the slot holds the event
+	slotReading uint64 = 3 // a reader is copying the event
+	slotMask    uint64 = 3
+)
+
+// history is one device's ring of events. Writers take a ticket (the
+// event's number) with one atomic add and own slot ticket%len(slots) while
+// they write it: they claim it with a compare-and-swap from an older,
+// finished event, write the plain fields, and publish with a store. A writer
+// never waits: if the slot is held (by a reader, or by a lapped writer still
+// writing), or already holds a newer event, the event is dropped and counted
+// as lost. Readers claim each slot the same way while they copy it. The
+// claims order the plain writes and reads, so the race detector agrees.
+//
+// The slots hold no pointer, so that the garbage collector need not scan a
+// ring of millions of events; the events' sites are kept beside them, by
+// slot, in an array made on the first event that has a site.
+type history struct {
+	head  atomic.Uint64 // the next event's number
+	lost  atomic.Uint64 // events dropped by writers
+	start time.Time     // the clock of the events' times
+	slots []historySlot
+	sites atomic.Pointer[[]*site] // by slot; written and read as the slot is
+}
+
+// historySlot is one event in the ring, 64 bytes.
+type historySlot struct {
+	seq    atomic.Uint64 // (number+1)<<2 | state
+	nanos  int64         // since start
+	size   int64
+	cur    int64
+	stream uintptr
+	action HistoryAction
+	_      [64 - 41]byte
+}
+
+func newHistory(n int) *history {
+	h := &history{start: time.Now(), slots: make([]historySlot, n)}
+	// Touch every page now, so that the OS maps them at enabling rather
+	// than in a page fault on the allocation path the first time round.
+	const perPage = 4096 / int(unsafe.Sizeof(historySlot{}))
+	for i := 0; i < n; i += perPage {
+		h.slots[i].nanos = -1
+		h.slots[i].nanos = 0
+	}
+	return h
+}
+
+// alloc records an allocation; s is its site, if recorded.
+func (h *history) alloc(size int64, s *site, rec *tracker.Record) {
+	h.record(HistoryAlloc, size, rec.Current(), s)
+}
+
+// free records a free; s is the buffer's site, if recorded.
+func (h *history) free(size int64, s *site, rec *tracker.Record) {
+	h.record(HistoryFree, size, rec.Current(), s)
+}
+
+// record writes one event into the ring, or counts it lost.
+func (h *history) record(a HistoryAction, size, cur int64, s *site) {
+	nanos := int64(time.Since(h.start))
+	t := h.head.Add(1) - 1
+	if sl := h.claim(t); sl != nil {
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action = nanos, size, cur, 0, a
+		if p := h.sites.Load(); p != nil {
+			(*p)[t%uint64(len(h.slots))] = s
+		} else if s != nil {
+			(*h.makeSites())[t%uint64(len(h.slots))] = s
+		}
+		sl.seq.Store((t+1)<<2 | slotDone)
+	}
+}
+
+// makeSites makes the array of the events' sites, once.
+func (h *history) makeSites() *[]*site {
+	p := new([]*site)
+	*p = make([]*site, len(h.slots))
+	if h.sites.CompareAndSwap(nil, p) {
+		return p
+	}
+	return h.sites.Load()
+}
+
+// claim makes the writer of event t the owner of its slot, or counts the
+// event lost and returns nil: if a reader or another writer holds the slot,
+// or it already holds a newer event. The owner publishes the event by
+// storing (t+1)<<2|slotDone into the slot's seq.
+func (h *history) claim(t uint64) *historySlot {
+	sl := &h.slots[t%uint64(len(h.slots))]
+	old := sl.seq.Load()
+	if st := old & slotMask; st == slotWriting || st == slotReading || old>>2 > t ||
+		!sl.seq.CompareAndSwap(old, (t+1)<<2|slotWriting) {
+		h.lost.Inc()
+		return nil
+	}
+	return sl
+}
+
+// snapshot copies the events still in the ring, the oldest first, and the
+// gaps between them.
+func (h *history) snapshot() History {
+	head := h.head.Load()
+	n := uint64(len(h.slots))
+	first := uint64(0)
+	if head > n {
+		first = head - n
+	}
+	out := History{MaxEntries: len(h.slots), Start: h.start}
+	out.Events = make([]HistoryEvent, 0, head-first)
+	stacks := make(map[*stack][]uintptr) // one copy of each site's stack
+	sites := h.sites.Load()
+	for t := first; t < head; t++ {
+		sl := &h.slots[t%n]
+		done := (t+1)<<2 | slotDone
+		if sl.seq.Load() != done || !sl.seq.CompareAndSwap(done, (t+1)<<2|slotReading) {
+			continue // being written, lapped, or dropped
+		}
+		e := HistoryEvent{
+			Seq:     t,
+			Time:    h.start.Add(time.Duration(sl.nanos)),
+			Action:  sl.action,
+			Size:    sl.size,
+			Current: sl.cur,
+			Stream:  sl.stream,
+		}
+		var s *site
+		if sites != nil {
+			s = (*sites)[t%n]
+		} else if sites = h.sites.Load(); sites != nil { // made since
+			s = (*sites)[t%n]
+		}
+		sl.seq.Store(done)
+		if s != nil && s.st != nil && s.st.pcs != nil {
+			st, ok := stacks[s.st]
+			if !ok {
+				st = append([]uintptr(nil), s.st.pcs...)
+				stacks[s.st] = st
+			}
+			e.Stack = st
+		}
+		out.Events = append(out.Events, e)
+	}
+	for i := 1; i < len(out.Events); i++ {
+		a, b := out.Events[i-1], out.Events[i]
+		if b.Seq != a.Seq+1 {
+			out.Gaps = append(out.Gaps, HistoryGap{After: a.Seq, Before: b.Seq, Missing: b.Seq - a.Seq - 1, From: a.Time, To: b.Time})
+		}
+	}
+	out.Overwritten, out.Lost = first, h.lost.Load()
+	return out
+}

@@ -1,0 +1,560 @@
+package memtrack
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/memtrack/memtrack/tracker"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// historyOn enables a history of n events on d for the test and disables it
+// when the test ends.
+func historyOn(t testing.TB, d Device, n int) {
+	t.Helper()
+	require.NoError(t, d.EnableMemoryHistory(n))
+	t.Cleanup(d.DisableMemoryHistory)
+}
+
+// step is an event as the tests expect it: what the clock and the stacks
+// leave out.
+type step struct {
+	Seq     uint64
+	Action  HistoryAction
+	Size    int64
+	Current int64
+}
+
+func steps(h History) []step {
+	out := make([]step, len(h.Events))
+	for i, e := range h.Events {
+		out[i] = step{e.Seq, e.Action, e.Size, e.Current}
+	}
+	return out
+}
+
+func TestEnableMemoryHistoryErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Device
+		n    int
+		err  error
+	}{
+		{"no entries", CPU(), 0, ErrInvalidArgument},
+		{"negative", CPU(), -1, ErrInvalidArgument},
+		{"past the maximum", CPU(), MaxHistoryEntries + 1, ErrInvalidArgument},
+		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
+		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.ErrorIs(t, tc.d.EnableMemoryHistory(tc.n), tc.err)
+			assert.Nil(t, tables[KindCPU].history.recs.Load(), "the CPU table stays off")
+		})
+	}
+	_, err := CPU().MemoryHistory()
+	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
+	_, err = Device{kind: numKinds}.MemoryHistory()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+}
+
+func TestHistoryEnableDisable(t *testing.T) {
+	_, ds := fakeCUDA(t, 2, 1<<20)
+	tab := &tables[KindCUDA].history
+	require.Nil(t, tab.recs.Load(), "off before the test enables it")
+
+	require.NoError(t, ds[1].EnableMemoryHistory(4))
+	t.Cleanup(ds[1].DisableMemoryHistory)
+	assert.Nil(t, tab.lookup(0))
+	h := tab.lookup(1)
+	require.NotNil(t, h)
+	b := allocOK(t)(ds[1].Alloc(10))
+
+	require.NoError(t, ds[1].EnableMemoryHistory(4))
+	assert.Same(t, h, tab.lookup(1), "the same size keeps the ring")
+	require.NoError(t, ds[1].EnableMemoryHistory(5))
+	assert.NotSame(t, h, tab.lookup(1), "another size starts a new one")
+	hist, err := ds[1].MemoryHistory()
+	require.NoError(t, err)
+	assert.Empty(t, hist.Events)
+	assert.Equal(t, 5, hist.MaxEntries)
+
+	ds[1].DisableMemoryHistory()
+	assert.Nil(t, tab.recs.Load(), "no device records: one nil load again")
+	require.NoError(t, b.Free(), "a buffer allocated while recording frees after")
+	ds[1].DisableMemoryHistory() // off stays off
+	_, err = ds[1].MemoryHistory()
+	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
+}
+
+func TestHistoryRecordsEveryEvent(t *testing.T) {
+	f, ds := fakeCUDA(t, 2, 1000)
+	d := ds[0]
+	historyOn(t, d, 16)
+	other := allocOK(t)(ds[1].Alloc(7)) // another device's events stay off d's history
+	defer other.Free()
+
+	before := time.Now()
+	a := allocOK(t)(d.Alloc(100))
+	b := allocOK(t)(d.Alloc(200))
+	require.NoError(t, a.Free())
+	require.NoError(t, d.SetMemoryLimit(500))
+	_, err := d.Alloc(400) // over the limit: refused before the backend
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	require.NoError(t, d.SetMemoryLimit(0))
+	_, err = d.Alloc(900) // past the fake device's capacity
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	f.mu.Lock()
+	f.allocErrs = []error{&BackendError{Op: "alloc", Err: errFakeDriver}}
+	f.mu.Unlock()
+	_, err = d.Alloc(5) // the driver fails otherwise
+	require.ErrorIs(t, err, errFakeDriver)
+	require.NoError(t, b.Free())
+	after := time.Now()
+
+	h, err := d.MemoryHistory()
+	require.NoError(t, err)
+	assert.Equal(t, []step{
+		{0, HistoryAlloc, 100, 100},
+		{1, HistoryAlloc, 200, 300},
+		{2, HistoryFree, 100, 200},
+		{3, HistoryLimit, 400, 200},
+		{4, HistoryOutOfMemory, 900, 200},
+		{5, HistoryFailed, 5, 200},
+		{6, HistoryFree, 200, 0},
+	}, steps(h))
+	assert.Equal(t, d, h.Device)
+	assert.Equal(t, 16, h.MaxEntries)
+	assert.Empty(t, h.Gaps)
+	assert.Zero(t, h.Overwritten)
+	assert.Zero(t, h.Lost)
+	last := h.Start
+	for _, e := range h.Events {
+		assert.False(t, e.Time.Before(before) || e.Time.After(after), "event %d at %v, outside [%v, %v]", e.Seq, e.Time, before, after)
+		assert.False(t, e.Time.Before(last), "event %d goes back in time", e.Seq)
+		last = e.Time
+		assert.Nil(t, e.Stack, "sites are not recorded")
+		assert.Zero(t, e.Stream)
+	}
+	assert.Equal(t, d.MemoryStats().FailedAllocs, int64(3), "each refusal is also counted")
+}
+
+func TestHistoryRefusalKinds(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1000)
+	historyOn(t, ds[0], 8)
+	tab := &tables[KindCUDA].history
+	rec, err := stateOf(KindCUDA).record(0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		err  error
+		want HistoryAction
+	}{
+		{nil, HistoryLimit},
+		{&tracker.LimitError{Requested: 1, Current: 2, Limit: 2}, HistoryLimit},
+		{fmt.Errorf("memtrack: %w", tracker.ErrCapacity), HistoryOutOfMemory},
+		{&OutOfMemoryError{Reason: "device full"}, HistoryOutOfMemory},
+		{&BackendError{Op: "alloc"}, HistoryFailed},
+		{errors.New("anything else"), HistoryFailed},
+	} {
+		tab.refused(0, 1, rec, tc.err)
+		h, err := ds[0].MemoryHistory()
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, h.Events[len(h.Events)-1].Action, "%v", tc.err)
+		assert.True(t, tc.want.Refused())
+	}
+	assert.False(t, HistoryAlloc.Refused())
+	assert.False(t, HistoryFree.Refused())
+	assert.Equal(t, "oom", HistoryOutOfMemory.String())
+	assert.Equal(t, "action(9)", HistoryAction(9).String())
+}
+
+func TestHistoryWrapsAround(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	historyOn(t, d, 4)
+	for i := range int64(5) { // 10 events: 0-5 go, 6-9 stay
+		b := allocOK(t)(d.Alloc(i + 1))
+		require.NoError(t, b.Free())
+	}
+	h, err := d.MemoryHistory()
+	require.NoError(t, err)
+	assert.Equal(t, []step{
+		{6, HistoryAlloc, 4, 4},
+		{7, HistoryFree, 4, 0},
+		{8, HistoryAlloc, 5, 5},
+		{9, HistoryFree, 5, 0},
+	}, steps(h))
+	assert.Equal(t, uint64(6), h.Overwritten)
+	assert.Zero(t, h.Lost)
+	assert.Empty(t, h.Gaps)
+}
+
+func TestHistoryCarriesSites(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: exact stacks
+	require.NoError(t, d.EnableAllocationSites(8))
+	t.Cleanup(d.DisableAllocationSites)
+	historyOn(t, d, 8)
+	a := allocOK(t)(allocFromA(d, 10))
+	b := allocOK(t)(allocFromB(d, 20))
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	require.Len(t, snap.Sites, 2)
+	freeAll(t, a, b)
+
+	h, err := d.MemoryHistory()
+	require.NoError(t, err)
+	require.Len(t, h.Events, 4)
+	wantB, wantA := snap.Sites[0].Stack, snap.Sites[1].Stack // the largest first
+	assert.Equal(t, []string{"allocFromA", "allocFromB", "allocFromA", "allocFromB"}, func() []string {
+		var fs []string
+		for _, e := range h.Events {
+			switch {
+			case slices.Equal(e.Stack, wantA):
+				fs = append(fs, "allocFromA")
+			case slices.Equal(e.Stack, wantB):
+				fs = append(fs, "allocFromB")
+			default:
+				fs = append(fs, fmt.Sprint(e.Stack))
+			}
+		}
+		return fs
+	}())
+	assert.Contains(t, frameOf(h.Events[0].Stack[0]), "allocFromA")
+}
+
+// TestHistoryDroppedWriterIsAGap holds slots as a lapped writer and a
+// reader would, and checks that the writers that find them held drop their
+// events, count them lost, and leave gaps in the history.
+func TestHistoryDroppedWriterIsAGap(t *testing.T) {
+	h := newHistory(4)
+	write := func(size int64) { h.record(HistoryAlloc, size, size, nil) }
+	write(1) // 0
+	write(2) // 1
+	// A writer of event 2 is preempted after its ticket; 3 to 5 go by, and
+	// 6 finds slot 2 still unclaimed but 2's claim then fails: 2 is lost.
+	t2 := h.head.Add(1) - 1
+	write(4) // 3
+	write(5) // 4 replaces 0
+	write(6) // 5 replaces 1
+	write(7) // 6 takes slot 2, still empty
+	assert.Nil(t, h.claim(t2), "a writer lapped by a newer event drops its own")
+	// A reader holds slot 3 (event 3) while event 7 arrives: 7 is dropped.
+	sl := &h.slots[3]
+	require.True(t, sl.seq.CompareAndSwap(4<<2|slotDone, 4<<2|slotReading))
+	write(8) // 7, dropped
+	sl.seq.Store(4<<2 | slotDone)
+	// A writer still writes event 8 (slot 0) as the history is read.
+	t8 := h.head.Add(1) - 1
+	w8 := h.claim(t8)
+	require.NotNil(t, w8)
+	write(10) // 9
+
+	got := h.snapshot()
+	assert.Equal(t, uint64(2), got.Lost)
+	assert.Equal(t, uint64(6), got.Overwritten, "events 0-5 are older than the ring")
+	assert.Equal(t, []uint64{6, 9}, func() []uint64 {
+		var s []uint64
+		for _, e := range got.Events {
+			s = append(s, e.Seq)
+		}
+		return s
+	}(), "7 dropped, 8 still being written")
+	require.Len(t, got.Gaps, 1)
+	assert.Equal(t, HistoryGap{After: 6, Before: 9, Missing: 2, From: got.Events[0].Time, To: got.Events[1].Time}, got.Gaps[0])
+
+	// Event 8's writer finishes; 7 stays lost.
+	w8.size, w8.cur, w8.action = 9, 9, HistoryAlloc
+	w8.seq.Store((t8+1)<<2 | slotDone)
+	got = h.snapshot()
+	require.Len(t, got.Gaps, 1)
+	assert.Equal(t, uint64(7), got.Gaps[0].After+1)
+	assert.Equal(t, uint64(1), got.Gaps[0].Missing)
+}
+
+// TestHistoryConcurrentWriters starts writers together on a barrier and
+// checks, once they are done, every event: in a ring large enough for all,
+// none is lost; in a small one, exactly the newest fill it (or are counted
+// lost).
+func TestHistoryConcurrentWriters(t *testing.T) {
+	const writers = 8
+	pairs := 500
+	if testing.Short() {
+		pairs = 200
+	}
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{
+		{"all fit", writers * pairs * 2},
+		{"wraps", 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ds := fakeCUDA(t, 1, 1<<40)
+			d := ds[0]
+			historyOn(t, d, tc.n)
+			var start, done sync.WaitGroup
+			start.Add(1)
+			for w := range writers {
+				done.Add(1)
+				go func() {
+					defer done.Done()
+					start.Wait()
+					for range pairs {
+						b, err := d.Alloc(int64(w + 1))
+						if !assert.NoError(t, err) {
+							return
+						}
+						assert.NoError(t, b.Free())
+					}
+				}()
+			}
+			start.Done()
+			done.Wait()
+
+			h, err := d.MemoryHistory()
+			require.NoError(t, err)
+			total := uint64(writers * pairs * 2)
+			first := total - min(total, uint64(tc.n))
+			assert.Equal(t, first, h.Overwritten)
+			// Each seq once, in order, within the ring's window; every
+			// seq of the window missing is one lost event.
+			missing := uint64(tc.n) - uint64(len(h.Events))
+			assert.LessOrEqual(t, missing, h.Lost)
+			count := map[step]int{}
+			for i, e := range h.Events {
+				require.GreaterOrEqual(t, e.Seq, first)
+				require.Less(t, e.Seq, total)
+				if i > 0 {
+					require.Greater(t, e.Seq, h.Events[i-1].Seq)
+				}
+				require.Contains(t, []HistoryAction{HistoryAlloc, HistoryFree}, e.Action)
+				require.True(t, e.Size >= 1 && e.Size <= writers, "size %d", e.Size)
+				assert.True(t, e.Current >= 0 && e.Current <= writers*(writers+1)/2, "figure %d", e.Current)
+				count[step{Action: e.Action, Size: e.Size}]++
+			}
+			if tc.n >= int(total) {
+				assert.Zero(t, h.Lost)
+				assert.Len(t, h.Events, int(total))
+				assert.Empty(t, h.Gaps)
+				for w := range writers {
+					assert.Equal(t, pairs, count[step{Action: HistoryAlloc, Size: int64(w + 1)}])
+					assert.Equal(t, pairs, count[step{Action: HistoryFree, Size: int64(w + 1)}])
+				}
+			}
+			var gapped uint64
+			for _, g := range h.Gaps {
+				gapped += g.Missing
+			}
+			if len(h.Events) > 0 {
+				assert.Equal(t, missing, gapped+(h.Events[0].Seq-first)+(total-1-h.Events[len(h.Events)-1].Seq))
+			}
+		})
+	}
+}
+
+// TestHistoryReadWhileWriting reads the history over and over while
+// writers run: every read is ordered and consistent, and once the writers
+// are done a read finds every event of the last window.
+func TestHistoryReadWhileWriting(t *testing.T) {
+	const writers = 4
+	pairs := 3000
+	if testing.Short() {
+		pairs = 300
+	}
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	historyOn(t, d, 256)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for w := range writers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			for range pairs {
+				b, err := d.Alloc(int64(w + 1))
+				if assert.NoError(t, err) {
+					assert.NoError(t, b.Free())
+				}
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	reads := make(chan int)
+	go func() {
+		n := 0
+		defer func() { reads <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			h, err := d.MemoryHistory()
+			if !assert.NoError(t, err) {
+				return
+			}
+			n++
+			for i := 1; i < len(h.Events); i++ {
+				a, b := h.Events[i-1], h.Events[i]
+				if !assert.Greater(t, b.Seq, a.Seq) {
+					return
+				}
+				if b.Seq != a.Seq+1 && !assert.True(t, slices.ContainsFunc(h.Gaps, func(g HistoryGap) bool { return g.After == a.Seq && g.Before == b.Seq })) {
+					return
+				}
+			}
+			for _, e := range h.Events {
+				if !assert.True(t, e.Action == HistoryAlloc || e.Action == HistoryFree) || !assert.True(t, e.Size >= 1 && e.Size <= writers) {
+					return
+				}
+			}
+		}
+	}()
+	start.Done()
+	done.Wait()
+	close(stop)
+	t.Logf("%d reads while writing", <-reads)
+
+	h, err := d.MemoryHistory()
+	require.NoError(t, err)
+	require.NotEmpty(t, h.Events)
+	assert.Equal(t, uint64(writers*pairs*2-1), h.Events[len(h.Events)-1].Seq)
+	assert.Equal(t, 256, len(h.Events)+int(countMissing(h)))
+	assert.Equal(t, int64(0), d.MemoryAllocated())
+}
+
+// countMissing counts the events of the window that a history lacks.
+func countMissing(h History) uint64 {
+	var n uint64
+	for _, g := range h.Gaps {
+		n += g.Missing
+	}
+	if len(h.Events) > 0 {
+		n += h.Events[0].Seq - h.Overwritten
+	}
+	return n
+}
+
+// FuzzHistoryRing drives the ring with writers that take their ticket,
+// claim their slot and publish in separate steps, interleaved as the input
+// says, and compares every read with a plain model: an event is read if it
+// was published, is one of the newest len(ring) tickets, and no later
+// ticket has claimed its slot; a claim succeeds if no writer holds the slot
+// and no later ticket has claimed it.
+func FuzzHistoryRing(f *testing.F) {
+	f.Add(uint8(3), []byte{0, 0, 0, 1, 1, 1, 2, 2, 2, 3})
+	f.Add(uint8(2), []byte{0, 0, 0, 0, 0, 3, 1, 2, 1, 2, 3, 0, 1, 2, 3})
+	f.Add(uint8(1), []byte{0, 1, 0, 1, 2, 3, 2, 3})
+	f.Fuzz(func(t *testing.T, size uint8, ops []byte) {
+		n := int(size%8) + 1
+		h := newHistory(n)
+		type writer struct {
+			t  uint64
+			sl *historySlot
+		}
+		var (
+			waiting, writing []writer
+			head             uint64
+			maxClaimed       = make([]int64, n) // by slot: the latest ticket that claimed it, or -1
+			held             = make([]bool, n)  // by slot: a writer holds it
+			published        = map[uint64]bool{}
+			lost             uint64
+		)
+		for i := range maxClaimed {
+			maxClaimed[i] = -1
+		}
+		for i, op := range ops {
+			switch op % 4 {
+			case 0: // a writer takes its ticket
+				w := writer{t: h.head.Add(1) - 1}
+				require.Equal(t, head, w.t)
+				head++
+				waiting = append(waiting, w)
+			case 1: // the oldest waiting writer claims its slot
+				if len(waiting) == 0 {
+					continue
+				}
+				w := waiting[0]
+				waiting = waiting[1:]
+				s := w.t % uint64(n)
+				ok := !held[s] && maxClaimed[s] < int64(w.t)
+				w.sl = h.claim(w.t)
+				require.Equal(t, ok, w.sl != nil, "op %d: claim of %d", i, w.t)
+				if ok {
+					held[s], maxClaimed[s] = true, int64(w.t)
+					writing = append(writing, w)
+				} else {
+					lost++
+				}
+			case 2: // the newest claimed writer publishes
+				if len(writing) == 0 {
+					continue
+				}
+				w := writing[len(writing)-1]
+				writing = writing[:len(writing)-1]
+				w.sl.size, w.sl.cur, w.sl.action = int64(w.t)+1, int64(w.t), HistoryAlloc
+				w.sl.seq.Store((w.t+1)<<2 | slotDone)
+				held[w.t%uint64(n)] = false
+				published[w.t] = true
+			case 3: // a read
+				want := []step{}
+				for t := head - min(head, uint64(n)); t < head; t++ {
+					if published[t] && maxClaimed[t%uint64(n)] == int64(t) {
+						want = append(want, step{t, HistoryAlloc, int64(t) + 1, int64(t)})
+					}
+				}
+				got := h.snapshot()
+				require.Equal(t, want, steps(got), "op %d", i)
+				require.Equal(t, lost, got.Lost)
+				for _, g := range got.Gaps {
+					require.Equal(t, g.Before-g.After-1, g.Missing)
+					require.NotZero(t, g.Missing)
+				}
+			}
+		}
+	})
+}
+
+// TestHistorySlotLayout: a slot is 64 bytes and holds no pointer, so that
+// the garbage collector does not scan the ring.
+func TestHistorySlotLayout(t *testing.T) {
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(historySlot{}))
+	typ := reflect.TypeFor[historySlot]()
+	for i := range typ.NumField() {
+		switch f := typ.Field(i); f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.String, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+			t.Errorf("historySlot.%s is a %v: the ring would hold pointers", f.Name, f.Type.Kind())
+		}
+	}
+}
+
+// BenchmarkHistoryRecord measures the recording of one event alone (a
+// pair records two), in a ring of 1 Ki events (in cache) and of 1 Mi
+// events (64 MiB: a cache miss an event), serially and from every P.
+func BenchmarkHistoryRecord(b *testing.B) {
+	var rec tracker.Record
+	for _, n := range []int{1 << 10, 1 << 20} {
+		h := newHistory(n)
+		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
+			for b.Loop() {
+				h.alloc(64, nil, &rec)
+			}
+		})
+		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					h.alloc(64, nil, &rec)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,131 @@
+// Package trace writes memtrack's allocation histories
+// ([memtrack.Device.MemoryHistory]) as Chrome Trace Event Format JSON, the
+// format Perfetto UI (ui.perfetto.dev) and chrome://tracing open.
+//
+// Each device is a process of the trace, named "memtrack <device>", with a
+// counter track "allocated" (the device's tracked bytes after each event),
+// instant events for refused allocations ("limit", "out of memory",
+// "failed") and for the peak, and a slice on a "gaps" track over each run of
+// events the history lost, so that the counter's line across it is not
+// taken for data.
+//
+//	h, _ := dev.MemoryHistory()
+//	f, _ := os.Create("memtrack.json")
+//	trace.Write(f, h)
+//	f.Close()
+//
+// docs/timeline.md says how to open the file.
+package trace
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/memtrack/memtrack"
+)
+
+// The threads of a device's process.
+const (
+	tidEvents = 1 // refusals and the peak
+	tidGaps   = 2 // the gaps
+)
+
+// Event is one event of the Trace Event Format, as Write writes it.
+type Event struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat,omitempty"`
+	Ph   string         `json:"ph"`            // "C" counter, "i" instant, "X" complete, "M" metadata
+	Ts   float64        `json:"ts"`            // microseconds since the earliest history began
+	Dur  float64        `json:"dur,omitempty"` // microseconds, for "X"
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	S    string         `json:"s,omitempty"` // the scope of an instant event
+	Args map[string]any `json:"args,omitempty"`
+}
+
+// File is the JSON object Write writes: the events and their display unit.
+type File struct {
+	TraceEvents     []Event `json:"traceEvents"`
+	DisplayTimeUnit string  `json:"displayTimeUnit"`
+}
+
+// Events returns the trace events of the histories: for history i, process
+// i+1. Times count from the earliest history's start.
+func Events(hs ...memtrack.History) []Event {
+	var origin time.Time
+	for i, h := range hs {
+		if i == 0 || h.Start.Before(origin) {
+			origin = h.Start
+		}
+	}
+	us := func(t time.Time) float64 { return float64(t.Sub(origin).Nanoseconds()) / 1e3 }
+	var evs []Event
+	for i, h := range hs {
+		pid := i + 1
+		dev := h.Device.String()
+		evs = append(evs,
+			Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": "memtrack " + dev}},
+			Event{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}},
+			Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tidEvents, Args: map[string]any{"name": "refusals and peak"}},
+			Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tidGaps, Args: map[string]any{"name": "gaps"}},
+		)
+		peak := -1
+		for j, e := range h.Events {
+			if e.Action.Refused() {
+				evs = append(evs, Event{Name: refusalName(e.Action), Cat: "memtrack", Ph: "i", S: "p", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
+					Args: map[string]any{"requested": e.Size, "allocated": e.Current, "seq": e.Seq}})
+				continue
+			}
+			evs = append(evs, Event{Name: "allocated", Ph: "C", Ts: us(e.Time), Pid: pid, Args: map[string]any{"bytes": e.Current}})
+			if peak < 0 || e.Current > h.Events[peak].Current {
+				peak = j
+			}
+		}
+		if peak >= 0 {
+			e := h.Events[peak]
+			evs = append(evs, Event{Name: "peak", Cat: "memtrack", Ph: "i", S: "t", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
+				Args: map[string]any{"allocated": e.Current, "seq": e.Seq}})
+		}
+		for _, g := range h.Gaps {
+			evs = append(evs, Event{Name: fmt.Sprintf("gap: %d events lost", g.Missing), Cat: "memtrack", Ph: "X", Ts: us(g.From), Dur: float64(g.To.Sub(g.From).Nanoseconds()) / 1e3,
+				Pid: pid, Tid: tidGaps, Args: map[string]any{"missing": g.Missing, "after_seq": g.After, "before_seq": g.Before}})
+		}
+	}
+	return evs
+}
+
+func refusalName(a memtrack.HistoryAction) string {
+	switch a {
+	case memtrack.HistoryLimit:
+		return "limit"
+	case memtrack.HistoryOutOfMemory:
+		return "out of memory"
+	}
+	return "failed"
+}
+
+// Write writes the histories to w as one Trace Event Format JSON object
+// ([File]), for Perfetto UI or chrome://tracing.
+func Write(w io.Writer, hs ...memtrack.History) error {
+	bw := bufio.NewWriter(w)
+	if _, err := io.WriteString(bw, `{"displayTimeUnit":"ms","traceEvents":[`); err != nil {
+		return fmt.Errorf("memtrack: writing the trace: %w", err)
+	}
+	enc := json.NewEncoder(bw)
+	for i, e := range Events(hs...) {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		if err := enc.Encode(e); err != nil {
+			return fmt.Errorf("memtrack: writing the trace: %w", err)
+		}
+	}
+	bw.WriteString("]}\n")
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("memtrack: writing the trace: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package trace_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/trace"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// history is a CPU history with every kind of event and a gap, 1 ms apart.
+func history(start time.Time) memtrack.History {
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	return memtrack.History{
+		Device: memtrack.CPU(), MaxEntries: 16, Start: start,
+		Events: []memtrack.HistoryEvent{
+			{Seq: 0, Time: at(1), Action: memtrack.HistoryAlloc, Size: 100, Current: 100},
+			{Seq: 1, Time: at(2), Action: memtrack.HistoryAlloc, Size: 300, Current: 400},
+			{Seq: 2, Time: at(3), Action: memtrack.HistoryLimit, Size: 700, Current: 400},
+			{Seq: 3, Time: at(4), Action: memtrack.HistoryFree, Size: 100, Current: 300},
+			{Seq: 6, Time: at(7), Action: memtrack.HistoryOutOfMemory, Size: 1 << 40, Current: 300},
+			{Seq: 7, Time: at(8), Action: memtrack.HistoryFree, Size: 300, Current: 0},
+		},
+		Gaps: []memtrack.HistoryGap{{After: 3, Before: 6, Missing: 2, From: at(4), To: at(7)}},
+	}
+}
+
+// parse reads a trace as a viewer would: JSON, then the events.
+func parse(t *testing.T, data []byte) trace.File {
+	t.Helper()
+	var f trace.File
+	require.NoError(t, json.Unmarshal(data, &f), "%s", data)
+	return f
+}
+
+func TestWrite(t *testing.T) {
+	start := time.Now()
+	var buf bytes.Buffer
+	require.NoError(t, trace.Write(&buf, history(start)))
+	f := parse(t, buf.Bytes())
+	assert.Equal(t, "ms", f.DisplayTimeUnit)
+
+	type point struct {
+		Ts    float64
+		Bytes float64
+	}
+	var counter []point
+	var instants, slices, meta []string
+	for _, e := range f.TraceEvents {
+		assert.Equal(t, 1, e.Pid, "one process for the one device")
+		switch e.Ph {
+		case "C":
+			assert.Equal(t, "allocated", e.Name)
+			counter = append(counter, point{e.Ts, e.Args["bytes"].(float64)})
+		case "i":
+			instants = append(instants, e.Name)
+			switch e.Name {
+			case "limit":
+				assert.Equal(t, 3000.0, e.Ts)
+				assert.Equal(t, 700.0, e.Args["requested"])
+				assert.Equal(t, 400.0, e.Args["allocated"])
+			case "out of memory":
+				assert.Equal(t, 7000.0, e.Ts)
+				assert.Equal(t, float64(1<<40), e.Args["requested"])
+			case "peak":
+				assert.Equal(t, 2000.0, e.Ts)
+				assert.Equal(t, 400.0, e.Args["allocated"])
+			}
+		case "X":
+			slices = append(slices, e.Name)
+			assert.Equal(t, 4000.0, e.Ts)
+			assert.Equal(t, 3000.0, e.Dur)
+			assert.Equal(t, 2.0, e.Args["missing"])
+		case "M":
+			if e.Name == "process_name" {
+				meta = append(meta, e.Args["name"].(string))
+			}
+		}
+	}
+	assert.Equal(t, []point{{1000, 100}, {2000, 400}, {4000, 300}, {8000, 0}}, counter, "refusals leave the counter alone")
+	assert.ElementsMatch(t, []string{"limit", "out of memory", "peak"}, instants)
+	assert.Equal(t, []string{"gap: 2 events lost"}, slices)
+	assert.Equal(t, []string{"memtrack cpu"}, meta)
+}
+
+func TestWriteDevicesShareTheClock(t *testing.T) {
+	start := time.Now()
+	a := history(start)
+	b := history(start.Add(-time.Second)) // began a second earlier
+	b.Events = b.Events[:1]
+	b.Gaps = nil
+	var buf bytes.Buffer
+	require.NoError(t, trace.Write(&buf, a, b))
+	f := parse(t, buf.Bytes())
+	first := map[int]float64{}
+	for _, e := range f.TraceEvents {
+		if _, ok := first[e.Pid]; !ok && e.Ph == "C" {
+			first[e.Pid] = e.Ts
+		}
+	}
+	assert.Equal(t, map[int]float64{1: 1001000, 2: 1000}, first, "times count from the earliest start")
+}
+
+func TestWriteRealHistory(t *testing.T) {
+	d := memtrack.CPU()
+	require.NoError(t, d.EnableMemoryHistory(64))
+	defer d.DisableMemoryHistory()
+	base := d.MemoryAllocated()
+	var bufs []*memtrack.Buffer
+	for i := range 5 {
+		b, err := d.Alloc(int64(i+1) << 10)
+		require.NoError(t, err)
+		bufs = append(bufs, b)
+	}
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+	h, err := d.MemoryHistory()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, trace.Write(&buf, h))
+	var peak float64
+	for _, e := range parse(t, buf.Bytes()).TraceEvents {
+		if e.Ph == "i" && e.Name == "peak" {
+			peak = e.Args["allocated"].(float64)
+		}
+	}
+	assert.Equal(t, float64(base+15<<10), peak)
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriteError(t *testing.T) {
+	err := trace.Write(failWriter{}, history(time.Now()))
+	assert.ErrorContains(t, err, "memtrack: writing the trace: disk full")
+}

@@ -1,0 +1,36 @@
+package memtrack
+
+import "testing"
+
+// BenchmarkTrack measures the bookkeeping of a tracked pair, by itself:
+// Track with an address, the lookup by address, and FreeWith, as the cu
+// drop-in runs them around its two driver calls; and the same without an
+// address (Track and Release, no index).
+func BenchmarkTrack(b *testing.B) {
+	d := freshCPU(b)
+	b.Run("pair=addressed", func(b *testing.B) {
+		b.ReportAllocs()
+		p := uintptr(0x10000000)
+		for b.Loop() {
+			p += 256
+			if _, err := d.Track(1024, p); err != nil {
+				b.Fatal(err)
+			}
+			if err := TrackedAt(KindCPU, p).FreeWith(func() error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pair=plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h, err := d.Track(1024, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Release(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,241 @@
+// memtrack's page: reads data.json and draws one timeline per device that
+// records a history, and keeps the table current. No library, nothing
+// loaded from elsewhere.
+"use strict";
+(function () {
+  const SVG = "http://www.w3.org/2000/svg";
+  const W = 960, H = 320, ML = 80, MR = 24, MT = 28, MB = 40;
+  const SITE_COLORS = ["#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#e0e0e0"];
+  const refresh = Number(document.body.dataset.refresh || 0);
+
+  function fmtBytes(n) {
+    const a = Math.abs(n);
+    if (a < 1024) return n + " B";
+    const units = "KMGTPE";
+    let v = n, u = -1;
+    while ((Math.abs(v) >= 1024) && u < units.length - 1) { v /= 1024; u++; }
+    const p = Math.abs(v) >= 100 ? 0 : Math.abs(v) >= 10 ? 1 : 2;
+    return v.toFixed(p) + " " + units[u] + "iB";
+  }
+  function fmtTime(ms) {
+    return ms >= 1000 ? (ms / 1000).toFixed(3) + " s" : ms.toFixed(1) + " ms";
+  }
+  // fmtTick writes an axis value: as few digits as the step needs.
+  function fmtTick(v, step, unit) {
+    const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+    return v.toFixed(digits) + " " + unit;
+  }
+  function fmtTickBytes(b) {
+    if (b === 0) return "0";
+    return fmtBytes(b).replace(/\.0+ /, " ").replace(/(\.\d*?)0+ /, "$1 ");
+  }
+  function el(name, attrs, text) {
+    const e = document.createElementNS(SVG, name);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function html(name, attrs, text) {
+    const e = document.createElement(name);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  // niceStep returns a tick step near span/count: 1, 2 or 5 times a power
+  // of ten (times), or a power of two (bytes).
+  function niceStep(span, count, binary) {
+    const raw = span / count;
+    if (binary) {
+      let s = 1;
+      while (s * 2 <= raw) s *= 2;
+      return s < raw ? s * 2 : s;
+    }
+    const p = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+    return 10 * p;
+  }
+
+  function plot(dev) {
+    const h = dev.history;
+    const sec = html("section", { "class": "device-plot", "data-device": dev.name });
+    sec.appendChild(html("h2", {}, dev.name));
+    if (!h) {
+      sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.EnableMemoryHistory to see the timeline."));
+      return sec;
+    }
+    const n = h.t.length;
+    const tEnd = Math.max(n ? h.t[n - 1] : 0, ...(h.refusals || []).map(r => r.t), 1);
+    let yMax = Math.max(h.max, 1);
+    const limitShown = dev.limit > 0 && dev.limit <= 4 * yMax;
+    if (limitShown) yMax = Math.max(yMax, dev.limit);
+    yMax *= 1.12;
+    const x = t => ML + (W - ML - MR) * t / tEnd;
+    const y = b => H - MB - (H - MT - MB) * b / yMax;
+    const svg = el("svg", {
+      "class": "plot", "data-device": dev.name, viewBox: `0 0 ${W} ${H}`, width: W, height: H,
+      role: "img", "aria-label": `memory of ${dev.name} over time`,
+      "data-y0": y(0), "data-ymax-px": MT, "data-ymax": yMax,
+    });
+
+    // Grid and axes.
+    const grid = el("g", { "class": "grid" }), axis = el("g", { "class": "axis" });
+    const yStep = niceStep(yMax, 5, true);
+    for (let b = 0; b <= yMax; b += yStep) {
+      grid.appendChild(el("line", { x1: ML, x2: W - MR, y1: y(b), y2: y(b) }));
+      axis.appendChild(el("text", { x: ML - 6, y: y(b) + 4, "text-anchor": "end" }, fmtTickBytes(b)));
+    }
+    const tStep = niceStep(tEnd, 8, false);
+    const inSeconds = tStep >= 1000;
+    for (let t = 0; t <= tEnd + 1e-9; t += tStep) {
+      grid.appendChild(el("line", { x1: x(t), x2: x(t), y1: MT, y2: H - MB }));
+      axis.appendChild(el("text", { x: x(t), y: H - MB + 16, "text-anchor": "middle" },
+        inSeconds ? fmtTick(t / 1000, tStep / 1000, "s") : fmtTick(t, tStep, "ms")));
+    }
+    axis.appendChild(el("text", { x: W - MR, y: H - 4, "text-anchor": "end" }, "time since recording began"));
+    axis.appendChild(el("line", { x1: ML, x2: W - MR, y1: y(0), y2: y(0) }));
+    axis.appendChild(el("line", { x1: ML, x2: ML, y1: MT, y2: H - MB }));
+    svg.appendChild(grid);
+    svg.appendChild(axis);
+
+    // gapAfter[i]: a gap lies between point i and point i+1.
+    const gaps = h.gaps || [];
+    const gapAfter = new Array(n).fill(false);
+    for (const g of gaps) {
+      for (let i = 0; i + 1 < n; i++) if (h.t[i] <= g.from && h.t[i + 1] >= g.to) gapAfter[i] = true;
+      const r = el("rect", { "class": "gap", x: x(g.from), y: MT, width: Math.max(x(g.to) - x(g.from), 2), height: H - MT - MB, fill: "#f2f2f2" });
+      r.appendChild(el("title", {}, `${g.missing} events lost: no line drawn`));
+      svg.appendChild(r);
+    }
+    // The step line of values v (a segment per run without a gap), closed
+    // down to base (another step line) when base is given: an area.
+    function steps(v, base) {
+      let d = "", start = 0;
+      const flush = end => {
+        if (end < start) return;
+        let s = `M${x(h.t[start])},${y(v[start])}`;
+        for (let i = start + 1; i <= end; i++) s += `H${x(h.t[i])}V${y(v[i])}`;
+        if (end === n - 1) s += `H${x(tEnd)}`;
+        if (base) {
+          s += `V${y(base[end])}`;
+          for (let i = end; i > start; i--) s += `H${x(h.t[i])}V${y(base[i - 1])}`;
+          s += `H${x(h.t[start])}Z`;
+        }
+        d += s;
+      };
+      for (let i = 0; i < n; i++) if (gapAfter[i] || i === n - 1) { flush(i); start = i + 1; }
+      return d;
+    }
+
+    // The largest sites, stacked.
+    const legend = html("div", { "class": "legend" });
+    if (h.sites && n) {
+      let base = new Array(n).fill(0);
+      h.sites.forEach((s, k) => {
+        const top = base.map((b, i) => b + s.bytes[i]);
+        const color = SITE_COLORS[Math.min(k, SITE_COLORS.length - 1)];
+        const p = el("path", { "class": "site", "data-site": s.name, d: steps(top, base), fill: color, stroke: "none" });
+        p.appendChild(el("title", {}, s.name));
+        svg.appendChild(p);
+        const item = html("span", {});
+        item.appendChild(html("span", { "class": "swatch", title: s.name }));
+        item.lastChild.style.background = color;
+        item.appendChild(document.createTextNode(s.name));
+        legend.appendChild(item);
+        base = top;
+      });
+    }
+    if (n) svg.appendChild(el("path", { "class": "series", d: steps(h.bytes), fill: "none", stroke: "#1f5fa8", "stroke-width": 2 }));
+
+    // Refused allocations.
+    for (const r of h.refusals || []) {
+      const l = el("line", { "class": "refusal", "data-kind": r.kind, x1: x(r.t), x2: x(r.t), y1: MT, y2: H - MB, stroke: "#d62728", "stroke-dasharray": "2,3" });
+      l.appendChild(el("title", {}, `${r.kind}: ${fmtBytes(r.size)} refused at ${fmtTime(r.t)}`));
+      svg.appendChild(l);
+      const right = x(r.t) > W / 2;
+      svg.appendChild(el("text", { "class": "refusal-label", x: x(r.t) + (right ? -4 : 4), y: H - MB - 6, "text-anchor": right ? "end" : "start" }, `${r.kind}: ${fmtBytes(r.size)} refused`));
+    }
+    // The limit.
+    if (dev.limit > 0) {
+      if (limitShown) {
+        svg.appendChild(el("line", { "class": "limit", "data-bytes": dev.limit, x1: ML, x2: W - MR, y1: y(dev.limit), y2: y(dev.limit), stroke: "#b00", "stroke-dasharray": "6,4", "stroke-width": 1.5 }));
+        svg.appendChild(el("text", { "class": "limit-label", x: W - MR - 4, y: y(dev.limit) - 5, "text-anchor": "end" }, `limit ${fmtBytes(dev.limit)}`));
+      } else {
+        svg.appendChild(el("text", { "class": "limit-label", x: W - MR - 4, y: MT - 8, "text-anchor": "end" }, `limit ${fmtBytes(dev.limit)} (above the plot)`));
+      }
+    }
+    // The peak.
+    if (n) {
+      const px = x(h.maxT), py = y(h.max);
+      svg.appendChild(el("circle", { "class": "peak-marker", cx: px, cy: py, r: 4.5, fill: "#1f5fa8", stroke: "#fff", "stroke-width": 1.5 }));
+      const label = h.maxAtPeak
+        ? `peak ${fmtBytes(dev.peak)} (${dev.peak} B) at ${fmtTime(h.maxT)}`
+        : `highest in the history ${fmtBytes(h.max)} (${h.max} B) at ${fmtTime(h.maxT)}; peak ${fmtBytes(dev.peak)} outside it`;
+      const right = px > W / 2;
+      svg.appendChild(el("text", {
+        "class": "peak-label", "data-bytes": h.maxAtPeak ? dev.peak : h.max, "data-at-peak": h.maxAtPeak,
+        x: right ? px - 8 : px + 8, y: Math.max(py - 8, MT - 10), "text-anchor": right ? "end" : "start",
+      }, label));
+    }
+    sec.appendChild(svg);
+    if (legend.childNodes.length) sec.appendChild(legend);
+    const notes = [`${h.events} events in a ring of ${h.maxEntries}`];
+    if (h.overwritten) notes.push(`${h.overwritten} older events overwritten`);
+    if (h.lost) notes.push(`${h.lost} lost`);
+    if (n < h.events - (h.refusals || []).length) notes.push(`${n} points plotted`);
+    sec.appendChild(html("p", { "class": "note" }, notes.join(" · ")));
+    return sec;
+  }
+
+  function cell(text, title) {
+    const td = html("td", title ? { title: title } : {}, text);
+    return td;
+  }
+  function table(devs) {
+    const body = document.querySelector("#devices tbody");
+    const rows = devs.map(d => {
+      const tr = html("tr", { "data-device": d.name });
+      tr.appendChild(cell(d.name));
+      tr.appendChild(cell(fmtBytes(d.current), d.current + " B"));
+      tr.appendChild(cell(fmtBytes(d.peak), d.peak + " B"));
+      tr.appendChild(d.limit ? cell(fmtBytes(d.limit), d.limit + " B") : cell("none"));
+      if (d.infoError) {
+        const td = cell("unavailable", d.infoError);
+        td.colSpan = 2;
+        tr.appendChild(td);
+      } else {
+        tr.appendChild(cell(fmtBytes(d.free), d.free + " B"));
+        tr.appendChild(cell(fmtBytes(d.total), d.total + " B"));
+      }
+      tr.appendChild(cell(String(d.active)));
+      tr.appendChild(cell(String(d.failed)));
+      tr.appendChild(cell(d.history ? `${d.history.events} events of ${d.history.maxEntries}` : "off"));
+      const prof = html("td", {});
+      if (d.sites) {
+        prof.appendChild(html("a", { href: "./" + d.name }, "in use"));
+        prof.appendChild(document.createTextNode(" · "));
+        prof.appendChild(html("a", { href: "./" + d.name + "?peak=1" }, "at peak"));
+      } else {
+        prof.textContent = "sites off";
+      }
+      tr.appendChild(prof);
+      return tr;
+    });
+    body.replaceChildren(...rows);
+  }
+
+  async function update() {
+    try {
+      const resp = await fetch("data.json", { cache: "no-store" });
+      if (!resp.ok) throw new Error(`data.json: ${resp.status} ${resp.statusText}`);
+      const data = await resp.json();
+      table(data.devices);
+      document.getElementById("plots").replaceChildren(...data.devices.map(plot));
+      document.getElementById("updated").textContent = "read at " + new Date(data.time).toLocaleTimeString();
+      document.body.dataset.rendered = String(Number(document.body.dataset.rendered || 0) + 1);
+    } catch (e) {
+      document.getElementById("updated").textContent = "not updated: " + e.message;
+    }
+    if (refresh > 0) setTimeout(update, refresh * 1000);
+  }
+  update();
+})();
