@@ -86,6 +86,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
 		return nil, &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
 	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		t.site = sr.alloc(size) // see sites.go: the first frame is Track's caller
 	}
@@ -184,6 +185,7 @@ func (t *Tracked) uncount() {
 	}
 	// Cannot fail: the handle's bytes are part of what the record holds.
 	_ = t.rec.Free(t.size)
+	sideFree(t.dev, t.size) // the device-side figure (cuda_stream.go)
 	if t.site != nil {
 		t.site.free(t.size)
 	}
