@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/memtrack/memtrack/tracker"
@@ -22,30 +23,25 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Current(); size > lim-cur {
-			rec.RecordFailure()
-			tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
-			return nil, &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
+			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
-	m, err := s.b.alloc(d.ordinal, size)
-	if err != nil {
-		rec.RecordFailure()
-		tables[d.kind].history.refused(d.ordinal, size, rec, err)
-		return nil, fillError(err, d, size, rec)
+	// The backend writes straight into the buffer (see backend).
+	var b *Buffer
+	if s.inline && size <= cpuInlineMax {
+		b = newSmallCPUBuffer(size)
+	} else {
+		b = new(Buffer)
+	}
+	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
+	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
+		return nil, d.backendRefused(rec, size, err)
 	}
 	if err := rec.Alloc(size); err != nil {
-		tables[d.kind].history.refused(d.ordinal, size, rec, err)
-		// A concurrent allocation took the room under the limit, or the
-		// record is full: give the memory back. The record counted the
-		// failure.
-		oom := &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
-		if ferr := s.b.free(d.ordinal, m); ferr != nil {
-			return nil, fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
-		}
-		return nil, oom
+		return nil, d.recordRefused(s, rec, b, err)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	b := &Buffer{dev: d, size: size, mem: m, rec: rec, backend: s.b}
+	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
 	}
@@ -53,6 +49,48 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 		h.alloc(size, b.site, rec) // see history.go
 	}
 	return b, nil
+}
+
+// The refusals of Alloc, kept out of its fast path.
+
+// overLimit refuses size bytes that the memory limit lim does not leave
+// room for beside the cur bytes tracked.
+func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
+	rec.RecordFailure()
+	tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
+	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
+}
+
+// backendRefused counts and completes the error of a backend that could not
+// allocate size bytes.
+func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
+	rec.RecordFailure()
+	tables[d.kind].history.refused(d.ordinal, size, rec, err)
+	return fillError(err, d, size, rec)
+}
+
+// recordRefused gives back the memory of b, which the record refused to
+// count (a concurrent allocation took the room under the limit, or the
+// record is full); the record counted the failure.
+func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
+	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
+	oom := recordRefusal(err, d, b.size, rec.Current())
+	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
+		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
+	}
+	return oom
+}
+
+// recordRefusal describes an allocation that the device's record refused,
+// with the fields that explain it: the limit and the figure it was held
+// against for a [*tracker.LimitError], the tracker's capacity (in Reason)
+// for anything else. cur is the bytes tracked when it was refused.
+func recordRefusal(err error, d Device, size, cur int64) *OutOfMemoryError {
+	var le *tracker.LimitError
+	if errors.As(err, &le) {
+		return &OutOfMemoryError{Device: d, Requested: size, Current: le.Current, Limit: le.Limit, Reason: "memory limit"}
+	}
+	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Reason: "the tracker's capacity: " + err.Error()}
 }
 
 // fillError completes an error from a backend with the device and figures.

@@ -3,6 +3,7 @@ package memtrack
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
@@ -11,24 +12,47 @@ import (
 // backend is the seam between the accounting in this package and one kind of
 // memory. Implementations stay thin: ordinals, sizes, limits, counters and
 // double frees are all checked above them, once for every kind.
+//
+// alloc and free take the memory by pointer: alloc writes straight into the
+// [Buffer] that will hold it, so that nothing is returned through the stack
+// and copied again after the interface call.
 type backend interface {
 	// devices returns how many devices of this kind the process reaches,
 	// or an error that says why it reaches none.
 	devices() (int, error)
-	// alloc allocates size > 0 bytes on device ordinal.
-	alloc(ordinal int, size int64) (memory, error)
-	// free releases m, which alloc returned for device ordinal.
-	free(ordinal int, m memory) error
+	// alloc allocates size > 0 bytes on device ordinal and describes them
+	// in *m, which is zero (except for the CPU's small buffers, whose host
+	// memory comes with the Buffer; see kindState.inline); on an error it
+	// leaves *m as it was.
+	alloc(ordinal int, size int64, m *memory) error
+	// free releases *m, which alloc made for size bytes on device ordinal.
+	free(ordinal int, size int64, m *memory) error
 	// memInfo returns what the OS or driver reports for device ordinal.
 	memInfo(ordinal int) (free, total int64, err error)
 }
 
 // memory is one allocation as a backend describes it.
 type memory struct {
-	ptr      uintptr // device address or the backend's handle; 0 for Go memory
-	host     []byte  // host-visible view of the memory; nil if there is none
-	reserved int64   // bytes the backend really reserved, if it rounds up; else 0
-	pooled   bool    // allocated in stream order from a CUDA memory pool (cuda_stream.go)
+	ptr      uintptr        // device address or the backend's handle; 0 for Go memory
+	host     unsafe.Pointer // first byte of a host-visible view of the whole buffer; nil if there is none
+	reserved int64          // bytes the backend really reserved, if it rounds up; else 0
+}
+
+// setHost makes b, which holds the whole buffer, its host-visible view.
+func (m *memory) setHost(b []byte) { m.host = unsafe.Pointer(unsafe.SliceData(b)) }
+
+// hostBytes returns the host-visible view of a buffer of size bytes, or nil.
+func (m *memory) hostBytes(size int64) []byte {
+	if m.host == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(m.host), size)
+}
+
+// recordUser is a backend that reads the figures of its device table (the
+// CPU backend, which checks requests against what its device holds).
+type recordUser interface {
+	useRecords(t *tracker.Table)
 }
 
 // kindState is the device table of one kind: its backend, the number of its
@@ -40,6 +64,9 @@ type kindState struct {
 	err     error
 	records tracker.Table
 	sites   siteTable // recorders of allocation sites (sites.go)
+	// inline: the backend is the CPU's, whose buffers of at most
+	// cpuInlineMax bytes Alloc allocates together with their memory.
+	inline  bool
 	tracked addrIndex // addresses of Tracked handles (track.go)
 }
 
@@ -72,6 +99,10 @@ func stateOf(k Kind) *kindState {
 
 func newKindState(k Kind, b backend) *kindState {
 	s := &kindState{kind: k, b: b}
+	if u, ok := b.(recordUser); ok {
+		u.useRecords(&s.records)
+	}
+	_, s.inline = b.(*cpuBackend)
 	s.n, s.err = b.devices()
 	if s.err != nil {
 		s.n = 0
@@ -116,6 +147,6 @@ func (u unbuilt) error() error {
 }
 
 func (u unbuilt) devices() (int, error)                      { return 0, u.error() }
-func (u unbuilt) alloc(int, int64) (memory, error)           { return memory{}, u.error() }
-func (u unbuilt) free(int, memory) error                     { return u.error() }
+func (u unbuilt) alloc(int, int64, *memory) error            { return u.error() }
+func (u unbuilt) free(int, int64, *memory) error             { return u.error() }
 func (u unbuilt) memInfo(int) (free, total int64, err error) { return 0, 0, u.error() }

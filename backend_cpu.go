@@ -3,6 +3,11 @@ package memtrack
 import (
 	"fmt"
 	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
 )
 
 // mmapThreshold is the size from which CPU buffers come from the OS (mmap)
@@ -10,48 +15,167 @@ import (
 // the tracked figure; smaller buffers come from the Go heap.
 const mmapThreshold = 1 << 20
 
-// cpuBackend allocates host memory. It has one device, ordinal 0.
+// cpuCapacityValidity is how long the CPU backend trusts the capacity it
+// last read (the machine's memory, or its cgroup's limit, which can change
+// at run time) before a request that needs it reads it again.
+const cpuCapacityValidity = 100 * time.Millisecond
+
+// cpuBackend allocates host memory. It has one device, ordinal 0. The zero
+// cpuBackend reads the host's capacity with the wall clock.
+//
+// It refuses a request when the bytes its device holds plus the request
+// pass the capacity, the most memory the process may hold (the cgroup's
+// limit or the machine's memory): Go's runtime aborts the process on a make
+// it cannot satisfy, and an mmap past RAM can succeed only to be killed when
+// touched. The capacity is read when the device table is made and again,
+// when the figure is older than [cpuCapacityValidity], by large requests
+// (which make a system call anyway) and by small ones that it would refuse.
+// A small request that fits reads no file and no clock: one atomic load of
+// the capacity and one of the bytes held.
 type cpuBackend struct {
-	capOnce sync.Once
-	cap     int64 // the most memory the process may hold: cgroup limit or RAM
+	readCapacity func() (int64, error)
+	now          func() time.Time
+	records      *tracker.Table // the device table's records (recordUser)
+
+	capacity atomic.Int64 // the figure last read; 0 if unknown
+	mu       sync.Mutex   // serialises reads of the capacity
+	readAt   time.Time    // when it was last read, under mu
+
+	modelMu sync.Mutex
+	model   *string // the CPU's model name, once read (cpu_info_*.go)
 }
 
-func newCPUBackend() backend { return &cpuBackend{} }
+func newCPUBackend() backend { return newCPUBackendOver(hostCapacity, time.Now) }
 
-func (*cpuBackend) devices() (int, error) { return 1, nil }
-
-// capacity returns the memory the process can hold at most, read once.
-func (c *cpuBackend) capacity() int64 {
-	c.capOnce.Do(func() {
-		if _, total, err := hostMemInfo(); err == nil {
-			c.cap = total
-		}
-	})
-	return c.cap
+// newCPUBackendOver returns a CPU backend that reads its capacity with read
+// and the time with now.
+func newCPUBackendOver(read func() (int64, error), now func() time.Time) *cpuBackend {
+	return &cpuBackend{readCapacity: read, now: now}
 }
 
-func (c *cpuBackend) alloc(_ int, size int64) (memory, error) {
-	if size < mmapThreshold {
-		return memory{host: make([]byte, size)}, nil
+// hostCapacity returns the memory of the machine, or of its cgroup where
+// that is lower.
+func hostCapacity() (int64, error) {
+	_, total, err := hostMemInfo()
+	return total, err
+}
+
+func (c *cpuBackend) useRecords(t *tracker.Table) { c.records = t }
+
+func (c *cpuBackend) devices() (int, error) {
+	c.readCapacityIfStale()
+	return 1, nil
+}
+
+// readCapacityIfStale reads the capacity again if the figure is older than
+// cpuCapacityValidity, and returns it. A read that fails keeps the old
+// figure.
+func (c *cpuBackend) readCapacityIfStale() int64 {
+	read, clock := c.readCapacity, c.now
+	if read == nil { // the zero cpuBackend reads the host's figures
+		read, clock = hostCapacity, time.Now
 	}
-	// Go's runtime aborts the process on a make it cannot satisfy, and an
-	// mmap past RAM can succeed only to be killed when touched: refuse what
-	// the machine (or cgroup) cannot hold, and let mmap refuse the rest.
-	if limit := c.capacity(); limit > 0 && size > limit {
-		return memory{}, &OutOfMemoryError{Reason: fmt.Sprintf("larger than the memory of this machine or cgroup (%s)", formatBytes(limit))}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := clock(); c.readAt.IsZero() || now.Sub(c.readAt) >= cpuCapacityValidity {
+		if v, err := read(); err == nil && v > 0 {
+			c.capacity.Store(v)
+		}
+		c.readAt = now
+	}
+	return c.capacity.Load()
+}
+
+// held returns the bytes the device holds.
+func (c *cpuBackend) held() int64 {
+	if c.records == nil {
+		return 0
+	}
+	if r := c.records.Lookup(0); r != nil {
+		return r.Current()
+	}
+	return 0
+}
+
+// admit refuses size bytes if, beside what the device holds, they pass the
+// capacity, read again first if it is stale.
+func (c *cpuBackend) admit(size int64) error {
+	capacity := c.readCapacityIfStale()
+	if capacity <= 0 {
+		return nil // unknown: mmap and the runtime decide
+	}
+	if held := c.held(); size > capacity-held {
+		return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
+			"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
+	}
+	return nil
+}
+
+// alloc allocates size bytes; a small buffer's memory may have come with
+// its Buffer already (newSmallCPUBuffer), in m.host.
+func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
+	if size < mmapThreshold {
+		if capacity := c.capacity.Load(); capacity > 0 && size > capacity-c.held() {
+			if err := c.admit(size); err != nil {
+				return err
+			}
+		}
+		if m.host == nil {
+			m.setHost(make([]byte, size))
+		}
+		return nil
+	}
+	if err := c.admit(size); err != nil {
+		return err
 	}
 	b, err := mapMemory(size)
 	if err != nil {
-		return memory{}, &OutOfMemoryError{Reason: "mmap: " + err.Error()}
+		return &OutOfMemoryError{Reason: "mmap: " + err.Error()}
 	}
-	return memory{host: b}, nil
+	m.setHost(b)
+	return nil
 }
 
-func (*cpuBackend) free(_ int, m memory) error {
-	if len(m.host) < mmapThreshold {
+// cpuInlineMax is the largest CPU buffer whose memory is allocated together
+// with its Buffer: one allocation instead of two, where the Buffer would
+// otherwise cost as much as the memory.
+const cpuInlineMax = 256
+
+// bufferWith is a Buffer followed by the memory of a small CPU buffer.
+type bufferWith[T any] struct {
+	b    Buffer
+	data T
+}
+
+func newBufferWith[T any]() *Buffer {
+	x := new(bufferWith[T])
+	x.b.mem.host = unsafe.Pointer(&x.data)
+	return &x.b
+}
+
+// newSmallCPUBuffer returns a Buffer with zeroed memory for size <=
+// cpuInlineMax bytes in the same allocation, in mem.host, rounded up to a
+// power of two (as the Go heap's size classes would round a make).
+func newSmallCPUBuffer(size int64) *Buffer {
+	switch {
+	case size <= 16:
+		return newBufferWith[[16]byte]()
+	case size <= 32:
+		return newBufferWith[[32]byte]()
+	case size <= 64:
+		return newBufferWith[[64]byte]()
+	case size <= 128:
+		return newBufferWith[[128]byte]()
+	default:
+		return newBufferWith[[cpuInlineMax]byte]()
+	}
+}
+
+func (*cpuBackend) free(_ int, size int64, m *memory) error {
+	if size < mmapThreshold {
 		return nil // Go heap memory: the garbage collector takes it back
 	}
-	if err := unmapMemory(m.host); err != nil {
+	if err := unmapMemory(m.hostBytes(size)); err != nil {
 		return &BackendError{Op: "free", Err: fmt.Errorf("munmap: %w", err)}
 	}
 	return nil
@@ -63,4 +187,19 @@ func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 		return 0, 0, &BackendError{Op: "meminfo", Err: err}
 	}
 	return free, total, nil
+}
+
+// info names the CPU by its model, read once it reads without error; the
+// CPU has no identifier.
+func (c *cpuBackend) info(int) (name, uuid string, err error) {
+	c.modelMu.Lock()
+	defer c.modelMu.Unlock()
+	if c.model == nil {
+		m, err := cpuModelName()
+		if err != nil {
+			return "", "", &BackendError{Op: "info", Err: err}
+		}
+		c.model = &m
+	}
+	return *c.model, "", nil
 }

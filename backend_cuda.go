@@ -115,19 +115,20 @@ func (b *cudaBackend) context(ordinal int) (cuContext, error) {
 	return c, err
 }
 
-func (b *cudaBackend) alloc(ordinal int, size int64) (memory, error) {
+func (b *cudaBackend) alloc(ordinal int, size int64, m *memory) error {
 	d, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return memory{}, err
+		return err
 	}
 	ptr, r := cuAlloc(ctx, size)
 	if err := d.settle("alloc", r); err != nil {
-		return memory{}, err
+		return err
 	}
-	return memory{ptr: ptr}, nil
+	m.ptr = ptr
+	return nil
 }
 
-func (b *cudaBackend) free(ordinal int, m memory) error {
+func (b *cudaBackend) free(ordinal int, _ int64, m *memory) error {
 	d, ctx, err := b.device(ordinal, "free")
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ type metalDevice struct {
 }
 
 // metalBackend allocates Metal buffers in shared storage, which the CPU and
-// the GPU both address, through a [metalBridge]. Each [memory] it returns
+// the GPU both address, through a [metalBridge]. Each [memory] it fills
 // holds the buffer's handle in ptr, its contents in host and its
 // allocatedSize in reserved. It is immutable once made, and so safe for
 // concurrent use where its bridge is.
@@ -61,31 +61,32 @@ func (m *metalBackend) device(ordinal int) (metalDevice, error) {
 // device's maxBufferLength is refused before Metal sees it, and a buffer
 // Metal does not return is an [*OutOfMemoryError]; both are counted as
 // failed allocations by the caller.
-func (m *metalBackend) alloc(ordinal int, size int64) (memory, error) {
+func (m *metalBackend) alloc(ordinal int, size int64, mem *memory) error {
 	d, err := m.device(ordinal)
 	if err != nil {
-		return memory{}, err
+		return err
 	}
 	if size > d.maxBuffer {
-		return memory{}, &OutOfMemoryError{Reason: "larger than the largest Metal buffer this device allows (maxBufferLength " + formatBytes(d.maxBuffer) + ")"}
+		return &OutOfMemoryError{Reason: "larger than the largest Metal buffer this device allows (maxBufferLength " + formatBytes(d.maxBuffer) + ")"}
 	}
 	buf := m.bridge.newBuffer(d.handle, size)
 	if buf == 0 {
 		ws, used := m.bridge.memInfo(d.handle)
-		return memory{}, &OutOfMemoryError{Reason: fmt.Sprintf("Metal returned no buffer (the device has %s allocated of a recommended working set of %s)",
+		return &OutOfMemoryError{Reason: fmt.Sprintf("Metal returned no buffer (the device has %s allocated of a recommended working set of %s)",
 			formatBytes(used), formatBytes(ws))}
 	}
 	p := m.bridge.bufferContents(buf)
 	if p == nil {
 		m.bridge.release(buf)
-		return memory{}, &BackendError{Op: "alloc", Err: errors.New("metal: shared-storage buffer has no contents")}
+		return &BackendError{Op: "alloc", Err: errors.New("metal: shared-storage buffer has no contents")}
 	}
-	return memory{ptr: buf, host: unsafe.Slice((*byte)(p), size), reserved: m.bridge.bufferAllocatedSize(buf)}, nil
+	*mem = memory{ptr: buf, host: p, reserved: m.bridge.bufferAllocatedSize(buf)}
+	return nil
 }
 
 // free releases the buffer behind mem; [Buffer.Free] calls it once per
 // buffer, so each handle is released exactly once.
-func (m *metalBackend) free(_ int, mem memory) error {
+func (m *metalBackend) free(_ int, _ int64, mem *memory) error {
 	if mem.ptr == 0 {
 		return &BackendError{Op: "free", Err: errors.New("metal: no buffer handle to release")}
 	}
@@ -135,6 +136,10 @@ type metalBridge interface {
 	// memInfo returns the device's recommendedMaxWorkingSetSize and
 	// currentAllocatedSize.
 	memInfo(dev uintptr) (workingSet, allocated int64)
+	// registryID returns the device's registryID: mtb_registry_id.
+	registryID(dev uintptr) uint64
+	// name returns the device's name: mtb_device_name.
+	name(dev uintptr) string
 }
 
 // int64Of converts a byte count that C reports as unsigned, saturating at

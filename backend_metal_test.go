@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -89,6 +90,11 @@ func (f *fakeMetal) memInfo(uintptr) (workingSet, allocated int64) {
 	return f.workingSet, allocated
 }
 
+// registryID gives device handle h the registry ID 0x1000003f0 + h.
+func (f *fakeMetal) registryID(dev uintptr) uint64 { return 0x1000003f0 + uint64(dev) }
+
+func (f *fakeMetal) name(dev uintptr) string { return fmt.Sprintf("Fake Metal GPU %d", dev) }
+
 // state returns the fake's live buffers, calls to newBuffer and releases.
 func (f *fakeMetal) state() (live, newCalls int, released map[uintptr]int) {
 	f.mu.Lock()
@@ -118,7 +124,7 @@ func TestMetalBackendDevices(t *testing.T) {
 			assert.Equal(t, tc.want, n)
 			if tc.wantErr != nil {
 				assert.ErrorIs(t, err, tc.wantErr)
-				_, aerr := m.alloc(0, 1)
+				aerr := m.alloc(0, 1, new(memory))
 				assert.ErrorIs(t, aerr, tc.wantErr, "alloc on a backend without devices")
 				_, _, merr := m.memInfo(0)
 				assert.ErrorIs(t, merr, tc.wantErr, "memInfo on a backend without devices")
@@ -136,21 +142,22 @@ func TestMetalBackendAllocFree(t *testing.T) {
 	for _, size := range []int64{1, 4095, 16 << 10, 16<<10 + 1, 3<<20 + 7} {
 		f := newFakeMetal(2)
 		m := newMetalBackendOver(f)
-		mem, err := m.alloc(1, size)
-		require.NoError(t, err, "size %d", size)
+		var mem memory
+		require.NoError(t, m.alloc(1, size, &mem), "size %d", size)
+		host := mem.hostBytes(size)
 
 		assert.NotZero(t, mem.ptr, "the buffer's handle")
-		assert.Len(t, mem.host, int(size), "the host view has the size asked for")
+		assert.Len(t, host, int(size), "the host view has the size asked for")
 		assert.Equal(t, (size+f.page-1)/f.page*f.page, mem.reserved, "reserved is Metal's allocatedSize")
 		f.mu.Lock()
 		backing := f.bufs[mem.ptr]
 		f.mu.Unlock()
-		mem.host[0] = 0xAB
+		host[0] = 0xAB
 		assert.Equal(t, byte(0xAB), backing[0], "the host view is the buffer's memory")
-		mem.host[size-1] = 0xCD
+		host[size-1] = 0xCD
 		assert.Equal(t, byte(0xCD), backing[size-1])
 
-		require.NoError(t, m.free(1, mem))
+		require.NoError(t, m.free(1, size, &mem))
 		live, _, released := f.state()
 		assert.Zero(t, live, "no buffer left after free")
 		assert.Equal(t, map[uintptr]int{mem.ptr: 1}, released, "the buffer's handle released once, and nothing else")
@@ -181,7 +188,8 @@ func TestMetalBackendAllocErrors(t *testing.T) {
 				tc.setup(f)
 			}
 			m := newMetalBackendOver(f)
-			mem, err := m.alloc(tc.ordinal, tc.size)
+			var mem memory
+			err := m.alloc(tc.ordinal, tc.size, &mem)
 			require.Error(t, err)
 			assert.Zero(t, mem.ptr)
 			assert.Nil(t, mem.host)
@@ -212,7 +220,10 @@ func TestMetalBackendAllocErrors(t *testing.T) {
 func TestMetalBackendFreeWithoutHandle(t *testing.T) {
 	f := newFakeMetal(1)
 	m := newMetalBackendOver(f)
-	err := m.free(0, memory{host: make([]byte, 8)})
+	host := make([]byte, 8)
+	mem := memory{}
+	mem.setHost(host)
+	err := m.free(0, 8, &mem)
 	var be *BackendError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, "free", be.Op)
@@ -262,20 +273,20 @@ func TestMetalBackendConcurrent(t *testing.T) {
 			<-start
 			mems := make([]memory, 0, perG)
 			for i := range perG {
-				mem, err := m.alloc(g%2, int64(1+i))
-				if err != nil {
+				var mem memory
+				if err := m.alloc(g%2, int64(1+i), &mem); err != nil {
 					errs <- err
 					return
 				}
-				mem.host[0] = byte(g)
+				mem.hostBytes(1)[0] = byte(g)
 				mems = append(mems, mem)
 			}
-			for _, mem := range mems {
-				if mem.host[0] != byte(g) {
+			for i, mem := range mems {
+				if mem.hostBytes(1)[0] != byte(g) {
 					errs <- errors.New("a buffer's memory was shared with another goroutine's")
 					return
 				}
-				if err := m.free(g%2, mem); err != nil {
+				if err := m.free(g%2, int64(1+i), &mem); err != nil {
 					errs <- err
 					return
 				}

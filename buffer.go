@@ -17,41 +17,89 @@ const (
 
 // Buffer is memory allocated by [Device.Alloc]. It is counted on its device
 // until [Buffer.Free] returns nil. Its methods are safe for concurrent use.
+//
+// A Buffer must not be copied: go vet reports a copy, and a copy is not the
+// buffer. Its Free fails with [ErrInvalidBuffer], and it has no memory to
+// show, as a zero Buffer has none.
 type Buffer struct {
-	dev     Device
+	_ noCopy
+
+	// self is the buffer itself, set by Alloc once the buffer is counted: a
+	// zero Buffer or a copy holds another value, and is refused.
+	self    *Buffer
 	size    int64
 	mem     memory
-	rec     *tracker.Record
-	backend backend
-	state   atomic.Uint32
 	site    *site // where it was allocated, if recorded (sites.go)
+	state   atomic.Uint32
+	ordinal int32 // the device, which locates the backend and the record
+	kind    Kind
+	pooled  bool // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
 }
 
+// noCopy makes go vet's copylocks check report a copy of the struct that
+// holds it, as sync.Mutex does: it has the methods of a sync.Locker.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// valid reports whether b is a buffer that Alloc returned (not nil, not a
+// zero Buffer, not a copy).
+func (b *Buffer) valid() bool { return b != nil && b.self == b }
+
 // Free releases the buffer's memory and then uncounts it. It fails with
-// [ErrDoubleFree] on a buffer already freed and with [ErrNilBuffer] on a nil
-// buffer. If the backend fails to release the memory, the buffer stays live
-// and counted, and Free may be called again.
+// [ErrDoubleFree] on a buffer already freed, with [ErrNilBuffer] on a nil
+// buffer and with [ErrInvalidBuffer] on a Buffer that Alloc did not return
+// (a zero Buffer, or a copy of one). If the backend fails to release the
+// memory, the buffer stays live and counted, and Free may be called again.
 func (b *Buffer) Free() error {
-	if b == nil {
-		return fmt.Errorf("%w: Free called on a nil *Buffer", ErrNilBuffer)
+	if b == nil || b.self != b || !b.state.CompareAndSwap(bufLive, bufFreed) {
+		return b.refuseFree()
 	}
-	if !b.state.CompareAndSwap(bufLive, bufFreed) {
-		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.dev)
+	// The device's table and record, looked up as resolve does.
+	s := tables[b.kind].p.Load()
+	var rec *tracker.Record
+	if s != nil {
+		rec = s.records.Lookup(int(b.ordinal))
 	}
-	if err := b.backend.free(b.dev.ordinal, b.mem); err != nil {
+	if rec == nil { // only where a test replaced the device table
 		b.state.Store(bufLive)
-		return fillError(err, b.dev, b.size, nil)
+		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, b.Device())
 	}
-	// Cannot fail: the buffer's bytes are part of what the record holds.
-	_ = b.rec.Free(b.size)
-	sideFree(b.dev, b.size) // the device-side figure (cuda_stream.go)
+	if err := s.b.free(int(b.ordinal), b.size, &b.mem); err != nil {
+		b.state.Store(bufLive)
+		return fillError(err, b.Device(), b.size, nil)
+	}
+	if err := rec.Free(b.size); err != nil {
+		return b.uncountFailed(err)
+	}
+	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
 	if b.site != nil {
 		b.site.free(b.size)
 	}
-	if h := tables[b.dev.kind].history.lookup(b.dev.ordinal); h != nil {
-		h.free(b.size, b.site, b.rec) // see history.go
+	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
+		h.free(b.size, b.site, rec) // see history.go
 	}
 	return nil
+}
+
+// refuseFree says why Free refused b: nil, not from Alloc, or freed.
+func (b *Buffer) refuseFree() error {
+	switch {
+	case b == nil:
+		return fmt.Errorf("%w: Free called on a nil *Buffer", ErrNilBuffer)
+	case b.self != b:
+		return fmt.Errorf("%w: Free called on a Buffer that Device.Alloc did not return (a zero Buffer, or a copy of one)", ErrInvalidBuffer)
+	default:
+		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.Device())
+	}
+}
+
+// uncountFailed reports a buffer whose memory was released but whose record
+// refused to uncount it: the record disagrees with the buffers it was told
+// about, and Free says so rather than let the figures drift.
+func (b *Buffer) uncountFailed(err error) error {
+	return fmt.Errorf("memtrack: %v: the %d-byte buffer's memory was released, but its record refused to uncount it: %w", b.Device(), b.size, err)
 }
 
 // Size returns the size asked for, in bytes (0 for a nil buffer).
@@ -68,32 +116,35 @@ func (b *Buffer) Device() Device {
 	if b == nil {
 		return Device{}
 	}
-	return b.dev
+	return Device{kind: b.kind, ordinal: int(b.ordinal)}
 }
 
 // Bytes returns the buffer's memory where the host can address it (CPU
 // buffers, and Metal buffers in shared storage), or nil where it cannot (CUDA
-// device memory) and once the buffer is freed. The slice must not be used
-// after Free: its memory may be returned to the OS.
+// device memory), once the buffer is freed and for a Buffer that Alloc did
+// not return. The slice must not be used after Free: its memory may be
+// returned to the OS.
 func (b *Buffer) Bytes() []byte {
-	if b == nil || b.state.Load() != bufLive {
+	if !b.valid() || b.state.Load() != bufLive {
 		return nil
 	}
-	return b.mem.host
+	return b.mem.hostBytes(b.size)
 }
 
 // Freed reports whether the buffer is freed: true from the moment a
-// [Buffer.Free] begins, unless the backend then fails to release it.
-func (b *Buffer) Freed() bool { return b != nil && b.state.Load() == bufFreed }
+// [Buffer.Free] begins, unless the backend then fails to release it. It is
+// false for a Buffer that Alloc did not return.
+func (b *Buffer) Freed() bool { return b.valid() && b.state.Load() == bufFreed }
 
 // DevicePtr returns the address of the buffer's memory on its device, for
 // code that launches kernels or copies memory itself: a CUdeviceptr for a
 // CUDA buffer (cu.DevicePtr(b.DevicePtr()) with github.com/mumax/3/cuda/cu),
 // valid in the device's primary context and so for the CUDA runtime too. It
 // returns 0 for CPU buffers, whose memory [Buffer.Bytes] gives, for a nil
-// buffer and once the buffer is freed.
+// buffer, once the buffer is freed and for a Buffer that Alloc did not
+// return.
 func (b *Buffer) DevicePtr() uintptr {
-	if b == nil || b.state.Load() != bufLive {
+	if !b.valid() || b.state.Load() != bufLive {
 		return 0
 	}
 	return b.mem.ptr

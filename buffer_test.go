@@ -1,8 +1,13 @@
 package memtrack
 
 import (
+	"os"
+	"os/exec"
+	"reflect"
 	"testing"
+	"unsafe"
 
+	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -44,4 +49,131 @@ func TestBufferReservedCPU(t *testing.T) {
 		require.NoError(t, b.Free())
 		assert.Equal(t, size, b.Reserved(), "a freed buffer keeps its figures")
 	}
+}
+
+// TestZeroBufferFree frees Buffers that Alloc did not make: a zero Buffer,
+// a zero Buffer of each kind, and one with only a size. Each gets
+// ErrInvalidBuffer, no panic, and no figure of any device moves.
+func TestZeroBufferFree(t *testing.T) {
+	f, ds := fakeCUDA(t, 1, 1<<20)
+	held, err := ds[0].Alloc(100)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		buf  *Buffer
+	}{
+		{"zero", new(Buffer)},
+		{"zero, from a composite literal", &Buffer{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cpuBefore, cudaBefore := CPU().MemoryStats(), ds[0].MemoryStats()
+			used, live, _ := f.state(0)
+			var err error
+			assert.NotPanics(t, func() { err = tc.buf.Free() })
+			assert.ErrorIs(t, err, ErrInvalidBuffer)
+			assert.Contains(t, err.Error(), "memtrack: ")
+			assert.Equal(t, cpuBefore, CPU().MemoryStats())
+			assert.Equal(t, cudaBefore, ds[0].MemoryStats())
+			usedAfter, liveAfter, _ := f.state(0)
+			assert.Equal(t, used, usedAfter)
+			assert.Equal(t, live, liveAfter)
+			assert.False(t, tc.buf.Freed())
+			assert.Nil(t, tc.buf.Bytes())
+			assert.Zero(t, tc.buf.DevicePtr())
+		})
+	}
+	require.NoError(t, held.Free())
+}
+
+// copyBuffer copies *b as `c := *b` would, through reflect so that go vet
+// does not stop this test file for the copy it is about.
+func copyBuffer(b *Buffer) *Buffer {
+	c := new(Buffer)
+	reflect.ValueOf(c).Elem().Set(reflect.ValueOf(b).Elem())
+	return c
+}
+
+// TestCopiedBufferFree frees a copy of a buffer, before and after the
+// original: the copy is refused with ErrInvalidBuffer and nothing moves, so
+// the memory is released and uncounted exactly once.
+func TestCopiedBufferFree(t *testing.T) {
+	f, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	held, err := d.Alloc(1000)
+	require.NoError(t, err)
+
+	b, err := d.Alloc(100)
+	require.NoError(t, err)
+	early := copyBuffer(b)
+	assert.ErrorIs(t, early.Free(), ErrInvalidBuffer, "a copy freed before the original")
+	assert.Nil(t, early.Bytes())
+	assert.Zero(t, early.DevicePtr())
+	assert.False(t, b.Freed(), "freeing the copy freed the original")
+
+	late := copyBuffer(b)
+	require.NoError(t, b.Free())
+	before := d.MemoryStats()
+	used, live, _ := f.state(0)
+	assert.ErrorIs(t, late.Free(), ErrInvalidBuffer, "a copy freed after the original")
+	assert.Equal(t, before, d.MemoryStats())
+	assert.Equal(t, int64(1000), d.MemoryAllocated(), "the copy's Free uncounted the original again")
+	usedAfter, liveAfter, _ := f.state(0)
+	assert.Equal(t, used, usedAfter, "the copy's Free released the memory again")
+	assert.Equal(t, live, liveAfter)
+	require.NoError(t, held.Free())
+}
+
+// TestBufferCopyIsReportedByVet runs go vet on testdata/vetcopy, which
+// copies a Buffer, and expects the copylocks check to report the copy.
+func TestBufferCopyIsReportedByVet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go vet")
+	}
+	if _, err := os.Stat("testdata/vetcopy/main.go"); err != nil {
+		t.Skipf("not run from the source tree: %v", err) // a test binary copied elsewhere
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	out, err := exec.Command(gobin, "vet", "./testdata/vetcopy").CombinedOutput()
+	require.Error(t, err, "go vet accepted a copy of a Buffer:\n%s", out)
+	assert.Contains(t, string(out), "main.go:12:7: assignment copies lock value to c: github.com/memtrack/memtrack.Buffer")
+}
+
+// TestBufferFreeReportsRecordError frees a buffer whose record no longer
+// holds it (the device table was replaced under it, as only a test can do):
+// Free reports the record's refusal instead of dropping it, and a buffer
+// whose table is gone is refused before the backend is asked.
+func TestBufferFreeReportsRecordError(t *testing.T) {
+	f, ds := fakeCUDA(t, 1, 1<<20)
+	b, err := ds[0].Alloc(100)
+	require.NoError(t, err)
+	gone, err := ds[0].Alloc(50)
+	require.NoError(t, err)
+
+	useBackend(t, KindCUDA, f) // fresh records, none created yet
+	used, live, _ := f.state(0)
+	assert.ErrorIs(t, gone.Free(), ErrInvalidBuffer, "the buffer's record is gone")
+	assert.False(t, gone.Freed())
+	usedAfter, liveAfter, _ := f.state(0)
+	assert.Equal(t, used, usedAfter, "the backend was asked to free a buffer whose record is gone")
+	assert.Equal(t, live, liveAfter)
+
+	_, err = CUDA(0) // creates an empty record
+	require.NoError(t, err)
+	err = b.Free()
+	assert.ErrorIs(t, err, tracker.ErrFreeExceedsHeld)
+	assert.Contains(t, err.Error(), "memory was released, but its record refused to uncount it")
+	assert.True(t, b.Freed(), "the memory was released")
+}
+
+// TestBufferSize keeps a Buffer within one 64-byte allocation on 64-bit
+// platforms, the size class a Device.Alloc pays for besides the memory.
+func TestBufferSize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("64-bit platforms only")
+	}
+	var b Buffer
+	assert.LessOrEqual(t, unsafe.Sizeof(b), uintptr(64))
 }

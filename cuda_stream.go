@@ -339,28 +339,29 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Current(); size > lim-cur {
-			rec.RecordFailure()
-			return nil, &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
+			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
 	sd.reap(d.ordinal) // so that the peak leaves out what is known freed
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if err := dev.settle("alloc", resultOfAsync(a)); err != nil {
-		rec.RecordFailure()
-		return nil, fillError(err, d, size, rec)
+		return nil, d.backendRefused(rec, size, err)
 	}
+	b := new(Buffer)
+	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
+	b.mem.ptr, b.pooled = uintptr(a.ptr), true
 	if err := rec.Alloc(size); err != nil {
-		oom := &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
-		f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), C.MEMTRACK_UNTRACKED, 0, nil)
-		if ferr := dev.settle("free", resultOfAsync(f)); ferr != nil {
-			return nil, fmt.Errorf("%w; releasing the memory also failed: %w", oom, fillError(ferr, d, size, nil))
-		}
-		return nil, oom
+		// recordRefused releases the memory with cuMemFree, which takes
+		// memory of the pool back at once.
+		return nil, d.recordRefused(s, rec, b, err)
 	}
 	_ = sd.held.Alloc(size) // cannot fail: the record holds size
-	b := &Buffer{dev: d, size: size, mem: memory{ptr: uintptr(a.ptr), pooled: true}, rec: rec, backend: s.b}
+	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.alloc(size, b.site, rec) // see history.go
 	}
 	return b, nil
 }
@@ -378,24 +379,35 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // refuses the free, the buffer stays live and counted, and FreeAsync or
 // Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error {
-	if b == nil {
-		return fmt.Errorf("%w: FreeAsync called on a nil *Buffer", ErrNilBuffer)
+	if !b.valid() {
+		return b.refuseFree()
 	}
-	if !b.mem.pooled {
-		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.dev)
+	d := b.Device()
+	if !b.pooled {
+		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, d)
 	}
 	if !b.state.CompareAndSwap(bufLive, bufFreed) {
-		return fmt.Errorf("%w: %d-byte buffer on %v", ErrDoubleFree, b.size, b.dev)
+		return b.refuseFree()
 	}
-	sd := sideOf(b.dev.ordinal)
-	dev, ctx, err := cudaDeviceOf(b.dev.ordinal, "free")
+	// The device's table and record, looked up as Free does.
+	s := tables[b.kind].p.Load()
+	var rec *tracker.Record
+	if s != nil {
+		rec = s.records.Lookup(int(b.ordinal))
+	}
+	sd := sideOf(int(b.ordinal))
+	if rec == nil || sd == nil { // only where a test replaced the device table
+		b.state.Store(bufLive)
+		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
+	}
+	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
 	if err != nil {
 		b.state.Store(bufLive)
-		return fillError(err, b.dev, b.size, nil)
+		return fillError(err, d, b.size, nil)
 	}
 	how, token, event := C.int(C.MEMTRACK_BY_EVENT), C.uintptr_t(0), C.CUevent(nil)
-	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && b.dev.ordinal < 1<<16 {
-		how, token = C.MEMTRACK_BY_HOSTFN, C.uintptr_t(uint64(b.size)<<16|uint64(b.dev.ordinal))
+	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && b.ordinal < 1<<16 {
+		how, token = C.MEMTRACK_BY_HOSTFN, C.uintptr_t(uint64(b.size)<<16|uint64(b.ordinal))
 	} else {
 		event = sd.spareEvent()
 	}
@@ -409,18 +421,22 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 			sd.spareMu.Unlock()
 		}
 		b.state.Store(bufLive)
-		return fillError(err, b.dev, b.size, nil)
+		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
-	_ = b.rec.Free(b.size)
+	if f.retired != 0 {
+		_ = sd.held.Free(b.size)
+	} else if how == C.MEMTRACK_BY_EVENT {
+		sd.push(&retireNode{event: f.event, size: b.size})
+	}
+	if err := rec.Free(b.size); err != nil {
+		return b.uncountFailed(err)
+	}
 	if b.site != nil {
 		b.site.free(b.size)
 	}
-	switch {
-	case f.retired != 0:
-		_ = sd.held.Free(b.size)
-	case how == C.MEMTRACK_BY_EVENT:
-		sd.push(&retireNode{event: f.event, size: b.size})
+	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
+		h.free(b.size, b.site, rec) // see history.go
 	}
 	return nil
 }

@@ -60,14 +60,17 @@ func device(k Kind, ordinal int) (Device, error) {
 	return Device{kind: k, ordinal: ordinal}, nil
 }
 
-// ParseDevice reads a device written as by [Device.String]: "cpu", "cuda:1",
-// "metal:0". A kind without an ordinal ("cuda") means ordinal 0. The device
-// must exist in this build and on this machine.
+// ParseDevice reads a device written as by [Device.String]: "cpu",
+// "cuda:1", "metal:0". A kind without an ordinal ("cuda") means ordinal 0.
+// It accepts nothing else: kind names are lower case, an ordinal is written
+// in decimal without sign, leading zero or spaces, and nothing may surround
+// the device; anything else fails with [ErrInvalidDevice]. The device must
+// exist in this build and on this machine.
 func ParseDevice(s string) (Device, error) {
-	name, ord, hasOrd := strings.Cut(strings.TrimSpace(s), ":")
+	name, ord, hasOrd := strings.Cut(s, ":")
 	k := numKinds
 	for i, n := range kindNames {
-		if strings.EqualFold(name, n) {
+		if name == n {
 			k = Kind(i)
 		}
 	}
@@ -76,12 +79,33 @@ func ParseDevice(s string) (Device, error) {
 	}
 	n := 0
 	if hasOrd {
-		var err error
-		if n, err = strconv.Atoi(ord); err != nil || n < 0 {
-			return Device{}, fmt.Errorf("%w: %q: the ordinal must be a number >= 0", ErrInvalidDevice, s)
+		var ok bool
+		if n, ok = parseOrdinal(ord); !ok {
+			return Device{}, fmt.Errorf("%w: %q: the ordinal must be written as a decimal number >= 0 without sign or leading zeros", ErrInvalidDevice, s)
+		}
+		if n > tracker.MaxOrdinal {
+			return Device{}, fmt.Errorf("%w: %q: no machine has that many %v devices", ErrInvalidOrdinal, s, k)
 		}
 	}
 	return device(k, n)
+}
+
+// parseOrdinal reads an ordinal as strconv.Itoa writes it: ASCII digits,
+// no sign, no leading zero. Past [tracker.MaxOrdinal] it returns
+// tracker.MaxOrdinal+1 instead of overflowing.
+func parseOrdinal(s string) (int, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for i := range len(s) {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = min(n*10+int(c-'0'), tracker.MaxOrdinal+1)
+	}
+	return n, true
 }
 
 // Devices returns every device this build and machine reach: the CPU, then
@@ -111,8 +135,21 @@ func (d Device) String() string {
 	return d.kind.String() + ":" + strconv.Itoa(d.ordinal)
 }
 
-// resolve returns the device's table and record.
+// resolve returns the device's table and record. Its fast path, for a
+// device whose record exists, is small enough to inline into Alloc.
 func (d Device) resolve() (*kindState, *tracker.Record, error) {
+	if d.kind < numKinds {
+		if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
+			if r := s.records.Lookup(d.ordinal); r != nil {
+				return s, r, nil
+			}
+		}
+	}
+	return d.resolveSlow()
+}
+
+// resolveSlow is resolve where the table or the record may not exist yet.
+func (d Device) resolveSlow() (*kindState, *tracker.Record, error) {
 	if d.kind >= numKinds {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidDevice, d)
 	}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,22 +38,49 @@ func TestParseDevice(t *testing.T) {
 		want string // the device's String, if it parses
 		err  error
 	}{
+		// What String writes, and a bare kind name for ordinal 0.
 		{"cpu", "cpu", nil},
-		{"CPU", "cpu", nil},
-		{" cpu:0 ", "cpu", nil},
+		{"cpu:0", "cpu", nil},
 		{"cuda", "cuda:0", nil},
+		{"cuda:0", "cuda:0", nil},
 		{"cuda:1", "cuda:1", nil},
-		{"Cuda:0", "cuda:0", nil},
+		// Devices that do not exist.
 		{"cpu:1", "", ErrInvalidOrdinal},
 		{"cuda:2", "", ErrInvalidOrdinal},
+		{"cuda:10", "", ErrInvalidOrdinal},
+		{"cuda:65536", "", ErrInvalidOrdinal},
+		{"cuda:99999999999999999999", "", ErrInvalidOrdinal},
+		// Anything String does not write.
 		{"cuda:-1", "", ErrInvalidDevice},
 		{"cuda:x", "", ErrInvalidDevice},
 		{"cuda:", "", ErrInvalidDevice},
+		{"cuda:1:", "", ErrInvalidDevice},
+		{"cuda:1:0", "", ErrInvalidDevice},
+		{":0", "", ErrInvalidDevice},
 		{"gpu:0", "", ErrInvalidDevice},
 		{"", "", ErrInvalidDevice},
+		{"cpu:+0", "", ErrInvalidDevice},
+		{"cpu:-0", "", ErrInvalidDevice},
+		{"cpu:00", "", ErrInvalidDevice},
+		{"cuda:01", "", ErrInvalidDevice},
+		{"cuda:+1", "", ErrInvalidDevice},
+		{"cuda:1_0", "", ErrInvalidDevice},
+		{"cuda:0x1", "", ErrInvalidDevice},
+		{"cuda:١", "", ErrInvalidDevice}, // ARABIC-INDIC DIGIT ONE
+		{" cpu", "", ErrInvalidDevice},
+		{"cpu ", "", ErrInvalidDevice},
+		{" cpu:0 ", "", ErrInvalidDevice},
+		{"cpu\n", "", ErrInvalidDevice},
+		{"cpu\u00a0", "", ErrInvalidDevice},
+		{"\u2003cuda:1", "", ErrInvalidDevice},
+		{"cuda: 1", "", ErrInvalidDevice},
+		{"cuda :1", "", ErrInvalidDevice},
+		{"CPU", "", ErrInvalidDevice},
+		{"Cuda:0", "", ErrInvalidDevice},
+		{"cpu\x00", "", ErrInvalidDevice},
 	}
 	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%q", tt.in), func(t *testing.T) {
 			d, err := ParseDevice(tt.in)
 			if tt.err != nil {
 				assert.ErrorIs(t, err, tt.err)
@@ -64,6 +94,39 @@ func TestParseDevice(t *testing.T) {
 			assert.Equal(t, d, back, "String and ParseDevice round-trip")
 		})
 	}
+}
+
+// FuzzParseDevice checks ParseDevice against a plain model of the forms
+// [Device.String] writes: a kind name followed by ":" and an ordinal as
+// strconv.Itoa writes it, or a bare kind name for ordinal 0. Exactly the
+// strings of those forms get past the syntax (they may still name a device
+// this machine lacks), and each parses to the device it names.
+func FuzzParseDevice(f *testing.F) {
+	for _, s := range []string{"cpu", "cpu:0", "cuda:1", "metal:0", "cpu:+0", "cuda:01", " cpu", "cpu\u00a0", "CPU", "cuda:", "cuda:1:1", "cuda:65536"} {
+		f.Add(s)
+	}
+	fakeCUDA(f, 2, 1<<30)
+	f.Fuzz(func(t *testing.T, s string) {
+		var want Device
+		canonical := false
+		for i, k := range kindNames {
+			ord, ok := strings.CutPrefix(s, k+":")
+			n, err := strconv.Atoi(ord)
+			switch {
+			case s == k:
+				want, canonical = Device{kind: Kind(i)}, true
+			case ok && err == nil && n >= 0 && strconv.Itoa(n) == ord:
+				want, canonical = Device{kind: Kind(i), ordinal: n}, true
+			}
+		}
+		d, err := ParseDevice(s)
+		assert.Equal(t, !canonical, errors.Is(err, ErrInvalidDevice), "%q: %v", s, err)
+		if err == nil {
+			assert.Equal(t, want, d, "%q", s)
+		} else {
+			assert.Equal(t, Device{}, d, "%q", s)
+		}
+	})
 }
 
 func TestDevicesListsReachableDevices(t *testing.T) {
@@ -287,6 +350,65 @@ func TestOutOfMemoryErrorDetails(t *testing.T) {
 	_, err = d.Alloc(1 << 20)
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 1 << 20, Current: 1000, Code: 2, Reason: "fake device full"}, *oom)
+}
+
+// TestOutOfMemoryErrorFields checks that a refused allocation fills exactly
+// the fields that explain the refusal: Limit only when the memory limit
+// refused it, and neither the limit nor the backend's code when the record's
+// capacity did.
+func TestOutOfMemoryErrorFields(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, math.MaxInt64)
+	d := ds[0]
+	held, err := d.Alloc(1000)
+	require.NoError(t, err)
+	defer held.Free()
+
+	// The record's capacity refuses, under a limit far above it.
+	require.NoError(t, d.SetMemoryLimit(math.MaxInt64))
+	_, err = d.Alloc(tracker.MaxBytes)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Zero(t, oom.Limit, "the limit did not refuse it: %v", err)
+	assert.Equal(t, int64(1000), oom.Current)
+	assert.Equal(t, int64(tracker.MaxBytes), oom.Requested)
+	assert.NotContains(t, err.Error(), "limit")
+	assert.Contains(t, err.Error(), "capacity")
+	assert.Equal(t, int64(1000), d.MemoryAllocated())
+
+	// The limit refuses: it is named.
+	require.NoError(t, d.SetMemoryLimit(1500))
+	_, err = d.Alloc(501)
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, int64(1500), oom.Limit)
+	assert.Equal(t, int64(1000), oom.Current)
+}
+
+// TestRecordRefusal turns each refusal of the record into an
+// OutOfMemoryError whose fields say what refused it.
+func TestRecordRefusal(t *testing.T) {
+	d := Device{kind: KindCUDA, ordinal: 1}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want OutOfMemoryError
+	}{
+		{
+			name: "limit",
+			err:  &tracker.LimitError{Requested: 10, Current: 95, Limit: 100},
+			want: OutOfMemoryError{Device: d, Requested: 10, Current: 95, Limit: 100, Reason: "memory limit"},
+		},
+		{
+			name: "capacity",
+			err:  fmt.Errorf("%w: a record holds at most 3 buffers", tracker.ErrCapacity),
+			want: OutOfMemoryError{Device: d, Requested: 10, Current: 7, Reason: "the tracker's capacity: memtrack: counter capacity exceeded: a record holds at most 3 buffers"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := recordRefusal(tc.err, d, 10, 7)
+			assert.Equal(t, tc.want, *got)
+			assert.ErrorIs(t, got, ErrOutOfMemory)
+		})
+	}
 }
 
 // TestLimitUnderContention lets many goroutines race for room under a

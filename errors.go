@@ -36,6 +36,10 @@ var (
 	// on a nil *Tracked.
 	ErrNilBuffer = errors.New("memtrack: nil buffer")
 
+	// ErrInvalidBuffer: [Buffer.Free] on a Buffer that [Device.Alloc] did
+	// not return: a zero Buffer, or a copy of one (which go vet reports).
+	ErrInvalidBuffer = errors.New("memtrack: invalid buffer")
+
 	// ErrAlreadyTracked: [Device.Track] of an address that a live handle
 	// tracks already.
 	ErrAlreadyTracked = errors.New("memtrack: address already tracked")
@@ -75,6 +79,7 @@ type OutOfMemoryError struct {
 	Requested int64  // bytes asked for
 	Current   int64  // bytes tracked on the device when it was refused
 	Limit     int64  // the memory limit that refused it; 0 if it was not the cause
+	Capacity  int64  // the device's memory that refused it (for the CPU, the machine's or its cgroup's); 0 if it was not the cause
 	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
 	Reason    string // what refused it, in words
 }
@@ -84,6 +89,9 @@ func (e *OutOfMemoryError) Error() string {
 	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested, %d tracked", e.Device, e.Requested, e.Current)
 	if e.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", e.Limit)
+	}
+	if e.Capacity > 0 {
+		s += fmt.Sprintf(", capacity %d", e.Capacity)
 	}
 	if e.Reason != "" {
 		s += ": " + e.Reason

@@ -158,6 +158,19 @@ func ExampleBuffer_Reserved() {
 	// Output: 1000 1000
 }
 
+// The CPU is named by its model (which differs between machines, and so is
+// not printed here) and has no UUID; a GPU's UUID is its name in nvidia-smi
+// and dcgm-exporter.
+func ExampleDevice_Info() {
+	info, err := memtrack.CPU().Info()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%v uuid=%q\n", info.Device, info.UUID)
+	// Output: cpu uuid=""
+}
+
 func ExampleStats_String() {
 	s := memtrack.Stats{Current: 3 << 29, Peak: 2 << 30, Active: 3, PeakActive: 4, AllocatedBytes: 5 << 30, FreedBytes: 3584 << 20, Allocs: 10, Frees: 7}
 	fmt.Println(s)

@@ -31,24 +31,25 @@ func (f *fakeBackend) devices() (int, error) {
 	return f.n, nil
 }
 
-func (f *fakeBackend) alloc(ordinal int, size int64) (memory, error) {
+func (f *fakeBackend) alloc(ordinal int, size int64, m *memory) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	if len(f.allocErrs) > 0 {
 		err := f.allocErrs[0]
 		f.allocErrs = f.allocErrs[1:]
-		return memory{}, err
+		return err
 	}
 	if size > f.capacity-f.used[ordinal] {
-		return memory{}, &OutOfMemoryError{Code: 2, Reason: "fake device full"}
+		return &OutOfMemoryError{Code: 2, Reason: "fake device full"}
 	}
 	f.used[ordinal] += size
 	f.live++
-	return memory{ptr: uintptr(0x1000 * f.calls), reserved: size}, nil
+	*m = memory{ptr: uintptr(0x1000 * f.calls), reserved: size}
+	return nil
 }
 
-func (f *fakeBackend) free(ordinal int, m memory) error {
+func (f *fakeBackend) free(ordinal int, _ int64, m *memory) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.freeErrs) > 0 {
@@ -92,7 +93,7 @@ func useBackend(t testing.TB, k Kind, b backend) {
 }
 
 // fakeCUDA installs a fake CUDA backend and returns it with its devices.
-func fakeCUDA(t *testing.T, n int, capacity int64) (*fakeBackend, []Device) {
+func fakeCUDA(t testing.TB, n int, capacity int64) (*fakeBackend, []Device) {
 	t.Helper()
 	f := newFakeBackend(n, capacity)
 	useBackend(t, KindCUDA, f)

@@ -1,4 +1,4 @@
-//go:build metal && darwin && cgo
+//go:build metal && darwin && !ios && cgo
 
 // metal_bridge.h: the C interface of metal_bridge.m, the only functions Go
 // calls for the Metal backend. No Objective-C type appears here: devices and
@@ -35,5 +35,12 @@ void mtb_release(uintptr_t obj);
 // mtb_mem_info stores the device's recommendedMaxWorkingSetSize and its
 // currentAllocatedSize.
 void mtb_mem_info(uintptr_t dev, uint64_t *working_set, uint64_t *allocated);
+
+// mtb_registry_id returns the device's registryID.
+uint64_t mtb_registry_id(uintptr_t dev);
+
+// mtb_device_name stores the device's name in UTF-8 in name (at most cap
+// bytes, the NUL included, cut short if longer).
+void mtb_device_name(uintptr_t dev, char *name, int cap);
 
 #endif

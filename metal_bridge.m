@@ -1,4 +1,4 @@
-//go:build metal && darwin && cgo
+//go:build metal && darwin && !ios && cgo
 
 // metal_bridge.m: the Objective-C side of the Metal backend, behind the C
 // functions of metal_bridge.h (see metal_bridge_cgo_darwin.go for why this
@@ -13,6 +13,8 @@
 #import <CoreFoundation/CoreFoundation.h>
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
+
+#include <string.h>
 
 #include "metal_bridge.h"
 
@@ -94,5 +96,21 @@ void mtb_mem_info(uintptr_t dev, uint64_t *working_set, uint64_t *allocated) {
 		id<MTLDevice> d = device_of(dev);
 		*working_set = d.recommendedMaxWorkingSetSize;
 		*allocated = (uint64_t)d.currentAllocatedSize;
+	}
+}
+
+uint64_t mtb_registry_id(uintptr_t dev) {
+	@autoreleasepool {
+		return device_of(dev).registryID;
+	}
+}
+
+void mtb_device_name(uintptr_t dev, char *name, int cap) {
+	@autoreleasepool {
+		if (cap <= 0) {
+			return;
+		}
+		const char *s = device_of(dev).name.UTF8String;
+		strlcpy(name, s != NULL ? s : "", (size_t)cap);
 	}
 }

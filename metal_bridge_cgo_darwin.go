@@ -1,4 +1,4 @@
-//go:build metal && darwin && cgo
+//go:build metal && darwin && !ios && cgo
 
 // The cgo half of the Metal bridge: one Go method per C function of
 // metal_bridge.h, converting types and nothing more.
@@ -8,7 +8,8 @@
 // ("C source files not allowed when not using cgo"), so the Objective-C must
 // drop out of exactly the builds that drop this file: with the same line, a
 // CGO_ENABLED=0 build for darwin compiles metal_bridge_nocgo_darwin.go in
-// its place, and a build for another system sees neither.
+// its place, and a build for another system (iOS included, which satisfies
+// darwin but lacks MTLCopyAllDevices) sees neither.
 
 package memtrack
 
@@ -61,4 +62,14 @@ func (cgoMetalBridge) memInfo(dev uintptr) (workingSet, allocated int64) {
 	var ws, used C.uint64_t
 	C.mtb_mem_info(C.uintptr_t(dev), &ws, &used)
 	return int64Of(uint64(ws)), int64Of(uint64(used))
+}
+
+func (cgoMetalBridge) registryID(dev uintptr) uint64 {
+	return uint64(C.mtb_registry_id(C.uintptr_t(dev)))
+}
+
+func (cgoMetalBridge) name(dev uintptr) string {
+	var buf [256]C.char
+	C.mtb_device_name(C.uintptr_t(dev), &buf[0], C.int(len(buf)))
+	return C.GoString(&buf[0])
 }

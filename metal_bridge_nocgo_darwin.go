@@ -1,4 +1,4 @@
-//go:build metal && darwin && !cgo
+//go:build metal && darwin && !ios && !cgo
 
 package memtrack
 

@@ -1,4 +1,4 @@
-//go:build metal && darwin
+//go:build metal && darwin && !ios
 
 // These tests need a Mac with a Metal GPU, the Xcode command-line tools and
 // cgo: go test -tags metal ./... . Where Metal(0) fails (a build without
@@ -218,4 +218,16 @@ func TestMetalConcurrentAlloc(t *testing.T) {
 	assert.Equal(t, before.Allocs+n, after.Allocs)
 	assert.Equal(t, before.Frees+n, after.Frees)
 	assert.Equal(t, before.Current+n*size, after.Peak, "the peak stays until reset")
+}
+
+// TestMetalInfo: the device has a name, and its registry ID in hex as its
+// UUID.
+func TestMetalInfo(t *testing.T) {
+	d := metalDevice(t)
+	info, err := d.Info()
+	require.NoError(t, err)
+	assert.Equal(t, d, info.Device)
+	assert.NotEmpty(t, info.Name)
+	assert.Regexp(t, `^0x[0-9a-f]+$`, info.UUID)
+	t.Logf("%v: %q, registry ID %s", d, info.Name, info.UUID)
 }

@@ -10,6 +10,9 @@
 //	memtrack_allocated_bytes            gauge    bytes held by live buffers
 //	memtrack_allocated_peak_bytes       gauge    high-water mark of memtrack_allocated_bytes
 //	memtrack_active_buffers             gauge    live buffers
+//	memtrack_active_buffers_peak        gauge    high-water mark of memtrack_active_buffers
+//	memtrack_allocated_bytes_total      counter  bytes allocated (requested sizes)
+//	memtrack_freed_bytes_total          counter  bytes freed
 //	memtrack_allocations_total          counter  allocations
 //	memtrack_frees_total                counter  frees
 //	memtrack_allocation_failures_total  counter  refused or failed allocations
@@ -19,16 +22,23 @@
 //	memtrack_limit_bytes                gauge    the memory limit, where one is set
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
+//	memtrack_device_info                gauge    1, with the labels uuid and name ([memtrack.Device.Info])
 //	memtrack_pool_reserved_bytes        gauge    a CUDA memory pool's reserved bytes (memory_reserved)
 //	memtrack_pool_reserved_peak_bytes   gauge    its high-water mark (max_memory_reserved)
 //	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
 //	memtrack_pool_used_peak_bytes       gauge    its high-water mark
 //
+// memtrack_device_info names the device: uuid is the GPU's UUID as
+// nvidia-smi and dcgm-exporter print it ("GPU-…"), a Metal device's
+// registryID ("0x…"), or empty for the CPU; name is the model name. Join it
+// on backend and ordinal to give the other metrics those labels, and then on
+// uuid to put them beside dcgm-exporter's (docs/integrations.md).
+//
 // The device_* metrics are left out for a device whose query fails, and the
 // pool_* metrics for a device without a CUDA memory pool; the rest of the
 // scrape goes on. The counters restart from zero after
 // [memtrack.Device.ResetAccumulatedMemoryStats], which rate() and increase()
-// treat as a counter reset, and the peak follows
+// treat as a counter reset, and the peaks follow
 // [memtrack.Device.ResetPeakMemoryStats].
 package prom
 
@@ -43,15 +53,18 @@ import (
 // copy of them and starts no goroutine: each Collect reads the counters.
 // Create one with [NewCollector].
 type Collector struct {
-	allocated, peak, active  *prometheus.Desc
-	allocs, frees, failures  *prometheus.Desc
-	limit, devFree, devTotal *prometheus.Desc
-	held, heldPeak           *prometheus.Desc
-	poolReserved, poolUsed   [2]*prometheus.Desc // current, peak
+	allocated, peak, active, activePeak *prometheus.Desc
+	allocatedTotal, freedTotal          *prometheus.Desc
+	allocs, frees, failures             *prometheus.Desc
+	limit, devFree, devTotal            *prometheus.Desc
+	info                                *prometheus.Desc
+	held, heldPeak                      *prometheus.Desc
+	poolReserved, poolUsed              [2]*prometheus.Desc // current, peak
 
 	// Seams for tests; the package's functions otherwise.
 	devices   func() []memtrack.Device
 	memInfo   func(memtrack.Device) (free, total int64, err error)
+	devInfo   func(memtrack.Device) (memtrack.DeviceInfo, error)
 	poolStats func(memtrack.Device) (memtrack.PoolStats, error)
 }
 
@@ -63,8 +76,9 @@ type config struct {
 }
 
 // WithConstLabels adds labels with fixed values to every metric, such as the
-// name of the model a process serves. Names that clash with backend or
-// ordinal, or are not valid label names, make registration fail.
+// name of the model a process serves. Names that clash with backend,
+// ordinal, uuid or name, or are not valid label names, make registration
+// fail.
 func WithConstLabels(labels prometheus.Labels) Option {
 	return func(c *config) {
 		for k, v := range labels {
@@ -83,17 +97,22 @@ func NewCollector(opts ...Option) *Collector {
 		return prometheus.NewDesc("memtrack_"+name, help, []string{"backend", "ordinal"}, cfg.constLabels)
 	}
 	return &Collector{
-		allocated: desc("allocated_bytes", "Bytes held by the device's live buffers allocated through memtrack (requested sizes)."),
-		peak:      desc("allocated_peak_bytes", "High-water mark of memtrack_allocated_bytes since the last peak reset."),
-		active:    desc("active_buffers", "Live buffers allocated through memtrack on the device."),
-		allocs:    desc("allocations_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
-		frees:     desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
-		failures:  desc("allocation_failures_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
-		limit:     desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
-		devFree:   desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
-		devTotal:  desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
-		held:      desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed."),
-		heldPeak:  desc("held_peak_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
+		allocated:      desc("allocated_bytes", "Bytes held by the device's live buffers allocated through memtrack (requested sizes)."),
+		peak:           desc("allocated_peak_bytes", "High-water mark of memtrack_allocated_bytes since the last peak reset."),
+		active:         desc("active_buffers", "Live buffers allocated through memtrack on the device."),
+		activePeak:     desc("active_buffers_peak", "High-water mark of memtrack_active_buffers since the last peak reset."),
+		allocatedTotal: desc("allocated_bytes_total", "Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures."),
+		freedTotal:     desc("freed_bytes_total", "Bytes freed through memtrack on the device since the last reset of the cumulative figures."),
+		allocs:         desc("allocations_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
+		frees:          desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
+		failures:       desc("allocation_failures_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
+		limit:          desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
+		devFree:        desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
+		devTotal:       desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
+		info: prometheus.NewDesc("memtrack_device_info", "The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.",
+			[]string{"backend", "ordinal", "uuid", "name"}, cfg.constLabels),
+		held:     desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed."),
+		heldPeak: desc("held_peak_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
 		poolReserved: [2]*prometheus.Desc{
 			desc("pool_reserved_bytes", "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them."),
 			desc("pool_reserved_peak_bytes", "High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it."),
@@ -104,6 +123,7 @@ func NewCollector(opts ...Option) *Collector {
 		},
 		devices:   memtrack.UsedDevices,
 		memInfo:   memtrack.Device.MemGetInfo,
+		devInfo:   memtrack.Device.Info,
 		poolStats: memtrack.Device.PoolStats,
 	}
 }
@@ -116,7 +136,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal,
+	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.activePeak, c.allocatedTotal, c.freedTotal,
+		c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal, c.info,
 		c.held, c.heldPeak, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
 }
 
@@ -135,6 +156,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		send(c.allocated, prometheus.GaugeValue, s.Current)
 		send(c.peak, prometheus.GaugeValue, s.Peak)
 		send(c.active, prometheus.GaugeValue, s.Active)
+		send(c.activePeak, prometheus.GaugeValue, s.PeakActive)
+		send(c.allocatedTotal, prometheus.CounterValue, s.AllocatedBytes)
+		send(c.freedTotal, prometheus.CounterValue, s.FreedBytes)
 		send(c.allocs, prometheus.CounterValue, s.Allocs)
 		send(c.frees, prometheus.CounterValue, s.Frees)
 		send(c.failures, prometheus.CounterValue, s.FailedAllocs)
@@ -146,6 +170,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if free, total, err := c.memInfo(d); err == nil {
 			send(c.devFree, prometheus.GaugeValue, free)
 			send(c.devTotal, prometheus.GaugeValue, total)
+		}
+		if info, err := c.devInfo(d); err == nil {
+			m, err := prometheus.NewConstMetric(c.info, prometheus.GaugeValue, 1, append(labels, info.UUID, info.Name)...)
+			if err != nil {
+				m = prometheus.NewInvalidMetric(c.info, err)
+			}
+			ch <- m
 		}
 		if p, err := c.poolStats(d); err == nil {
 			send(c.poolReserved[0], prometheus.GaugeValue, p.ReservedCurrent)

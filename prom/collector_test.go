@@ -9,6 +9,7 @@ import (
 	"github.com/memtrack/memtrack"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,6 +18,7 @@ import (
 // device_* metrics come from the OS and change between reads.
 var counterNames = []string{
 	"memtrack_allocated_bytes", "memtrack_allocated_peak_bytes", "memtrack_active_buffers",
+	"memtrack_active_buffers_peak", "memtrack_allocated_bytes_total", "memtrack_freed_bytes_total",
 	"memtrack_allocations_total", "memtrack_frees_total", "memtrack_allocation_failures_total",
 	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_held_peak_bytes",
 }
@@ -51,9 +53,15 @@ const countersText = `
 # HELP memtrack_active_buffers Live buffers allocated through memtrack on the device.
 # TYPE memtrack_active_buffers gauge
 memtrack_active_buffers{%[1]s} 1
+# HELP memtrack_active_buffers_peak High-water mark of memtrack_active_buffers since the last peak reset.
+# TYPE memtrack_active_buffers_peak gauge
+memtrack_active_buffers_peak{%[1]s} 2
 # HELP memtrack_allocated_bytes Bytes held by the device's live buffers allocated through memtrack (requested sizes).
 # TYPE memtrack_allocated_bytes gauge
 memtrack_allocated_bytes{%[1]s} 2048
+# HELP memtrack_allocated_bytes_total Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures.
+# TYPE memtrack_allocated_bytes_total counter
+memtrack_allocated_bytes_total{%[1]s} 3072
 # HELP memtrack_allocated_peak_bytes High-water mark of memtrack_allocated_bytes since the last peak reset.
 # TYPE memtrack_allocated_peak_bytes gauge
 memtrack_allocated_peak_bytes{%[1]s} 3072
@@ -66,6 +74,9 @@ memtrack_allocations_total{%[1]s} 2
 # HELP memtrack_frees_total Frees through memtrack on the device since the last reset of the cumulative figures.
 # TYPE memtrack_frees_total counter
 memtrack_frees_total{%[1]s} 1
+# HELP memtrack_freed_bytes_total Bytes freed through memtrack on the device since the last reset of the cumulative figures.
+# TYPE memtrack_freed_bytes_total counter
+memtrack_freed_bytes_total{%[1]s} 1024
 # HELP memtrack_held_bytes Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed.
 # TYPE memtrack_held_bytes gauge
 memtrack_held_bytes{%[1]s} 2048
@@ -87,6 +98,21 @@ memtrack_device_free_bytes{%[1]s} 1000
 memtrack_device_total_bytes{%[1]s} 4000
 `
 
+const infoText = `# HELP memtrack_device_info The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.
+# TYPE memtrack_device_info gauge
+memtrack_device_info{%[1]s} 1
+`
+
+// cpuInfoLabels are the labels of the CPU's memtrack_device_info as
+// fixedDevInfo names it.
+const cpuInfoLabels = `backend="cpu",name="Fake CPU \\ \"9000\"",ordinal="0",uuid="CPU-0"`
+
+// fixedDevInfo names the CPU with a UUID (which the real CPU has none of),
+// and with a backslash and quotes, which the exposition escapes.
+func fixedDevInfo(d memtrack.Device) (memtrack.DeviceInfo, error) {
+	return memtrack.DeviceInfo{Device: d, Name: `Fake CPU \ "9000"`, UUID: "CPU-0"}, nil
+}
+
 // cpuLabels are the labels of the CPU's metrics without constant labels.
 const cpuLabels = `backend="cpu",ordinal="0"`
 
@@ -101,18 +127,24 @@ func TestCollectorCompare(t *testing.T) {
 	failedInfo := func(d memtrack.Device) (int64, int64, error) {
 		return 0, 0, &memtrack.BackendError{Device: d, Op: "meminfo", Err: errors.New("driver gone")}
 	}
+	failedDevInfo := func(d memtrack.Device) (memtrack.DeviceInfo, error) {
+		return memtrack.DeviceInfo{Device: d}, &memtrack.BackendError{Device: d, Op: "info", Err: errors.New("driver gone")}
+	}
 	tests := []struct {
 		name    string
 		opts    []Option
 		limit   int64
 		memInfo func(memtrack.Device) (int64, int64, error)
+		devInfo func(memtrack.Device) (memtrack.DeviceInfo, error)
 		want    string
 	}{
-		{"no limit", nil, 0, fixedInfo, expect(cpuLabels, countersText, deviceText)},
-		{"limit", nil, 1 << 20, fixedInfo, expect(cpuLabels, countersText, limitText, deviceText)},
-		{"query fails", nil, 0, failedInfo, expect(cpuLabels, countersText)},
-		{"const labels", []Option{WithConstLabels(prometheus.Labels{"model": "llama", "zone": "a"})}, 1 << 20, fixedInfo,
-			expect(`backend="cpu",model="llama",ordinal="0",zone="a"`, countersText, limitText, deviceText)},
+		{"no limit", nil, 0, fixedInfo, fixedDevInfo, expect(cpuLabels, countersText, deviceText) + expect(cpuInfoLabels, infoText)},
+		{"limit", nil, 1 << 20, fixedInfo, fixedDevInfo, expect(cpuLabels, countersText, limitText, deviceText) + expect(cpuInfoLabels, infoText)},
+		{"queries fail", nil, 0, failedInfo, failedDevInfo, expect(cpuLabels, countersText)},
+		{"info fails", nil, 0, fixedInfo, failedDevInfo, expect(cpuLabels, countersText, deviceText)},
+		{"const labels", []Option{WithConstLabels(prometheus.Labels{"model": "llama", "zone": "a"})}, 1 << 20, fixedInfo, fixedDevInfo,
+			expect(`backend="cpu",model="llama",ordinal="0",zone="a"`, countersText, limitText, deviceText) +
+				expect(`backend="cpu",model="llama",name="Fake CPU \\ \"9000\"",ordinal="0",uuid="CPU-0",zone="a"`, infoText)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,6 +152,7 @@ func TestCollectorCompare(t *testing.T) {
 			c := NewCollector(tt.opts...)
 			c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 			c.memInfo = tt.memInfo
+			c.devInfo = tt.devInfo
 
 			reg := prometheus.NewPedanticRegistry()
 			require.NoError(t, reg.Register(c))
@@ -140,7 +173,7 @@ func TestCollectorUsedDevices(t *testing.T) {
 
 	used := len(memtrack.UsedDevices())
 	require.GreaterOrEqual(t, used, 1)
-	assert.Equal(t, 8*used, testutil.CollectAndCount(c, counterNames...))
+	assert.Equal(t, 11*used, testutil.CollectAndCount(c, counterNames...))
 	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
 		// The CPU's figures come from /proc/meminfo or sysctl.
 		_, total, err := memtrack.CPU().MemGetInfo()
@@ -149,6 +182,16 @@ func TestCollectorUsedDevices(t *testing.T) {
 		assert.Equal(t, 1, testutil.CollectAndCount(c, "memtrack_device_total_bytes"))
 		assert.Equal(t, float64(total), testutil.ToFloat64(onlyTotal{c}))
 	}
+
+	// The CPU's identity, as the core reports it.
+	info, err := memtrack.CPU().Info()
+	require.NoError(t, err)
+	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	wantInfo := expect(`backend="cpu",name="`+esc.Replace(info.Name)+`",ordinal="0",uuid=""`, infoText)
+	if used == 1 {
+		assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(wantInfo), "memtrack_device_info"))
+	}
+	assert.Equal(t, used, testutil.CollectAndCount(c, "memtrack_device_info"))
 
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
@@ -192,6 +235,9 @@ func TestCollectorPool(t *testing.T) {
 	c := NewCollector()
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
+	c.devInfo = func(memtrack.Device) (memtrack.DeviceInfo, error) {
+		return memtrack.DeviceInfo{}, errors.New("no info")
+	}
 	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
 		return memtrack.PoolStats{Device: d, ReservedCurrent: 8, ReservedHigh: 16, UsedCurrent: 2, UsedHigh: 4}, nil
 	}
@@ -220,6 +266,8 @@ func TestCollectorBadConstLabels(t *testing.T) {
 	}{
 		{"clashes with backend", prometheus.Labels{"backend": "x"}},
 		{"clashes with ordinal", prometheus.Labels{"ordinal": "1"}},
+		{"clashes with uuid", prometheus.Labels{"uuid": "x"}},
+		{"clashes with name", prometheus.Labels{"name": "x"}},
 		{"reserved name", prometheus.Labels{"__reserved": "x"}},
 	}
 	for _, tt := range tests {
@@ -239,4 +287,38 @@ func TestWithConstLabelsCopies(t *testing.T) {
 	labels["model"] = "changed"
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(`backend="cpu",model="llama",ordinal="0"`, countersText)), counterNames...))
+}
+
+// TestCollectorPromlint runs client_golang's promlint over a scrape in which
+// every metric of the collector is present, and over a control metric that
+// breaks its rules, so that a linter which reports nothing is not mistaken
+// for a clean exposition.
+func TestCollectorPromlint(t *testing.T) {
+	setCPU(t, 1<<20)
+	c := NewCollector(WithConstLabels(prometheus.Labels{"service": "llm"}))
+	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
+	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
+	c.devInfo = fixedDevInfo
+	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
+		return memtrack.PoolStats{Device: d, ReservedCurrent: 8, ReservedHigh: 16, UsedCurrent: 2, UsedHigh: 4}, nil
+	}
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.Len(t, mfs, len(c.descs()), "the scrape lacks some of the collector's metrics")
+
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+
+	// The control: a counter without _total, in milliseconds.
+	bad := prometheus.NewCounter(prometheus.CounterOpts{Name: "memtrack_alloc_time_milliseconds", Help: "x"})
+	badReg := prometheus.NewRegistry()
+	require.NoError(t, badReg.Register(bad))
+	badMfs, err := badReg.Gather()
+	require.NoError(t, err)
+	problems, err = promlint.NewWithMetricFamilies(badMfs).Lint()
+	require.NoError(t, err)
+	assert.NotEmpty(t, problems)
 }

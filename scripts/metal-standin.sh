@@ -24,9 +24,9 @@ retarget() {
 	grep -qxF "//go:build $2" "$1" || { echo "metal-standin: $1 has no '//go:build $2' line" >&2; exit 1; }
 	sed -i "s|^//go:build $2\$|//go:build ${3//&/\\&}|" "$1"
 }
-retarget metal_bridge_cgo_darwin.go 'metal && darwin && cgo' 'metal && linux && cgo'
-retarget metal_bridge.h 'metal && darwin && cgo' 'metal && linux && cgo'
-retarget metal_test.go 'metal && darwin' 'metal && linux'
+retarget metal_bridge_cgo_darwin.go 'metal && darwin && !ios && cgo' 'metal && linux && cgo'
+retarget metal_bridge.h 'metal && darwin && !ios && cgo' 'metal && linux && cgo'
+retarget metal_test.go 'metal && darwin && !ios' 'metal && linux'
 mv metal_bridge_cgo_darwin.go metal_bridge_cgo_linux.go
 # The Apple frameworks do not exist here, the Objective-C is replaced, and
 # the guard against -tags metal on Linux must not stop this build.

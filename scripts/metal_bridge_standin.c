@@ -8,6 +8,7 @@
 
 //go:build metal && linux && cgo
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "metal_bridge.h"
@@ -57,4 +58,12 @@ void mtb_release(uintptr_t obj) {
 void mtb_mem_info(uintptr_t dev, uint64_t *working_set, uint64_t *alloc) {
 	*working_set = 8ull << 30;
 	*alloc = __atomic_load_n(&allocated, __ATOMIC_SEQ_CST);
+}
+
+uint64_t mtb_registry_id(uintptr_t dev) { return dev == device ? 0x1000003f2ull : 0; }
+
+void mtb_device_name(uintptr_t dev, char *name, int cap) {
+	if (cap > 0) {
+		snprintf(name, (size_t)cap, "%s", dev == device ? "memtrack Metal stand-in" : "");
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	stdatomic "sync/atomic"
-
-	"go.uber.org/atomic"
 )
 
 // MaxCount is the largest value a [Counter] holds. An Alloc that would take
@@ -13,21 +11,30 @@ import (
 // near it (it is 4 EiB).
 const MaxCount = 1 << 62
 
+// fastMax is the largest size the add-based fast paths of Counter and Record
+// take; larger sizes take the exact compare-and-swap path. An add that turns
+// out to be refused is taken back at once, so the figure is off by at most
+// fastMax per goroutine between an add and its take-back: with fewer than
+// 2^32 goroutines at once (2^32 goroutine stacks alone would fill 8 TiB) the
+// word stays at least 2^60 away from wrapping, whatever the sizes asked for.
+const fastMax = 1 << 24
+
 // Counter is a high-water-mark gauge: the current figure of one quantity and
 // the largest value it has held since the last [Counter.ResetPeak]. It is
 // exact under any concurrency and its zero value is ready to use.
 //
-// Alloc and Free each perform one atomic add, and Alloc a compare-and-swap
-// only when the peak really rises. The current figure and the peak sit on
-// cache lines of their own, so the peak check is a load from a line that is
-// only written when the peak rises.
+// Alloc and Free of up to 16 MiB each perform one atomic add (larger sizes a
+// compare-and-swap), and Alloc a compare-and-swap only when the peak really
+// rises. Their fast paths are small enough for the compiler to inline. The
+// current figure and the peak sit on cache lines of their own, so the peak
+// check is a load from a line that is only written when the peak rises.
 //
 // A Counter must not be copied after first use.
 type Counter struct {
 	_    [0]stdatomic.Int64 // 64-bit alignment on 32-bit platforms
-	cur  atomic.Int64
+	cur  int64              // atomic
 	_    [cacheLineSize - 8]byte
-	peak atomic.Int64
+	peak int64 // atomic
 	_    [cacheLineSize - 8]byte
 }
 
@@ -35,33 +42,76 @@ type Counter struct {
 // new high. It fails with [ErrInvalidSize] if n <= 0 and with [ErrCapacity]
 // if the result would exceed [MaxCount]; a failed Alloc changes nothing.
 func (c *Counter) Alloc(n int64) error {
-	if n <= 0 {
-		return invalidSize(n)
+	var v int64
+	if uint64(n-1) < fastMax {
+		v = stdatomic.AddInt64(&c.cur, n)
+		if uint64(v) <= MaxCount && v <= stdatomic.LoadInt64(&c.peak) {
+			return nil
+		}
 	}
-	if n <= MaxCount {
-		if v := c.cur.Add(n); v >= 0 && v <= MaxCount {
+	return c.allocSlow(n, v)
+}
+
+// allocSlow finishes an Alloc whose fast path did not: v is the figure its
+// add produced, if it added (n <= fastMax).
+func (c *Counter) allocSlow(n, v int64) error {
+	if uint64(n-1) < fastMax {
+		if uint64(v) <= MaxCount {
 			raise(&c.peak, v)
 			return nil
 		}
 		// Past MaxCount, or a refused Free of another goroutine is being
-		// taken back: undo and decide exactly.
-		c.cur.Sub(n)
+		// taken back: take the add back and decide exactly.
+		stdatomic.AddInt64(&c.cur, -n)
 	}
-	return c.AllocWithin(n, MaxCount)
+	if n <= 0 {
+		return invalidSize(n)
+	}
+	return c.allocWithin(n, MaxCount)
 }
 
 // AllocWithin adds n to the current figure only if the result stays within
 // limit, so that concurrent callers can never exceed it together. It fails
 // with a [*LimitError] (matching [ErrLimitExceeded]) if the limit would be
 // passed, or with [ErrCapacity] past [MaxCount]; it performs a
-// compare-and-swap loop instead of an add. A negative limit is an error.
+// compare-and-swap instead of an add. A negative limit is an error.
+//
+// The limit is the caller's, and each call is checked against the limit it
+// was given. A caller that lowers its limit while other goroutines allocate
+// must let the calls that were given the old limit return before it relies
+// on the new one; [Record] does this for its own limit.
 func (c *Counter) AllocWithin(n, limit int64) error {
+	o := stdatomic.LoadInt64(&c.cur)
+	v := o + n
+	if uint64(n-1) < fastMax && v <= limit && uint64(o) < uint64(v) && uint64(v) <= MaxCount && stdatomic.CompareAndSwapInt64(&c.cur, o, v) {
+		if v <= stdatomic.LoadInt64(&c.peak) {
+			return nil
+		}
+	} else {
+		v = 0
+	}
+	return c.allocWithinSlow(n, limit, v)
+}
+
+// allocWithinSlow finishes an AllocWithin: v > 0 is the figure its fast path
+// already set, whose peak is still to raise.
+func (c *Counter) allocWithinSlow(n, limit, v int64) error {
+	if v > 0 {
+		raise(&c.peak, v)
+		return nil
+	}
 	if n <= 0 {
 		return invalidSize(n)
 	}
 	if limit < 0 {
 		return fmt.Errorf("%w: limit %d is negative", ErrInvalidSize, limit)
 	}
+	return c.allocWithin(n, limit)
+}
+
+// allocWithin is the exact path: a compare-and-swap loop on a figure no
+// refused change is inflating.
+func (c *Counter) allocWithin(n, limit int64) error {
 	capped := limit >= MaxCount
 	limit = min(limit, MaxCount)
 	for {
@@ -72,7 +122,7 @@ func (c *Counter) AllocWithin(n, limit int64) error {
 			}
 			return &LimitError{Requested: n, Current: o, Limit: limit}
 		}
-		if c.cur.CompareAndSwap(o, o+n) {
+		if stdatomic.CompareAndSwapInt64(&c.cur, o, o+n) {
 			raise(&c.peak, o+n)
 			return nil
 		}
@@ -87,33 +137,47 @@ func (c *Counter) AllocWithin(n, limit int64) error {
 // once and the decision made again exactly, and readers wait out the instant
 // in between.
 func (c *Counter) Free(n int64) error {
+	var v int64 = -1
+	if uint64(n-1) < fastMax {
+		v = stdatomic.AddInt64(&c.cur, -n)
+		if uint64(v) <= MaxCount {
+			return nil
+		}
+	}
+	return c.freeSlow(n, v)
+}
+
+// freeSlow finishes a Free whose fast add, if it made one (n <= fastMax),
+// left the figure v outside [0, MaxCount]: below zero (more than is held) or
+// above MaxCount (a refused Alloc of another goroutine is being taken back,
+// so the figure could not be trusted).
+func (c *Counter) freeSlow(n, v int64) error {
 	if n <= 0 {
 		return invalidSize(n)
 	}
-	if n <= MaxCount {
-		if c.cur.Add(-n) >= 0 {
-			return nil
-		}
+	if uint64(n-1) < fastMax {
 		// An Alloc that ran in between saw a figure too low by n and may
 		// have skipped raising the peak: raise from the restored figure.
-		raise(&c.peak, c.cur.Add(n))
+		if w := stdatomic.AddInt64(&c.cur, n); uint64(w) <= MaxCount {
+			raise(&c.peak, w)
+		}
 	}
 	for {
 		o := c.load()
 		if n > o {
 			return freeExceeds(n, o)
 		}
-		if c.cur.CompareAndSwap(o, o-n) {
+		if stdatomic.CompareAndSwapInt64(&c.cur, o, o-n) {
 			return nil
 		}
 	}
 }
 
-// load returns the current figure, waiting out a refused Free that is being
-// taken back (the only time the figure is negative).
+// load returns the current figure, waiting out a refused change that is
+// being taken back (the only time the figure is outside [0, MaxCount]).
 func (c *Counter) load() int64 {
 	for {
-		if v := c.cur.Load(); v >= 0 {
+		if v := stdatomic.LoadInt64(&c.cur); uint64(v) <= MaxCount {
 			return v
 		}
 		runtime.Gosched()
@@ -126,7 +190,7 @@ func (c *Counter) Current() int64 { return c.load() }
 // Peak returns the largest value the current figure has held since the last
 // [Counter.ResetPeak]. It is never below the current figure read before it.
 func (c *Counter) Peak() int64 {
-	p := c.peak.Load()
+	p := stdatomic.LoadInt64(&c.peak)
 	return max(p, c.load())
 }
 
@@ -134,14 +198,14 @@ func (c *Counter) Peak() int64 {
 // peak >= current.
 func (c *Counter) Load() (current, peak int64) {
 	current = c.load()
-	return current, max(c.peak.Load(), current)
+	return current, max(stdatomic.LoadInt64(&c.peak), current)
 }
 
 // ResetPeak sets the peak to the current figure, so that the next peak
 // measures only what happens from now on (the semantics of PyTorch's
 // reset_peak_memory_stats). A new peak raised by a concurrent Alloc is kept.
 func (c *Counter) ResetPeak() {
-	c.peak.Store(c.load())
+	stdatomic.StoreInt64(&c.peak, c.load())
 	// An Alloc that added before the load above but compared with the old,
 	// higher peak did not raise it; this second load sees its value.
 	raise(&c.peak, c.load())
@@ -149,10 +213,10 @@ func (c *Counter) ResetPeak() {
 
 // raise lifts p to v if v is higher, with a compare-and-swap loop that starts
 // from a plain load and stops as soon as p is at least v.
-func raise(p *atomic.Int64, v int64) {
+func raise(p *int64, v int64) {
 	for {
-		o := p.Load()
-		if v <= o || p.CompareAndSwap(o, v) {
+		o := stdatomic.LoadInt64(p)
+		if v <= o || stdatomic.CompareAndSwapInt64(p, o, v) {
 			return
 		}
 	}

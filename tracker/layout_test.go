@@ -19,7 +19,7 @@ func TestLayout(t *testing.T) {
 	assert.Equal(t, uintptr(8), unsafe.Alignof(r), "Record must be 8-byte aligned even on 32-bit platforms")
 	for name, off := range map[string]uintptr{
 		"Counter.cur": unsafe.Offsetof(c.cur), "Counter.peak": unsafe.Offsetof(c.peak),
-		"Record.state": unsafe.Offsetof(r.state), "Record.freed": unsafe.Offsetof(r.freed),
+		"Record.bytes": unsafe.Offsetof(r.bytes), "Record.counts": unsafe.Offsetof(r.counts), "Record.freedBytes": unsafe.Offsetof(r.freedBytes),
 		"Record.peakBytes": unsafe.Offsetof(r.peakBytes), "Record.limit": unsafe.Offsetof(r.limit),
 		"Record.foldSeq": unsafe.Offsetof(r.foldSeq), "Record.baseFailed": unsafe.Offsetof(r.baseFailed),
 	} {
@@ -28,9 +28,9 @@ func TestLayout(t *testing.T) {
 
 	line := func(off uintptr) uintptr { return off / cacheLineSize }
 	assert.NotEqual(t, line(unsafe.Offsetof(c.cur)), line(unsafe.Offsetof(c.peak)))
-	hot := unsafe.Offsetof(r.state)
+	hot := unsafe.Offsetof(r.bytes)
 	assert.GreaterOrEqual(t, hot, uintptr(cacheLineSize), "the hot line needs a line of padding before it")
-	assert.Equal(t, line(hot), line(unsafe.Offsetof(r.freed)), "state and freed share the hot line")
+	assert.Equal(t, line(hot), line(unsafe.Offsetof(r.freedBytes)), "bytes, counts and freed bytes share the hot line")
 	assert.Equal(t, hot+cacheLineSize, unsafe.Offsetof(r.peakBytes), "peaks start the next line")
 	assert.Equal(t, line(unsafe.Offsetof(r.peakBytes)), line(unsafe.Offsetof(r.limit)))
 	assert.Equal(t, hot+2*cacheLineSize, unsafe.Offsetof(r.foldSeq), "cold figures start the third line")

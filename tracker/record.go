@@ -4,36 +4,60 @@ import (
 	"fmt"
 	"runtime"
 	stdatomic "sync/atomic"
-
-	"go.uber.org/atomic"
 )
 
-// The record's state word packs the bytes held and the live-buffer count, so
-// that one atomic add moves both and returns both for the peak checks:
+// The bytes word holds the bytes held in its low 48 bits (MaxBytes plus
+// room for the transient adds of goroutines in flight), in bits 48-52 a
+// limit generation: 0 while no limit is set, bumped (1 to 31) by every
+// SetLimit that sets one, and in bits 53-63 a tag that every operation moves
+// by one when it changes the bytes (wrapping freely out of the word). A
+// fast-path add lands on the generation it finds, so an Alloc that started
+// before SetLimit and adds after it sees a non-zero generation and takes the
+// exact path, and a compare-and-swap prepared under one limit fails once
+// another is set.
 //
-//	bit 63: always 0 (a negative word means a refused change is in flight)
-//	bits 21-62: bytes held (42 bits)
-//	bits 0-20: live buffers (21 bits; values above MaxLive are refused)
+// The counts word holds the live buffers in its low 32 bits and the frees
+// (modulo 2^32, folded into a 64-bit total every 2^31) in its high 32 bits,
+// so that one add moves both on a Free and the cumulative allocations
+// (live + frees) never trail or lead.
+//
+// Every operation changes the bytes word first (with its tag) and the counts
+// word last (an Alloc adds one live buffer, a Free moves one buffer from live
+// to freed: either way live + 2*frees grows by one), with a Free's freed
+// bytes in between; an operation refused after its first add takes its adds
+// back in reverse order. So the tag equals live + 2*frees (modulo 2^11)
+// exactly when no operation is between its first and its last add: a reader
+// that loads the counts, then the other words, and finds them matching has
+// one consistent state, the one at its load of the counts (see cut).
 const (
-	liveBits = 21
-	liveMask = 1<<liveBits - 1
+	heldBits  = 48
+	heldMask  = 1<<heldBits - 1
+	genShift  = heldBits
+	genMask   = 31 << genShift
+	lowMask   = 1<<tagShift - 1 // held bytes and generation
+	tagShift  = genShift + 5
+	tagUnit   = 1 << tagShift
+	stepMask  = 1<<(64-tagShift) - 1
+	liveMask  = 1<<32 - 1
+	freeDelta = 1<<32 - 1              // frees+1, live-1
+	unfree    = ^uint64(freeDelta - 1) // -freeDelta
+	foldAt    = 1 << 63                // frees field at 2^31
+	notAdded  = -1 << 63               // no fast-path add was made
 )
 
-// The freed word packs the cumulative frees (low 20 bits) and freed bytes
-// (high 44 bits). It is folded into 64-bit totals whenever either half
-// reaches half of its range, long before it could carry.
-const (
-	freedCountBits  = 20
-	freedCountMask  = 1<<freedCountBits - 1
-	flushCount      = 1 << (freedCountBits - 1)
-	flushFreedBytes = 1 << 42
-)
+// consistent reports whether the bytes word b and the counts word c, loaded
+// in the order c then b, describe one state: no operation between its
+// first and its last add, no refused change being taken back.
+func consistent(b int64, c uint64) bool {
+	steps := c&liveMask + 2*(c>>32)
+	return b&heldMask <= MaxBytes && c&liveMask <= MaxLive && uint64(b)>>tagShift == steps&stepMask
+}
 
 const (
-	// MaxBytes is the most bytes a [Record] holds at once (4 TiB - 1).
-	MaxBytes = 1<<(63-liveBits) - 1
-	// MaxLive is the most live buffers a [Record] holds at once.
-	MaxLive = 1 << (liveBits - 1)
+	// MaxBytes is the most bytes a [Record] holds at once (64 TiB).
+	MaxBytes = 1 << 46
+	// MaxLive is the most live buffers a [Record] holds at once (2^31).
+	MaxLive = 1 << 31
 )
 
 // Stats is a snapshot of a [Record].
@@ -55,11 +79,14 @@ type Stats struct {
 // failed allocations. It is safe for concurrent use and its zero value is
 // ready to use; it must not be copied after first use.
 //
-// The allocation path is built for contention. Alloc performs one atomic add
-// (a compare-and-swap loop instead while a limit is set); Free performs two
-// atomic adds; both on the record's first cache line. The peaks and the
-// limit sit on a second line that is written only when a peak rises, so the
-// peak checks are plain loads. Cumulative allocation figures are derived, not
+// The allocation path is built for contention. Without a limit, Alloc of up
+// to 16 MiB performs two atomic adds (bytes, live buffers) and Free three
+// (bytes, live buffers with frees, freed bytes), all on the record's first
+// cache line; their fast paths are small enough for the compiler to inline.
+// Larger sizes, and every Alloc while a limit is set, take a
+// compare-and-swap loop instead of the bytes add. The peaks and the limit
+// sit on a second line that is written only when a peak rises, so the peak
+// checks are plain loads. Cumulative allocation figures are derived, not
 // counted: allocations = live + frees, allocated bytes = held + freed bytes.
 //
 // The record occupies whole cache lines of its own: records of different
@@ -69,26 +96,26 @@ type Record struct {
 	_ [cacheLineSize]byte
 
 	// Hot line: written by every Alloc and Free.
-	state atomic.Int64  // bytes<<liveBits | live
-	freed atomic.Uint64 // frees | freedBytes<<freedCountBits, since the last fold
-	_     [cacheLineSize - 16]byte
+	bytes      int64  // atomic: gen<<genShift | bytes held
+	counts     uint64 // atomic: frees<<32 | live, frees since the last fold
+	freedBytes int64  // atomic: cumulative freed bytes
+	_          [cacheLineSize - 24]byte
 
 	// Read-mostly line: read by every Alloc, written when a peak rises.
-	peakBytes atomic.Int64
-	peakLive  atomic.Int64
-	limit     atomic.Int64
+	peakBytes int64 // atomic
+	peakLive  int64 // atomic
+	limit     int64 // atomic
 	_         [cacheLineSize - 24]byte
 
-	// Cold line: written on folds, failures and by readers.
-	foldSeq          atomic.Int64 // odd while a fold moves figures
-	foldedFrees      atomic.Int64
-	foldedFreedBytes atomic.Int64
-	failed           atomic.Int64
-	// Readers publish the highest cumulative figures they have reported, so
-	// that the figures never run backwards while a Free is between its two
-	// adds; the bases are the figures at the last ResetAccumulated.
-	seenAllocs, seenAllocBytes, seenFrees, seenFreedBytes             atomic.Int64
-	baseAllocs, baseAllocBytes, baseFrees, baseFreedBytes, baseFailed atomic.Int64
+	// Cold line: written on folds, failures, resets and by readers.
+	foldSeq     stdatomic.Int64 // odd while a fold moves frees
+	foldedFrees stdatomic.Int64
+	failed      stdatomic.Int64
+	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
+	// The bases are the figures at the last ResetAccumulated, written
+	// under baseSeq (odd while they change).
+	baseSeq                                                           stdatomic.Int64
+	baseAllocs, baseAllocBytes, baseFrees, baseFreedBytes, baseFailed stdatomic.Int64
 	_                                                                 [cacheLineSize]byte
 }
 
@@ -98,59 +125,80 @@ type Record struct {
 // with a [*LimitError] if a limit is set and would be passed, and with
 // [ErrCapacity] past [MaxBytes] bytes or [MaxLive] buffers.
 func (r *Record) Alloc(n int64) error {
+	v, l := int64(notAdded), int64(0)
+	if uint64(n-1) < fastMax && stdatomic.LoadInt64(&r.limit) == 0 {
+		v = stdatomic.AddInt64(&r.bytes, n+tagUnit) & lowMask
+		if v <= MaxBytes {
+			l = int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
+			if l <= MaxLive && v <= stdatomic.LoadInt64(&r.peakBytes) && l <= stdatomic.LoadInt64(&r.peakLive) {
+				return nil
+			}
+		}
+	}
+	return r.allocSlow(n, v, l)
+}
+
+// allocSlow finishes an Alloc whose fast path did not. If v != notAdded,
+// the fast path added n to the bytes (v the held bytes and generation after
+// it) and, if v is within [0, MaxBytes] (no limit, no transient), one buffer
+// to the counts (l the live buffers after it).
+func (r *Record) allocSlow(n, v, l int64) error {
+	if v != notAdded {
+		if v <= MaxBytes {
+			if l <= MaxLive {
+				r.raisePeaks(v, l)
+				return nil
+			}
+			stdatomic.AddUint64(&r.counts, ^uint64(0))
+		}
+		// Past a capacity, a limit set meanwhile, or a refused Free of
+		// another goroutine being taken back: undo and decide exactly.
+		stdatomic.AddInt64(&r.bytes, -(n + tagUnit))
+	}
 	if n <= 0 {
 		return invalidSize(n)
 	}
-	if lim := r.limit.Load(); lim > 0 {
-		return r.allocWithin(n, min(lim, MaxBytes))
-	}
-	if n > MaxBytes {
-		r.failed.Inc()
-		return fmt.Errorf("%w: %d bytes exceed %d", ErrCapacity, n, int64(MaxBytes))
-	}
-	// Fast path: one atomic add.
-	d := n<<liveBits + 1
-	if v := r.state.Add(d); v >= 0 && v&liveMask <= MaxLive {
-		r.raisePeaks(v)
-		return nil
-	}
-	// Past capacity, or a refused Free of another goroutine is being taken
-	// back: undo and decide exactly.
-	r.state.Sub(d)
-	return r.allocWithin(n, MaxBytes)
+	return r.allocExact(n)
 }
 
-// allocWithin is the exact path: a compare-and-swap loop that refuses what
-// would pass lim or the record's capacity.
-func (r *Record) allocWithin(n, lim int64) error {
+// allocExact is the exact path: a compare-and-swap loop on a consistent
+// state that refuses what would pass the limit or the record's capacity.
+func (r *Record) allocExact(n int64) error {
 	for {
-		o := r.loadState()
-		held := o >> liveBits
-		if n > lim-held {
-			r.failed.Inc()
-			if lim == MaxBytes {
+		o, c := r.load()
+		held := o & heldMask
+		lim := stdatomic.LoadInt64(&r.limit)
+		room := int64(MaxBytes)
+		if o&genMask != 0 && lim > 0 {
+			room = min(lim, MaxBytes)
+		}
+		if n > room-held {
+			r.failed.Add(1)
+			if room == MaxBytes {
 				return fmt.Errorf("%w: holding %d, adding %d, at most %d", ErrCapacity, held, n, int64(MaxBytes))
 			}
-			return &LimitError{Requested: n, Current: held, Limit: lim}
+			return &LimitError{Requested: n, Current: held, Limit: room}
 		}
-		if o&liveMask >= MaxLive {
-			r.failed.Inc()
-			return fmt.Errorf("%w: a record holds at most %d buffers", ErrCapacity, MaxLive)
+		if c&liveMask >= MaxLive {
+			r.failed.Add(1)
+			return fmt.Errorf("%w: a record holds at most %d buffers", ErrCapacity, int64(MaxLive))
 		}
-		v := o + n<<liveBits + 1
-		if r.state.CompareAndSwap(o, v) {
-			r.raisePeaks(v)
+		// The compare-and-swap succeeds only if no operation changed the
+		// bytes since the consistent load, so the counts are still c.
+		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o+n+tagUnit) {
+			l := int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
+			r.raisePeaks(held+n, l)
 			return nil
 		}
 	}
 }
 
-func (r *Record) raisePeaks(v int64) {
-	if b := v >> liveBits; b > r.peakBytes.Load() {
-		raise(&r.peakBytes, b)
+func (r *Record) raisePeaks(bytes, live int64) {
+	if bytes > stdatomic.LoadInt64(&r.peakBytes) {
+		raise(&r.peakBytes, bytes)
 	}
-	if l := v & liveMask; l > r.peakLive.Load() {
-		raise(&r.peakLive, l)
+	if live > stdatomic.LoadInt64(&r.peakLive) {
+		raise(&r.peakLive, live)
 	}
 }
 
@@ -158,184 +206,252 @@ func (r *Record) raisePeaks(v int64) {
 // [ErrInvalidSize] if n <= 0 and with [ErrFreeExceedsHeld] if n is more than
 // is held or no buffer is live; a failed Free changes nothing.
 //
-// The fast path is one atomic add for the state and one for the cumulative
-// frees. A Free of more than is held is a caller's bug: the record takes its
-// add back at once and decides again exactly, and readers wait out the
-// instant in between.
+// A Free of more than is held is a caller's bug: the record takes its adds
+// back at once and decides again exactly, and readers wait out the instant
+// in between.
 func (r *Record) Free(n int64) error {
+	var v int64 = -1
+	var c uint64
+	if uint64(n-1) < fastMax {
+		v = stdatomic.AddInt64(&r.bytes, tagUnit-n) & heldMask
+		if v <= MaxBytes {
+			stdatomic.AddInt64(&r.freedBytes, n)
+			c = stdatomic.AddUint64(&r.counts, freeDelta)
+			if c&liveMask < MaxLive && c < foldAt {
+				return nil
+			}
+		}
+	}
+	return r.freeSlow(n, v, c)
+}
+
+// freeSlow finishes a Free whose fast path did not. If n <= fastMax, the
+// fast path took n from the bytes (v the held bytes after it) and, if v is
+// within [0, MaxBytes], added n to the freed bytes and counted the free (c
+// the counts after it).
+func (r *Record) freeSlow(n, v int64, c uint64) error {
 	if n <= 0 {
 		return invalidSize(n)
 	}
-	if n <= MaxBytes {
-		d := n<<liveBits + 1
-		if v := r.state.Add(-d); v >= 0 && v&liveMask <= MaxLive {
-			r.countFree(n)
+	if uint64(n-1) < fastMax {
+		counted := v <= MaxBytes
+		if counted && c&liveMask < MaxLive {
+			r.foldIfDue(c)
 			return nil
 		}
-		// An Alloc that ran in between saw a figure too low by d and may
-		// have skipped raising a peak: raise from the restored figure.
-		r.raisePeaks(r.state.Add(d))
+		if counted {
+			stdatomic.AddUint64(&r.counts, unfree)
+			stdatomic.AddInt64(&r.freedBytes, -n)
+		}
+		// An Alloc that added in between on the fast path saw a figure
+		// too low by n and may have skipped raising the peak: raise from
+		// the restored figure. While no limit is set (generation 0), the
+		// only other transients are refused Frees (lower, taken back
+		// with the same raise) or adds past MaxBytes (not raised); under
+		// a limit no Alloc succeeds on the fast path.
+		if w := stdatomic.AddInt64(&r.bytes, n-tagUnit) & lowMask; w <= MaxBytes {
+			if w > stdatomic.LoadInt64(&r.peakBytes) {
+				raise(&r.peakBytes, w)
+			}
+		}
 	}
-	return r.freeExact(n)
-}
-
-// freeExact is the exact path of Free: a compare-and-swap loop.
-func (r *Record) freeExact(n int64) error {
 	for {
-		o := r.loadState()
-		held := o >> liveBits
-		if n > held || o&liveMask == 0 {
+		o, cs := r.load()
+		held := o & heldMask
+		if n > held || cs&liveMask == 0 {
 			return freeExceeds(n, held)
 		}
-		if r.state.CompareAndSwap(o, o-(n<<liveBits+1)) {
-			r.countFree(n)
+		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o-n+tagUnit) {
+			stdatomic.AddInt64(&r.freedBytes, n)
+			r.foldIfDue(stdatomic.AddUint64(&r.counts, freeDelta))
 			return nil
 		}
 	}
 }
 
-// countFree adds one free of n bytes to the cumulative figures.
-func (r *Record) countFree(n int64) {
-	if f := r.freed.Add(uint64(n)<<freedCountBits + 1); f&freedCountMask >= flushCount || f>>freedCountBits >= flushFreedBytes {
-		r.fold()
+// foldIfDue moves the frees of the counts word into the 64-bit total once
+// they reach 2^31, long before they could carry out of the word. One
+// goroutine folds at a time; readers retry a read that a fold overlapped.
+func (r *Record) foldIfDue(c uint64) {
+	if c < foldAt {
+		return
 	}
-}
-
-// fold moves the packed freed word into the 64-bit totals. One goroutine
-// folds at a time, and readers retry a read that a fold overlapped; a Free
-// that finds a fold running leaves its figures in the packed word for the
-// next one. Folds are rare: one per half a million frees or 4 TiB freed.
-func (r *Record) fold() {
 	seq := r.foldSeq.Load()
 	if seq&1 != 0 || !r.foldSeq.CompareAndSwap(seq, seq+1) {
 		return
 	}
-	f := r.freed.Swap(0)
-	r.foldedFrees.Add(int64(f & freedCountMask))
-	r.foldedFreedBytes.Add(int64(f >> freedCountBits))
+	const k = 1 << 31
+	if stdatomic.LoadUint64(&r.counts) >= foldAt {
+		stdatomic.AddUint64(&r.counts, ^uint64(k<<32-1))
+		r.foldedFrees.Add(k)
+	}
 	r.foldSeq.Store(seq + 2)
 }
 
-// loadFreed returns the cumulative frees and freed bytes, folded and packed
-// together, as of one moment between folds.
-func (r *Record) loadFreed() (frees, freedBytes int64) {
+// RecordFailure counts an allocation that failed outside the record (in the
+// allocator behind it), without changing any other figure.
+func (r *Record) RecordFailure() { r.failed.Add(1) }
+
+// Current returns the bytes held now.
+func (r *Record) Current() int64 {
+	b, _ := r.load()
+	return b & heldMask
+}
+
+// Peak returns the high-water mark of the bytes held since the last
+// [Record.ResetPeak]; it is never below the current figure read before it.
+func (r *Record) Peak() int64 {
+	p := stdatomic.LoadInt64(&r.peakBytes)
+	return max(p, r.Current())
+}
+
+// Active returns the number of live buffers.
+func (r *Record) Active() int64 {
+	_, c := r.load()
+	return int64(c & liveMask)
+}
+
+// SetLimit sets a limit on the bytes held: an allocation that lands after
+// SetLimit returns never takes the bytes held past it. Zero removes the
+// limit; a negative limit is an error. The current figure may already be
+// above a new limit; nothing is freed.
+func (r *Record) SetLimit(limit int64) error {
+	if limit < 0 {
+		return fmt.Errorf("%w: limit %d is negative", ErrInvalidSize, limit)
+	}
+	for !r.limitMu.CompareAndSwap(0, 1) {
+		runtime.Gosched()
+	}
+	defer r.limitMu.Store(0)
+	stdatomic.StoreInt64(&r.limit, limit)
+	// Publish the change in the bytes word: a new generation fails every
+	// compare-and-swap prepared under the old limit, and a non-zero one
+	// sends the fast path to the exact path.
 	for {
-		seq := r.foldSeq.Load()
+		o, _ := r.load()
+		g := int64(0)
+		if limit > 0 {
+			g = (o&genMask>>genShift)%31 + 1
+		}
+		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o&^genMask|g<<genShift) {
+			return nil
+		}
+	}
+}
+
+// Limit returns the limit on the bytes held, or 0 if none is set.
+func (r *Record) Limit() int64 { return stdatomic.LoadInt64(&r.limit) }
+
+// load returns the bytes and counts words of one consistent state (see
+// consistent), waiting out operations between their first and last adds
+// and refused changes being taken back. It loads the counts, the bytes and
+// the counts again: if the counts did not change and the bytes' tag matches
+// them, no operation was between its adds when the counts were loaded and
+// none made its first add before the bytes were loaded (short of 2^11 of
+// them stopped between their adds at once).
+func (r *Record) load() (bytes int64, counts uint64) {
+	for {
+		c := stdatomic.LoadUint64(&r.counts)
+		b := stdatomic.LoadInt64(&r.bytes)
+		if consistent(b, c) && stdatomic.LoadUint64(&r.counts) == c {
+			return b, c
+		}
+		runtime.Gosched()
+	}
+}
+
+// Snapshot returns all the statistics as one consistent state: no figure is
+// negative, Allocs-Frees == Active - (Active at the last ResetAccumulated),
+// and AllocatedBytes-FreedBytes == Current - (Current at the last
+// ResetAccumulated). Every operation counts wholly before or wholly after a
+// reset, and no cumulative figure decreases between snapshots, except
+// across ResetAccumulated.
+func (r *Record) Snapshot() Stats {
+	for {
+		seq := r.baseSeq.Load()
 		if seq&1 == 0 {
-			frees, freedBytes = r.foldedFrees.Load(), r.foldedFreedBytes.Load()
-			f := r.freed.Load()
-			if r.foldSeq.Load() == seq {
-				return frees + int64(f&freedCountMask), freedBytes + int64(f>>freedCountBits)
+			ba, bab, bf, bfb, bfl := r.baseAllocs.Load(), r.baseAllocBytes.Load(), r.baseFrees.Load(), r.baseFreedBytes.Load(), r.baseFailed.Load()
+			s := r.absolute()
+			if r.baseSeq.Load() == seq {
+				s.Allocs -= ba
+				s.AllocatedBytes -= bab
+				s.Frees -= bf
+				s.FreedBytes -= bfb
+				s.Failed -= bfl
+				return s
 			}
 		}
 		runtime.Gosched()
 	}
 }
 
-// RecordFailure counts an allocation that failed outside the record (in the
-// allocator behind it), without changing any other figure.
-func (r *Record) RecordFailure() { r.failed.Inc() }
-
-// Current returns the bytes held now.
-func (r *Record) Current() int64 { return r.loadState() >> liveBits }
-
-// Peak returns the high-water mark of the bytes held since the last
-// [Record.ResetPeak]; it is never below the current figure read before it.
-func (r *Record) Peak() int64 {
-	p := r.peakBytes.Load()
-	return max(p, r.Current())
-}
-
-// Active returns the number of live buffers.
-func (r *Record) Active() int64 { return r.loadState() & liveMask }
-
-// SetLimit sets a limit on the bytes held: from then on Alloc refuses what
-// would pass it. Zero removes the limit; a negative limit is an error. The
-// current figure may already be above a new limit; nothing is freed.
-func (r *Record) SetLimit(limit int64) error {
-	if limit < 0 {
-		return fmt.Errorf("%w: limit %d is negative", ErrInvalidSize, limit)
-	}
-	r.limit.Store(limit)
-	return nil
-}
-
-// Limit returns the limit on the bytes held, or 0 if none is set.
-func (r *Record) Limit() int64 { return r.limit.Load() }
-
-// loadState returns the state word, waiting out a refused change that is
-// being taken back (the only time the word is outside its valid range).
-func (r *Record) loadState() int64 {
+// absolute returns the statistics of one consistent state, with the
+// cumulative figures counted from the record's creation. The counts are
+// loaded first, then the freed bytes, the bytes and the counts again: a
+// Free adds its freed bytes between its bytes and its counts, so with the
+// bytes' tag matching the counts, the freed bytes are those of the same
+// state.
+func (r *Record) absolute() Stats {
+	var b, freed, folded int64
+	var c uint64
 	for {
-		v := r.state.Load()
-		if v >= 0 && v&liveMask <= MaxLive {
-			return v
+		seq := r.foldSeq.Load()
+		if seq&1 == 0 {
+			c = stdatomic.LoadUint64(&r.counts)
+			freed = stdatomic.LoadInt64(&r.freedBytes)
+			b = stdatomic.LoadInt64(&r.bytes)
+			folded = r.foldedFrees.Load()
+			if consistent(b, c) && stdatomic.LoadUint64(&r.counts) == c && r.foldSeq.Load() == seq {
+				break
+			}
 		}
 		runtime.Gosched()
 	}
-}
-
-// Snapshot returns all the statistics. Current, Peak, Active and PeakActive
-// are read from one word and are exact. The cumulative figures are exact
-// whenever no Free is in progress; while some are, Allocs and AllocatedBytes
-// can trail by those frees (so Allocs-Frees can exceed Active by them). No
-// cumulative figure decreases between snapshots, except across
-// ResetAccumulated.
-func (r *Record) Snapshot() Stats {
-	s := r.absolute()
-	s.Allocs -= r.baseAllocs.Load()
-	s.AllocatedBytes -= r.baseAllocBytes.Load()
-	s.Frees -= r.baseFrees.Load()
-	s.FreedBytes -= r.baseFreedBytes.Load()
-	s.Failed -= r.baseFailed.Load()
-	return s
-}
-
-// absolute returns the statistics with the cumulative figures counted from
-// the record's creation.
-func (r *Record) absolute() Stats {
-	// The frees are read before the state: a Free changes the state first,
-	// so the derived figures can trail a Free in progress, never run ahead.
-	frees, freedBytes := r.loadFreed()
-	v := r.loadState()
-	cur, live := v>>liveBits, v&liveMask
+	frees := folded + int64(c>>32)
+	live := int64(c & liveMask)
+	cur := b & heldMask
 	return Stats{
 		Current:        cur,
-		Peak:           max(r.peakBytes.Load(), cur),
+		Peak:           max(stdatomic.LoadInt64(&r.peakBytes), cur),
 		Active:         live,
-		PeakActive:     max(r.peakLive.Load(), live),
-		AllocatedBytes: monotonic(&r.seenAllocBytes, cur+freedBytes),
-		FreedBytes:     monotonic(&r.seenFreedBytes, freedBytes),
-		Allocs:         monotonic(&r.seenAllocs, live+frees),
-		Frees:          monotonic(&r.seenFrees, frees),
+		PeakActive:     max(stdatomic.LoadInt64(&r.peakLive), live),
+		AllocatedBytes: cur + freed,
+		FreedBytes:     freed,
+		Allocs:         live + frees,
+		Frees:          frees,
 		Failed:         r.failed.Load(),
-		Limit:          r.limit.Load(),
+		Limit:          stdatomic.LoadInt64(&r.limit),
 	}
-}
-
-// monotonic publishes v as seen and returns the highest figure seen so far.
-func monotonic(seen *atomic.Int64, v int64) int64 {
-	raise(seen, v)
-	return max(v, seen.Load())
 }
 
 // ResetPeak sets both peaks (bytes and live buffers) to their current
 // figures; a new peak raised by a concurrent Alloc is kept.
 func (r *Record) ResetPeak() {
-	v := r.loadState()
-	r.peakBytes.Store(v >> liveBits)
-	r.peakLive.Store(v & liveMask)
+	stdatomic.StoreInt64(&r.peakBytes, r.Current())
+	stdatomic.StoreInt64(&r.peakLive, r.Active())
 	// See Counter.ResetPeak.
-	r.raisePeaks(r.loadState())
+	r.raisePeaks(r.Current(), r.Active())
 }
 
 // ResetAccumulated sets the cumulative figures (allocations, frees, their
 // bytes and the failures) back to zero; the current figures and peaks stay.
+// The bases are one consistent state, written as one: every operation
+// counts wholly before the reset or wholly after it, and a concurrent
+// Snapshot sees all of the new bases or none.
 func (r *Record) ResetAccumulated() {
+	var seq int64
+	for {
+		seq = r.baseSeq.Load()
+		if seq&1 == 0 && r.baseSeq.CompareAndSwap(seq, seq+1) {
+			break
+		}
+		runtime.Gosched()
+	}
 	s := r.absolute()
 	r.baseAllocs.Store(s.Allocs)
 	r.baseAllocBytes.Store(s.AllocatedBytes)
 	r.baseFrees.Store(s.Frees)
 	r.baseFreedBytes.Store(s.FreedBytes)
 	r.baseFailed.Store(s.Failed)
+	r.baseSeq.Store(seq + 2)
 }

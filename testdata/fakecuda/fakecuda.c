@@ -623,3 +623,18 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *na
 CUresult CUDAAPI cuModuleLoad(CUmodule *mod, const char *fname) { UNSUPPORTED("cuModuleLoad"); }
 CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image) { UNSUPPORTED("cuModuleLoadData"); }
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) { UNSUPPORTED("cuPointerGetAttribute"); }
+
+// ---- device identity, for memtrack's Device.Info
+
+// cuDeviceGetUuid_v2 gives device n the UUID whose bytes spell "memtrack",
+// then 0x80 0x00, then n in the last byte: nvidia-smi would print device 1
+// as GPU-6d656d74-7261-636b-8000-000000000001. (cuDeviceGetName is above.)
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+	static const char prefix[10] = {'m', 'e', 'm', 't', 'r', 'a', 'c', 'k', (char)0x80, 0};
+	CUresult r = on_device("cuDeviceGetUuid", dev, uuid);
+	if (r != CUDA_SUCCESS) return r;
+	memset(uuid->bytes, 0, sizeof uuid->bytes);
+	memcpy(uuid->bytes, prefix, sizeof prefix);
+	uuid->bytes[15] = (char)dev;
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,102 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gpuUUID is the form nvidia-smi -L gives a GPU's UUID.
+var gpuUUID = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func TestCUDAInfo(t *testing.T) {
+	ds := cudaDevices(t, 1)
+	if d, err := CUDA(1); err == nil {
+		ds = append(ds, d)
+	}
+	seen := map[string]bool{}
+	for _, d := range ds {
+		info, err := d.Info()
+		require.NoError(t, err)
+		assert.Equal(t, d, info.Device)
+		assert.NotEmpty(t, info.Name)
+		assert.Regexp(t, gpuUUID, info.UUID)
+		assert.False(t, seen[info.UUID], "two devices share the UUID %s", info.UUID)
+		seen[info.UUID] = true
+	}
+}
+
+// TestCUDAInfoFake checks the exact name and UUID the fake driver gives,
+// which pins the byte order of the UUID's text.
+func TestCUDAInfoFake(t *testing.T) {
+	requireFake(t)
+	ds := cudaDevices(t, 2)
+	for i, want := range []DeviceInfo{
+		{Device: ds[0], Name: "memtrack fakecuda 0", UUID: "GPU-6d656d74-7261-636b-8000-000000000000"},
+		{Device: ds[1], Name: "memtrack fakecuda 1", UUID: "GPU-6d656d74-7261-636b-8000-000000000001"},
+	} {
+		info, err := ds[i].Info()
+		require.NoError(t, err)
+		assert.Equal(t, want, info)
+	}
+}
+
+// TestCUDAInfoNoContext: naming a device retains no primary context, which
+// would take device memory.
+func TestCUDAInfoNoContext(t *testing.T) {
+	ds := cudaDevices(t, 1)
+	d := ds[len(ds)-1]
+	if d1, err := CUDA(1); err == nil {
+		d = d1 // the second device, which fewer tests use
+	}
+	b := stateOf(KindCUDA).b.(*cudaBackend)
+	if b.dev(d.ordinal).ctx.Load() != nil {
+		t.Skipf("an earlier test retained the context of %v", d)
+	}
+	_, err := d.Info()
+	require.NoError(t, err)
+	assert.Nil(t, b.dev(d.ordinal).ctx.Load(), "Info retained the context of %v", d)
+}
+
+// TestCUDAInfoFault runs TestCUDAChildInfoFault in a process of its own, in
+// which the fake driver fails the first cuDeviceGetUuid with
+// CUDA_ERROR_INVALID_DEVICE (101).
+func TestCUDAInfoFault(t *testing.T) {
+	requireFake(t)
+	const name = "TestCUDAChildInfoFault"
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+name, "GORACE="+gorace, "FAKECUDA_FAIL=cuDeviceGetUuid:1:101")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child output:\n%s", out)
+	assert.Contains(t, string(out), "--- PASS: "+name, "child output:\n%s", out)
+}
+
+// TestCUDAChildInfoFault: a failed Info says which device and call failed,
+// with the driver's code, moves no counter, and the next Info succeeds.
+func TestCUDAChildInfoFault(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	before := d.MemoryStats()
+	info, err := d.Info()
+	assert.Equal(t, DeviceInfo{Device: d}, info)
+	var be *BackendError
+	require.True(t, errors.As(err, &be), "%v is a *BackendError", err)
+	assert.Equal(t, d, be.Device)
+	assert.Equal(t, "info", be.Op)
+	assert.Equal(t, 101, be.Code)
+	assert.Equal(t, "CUDA_ERROR_INVALID_DEVICE", be.Name)
+	assert.Equal(t, before, d.MemoryStats())
+
+	info, err = d.Info()
+	require.NoError(t, err)
+	assert.Regexp(t, gpuUUID, info.UUID)
+}

@@ -1,0 +1,9 @@
+// Package dashboards holds memtrack's Grafana dashboards, as JSON files to
+// import into Grafana, and the tests that check them against the metrics of
+// package prom. It has no Go API.
+//
+// memtrack.json shows, per device, the tracked figure beside what the OS or
+// driver reports, the peak, the limit, allocation failures and churn, and,
+// where dcgm-exporter is scraped too, each GPU's tracked bytes beside the
+// framebuffer dcgm-exporter reports used, joined on the GPU's UUID.
+package dashboards

@@ -1,0 +1,108 @@
+package dashboards
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The join of memtrack's series with dcgm-exporter's, evaluated by
+// Prometheus's own engine: promtool test rules, over series laid out as a
+// fleet has them. Two processes share GPU-bbb: process a sees it as cuda:1,
+// process b (CUDA_VISIBLE_DEVICES=1) as cuda:0. dcgm-exporter reports
+// framebuffer MiB per GPU, under the label UUID.
+var joinSeries = []map[string]string{
+	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cuda",ordinal="0"}`, "values": "1073741824x5"},
+	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cuda",ordinal="1"}`, "values": "2147483648x5"},
+	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, "values": "4096x5"},
+	{"series": `memtrack_allocated_bytes{instance="b:2112",job="app",backend="cuda",ordinal="0"}`, "values": "536870912x5"},
+	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-aaa",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
+	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cuda",ordinal="1",uuid="GPU-bbb",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
+	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cpu",ordinal="0",uuid="",name="AMD EPYC 9654"}`, "values": "1x5"},
+	{"series": `memtrack_device_info{instance="b:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-bbb",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
+	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "2048x5"},
+	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "4096x5"},
+	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="2",UUID="GPU-ccc",device="nvidia2",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "100x5"},
+}
+
+type sample struct {
+	Labels string  `json:"labels"`
+	Value  float64 `json:"value"`
+}
+
+// perProcessShare is the per-process form that docs/integrations.md gives:
+// each process's tracked bytes over what dcgm-exporter reports used on the
+// same GPU. group_left needs its "()" here: without them the parenthesis
+// that follows is read as its label list.
+const perProcessShare = `(memtrack_allocated_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info)
+  / on(uuid) group_left()
+(max by (uuid) (label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")) * 1048576)`
+
+func TestDCGMJoin(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool is not installed, and CI must evaluate the join: .ci/run installs it (Debian: apt-get install prometheus)")
+		}
+		t.Skip("promtool is not installed (Debian: apt-get install prometheus); the join's PromQL is not evaluated")
+	}
+	data, err := os.ReadFile("memtrack.json")
+	require.NoError(t, err)
+	var d dashboard
+	require.NoError(t, json.Unmarshal(data, &d))
+	exprOf := func(panelID int, ref string) string {
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				if p.ID == panelID && tg.RefID == ref {
+					// Every job and instance, as the variables' All gives.
+					return strings.NewReplacer("$job", ".*", "$instance", ".*").Replace(tg.Expr)
+				}
+			}
+		}
+		t.Fatalf("the dashboard has no panel %d with target %s", panelID, ref)
+		return ""
+	}
+	type exprTest struct {
+		Expr     string   `json:"expr"`
+		EvalTime string   `json:"eval_time"`
+		Samples  []sample `json:"exp_samples"`
+	}
+	tests := []exprTest{
+		// Panel 8: bytes tracked per GPU over every process, and used.
+		{exprOf(8, "A"), "4m", []sample{{`{uuid="GPU-aaa"}`, 1 << 30}, {`{uuid="GPU-bbb"}`, 2<<30 + 512<<20}}},
+		{exprOf(8, "B"), "4m", []sample{{`{uuid="GPU-aaa"}`, 2048 << 20}, {`{uuid="GPU-bbb"}`, 4096 << 20}}},
+		// Panel 9: the share of used memory that memtrack tracks.
+		{exprOf(9, "A"), "4m", []sample{{`{uuid="GPU-aaa"}`, 0.5}, {`{uuid="GPU-bbb"}`, 0.625}}},
+		{perProcessShare, "4m", []sample{
+			{`{instance="a:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-aaa"}`, 0.5},
+			{`{instance="a:2112",job="app",backend="cuda",ordinal="1",uuid="GPU-bbb"}`, 0.5},
+			{`{instance="b:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-bbb"}`, 0.125},
+		}},
+		// Without label_replace nothing matches, even for one GPU:
+		// dcgm-exporter's label is UUID, and label names are
+		// case-sensitive. (Over every GPU the same expression is an error:
+		// all of dcgm's series fall in the one match group uuid="".)
+		{`(memtrack_allocated_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m", nil},
+		// And without backend="cuda", the CPU, whose uuid is empty, matches
+		// that dcgm series, which has no uuid either: a wrong figure.
+		{`(memtrack_allocated_bytes * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m",
+			[]sample{{`{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, 2}}},
+	}
+	file := map[string]any{
+		"rule_files":          []string{},
+		"evaluation_interval": "1m",
+		"tests":               []any{map[string]any{"interval": "1m", "input_series": joinSeries, "promql_expr_test": tests}},
+	}
+	out, err := json.MarshalIndent(file, "", "  ")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "join_test.yml") // JSON is YAML
+	require.NoError(t, os.WriteFile(path, out, 0o644))
+	res, err := exec.Command(promtool, "test", "rules", path).CombinedOutput()
+	require.NoError(t, err, "promtool test rules:\n%s", res)
+	t.Logf("promtool test rules: %s", strings.TrimSpace(string(res)))
+}

@@ -1,0 +1,135 @@
+package tracker
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stressFor is how long each boundary stress test runs.
+func stressFor() time.Duration {
+	if testing.Short() {
+		return 50 * time.Millisecond
+	}
+	return 300 * time.Millisecond
+}
+
+// hammer runs each op in a goroutine of its own until d has passed, and
+// returns how many times each returned nil. The test fails (instead of
+// hanging) if a goroutine is still running 10 s after d.
+func hammer(t *testing.T, d time.Duration, ops ...func() error) []int {
+	t.Helper()
+	ok := make([]int, len(ops))
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i, op := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				for range 64 {
+					if op() == nil {
+						ok[i]++
+					}
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d + 10*time.Second):
+		t.Fatal("wedged: a goroutine never returned")
+	}
+	return ok
+}
+
+// TestCounterEdges reproduces the wraps at the edges of a Counter: refused
+// operations at MaxCount racing each other and valid ones. A refused
+// operation never succeeds, readers never see a figure outside [0,
+// MaxCount] or a refused add, and nothing hangs.
+func TestCounterEdges(t *testing.T) {
+	t.Run("two Alloc(MaxCount) holding 5", func(t *testing.T) { // (d)
+		var c Counter
+		require.NoError(t, c.Alloc(5))
+		big := func() error { return c.Alloc(MaxCount) }
+		ok := hammer(t, stressFor(), big, big, func() error {
+			if cur := c.Current(); cur != 5 {
+				return errors.New("moved")
+			}
+			return nil
+		})
+		assert.Zero(t, ok[0]+ok[1], "a refused Alloc succeeded")
+		assert.Equal(t, int64(5), c.Current())
+	})
+	t.Run("Alloc(MaxCount) racing Free(10) holding 5", func(t *testing.T) {
+		var c Counter
+		require.NoError(t, c.Alloc(5))
+		ok := hammer(t, stressFor(),
+			func() error { return c.Alloc(MaxCount) },
+			func() error { return c.Free(10) },
+			func() error {
+				// Holding 5 or 6: room under 100 whatever the refused
+				// operations do.
+				if err := c.AllocWithin(1, 100); err != nil {
+					return err
+				}
+				return c.Free(1)
+			})
+		assert.Zero(t, ok[0], "Alloc(MaxCount) succeeded")
+		assert.Zero(t, ok[1], "Free(10) succeeded")
+		assert.Positive(t, ok[2])
+		assert.Equal(t, int64(5), c.Current())
+		assert.LessOrEqual(t, c.Peak(), int64(6))
+	})
+	t.Run("Alloc(fastMax) at MaxCount racing frees", func(t *testing.T) {
+		var c Counter
+		require.NoError(t, c.Alloc(MaxCount-fastMax/2))
+		ok := hammer(t, stressFor(),
+			func() error { return c.Alloc(fastMax) },
+			func() error { return c.Alloc(fastMax) },
+			func() error {
+				if cur := c.Current(); cur > MaxCount || cur < 0 {
+					return errors.New("out of range")
+				}
+				return errors.New("read")
+			})
+		assert.Zero(t, ok[0]+ok[1]+ok[2])
+		assert.Equal(t, int64(MaxCount-fastMax/2), c.Current())
+	})
+}
+
+// TestRecordEdges reproduces the wraps at the edges of a Record.
+func TestRecordEdges(t *testing.T) {
+	t.Run("two Alloc(MaxBytes) holding 2 TiB", func(t *testing.T) {
+		var r Record
+		require.NoError(t, r.Alloc(2<<40))
+		big := func() error { return r.Alloc(MaxBytes) }
+		ok := hammer(t, stressFor(), big, big)
+		assert.Zero(t, ok[0]+ok[1], "a refused Alloc succeeded")
+		assert.Equal(t, int64(2<<40), r.Current())
+		assert.Equal(t, int64(1), r.Active())
+	})
+	t.Run("Alloc(MaxBytes) racing Free(10) holding 5", func(t *testing.T) {
+		var r Record
+		require.NoError(t, r.Alloc(5))
+		ok := hammer(t, stressFor(),
+			func() error { return r.Alloc(MaxBytes) },
+			func() error { return r.Free(10) },
+			func() error {
+				if s := r.Snapshot(); s.Current != 5 || s.Active != 1 {
+					return nil // counted as a bad read
+				}
+				return errors.New("read")
+			})
+		assert.Zero(t, ok[0], "Alloc(MaxBytes) succeeded")
+		assert.Zero(t, ok[1], "Free(10) succeeded")
+		assert.Zero(t, ok[2], "a reader saw a refused change")
+		assert.Equal(t, int64(5), r.Current())
+	})
+}
