@@ -3,7 +3,6 @@ package memtrack
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -143,56 +142,22 @@ func (d Device) MemoryHistory() (History, error) {
 	return hist, nil
 }
 
-// historyTable publishes the histories of one kind's devices, by ordinal.
-// While no device of the kind records, the published slice is nil, so that
-// Alloc and Free pay one atomic load.
+// historyTable holds the histories of one kind's devices, by ordinal.
 type historyTable struct {
-	mu   sync.Mutex // serialises enable and disable
-	recs atomic.Pointer[[]*history]
-}
-
-// lookup returns the history of ordinal i, or nil if none is recorded.
-func (t *historyTable) lookup(i int) *history {
-	p := t.recs.Load()
-	if p == nil || i >= len(*p) {
-		return nil
-	}
-	return (*p)[i]
+	recorders[history]
 }
 
 func (t *historyTable) enable(i, n int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var old []*history
-	if p := t.recs.Load(); p != nil {
-		old = *p
-	}
-	if i < len(old) && old[i] != nil && len(old[i].slots) == n {
-		return
-	}
-	recs := make([]*history, max(len(old), i+1))
-	copy(recs, old)
-	recs[i] = newHistory(n)
-	t.recs.Store(&recs)
+	t.update(i, func(old *history) *history {
+		if old != nil && len(old.slots) == n {
+			return old
+		}
+		return newHistory(n)
+	})
 }
 
 func (t *historyTable) disable(i int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.recs.Load()
-	if p == nil || i >= len(*p) || (*p)[i] == nil {
-		return
-	}
-	recs := make([]*history, len(*p))
-	copy(recs, *p)
-	recs[i] = nil
-	for _, h := range recs {
-		if h != nil {
-			t.recs.Store(&recs)
-			return
-		}
-	}
-	t.recs.Store(nil) // no device of the kind records: back to one nil load
+	t.update(i, func(*history) *history { return nil })
 }
 
 // refused records a refused allocation of size bytes on device i, if its

@@ -195,13 +195,11 @@ func (d Device) recorder() (*siteRecorder, error) {
 	return nil, fmt.Errorf("%w on %v: call Device.EnableAllocationSites first", ErrSitesNotRecorded, d)
 }
 
-// siteTable publishes the recorders of one kind's devices, by ordinal. While
-// no device of the kind records, the published slice is nil, so that the
-// allocation path pays one atomic load.
+// siteTable holds the recorders of allocation sites of one kind's devices,
+// by ordinal, and the sampling rates set for them.
 type siteTable struct {
-	mu    sync.Mutex // serialises enable, disable and setRate
-	recs  atomic.Pointer[[]*siteRecorder]
-	rates []int64 // by ordinal, the rates set; 0: DefaultSiteRate
+	recorders[siteRecorder]
+	rates []int64 // by ordinal, the rates set; 0: DefaultSiteRate; under mu
 }
 
 // rate returns the sampling rate of ordinal i. t.mu must be held.
@@ -219,57 +217,32 @@ func (t *siteTable) setRate(i int, rate int64) {
 		t.rates = append(t.rates, make([]int64, i+1-len(t.rates))...)
 	}
 	t.rates[i] = rate
-	if p := t.recs.Load(); p != nil && i < len(*p) && (*p)[i] != nil {
-		(*p)[i].rate.Store(rate)
+	if r := t.recorders.lookup(i); r != nil {
+		r.rate.Store(rate)
 	}
 }
 
-// lookup returns the recorder of ordinal i, or nil if it records nothing.
+// lookup returns the recorder of ordinal i, or nil if it records nothing
+// (always nil under -tags memtrack_nosites).
 func (t *siteTable) lookup(i int) *siteRecorder {
 	if !sitesBuilt {
 		return nil
 	}
-	p := t.recs.Load()
-	if p == nil || i >= len(*p) {
-		return nil
-	}
-	return (*p)[i]
+	return t.recorders.lookup(i)
 }
 
 func (t *siteTable) enable(i, depth int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var old []*siteRecorder
-	if p := t.recs.Load(); p != nil {
-		old = *p
-	}
-	if i < len(old) && old[i] != nil {
-		old[i].depth.Store(int32(depth))
-		return
-	}
-	recs := make([]*siteRecorder, max(len(old), i+1))
-	copy(recs, old)
-	recs[i] = newSiteRecorder(depth, t.rate(i), MaxAllocationSites)
-	t.recs.Store(&recs)
+	t.update(i, func(old *siteRecorder) *siteRecorder {
+		if old != nil {
+			old.depth.Store(int32(depth))
+			return old
+		}
+		return newSiteRecorder(depth, t.rate(i), MaxAllocationSites) // t.mu is held
+	})
 }
 
 func (t *siteTable) disable(i int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.recs.Load()
-	if p == nil || i >= len(*p) || (*p)[i] == nil {
-		return
-	}
-	recs := make([]*siteRecorder, len(*p))
-	copy(recs, *p)
-	recs[i] = nil
-	for _, r := range recs {
-		if r != nil {
-			t.recs.Store(&recs)
-			return
-		}
-	}
-	t.recs.Store(nil) // no device of the kind records: back to one nil load
+	t.update(i, func(*siteRecorder) *siteRecorder { return nil })
 }
 
 // siteRecorder holds one device's allocation sites: per call stack, the

@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -132,4 +133,43 @@ func TestRecordEdges(t *testing.T) {
 		assert.Zero(t, ok[2], "a reader saw a refused change")
 		assert.Equal(t, int64(5), r.Current())
 	})
+}
+
+// TestCounterRefusalsInvisible (issue 10 item 3(d)): holding 5, refused
+// operations at the boundaries (Alloc(MaxCount), Free(10)) race a goroutine
+// that allocates 1 within a limit of 100 and frees it, and a reader. The
+// refused operations must never succeed, never be seen by the reader (who
+// may see only 5 or 6) and never make the unrelated AllocWithin or its Free
+// fail; nothing may hang. It runs with more threads than cores, so that
+// the kernel suspends threads between an add and its take-back.
+func TestCounterRefusalsInvisible(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	var c Counter
+	require.NoError(t, c.Alloc(5))
+	var seen [2]int64 // a figure outside {5, 6}, and how often
+	ok := hammer(t, raceFor(),
+		func() error { return c.Alloc(MaxCount) },
+		func() error { return c.Alloc(MaxCount) },
+		func() error { return c.Free(10) },
+		func() error {
+			if err := c.AllocWithin(1, 100); err != nil {
+				return nil // counted as a failure of the unrelated caller
+			}
+			if err := c.Free(1); err != nil {
+				return nil
+			}
+			return errors.New("fine")
+		},
+		func() error {
+			if cur := c.Current(); cur != 5 && cur != 6 {
+				seen[0] = cur
+				return nil // counted as a bad read
+			}
+			return errors.New("fine")
+		})
+	assert.Zero(t, ok[0]+ok[1], "Alloc(MaxCount) succeeded")
+	assert.Zero(t, ok[2], "Free(10) succeeded")
+	assert.Zero(t, ok[3], "AllocWithin(1, 100) or its Free(1) failed")
+	assert.Zero(t, ok[4], "the reader saw a refused change (e.g. Current() = %d)", seen[0])
+	assert.Equal(t, int64(5), c.Current())
 }

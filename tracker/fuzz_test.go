@@ -2,7 +2,9 @@ package tracker
 
 import (
 	"encoding/binary"
+	stdatomic "sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -42,6 +44,48 @@ func operand(n int64) int64 {
 	}
 }
 
+// concurrently runs refused in a loop on another goroutine from before
+// the step's own operation begins until the returned function is called,
+// which reports how many calls of refused it made and how many of them did
+// not fail. A step whose
+// code has its top bit set runs a refused operation this way: the step must
+// then behave, and leave every figure, exactly as in the sequential model,
+// which never sees the refused operation (issue 10 item 3).
+func concurrently(refused func() error) (stop func() (calls, succeeded int)) {
+	var quit stdatomic.Bool
+	started, done := make(chan struct{}), make(chan [2]int)
+	go func() {
+		ok, i := 0, 0
+		for ; ; i++ {
+			if refused() == nil {
+				ok++
+			}
+			if i == 0 {
+				close(started)
+			}
+			if quit.Load() {
+				break
+			}
+		}
+		done <- [2]int{i + 1, ok}
+	}()
+	<-started
+	return func() (int, int) {
+		quit.Store(true)
+		select {
+		case r := <-done:
+			return r[0], r[1]
+		case <-time.After(10 * time.Second):
+			panic("a refused operation never returned")
+		}
+	}
+}
+
+// refusedFree is a size more than a figure that starts at cur and may grow
+// by at most grow during the step holds at any moment: a Free of it is
+// refused (on the add-based fast path while it is at most fastMax).
+func refusedFree(cur, grow int64) int64 { return cur + max(grow, 0) + 1 }
+
 func seedOps(f *testing.F) {
 	enc := func(ops ...op) []byte {
 		var b []byte
@@ -55,6 +99,9 @@ func seedOps(f *testing.F) {
 	f.Add(enc(op{0, 10}, op{1, 11}, op{1, -1}, op{0, 0}))
 	f.Add(enc(op{3, 500}, op{0, 400}, op{0, 200}, op{4, 0}, op{0, 7 * (1 << 40)}))
 	f.Add(enc(op{0, -7}, op{0, 7 << 60}, op{1, 7 << 60}, op{5, 0}))
+	f.Add(enc(op{0, 100}, op{128, 50}, op{129, 120}, op{160, 7}, op{161, 30}, op{131, 5}))
+	f.Add(enc(op{0, 100}, op{131, 10}, op{131, 10}, op{131, 10}, op{131, 10}, op{129, 50}))
+	f.Add(enc(op{0, 10}, op{131, 500}, op{128, 400}, op{164, 0}, op{133, 0}, op{162, 0}, op{129, 10}))
 }
 
 func FuzzCounter(f *testing.F) {
@@ -64,6 +111,25 @@ func FuzzCounter(f *testing.F) {
 		var m model
 		for i, o := range decodeOps(data) {
 			n := operand(o.n)
+			wait := func() (int, int) { return 0, 0 }
+			if o.code >= 128 {
+				// The figure stays within [m.cur-n, m.cur+n] during the
+				// step whatever its own operation does.
+				lo := max(m.cur-max(n, 0), 0)
+				switch o.code >> 5 & 3 {
+				case 0:
+					x := refusedFree(m.cur, n)
+					wait = concurrently(func() error { return c.Free(x) })
+				case 1:
+					y := MaxCount - lo + 1 // more than fits from any figure >= lo
+					wait = concurrently(func() error { return c.Alloc(y) })
+				case 2:
+					wait = concurrently(func() error { return c.AllocWithin(1, lo-1) })
+				case 3:
+					x := refusedFree(m.cur, n)
+					wait = concurrently(func() error { return c.AllocWithin(x, x-1) })
+				}
+			}
 			switch code := o.code % 4; code {
 			case 0, 3:
 				// Alloc is AllocWithin MaxCount, with an error of its own.
@@ -91,6 +157,8 @@ func FuzzCounter(f *testing.F) {
 				c.ResetPeak()
 				m.peak = m.cur
 			}
+			_, ok := wait()
+			require.Zero(t, ok, "step %d: a concurrent refused operation succeeded", i)
 			cur, peak := c.Load()
 			require.Equal(t, m.cur, cur, "step %d current", i)
 			require.Equal(t, m.peak, peak, "step %d peak", i)
@@ -105,6 +173,23 @@ func FuzzRecord(f *testing.F) {
 		var m model
 		for i, o := range decodeOps(data) {
 			n := operand(o.n)
+			wait := func() (int, int) { return 0, 0 }
+			failing := false // the concurrent operation counts failures
+			if o.code >= 128 {
+				switch code := o.code % 6; {
+				case o.code>>5&1 == 0 || code == 3 || code == 4 || code == 5:
+					// A refused Free counts nowhere, so it may race
+					// limits, resets and failures too.
+					x := refusedFree(m.cur, n)
+					wait = concurrently(func() error { return r.Free(x) })
+				default:
+					// Past capacity from any figure the step leaves; each
+					// refusal counts as a failure.
+					y := MaxBytes - max(m.cur-max(n, 0), 0) + 1
+					wait = concurrently(func() error { return r.Alloc(y) })
+					failing = true
+				}
+			}
 			switch o.code % 6 {
 			case 0:
 				err := r.Alloc(n)
@@ -150,6 +235,11 @@ func FuzzRecord(f *testing.F) {
 			case 5:
 				r.RecordFailure()
 				m.failed++
+			}
+			calls, ok := wait()
+			require.Zero(t, ok, "step %d: a concurrent refused operation succeeded", i)
+			if failing {
+				m.failed += int64(calls)
 			}
 			require.Equal(t, Stats{
 				Current: m.cur, Peak: m.peak, Active: m.live, PeakActive: m.peakLive,

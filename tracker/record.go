@@ -82,7 +82,8 @@ type Stats struct {
 // The allocation path is built for contention. Without a limit, Alloc of up
 // to 16 MiB performs two atomic adds (bytes, live buffers) and Free three
 // (bytes, live buffers with frees, freed bytes), all on the record's first
-// cache line; their fast paths are small enough for the compiler to inline.
+// cache line. Their fast paths are not inlinable: the adds and their checks
+// alone cost more than the compiler's budget.
 // Larger sizes, and every Alloc while a limit is set, take a
 // compare-and-swap loop instead of the bytes add. The peaks and the limit
 // sit on a second line that is written only when a peak rises, so the peak
@@ -112,6 +113,7 @@ type Record struct {
 	foldedFrees stdatomic.Int64
 	failed      stdatomic.Int64
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
+	limitGen    int64           // the last non-zero generation; under limitMu
 	// The bases are the figures at the last ResetAccumulated, written
 	// under baseSeq (odd while they change).
 	baseSeq                                                           stdatomic.Int64
@@ -327,12 +329,24 @@ func (r *Record) SetLimit(limit int64) error {
 	// Publish the change in the bytes word: a new generation fails every
 	// compare-and-swap prepared under the old limit, and a non-zero one
 	// sends the fast path to the exact path.
+	//
+	// The non-zero generations cycle through 1 to 31 over the SetLimits
+	// that set a limit, whatever limits were removed in between (a removal
+	// writes generation 0 and leaves the cycle where it was). A
+	// compare-and-swap of allocExact prepared under a limit (generation g)
+	// can therefore pass under another only if, between its load and its
+	// compare-and-swap, a multiple of 31 SetLimits set a limit, the last
+	// SetLimit set one, and the operations on the record in that time left
+	// the held bytes as they were and moved the tag by a multiple of 2^11.
+	// One prepared without a limit (generation 0) can pass only while no
+	// limit is set, which is what it assumed.
+	g := int64(0)
+	if limit > 0 {
+		r.limitGen = r.limitGen%31 + 1
+		g = r.limitGen
+	}
 	for {
 		o, _ := r.load()
-		g := int64(0)
-		if limit > 0 {
-			g = (o&genMask>>genShift)%31 + 1
-		}
 		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o&^genMask|g<<genShift) {
 			return nil
 		}

@@ -292,3 +292,34 @@ func TestRecordRefusedFreeUnderLoad(t *testing.T) {
 	assert.LessOrEqual(t, s.Peak, int64(3*64))
 	assert.LessOrEqual(t, s.PeakActive, int64(3))
 }
+
+// TestRecordLimitGenerations: every SetLimit that sets a limit moves the
+// bytes word to a generation none of the 30 before it used, also when
+// limits are removed in between; otherwise a compare-and-swap prepared
+// under one limit could pass under the next (SetLimit(L1), SetLimit(0),
+// SetLimit(L2) returned to L1's generation).
+func TestRecordLimitGenerations(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		var r Record
+		require.NoError(t, r.Alloc(10))
+		var gens []int64
+		for i := range 62 {
+			require.NoError(t, r.SetLimit(int64(1000+i)))
+			gens = append(gens, r.bytes&genMask>>genShift)
+			if remove {
+				require.NoError(t, r.SetLimit(0))
+				assert.Zero(t, r.bytes&genMask, "no limit, generation 0")
+			}
+		}
+		for i, g := range gens {
+			assert.NotZero(t, g)
+			for j := max(0, i-30); j < i; j++ {
+				assert.NotEqual(t, gens[j], g, "remove=%v: SetLimit %d reused the generation of SetLimit %d", remove, i, j)
+			}
+			if i >= 31 {
+				assert.Equal(t, gens[i-31], g, "a cycle of 31")
+			}
+		}
+		assert.Equal(t, int64(10), r.Current())
+	}
+}
