@@ -40,6 +40,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if err := rec.Alloc(size); err != nil {
 		return nil, d.recordRefused(s, rec, b, err)
 	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go

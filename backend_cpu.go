@@ -42,7 +42,7 @@ type cpuBackend struct {
 	readAt   time.Time    // when it was last read, under mu
 
 	modelMu sync.Mutex
-	model   *string // the CPU's model name, once read (cpu_info_*.go)
+	model   *string // the CPU's model name, once read (cpu_host_*.go)
 }
 
 func newCPUBackend() backend { return newCPUBackendOver(hostCapacity, time.Now) }

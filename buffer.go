@@ -33,6 +33,7 @@ type Buffer struct {
 	state   atomic.Uint32
 	ordinal int32 // the device, which locates the backend and the record
 	kind    Kind
+	pooled  bool // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
 }
 
 // noCopy makes go vet's copylocks check report a copy of the struct that
@@ -72,6 +73,7 @@ func (b *Buffer) Free() error {
 	if err := rec.Free(b.size); err != nil {
 		return b.uncountFailed(err)
 	}
+	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
 	if b.site != nil {
 		b.site.free(b.size)
 	}

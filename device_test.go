@@ -171,12 +171,12 @@ func TestCountingPerDevice(t *testing.T) {
 	assert.Equal(t, int64(5000), b.MemoryAllocated())
 	require.NoError(t, a1.Free())
 	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 300, AllocatedBytes: 300, FreedBytes: 100,
-		Active: 1, PeakActive: 2, Allocs: 2, Frees: 1}, a.MemoryStats())
+		Active: 1, PeakActive: 2, Allocs: 2, Frees: 1, Held: 200, HeldPeak: 300}, a.MemoryStats())
 	assert.Equal(t, int64(300), a.MaxMemoryAllocated())
 	a.ResetPeakMemoryStats()
 	assert.Equal(t, int64(200), a.MaxMemoryAllocated())
 	a.ResetAccumulatedMemoryStats()
-	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 200, Active: 1, PeakActive: 1}, a.MemoryStats())
+	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 200, Active: 1, PeakActive: 1, Held: 200, HeldPeak: 200}, a.MemoryStats())
 	require.NoError(t, a2.Free())
 	require.NoError(t, b1.Free())
 	for i := range ds {
@@ -307,6 +307,7 @@ func TestBadInput(t *testing.T) {
 				want.AllocatedBytes, want.FreedBytes, want.Allocs, want.Frees = 107, 7, 2, 1
 				want.PeakActive = 2
 				want.Peak = 107
+				want.HeldPeak = 107
 			}
 			assert.Equal(t, want, got)
 			used, live, calls := f.state(0)

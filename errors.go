@@ -52,6 +52,11 @@ var (
 	// not record them; see [Device.EnableAllocationSites].
 	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
 
+	// ErrNotSupported: the device or its driver lacks what the call needs,
+	// such as stream-ordered allocation on a device that is not a CUDA GPU
+	// or on a GPU without memory pools.
+	ErrNotSupported = errors.New("memtrack: not supported")
+
 	// ErrHistoryNotRecorded: a history was asked of a device that does not
 	// record one ([Device.EnableMemoryHistory]).
 	ErrHistoryNotRecorded = errors.New("memtrack: memory history not recorded")

@@ -72,6 +72,12 @@ type Measurement struct {
 	EndTracked          int64 // tracked bytes when the run ended
 	TrackedPeakIncrease int64 // PeakTracked - BaselineTracked
 
+	// The device-side figure ([Stats].Held): with buffers freed by
+	// [Buffer.FreeAsync] counted until their streams executed the frees.
+	BaselineHeld     int64
+	PeakHeld         int64
+	HeldPeakIncrease int64 // PeakHeld - BaselineHeld
+
 	Total        int64 // the device's memory, as reported
 	BaselineUsed int64 // memory in use on the device when the run began, as reported
 	EndUsed      int64 // memory in use on the device when the run ended, as reported
@@ -120,12 +126,15 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	resetPeaks(s, r, d.ordinal)
 	p := Measurement{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
+	p.BaselineHeld, _ = deviceHeld(d, p.BaselineTracked, p.BaselineTracked)
 
 	ferr := f()
 
 	p.PeakTracked, p.EndTracked = r.Peak(), r.Current()
 	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
 	settle(d)
+	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
+	p.HeldPeakIncrease = p.PeakHeld - p.BaselineHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {
 		return p, errors.Join(wrapRun(d, ferr), err)
@@ -203,7 +212,10 @@ type Budget struct {
 	// device when the measurement began, by anyone.
 	Held int64
 	// PeakIncrease is the tracked peak's rise during the pass
-	// ([Measurement].TrackedPeakIncrease, vLLM's torch_peak_increase).
+	// ([Measurement].TrackedPeakIncrease, vLLM's torch_peak_increase), or
+	// the device-side peak's ([Measurement].HeldPeakIncrease) where
+	// buffers freed in stream order raised that higher: it is what the
+	// device had to fit.
 	PeakIncrease int64
 	// UntrackedIncrease is, for Budget, the growth of the memory in use
 	// that this package did not allocate, from the baseline to the end of
@@ -226,7 +238,8 @@ type Budget struct {
 //
 //	Requested         = utilization × Total                          (requested_memory)
 //	Held              = Measurement.BaselineTracked - Baseline.Tracked  (weights_memory)
-//	PeakIncrease      = Measurement.TrackedPeakIncrease             (torch_peak_increase)
+//	PeakIncrease      = Measurement.TrackedPeakIncrease             (torch_peak_increase;
+//	                    HeldPeakIncrease where stream-ordered frees raised that higher)
 //	UntrackedIncrease = (EndUsed - EndTracked) - (Baseline.Used - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
 //	Available         = Requested - (Held + PeakIncrease + UntrackedIncrease)
@@ -262,7 +275,7 @@ func (p Measurement) Budget(base Baseline, utilization float64, blockSize int64)
 		Utilization:       utilization,
 		Requested:         requested,
 		Held:              p.BaselineTracked - base.Tracked,
-		PeakIncrease:      p.TrackedPeakIncrease,
+		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
 		UntrackedIncrease: (p.EndUsed - p.EndTracked) - (base.Used - base.Tracked),
 		BlockSize:         blockSize,
 	}
@@ -289,7 +302,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		Utilization:       utilization,
 		Requested:         int64(utilization * float64(p.Total)),
 		Held:              p.BaselineUsed,
-		PeakIncrease:      p.TrackedPeakIncrease,
+		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
 		UntrackedIncrease: max(p.Untracked, 0),
 		BlockSize:         blockSize,
 	}

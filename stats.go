@@ -25,10 +25,15 @@ type Stats struct {
 	Allocs, Frees              int64 // cumulative counts
 	FailedAllocs               int64 // refused by the limit or by the backend
 	Limit                      int64 // 0: none
+	// Held is the bytes the device holds for live buffers and for buffers
+	// freed with [Buffer.FreeAsync] whose stream has not yet executed the
+	// free; HeldPeak is its high-water mark, exact like Peak. They equal
+	// Current and Peak except for stream-ordered frees on CUDA.
+	Held, HeldPeak int64
 }
 
 func statsOf(d Device, s tracker.Stats) Stats {
-	return Stats{
+	st := Stats{
 		Device:         d,
 		Current:        s.Current,
 		Peak:           s.Peak,
@@ -41,6 +46,8 @@ func statsOf(d Device, s tracker.Stats) Stats {
 		FailedAllocs:   s.Failed,
 		Limit:          s.Limit,
 	}
+	st.Held, st.HeldPeak = deviceHeld(d, s.Current, s.Peak)
+	return st
 }
 
 // MemorySummary returns a human-readable table of the device's statistics
@@ -54,6 +61,14 @@ func (d Device) MemorySummary() string {
 	fmt.Fprintf(w, "bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Current), formatBytes(s.Peak), formatBytes(s.AllocatedBytes), formatBytes(s.FreedBytes))
 	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Active, s.PeakActive, s.Allocs, s.Frees)
 	w.Flush()
+	if s.Held != s.Current || s.HeldPeak != s.Peak {
+		fmt.Fprintf(&buf, "held on the device: %s, peak %s (stream-ordered frees not yet executed: %s)\n",
+			formatBytes(s.Held), formatBytes(s.HeldPeak), formatBytes(s.Held-s.Current))
+	}
+	if p, err := d.PoolStats(); err == nil {
+		fmt.Fprintf(&buf, "memory pool: reserved %s (high %s), used %s (high %s)\n",
+			formatBytes(p.ReservedCurrent), formatBytes(p.ReservedHigh), formatBytes(p.UsedCurrent), formatBytes(p.UsedHigh))
+	}
 	fmt.Fprintf(&buf, "failed allocations: %d\n", s.FailedAllocs)
 	if s.Limit > 0 {
 		fmt.Fprintf(&buf, "memory limit: %s (%d bytes)\n", formatBytes(s.Limit), s.Limit)
@@ -87,8 +102,9 @@ func (d Device) MaxMemoryAllocated() int64 {
 	return 0
 }
 
-// ResetPeakMemoryStats sets the peaks (bytes and live buffers, and the
-// allocation sites at the peak where they are recorded) to their current
+// ResetPeakMemoryStats sets the peaks (bytes and live buffers, the
+// device-side peak, the allocation sites at the peak where they are
+// recorded, and a CUDA memory pool's high-water marks) to their current
 // figures, so that the next peak measures what happens from now on.
 func (d Device) ResetPeakMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
@@ -96,11 +112,13 @@ func (d Device) ResetPeakMemoryStats() {
 	}
 }
 
-// resetPeaks resets every peak of one device: its record's and, where they
-// are recorded, its allocation sites'. ResetPeakMemoryStats and Measure both
+// resetPeaks resets every peak of one device: its record's, its device-side
+// figure's and its memory pool's highs (cuda_stream.go) and, where they are
+// recorded, its allocation sites'. ResetPeakMemoryStats and Measure both
 // call it, so that a measurement resets what a reset resets.
 func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()
+	resetDevicePeaks(Device{kind: s.kind, ordinal: ordinal})
 	if sr := s.sites.lookup(ordinal); sr != nil {
 		sr.resetPeak()
 	}

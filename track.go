@@ -2,7 +2,6 @@ package memtrack
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
@@ -67,25 +66,26 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 	}
 	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec}
 	var sh *addrShard
+	var slot int
 	if ptr != 0 {
 		t.addrs = &s.tracked
 		sh = t.addrs.shard(ptr)
 		// The shard stays locked until the handle is counted and indexed,
 		// so that a concurrent Track of the address sees it.
 		sh.mu.Lock()
-		if old := sh.m[ptr]; old != nil && old.state.Load() == trackLive {
+		var err error
+		if slot, err = sh.claim(d, ptr); err != nil {
 			sh.mu.Unlock()
-			return nil, fmt.Errorf("%w: %#x on %v (%d bytes, tracked on %v)", ErrAlreadyTracked, ptr, d, old.size, old.dev)
+			return nil, err
 		}
 	}
 	if err := rec.Alloc(size); err != nil {
 		if sh != nil {
 			sh.mu.Unlock()
 		}
-		// The record counted the failure.
-		tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-		return nil, &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
+		return nil, d.refused(size, rec, err)
 	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		t.site = sr.alloc(size) // see sites.go: the first frame is Track's caller
 	}
@@ -93,13 +93,111 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		h.alloc(size, t.site, rec) // see history.go
 	}
 	if sh != nil {
-		if sh.m == nil {
-			sh.m = make(map[uintptr]*Tracked)
-		}
-		sh.m[ptr] = t
+		sh.insertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
 		sh.mu.Unlock()
 	}
 	return t, nil
+}
+
+// refused answers an allocation of size bytes that the record refused with
+// err (the record counted the failure).
+func (d Device) refused(size int64, rec *tracker.Record, err error) error {
+	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
+	return &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
+}
+
+// TrackAddr counts size bytes that other code allocated at address ptr on
+// the device, as [Device.Track] does, without making a handle: the count
+// lives in the address index only, until [UntrackAddr] of ptr ends it
+// ([TrackedAt] makes a handle for it when asked). It is the path of a
+// drop-in binding, which is given only an address to free (see package
+// github.com/memtrack/memtrack/cu), and allocates nothing on the heap while
+// allocation sites and the memory history are off. It fails as Track
+// does, and with [ErrInvalidArgument] for ptr == 0.
+func (d Device) TrackAddr(size int64, ptr uintptr) error {
+	if size <= 0 {
+		return fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
+	}
+	if ptr == 0 {
+		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidArgument, size, d)
+	}
+	s, rec, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	sh := s.tracked.shard(ptr)
+	sh.mu.Lock()
+	slot, err := sh.claim(d, ptr)
+	if err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	if err := rec.Alloc(size); err != nil {
+		sh.mu.Unlock()
+		return d.refused(size, rec, err)
+	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
+	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
+	if sr := s.sites.lookup(d.ordinal); sr != nil {
+		e.site = sr.alloc(size) // see sites.go: the first frame is TrackAddr's caller
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.alloc(size, e.site, rec) // see history.go
+	}
+	sh.insertAt(slot, ptr, e)
+	sh.mu.Unlock()
+	return nil
+}
+
+// UntrackAddr frees the memory tracked at address ptr on a device of kind
+// k with free, the caller's own release through the binding that allocated
+// it, and then uncounts it, as [Tracked.FreeWith] does for the handle that
+// [TrackedAt] would return. It reports whether a live count was there: if
+// not, it calls nothing and returns false and nil. If free fails, the
+// memory stays counted and tracked, and free's error is returned. While
+// free runs, the address is not tracked, as with FreeWith. free == nil
+// uncounts without freeing, as [Tracked.Release] does. It starts no
+// backend.
+func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err error) {
+	if k >= numKinds || ptr == 0 {
+		return false, nil
+	}
+	s := tables[k].p.Load()
+	if s == nil {
+		return false, nil
+	}
+	sh := s.tracked.shard(ptr)
+	sh.mu.Lock()
+	i, ok := sh.lookup(ptr)
+	if !ok {
+		sh.mu.Unlock()
+		return false, nil
+	}
+	e := sh.slots[i].e
+	if e.h != nil {
+		sh.mu.Unlock()
+		// A handle is indexed: free through it. If it is not live, a
+		// concurrent release was first.
+		live, err := e.h.freeWith(free)
+		if !live {
+			return false, nil
+		}
+		return true, err
+	}
+	sh.deleteAt(i)
+	sh.mu.Unlock()
+	if free != nil {
+		if err := free(); err != nil {
+			sh.mu.Lock()
+			if i, ok := sh.lookup(ptr); !ok { // not tracked anew meanwhile
+				sh.insertAt(i, ptr, e)
+			}
+			sh.mu.Unlock()
+			return true, err
+		}
+	}
+	e.uncount(Device{kind: k, ordinal: e.ordinal})
+	return true, nil
 }
 
 // TrackedAt returns the live handle that [Device.Track] counts at address
@@ -116,12 +214,20 @@ func TrackedAt(k Kind, ptr uintptr) *Tracked {
 	}
 	sh := s.tracked.shard(ptr)
 	sh.mu.Lock()
-	t := sh.m[ptr]
+	var h *Tracked
+	if i, ok := sh.lookup(ptr); ok {
+		e := &sh.slots[i].e
+		if e.h == nil {
+			// Counted by TrackAddr: a handle takes the count over.
+			e.h = &Tracked{dev: Device{kind: k, ordinal: e.ordinal}, size: e.size, ptr: ptr, rec: e.rec, addrs: &s.tracked, site: e.site}
+		}
+		h = e.h
+	}
 	sh.mu.Unlock()
-	if t == nil || t.state.Load() != trackLive {
+	if h == nil || h.state.Load() != trackLive {
 		return nil
 	}
-	return t
+	return h
 }
 
 // Release uncounts the tracked memory; it frees nothing. Call it when the
@@ -133,11 +239,8 @@ func (t *Tracked) Release() error {
 	if t == nil {
 		return fmt.Errorf("%w: Release called on a nil *Tracked", ErrNilBuffer)
 	}
-	if !t.state.CompareAndSwap(trackLive, trackReleased) {
-		return t.released()
-	}
-	t.uncount()
-	return nil
+	_, err := t.freeWith(nil)
+	return err
 }
 
 // FreeWith frees the tracked memory with free, the caller's own release
@@ -156,16 +259,30 @@ func (t *Tracked) FreeWith(free func() error) error {
 	if free == nil {
 		return fmt.Errorf("%w: FreeWith of %d tracked bytes on %v: nil function", ErrInvalidArgument, t.size, t.dev)
 	}
+	_, err := t.freeWith(free)
+	return err
+}
+
+// freeWith is FreeWith, and Release where free is nil; live reports
+// whether the handle was live (if not, err is the ErrDoubleFree).
+func (t *Tracked) freeWith(free func() error) (live bool, err error) {
+	if free == nil {
+		if !t.state.CompareAndSwap(trackLive, trackReleased) {
+			return false, t.released()
+		}
+		t.uncount()
+		return true, nil
+	}
 	if !t.state.CompareAndSwap(trackLive, trackFreeing) {
-		return t.released()
+		return false, t.released()
 	}
 	if err := free(); err != nil {
 		t.state.Store(trackLive)
-		return err
+		return true, err
 	}
 	t.state.Store(trackReleased)
 	t.uncount()
-	return nil
+	return true, nil
 }
 
 func (t *Tracked) released() error {
@@ -177,18 +294,25 @@ func (t *Tracked) uncount() {
 	if t.addrs != nil {
 		sh := t.addrs.shard(t.ptr)
 		sh.mu.Lock()
-		if sh.m[t.ptr] == t { // a new Track of the address may have replaced it
-			delete(sh.m, t.ptr)
+		// A new Track of the address may have replaced the handle.
+		if i, ok := sh.lookup(t.ptr); ok && sh.slots[i].e.h == t {
+			sh.deleteAt(i)
 		}
 		sh.mu.Unlock()
 	}
-	// Cannot fail: the handle's bytes are part of what the record holds.
-	_ = t.rec.Free(t.size)
-	if t.site != nil {
-		t.site.free(t.size)
+	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev)
+}
+
+// uncount takes the entry's bytes from the figures of d.
+func (e addrEntry) uncount(d Device) {
+	// Cannot fail: the entry's bytes are part of what the record holds.
+	_ = e.rec.Free(e.size)
+	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
+	if e.site != nil {
+		e.site.free(e.size)
 	}
-	if h := tables[t.dev.kind].history.lookup(t.dev.ordinal); h != nil {
-		h.free(t.size, t.site, t.rec) // see history.go
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.free(e.size, e.site, e.rec) // see history.go
 	}
 }
 
@@ -222,30 +346,3 @@ func (t *Tracked) DevicePtr() uintptr {
 // [Tracked.Release] or [Tracked.FreeWith] begins, unless FreeWith's free
 // then fails.
 func (t *Tracked) Released() bool { return t != nil && t.state.Load() != trackLive }
-
-// addrIndex maps the addresses of one kind's tracked handles to the
-// handles, in shards chosen by address bits, so that tracking and freeing at
-// different addresses rarely meet on a lock.
-type addrIndex struct {
-	shards [addrShards]addrShard
-}
-
-const addrShardBits = 6
-
-const addrShards = 1 << addrShardBits
-
-type addrShard struct {
-	mu sync.Mutex
-	m  map[uintptr]*Tracked
-	_  [cacheLinePad]byte
-}
-
-// cacheLinePad pads a shard (a mutex and a map pointer) to 64 bytes.
-const cacheLinePad = 64 - 16
-
-func (x *addrIndex) shard(ptr uintptr) *addrShard {
-	// Allocations are aligned (256 bytes and more for CUDA, 16 for malloc):
-	// a Fibonacci hash of the address spreads them over the shards.
-	h := uint64(ptr) * 0x9e3779b97f4a7c15
-	return &x.shards[h>>(64-addrShardBits)]
-}

@@ -3,9 +3,9 @@ package memtrack
 import "testing"
 
 // BenchmarkTrack measures the bookkeeping of a tracked pair, by itself:
-// Track with an address, the lookup by address, and FreeWith, as the cu
-// drop-in runs them around its two driver calls; and the same without an
-// address (Track and Release, no index).
+// Track with an address, the lookup by address, and FreeWith; TrackAddr and
+// UntrackAddr, as the cu drop-in runs them around its two driver calls; and
+// Track without an address and Release (no index).
 func BenchmarkTrack(b *testing.B) {
 	d := freshCPU(b)
 	b.Run("pair=addressed", func(b *testing.B) {
@@ -18,6 +18,20 @@ func BenchmarkTrack(b *testing.B) {
 			}
 			if err := TrackedAt(KindCPU, p).FreeWith(func() error { return nil }); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pair=addr", func(b *testing.B) {
+		b.ReportAllocs()
+		p := uintptr(0x10000000)
+		free := func() error { return nil }
+		for b.Loop() {
+			p += 256
+			if err := d.TrackAddr(1024, p); err != nil {
+				b.Fatal(err)
+			}
+			if ok, err := UntrackAddr(KindCPU, p, free); !ok || err != nil {
+				b.Fatal(ok, err)
 			}
 		}
 	})

@@ -54,7 +54,7 @@ func TestTrackAccountsAsAlloc(t *testing.T) {
 	s := track.MemoryStats()
 	assert.Equal(t, Stats{Device: track, Peak: 1<<20 + 4096 + 107, PeakActive: 4,
 		AllocatedBytes: 1<<20 + 4096 + 107, FreedBytes: 1<<20 + 4096 + 107,
-		Allocs: 4, Frees: 4, FailedAllocs: 1, Limit: 2 << 20}, s)
+		Allocs: 4, Frees: 4, FailedAllocs: 1, Limit: 2 << 20, HeldPeak: 1<<20 + 4096 + 107}, s)
 }
 
 // Bad input is refused with its error and moves no figure.

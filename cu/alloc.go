@@ -74,20 +74,21 @@ func track(ordinal int, bytes int64, p DevicePtr) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.Track(bytes, uintptr(p))
-	if errors.Is(err, memtrack.ErrAlreadyTracked) {
+	err = d.TrackAddr(bytes, uintptr(p))
+	if err != nil && errors.Is(err, memtrack.ErrAlreadyTracked) {
 		// The driver handed out p, so what was counted at p was freed
-		// without this package: drop that count.
-		if old := memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p)); old != nil {
-			_ = old.Release() // a concurrent release is as good
-		}
-		_, err = d.Track(bytes, uintptr(p))
+		// without this package: drop that count (a concurrent drop is as
+		// good).
+		_, _ = memtrack.UntrackAddr(memtrack.KindCUDA, uintptr(p), nil)
+		err = d.TrackAddr(bytes, uintptr(p))
 	}
 	return err
 }
 
-// errFree marks a failed cuMemFree inside Tracked.FreeWith.
-var errFree = errors.New("cuMemFree failed")
+// freeError is what a failed cuMemFree inside memtrack.UntrackAddr returns.
+type freeError struct{ r Result }
+
+func (e *freeError) Error() string { return "cuMemFree: " + e.r.String() }
 
 // MemFree frees device memory as cu.MemFree does and uncounts it. It does
 // nothing for p == 0. It panics with an [*Error] naming p where the driver
@@ -98,25 +99,17 @@ func MemFree(p DevicePtr) {
 	if p == 0 {
 		return
 	}
-	for {
-		h := memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p))
-		if h == nil {
-			break
+	tracked, err := memtrack.UntrackAddr(memtrack.KindCUDA, uintptr(p), func() error {
+		if r := Result(C.cuMemFree(C.CUdeviceptr(p))); r != cu.SUCCESS {
+			return &freeError{r}
 		}
-		var r Result
-		err := h.FreeWith(func() error {
-			if r = Result(C.cuMemFree(C.CUdeviceptr(p))); r != cu.SUCCESS {
-				return errFree
-			}
-			return nil
-		})
-		switch {
-		case err == nil:
-			return
-		case errors.Is(err, errFree):
-			panic(&Error{Op: "MemFree", Ptr: p, Result: r, Tracked: true})
+		return nil
+	})
+	if tracked {
+		if err != nil {
+			panic(&Error{Op: "MemFree", Ptr: p, Result: err.(*freeError).r, Tracked: true})
 		}
-		// A concurrent MemFree of p released the handle first: look again.
+		return
 	}
 	if r := Result(C.cuMemFree(C.CUdeviceptr(p))); r != cu.SUCCESS {
 		panic(&Error{Op: "MemFree", Ptr: p, Result: r})

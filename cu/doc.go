@@ -28,7 +28,8 @@
 //
 // MemAlloc allocates with cuMemAlloc and names the device of the current
 // context with cuCtxGetDevice, in one cgo call on one OS thread, then
-// counts the bytes with memtrack's Device.Track on that device. Its panics
+// counts the bytes with memtrack's Device.TrackAddr on that device (a
+// count kept by address, with no handle allocated). Its panics
 // are cu's: the driver's cu.Result, such as cu.ERROR_INVALID_VALUE for 0
 // bytes, unchanged. When memtrack's memory limit refuses the bytes,
 // MemAlloc frees them again and panics with cu.ERROR_OUT_OF_MEMORY, as cu
@@ -36,9 +37,9 @@
 // out-of-memory panic (as mumax3 does) handles it; FailedAllocs and the
 // limit in memtrack's figures tell the two apart.
 //
-// MemFree(p) finds the handle that counts p (memtrack.TrackedAt, an index
-// sharded by address), frees p with cuMemFree and then uncounts it. Its
-// answers to bad input:
+// MemFree(p) frees p with cuMemFree through memtrack.UntrackAddr, which
+// finds the count of p (an index sharded by address) and then uncounts it.
+// Its answers to bad input:
 //
 //   - MemFree(0) does nothing, as in cu.
 //   - An address that was never allocated, or was freed already (a double

@@ -16,10 +16,17 @@
 //	memtrack_allocations_total          counter  allocations
 //	memtrack_frees_total                counter  frees
 //	memtrack_allocation_failures_total  counter  refused or failed allocations
+//	memtrack_held_bytes                 gauge    bytes the device holds for memtrack's buffers: allocated
+//	                                             bytes plus stream-ordered frees not yet executed (CUDA)
+//	memtrack_held_peak_bytes            gauge    high-water mark of memtrack_held_bytes
 //	memtrack_limit_bytes                gauge    the memory limit, where one is set
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
 //	memtrack_device_info                gauge    1, with the labels uuid and name ([memtrack.Device.Info])
+//	memtrack_pool_reserved_bytes        gauge    a CUDA memory pool's reserved bytes (memory_reserved)
+//	memtrack_pool_reserved_peak_bytes   gauge    its high-water mark (max_memory_reserved)
+//	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
+//	memtrack_pool_used_peak_bytes       gauge    its high-water mark
 //
 // memtrack_device_info names the device: uuid is the GPU's UUID as
 // nvidia-smi and dcgm-exporter print it ("GPU-…"), a Metal device's
@@ -27,8 +34,9 @@
 // on backend and ordinal to give the other metrics those labels, and then on
 // uuid to put them beside dcgm-exporter's (docs/integrations.md).
 //
-// The device_* metrics are left out for a device whose query fails; the rest
-// of the scrape goes on. The counters restart from zero after
+// The device_* metrics are left out for a device whose query fails, and the
+// pool_* metrics for a device without a CUDA memory pool; the rest of the
+// scrape goes on. The counters restart from zero after
 // [memtrack.Device.ResetAccumulatedMemoryStats], which rate() and increase()
 // treat as a counter reset, and the peaks follow
 // [memtrack.Device.ResetPeakMemoryStats].
@@ -50,11 +58,14 @@ type Collector struct {
 	allocs, frees, failures             *prometheus.Desc
 	limit, devFree, devTotal            *prometheus.Desc
 	info                                *prometheus.Desc
+	held, heldPeak                      *prometheus.Desc
+	poolReserved, poolUsed              [2]*prometheus.Desc // current, peak
 
 	// Seams for tests; the package's functions otherwise.
-	devices func() []memtrack.Device
-	memInfo func(memtrack.Device) (free, total int64, err error)
-	devInfo func(memtrack.Device) (memtrack.DeviceInfo, error)
+	devices   func() []memtrack.Device
+	memInfo   func(memtrack.Device) (free, total int64, err error)
+	devInfo   func(memtrack.Device) (memtrack.DeviceInfo, error)
+	poolStats func(memtrack.Device) (memtrack.PoolStats, error)
 }
 
 // Option configures a [Collector].
@@ -100,9 +111,20 @@ func NewCollector(opts ...Option) *Collector {
 		devTotal:       desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
 		info: prometheus.NewDesc("memtrack_device_info", "The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.",
 			[]string{"backend", "ordinal", "uuid", "name"}, cfg.constLabels),
-		devices: memtrack.UsedDevices,
-		memInfo: memtrack.Device.MemGetInfo,
-		devInfo: memtrack.Device.Info,
+		held:     desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed."),
+		heldPeak: desc("held_peak_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
+		poolReserved: [2]*prometheus.Desc{
+			desc("pool_reserved_bytes", "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them."),
+			desc("pool_reserved_peak_bytes", "High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it."),
+		},
+		poolUsed: [2]*prometheus.Desc{
+			desc("pool_used_bytes", "Bytes in use in the device's CUDA memory pool, as the driver reports them."),
+			desc("pool_used_peak_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
+		},
+		devices:   memtrack.UsedDevices,
+		memInfo:   memtrack.Device.MemGetInfo,
+		devInfo:   memtrack.Device.Info,
+		poolStats: memtrack.Device.PoolStats,
 	}
 }
 
@@ -115,7 +137,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.activePeak, c.allocatedTotal, c.freedTotal,
-		c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal, c.info}
+		c.allocs, c.frees, c.failures, c.limit, c.devFree, c.devTotal, c.info,
+		c.held, c.heldPeak, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
 }
 
 // Collect reads the figures of every used device and sends them.
@@ -139,6 +162,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		send(c.allocs, prometheus.CounterValue, s.Allocs)
 		send(c.frees, prometheus.CounterValue, s.Frees)
 		send(c.failures, prometheus.CounterValue, s.FailedAllocs)
+		send(c.held, prometheus.GaugeValue, s.Held)
+		send(c.heldPeak, prometheus.GaugeValue, s.HeldPeak)
 		if s.Limit > 0 {
 			send(c.limit, prometheus.GaugeValue, s.Limit)
 		}
@@ -152,6 +177,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				m = prometheus.NewInvalidMetric(c.info, err)
 			}
 			ch <- m
+		}
+		if p, err := c.poolStats(d); err == nil {
+			send(c.poolReserved[0], prometheus.GaugeValue, p.ReservedCurrent)
+			send(c.poolReserved[1], prometheus.GaugeValue, p.ReservedHigh)
+			send(c.poolUsed[0], prometheus.GaugeValue, p.UsedCurrent)
+			send(c.poolUsed[1], prometheus.GaugeValue, p.UsedHigh)
 		}
 	}
 }

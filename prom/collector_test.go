@@ -20,7 +20,7 @@ var counterNames = []string{
 	"memtrack_allocated_bytes", "memtrack_allocated_peak_bytes", "memtrack_active_buffers",
 	"memtrack_active_buffers_peak", "memtrack_allocated_bytes_total", "memtrack_freed_bytes_total",
 	"memtrack_allocations_total", "memtrack_frees_total", "memtrack_allocation_failures_total",
-	"memtrack_limit_bytes",
+	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_held_peak_bytes",
 }
 
 // setCPU puts the CPU's figures in a known state: 3 KiB allocated in two
@@ -77,6 +77,12 @@ memtrack_frees_total{%[1]s} 1
 # HELP memtrack_freed_bytes_total Bytes freed through memtrack on the device since the last reset of the cumulative figures.
 # TYPE memtrack_freed_bytes_total counter
 memtrack_freed_bytes_total{%[1]s} 1024
+# HELP memtrack_held_bytes Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed.
+# TYPE memtrack_held_bytes gauge
+memtrack_held_bytes{%[1]s} 2048
+# HELP memtrack_held_peak_bytes High-water mark of memtrack_held_bytes since the last peak reset.
+# TYPE memtrack_held_peak_bytes gauge
+memtrack_held_peak_bytes{%[1]s} 3072
 `
 
 const limitText = `# HELP memtrack_limit_bytes Memory limit on the bytes held by the device's live buffers; absent where none is set.
@@ -167,7 +173,7 @@ func TestCollectorUsedDevices(t *testing.T) {
 
 	used := len(memtrack.UsedDevices())
 	require.GreaterOrEqual(t, used, 1)
-	assert.Equal(t, 9*used, testutil.CollectAndCount(c, counterNames...))
+	assert.Equal(t, 11*used, testutil.CollectAndCount(c, counterNames...))
 	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
 		// The CPU's figures come from /proc/meminfo or sysctl.
 		_, total, err := memtrack.CPU().MemGetInfo()
@@ -206,6 +212,41 @@ func (o onlyTotal) Collect(ch chan<- prometheus.Metric) {
 			ch <- m
 		}
 	}
+}
+
+const poolText = `# HELP memtrack_pool_reserved_bytes Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them.
+# TYPE memtrack_pool_reserved_bytes gauge
+memtrack_pool_reserved_bytes{%[1]s} 8
+# HELP memtrack_pool_reserved_peak_bytes High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it.
+# TYPE memtrack_pool_reserved_peak_bytes gauge
+memtrack_pool_reserved_peak_bytes{%[1]s} 16
+# HELP memtrack_pool_used_bytes Bytes in use in the device's CUDA memory pool, as the driver reports them.
+# TYPE memtrack_pool_used_bytes gauge
+memtrack_pool_used_bytes{%[1]s} 2
+# HELP memtrack_pool_used_peak_bytes High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it.
+# TYPE memtrack_pool_used_peak_bytes gauge
+memtrack_pool_used_peak_bytes{%[1]s} 4
+`
+
+// TestCollectorPool: a device whose pool answers gets the pool_* metrics;
+// one whose pool query fails (a CPU, a GPU without pools) gets none.
+func TestCollectorPool(t *testing.T) {
+	setCPU(t, 0)
+	c := NewCollector()
+	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
+	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
+	c.devInfo = func(memtrack.Device) (memtrack.DeviceInfo, error) {
+		return memtrack.DeviceInfo{}, errors.New("no info")
+	}
+	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
+		return memtrack.PoolStats{Device: d, ReservedCurrent: 8, ReservedHigh: 16, UsedCurrent: 2, UsedHigh: 4}, nil
+	}
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expect(cpuLabels, countersText, deviceText, poolText))))
+
+	c.poolStats = memtrack.Device.PoolStats
+	assert.Zero(t, testutil.CollectAndCount(c, "memtrack_pool_used_bytes"))
 }
 
 func TestCollectorNoDevices(t *testing.T) {
@@ -258,6 +299,9 @@ func TestCollectorPromlint(t *testing.T) {
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
 	c.devInfo = fixedDevInfo
+	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
+		return memtrack.PoolStats{Device: d, ReservedCurrent: 8, ReservedHigh: 16, UsedCurrent: 2, UsedHigh: 4}, nil
+	}
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()

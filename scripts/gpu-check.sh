@@ -7,10 +7,14 @@
 #	run.sh              runs them: the tests, the race-detector tests, the
 #	                    reconciliation table (tracked bytes against the
 #	                    driver's change in used memory, for 1 KiB to 1 GiB,
-#	                    and the context overhead) and the CUDA benchmarks
+#	                    and the context overhead), the stream-ordered table
+#	                    (per size: tracked peak, device-side peak, the
+#	                    pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
+#	                    buffers freed behind a memset of 1 GiB) and the CUDA
+#	                    benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
-# NVIDIA driver (libcuda.so.1) and about 1.5 GiB of free GPU memory, and
+# NVIDIA driver (libcuda.so.1) and about 1.6 GiB of free GPU memory, and
 # takes about a minute on one GPU. Every step runs even when an earlier one
 # fails, so that every figure is printed; run.sh exits non-zero at the end
 # if any step failed, and names them.
@@ -56,7 +60,9 @@ step "tests" ./memtrack.test -test.count=1 -test.v -test.timeout 90s -test.skip 
 step "tests under the race detector" ./memtrack-race.test -test.count=1 -test.timeout 90s -test.skip "$skip"
 step "reconciliation: tracked bytes against the driver's used memory" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v -test.timeout 60s
-step "benchmarks: tracked cuMemAlloc+cuMemFree against the raw cu pair" \
+step "stream-ordered: tracked and device-side peaks against the pool's highs" \
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
+step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
 	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
 step "the cu drop-in's tests" ./cu.test -test.count=1 -test.short -test.v -test.timeout 90s
 step "benchmarks: the cu drop-in's MemAlloc+MemFree against the raw cu pair" \

@@ -21,9 +21,9 @@ if ! command -v gcc >/dev/null; then
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
-echo "== gcc testdata/fakecuda/fakecuda.c -> $fake/libcuda.so.1"
+echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
-	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c -lpthread
+	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c -lpthread
 # The fake, not a driver the machine may have, answers every test.
 export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # One test runs a process on the real link stub, which must fail to init.

@@ -2,7 +2,7 @@
 // tests on machines without a GPU. It is test equipment, never part of the
 // library: scripts/test-cuda.sh builds it with
 //
-//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c -lpthread
+//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c -lpthread
 //
 // It exports every cu* symbol that github.com/mumax/3/cuda/cu references, plus
 // the primary-context, context-stack and error-name calls memtrack makes.
@@ -13,7 +13,8 @@
 // names and the memory calls work; device memory is host memory. A context
 // that is not alive (a primary context retained by nobody, a destroyed one,
 // a pointer the fake never gave out) is refused where the driver refuses it.
-// Everything else returns CUDA_ERROR_NOT_SUPPORTED.
+// Streams, events, host functions and memory pools are in fakecuda_stream.c,
+// built with it. Everything else returns CUDA_ERROR_NOT_SUPPORTED.
 //
 // It is configured by environment variables, read once, on the first call:
 //
@@ -228,6 +229,30 @@ static CUresult in_context(const char *fn, int *device) {
 static CUresult usable(CUcontext ctx) {
 	if (!known(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
 	return alive(ctx) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
+// ---- shared with fakecuda_stream.c (streams, events, memory pools)
+
+CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
+
+CUresult fakecuda_ready(const char *fn) { return ready(fn); }
+CUresult fakecuda_in_context(const char *fn, int *device) { return in_context(fn, device); }
+CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out) { return on_device(fn, dev, out); }
+
+// fakecuda_take takes n bytes of device dev's memory for a pool, or fails
+// with CUDA_ERROR_OUT_OF_MEMORY; fakecuda_give gives them back.
+CUresult fakecuda_take(int dev, size_t n) {
+	pthread_mutex_lock(&mu);
+	CUresult r = n > capacity[dev] - used[dev] ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS) used[dev] += n;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+void fakecuda_give(int dev, size_t n) {
+	pthread_mutex_lock(&mu);
+	used[dev] -= n;
+	pthread_mutex_unlock(&mu);
 }
 
 #define UNSUPPORTED(fn)                          \
@@ -521,6 +546,10 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	long n = ++nfrees;
 	struct alloc **p = &live;
 	while (*p && (CUdeviceptr)(uintptr_t)(*p)->mem != dptr) p = &(*p)->next;
+	if (n != fail_free && *p == NULL) {
+		pthread_mutex_unlock(&mu);
+		return fakecuda_pool_free_now(dptr); // fakecuda_stream.c
+	}
 	if (n == fail_free || *p == NULL) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -570,7 +599,6 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) { UNSUPPORTED("cuCtxDisa
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { UNSUPPORTED("cuCtxEnablePeerAccess"); }
 CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) { UNSUPPORTED("cuCtxGetApiVersion"); }
 CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) { UNSUPPORTED("cuDeviceCanAccessPeer"); }
-CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) { UNSUPPORTED("cuDeviceGetAttribute"); }
 CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f) { UNSUPPORTED("cuFuncGetAttribute"); }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 				unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
@@ -589,17 +617,12 @@ CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, 
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
 				   CUstream s) { UNSUPPORTED("cuMemcpyPeerAsync"); }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char uc, size_t n) { UNSUPPORTED("cuMemsetD8"); }
-CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream s) { UNSUPPORTED("cuMemsetD8Async"); }
 CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int ui, size_t n) { UNSUPPORTED("cuMemsetD32"); }
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s) { UNSUPPORTED("cuMemsetD32Async"); }
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) { UNSUPPORTED("cuModuleGetFunction"); }
 CUresult CUDAAPI cuModuleLoad(CUmodule *mod, const char *fname) { UNSUPPORTED("cuModuleLoad"); }
 CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image) { UNSUPPORTED("cuModuleLoadData"); }
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) { UNSUPPORTED("cuPointerGetAttribute"); }
-CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned int flags) { UNSUPPORTED("cuStreamCreate"); }
-CUresult CUDAAPI cuStreamDestroy(CUstream s) { UNSUPPORTED("cuStreamDestroy"); }
-CUresult CUDAAPI cuStreamQuery(CUstream s) { UNSUPPORTED("cuStreamQuery"); }
-CUresult CUDAAPI cuStreamSynchronize(CUstream s) { UNSUPPORTED("cuStreamSynchronize"); }
 
 // ---- device identity, for memtrack's Device.Info
 

@@ -30,3 +30,9 @@ func hostMemInfo() (free, total int64, err error) {
 	spec, _ := syscall.SysctlUint32("vm.page_speculative_count")
 	return int64(freePages+spec) * int64(page), total, nil
 }
+
+// cpuModelName returns the CPU's brand string (sysctl
+// machdep.cpu.brand_string), such as "Apple M2 Max".
+func cpuModelName() (string, error) {
+	return syscall.Sysctl("machdep.cpu.brand_string")
+}

@@ -1,0 +1,457 @@
+//go:build cuda
+
+package memtrack
+
+// Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) on each
+// device's default memory pool, and the device-side figure: the bytes the
+// device holds for this package's buffers, in which a buffer freed with
+// FreeAsync stays until its stream has executed the free. cu has no binding
+// for these calls; each C helper below makes the device's primary context
+// current, operates and restores the thread's context, in one cgo call, so
+// that the goroutine need not be locked to its thread.
+
+/*
+#cgo CFLAGS: -I/usr/local/cuda/include
+#cgo LDFLAGS: -L/usr/local/cuda/lib64/stubs -lcuda
+#include <cuda.h>
+#include <stdint.h>
+
+typedef struct {
+	CUresult enter;   // getting or switching the context; the operation ran only if 0
+	CUresult op;      // the operation
+	CUresult restore; // putting the previous context back
+	CUdeviceptr ptr;
+	CUevent event;
+	int retired; // the free is known to be executed: nothing to wait for
+} memtrack_async;
+
+static CUresult memtrack_async_enter(CUcontext ctx, CUcontext *prev) {
+	*prev = NULL;
+	CUresult r = cuCtxGetCurrent(prev);
+	if (r == CUDA_SUCCESS && *prev != ctx) r = cuCtxSetCurrent(ctx);
+	return r;
+}
+
+static CUresult memtrack_async_leave(CUcontext ctx, CUcontext prev) {
+	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
+}
+
+// memtrack_alloc_async allocates size bytes on stream from the device's
+// default pool.
+static memtrack_async memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
+	memtrack_async a = {0};
+	CUcontext prev;
+	if ((a.enter = memtrack_async_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	a.restore = memtrack_async_leave(ctx, prev);
+	return a;
+}
+
+extern void memtrackRetired(uintptr_t token);
+
+static void CUDA_CB memtrack_retired(void *token) { memtrackRetired((uintptr_t)token); }
+
+enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
+
+// memtrack_free_async frees ptr on stream and, by how, arranges to learn
+// when the stream has executed the free: with a host function that calls
+// memtrackRetired(token), or with event (created if NULL) recorded after the
+// free. Where neither can be enqueued, it waits for the stream and reports
+// the free retired.
+static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
+	memtrack_async a = {0};
+	CUstream stream = (CUstream)handle;
+	CUcontext prev;
+	a.event = event;
+	if ((a.enter = memtrack_async_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	a.op = cuMemFreeAsync(ptr, stream);
+	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
+		CUresult r;
+		if (how == MEMTRACK_BY_HOSTFN) {
+			r = cuLaunchHostFunc(stream, memtrack_retired, (void *)token);
+		} else {
+			r = a.event ? CUDA_SUCCESS : cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
+			if (r == CUDA_SUCCESS) r = cuEventRecord(a.event, stream);
+		}
+		if (r != CUDA_SUCCESS) {
+			cuStreamSynchronize(stream);
+			a.retired = 1;
+		}
+	}
+	a.restore = memtrack_async_leave(ctx, prev);
+	return a;
+}
+
+// memtrack_event_reached queries event in ctx: CUDA_SUCCESS once its stream
+// has reached it, CUDA_ERROR_NOT_READY before.
+static CUresult memtrack_event_reached(CUcontext ctx, CUevent event) {
+	CUcontext prev;
+	CUresult r = memtrack_async_enter(ctx, &prev);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuEventQuery(event);
+	CUresult r2 = memtrack_async_leave(ctx, prev);
+	return r != CUDA_SUCCESS ? r : r2;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/memtrack/memtrack/tracker"
+	"github.com/mumax/3/cuda/cu"
+	"go.uber.org/atomic"
+)
+
+// resultOfAsync is what one of the C helpers above reports.
+func resultOfAsync(a C.memtrack_async) callResult {
+	return callResult{enter: cu.Result(a.enter), op: cu.Result(a.op), restore: cu.Result(a.restore)}
+}
+
+// How FreeAsync learns that its stream has executed the free.
+const (
+	// retireByHostFunc enqueues a host function after the free
+	// (cuLaunchHostFunc); the driver runs it, on a thread of its own, once
+	// the stream reaches it, and it uncounts the buffer at that moment.
+	retireByHostFunc uint32 = iota
+	// retireByEvent records an event after the free; the figures are read
+	// after querying the pending events (cuEventQuery).
+	retireByEvent
+)
+
+// deviceSide is the device-side figure of one CUDA device: what the device
+// holds for this package's buffers, with its peak. It counts every buffer
+// from the allocation's return; Free uncounts at its return, FreeAsync once
+// the stream has executed the free.
+type deviceSide struct {
+	held   tracker.Counter
+	retire atomic.Uint32 // retireBy*
+
+	// pending holds the frees awaiting their events: pushed by FreeAsync,
+	// taken whole by readers (so no node is ever popped alone, and a stack
+	// needs no lock).
+	pending atomic.Pointer[retireNode]
+	spareMu sync.Mutex
+	spare   []C.CUevent // events reached, for reuse
+
+	poolOnce sync.Once
+	pool     C.CUmemoryPool
+	poolErr  error
+}
+
+// retireNode is one free awaiting its event.
+type retireNode struct {
+	next  *retireNode
+	event C.CUevent
+	size  int64
+}
+
+// sideTable holds the device-side figures of one CUDA device table, one
+// per device, and links to the tables of the device tables used before.
+type sideTable struct {
+	state *kindState
+	sides []deviceSide
+	prev  *sideTable
+}
+
+// cudaSides is the side table of the CUDA device table, made when first
+// needed. A process has one CUDA device table; tests install others, and
+// then put the first back, which finds its figures again down the chain.
+var cudaSides atomic.Pointer[sideTable]
+
+// sideOf returns the device-side figure of CUDA device ordinal, or nil if
+// there is no such device.
+func sideOf(ordinal int) *deviceSide {
+	s := stateOf(KindCUDA)
+	t := cudaSides.Load()
+	for t == nil || t.state != s {
+		sides := make([]deviceSide, s.n)
+		for o := t; o != nil; o = o.prev {
+			if o.state == s {
+				sides = o.sides
+				break
+			}
+		}
+		nt := &sideTable{state: s, sides: sides, prev: t}
+		if cudaSides.CompareAndSwap(t, nt) {
+			t = nt
+			break
+		}
+		t = cudaSides.Load()
+	}
+	if ordinal < 0 || ordinal >= len(t.sides) {
+		return nil
+	}
+	return &t.sides[ordinal]
+}
+
+// sideAlloc counts size bytes allocated on d in its device-side figure.
+func sideAlloc(d Device, size int64) {
+	if d.kind == KindCUDA {
+		if sd := sideOf(d.ordinal); sd != nil {
+			_ = sd.held.Alloc(size) // cannot fail: the record already holds size
+		}
+	}
+}
+
+// sideFree uncounts size bytes that the device no longer holds.
+func sideFree(d Device, size int64) {
+	if d.kind == KindCUDA {
+		if sd := sideOf(d.ordinal); sd != nil {
+			_ = sd.held.Free(size)
+		}
+	}
+}
+
+// deviceHeld returns the device-side figure of d and its peak: for CUDA
+// devices, after learning which stream-ordered frees have executed; for the
+// others, the tracked figures current and peak, which are the same.
+func deviceHeld(d Device, current, peak int64) (int64, int64) {
+	if d.kind != KindCUDA {
+		return current, peak
+	}
+	sd := sideOf(d.ordinal)
+	if sd == nil {
+		return current, peak
+	}
+	sd.reap(d.ordinal)
+	return sd.held.Load()
+}
+
+// resetDevicePeaks sets the device-side peak of d to its current figure,
+// and the high-water marks of its memory pool, where it has one, to the
+// pool's current figures.
+func resetDevicePeaks(d Device) {
+	if d.kind != KindCUDA {
+		return
+	}
+	if sd := sideOf(d.ordinal); sd != nil {
+		sd.reap(d.ordinal)
+		sd.held.ResetPeak()
+		sd.resetPoolHighs(d)
+	}
+}
+
+// reap uncounts the pending frees whose events their streams have reached,
+// and keeps the others pending. A query that fails (the event or its context
+// is gone) retires the free too: nothing would ever reach it.
+func (sd *deviceSide) reap(ordinal int) {
+	n := sd.pending.Swap(nil)
+	if n == nil {
+		return
+	}
+	_, ctx, err := cudaDeviceOf(ordinal, "event query")
+	for n != nil {
+		next := n.next
+		r := C.CUresult(C.CUDA_SUCCESS)
+		if err == nil {
+			r = C.memtrack_event_reached(ctx, n.event)
+		}
+		if r == C.CUDA_ERROR_NOT_READY {
+			sd.push(n)
+		} else {
+			_ = sd.held.Free(n.size)
+			if r == C.CUDA_SUCCESS {
+				sd.spareMu.Lock()
+				sd.spare = append(sd.spare, n.event)
+				sd.spareMu.Unlock()
+			}
+		}
+		n = next
+	}
+}
+
+func (sd *deviceSide) push(n *retireNode) {
+	for {
+		n.next = sd.pending.Load()
+		if sd.pending.CompareAndSwap(n.next, n) {
+			return
+		}
+	}
+}
+
+// spareEvent returns an event reached before, or nil.
+func (sd *deviceSide) spareEvent() C.CUevent {
+	sd.spareMu.Lock()
+	defer sd.spareMu.Unlock()
+	if k := len(sd.spare); k > 0 {
+		e := sd.spare[k-1]
+		sd.spare = sd.spare[:k-1]
+		return e
+	}
+	return nil
+}
+
+// cudaDeviceOf returns the CUDA backend's state of device ordinal and its
+// primary context, as the backend's own operations get them.
+func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
+	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
+	}
+	return b.device(ordinal, op)
+}
+
+// cudaPool returns the device-side figure and the default memory pool of
+// CUDA device d, or an error wrapping [ErrNotSupported] where d is not a
+// CUDA device or has no memory pools.
+func cudaPool(d Device) (*deviceSide, C.CUmemoryPool, error) {
+	if d.kind != KindCUDA {
+		return nil, nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+	}
+	if _, _, err := d.resolve(); err != nil {
+		return nil, nil, err
+	}
+	sd := sideOf(d.ordinal)
+	sd.poolOnce.Do(func() { sd.pool, sd.poolErr = defaultPool(d) })
+	return sd, sd.pool, sd.poolErr
+}
+
+// AllocAsync allocates size bytes on the device in stream order: from the
+// device's default memory pool (cuMemAllocAsync), usable by work enqueued
+// on stream after this call. It checks, counts and fails as [Device.Alloc]
+// does: [ErrInvalidSize] for size <= 0, an [*OutOfMemoryError] when the
+// memory limit or the pool refuses it (counting one failure and nothing
+// else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
+// or whose driver has no memory pools (CUDA before 11.2, or
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), changing nothing.
+//
+// The buffer counts from AllocAsync's return, both in the tracked figure
+// ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
+// Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
+// that uses it is done.
+func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
+	}
+	sd, _, err := cudaPool(d)
+	if err != nil {
+		return nil, err
+	}
+	s, rec, err := d.resolve()
+	if err != nil {
+		return nil, err
+	}
+	dev, ctx, err := cudaDeviceOf(d.ordinal, "alloc")
+	if err != nil {
+		return nil, fillError(err, d, size, rec)
+	}
+	if lim := rec.Limit(); lim > 0 {
+		if cur := rec.Current(); size > lim-cur {
+			return nil, d.overLimit(rec, size, cur, lim)
+		}
+	}
+	sd.reap(d.ordinal) // so that the peak leaves out what is known freed
+	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
+	if err := dev.settle("alloc", resultOfAsync(a)); err != nil {
+		return nil, d.backendRefused(rec, size, err)
+	}
+	b := new(Buffer)
+	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
+	b.mem.ptr, b.pooled = uintptr(a.ptr), true
+	if err := rec.Alloc(size); err != nil {
+		// recordRefused releases the memory with cuMemFree, which takes
+		// memory of the pool back at once.
+		return nil, d.recordRefused(s, rec, b, err)
+	}
+	_ = sd.held.Alloc(size) // cannot fail: the record holds size
+	b.self = b
+	if sr := s.sites.lookup(d.ordinal); sr != nil {
+		b.site = sr.alloc(size) // see sites.go
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.alloc(size, b.site, rec) // see history.go
+	}
+	return b, nil
+}
+
+// FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
+// returns to the pool once stream has executed the work enqueued before
+// this call; stream may differ from the one the buffer was allocated on.
+// The tracked figure drops at FreeAsync's return; the device-side figure
+// ([Stats].Held) when the stream executes the free, which the package
+// learns without blocking the caller and without a goroutine.
+//
+// It fails with [ErrDoubleFree] on a buffer already freed, with
+// [ErrNilBuffer] on a nil buffer and with [ErrInvalidArgument] on a buffer
+// that [Device.Alloc] allocated (free it with [Buffer.Free]). If the driver
+// refuses the free, the buffer stays live and counted, and FreeAsync or
+// Free may be called again.
+func (b *Buffer) FreeAsync(stream Stream) error {
+	if !b.valid() {
+		return b.refuseFree()
+	}
+	d := b.Device()
+	if !b.pooled {
+		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, d)
+	}
+	if !b.state.CompareAndSwap(bufLive, bufFreed) {
+		return b.refuseFree()
+	}
+	// The device's table and record, looked up as Free does.
+	s := tables[b.kind].p.Load()
+	var rec *tracker.Record
+	if s != nil {
+		rec = s.records.Lookup(int(b.ordinal))
+	}
+	sd := sideOf(int(b.ordinal))
+	if rec == nil || sd == nil { // only where a test replaced the device table
+		b.state.Store(bufLive)
+		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
+	}
+	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
+	if err != nil {
+		b.state.Store(bufLive)
+		return fillError(err, d, b.size, nil)
+	}
+	how, token, event := C.int(C.MEMTRACK_BY_EVENT), C.uintptr_t(0), C.CUevent(nil)
+	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && b.ordinal < 1<<16 {
+		how, token = C.MEMTRACK_BY_HOSTFN, C.uintptr_t(uint64(b.size)<<16|uint64(b.ordinal))
+	} else {
+		event = sd.spareEvent()
+	}
+	f := C.memtrack_free_async(ctx, C.CUdeviceptr(b.mem.ptr), C.uintptr_t(stream), how, token, event)
+	// The free's own result decides (see settle): a failure to restore the
+	// thread's context is logged and counted there, and the free stands.
+	if err := dev.settle("free", resultOfAsync(f)); err != nil {
+		if event != nil {
+			sd.spareMu.Lock()
+			sd.spare = append(sd.spare, event)
+			sd.spareMu.Unlock()
+		}
+		b.state.Store(bufLive)
+		return fillError(err, d, b.size, nil)
+	}
+	// The free is enqueued: count it, then learn when it executes.
+	if f.retired != 0 {
+		_ = sd.held.Free(b.size)
+	} else if how == C.MEMTRACK_BY_EVENT {
+		sd.push(&retireNode{event: f.event, size: b.size})
+	}
+	if err := rec.Free(b.size); err != nil {
+		return b.uncountFailed(err)
+	}
+	if b.site != nil {
+		b.site.free(b.size)
+	}
+	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
+		h.free(b.size, b.site, rec) // see history.go
+	}
+	return nil
+}
+
+// rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
+// cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
+// makes current and restores as the tracked calls do.
+func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream) error {
+	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
+	if r := resultOfAsync(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+		return resultError("alloc", "", max(r.enter, r.op))
+	}
+	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), C.MEMTRACK_UNTRACKED, 0, nil)
+	if r := resultOfAsync(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+		return resultError("free", "", max(r.enter, r.op))
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"testing"
+)
+
+// BenchmarkCUDAAllocFreeAsync compares, in one run, a tracked stream-ordered
+// allocation and free (Device.AllocAsync and Buffer.FreeAsync, with each way
+// of learning that the free has executed) with the raw pair of driver calls
+// (cuMemAllocAsync and cuMemFreeAsync, one cgo call each, in a context
+// already current). Compare them as ratios, per size:
+//
+//	go test -tags cuda -run '^$' -bench CUDAAllocFreeAsync -count 10 | benchstat -col /pair -
+//
+// Every 256 iterations the stream is synchronized, so that the work
+// enqueued stays bounded; each pair pays for that alike.
+func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
+	d, err := CUDA(0)
+	if err != nil {
+		b.Skip(err)
+	}
+	s := newStream(b, d)
+	for _, size := range []struct {
+		name string
+		n    int64
+	}{{"1KiB", 1 << 10}, {"1MiB", 1 << 20}} {
+		b.Run("size="+size.name+"/pair=raw", func(b *testing.B) {
+			_, ctx, err := cudaDeviceOf(0, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := rawAllocFreeAsync(ctx, size.n, s); err != nil {
+					b.Fatal(err)
+				}
+				if i++; i%256 == 0 {
+					syncStream(b, d, s)
+				}
+			}
+			syncStream(b, d, s)
+		})
+		for _, m := range retireModes {
+			b.Run("size="+size.name+"/pair=tracked-"+m.name, func(b *testing.B) {
+				withRetire(b, d, m.mode)
+				i := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					buf, err := d.AllocAsync(size.n, s)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := buf.FreeAsync(s); err != nil {
+						b.Fatal(err)
+					}
+					if i++; i%256 == 0 {
+						syncStream(b, d, s)
+						d.MemoryStats() // reads the pending events, as any reader does
+					}
+				}
+				syncStream(b, d, s)
+				d.MemoryStats()
+			})
+		}
+	}
+}

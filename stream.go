@@ -1,0 +1,76 @@
+package memtrack
+
+import "fmt"
+
+// Stream is a CUDA stream (a CUstream handle), for stream-ordered
+// allocation with [Device.AllocAsync] and [Buffer.FreeAsync]. The zero
+// Stream is [DefaultStream]. A stream of github.com/mumax/3/cuda/cu converts
+// to it, memtrack.Stream(cu.StreamCreate()), and so does the handle of
+// another binding, memtrack.Stream(h) for a uintptr h. A Stream belongs to
+// the device whose context created it; memtrack never destroys one.
+type Stream uintptr
+
+// DefaultStream is the legacy default stream (the NULL stream) of the
+// device's primary context.
+const DefaultStream Stream = 0
+
+// PoolStats are the figures of a CUDA device's default memory pool, the one
+// [Device.AllocAsync] allocates from, as the driver reports them
+// (cuMemPoolGetAttribute). Reserved is what the pool holds of the device,
+// used or not: PyTorch's memory_reserved and max_memory_reserved. Used is
+// what live stream-ordered allocations take of it, by anyone in the process,
+// rounded as the driver rounds them. The highs are reset by
+// [Device.ResetPeakMemoryStats].
+type PoolStats struct {
+	Device           Device
+	ReservedCurrent  int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+	ReservedHigh     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+	UsedCurrent      int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+	UsedHigh         int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
+	ReleaseThreshold int64 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+}
+
+// String describes the pool's figures on one line.
+func (p PoolStats) String() string {
+	return fmt.Sprintf("%v pool: reserved %s (high %s), used %s (high %s), release threshold %s",
+		p.Device, exactBytes(p.ReservedCurrent), exactBytes(p.ReservedHigh),
+		exactBytes(p.UsedCurrent), exactBytes(p.UsedHigh), exactBytes(p.ReleaseThreshold))
+}
+
+// PoolUsage puts side by side, for a CUDA device, the figures of its
+// stream-ordered memory at two moments and at two levels, and names their
+// differences:
+//
+//	Tracked       bytes of live buffers, counted when the host calls Free or FreeAsync
+//	Held          bytes the device holds for this package's buffers: Tracked plus
+//	              the buffers freed with FreeAsync whose stream has not reached the free
+//	PoolUsed      the pool's used bytes, as the driver reports them
+//	PoolReserved  the pool's reserved bytes, as the driver reports them
+//
+// Held - Tracked (InFlight) is memory freed on the host and still in use on
+// the device. PoolUsed - Held (Rounding) is the driver's rounding of each
+// allocation, stream-ordered allocations made outside this package, and,
+// with a negative sign, buffers allocated with [Device.Alloc] (which are not
+// in the pool) and memory the pool reused within a stream before the free
+// was reached. PoolReserved - PoolUsed (Cached) is memory the pool keeps
+// for later allocations without anything in it, which [Device.TrimPool]
+// returns to the device. The figures are read one after another, not at one
+// instant.
+type PoolUsage struct {
+	Device       Device
+	Tracked      int64
+	Held         int64
+	PoolUsed     int64
+	PoolReserved int64
+
+	InFlight int64 // Held - Tracked: freed on the host, not yet on the device
+	Rounding int64 // PoolUsed - Held: the driver's rounding and allocations outside this package
+	Cached   int64 // PoolReserved - PoolUsed: reserved by the pool, used by nothing
+}
+
+func poolUsage(d Device, tracked, held int64, p PoolStats) PoolUsage {
+	return PoolUsage{
+		Device: d, Tracked: tracked, Held: held, PoolUsed: p.UsedCurrent, PoolReserved: p.ReservedCurrent,
+		InFlight: held - tracked, Rounding: p.UsedCurrent - held, Cached: p.ReservedCurrent - p.UsedCurrent,
+	}
+}

@@ -1,0 +1,601 @@
+// fakecuda_stream.c is the stream-ordered half of the fake driver (see
+// fakecuda.c, with which it is built): streams, events, host functions,
+// cuMemsetD8Async, and each device's default memory pool with
+// cuMemAllocAsync and cuMemFreeAsync.
+//
+// Each stream has a worker thread that executes its operations in order,
+// after a configurable delay per operation, so that "freed on the host,
+// still held on the device" lasts long enough to observe. The legacy default
+// stream (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is one stream per
+// device, created on first use; it does not synchronize with other streams.
+//
+// The pool of each device keeps what the driver's does: used bytes (each
+// allocation's size, rounded up to FAKECUDA_POOL_ROUND) and reserved bytes
+// (taken from the device in 2 MiB granules as the used bytes outgrow them),
+// with the high-water mark of each. An allocation counts as used from
+// cuMemAllocAsync's return; a free stops counting when its stream executes
+// it. Reserved memory above the release threshold (0 by default) returns to
+// the device at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo returns what is free above its argument.
+//
+// Its environment variables, read once:
+//
+//	FAKECUDA_STREAM_DELAY_US=n    each stream operation waits n µs (default 0)
+//	FAKECUDA_STREAM_GATE=path     streams execute operations only while the
+//	                              file path exists: a test holds every stream
+//	                              back, then creates the file to let them run
+//	FAKECUDA_POOL_ROUND=b         round each pool allocation up to b bytes (default 1)
+//	FAKECUDA_NO_POOLS=1           no device supports memory pools:
+//	                              CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0
+//	                              and the pool calls fail with CUDA_ERROR_NOT_SUPPORTED
+//	FAKECUDA_FAIL_ALLOC_ASYNC=n   the n-th cuMemAllocAsync fails with
+//	                              CUDA_ERROR_OUT_OF_MEMORY
+//	FAKECUDA_FAIL_FREE_ASYNC=n    the n-th cuMemFreeAsync fails with
+//	                              CUDA_ERROR_INVALID_VALUE and frees nothing
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DEVICES 16
+#define GRANULE ((size_t)2 << 20)
+
+// From fakecuda.c.
+CUresult fakecuda_ready(const char *fn);
+CUresult fakecuda_in_context(const char *fn, int *device);
+CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
+CUresult fakecuda_take(int dev, size_t n);
+void fakecuda_give(int dev, size_t n);
+
+enum op_kind { OP_FREE, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_MEMSET };
+
+struct op {
+	struct op *next;
+	enum op_kind kind;
+	struct palloc *alloc;     // OP_FREE
+	struct CUevent_st *event; // OP_RECORD, OP_WAIT
+	long gen;                 // OP_RECORD, OP_WAIT: the event's record
+	CUhostFn fn;              // OP_HOSTFN
+	void *data;               // OP_HOSTFN; OP_MEMSET: the memory
+	unsigned char value;      // OP_MEMSET
+	size_t n;                 // OP_MEMSET
+};
+
+struct CUstream_st {
+	int device;
+	pthread_t thread;
+	pthread_cond_t cond; // signalled on a new operation, an executed one, and stop
+	struct op *head, *tail;
+	int busy; // an operation is being executed
+	int stop;
+};
+
+struct CUevent_st {
+	long recorded; // records so far
+	long done;     // the last record its stream executed
+};
+
+struct palloc {
+	struct palloc *next;
+	void *mem;
+	size_t size; // requested
+	size_t used; // counted in the pool: size rounded up
+	int device;
+	int freeing; // a cuMemFreeAsync of it is enqueued
+};
+
+struct CUmemPoolHandle_st {
+	int device;
+	size_t reserved, reserved_high, used, used_high, threshold;
+};
+
+static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
+static long delay_us, fail_alloc_async, fail_free_async;
+static const char *gate;
+static size_t pool_round = 1;
+static int no_pools;
+
+// smu guards everything below and in the streams, events and pools.
+static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER; // an event was reached
+static long nallocs_async, nfrees_async;
+static struct CUmemPoolHandle_st pools[MAX_DEVICES];
+static struct CUstream_st *default_streams[MAX_DEVICES];
+static struct palloc *plive;
+
+static long senv(const char *name, long def) {
+	const char *s = getenv(name);
+	return s && *s ? strtol(s, NULL, 0) : def;
+}
+
+static void sconfigure(void) {
+	delay_us = senv("FAKECUDA_STREAM_DELAY_US", 0);
+	gate = getenv("FAKECUDA_STREAM_GATE");
+	if (gate && !*gate) gate = NULL;
+	long r = senv("FAKECUDA_POOL_ROUND", 1);
+	pool_round = r > 0 ? (size_t)r : 1;
+	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
+	fail_alloc_async = senv("FAKECUDA_FAIL_ALLOC_ASYNC", 0);
+	fail_free_async = senv("FAKECUDA_FAIL_FREE_ASYNC", 0);
+	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i;
+}
+
+// sready is the prologue of every call named fn here: fakecuda.c's checks
+// (configured errors and faults, cuInit).
+static CUresult sready(const char *fn) {
+	pthread_once(&sconfig_once, sconfigure);
+	return fakecuda_ready(fn);
+}
+
+// sconfig reads this file's configuration, for the calls whose prologue is
+// another of fakecuda.c's (fakecuda_in_context, fakecuda_on_device), so that
+// each call passes one prologue and counts once for FAKECUDA_FAIL.
+static void sconfig(void) { pthread_once(&sconfig_once, sconfigure); }
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// ---- pools (smu held)
+
+// pool_release returns the pool's reserved memory above max(keep, used) to
+// the device, in whole granules.
+static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
+	size_t want = round_up(p->used > keep ? p->used : keep, GRANULE);
+	if (p->reserved > want) {
+		fakecuda_give(p->device, p->reserved - want);
+		p->reserved = want;
+	}
+}
+
+static void pool_free(struct palloc *a) {
+	struct CUmemPoolHandle_st *p = &pools[a->device];
+	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
+		if (*q == a) {
+			*q = a->next;
+			break;
+		}
+	}
+	p->used -= a->used;
+	free(a->mem);
+	free(a);
+}
+
+// ---- streams
+
+static void execute(struct CUstream_st *s, struct op *o) {
+	switch (o->kind) {
+	case OP_FREE:
+		pthread_mutex_lock(&smu);
+		pool_free(o->alloc);
+		pthread_mutex_unlock(&smu);
+		break;
+	case OP_RECORD:
+		pthread_mutex_lock(&smu);
+		if (o->gen > o->event->done) o->event->done = o->gen;
+		pthread_cond_broadcast(&event_cond);
+		pthread_mutex_unlock(&smu);
+		break;
+	case OP_WAIT:
+		pthread_mutex_lock(&smu);
+		while (o->event->done < o->gen) pthread_cond_wait(&event_cond, &smu);
+		pthread_mutex_unlock(&smu);
+		break;
+	case OP_HOSTFN:
+		o->fn(o->data);
+		break;
+	case OP_MEMSET:
+		memset(o->data, o->value, o->n);
+		break;
+	}
+}
+
+static void *worker(void *arg) {
+	struct CUstream_st *s = arg;
+	pthread_mutex_lock(&smu);
+	for (;;) {
+		while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &smu);
+		if (!s->head) break;
+		struct op *o = s->head;
+		s->head = o->next;
+		if (!s->head) s->tail = NULL;
+		s->busy = 1;
+		pthread_mutex_unlock(&smu);
+		while (gate && access(gate, F_OK) != 0) {
+			struct timespec ms = {0, 1000000};
+			nanosleep(&ms, NULL);
+		}
+		if (delay_us > 0) {
+			struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
+			nanosleep(&ts, NULL);
+		}
+		execute(s, o);
+		free(o);
+		pthread_mutex_lock(&smu);
+		s->busy = 0;
+		pthread_cond_broadcast(&s->cond);
+	}
+	pthread_mutex_unlock(&smu);
+	return NULL;
+}
+
+static struct CUstream_st *stream_new(int device) {
+	struct CUstream_st *s = calloc(1, sizeof *s);
+	if (!s) return NULL;
+	s->device = device;
+	pthread_cond_init(&s->cond, NULL);
+	if (pthread_create(&s->thread, NULL, worker, s) != 0) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+// resolve returns the stream a handle names: the legacy default stream of
+// the current context's device for the special handles.
+static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, int *devp) {
+	int dev;
+	CUresult r = fakecuda_in_context(fn, &dev);
+	if (r == CUDA_SUCCESS && devp) *devp = dev;
+	if (r != CUDA_SUCCESS) return r;
+	if (h != NULL && h != CU_STREAM_LEGACY && h != CU_STREAM_PER_THREAD) {
+		*out = h;
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&smu);
+	if (!default_streams[dev]) default_streams[dev] = stream_new(dev);
+	*out = default_streams[dev];
+	pthread_mutex_unlock(&smu);
+	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+// enqueue appends o to s (smu held).
+static void enqueue(struct CUstream_st *s, struct op *o) {
+	o->next = NULL;
+	if (s->tail)
+		s->tail->next = o;
+	else
+		s->head = o;
+	s->tail = o;
+	pthread_cond_broadcast(&s->cond);
+}
+
+static CUresult push(const char *fn, CUstream h, struct op *tmpl) {
+	struct CUstream_st *s;
+	CUresult r = resolve(fn, h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	struct op *o = malloc(sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	*o = *tmpl;
+	pthread_mutex_lock(&smu);
+	enqueue(s, o);
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// drain waits until s has executed everything enqueued (smu held).
+static void drain(struct CUstream_st *s) {
+	while (s->head || s->busy) pthread_cond_wait(&s->cond, &smu);
+}
+
+// synchronized releases what the pools reserve above their thresholds, as
+// the driver does at a synchronization (smu held).
+static void synchronized(void) {
+	for (int i = 0; i < MAX_DEVICES; i++) pool_release(&pools[i], pools[i].threshold);
+}
+
+CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
+	int dev;
+	sconfig();
+	CUresult r = fakecuda_in_context("cuStreamCreate", &dev);
+	if (r != CUDA_SUCCESS) return r;
+	if (!ph) return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s = stream_new(dev);
+	if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+	*ph = s;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream h) {
+	CUresult r = sready("cuStreamDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	drain(h);
+	h->stop = 1;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&smu);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->cond);
+	free(h);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamSynchronize", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
+	drain(s);
+	synchronized();
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream h) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamQuery", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
+	int idle = !s->head && !s->busy;
+	pthread_mutex_unlock(&smu);
+	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
+	sconfig();
+	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	long gen = e->recorded;
+	pthread_mutex_unlock(&smu);
+	struct op o = {.kind = OP_WAIT, .event = e, .gen = gen};
+	return push("cuStreamWaitEvent", h, &o);
+}
+
+CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
+	sconfig();
+	if (!fn) return CUDA_ERROR_INVALID_VALUE;
+	struct op o = {.kind = OP_HOSTFN, .fn = fn, .data = data};
+	return push("cuLaunchHostFunc", h, &o);
+}
+
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h) {
+	sconfig();
+	if (!dst) return CUDA_ERROR_INVALID_VALUE;
+	struct op o = {.kind = OP_MEMSET, .data = (void *)(uintptr_t)dst, .value = uc, .n = n};
+	return push("cuMemsetD8Async", h, &o);
+}
+
+// ---- events
+
+CUresult CUDAAPI cuEventCreate(CUevent *pe, unsigned int flags) {
+	CUresult r = sready("cuEventCreate");
+	if (r != CUDA_SUCCESS) return r;
+	if (!pe) return CUDA_ERROR_INVALID_VALUE;
+	struct CUevent_st *e = calloc(1, sizeof *e);
+	if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+	*pe = e;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent e) {
+	CUresult r = sready("cuEventDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	// An event still to be reached by a stream stays allocated: the driver
+	// too lets a destroyed event complete.
+	pthread_mutex_lock(&smu);
+	int reached = e->done >= e->recorded;
+	pthread_mutex_unlock(&smu);
+	if (reached) free(e);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
+	sconfig();
+	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	long gen = ++e->recorded;
+	pthread_mutex_unlock(&smu);
+	struct op o = {.kind = OP_RECORD, .event = e, .gen = gen};
+	CUresult r = push("cuEventRecord", h, &o);
+	if (r != CUDA_SUCCESS) {
+		// Nothing was enqueued: the record did not happen.
+		pthread_mutex_lock(&smu);
+		if (e->recorded == gen) e->recorded--;
+		pthread_mutex_unlock(&smu);
+	}
+	return r;
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent e) {
+	CUresult r = sready("cuEventQuery");
+	if (r != CUDA_SUCCESS) return r;
+	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	int reached = e->done >= e->recorded;
+	pthread_mutex_unlock(&smu);
+	return reached ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent e) {
+	CUresult r = sready("cuEventSynchronize");
+	if (r != CUDA_SUCCESS) return r;
+	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	while (e->done < e->recorded) pthread_cond_wait(&event_cond, &smu);
+	synchronized();
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// ---- memory pools
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceGetAttribute", dev, pi);
+	if (r != CUDA_SUCCESS) return r;
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+		*pi = !no_pools;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceGetDefaultMemPool", dev, pool);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	*pool = &pools[dev];
+	return CUDA_SUCCESS;
+}
+
+static CUresult valid_pool(const char *fn, CUmemoryPool p) {
+	CUresult r = sready(fn);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	if (p < &pools[0] || p >= &pools[MAX_DEVICES]) return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
+	CUresult r = valid_pool("cuMemPoolGetAttribute", p);
+	if (r != CUDA_SUCCESS) return r;
+	if (!value) return CUDA_ERROR_INVALID_VALUE;
+	cuuint64_t v;
+	pthread_mutex_lock(&smu);
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = p->reserved; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = p->reserved_high; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = p->used; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = p->used_high; break;
+	default: r = CUDA_ERROR_NOT_SUPPORTED;
+	}
+	pthread_mutex_unlock(&smu);
+	if (r == CUDA_SUCCESS) *(cuuint64_t *)value = v;
+	return r;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
+	CUresult r = valid_pool("cuMemPoolSetAttribute", p);
+	if (r != CUDA_SUCCESS) return r;
+	if (!value) return CUDA_ERROR_INVALID_VALUE;
+	cuuint64_t v = *(cuuint64_t *)value;
+	pthread_mutex_lock(&smu);
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->threshold = v; break;
+	// The driver accepts only 0 for the high-water marks, which resets them
+	// to the current figures.
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+		if (v != 0) r = CUDA_ERROR_INVALID_VALUE;
+		else p->reserved_high = p->reserved;
+		break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		if (v != 0) r = CUDA_ERROR_INVALID_VALUE;
+		else p->used_high = p->used;
+		break;
+	default: r = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&smu);
+	return r;
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
+	CUresult r = valid_pool("cuMemPoolTrimTo", p);
+	if (r != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
+	pool_release(p, keep);
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
+	struct CUstream_st *s;
+	sconfig();
+	int dev;
+	CUresult r = resolve("cuMemAllocAsync", h, &s, &dev);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+	if (s->device != dev) return CUDA_ERROR_INVALID_CONTEXT;
+	struct palloc *a = calloc(1, sizeof *a);
+	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+	a->size = size;
+	a->used = round_up(size, pool_round);
+	a->device = dev;
+	struct CUmemPoolHandle_st *p = &pools[dev];
+	pthread_mutex_lock(&smu);
+	long n = ++nallocs_async;
+	if (n == fail_alloc_async || a->used > SIZE_MAX - GRANULE - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
+	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, GRANULE) : 0;
+	if (r == CUDA_SUCCESS && want > p->reserved) {
+		// Take the granules from the device; if it has no room, release
+		// what the pool keeps free first, as the driver does, and retry.
+		r = fakecuda_take(dev, want - p->reserved);
+		if (r != CUDA_SUCCESS) {
+			pool_release(p, 0);
+			r = fakecuda_take(dev, want - p->reserved);
+		}
+		if (r == CUDA_SUCCESS) p->reserved = want;
+	}
+	if (r == CUDA_SUCCESS) {
+		// Host memory stands for device memory, mapped lazily by malloc.
+		a->mem = malloc(size);
+		if (!a->mem) r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (r != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&smu);
+		free(a);
+		return r;
+	}
+	p->used += a->used;
+	if (p->used > p->used_high) p->used_high = p->used;
+	if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+	a->next = plive;
+	plive = a;
+	pthread_mutex_unlock(&smu);
+	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
+	return CUDA_SUCCESS;
+}
+
+// find returns the live pool allocation at dptr (smu held).
+static struct palloc *find(CUdeviceptr dptr) {
+	for (struct palloc *a = plive; a; a = a->next)
+		if ((CUdeviceptr)(uintptr_t)a->mem == dptr) return a;
+	return NULL;
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuMemFreeAsync", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	struct op *o = calloc(1, sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&smu);
+	long n = ++nfrees_async;
+	struct palloc *a = find(dptr);
+	if (n == fail_free_async || !a || a->freeing) {
+		pthread_mutex_unlock(&smu);
+		free(o);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	a->freeing = 1;
+	o->kind = OP_FREE;
+	o->alloc = a;
+	enqueue(s, o);
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// fakecuda_pool_free_now is cuMemFree of pool memory, called by fakecuda.c:
+// at once, without waiting for any stream, as the driver does.
+CUresult fakecuda_pool_free_now(CUdeviceptr dptr) {
+	pthread_once(&sconfig_once, sconfigure);
+	pthread_mutex_lock(&smu);
+	struct palloc *a = find(dptr);
+	if (!a || a->freeing) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	pool_free(a);
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
