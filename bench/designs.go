@@ -236,18 +236,14 @@ func (c *packedCounter) allocSlow(n, v int64) error {
 	}
 }
 
-func (c *packedCounter) free(n int64) error {
-	var v int64 = -1
-	if uint64(n-1) < packedFastMax {
-		v = atomic.AddInt64(&c.cur, -n)
-		if uint64(v) <= tracker.MaxCount {
-			return nil
-		}
+func (c *packedCounter) free(n int64) (err error) {
+	if uint64(n-1) < packedFastMax && uint64(atomic.AddInt64(&c.cur, -n)) <= tracker.MaxCount {
+		return
 	}
-	return c.freeSlow(n, v)
+	return c.freeSlow(n)
 }
 
-func (c *packedCounter) freeSlow(n, v int64) error {
+func (c *packedCounter) freeSlow(n int64) error {
 	if n <= 0 {
 		return errInvalidSize
 	}
