@@ -46,7 +46,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 		b.site = sr.alloc(size) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, b.site, rec) // see history.go
+		h.alloc(size, b.site, rec, 0) // see history.go
 	}
 	return b, nil
 }

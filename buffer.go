@@ -78,7 +78,7 @@ func (b *Buffer) Free() error {
 		b.site.free(b.size)
 	}
 	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.free(b.size, b.site, rec) // see history.go
+		h.free(b.size, b.site, rec, 0) // see history.go
 	}
 	return nil
 }

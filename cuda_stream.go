@@ -361,7 +361,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		b.site = sr.alloc(size) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, b.site, rec) // see history.go
+		h.alloc(size, b.site, rec, stream) // see history.go
 	}
 	return b, nil
 }
@@ -436,7 +436,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		b.site.free(b.size)
 	}
 	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.free(b.size, b.site, rec) // see history.go
+		h.free(b.size, b.site, rec, stream) // see history.go
 	}
 	return nil
 }

@@ -72,6 +72,8 @@ func poolStats(t testing.TB, d Device) PoolStats {
 func TestCUDAAllocFreeAsync(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
+	require.NoError(t, d.EnableMemoryHistory(64))
+	t.Cleanup(d.DisableMemoryHistory)
 	for _, m := range retireModes {
 		t.Run(m.name, func(t *testing.T) {
 			withRetire(t, d, m.mode)
@@ -103,6 +105,13 @@ func TestCUDAAllocFreeAsync(t *testing.T) {
 				assert.Equal(t, before.Frees+1, after.Frees)
 				assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
 				assert.Equal(t, before.FailedAllocs, after.FailedAllocs)
+
+				h, err := d.MemoryHistory()
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, len(h.Events), 2)
+				last := h.Events[len(h.Events)-2:]
+				assert.Equal(t, []HistoryAction{HistoryAlloc, HistoryFree}, []HistoryAction{last[0].Action, last[1].Action})
+				assert.Equal(t, []uintptr{uintptr(stream), uintptr(stream)}, []uintptr{last[0].Stream, last[1].Stream}, "the history names the stream")
 			}
 		})
 	}

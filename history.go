@@ -65,8 +65,8 @@ type HistoryEvent struct {
 	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
 	// set the rate to 1); nil otherwise. Events of one site share the slice: do not modify it.
 	Stack []uintptr
-	// Stream is the stream the buffer was allocated on, for stream-ordered
-	// allocation; 0 (the default stream) until memtrack allocates on streams.
+	// Stream is the stream of a stream-ordered event ([Device.AllocAsync],
+	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
 	Stream uintptr
 }
 
@@ -177,7 +177,7 @@ func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		a = HistoryOutOfMemory
 	}
-	h.record(a, size, rec.Current(), nil)
+	h.record(a, size, rec.Current(), nil, 0)
 }
 
 // The states of a history slot, in the low bits of its sequence word; the
@@ -232,22 +232,24 @@ func newHistory(n int) *history {
 	return h
 }
 
-// alloc records an allocation; s is its site, if recorded.
-func (h *history) alloc(size int64, s *site, rec *tracker.Record) {
-	h.record(HistoryAlloc, size, rec.Current(), s)
+// alloc records an allocation; s is its site, if recorded, and stream the
+// stream of a stream-ordered allocation.
+func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream) {
+	h.record(HistoryAlloc, size, rec.Current(), s, stream)
 }
 
-// free records a free; s is the buffer's site, if recorded.
-func (h *history) free(size int64, s *site, rec *tracker.Record) {
-	h.record(HistoryFree, size, rec.Current(), s)
+// free records a free; s is the buffer's site, if recorded, and stream the
+// stream of a stream-ordered free.
+func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream) {
+	h.record(HistoryFree, size, rec.Current(), s, stream)
 }
 
 // record writes one event into the ring, or counts it lost.
-func (h *history) record(a HistoryAction, size, cur int64, s *site) {
+func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream) {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action = nanos, size, cur, 0, a
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action = nanos, size, cur, uintptr(stream), a
 		if p := h.sites.Load(); p != nil {
 			(*p)[t%uint64(len(h.slots))] = s
 		} else if s != nil {

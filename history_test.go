@@ -235,7 +235,7 @@ func TestHistoryCarriesSites(t *testing.T) {
 // events, count them lost, and leave gaps in the history.
 func TestHistoryDroppedWriterIsAGap(t *testing.T) {
 	h := newHistory(4)
-	write := func(size int64) { h.record(HistoryAlloc, size, size, nil) }
+	write := func(size int64) { h.record(HistoryAlloc, size, size, nil, 0) }
 	write(1) // 0
 	write(2) // 1
 	// A writer of event 2 is preempted after its ticket; 3 to 5 go by, and
@@ -546,13 +546,13 @@ func BenchmarkHistoryRecord(b *testing.B) {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.alloc(64, nil, &rec)
+				h.alloc(64, nil, &rec, 0)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.alloc(64, nil, &rec)
+					h.alloc(64, nil, &rec, 0)
 				}
 			})
 		})

@@ -90,7 +90,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		t.site = sr.alloc(size) // see sites.go: the first frame is Track's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, t.site, rec) // see history.go
+		h.alloc(size, t.site, rec, 0) // see history.go
 	}
 	if sh != nil {
 		sh.insertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
@@ -142,7 +142,7 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 		e.site = sr.alloc(size) // see sites.go: the first frame is TrackAddr's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, e.site, rec) // see history.go
+		h.alloc(size, e.site, rec, 0) // see history.go
 	}
 	sh.insertAt(slot, ptr, e)
 	sh.mu.Unlock()
@@ -312,7 +312,7 @@ func (e addrEntry) uncount(d Device) {
 		e.site.free(e.size)
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.free(e.size, e.site, e.rec) // see history.go
+		h.free(e.size, e.site, e.rec, 0) // see history.go
 	}
 }
 
