@@ -151,7 +151,6 @@ func TestRecordCumulativeMonotonic(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			var r Record
-			var begun, done stdatomic.Int64 // resets
 			stop := make(chan struct{})
 			waitW := loop(2, stop, func() {
 				if assert.NoError(t, r.Alloc(64)) {
@@ -161,29 +160,37 @@ func TestRecordCumulativeMonotonic(t *testing.T) {
 					assert.NoError(t, r.Free(1000))
 				}
 			})
-			var waitR func()
+			// With resets, a resetter makes one reset per request, so that
+			// the reader takes snapshots both while a reset runs (checking
+			// that no figure is negative) and, after it has signalled the
+			// reset done, with none in flight (checking that no figure runs
+			// backwards): a handshake, not a timing, decides which.
+			requests, resetDone := make(chan struct{}), make(chan struct{})
 			if resets {
-				waitR = loop(1, stop, func() {
-					begun.Add(1)
-					r.ResetAccumulated()
-					done.Add(1)
-				})
+				go func() {
+					for range requests {
+						r.ResetAccumulated()
+						resetDone <- struct{}{}
+					}
+				}()
 			}
 			deadline := time.Now().Add(raceFor())
 			bad, checked := 0, 0
 			for time.Now().Before(deadline) && bad < 10 {
-				b0, d0 := begun.Load(), done.Load()
-				s1 := r.Snapshot()
-				s2 := r.Snapshot()
-				for _, s := range []Stats{s1, s2} {
+				if resets {
+					requests <- struct{}{} // a reset begins
+				}
+				for _, s := range []Stats{r.Snapshot(), r.Snapshot()} {
 					if s.Allocs < 0 || s.Frees < 0 || s.AllocatedBytes < 0 || s.FreedBytes < 0 {
 						bad++
 						t.Errorf("negative figure: %+v", s)
 					}
 				}
-				if b0 != d0 || begun.Load() != b0 {
-					continue // a reset overlapped
+				if resets {
+					<-resetDone // no reset in flight from here
 				}
+				s1 := r.Snapshot()
+				s2 := r.Snapshot()
 				checked++
 				if s2.Allocs < s1.Allocs || s2.Frees < s1.Frees || s2.AllocatedBytes < s1.AllocatedBytes || s2.FreedBytes < s1.FreedBytes {
 					bad++
@@ -191,10 +198,8 @@ func TestRecordCumulativeMonotonic(t *testing.T) {
 				}
 			}
 			close(stop)
+			close(requests)
 			waitW()
-			if waitR != nil {
-				waitR()
-			}
 			assert.Positive(t, checked)
 		})
 	}
