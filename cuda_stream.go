@@ -47,15 +47,32 @@ static memtrack_async memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t
 	return a;
 }
 
-extern void memtrackRetired(uintptr_t token);
+// MEMTRACK_RETIRE_DEVICES bounds the device ordinals whose frees the host
+// function retires; FreeAsync records an event for the others.
+#define MEMTRACK_RETIRE_DEVICES 256
 
-static void CUDA_CB memtrack_retired(void *token) { memtrackRetired((uintptr_t)token); }
+// memtrack_retired_bytes counts, per device ordinal, the bytes of the
+// stream-ordered frees that their streams have executed, as the host
+// function below learns them. It only grows (modulo 2^64); Go reads it with
+// an atomic load and uncounts what it has not yet uncounted.
+static uint64_t memtrack_retired_bytes[MEMTRACK_RETIRE_DEVICES];
+
+// memtrack_retired_counter returns the counter of device ordinal.
+static uint64_t *memtrack_retired_counter(int ordinal) { return &memtrack_retired_bytes[ordinal]; }
+
+// memtrack_retired is the host function enqueued after a free: the token
+// packs the device ordinal (low 16 bits) and the buffer's size. It runs on
+// a thread of the driver, calls neither the driver nor Go, and only adds.
+static void CUDA_CB memtrack_retired(void *token) {
+	uintptr_t t = (uintptr_t)token;
+	__atomic_fetch_add(&memtrack_retired_bytes[t & 0xffff], (uint64_t)(t >> 16), __ATOMIC_SEQ_CST);
+}
 
 enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
 
 // memtrack_free_async frees ptr on stream and, by how, arranges to learn
-// when the stream has executed the free: with a host function that calls
-// memtrackRetired(token), or with event (created if NULL) recorded after the
+// when the stream has executed the free: with a host function that adds the
+// size to its device's memtrack_retired_bytes (token), or with event (created if NULL) recorded after the
 // free. Where neither can be enqueued, it waits for the stream and reports
 // the free retired.
 static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
@@ -98,6 +115,8 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	stdatomic "sync/atomic"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/tracker"
 	"github.com/mumax/3/cuda/cu"
@@ -113,7 +132,9 @@ func resultOfAsync(a C.memtrack_async) callResult {
 const (
 	// retireByHostFunc enqueues a host function after the free
 	// (cuLaunchHostFunc); the driver runs it, on a thread of its own, once
-	// the stream reaches it, and it uncounts the buffer at that moment.
+	// the stream reaches it, and it adds the buffer's size to a counter in
+	// C memory, which the next reading or allocation on the device
+	// uncounts (catchUp): no callback into Go on the driver's thread.
 	retireByHostFunc uint32 = iota
 	// retireByEvent records an event after the free; the figures are read
 	// after querying the pending events (cuEventQuery).
@@ -127,6 +148,12 @@ const (
 type deviceSide struct {
 	held   tracker.Counter
 	retire atomic.Uint32 // retireBy*
+
+	// retired is the device's counter of bytes that host functions saw
+	// freed (C memory, see memtrack_retired_bytes), nil past
+	// maxRetireDevices; applied is how much of it held has uncounted.
+	retired *uint64
+	applied atomic.Uint64
 
 	// pending holds the frees awaiting their events: pushed by FreeAsync,
 	// taken whole by readers (so no node is ever popped alone, and a stack
@@ -167,10 +194,17 @@ func sideOf(ordinal int) *deviceSide {
 	t := cudaSides.Load()
 	for t == nil || t.state != s {
 		sides := make([]deviceSide, s.n)
+		found := false
 		for o := t; o != nil; o = o.prev {
 			if o.state == s {
-				sides = o.sides
+				sides, found = o.sides, true
 				break
+			}
+		}
+		if !found {
+			for i := range min(len(sides), maxRetireDevices) {
+				sides[i].retired = (*uint64)(unsafe.Pointer(C.memtrack_retired_counter(C.int(i))))
+				sides[i].applied.Store(stdatomic.LoadUint64(sides[i].retired))
 			}
 		}
 		nt := &sideTable{state: s, sides: sides, prev: t}
@@ -186,10 +220,35 @@ func sideOf(ordinal int) *deviceSide {
 	return &t.sides[ordinal]
 }
 
+// maxRetireDevices is C's MEMTRACK_RETIRE_DEVICES.
+const maxRetireDevices = C.MEMTRACK_RETIRE_DEVICES
+
+// catchUp uncounts the frees that host functions have seen executed since
+// the last catchUp. Every figure is read, and every peak raised, after one:
+// the figures are those a host function calling into Go at once would
+// give, without a callback into Go on the driver's thread.
+func (sd *deviceSide) catchUp() {
+	if sd.retired == nil {
+		return
+	}
+	for {
+		a := sd.applied.Load()
+		r := stdatomic.LoadUint64(sd.retired)
+		if r == a {
+			return
+		}
+		if sd.applied.CompareAndSwap(a, r) {
+			_ = sd.held.Free(int64(r - a))
+			return
+		}
+	}
+}
+
 // sideAlloc counts size bytes allocated on d in its device-side figure.
 func sideAlloc(d Device, size int64) {
 	if d.kind == KindCUDA {
 		if sd := sideOf(d.ordinal); sd != nil {
+			sd.catchUp()
 			_ = sd.held.Alloc(size) // cannot fail: the record already holds size
 		}
 	}
@@ -237,6 +296,7 @@ func resetDevicePeaks(d Device) {
 // and keeps the others pending. A query that fails (the event or its context
 // is gone) retires the free too: nothing would ever reach it.
 func (sd *deviceSide) reap(ordinal int) {
+	sd.catchUp()
 	n := sd.pending.Swap(nil)
 	if n == nil {
 		return
@@ -406,7 +466,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		return fillError(err, d, b.size, nil)
 	}
 	how, token, event := C.int(C.MEMTRACK_BY_EVENT), C.uintptr_t(0), C.CUevent(nil)
-	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && b.ordinal < 1<<16 {
+	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && sd.retired != nil {
 		how, token = C.MEMTRACK_BY_HOSTFN, C.uintptr_t(uint64(b.size)<<16|uint64(b.ordinal))
 	} else {
 		event = sd.spareEvent()

@@ -4,6 +4,7 @@ package memtrack
 
 import (
 	"testing"
+	"time"
 )
 
 // BenchmarkCUDAAllocFreeAsync compares, in one run, a tracked stream-ordered
@@ -63,6 +64,52 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 				}
 				syncStream(b, d, s)
 				d.MemoryStats()
+			})
+		}
+		// The fake driver executes each stream on a thread of its own, so
+		// that the time a pair takes depends on how the two cores are
+		// shared at that moment: the separate sub-benchmarks above drift
+		// apart by tens of percent. These alternate blocks of 64 raw and
+		// 64 tracked pairs, each block ending with a synchronize (and,
+		// tracked, the reading of the figures), and report each one's
+		// time per pair and their ratio.
+		for _, m := range retireModes {
+			b.Run("size="+size.name+"/pair=interleaved-"+m.name, func(b *testing.B) {
+				withRetire(b, d, m.mode)
+				_, ctx, err := cudaDeviceOf(0, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				const block = 64
+				var raw, tracked time.Duration
+				n := 0
+				for b.Loop() {
+					t0 := time.Now()
+					for range block {
+						if err := rawAllocFreeAsync(ctx, size.n, s); err != nil {
+							b.Fatal(err)
+						}
+					}
+					syncStream(b, d, s)
+					t1 := time.Now()
+					for range block {
+						buf, err := d.AllocAsync(size.n, s)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := buf.FreeAsync(s); err != nil {
+							b.Fatal(err)
+						}
+					}
+					syncStream(b, d, s)
+					d.MemoryStats()
+					raw += t1.Sub(t0)
+					tracked += time.Since(t1)
+					n += block
+				}
+				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
+				b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
+				b.ReportMetric(float64(tracked)/float64(raw), "ratio")
 			})
 		}
 	}
