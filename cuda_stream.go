@@ -504,12 +504,19 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 // rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
 // cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
 // makes current and restores as the tracked calls do.
-func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream) error {
+// With marker, the free is followed by the host function FreeAsync enqueues
+// (adding 0 bytes): the raw pair plus the one stream operation that
+// learning exactly when a free executes takes.
+func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if r := resultOfAsync(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("alloc", "", max(r.enter, r.op))
 	}
-	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), C.MEMTRACK_UNTRACKED, 0, nil)
+	how := C.int(C.MEMTRACK_UNTRACKED)
+	if marker {
+		how = C.MEMTRACK_BY_HOSTFN
+	}
+	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), how, 0, nil)
 	if r := resultOfAsync(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("free", "", max(r.enter, r.op))
 	}

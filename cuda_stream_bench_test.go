@@ -35,7 +35,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := rawAllocFreeAsync(ctx, size.n, s); err != nil {
+				if err := rawAllocFreeAsync(ctx, size.n, s, false); err != nil {
 					b.Fatal(err)
 				}
 				if i++; i%256 == 0 {
@@ -69,10 +69,13 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// The fake driver executes each stream on a thread of its own, so
 		// that the time a pair takes depends on how the two cores are
 		// shared at that moment: the separate sub-benchmarks above drift
-		// apart by tens of percent. These alternate blocks of 64 raw and
-		// 64 tracked pairs, each block ending with a synchronize (and,
-		// tracked, the reading of the figures), and report each one's
-		// time per pair and their ratio.
+		// apart by tens of percent. These alternate blocks of 64 raw, 64
+		// raw-with-marker (the raw pair and a host function after the
+		// free: the stream operation that learning when a free executes
+		// takes) and 64 tracked pairs, each block ending with a
+		// synchronize (and, tracked, the reading of the figures), and
+		// report each one's time per pair and the ratios of tracked to
+		// both.
 		for _, m := range retireModes {
 			b.Run("size="+size.name+"/pair=interleaved-"+m.name, func(b *testing.B) {
 				withRetire(b, d, m.mode)
@@ -81,35 +84,56 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 					b.Fatal(err)
 				}
 				const block = 64
-				var raw, tracked time.Duration
+				pairs := [3]func(){
+					func() { // raw
+						for range block {
+							if err := rawAllocFreeAsync(ctx, size.n, s, false); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+					},
+					func() { // raw-with-marker
+						for range block {
+							if err := rawAllocFreeAsync(ctx, size.n, s, true); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+					},
+					func() { // tracked
+						for range block {
+							buf, err := d.AllocAsync(size.n, s)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if err := buf.FreeAsync(s); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+						d.MemoryStats()
+					},
+				}
+				// Each round starts with another of the three, so that none
+				// always runs first or after the same one.
+				var took [3]time.Duration
 				n := 0
 				for b.Loop() {
-					t0 := time.Now()
-					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s); err != nil {
-							b.Fatal(err)
-						}
+					for k := range 3 {
+						i := (n/block + k) % 3
+						t0 := time.Now()
+						pairs[i]()
+						took[i] += time.Since(t0)
 					}
-					syncStream(b, d, s)
-					t1 := time.Now()
-					for range block {
-						buf, err := d.AllocAsync(size.n, s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := buf.FreeAsync(s); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-					d.MemoryStats()
-					raw += t1.Sub(t0)
-					tracked += time.Since(t1)
 					n += block
 				}
+				raw, marked, tracked := took[0], took[1], took[2]
 				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
+				b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
 				b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
 				b.ReportMetric(float64(tracked)/float64(raw), "ratio")
+				b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
 			})
 		}
 	}
