@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The root package's Device-layer benchmarks at a base commit beside the
+# working tree, alternated in time: both test binaries are built once and run
+# COUNT rounds, each round running the base's and then this tree's
+# benchmarks once (-count 1), so that both sample the same moments of the
+# machine. benchstat compares the two, and each benchmark's per-round ratio
+# (this tree over the base) is printed with its median.
+#
+# Issue 11 target 3 is judged with it: BenchmarkDeviceLayer (a 1 MiB
+# Alloc+Free over a do-nothing backend) at most 0.75x the base, the commit
+# at which the issue measured 117 ns.
+#
+# Environment: BASE (a commit; default 1682813, where issue 11 was
+# measured), BENCH (a -test.bench pattern; default the Device layer without
+# sites), COUNT (rounds, default 10), BENCHTIME (default 300ms), OUT (a
+# directory for the results; default a new temporary one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+base=${BASE:-1682813}
+bench=${BENCH:-^BenchmarkDeviceLayer/sites=off$}
+count=${COUNT:-10}
+benchtime=${BENCHTIME:-300ms}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+
+if ! git cat-file -e "$base^{commit}" 2>/dev/null; then
+	echo "bench-base.sh: $base is not a commit of this repository (a shallow clone? fetch it first)" >&2
+	exit 2
+fi
+tree=$(mktemp -d)
+trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
+git worktree add --detach --force "$tree" "$base" >/dev/null
+
+echo "== machine"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+go version
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+echo "base: $(git log -1 --format='%h %s' "$base")"
+echo "head: $(git log -1 --format='%h %s') (and the working tree's changes)"
+
+(cd "$tree" && go test -c -o "$out/base.test" .)
+go test -c -o "$out/head.test" .
+: >"$out/base.txt"
+: >"$out/head.txt"
+for i in $(seq "$count"); do
+	echo "== round $i of $count"
+	"$out/base.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.count 1 -test.benchtime "$benchtime" | tee -a "$out/base.txt" | grep '^Benchmark' | sed 's/^/base /'
+	"$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.count 1 -test.benchtime "$benchtime" | tee -a "$out/head.txt" | grep '^Benchmark' | sed 's/^/head /'
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+
+echo "== benchstat base head"
+go run "$benchstat" "$out/base.txt" "$out/head.txt" | tee "$out/benchstat.txt"
+
+echo "== per-round ratios head/base (ns/op), sorted, and their median"
+paste <(grep '^Benchmark' "$out/base.txt") <(grep '^Benchmark' "$out/head.txt") |
+	awk '{for (i = 1; i <= NF; i++) if ($i == "ns/op") { if (!b) b = $(i-1); else h = $(i-1) } name = $1; sub(/-[0-9]+$/, "", name); print name, h / b; b = 0; h = 0}' |
+	sort -k1,1 -k2,2g |
+	awk '{r[$1] = r[$1] sprintf(" %.3f", $2); n[$1]++; v[$1, n[$1]] = $2}
+	END {for (k in r) { m = n[k] % 2 ? v[k, (n[k] + 1) / 2] : (v[k, n[k] / 2] + v[k, n[k] / 2 + 1]) / 2; printf "%s:%s\n  median %.3f over %d rounds\n", k, r[k], m, n[k] }}' |
+	tee "$out/ratios.txt"
+echo "(files in $out)"
