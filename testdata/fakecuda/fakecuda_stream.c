@@ -67,9 +67,12 @@ struct op {
 struct CUstream_st {
 	int device;
 	pthread_t thread;
-	pthread_cond_t cond; // signalled on a new operation, an executed one, and stop
+	pthread_cond_t cond; // signalled on a new operation for a sleeping worker, and stop
+	pthread_cond_t idle; // signalled when the stream runs dry while someone drains it
 	struct op *head, *tail;
-	int busy; // an operation is being executed
+	int busy;     // the worker is executing operations it took
+	int sleeping; // the worker waits for an operation
+	int draining; // threads waiting in drain
 	int stop;
 };
 
@@ -191,30 +194,42 @@ static void execute(struct CUstream_st *s, struct op *o) {
 	}
 }
 
+// worker executes the operations of s in order: it takes every operation
+// enqueued so far at once and executes them one by one, so that a caller
+// enqueueing behind a busy stream neither wakes it nor waits for its lock
+// more than once per batch (a driver appends to a queue that the device
+// reads; it does not wake a thread per operation).
 static void *worker(void *arg) {
 	struct CUstream_st *s = arg;
 	pthread_mutex_lock(&smu);
 	for (;;) {
-		while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &smu);
+		while (!s->head && !s->stop) {
+			s->sleeping = 1;
+			pthread_cond_wait(&s->cond, &smu);
+			s->sleeping = 0;
+		}
 		if (!s->head) break;
 		struct op *o = s->head;
-		s->head = o->next;
-		if (!s->head) s->tail = NULL;
+		s->head = s->tail = NULL;
 		s->busy = 1;
 		pthread_mutex_unlock(&smu);
-		while (gate && access(gate, F_OK) != 0) {
-			struct timespec ms = {0, 1000000};
-			nanosleep(&ms, NULL);
+		while (o) {
+			struct op *next = o->next;
+			while (gate && access(gate, F_OK) != 0) {
+				struct timespec ms = {0, 1000000};
+				nanosleep(&ms, NULL);
+			}
+			if (delay_us > 0) {
+				struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
+				nanosleep(&ts, NULL);
+			}
+			execute(s, o);
+			free(o);
+			o = next;
 		}
-		if (delay_us > 0) {
-			struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
-			nanosleep(&ts, NULL);
-		}
-		execute(s, o);
-		free(o);
 		pthread_mutex_lock(&smu);
 		s->busy = 0;
-		pthread_cond_broadcast(&s->cond);
+		if (s->draining && !s->head) pthread_cond_broadcast(&s->idle);
 	}
 	pthread_mutex_unlock(&smu);
 	return NULL;
@@ -225,6 +240,7 @@ static struct CUstream_st *stream_new(int device) {
 	if (!s) return NULL;
 	s->device = device;
 	pthread_cond_init(&s->cond, NULL);
+	pthread_cond_init(&s->idle, NULL);
 	if (pthread_create(&s->thread, NULL, worker, s) != 0) {
 		free(s);
 		return NULL;
@@ -258,7 +274,7 @@ static void enqueue(struct CUstream_st *s, struct op *o) {
 	else
 		s->head = o;
 	s->tail = o;
-	pthread_cond_broadcast(&s->cond);
+	if (s->sleeping) pthread_cond_signal(&s->cond);
 }
 
 static CUresult push(const char *fn, CUstream h, struct op *tmpl) {
@@ -276,7 +292,9 @@ static CUresult push(const char *fn, CUstream h, struct op *tmpl) {
 
 // drain waits until s has executed everything enqueued (smu held).
 static void drain(struct CUstream_st *s) {
-	while (s->head || s->busy) pthread_cond_wait(&s->cond, &smu);
+	s->draining++;
+	while (s->head || s->busy) pthread_cond_wait(&s->idle, &smu);
+	s->draining--;
 }
 
 // synchronized releases what the pools reserve above their thresholds, as
@@ -308,6 +326,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	pthread_mutex_unlock(&smu);
 	pthread_join(h->thread, NULL);
 	pthread_cond_destroy(&h->cond);
+	pthread_cond_destroy(&h->idle);
 	free(h);
 	return CUDA_SUCCESS;
 }
