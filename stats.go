@@ -142,14 +142,20 @@ func (d Device) MemoryStats() Stats {
 }
 
 // String describes the statistics on one line, each size in IEC units
-// (KiB, MiB, GiB) followed by its exact figure in bytes.
+// (KiB, MiB, GiB) followed by its exact figure in bytes. The device-side
+// figures (Held, HeldPeak) are named where they differ from the tracked
+// ones.
 func (s Stats) String() string {
 	limit := "no limit"
 	if s.Limit > 0 {
 		limit = "limit " + exactBytes(s.Limit)
 	}
-	return fmt.Sprintf("%v: current %s, peak %s; %d live buffers (peak %d); allocated %s in %d allocs, freed %s in %d frees; %d failed; %s",
-		s.Device, exactBytes(s.Current), exactBytes(s.Peak), s.Active, s.PeakActive,
+	held := ""
+	if s.Held != s.Current || s.HeldPeak != s.Peak {
+		held = fmt.Sprintf("held on the device %s, peak %s; ", exactBytes(s.Held), exactBytes(s.HeldPeak))
+	}
+	return fmt.Sprintf("%v: current %s, peak %s; %s%d live buffers (peak %d); allocated %s in %d allocs, freed %s in %d frees; %d failed; %s",
+		s.Device, exactBytes(s.Current), exactBytes(s.Peak), held, s.Active, s.PeakActive,
 		exactBytes(s.AllocatedBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, limit)
 }
 
@@ -160,6 +166,8 @@ func (s Stats) LogValue() slog.Value {
 		slog.String("device", s.Device.String()),
 		slog.Int64("current", s.Current),
 		slog.Int64("peak", s.Peak),
+		slog.Int64("held", s.Held),
+		slog.Int64("held_peak", s.HeldPeak),
 		slog.Int64("allocated_bytes", s.AllocatedBytes),
 		slog.Int64("freed_bytes", s.FreedBytes),
 		slog.Int64("active", s.Active),

@@ -20,13 +20,20 @@ func TestStatsString(t *testing.T) {
 	}{
 		{"zero", memtrack.Stats{},
 			"cpu: current 0 B, peak 0 B; 0 live buffers (peak 0); allocated 0 B in 0 allocs, freed 0 B in 0 frees; 0 failed; no limit"},
-		{"small sizes stay exact", memtrack.Stats{Current: 512, Peak: 1023, Active: 1, PeakActive: 2, AllocatedBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
+		{"small sizes stay exact", memtrack.Stats{Current: 512, Peak: 1023, Held: 512, HeldPeak: 1023, Active: 1, PeakActive: 2, AllocatedBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
 			"cpu: current 512 B, peak 1023 B; 1 live buffers (peak 2); allocated 1000 B in 2 allocs, freed 488 B in 1 frees; 0 failed; no limit"},
 		{"IEC units with exact bytes", memtrack.Stats{
-			Current: 3 << 29, Peak: 2 << 30, Active: 3, PeakActive: 4,
+			Current: 3 << 29, Peak: 2 << 30, Held: 3 << 29, HeldPeak: 2 << 30, Active: 3, PeakActive: 4,
 			AllocatedBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
 		}, "cpu: current 1.50 GiB (1610612736 B), peak 2.00 GiB (2147483648 B); 3 live buffers (peak 4); " +
 			"allocated 12.0 MiB (12582912 B) in 10 allocs, freed 1.50 KiB (1536 B) in 7 frees; 1 failed; limit 4.00 GiB (4294967296 B)"},
+		// Stream-ordered frees not yet executed: the device-side figures
+		// differ from the tracked ones, and the line says by how much.
+		{"device-side figures", memtrack.Stats{
+			Current: 1 << 20, Peak: 3 << 20, Held: 2 << 20, HeldPeak: 4 << 20, Active: 1, PeakActive: 2,
+			AllocatedBytes: 3 << 20, FreedBytes: 2 << 20, Allocs: 2, Frees: 1,
+		}, "cpu: current 1.00 MiB (1048576 B), peak 3.00 MiB (3145728 B); held on the device 2.00 MiB (2097152 B), peak 4.00 MiB (4194304 B); " +
+			"1 live buffers (peak 2); allocated 3.00 MiB (3145728 B) in 2 allocs, freed 2.00 MiB (2097152 B) in 1 frees; 0 failed; no limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,7 +44,7 @@ func TestStatsString(t *testing.T) {
 
 func TestStatsLogValue(t *testing.T) {
 	s := memtrack.Stats{
-		Current: 3 << 20, Peak: 4 << 20, Active: 2, PeakActive: 3,
+		Current: 3 << 20, Peak: 4 << 20, Held: 7 << 20, HeldPeak: 8 << 20, Active: 2, PeakActive: 3,
 		AllocatedBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2, FailedAllocs: 1, Limit: 1 << 30,
 	}
 	var buf bytes.Buffer
@@ -53,6 +60,8 @@ func TestStatsLogValue(t *testing.T) {
 			"device":          "cpu",
 			"current":         float64(3 << 20),
 			"peak":            float64(4 << 20),
+			"held":            float64(7 << 20),
+			"held_peak":       float64(8 << 20),
 			"allocated_bytes": float64(5 << 20),
 			"freed_bytes":     float64(2 << 20),
 			"active":          float64(2),
