@@ -7,8 +7,6 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"runtime"
-	"strings"
 	"unsafe"
 
 	"github.com/memtrack/memtrack"
@@ -222,40 +220,6 @@ func scratch(d memtrack.Device) {
 		log.Fatal(err)
 	}
 	b.Free()
-}
-
-// Record allocation sites, then read who held the memory at the peak: each
-// site's innermost frame is the function that called Alloc. Package
-// github.com/memtrack/memtrack/pprof writes the same figures for go tool
-// pprof.
-func ExampleDevice_PeakAllocationSites() {
-	d := memtrack.CPU()
-	// Record every allocation, for exact figures; the default rate samples
-	// (on average one sample per 512 KiB) and scales its figures.
-	if err := d.SetAllocationSiteRate(1); err != nil {
-		log.Fatal(err)
-	}
-	defer d.SetAllocationSiteRate(0)
-	if err := d.EnableAllocationSites(32); err != nil {
-		log.Fatal(err)
-	}
-	defer d.DisableAllocationSites()
-
-	w := loadWeights(d)
-	defer w.Free()
-	scratch(d)
-
-	snap, err := d.PeakAllocationSites()
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, s := range snap.Sites { // the largest first
-		f, _ := runtime.CallersFrames(s.Stack).Next()
-		fmt.Printf("%s: %d buffer, %d MiB\n", f.Function[strings.LastIndexByte(f.Function, '.')+1:], s.Buffers, s.Bytes>>20)
-	}
-	// Output:
-	// scratch: 1 buffer, 5 MiB
-	// loadWeights: 1 buffer, 3 MiB
 }
 
 // Record the device's history, as torch.cuda.memory._record_memory_history

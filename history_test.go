@@ -196,6 +196,7 @@ func TestHistoryWrapsAround(t *testing.T) {
 }
 
 func TestHistoryCarriesSites(t *testing.T) {
+	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
 	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: exact stacks

@@ -335,6 +335,7 @@ func TestBaseline(t *testing.T) {
 // allocation sites' among them: a spike before the measurement must not
 // show in the sites at its peak.
 func TestMeasureResetsThePeakOfAllocationSites(t *testing.T) {
+	needSites(t)
 	d := recording(t, 8)
 	spike := allocOK(t)(allocFromA(d, 100<<10))
 	require.NoError(t, spike.Free())

@@ -216,6 +216,7 @@ func trackFromA(d Device, size int64, ptr uintptr) (*Tracked, error) { return d.
 
 // Tracked memory is attributed to the caller of Track.
 func TestTrackSites(t *testing.T) {
+	needSites(t)
 	useBackend(t, KindCPU, newCPUBackend())
 	d := recording(t, 4)
 	h, err := trackFromA(d, 4096, 0x9000)

@@ -1,3 +1,5 @@
+//go:build !memtrack_nosites
+
 package pprof_test
 
 import (
