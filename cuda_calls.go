@@ -19,6 +19,8 @@ package memtrack
 #include <cuda.h>
 #include <stddef.h>
 
+#include "cuda_context.h"
+
 typedef struct {
 	CUresult enter;   // getting or switching the context; the operation ran only if 0
 	CUresult op;      // the operation
@@ -26,22 +28,6 @@ typedef struct {
 	CUdeviceptr ptr;  // memtrack_alloc: the allocation
 	size_t free, total; // memtrack_meminfo: cuMemGetInfo
 } memtrack_result;
-
-// memtrack_enter makes ctx current on the calling thread and returns in
-// *prev the context that was.
-static inline CUresult memtrack_enter(CUcontext ctx, CUcontext *prev) {
-	*prev = NULL;
-	CUresult r = cuCtxGetCurrent(prev);
-	if (r == CUDA_SUCCESS && *prev != ctx) {
-		r = cuCtxSetCurrent(ctx);
-	}
-	return r;
-}
-
-// memtrack_leave makes prev current again, where memtrack_enter changed it.
-static inline CUresult memtrack_leave(CUcontext ctx, CUcontext prev) {
-	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
-}
 
 static memtrack_result memtrack_alloc(CUcontext ctx, size_t size) {
 	memtrack_result res = {0};

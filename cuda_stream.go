@@ -16,6 +16,8 @@ package memtrack
 #include <cuda.h>
 #include <stdint.h>
 
+#include "cuda_context.h"
+
 typedef struct {
 	CUresult enter;   // getting or switching the context; the operation ran only if 0
 	CUresult op;      // the operation
@@ -25,25 +27,14 @@ typedef struct {
 	int retired; // the free is known to be executed: nothing to wait for
 } memtrack_async;
 
-static CUresult memtrack_async_enter(CUcontext ctx, CUcontext *prev) {
-	*prev = NULL;
-	CUresult r = cuCtxGetCurrent(prev);
-	if (r == CUDA_SUCCESS && *prev != ctx) r = cuCtxSetCurrent(ctx);
-	return r;
-}
-
-static CUresult memtrack_async_leave(CUcontext ctx, CUcontext prev) {
-	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
-}
-
 // memtrack_alloc_async allocates size bytes on stream from the device's
 // default pool.
 static memtrack_async memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
 	memtrack_async a = {0};
 	CUcontext prev;
-	if ((a.enter = memtrack_async_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
 	a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
-	a.restore = memtrack_async_leave(ctx, prev);
+	a.restore = memtrack_leave(ctx, prev);
 	return a;
 }
 
@@ -80,7 +71,7 @@ static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintpt
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
 	a.event = event;
-	if ((a.enter = memtrack_async_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
 	a.op = cuMemFreeAsync(ptr, stream);
 	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
 		CUresult r;
@@ -95,7 +86,7 @@ static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintpt
 			a.retired = 1;
 		}
 	}
-	a.restore = memtrack_async_leave(ctx, prev);
+	a.restore = memtrack_leave(ctx, prev);
 	return a;
 }
 
@@ -103,10 +94,10 @@ static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintpt
 // has reached it, CUDA_ERROR_NOT_READY before.
 static CUresult memtrack_event_reached(CUcontext ctx, CUevent event) {
 	CUcontext prev;
-	CUresult r = memtrack_async_enter(ctx, &prev);
+	CUresult r = memtrack_enter(ctx, &prev);
 	if (r != CUDA_SUCCESS) return r;
 	r = cuEventQuery(event);
-	CUresult r2 = memtrack_async_leave(ctx, prev);
+	CUresult r2 = memtrack_leave(ctx, prev);
 	return r != CUDA_SUCCESS ? r : r2;
 }
 */
