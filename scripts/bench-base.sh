@@ -11,14 +11,19 @@
 # at which the issue measured 117 ns.
 #
 # Environment: BASE (a commit; default 1682813, where issue 11 was
-# measured), BENCH (a -test.bench pattern; default the Device layer without
-# sites), COUNT (rounds, default 10), BENCHTIME (default 300ms), OUT (a
-# directory for the results; default a new temporary one).
+# measured), PKG (the package, default the root one: "."), TAGS (build
+# tags, default none; with cuda, run it where scripts/test-cuda.sh's
+# environment is set), BENCH (a -test.bench pattern; default the Device
+# layer without sites), COUNT (rounds, default 10), BENCHTIME (default
+# 300ms), OUT (a directory for the results; default a new temporary one).
+# The benchmark must exist under the same name at both commits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 base=${BASE:-1682813}
+pkg=${PKG:-.}
+tags=${TAGS:-}
 bench=${BENCH:-^BenchmarkDeviceLayer/sites=off$}
 count=${COUNT:-10}
 benchtime=${BENCHTIME:-300ms}
@@ -40,21 +45,28 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 echo "base: $(git log -1 --format='%h %s' "$base")"
 echo "head: $(git log -1 --format='%h %s') (and the working tree's changes)"
+echo "package: $pkg, tags: ${tags:-none}, benchmarks: $bench"
 
-(cd "$tree" && go test -c -o "$out/base.test" .)
-go test -c -o "$out/head.test" .
+(cd "$tree" && go test -c -tags "$tags" -o "$out/base.test" "$pkg")
+go test -c -tags "$tags" -o "$out/head.test" "$pkg"
 : >"$out/base.txt"
 : >"$out/head.txt"
 for i in $(seq "$count"); do
 	echo "== round $i of $count"
-	"$out/base.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.count 1 -test.benchtime "$benchtime" | tee -a "$out/base.txt" | grep '^Benchmark' | sed 's/^/base /'
-	"$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.count 1 -test.benchtime "$benchtime" | tee -a "$out/head.txt" | grep '^Benchmark' | sed 's/^/head /'
+	"$out/base.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.count 1 -test.benchtime "$benchtime" | tee -a "$out/base.txt" | sed -n 's/^Benchmark/base &/p'
+	"$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.count 1 -test.benchtime "$benchtime" | tee -a "$out/head.txt" | sed -n 's/^Benchmark/head &/p'
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 
 echo "== benchstat base head"
 go run "$benchstat" "$out/base.txt" "$out/head.txt" | tee "$out/benchstat.txt"
 
+names() { grep '^Benchmark' "$1" | awk '{print $1}'; }
+if ! diff <(names "$out/base.txt") <(names "$out/head.txt") >/dev/null; then
+	echo "bench-base.sh: the two commits ran different benchmarks; no ratios (compare the lists):" >&2
+	diff <(names "$out/base.txt" | sort -u) <(names "$out/head.txt" | sort -u) >&2 || true
+	exit 1
+fi
 echo "== per-round ratios head/base (ns/op), sorted, and their median"
 paste <(grep '^Benchmark' "$out/base.txt") <(grep '^Benchmark' "$out/head.txt") |
 	awk '{for (i = 1; i <= NF; i++) if ($i == "ns/op") { if (!b) b = $(i-1); else h = $(i-1) } name = $1; sub(/-[0-9]+$/, "", name); print name, h / b; b = 0; h = 0}' |
