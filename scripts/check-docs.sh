@@ -53,6 +53,8 @@ declare -A skip_cmds=(
 	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
 	["go test -tags cuda -run '^\$' -bench MemAllocFree -count 10 ./cu/"]='by hand (it needs cuda.h and a driver); scripts/test-cuda.sh runs ./cu on the fake driver, scripts/gpu-check.sh its benchmark'
 	['./scripts/bench.sh']='by hand on a quiet machine (about 7 minutes); .ci/run runs every benchmark once with -benchtime 1x'
+	["PKG=./bench BENCH='^BenchmarkSerial/op=(pair|snapshot)/design=(atomic|Counter|Counter-limit|Record|Record-limit|mutexrecord)\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute)'
+	["PKG=./bench BENCH='^BenchmarkDevice\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
 	['./scripts/bench-base.sh']='by hand on a quiet machine (about a minute); .ci/run runs one round of it with -benchtime 1x where the clone holds its BASE commit'
 	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
