@@ -82,6 +82,13 @@ func (c *Counter) allocSlow(n, v int64) error {
 // was given. A caller that lowers its limit while other goroutines allocate
 // must let the calls that were given the old limit return before it relies
 // on the new one; [Record] does this for its own limit.
+//
+// The limit holds against every other AllocWithin and Free. A Counter that
+// also takes plain Allocs has one gap, opened only by a caller's bug: a
+// Free of more than is held is refused, but between its add and the add
+// that takes it back, a plain Alloc's add can lift the figure back into
+// range, and an AllocWithin in that instant sees a figure too low by that
+// Free's size and may pass its limit by as much. [Record] has no such gap.
 func (c *Counter) AllocWithin(n, limit int64) error {
 	o := stdatomic.LoadInt64(&c.cur)
 	v := o + n
