@@ -114,6 +114,7 @@ type Record struct {
 	failed      stdatomic.Int64
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
 	limitGen    int64           // the last non-zero generation; under limitMu
+	genCycle    int64           // how many non-zero generations there are; 0 means 31 (tests set 1)
 	// The bases are the figures at the last ResetAccumulated, written
 	// under baseSeq (odd while they change).
 	baseSeq                                                           stdatomic.Int64
@@ -188,6 +189,22 @@ func (r *Record) allocExact(n int64) error {
 		// The compare-and-swap succeeds only if no operation changed the
 		// bytes since the consistent load, so the counts are still c.
 		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o+n+tagUnit) {
+			// A compare-and-swap prepared under one limit passes under
+			// another where the generations came round to the same one
+			// while this goroutine was suspended (see SetLimit). So the
+			// limit is read again now: a SetLimit that returned before the
+			// compare-and-swap has stored it. Until the counts move, no
+			// reader sees the new figure (the tag is ahead), so an add
+			// past that limit is taken back unseen, and the state decided
+			// again. Only if a Free of more than was held (a caller's bug)
+			// passed against this add in the meantime would taking it
+			// back leave the figure below zero: then the add stays.
+			if lim := stdatomic.LoadInt64(&r.limit); lim > 0 && held+n > lim {
+				if w := stdatomic.AddInt64(&r.bytes, -(n+tagUnit)) & heldMask; w <= MaxBytes {
+					continue
+				}
+				stdatomic.AddInt64(&r.bytes, n+tagUnit)
+			}
 			l := int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
 			r.raisePeaks(held+n, l)
 			return nil
@@ -337,12 +354,19 @@ func (r *Record) SetLimit(limit int64) error {
 	// can therefore pass under another only if, between its load and its
 	// compare-and-swap, a multiple of 31 SetLimits set a limit, the last
 	// SetLimit set one, and the operations on the record in that time left
-	// the held bytes as they were and moved the tag by a multiple of 2^11.
-	// One prepared without a limit (generation 0) can pass only while no
-	// limit is set, which is what it assumed.
+	// the held bytes as they were and moved the tag by a multiple of 2^11
+	// (a race test that switches limits in a loop saw it twice in 100,000
+	// rounds); allocExact therefore reads the limit again after its
+	// compare-and-swap, before the new figure can be read, and takes back
+	// an add past it. One prepared without a limit (generation 0) can pass
+	// only while no limit is set, which is what it assumed.
 	g := int64(0)
 	if limit > 0 {
-		r.limitGen = r.limitGen%31 + 1
+		cycle := r.genCycle
+		if cycle <= 0 || cycle > 31 {
+			cycle = 31
+		}
+		r.limitGen = r.limitGen%cycle + 1
 		g = r.limitGen
 	}
 	for {
