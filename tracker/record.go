@@ -227,7 +227,12 @@ func (r *Record) raisePeaks(bytes, live int64) {
 //
 // A Free of more than is held is a caller's bug: the record takes its adds
 // back at once and decides again exactly, and readers wait out the instant
-// in between.
+// in between. It is judged against the bytes held at its add, which for an
+// instant include an Alloc that is refused after its own add (a limit set
+// just then, or a capacity reached); an over-large Free that lands in that
+// instant passes, and once the refused add is taken back the bytes held are
+// below zero, which readers wait on for good. Buffers of the Device layer
+// are freed with their own sizes, once, and never meet this.
 func (r *Record) Free(n int64) error {
 	var v int64 = -1
 	var c uint64
