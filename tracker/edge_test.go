@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	stdatomic "sync/atomic"
 	"testing"
 	"time"
 
@@ -172,4 +173,57 @@ func TestCounterRefusalsInvisible(t *testing.T) {
 	assert.Zero(t, ok[3], "AllocWithin(1, 100) or its Free(1) failed")
 	assert.Zero(t, ok[4], "the reader saw a refused change (e.g. Current() = %d)", seen[0])
 	assert.Equal(t, int64(5), c.Current())
+}
+
+// within runs f in a goroutine and fails the test if it has not returned
+// after d: for the calls that used to wait for good.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v: the record waits for a figure that never returns to range", what, d)
+	}
+}
+
+// TestRecordOverFreeBesideRefusedAlloc (issue 10 item 3) plays, step by
+// step, the interleaving that wedged a record: an Alloc's fast path read no
+// limit and adds after SetLimit set one (so its add is to be taken back),
+// and in that instant a Free of more than is held (a caller's bug) passes
+// against the add. Taking the add back left the bytes held at -5, and every
+// reader, and the Alloc's own exact path, waited for good; the test timed
+// out there before takeBack kept the add. Now the Alloc completes, the
+// figures stay in range and agree with each other.
+func TestRecordOverFreeBesideRefusedAlloc(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int64 // the limit set before the Alloc's add lands
+	}{{"limit set meanwhile", 1000}, {"limit passed", 6}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Record
+			require.NoError(t, r.Alloc(5))
+			require.NoError(t, r.SetLimit(tc.limit))
+			// The Alloc(8) of the fast path, which read no limit, adds now.
+			const n = 8
+			v := stdatomic.AddInt64(&r.bytes, n+tagUnit) & lowMask
+			require.Greater(t, v, int64(MaxBytes), "the add sees the limit's generation")
+			// Free(10): more than the 5 held, but it passes against 13.
+			require.NoError(t, r.Free(10))
+			var err error
+			within(t, 2*time.Second, "the Alloc's slow path", func() { err = r.allocSlow(n, v, 0) })
+			assert.NoError(t, err, "the add stays, so the Alloc completes")
+			var s Stats
+			within(t, 2*time.Second, "Snapshot", func() { s = r.Snapshot() })
+			assert.Equal(t, int64(3), s.Current, "5 + 8 - 10")
+			assert.Equal(t, int64(1), s.Active)
+			assert.Equal(t, s.Allocs-s.Frees, s.Active)
+			assert.Equal(t, s.AllocatedBytes-s.FreedBytes, s.Current)
+			assert.GreaterOrEqual(t, s.Peak, s.Current)
+		})
+	}
 }

@@ -156,7 +156,9 @@ func (r *Record) allocSlow(n, v, l int64) error {
 		}
 		// Past a capacity, a limit set meanwhile, or a refused Free of
 		// another goroutine being taken back: undo and decide exactly.
-		stdatomic.AddInt64(&r.bytes, -(n + tagUnit))
+		if !r.takeBack(n) {
+			return r.keep()
+		}
 	}
 	if n <= 0 {
 		return invalidSize(n)
@@ -200,16 +202,41 @@ func (r *Record) allocExact(n int64) error {
 			// passed against this add in the meantime would taking it
 			// back leave the figure below zero: then the add stays.
 			if lim := stdatomic.LoadInt64(&r.limit); lim > 0 && held+n > lim {
-				if w := stdatomic.AddInt64(&r.bytes, -(n+tagUnit)) & heldMask; w <= MaxBytes {
+				if r.takeBack(n) {
 					continue
 				}
-				stdatomic.AddInt64(&r.bytes, n+tagUnit)
+				return r.keep()
 			}
 			l := int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
 			r.raisePeaks(held+n, l)
 			return nil
 		}
 	}
+}
+
+// takeBack takes back an Alloc's add of n bytes to the bytes word, made
+// before the Alloc was refused and before it counted a buffer, and reports
+// whether it did. It does not where that would leave the bytes held below
+// zero: a Free of more than was held (a caller's bug) passed against the
+// add while it was in place, or a refused Free of another goroutine has
+// still to take its own add back. Then the add stays, and the Alloc
+// completes with keep, so that no figure is ever left below zero for
+// readers to wait on.
+func (r *Record) takeBack(n int64) bool {
+	if w := stdatomic.AddInt64(&r.bytes, -(n+tagUnit)) & heldMask; w <= MaxBytes {
+		return true
+	}
+	stdatomic.AddInt64(&r.bytes, n+tagUnit)
+	return false
+}
+
+// keep completes an Alloc whose add takeBack kept: it counts the buffer and
+// raises the peaks from the next consistent state.
+func (r *Record) keep() error {
+	stdatomic.AddUint64(&r.counts, 1)
+	b, c := r.load()
+	r.raisePeaks(b&heldMask, int64(c&liveMask))
+	return nil
 }
 
 func (r *Record) raisePeaks(bytes, live int64) {
@@ -228,11 +255,11 @@ func (r *Record) raisePeaks(bytes, live int64) {
 // A Free of more than is held is a caller's bug: the record takes its adds
 // back at once and decides again exactly, and readers wait out the instant
 // in between. It is judged against the bytes held at its add, which for an
-// instant include an Alloc that is refused after its own add (a limit set
-// just then, or a capacity reached); an over-large Free that lands in that
-// instant passes, and once the refused add is taken back the bytes held are
-// below zero, which readers wait on for good. Buffers of the Device layer
-// are freed with their own sizes, once, and never meet this.
+// instant include the add of an Alloc that is about to be refused (a limit
+// set just then); an over-large Free that lands in that instant passes, and
+// then the Alloc keeps its add and succeeds rather than leave the bytes held
+// below zero. Buffers of the Device layer are freed with their own sizes,
+// once, and never meet this.
 func (r *Record) Free(n int64) error {
 	var v int64 = -1
 	var c uint64
