@@ -90,15 +90,20 @@ static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintpt
 	return a;
 }
 
-// memtrack_event_reached queries event in ctx: CUDA_SUCCESS once its stream
-// has reached it, CUDA_ERROR_NOT_READY before.
-static CUresult memtrack_event_reached(CUcontext ctx, CUevent event) {
+// memtrack_events_reached queries the n events in ctx, in one call, and
+// writes each one's answer to out: CUDA_SUCCESS once its stream has reached
+// it, CUDA_ERROR_NOT_READY before. Where the context cannot be made current,
+// or the previous one current again, that failure is the answer of every
+// event that would have answered CUDA_SUCCESS.
+static void memtrack_events_reached(CUcontext ctx, const CUevent *events, CUresult *out, int n) {
 	CUcontext prev;
 	CUresult r = memtrack_enter(ctx, &prev);
-	if (r != CUDA_SUCCESS) return r;
-	r = cuEventQuery(event);
+	for (int i = 0; i < n; i++) out[i] = r == CUDA_SUCCESS ? cuEventQuery(events[i]) : r;
+	if (r != CUDA_SUCCESS) return;
 	CUresult r2 = memtrack_leave(ctx, prev);
-	return r != CUDA_SUCCESS ? r : r2;
+	for (int i = 0; r2 != CUDA_SUCCESS && i < n; i++) {
+		if (out[i] == CUDA_SUCCESS) out[i] = r2;
+	}
 }
 */
 import "C"
@@ -149,9 +154,11 @@ type deviceSide struct {
 	// pending holds the frees awaiting their events: pushed by FreeAsync,
 	// taken whole by readers (so no node is ever popped alone, and a stack
 	// needs no lock).
-	pending atomic.Pointer[retireNode]
-	spareMu sync.Mutex
-	spare   []C.CUevent // events reached, for reuse
+	pending  atomic.Pointer[retireNode]
+	npending atomic.Int64 // the nodes in pending, or about to be pushed back
+	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (0: reapBatch)
+	spareMu  sync.Mutex
+	spare    []C.CUevent // events reached, for reuse
 
 	poolOnce sync.Once
 	pool     C.CUmemoryPool
@@ -235,12 +242,26 @@ func (sd *deviceSide) catchUp() {
 	}
 }
 
+// count adds size bytes, allocated on device ordinal, to the device-side
+// figure. Uncounting the frees known to have executed (reap) can only lower
+// the figure, so it must come first only where the addition raises the
+// peak: an addition that stays within the peak is made without it, in one
+// compare-and-swap against the peak, and only where that fails are the
+// frees reaped (for events, one cgo call each) before the addition that
+// raises the peak.
+func (sd *deviceSide) count(ordinal int, size int64) {
+	if _, peak := sd.held.Load(); sd.held.AllocWithin(size, peak) == nil {
+		return
+	}
+	sd.reap(ordinal)
+	_ = sd.held.Alloc(size) // cannot fail: the record already holds size
+}
+
 // sideAlloc counts size bytes allocated on d in its device-side figure.
 func sideAlloc(d Device, size int64) {
 	if d.kind == KindCUDA {
 		if sd := sideOf(d.ordinal); sd != nil {
-			sd.catchUp()
-			_ = sd.held.Alloc(size) // cannot fail: the record already holds size
+			sd.count(d.ordinal, size)
 		}
 	}
 }
@@ -293,25 +314,45 @@ func (sd *deviceSide) reap(ordinal int) {
 		return
 	}
 	_, ctx, err := cudaDeviceOf(ordinal, "event query")
+	// The events are queried in batches of up to reapBatch, a cgo call
+	// each.
+	k := 0
+	for m := n; m != nil && k < reapBatch; m = m.next {
+		k++
+	}
+	nodes := make([]*retireNode, 0, k)
+	events := make([]C.CUevent, k)
+	answers := make([]C.CUresult, k)
 	for n != nil {
-		next := n.next
-		r := C.CUresult(C.CUDA_SUCCESS)
-		if err == nil {
-			r = C.memtrack_event_reached(ctx, n.event)
+		nodes = nodes[:0]
+		for ; n != nil && len(nodes) < k; n = n.next {
+			events[len(nodes)] = n.event
+			nodes = append(nodes, n)
 		}
-		if r == C.CUDA_ERROR_NOT_READY {
-			sd.push(n)
+		if err == nil {
+			C.memtrack_events_reached(ctx, &events[0], &answers[0], C.int(len(nodes)))
 		} else {
-			_ = sd.held.Free(n.size)
-			if r == C.CUDA_SUCCESS {
+			clear(answers) // nothing would ever reach them: retired
+		}
+		for i, m := range nodes {
+			if answers[i] == C.CUDA_ERROR_NOT_READY {
+				sd.push(m)
+				continue
+			}
+			sd.npending.Add(-1)
+			_ = sd.held.Free(m.size)
+			if answers[i] == C.CUDA_SUCCESS {
 				sd.spareMu.Lock()
-				sd.spare = append(sd.spare, n.event)
+				sd.spare = append(sd.spare, m.event)
 				sd.spareMu.Unlock()
 			}
 		}
-		n = next
 	}
 }
+
+// reapBatch is how many events reap queries in one cgo call, and how many
+// frees may wait for their events before FreeAsync reaps them itself.
+const reapBatch = 64
 
 func (sd *deviceSide) push(n *retireNode) {
 	for {
@@ -393,7 +434,6 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
-	sd.reap(d.ordinal) // so that the peak leaves out what is known freed
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if err := dev.settle("alloc", resultOfAsync(a)); err != nil {
 		return nil, d.backendRefused(rec, size, err)
@@ -406,7 +446,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		// memory of the pool back at once.
 		return nil, d.recordRefused(s, rec, b, err)
 	}
-	_ = sd.held.Alloc(size) // cannot fail: the record holds size
+	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
@@ -479,6 +519,14 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		_ = sd.held.Free(b.size)
 	} else if how == C.MEMTRACK_BY_EVENT {
 		sd.push(&retireNode{event: f.event, size: b.size})
+		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
+			// Nothing else may read the figures for a while: keep the
+			// frees waiting, and their events, bounded. The next bound is
+			// twice what is left, so that a stream far behind is not
+			// queried whole at every free.
+			sd.reap(int(b.ordinal))
+			sd.reapAt.Store(2 * sd.npending.Load())
+		}
 	}
 	if err := rec.Free(b.size); err != nil {
 		return b.uncountFailed(err)

@@ -597,3 +597,41 @@ func TestCUDAStreamReconcile(t *testing.T) {
 	}
 	t.Log("\n" + out.String())
 }
+
+// TestCUDAPendingEventsBounded: with events, a program that frees in stream
+// order and never reads its figures must not pile up a pending free (and an
+// event) per FreeAsync. An allocation that stays within the device-side
+// peak no longer reaps the pending events (count), so FreeAsync reaps them
+// itself once reapBatch wait; the figures stay exact when read.
+func TestCUDAPendingEventsBounded(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	withRetire(t, d, retireByEvent)
+	sd := sideOf(d.Ordinal())
+	// A peak well above what the loop holds, so that no allocation of the
+	// loop raises it (and reaps on the way).
+	big, err := d.Alloc(64 << 20)
+	require.NoError(t, err)
+	require.NoError(t, big.Free())
+	before := d.MemoryStats()
+	const rounds = 20 * reapBatch
+	most := int64(0)
+	for i := range rounds {
+		b, err := d.AllocAsync(1<<10, s)
+		require.NoError(t, err)
+		require.NoError(t, b.FreeAsync(s))
+		most = max(most, sd.npending.Load())
+		if i%reapBatch == reapBatch-1 {
+			syncStream(t, d, s) // at most reapBatch frees unexecuted at once
+		}
+	}
+	// A reap leaves at most the reapBatch frees since the last synchronize,
+	// and the next one comes at twice that: far below one per free (which
+	// is what the loop left before FreeAsync reaped).
+	assert.LessOrEqual(t, most, int64(2*reapBatch), "pending frees after %d FreeAsyncs", rounds)
+	syncStream(t, d, s)
+	after := d.MemoryStats()
+	assert.Equal(t, before.Held, after.Held, "every free executed and counted")
+	assert.Equal(t, before.Current, after.Current)
+	assert.Zero(t, sd.npending.Load(), "a reading reaps every reached event")
+}
