@@ -222,9 +222,10 @@ func sideOf(ordinal int) *deviceSide {
 const maxRetireDevices = C.MEMTRACK_RETIRE_DEVICES
 
 // catchUp uncounts the frees that host functions have seen executed since
-// the last catchUp. Every figure is read, and every peak raised, after one:
-// the figures are those a host function calling into Go at once would
-// give, without a callback into Go on the driver's thread.
+// the last catchUp. Every figure is read after one, and so is every
+// addition that raises the peak (see count): the figures are those a host
+// function calling into Go at once would give, without a callback into Go
+// on the driver's thread.
 func (sd *deviceSide) catchUp() {
 	if sd.retired == nil {
 		return
@@ -246,11 +247,11 @@ func (sd *deviceSide) catchUp() {
 // figure. Uncounting the frees known to have executed (reap) can only lower
 // the figure, so it must come first only where the addition raises the
 // peak: an addition that stays within the peak is made without it, in one
-// compare-and-swap against the peak, and only where that fails are the
-// frees reaped (for events, one cgo call each) before the addition that
-// raises the peak.
+// compare-and-swap against the peak, and only where that fails (or the
+// figures show it would) are the frees reaped (for events, a cgo call per
+// reapBatch) before the addition that raises the peak.
 func (sd *deviceSide) count(ordinal int, size int64) {
-	if _, peak := sd.held.Load(); sd.held.AllocWithin(size, peak) == nil {
+	if cur, peak := sd.held.Load(); size <= peak-cur && sd.held.AllocWithin(size, peak) == nil {
 		return
 	}
 	sd.reap(ordinal)
