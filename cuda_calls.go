@@ -21,14 +21,6 @@ package memtrack
 
 #include "cuda_context.h"
 
-typedef struct {
-	CUresult enter;   // getting or switching the context; the operation ran only if 0
-	CUresult op;      // the operation
-	CUresult restore; // putting the previous context back
-	CUdeviceptr ptr;  // memtrack_alloc: the allocation
-	size_t free, total; // memtrack_meminfo: cuMemGetInfo
-} memtrack_result;
-
 static memtrack_result memtrack_alloc(CUcontext ctx, size_t size) {
 	memtrack_result res = {0};
 	CUcontext prev;

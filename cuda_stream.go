@@ -18,19 +18,10 @@ package memtrack
 
 #include "cuda_context.h"
 
-typedef struct {
-	CUresult enter;   // getting or switching the context; the operation ran only if 0
-	CUresult op;      // the operation
-	CUresult restore; // putting the previous context back
-	CUdeviceptr ptr;
-	CUevent event;
-	int retired; // the free is known to be executed: nothing to wait for
-} memtrack_async;
-
 // memtrack_alloc_async allocates size bytes on stream from the device's
 // default pool.
-static memtrack_async memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
-	memtrack_async a = {0};
+static memtrack_result memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
+	memtrack_result a = {0};
 	CUcontext prev;
 	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
 	a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
@@ -66,8 +57,8 @@ enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
 // size to its device's memtrack_retired_bytes (token), or with event (created if NULL) recorded after the
 // free. Where neither can be enqueued, it waits for the stream and reports
 // the free retired.
-static memtrack_async memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
-	memtrack_async a = {0};
+static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
+	memtrack_result a = {0};
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
 	a.event = event;
@@ -118,11 +109,6 @@ import (
 	"github.com/mumax/3/cuda/cu"
 	"go.uber.org/atomic"
 )
-
-// resultOfAsync is what one of the C helpers above reports.
-func resultOfAsync(a C.memtrack_async) callResult {
-	return callResult{enter: cu.Result(a.enter), op: cu.Result(a.op), restore: cu.Result(a.restore)}
-}
 
 // How FreeAsync learns that its stream has executed the free.
 const (
@@ -436,7 +422,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		}
 	}
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if err := dev.settle("alloc", resultOfAsync(a)); err != nil {
+	if err := dev.settle("alloc", resultOf(a)); err != nil {
 		return nil, d.backendRefused(rec, size, err)
 	}
 	b := new(Buffer)
@@ -506,7 +492,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	f := C.memtrack_free_async(ctx, C.CUdeviceptr(b.mem.ptr), C.uintptr_t(stream), how, token, event)
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
-	if err := dev.settle("free", resultOfAsync(f)); err != nil {
+	if err := dev.settle("free", resultOf(f)); err != nil {
 		if event != nil {
 			sd.spareMu.Lock()
 			sd.spare = append(sd.spare, event)
@@ -549,7 +535,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 // learning exactly when a free executes takes.
 func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if r := resultOfAsync(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+	if r := resultOf(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("alloc", "", max(r.enter, r.op))
 	}
 	how := C.int(C.MEMTRACK_UNTRACKED)
@@ -557,7 +543,7 @@ func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) er
 		how = C.MEMTRACK_BY_HOSTFN
 	}
 	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), how, 0, nil)
-	if r := resultOfAsync(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+	if r := resultOf(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("free", "", max(r.enter, r.op))
 	}
 	return nil
