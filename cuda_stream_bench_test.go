@@ -72,10 +72,13 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// apart by tens of percent. These alternate blocks of 64 raw, 64
 		// raw-with-marker (the raw pair and a host function after the
 		// free: the stream operation that learning when a free executes
-		// takes) and 64 tracked pairs, each block ending with a
-		// synchronize (and, tracked, the reading of the figures), and
-		// report each one's time per pair and the ratios of tracked to
-		// both.
+		// takes), 64 tracked pairs and 64 busy pairs, each block ending
+		// with a synchronize (and, tracked, the reading of the figures),
+		// and report each one's time per pair and the ratios of tracked
+		// to both. A busy pair is a raw-with-marker pair after
+		// trackedWork of arithmetic, the host time that the tracked
+		// pair's Go code takes: the control that shows what any host work
+		// between the driver calls costs on the fake, whatever it does.
 		for _, m := range retireModes {
 			b.Run("size="+size.name+"/pair=interleaved-"+m.name, func(b *testing.B) {
 				withRetire(b, d, m.mode)
@@ -84,7 +87,8 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 					b.Fatal(err)
 				}
 				const block = 64
-				pairs := [3]func(){
+				work := spinFor(trackedWork)
+				pairs := [4]func(){
 					func() { // raw
 						for range block {
 							if err := rawAllocFreeAsync(ctx, size.n, s, false); err != nil {
@@ -114,27 +118,69 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 						syncStream(b, d, s)
 						d.MemoryStats()
 					},
+					func() { // raw-with-marker after busy work
+						for range block {
+							spin(work)
+							if err := rawAllocFreeAsync(ctx, size.n, s, true); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+					},
 				}
-				// Each round starts with another of the three, so that none
+				// Each round starts with another of the four, so that none
 				// always runs first or after the same one.
-				var took [3]time.Duration
+				var took [4]time.Duration
 				n := 0
 				for b.Loop() {
-					for k := range 3 {
-						i := (n/block + k) % 3
+					for k := range 4 {
+						i := (n/block + k) % 4
 						t0 := time.Now()
 						pairs[i]()
 						took[i] += time.Since(t0)
 					}
 					n += block
 				}
-				raw, marked, tracked := took[0], took[1], took[2]
+				raw, marked, tracked, busy := took[0], took[1], took[2], took[3]
 				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
 				b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
 				b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
+				b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
 				b.ReportMetric(float64(tracked)/float64(raw), "ratio")
+				b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
 				b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
 			})
 		}
 	}
+}
+
+// trackedWork is about the host time of the Go code of a tracked
+// AllocAsync and FreeAsync on a 2-vCPU VM (the Device layer, the record
+// and the device-side figure, without the driver calls), which
+// BenchmarkCUDAAllocFree's tracked and backend pairs put at 120-150 ns.
+const trackedWork = 150 * time.Nanosecond
+
+// spinFor returns the argument of spin that keeps a core busy for about d.
+func spinFor(d time.Duration) int {
+	const n = 1 << 20
+	best := time.Duration(1<<63 - 1)
+	for range 5 {
+		t0 := time.Now()
+		spin(n)
+		best = min(best, time.Since(t0))
+	}
+	return max(1, int(int64(n)*int64(d)/int64(max(best, 1))))
+}
+
+var spinSink int
+
+// spin does n rounds of arithmetic that the compiler cannot drop.
+//
+//go:noinline
+func spin(n int) {
+	x := 0
+	for i := range n {
+		x += i * i
+	}
+	spinSink = x
 }
