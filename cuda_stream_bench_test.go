@@ -5,6 +5,8 @@ package memtrack
 import (
 	"testing"
 	"time"
+
+	"github.com/memtrack/memtrack/internal/interleave"
 )
 
 // BenchmarkCUDAAllocFreeAsync compares, in one run, a tracked stream-ordered
@@ -88,7 +90,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 				}
 				const block = 64
 				work := spinFor(trackedWork)
-				pairs := [4]func(){
+				took, n := interleave.Run(b, block,
 					func() { // raw
 						for range block {
 							if err := rawAllocFreeAsync(ctx, size.n, s, false); err != nil {
@@ -127,20 +129,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 						}
 						syncStream(b, d, s)
 					},
-				}
-				// Each round starts with another of the four, so that none
-				// always runs first or after the same one.
-				var took [4]time.Duration
-				n := 0
-				for b.Loop() {
-					for k := range 4 {
-						i := (n/block + k) % 4
-						t0 := time.Now()
-						pairs[i]()
-						took[i] += time.Since(t0)
-					}
-					n += block
-				}
+				)
 				raw, marked, tracked, busy := took[0], took[1], took[2], took[3]
 				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
 				b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/memtrack/memtrack/cu"
+	"github.com/memtrack/memtrack/internal/interleave"
 	mcu "github.com/mumax/3/cuda/cu"
 )
 
@@ -81,7 +81,7 @@ func BenchmarkMemAllocFree(b *testing.B) {
 		b.Run(name+"/pair=interleaved", func(b *testing.B) {
 			inContext(b, 0, func() {
 				const block = 64
-				pairs := [3]func(){
+				took, n := interleave.Run(b, block,
 					func() {
 						for range block {
 							cu.MemFree(cu.MemAlloc(size))
@@ -100,20 +100,7 @@ func BenchmarkMemAllocFree(b *testing.B) {
 							mcu.MemFree(p)
 						}
 					},
-				}
-				// Each round starts with another of the three, so that none
-				// always runs first or after the same one.
-				var took [3]time.Duration
-				n := 0
-				for b.Loop() {
-					for k := range 3 {
-						i := (n/block + k) % 3
-						t0 := time.Now()
-						pairs[i]()
-						took[i] += time.Since(t0)
-					}
-					n += block
-				}
+				)
 				dropin, raw, floor := took[0], took[1], took[2]
 				b.ReportMetric(float64(dropin.Nanoseconds())/float64(n), "dropin-ns/pair")
 				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
