@@ -237,7 +237,9 @@ func (sd *deviceSide) catchUp() {
 // figures show it would) are the frees reaped (for events, a cgo call per
 // reapBatch) before the addition that raises the peak.
 func (sd *deviceSide) count(ordinal int, size int64) {
-	if cur, peak := sd.held.Load(); size <= peak-cur && sd.held.AllocWithin(size, peak) == nil {
+	// With peak scopes open (scope.go), every addition may raise one of
+	// theirs, so the frees are reaped first.
+	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
 		return
 	}
 	sd.reap(ordinal)

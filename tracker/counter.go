@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	stdatomic "sync/atomic"
+	"unsafe"
 )
 
 // MaxCount is the largest value a [Counter] holds. An Alloc that would take
@@ -37,7 +38,10 @@ type Counter struct {
 	cur  int64              // atomic
 	_    [cacheLineSize - 8]byte
 	peak int64 // atomic
-	_    [cacheLineSize - 8]byte
+	// The open peak scopes (scope.go), read by every Alloc: nil while
+	// none is open.
+	scopes scopeSet
+	_      [cacheLineSize - 8 - unsafe.Sizeof(scopeSet{})]byte
 }
 
 // Alloc adds n to the current figure and raises the peak if the result is a
@@ -47,7 +51,7 @@ func (c *Counter) Alloc(n int64) error {
 	var v int64
 	if uint64(n-1) < fastMax {
 		v = stdatomic.AddInt64(&c.cur, n)
-		if uint64(v) <= MaxCount && v <= stdatomic.LoadInt64(&c.peak) {
+		if uint64(v) <= MaxCount && v <= stdatomic.LoadInt64(&c.peak) && c.scopes.none() {
 			return nil
 		}
 	}
@@ -59,7 +63,7 @@ func (c *Counter) Alloc(n int64) error {
 func (c *Counter) allocSlow(n, v int64) error {
 	if uint64(n-1) < fastMax {
 		if uint64(v) <= MaxCount {
-			raise(&c.peak, v)
+			c.raise(v)
 			return nil
 		}
 		// Past MaxCount, or a refused Free of another goroutine is being
@@ -93,7 +97,7 @@ func (c *Counter) AllocWithin(n, limit int64) error {
 	o := stdatomic.LoadInt64(&c.cur)
 	v := o + n
 	if uint64(n-1) < fastMax && v <= limit && uint64(o) < uint64(v) && uint64(v) <= MaxCount && stdatomic.CompareAndSwapInt64(&c.cur, o, v) {
-		if v <= stdatomic.LoadInt64(&c.peak) {
+		if v <= stdatomic.LoadInt64(&c.peak) && c.scopes.none() {
 			return nil
 		}
 	} else {
@@ -106,7 +110,7 @@ func (c *Counter) AllocWithin(n, limit int64) error {
 // already set, whose peak is still to raise.
 func (c *Counter) allocWithinSlow(n, limit, v int64) error {
 	if v > 0 {
-		raise(&c.peak, v)
+		c.raise(v)
 		return nil
 	}
 	if n <= 0 {
@@ -132,7 +136,7 @@ func (c *Counter) allocWithin(n, limit int64) error {
 			return &LimitError{Requested: n, Current: o, Limit: limit}
 		}
 		if stdatomic.CompareAndSwapInt64(&c.cur, o, o+n) {
-			raise(&c.peak, o+n)
+			c.raise(o + n)
 			return nil
 		}
 	}
@@ -168,7 +172,7 @@ func (c *Counter) freeSlow(n int64) error {
 		// An Alloc that ran in between saw a figure too low by n and may
 		// have skipped raising the peak: raise from the restored figure.
 		if w := stdatomic.AddInt64(&c.cur, n); uint64(w) <= MaxCount {
-			raise(&c.peak, w)
+			c.raise(w)
 		}
 	}
 	for {
@@ -218,6 +222,12 @@ func (c *Counter) ResetPeak() {
 	// An Alloc that added before the load above but compared with the old,
 	// higher peak did not raise it; this second load sees its value.
 	raise(&c.peak, c.load())
+}
+
+// raise lifts the peak and the open scopes' peaks to v.
+func (c *Counter) raise(v int64) {
+	raise(&c.peak, v)
+	c.scopes.raise(v)
 }
 
 // raise lifts p to v if v is higher, with a compare-and-swap loop that starts
