@@ -66,8 +66,9 @@ type kindState struct {
 	sites   siteTable // recorders of allocation sites (sites.go)
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
-	inline  bool
-	tracked addrIndex // addresses of Tracked handles (track.go)
+	inline    bool
+	tracked   addrIndex               // addresses of Tracked handles (track.go)
+	observers recorders[oomObservers] // out-of-memory observers (oom_observer.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

@@ -420,12 +420,12 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Current(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim)
+			return nil, d.overLimit(s, rec, size, cur, lim)
 		}
 	}
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if err := dev.settle("alloc", resultOf(a)); err != nil {
-		return nil, d.backendRefused(rec, size, err)
+		return nil, d.backendRefused(s, rec, size, err)
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind

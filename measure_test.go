@@ -43,7 +43,7 @@ func TestMeasure(t *testing.T) {
 	assert.Equal(t, base+2<<20+8<<10, p.PeakTracked)
 	assert.Equal(t, int64(2<<20+8<<10), p.TrackedPeakIncrease)
 	assert.Equal(t, base+5<<10, p.EndTracked)
-	assert.Equal(t, cpu.MaxMemoryAllocated(), p.PeakTracked, "the profile is the device's peak since its reset")
+	assert.GreaterOrEqual(t, cpu.MaxMemoryAllocated(), p.PeakTracked, "the device's peak, not reset, is at least the measurement's")
 
 	// The reported figures come from the machine; only their relations are exact.
 	assert.Positive(t, p.Total)

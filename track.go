@@ -83,7 +83,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		if sh != nil {
 			sh.mu.Unlock()
 		}
-		return nil, d.refused(size, rec, err)
+		return nil, d.refused(s, size, rec, err)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
@@ -101,9 +101,9 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 
 // refused answers an allocation of size bytes that the record refused with
 // err (the record counted the failure).
-func (d Device) refused(size int64, rec *tracker.Record, err error) error {
+func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error) error {
 	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
+	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()})
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -134,7 +134,7 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	}
 	if err := rec.Alloc(size); err != nil {
 		sh.mu.Unlock()
-		return d.refused(size, rec, err)
+		return d.refused(s, size, rec, err)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
