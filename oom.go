@@ -97,7 +97,7 @@ func (e *OutOfMemoryError) tryThis() []string {
 	if e.Limit > 0 {
 		t = append(t, fmt.Sprintf("raise the memory limit (Device.SetMemoryLimit, now %s) or free buffers", formatBytes(e.Limit)))
 	}
-	if e.Total > 0 && e.Untracked > e.Current && e.Untracked > e.Requested {
+	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Current && e.Untracked > e.Requested {
 		t = append(t, fmt.Sprintf("most of the memory in use is not memtrack's (%s): look for other processes or libraries on the device", formatBytes(e.Untracked)))
 	}
 	if e.Total > 0 && e.Limit == 0 && e.Free >= e.Requested {
