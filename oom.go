@@ -50,8 +50,13 @@ func (e *OutOfMemoryError) Format(f fmt.State, verb rune) {
 	}
 }
 
-// Report returns the full report that %+v writes, over several lines.
+// Report returns the full report that %+v writes, over several lines. An
+// error that carries no report (one made by [Measurement.Budget], or by
+// hand) reports its one line.
 func (e *OutOfMemoryError) Report() string {
+	if e.Total == 0 && e.MemInfoErr == nil {
+		return e.Error()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "memtrack: out of memory on %v: tried to allocate %s\n", e.Device, exactBytes(e.Requested))
 	refused := e.Reason

@@ -52,6 +52,10 @@ func TestOutOfMemoryReport(t *testing.T) {
 	} {
 		assert.Contains(t, report, want)
 	}
+	// An error without a report (as Budget makes) reports its one line.
+	bare := &OutOfMemoryError{Device: d, Requested: 10, Reason: "budget"}
+	assert.Equal(t, bare.Error(), fmt.Sprintf("%+v", bare))
+
 	// Wrapped, the report is still reachable as a value.
 	wrapped := fmt.Errorf("loading the model: %w", err)
 	require.ErrorAs(t, wrapped, &oom)
