@@ -30,7 +30,9 @@ const fastMax = 1 << 24
 // Alloc's is not, because its slow path needs the figure its add produced
 // as well as the size (see intendedInlining in the tests). The
 // current figure and the peak sit on cache lines of their own, so the peak
-// check is a load from a line that is only written when the peak rises.
+// check is a load from a line that is only written when the peak rises (or
+// a peak scope opens or closes: Alloc also loads the pointer to the open
+// scopes there, nil while none is open; see [Counter.OpenScope]).
 //
 // A Counter must not be copied after first use.
 type Counter struct {

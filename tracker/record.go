@@ -88,7 +88,9 @@ type Stats struct {
 // Larger sizes, and every Alloc while a limit is set, take a
 // compare-and-swap loop instead of the bytes add. The peaks and the limit
 // sit on a second line that is written only when a peak rises, so the peak
-// checks are plain loads. Cumulative allocation figures are derived, not
+// checks are plain loads; beside them, Alloc loads the pointer to the open
+// peak scopes from the same line ([Record.OpenScope]), nil while none is
+// open. Cumulative allocation figures are derived, not
 // counted: allocations = live + frees, allocated bytes = held + freed bytes.
 //
 // The record occupies whole cache lines of its own: records of different

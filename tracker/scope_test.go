@@ -239,6 +239,7 @@ func FuzzScope(f *testing.F) {
 	f.Add(enc(op{0, 100}, op{3, 0}, op{0, 50}, op{1, 120}, op{3, 0}, op{2, 0}, op{0, 30}, op{4, 0}, op{5, 1}, op{4, 1}))
 	f.Add(enc(op{3, 0}, op{128, 500}, op{129, 300}, op{4, 0}, op{132, 0}, op{3, 0}, op{130, 0}, op{131, 0}))
 	f.Add(enc(op{0, 7 << 60}, op{3, 0}, op{1, -1}, op{0, 0}, op{5, 0}, op{4, 3}, op{4, 0}))
+	f.Add(enc(op{3, 0}, op{6, 400}, op{1, 100}, op{3, 0}, op{6, 50}, op{134, 7 << 60}, op{4, 1}, op{6, -3}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r Record
 		var c Counter
@@ -247,8 +248,18 @@ func FuzzScope(f *testing.F) {
 			peak   int64
 			closed bool
 		}
-		var cur, peak int64
+		var cur, peak, live int64
 		var scopes []*mscope
+		grow := func(n int64) { // the model of a successful allocation
+			cur += n
+			live++
+			peak = max(peak, cur)
+			for _, s := range scopes {
+				if !s.closed {
+					s.peak = max(s.peak, cur)
+				}
+			}
+		}
 		for i, o := range decodeOps(data) {
 			n := operand(o.n)
 			wait := func() (int, int) { return 0, 0 }
@@ -262,7 +273,7 @@ func FuzzScope(f *testing.F) {
 					return a + x, b + y
 				}
 			}
-			switch code := o.code & 127 % 6; code {
+			switch code := o.code & 127 % 7; code {
 			case 0:
 				ok := n > 0 && n <= MaxBytes-cur
 				er := r.Alloc(n)
@@ -277,21 +288,32 @@ func FuzzScope(f *testing.F) {
 				require.Equal(t, ok, er == nil, "step %d: Record.Alloc(%d) on %d: %v", i, n, cur, er)
 				require.Equal(t, ok, ec == nil, "step %d: Counter.Alloc(%d) on %d: %v", i, n, cur, ec)
 				if ok {
-					cur += n
-					peak = max(peak, cur)
-					for _, s := range scopes {
-						if !s.closed {
-							s.peak = max(s.peak, cur)
-						}
-					}
+					grow(n)
+				}
+			case 6:
+				// The counter's AllocWithin, within a limit that is the
+				// record's capacity or, if lower, just enough.
+				ok := n > 0 && n <= MaxBytes-cur
+				er := r.Alloc(n)
+				ec := c.AllocWithin(n, min(cur+max(n, 0), MaxBytes))
+				require.Equal(t, ok, er == nil, "step %d: Record.Alloc(%d) on %d: %v", i, n, cur, er)
+				require.Equal(t, ok, ec == nil, "step %d: Counter.AllocWithin(%d) on %d: %v", i, n, cur, ec)
+				if ok {
+					grow(n)
 				}
 			case 1:
-				er, ec := r.Free(n), c.Free(n)
-				ok := n > 0 && n <= cur
-				require.Equal(t, ok, er == nil, "step %d: Record.Free(%d) on %d: %v", i, n, cur, er)
-				require.Equal(t, ok, ec == nil, "step %d: Counter.Free(%d) on %d: %v", i, n, cur, ec)
+				// A record refuses a free with no live buffer; the
+				// counter, which counts no buffers, is then left alone.
+				ok := n > 0 && n <= cur && live > 0
+				er := r.Free(n)
+				require.Equal(t, ok, er == nil, "step %d: Record.Free(%d) on %d, %d live: %v", i, n, cur, live, er)
+				if live > 0 {
+					ec := c.Free(n)
+					require.Equal(t, ok, ec == nil, "step %d: Counter.Free(%d) on %d: %v", i, n, cur, ec)
+				}
 				if ok {
 					cur -= n
+					live--
 				}
 			case 2:
 				r.ResetPeak()
