@@ -1,7 +1,6 @@
 package tracker
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -228,14 +227,7 @@ func TestScopeConcurrent(t *testing.T) {
 // throughout, whose add and take-back move the figure for an instant (and
 // must move no scope's peak).
 func FuzzScope(f *testing.F) {
-	enc := func(ops ...op) []byte {
-		var b []byte
-		for _, o := range ops {
-			b = append(b, o.code)
-			b = binary.LittleEndian.AppendUint64(b, uint64(o.n))
-		}
-		return b
-	}
+	enc := encodeOps
 	f.Add(enc(op{0, 100}, op{3, 0}, op{0, 50}, op{1, 120}, op{3, 0}, op{2, 0}, op{0, 30}, op{4, 0}, op{5, 1}, op{4, 1}))
 	f.Add(enc(op{3, 0}, op{128, 500}, op{129, 300}, op{4, 0}, op{132, 0}, op{3, 0}, op{130, 0}, op{131, 0}))
 	f.Add(enc(op{0, 7 << 60}, op{3, 0}, op{1, -1}, op{0, 0}, op{5, 0}, op{4, 3}, op{4, 0}))
