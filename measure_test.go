@@ -89,8 +89,8 @@ func TestMeasureConcurrentAllocations(t *testing.T) {
 
 // TestMeasureOverlap: a measurement that starts while another runs, and
 // resets of the device's peak, leave the first measurement's peak whole
-// (with one reset point per device, the second measurement used to hide
-// the 6 KiB peak from the first).
+// (with one reset point per device, the second measurement would hide the
+// 6 KiB peak from the first).
 func TestMeasureOverlap(t *testing.T) {
 	cpu := CPU()
 	peaked, secondStarted, secondDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
