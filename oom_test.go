@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	stdatomic "sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -290,4 +291,54 @@ func TestOnOutOfMemoryRemoveWhileRunning(t *testing.T) {
 	close(release)
 	<-done
 	refuse(t, d) // would block on the closed entered channel's second close if it ran
+}
+
+// TestOnOutOfMemoryConcurrent: refusals on several goroutines while
+// observers are registered and removed: every refusal is counted once, no
+// observer runs more often than there are refusals, and -race finds
+// nothing.
+func TestOnOutOfMemoryConcurrent(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	require.NoError(t, d.SetMemoryLimit(1))
+	const workers, each = 4, 200
+	var calls sync.Map // observer number -> its calls
+	stop := make(chan struct{})
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := new(stdatomic.Int64)
+			calls.Store(i, n)
+			o, err := d.OnOutOfMemory(func(*OutOfMemoryError) { n.Add(1) })
+			if !assert.NoError(t, err) {
+				return
+			}
+			assert.NoError(t, o.Remove())
+		}
+	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				_, err := d.Alloc(64)
+				assert.ErrorIs(t, err, ErrOutOfMemory)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-churned
+	assert.Equal(t, int64(workers*each), d.MemoryStats().FailedAllocs)
+	calls.Range(func(_, v any) bool {
+		assert.LessOrEqual(t, v.(*stdatomic.Int64).Load(), int64(workers*each))
+		return true
+	})
 }
