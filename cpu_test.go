@@ -98,7 +98,7 @@ func TestCPURefusesPastCapacity(t *testing.T) {
 		var oom *OutOfMemoryError
 		require.ErrorAs(t, err, &oom, "%d bytes beside 2 MiB on a 3 MiB machine", size)
 		assert.Equal(t, OutOfMemoryError{Device: cpu, Requested: size, Current: 2 << 20, Capacity: 3 << 20, Reason: oom.Reason,
-			Peak: 2 << 20, Active: 1, Total: oom.Total, Free: oom.Free, Untracked: oom.Total - oom.Free - 2<<20}, *oom)
+			PeakTracked: 2 << 20, Buffers: 1, Total: oom.Total, Free: oom.Free, Untracked: oom.Total - oom.Free - 2<<20}, *oom)
 		assert.Positive(t, oom.Total, "the report reads the device's figures")
 		assert.Contains(t, oom.Reason, "machine or its cgroup")
 		before.FailedAllocs++

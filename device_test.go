@@ -345,7 +345,7 @@ func TestOutOfMemoryErrorDetails(t *testing.T) {
 	require.ErrorAs(t, err, &oom)
 	// The report: the fake driver sees a context of 1000 bytes beside the
 	// buffer of 1000.
-	report := OutOfMemoryError{Peak: 1000, Active: 1, Total: 1 << 20, Free: 1<<20 - 2000, Untracked: 1000}
+	report := OutOfMemoryError{PeakTracked: 1000, Buffers: 1, Total: 1 << 20, Free: 1<<20 - 2000, Untracked: 1000}
 	want := report
 	want.Device, want.Requested, want.Current, want.Limit, want.Reason = d, 5000, 1000, 4096, "memory limit"
 	assert.Equal(t, want, *oom)

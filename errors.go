@@ -93,12 +93,12 @@ type OutOfMemoryError struct {
 
 	// The report. Total and Free are 0 where the device's figures could
 	// not be read (MemInfoErr says why).
-	Peak       int64 // the tracked high-water mark since the last ResetPeakMemoryStats
-	Active     int64 // live buffers on the device
-	Total      int64 // the device's memory, as the OS or driver reports it
-	Free       int64 // its free memory, as reported
-	Untracked  int64 // Total - Free - Current: memory in use on the device that this package did not allocate
-	MemInfoErr error // why Total and Free are missing; nil if they are not
+	PeakTracked int64 // the tracked high-water mark since the last ResetPeakMemoryStats
+	Buffers     int64 // live buffers on the device
+	Total       int64 // the device's memory, as the OS or driver reports it
+	Free        int64 // its free memory, as reported
+	Untracked   int64 // Total - Free - Current: memory in use on the device that this package did not allocate
+	MemInfoErr  error // why Total and Free are missing; nil if they are not
 	// SitesRecorded is true where the device records allocation sites
 	// ([Device.EnableAllocationSites]); Sites then holds the largest
 	// holders among its live buffers, the largest first (at most 5).

@@ -26,8 +26,8 @@ func ExampleDevice_OpenPeakScope() {
 	inner.Close()
 	outer.Close()
 
-	fmt.Println("outer:", outer.Peak()-base)
-	fmt.Println("inner:", inner.Peak()-base)
+	fmt.Println("outer:", outer.PeakTracked()-base)
+	fmt.Println("inner:", inner.PeakTracked()-base)
 	fmt.Println("closed again:", errors.Is(inner.Close(), memtrack.ErrScopeClosed))
 	// Output:
 	// outer: 4194304

@@ -133,10 +133,10 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 
 	ferr := runScoped(sc, f)
 
-	p.PeakTracked, p.EndTracked = sc.Peak(), r.Current()
+	p.PeakTracked, p.EndTracked = sc.PeakTracked(), r.Current()
 	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
 	settle(d)
-	p.PeakHeld = sc.HeldPeak()
+	p.PeakHeld = sc.PeakHeld()
 	p.HeldPeakIncrease = p.PeakHeld - p.BaselineHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {

@@ -19,7 +19,7 @@ const maxReportSites = 5
 func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError) *OutOfMemoryError {
 	e.Device = d
 	st := rec.Snapshot()
-	e.Active, e.Peak = st.Active, st.Peak
+	e.Buffers, e.PeakTracked = st.Active, st.Peak
 	if free, total, err := s.b.memInfo(d.ordinal); err == nil {
 		e.Total, e.Free = total, free
 		e.Untracked = max(total-free, 0) - e.Current
@@ -73,7 +73,7 @@ func (e *OutOfMemoryError) Report() string {
 	case e.MemInfoErr != nil:
 		fmt.Fprintf(&b, "  device:         figures unavailable: %v\n", e.MemInfoErr)
 	}
-	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Current), buffers(e.Active, "live buffer"), exactBytes(e.Peak))
+	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Current), buffers(e.Buffers, "live buffer"), exactBytes(e.PeakTracked))
 	if e.Limit > 0 {
 		fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
 	}

@@ -56,23 +56,23 @@ func (s *PeakScope) Device() Device {
 	return s.dev
 }
 
-// Peak returns the high-water mark of the device's tracked bytes since the
+// PeakTracked returns the high-water mark of the device's tracked bytes since the
 // scope opened: while it is open, never below the figure read before it;
 // once it is closed, the peak at [PeakScope.Close], which later
 // allocations do not move (reading a closed scope is not an error). A nil
 // scope's peak is 0.
-func (s *PeakScope) Peak() int64 {
+func (s *PeakScope) PeakTracked() int64 {
 	if s == nil {
 		return 0
 	}
 	return s.tracked.Peak()
 }
 
-// HeldPeak returns the high-water mark of the device-side figure
-// ([Stats].Held) since the scope opened, as [PeakScope.Peak] does for the
-// tracked bytes. It equals Peak except on CUDA devices, where buffers freed
+// PeakHeld returns the high-water mark of the device-side figure
+// ([Stats].Held) since the scope opened, as [PeakScope.PeakTracked] does for the
+// tracked bytes. It equals PeakTracked except on CUDA devices, where buffers freed
 // with [Buffer.FreeAsync] count until their streams execute the frees.
-func (s *PeakScope) HeldPeak() int64 {
+func (s *PeakScope) PeakHeld() int64 {
 	if s == nil {
 		return 0
 	}
@@ -85,8 +85,8 @@ func (s *PeakScope) HeldPeak() int64 {
 // Closed reports whether [PeakScope.Close] was called.
 func (s *PeakScope) Closed() bool { return s != nil && s.tracked.Closed() }
 
-// Close ends the scope and fixes its peaks, which [PeakScope.Peak] and
-// [PeakScope.HeldPeak] return from then on. Closing a scope again changes
+// Close ends the scope and fixes its peaks, which [PeakScope.PeakTracked] and
+// [PeakScope.PeakHeld] return from then on. Closing a scope again changes
 // nothing and returns an error matching [ErrScopeClosed]; closing a nil
 // scope returns an error matching [ErrInvalidArgument].
 func (s *PeakScope) Close() error {
