@@ -78,8 +78,12 @@ func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, er
 // record is full); the record counted the failure.
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
 	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
-	oom := d.outOfMemory(s, rec, recordRefusal(err, d, b.size, rec.Current()))
-	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
+	oom := recordRefusal(err, d, b.size, rec.Current())
+	// The memory goes back before the report reads the device and the
+	// observers run, so that neither sees it.
+	ferr := s.b.free(d.ordinal, b.size, &b.mem)
+	d.outOfMemory(s, rec, oom)
+	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
 	return oom

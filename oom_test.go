@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	stdatomic "sync/atomic"
 	"testing"
 
+	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -341,4 +343,24 @@ func TestOnOutOfMemoryConcurrent(t *testing.T) {
 		assert.LessOrEqual(t, v.(*stdatomic.Int64).Load(), int64(workers*each))
 		return true
 	})
+}
+
+// TestOnOutOfMemoryAfterRelease: where the record refuses memory the
+// backend already gave (past the tracker's capacity), the memory goes back
+// before the report reads the device and the observer runs.
+func TestOnOutOfMemoryAfterRelease(t *testing.T) {
+	f, ds := fakeCUDA(t, 1, math.MaxInt64)
+	d := ds[0]
+	held := mustAlloc(t, d, 1000)
+	defer held.Free()
+	var usedSeen int64 = -1
+	o, err := d.OnOutOfMemory(func(*OutOfMemoryError) { usedSeen, _, _ = f.state(0) })
+	require.NoError(t, err)
+	defer o.Remove()
+	_, err = d.Alloc(tracker.MaxBytes)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Contains(t, oom.Reason, "capacity")
+	assert.Equal(t, int64(1000), usedSeen, "the observer ran while the refused memory was still held")
+	assert.Equal(t, int64(math.MaxInt64)-2000, oom.Free, "the report read the device before the memory went back")
 }
