@@ -203,3 +203,24 @@ func TestInstallErrors(t *testing.T) {
 	require.NoError(t, du.Remove())
 	assert.ErrorIs(t, du.Remove(), memtrack.ErrInvalidArgument, "removed twice")
 }
+
+// TestDumpNoRecursion: an allocation refused while the device's observers
+// run (here another observer's, before the dump) writes no second dump:
+// the observers do not run again until they have returned.
+func TestDumpNoRecursion(t *testing.T) {
+	d := limited(t, 1<<10)
+	var nested error
+	o, err := d.OnOutOfMemory(func(*memtrack.OutOfMemoryError) { _, nested = d.Alloc(1 << 20) })
+	require.NoError(t, err)
+	defer o.Remove()
+	du, err := Install(d, t.TempDir(), Options{MinInterval: time.Nanosecond})
+	require.NoError(t, err)
+	defer du.Remove()
+	clk := &clock{t: time.Unix(1e9, 0)}
+	du.now = clk.now
+
+	refusal(t, d)
+	assert.ErrorIs(t, nested, memtrack.ErrOutOfMemory)
+	assert.Len(t, du.Dumps(), 1)
+	assert.Zero(t, du.Skipped(), "the nested refusal did not reach the dumper at all")
+}
