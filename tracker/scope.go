@@ -17,10 +17,6 @@ const (
 	scopeClosed
 )
 
-// figure is what a Scope measures: the current figure of a [Record] (its
-// bytes held) or of a [Counter].
-type figure interface{ Current() int64 }
-
 // Scope is a peak scope: the high-water mark of one figure (the bytes a
 // [Record] holds, or a [Counter]'s current figure) from [Record.OpenScope]
 // or [Counter.OpenScope] to [Scope.Close]. Any number of scopes may be open
@@ -37,7 +33,7 @@ type Scope struct {
 	final int64 // atomic: the peak at Close, valid in state scopeClosed
 	state int32 // atomic: scopeOpen, scopeClosing or scopeClosed
 	set   *scopeSet
-	fig   figure
+	fig   func() int64 // reads the figure the scope measures
 }
 
 // scopeSet is the open scopes of one figure, published as an immutable
@@ -63,7 +59,7 @@ func (s *scopeSet) raise(v int64) {
 // open publishes a new scope of fig and starts its peak at fig's current
 // figure, read after the scope is published: every allocation that adds
 // after that read finds the scope published and raises it.
-func (s *scopeSet) open(fig figure) *Scope {
+func (s *scopeSet) open(fig func() int64) *Scope {
 	sc := &Scope{set: s, fig: fig}
 	for {
 		old := s.list.Load()
@@ -77,7 +73,7 @@ func (s *scopeSet) open(fig figure) *Scope {
 			break
 		}
 	}
-	raise(&sc.peak, fig.Current())
+	raise(&sc.peak, fig())
 	return sc
 }
 
@@ -113,7 +109,7 @@ func (sc *Scope) Peak() int64 {
 		switch stdatomic.LoadInt32(&sc.state) {
 		case scopeOpen:
 			p := stdatomic.LoadInt64(&sc.peak)
-			return max(p, sc.fig.Current())
+			return max(p, sc.fig())
 		case scopeClosed:
 			return stdatomic.LoadInt64(&sc.final)
 		}
@@ -138,7 +134,7 @@ func (sc *Scope) Close() (int64, error) {
 	// figure after that: an allocation that added before the removal and
 	// had not raised the scope yet is in the current figure, unless a
 	// free ran in between (then it counts as running after Close).
-	p := max(stdatomic.LoadInt64(&sc.peak), sc.fig.Current())
+	p := max(stdatomic.LoadInt64(&sc.peak), sc.fig())
 	stdatomic.StoreInt64(&sc.final, p)
 	stdatomic.StoreInt32(&sc.state, scopeClosed)
 	return p, nil
@@ -148,11 +144,11 @@ func (sc *Scope) Close() (int64, error) {
 // scope of the record is open, Alloc raises the scopes' peaks beside the
 // record's, one load per open scope (and a compare-and-swap where a peak
 // rises); while none is, it pays one atomic load for the check.
-func (r *Record) OpenScope() *Scope { return r.scopes.open(r) }
+func (r *Record) OpenScope() *Scope { return r.scopes.open(r.Current) }
 
 // OpenScope opens a peak [Scope] on the counter's current figure; see
 // [Record.OpenScope].
-func (c *Counter) OpenScope() *Scope { return c.scopes.open(c) }
+func (c *Counter) OpenScope() *Scope { return c.scopes.open(c.Current) }
 
 // HasOpenScopes reports whether a peak scope of the counter is open, for a
 // caller that must prepare its figure before an addition raises a scope's
