@@ -92,7 +92,7 @@ func (c *cpuBackend) held() int64 {
 		return 0
 	}
 	if r := c.records.Lookup(0); r != nil {
-		return r.Current()
+		return r.Tracked()
 	}
 	return 0
 }

@@ -77,7 +77,7 @@ var (
 type OutOfMemoryError struct {
 	Device    Device
 	Requested int64  // bytes asked for
-	Current   int64  // bytes tracked on the device when it was refused
+	Tracked   int64  // bytes tracked on the device when it was refused
 	Limit     int64  // the memory limit that refused it; 0 if it was not the cause
 	Capacity  int64  // the device's memory that refused it (for the CPU, the machine's or its cgroup's); 0 if it was not the cause
 	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
@@ -86,7 +86,7 @@ type OutOfMemoryError struct {
 
 // Error describes the refused allocation.
 func (e *OutOfMemoryError) Error() string {
-	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested, %d tracked", e.Device, e.Requested, e.Current)
+	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested, %d tracked", e.Device, e.Requested, e.Tracked)
 	if e.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", e.Limit)
 	}

@@ -41,8 +41,8 @@ const (
 const callerSkip = 4
 
 // SiteStats describes the recording of allocation sites on one device.
-// The figures cover the buffers allocated while recording was on; Live,
-// LiveBytes and PeakBytes are scaled by the sampling, as [Site]'s figures
+// The figures cover the buffers allocated while recording was on; Buffers,
+// Bytes and PeakBytes are scaled by the sampling, as [Site]'s figures
 // are (exact at rate 1).
 type SiteStats struct {
 	Enabled   bool  // sites are being recorded
@@ -50,9 +50,9 @@ type SiteStats struct {
 	Rate      int64 // the sampling rate: on average one sample per Rate bytes; 1 records every allocation
 	Sites     int   // distinct stacks held, besides "memtrack.other"
 	Folded    int64 // sampled allocations folded into "memtrack.other" since recording began
-	Live      int64 // recorded live buffers
-	LiveBytes int64 // their bytes
-	PeakBytes int64 // high-water mark of LiveBytes since enabling or the last ResetPeakMemoryStats
+	Buffers   int64 // recorded live buffers
+	Bytes     int64 // their bytes
+	PeakBytes int64 // high-water mark of Bytes since enabling or the last ResetPeakMemoryStats
 }
 
 // EnableAllocationSites starts recording, for later [Device.Alloc] calls on
@@ -156,9 +156,9 @@ type Site struct {
 type SiteSnapshot struct {
 	Device Device
 	Stats  SiteStats
-	// Peak is true for the figures at the latest peak of the recorded bytes
+	// AtPeak is true for the figures at the latest peak of the recorded bytes
 	// ([Device.PeakAllocationSites]), false for the live buffers now.
-	Peak  bool
+	AtPeak  bool
 	Sites []Site
 }
 
@@ -176,10 +176,10 @@ func (d Device) PeakAllocationSites() (SiteSnapshot, error) { return d.siteSnaps
 func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
 	r, err := d.recorder()
 	if err != nil {
-		return SiteSnapshot{Device: d, Peak: atPeak}, err
+		return SiteSnapshot{Device: d, AtPeak: atPeak}, err
 	}
 	sites, st := r.snapshot(atPeak)
-	return SiteSnapshot{Device: d, Stats: st, Peak: atPeak, Sites: sites}, nil
+	return SiteSnapshot{Device: d, Stats: st, AtPeak: atPeak, Sites: sites}, nil
 }
 
 // recorder returns the device's recorder of allocation sites, or an error
@@ -490,8 +490,8 @@ func (r *siteRecorder) statsLocked() SiteStats {
 		Rate:      r.rate.Load(),
 		Sites:     r.n,
 		Folded:    r.folded,
-		Live:      int64(math.Round(r.objects)),
-		LiveBytes: int64(math.Round(r.bytes)),
+		Buffers:   int64(math.Round(r.objects)),
+		Bytes:     int64(math.Round(r.bytes)),
 		PeakBytes: int64(math.Round(r.peak)),
 	}
 }

@@ -103,7 +103,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 // err (the record counted the failure).
 func (d Device) refused(size int64, rec *tracker.Record, err error) error {
 	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
+	return &OutOfMemoryError{Device: d, Requested: size, Tracked: rec.Tracked(), Limit: rec.Limit(), Reason: err.Error()}
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on

@@ -14,17 +14,17 @@ func TestTrackAddrAccounts(t *testing.T) {
 	before := d.MemoryStats()
 	require.NoError(t, d.TrackAddr(1000, 0x7000))
 	s := d.MemoryStats()
-	assert.Equal(t, before.Current+1000, s.Current)
-	assert.Equal(t, before.Active+1, s.Active)
+	assert.Equal(t, before.Tracked+1000, s.Tracked)
+	assert.Equal(t, before.Buffers+1, s.Buffers)
 	assert.Equal(t, before.Allocs+1, s.Allocs)
 
 	tracked, err := UntrackAddr(KindCPU, 0x7000, nil)
 	assert.True(t, tracked)
 	assert.NoError(t, err)
 	s = d.MemoryStats()
-	assert.Equal(t, before.Current, s.Current)
+	assert.Equal(t, before.Tracked, s.Tracked)
 	assert.Equal(t, before.Frees+1, s.Frees)
-	assert.Equal(t, before.Current+1000, s.Peak)
+	assert.Equal(t, before.Tracked+1000, s.PeakTracked)
 }
 
 // Bad input to TrackAddr and UntrackAddr moves no figure.
@@ -90,7 +90,7 @@ func TestUntrackAddrFreeFails(t *testing.T) {
 	assert.True(t, tracked)
 	assert.NoError(t, err)
 	assert.Equal(t, 1, calls)
-	assert.Equal(t, before.Current-512, d.MemoryStats().Current)
+	assert.Equal(t, before.Tracked-512, d.MemoryStats().Tracked)
 	tracked, _ = UntrackAddr(KindCPU, 0xa000, nil)
 	assert.False(t, tracked, "released twice")
 }
@@ -112,6 +112,6 @@ func TestTrackedAtOfTrackAddr(t *testing.T) {
 	assert.NoError(t, err)
 	assert.True(t, h.Released())
 	assert.ErrorIs(t, h.Release(), ErrDoubleFree)
-	assert.Equal(t, before.Current-256, d.MemoryStats().Current)
+	assert.Equal(t, before.Tracked-256, d.MemoryStats().Tracked)
 	assert.Nil(t, TrackedAt(KindCPU, 0xb000))
 }

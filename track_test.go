@@ -52,9 +52,9 @@ func TestTrackAccountsAsAlloc(t *testing.T) {
 		assert.Equal(t, statsOnly(alloc.MemoryStats()), statsOnly(track.MemoryStats()), "after freeing %d", sizes[i])
 	}
 	s := track.MemoryStats()
-	assert.Equal(t, Stats{Device: track, Peak: 1<<20 + 4096 + 107, PeakActive: 4,
-		AllocatedBytes: 1<<20 + 4096 + 107, FreedBytes: 1<<20 + 4096 + 107,
-		Allocs: 4, Frees: 4, FailedAllocs: 1, Limit: 2 << 20, HeldPeak: 1<<20 + 4096 + 107}, s)
+	assert.Equal(t, Stats{Device: track, PeakTracked: 1<<20 + 4096 + 107, PeakBuffers: 4,
+		AllocBytes: 1<<20 + 4096 + 107, FreedBytes: 1<<20 + 4096 + 107,
+		Allocs: 4, Frees: 4, FailedAllocs: 1, Limit: 2 << 20, PeakHeld: 1<<20 + 4096 + 107}, s)
 }
 
 // Bad input is refused with its error and moves no figure.
@@ -122,7 +122,7 @@ func TestTrackAddresses(t *testing.T) {
 	require.NoError(t, err, "handles without an address never conflict")
 	assert.Nil(t, TrackedAt(KindCPU, 0))
 	assert.Nil(t, TrackedAt(numKinds, 0x1000))
-	assert.Equal(t, int64(3), d.MemoryStats().Active)
+	assert.Equal(t, int64(3), d.MemoryStats().Buffers)
 	for _, h := range []*Tracked{b, c, d2} {
 		require.NoError(t, h.Release())
 	}
@@ -169,7 +169,7 @@ func TestTrackFreeWith(t *testing.T) {
 	assert.True(t, h.Released())
 	assert.Same(t, again, TrackedAt(KindCPU, 0x2000), "the old handle's release keeps the new one")
 	s := d.MemoryStats()
-	assert.Equal(t, int64(50), s.Current)
+	assert.Equal(t, int64(50), s.Tracked)
 	assert.Equal(t, int64(1), s.Frees)
 	require.NoError(t, again.Release())
 }
@@ -206,7 +206,7 @@ func TestTrackLimitCoversAlloc(t *testing.T) {
 	assert.Nil(t, TrackedAt(KindCPU, 0x3100), "a refused Track is not indexed")
 	s := d.MemoryStats()
 	assert.Equal(t, int64(2), s.FailedAllocs)
-	assert.Equal(t, int64(1000), s.Current)
+	assert.Equal(t, int64(1000), s.Tracked)
 	require.NoError(t, b.Free())
 	require.NoError(t, h.Release())
 }
@@ -279,7 +279,7 @@ func TestTrackRaceOneAddress(t *testing.T) {
 	s := d.MemoryStats()
 	assert.Equal(t, int64(rounds), s.Allocs)
 	assert.Equal(t, int64(rounds), s.Frees)
-	assert.Equal(t, int64(1), s.PeakActive)
+	assert.Equal(t, int64(1), s.PeakBuffers)
 }
 
 // Goroutines tracking and freeing distinct addresses, some sharing shards.
@@ -316,14 +316,14 @@ func TestTrackConcurrent(t *testing.T) {
 	start.Done()
 	done.Wait()
 	s := d.MemoryStats()
-	assert.Zero(t, s.Current)
+	assert.Zero(t, s.Tracked)
 	assert.Equal(t, int64(workers*n), s.Allocs)
 	assert.Equal(t, int64(workers*n), s.Frees)
 	var total int64
 	for i := range n {
 		total += int64(i%7 + 1)
 	}
-	assert.Equal(t, workers*total, s.AllocatedBytes)
+	assert.Equal(t, workers*total, s.AllocBytes)
 }
 
 // FuzzTrack runs Track, Release and FreeWith against a plain model: a map
@@ -405,12 +405,12 @@ func FuzzTrack(f *testing.F) {
 				}
 			}
 			s := d.MemoryStats()
-			require.Equal(t, cur, s.Current)
-			require.Equal(t, peak, s.Peak)
+			require.Equal(t, cur, s.Tracked)
+			require.Equal(t, peak, s.PeakTracked)
 			require.Equal(t, allocs, s.Allocs)
 			require.Equal(t, frees, s.Frees)
 			require.Equal(t, failed, s.FailedAllocs)
-			require.Equal(t, int64(len(live)), s.Active)
+			require.Equal(t, int64(len(live)), s.Buffers)
 			for p, e := range live {
 				require.Same(t, e.h, TrackedAt(KindCPU, p))
 			}

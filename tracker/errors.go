@@ -9,13 +9,13 @@ var (
 	// ErrInvalidSize is returned for a size that is zero or negative.
 	ErrInvalidSize = errors.New("memtrack: size must be positive")
 
-	// ErrFreeExceedsHeld is returned by a free of more than is held. Nothing
+	// ErrFreeExceedsTracked is returned by a free of more than is held. Nothing
 	// is freed: the counters keep their values.
-	ErrFreeExceedsHeld = errors.New("memtrack: free exceeds the amount held")
+	ErrFreeExceedsTracked = errors.New("memtrack: free exceeds the amount held")
 
 	// ErrCapacity is returned when an allocation would take a counter past
 	// what it can represent ([MaxCount] for a [Counter], [MaxBytes] bytes or
-	// [MaxLive] live buffers for a [Record]).
+	// [MaxBuffers] live buffers for a [Record]).
 	ErrCapacity = errors.New("memtrack: counter capacity exceeded")
 
 	// ErrLimitExceeded is returned when an allocation would take the current
@@ -27,13 +27,13 @@ var (
 // [ErrLimitExceeded] with [errors.Is].
 type LimitError struct {
 	Requested int64 // the size asked for
-	Current   int64 // the current figure when the request was refused
+	Tracked   int64 // the current figure when the request was refused
 	Limit     int64 // the limit in force
 }
 
 // Error describes the refused request.
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("memtrack: memory limit exceeded: %d requested, %d held, limit %d", e.Requested, e.Current, e.Limit)
+	return fmt.Sprintf("memtrack: memory limit exceeded: %d requested, %d held, limit %d", e.Requested, e.Tracked, e.Limit)
 }
 
 // Is reports whether target is [ErrLimitExceeded].
@@ -44,5 +44,5 @@ func invalidSize(n int64) error {
 }
 
 func freeExceeds(n, held int64) error {
-	return fmt.Errorf("%w: freeing %d, holding %d", ErrFreeExceedsHeld, n, held)
+	return fmt.Errorf("%w: freeing %d, holding %d", ErrFreeExceedsTracked, n, held)
 }

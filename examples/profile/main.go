@@ -76,11 +76,11 @@ func main() {
 	// their difference.
 	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
 	fmt.Printf("  baseline (before the weights): %s in use, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
-	fmt.Printf("  weights (tracked):             %s\n", size(p.BaselineTracked-base.Tracked))
+	fmt.Printf("  weights (tracked):             %s\n", size(p.StartTracked-base.Tracked))
 	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("  tracked peak:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.TrackedPeakIncrease))
-	fmt.Printf("  in use before / after:         %s / %s\n", size(p.BaselineUsed), size(p.EndUsed))
-	fmt.Printf("  not-tracked growth in the pass: %s (in use grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.BaselineTracked))
+	fmt.Printf("  tracked peak:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
+	fmt.Printf("  in use before / after:         %s / %s\n", size(p.StartUsed), size(p.EndUsed))
+	fmt.Printf("  not-tracked growth in the pass: %s (in use grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
 
 	blocks := int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -103,12 +103,13 @@ func main() {
 	}
 }
 
-// printBudget writes how a budget was reached; held and grown name its Held
-// and UntrackedIncrease, which the two formulas measure differently.
+// printBudget writes how a budget was reached; held and grown name its
+// Weights or StartUsed and its UntrackedIncrease, which the two formulas
+// measure differently.
 func printBudget(b memtrack.Budget, held, grown string) {
 	fmt.Printf("  requested: %.2f x total = %s\n", b.Utilization, size(b.Requested))
 	fmt.Printf("  set aside: %s = %s %s + %s tracked peak increase + %s %s\n",
-		size(b.Reserved), size(b.Held), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
+		size(b.SetAside), size(b.Weights+b.StartUsed), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
 	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }
 
