@@ -124,7 +124,7 @@ func (d Device) SetMemoryLimit(limit int64) error {
 
 // MemoryLimit returns the device's memory limit, or 0 if none is set.
 func (d Device) MemoryLimit() int64 {
-	if _, r, err := d.resolve(); err == nil {
+	if r := d.peek(); r != nil {
 		return r.Limit()
 	}
 	return 0

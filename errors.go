@@ -21,7 +21,8 @@ var (
 	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.
 	ErrInvalidOrdinal = errors.New("memtrack: invalid device ordinal")
 
-	// ErrInvalidDevice: a device string that [ParseDevice] cannot read.
+	// ErrInvalidDevice: a device string that [ParseDevice] cannot read, or a
+	// method called on the zero [Device], which is no device.
 	ErrInvalidDevice = errors.New("memtrack: invalid device")
 
 	// ErrInvalidSize: a size or limit that is zero or negative where it must

@@ -11,7 +11,7 @@ import (
 // driver reports them (cuMemGetInfo for CUDA, the machine or its cgroup for
 // the CPU): figures for the whole device, not this package's counters.
 func (d Device) MemGetInfo() (free, total int64, err error) {
-	s, _, err := d.resolve()
+	s, err := d.state()
 	if err != nil {
 		return 0, 0, err
 	}

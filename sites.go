@@ -127,11 +127,10 @@ func (d Device) SetAllocationSiteRate(rate int64) error {
 // AllocationSiteStats returns the state of the recording of allocation
 // sites on the device; the zero SiteStats if recording is off.
 func (d Device) AllocationSiteStats() SiteStats {
-	s, _, err := d.resolve()
-	if err != nil {
+	if d.peek() == nil {
 		return SiteStats{}
 	}
-	if r := s.sites.lookup(d.ordinal); r != nil {
+	if r := tables[d.kind].p.Load().sites.lookup(d.ordinal); r != nil {
 		return r.stats()
 	}
 	return SiteStats{}

@@ -104,7 +104,7 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		{"negative depth", CPU(), -1, ErrInvalidSize},
 		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidSize},
 		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableAllocationSites(tc.depth), tc.err)
@@ -405,7 +405,7 @@ func TestAllocationSitesErrors(t *testing.T) {
 	}{
 		{"not recording", CPU(), ErrSitesNotRecorded},
 		{"bad device", Device{kind: numKinds}, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 1}, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 1}, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, get := range []func() (SiteSnapshot, error){tc.d.AllocationSites, tc.d.PeakAllocationSites} {
@@ -449,7 +449,7 @@ func TestSetAllocationSiteRate(t *testing.T) {
 	}{
 		{"negative", CPU(), -1, ErrInvalidSize},
 		{"bad kind", Device{kind: numKinds}, 1, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 1, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 1, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.SetAllocationSiteRate(tc.rate), tc.err)
