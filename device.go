@@ -15,8 +15,8 @@ type Kind uint8
 // zero [Device], which is no device.
 const (
 	KindCPU   Kind = iota + 1 // host memory
-	KindCUDA              // NVIDIA GPU memory, built with -tags cuda
-	KindMetal             // Apple GPU memory, built with -tags metal on macOS
+	KindCUDA                  // NVIDIA GPU memory, built with -tags cuda
+	KindMetal                 // Apple GPU memory, built with -tags metal on macOS
 	numKinds
 )
 
