@@ -90,7 +90,7 @@ func recordRefusal(err error, d Device, size, cur int64) *OutOfMemoryError {
 	if errors.As(err, &le) {
 		return &OutOfMemoryError{Device: d, Requested: size, Tracked: le.Tracked, Limit: le.Limit, Reason: "memory limit"}
 	}
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Reason: "the tracker's capacity: " + err.Error()}
+	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Reason: "the tracker's capacity: " + reason(err)}
 }
 
 // fillError completes an error from a backend with the device and figures.

@@ -163,7 +163,7 @@ func wrapRun(d Device, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("memtrack: measurement of %v: %w", d, err)
+	return wrapf(err, "measurement of %v", d)
 }
 
 // Baseline takes the device's [Usage] as vLLM does when an inference

@@ -100,9 +100,9 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		depth int
 		err   error
 	}{
-		{"depth 0", CPU(), 0, ErrInvalidSize},
-		{"negative depth", CPU(), -1, ErrInvalidSize},
-		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidSize},
+		{"depth 0", CPU(), 0, ErrInvalidArgument},
+		{"negative depth", CPU(), -1, ErrInvalidArgument},
+		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
 		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
@@ -447,7 +447,7 @@ func TestSetAllocationSiteRate(t *testing.T) {
 		rate int64
 		err  error
 	}{
-		{"negative", CPU(), -1, ErrInvalidSize},
+		{"negative", CPU(), -1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 1, ErrInvalidDevice},
 		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 1, ErrInvalidOrdinal},
 	} {

@@ -103,7 +103,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 // err (the record counted the failure).
 func (d Device) refused(size int64, rec *tracker.Record, err error) error {
 	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: rec.Tracked(), Limit: rec.Limit(), Reason: err.Error()}
+	return recordRefusal(err, d, size, rec.Tracked())
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -113,13 +113,13 @@ func (d Device) refused(size int64, rec *tracker.Record, err error) error {
 // drop-in binding, which is given only an address to free (see package
 // github.com/memtrack/memtrack/cu), and allocates nothing on the heap while
 // allocation sites and the memory history are off. It fails as Track
-// does, and with [ErrInvalidArgument] for ptr == 0.
+// does, and with [ErrInvalidAddress] for ptr == 0.
 func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	if size <= 0 {
 		return fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
 	}
 	if ptr == 0 {
-		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidArgument, size, d)
+		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidAddress, size, d)
 	}
 	s, rec, err := d.resolve()
 	if err != nil {
@@ -232,12 +232,12 @@ func TrackedAt(k Kind, ptr uintptr) *Tracked {
 
 // Release uncounts the tracked memory; it frees nothing. Call it when the
 // memory has been, or is about to be, freed by the binding that allocated
-// it. It fails with [ErrDoubleFree] on a handle already released (or being
-// freed by FreeWith) and with [ErrNilBuffer] on a nil handle, changing no
+// it. It fails with [ErrAlreadyReleased] on a handle already released (or being
+// freed by FreeWith) and with [ErrNilTracked] on a nil handle, changing no
 // figure.
 func (t *Tracked) Release() error {
 	if t == nil {
-		return fmt.Errorf("%w: Release called on a nil *Tracked", ErrNilBuffer)
+		return fmt.Errorf("%w: Release called on a nil *Tracked", ErrNilTracked)
 	}
 	_, err := t.freeWith(nil)
 	return err
@@ -248,13 +248,13 @@ func (t *Tracked) Release() error {
 // [Buffer.Free] does with memory this package owns. If free fails, the
 // memory stays counted and tracked, and its error is returned; FreeWith may
 // be called again. While free runs, the handle is no longer live: a
-// concurrent Release or FreeWith fails with [ErrDoubleFree], [TrackedAt]
+// concurrent Release or FreeWith fails with [ErrAlreadyReleased], [TrackedAt]
 // does not find it, and [Device.Track] may track its address anew (a
 // driver may hand it out again the moment it is freed). It fails as Release
 // does on a nil or released handle, without calling free.
 func (t *Tracked) FreeWith(free func() error) error {
 	if t == nil {
-		return fmt.Errorf("%w: FreeWith called on a nil *Tracked", ErrNilBuffer)
+		return fmt.Errorf("%w: FreeWith called on a nil *Tracked", ErrNilTracked)
 	}
 	if free == nil {
 		return fmt.Errorf("%w: FreeWith of %d tracked bytes on %v: nil function", ErrInvalidArgument, t.size, t.dev)
@@ -264,7 +264,7 @@ func (t *Tracked) FreeWith(free func() error) error {
 }
 
 // freeWith is FreeWith, and Release where free is nil; live reports
-// whether the handle was live (if not, err is the ErrDoubleFree).
+// whether the handle was live (if not, err is the ErrAlreadyReleased).
 func (t *Tracked) freeWith(free func() error) (live bool, err error) {
 	if free == nil {
 		if !t.state.CompareAndSwap(trackLive, trackReleased) {
@@ -286,7 +286,7 @@ func (t *Tracked) freeWith(free func() error) (live bool, err error) {
 }
 
 func (t *Tracked) released() error {
-	return fmt.Errorf("%w: %d tracked bytes at %#x on %v were released already", ErrDoubleFree, t.size, t.ptr, t.dev)
+	return fmt.Errorf("%w: %d tracked bytes at %#x on %v were released already", ErrAlreadyReleased, t.size, t.ptr, t.dev)
 }
 
 // uncount removes the handle from the address index and the figures.

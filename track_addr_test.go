@@ -41,7 +41,7 @@ func TestTrackAddrBadInput(t *testing.T) {
 	}{
 		{"zero size", func() error { return d.TrackAddr(0, 0x100) }, ErrInvalidSize},
 		{"negative size", func() error { return d.TrackAddr(-1, 0x100) }, ErrInvalidSize},
-		{"address 0", func() error { return d.TrackAddr(8, 0) }, ErrInvalidArgument},
+		{"address 0", func() error { return d.TrackAddr(8, 0) }, ErrInvalidAddress},
 		{"an address counted by TrackAddr", func() error { return d.TrackAddr(8, 0x8000) }, ErrAlreadyTracked},
 		{"an address tracked by Track", func() error { return d.TrackAddr(8, 0x9000) }, ErrAlreadyTracked},
 		{"Track of an address counted by TrackAddr", func() error { _, err := d.Track(8, 0x8000); return err }, ErrAlreadyTracked},
@@ -111,7 +111,7 @@ func TestTrackedAtOfTrackAddr(t *testing.T) {
 	assert.True(t, tracked)
 	assert.NoError(t, err)
 	assert.True(t, h.Released())
-	assert.ErrorIs(t, h.Release(), ErrDoubleFree)
+	assert.ErrorIs(t, h.Release(), ErrAlreadyReleased)
 	assert.Equal(t, before.Tracked-256, d.MemoryStats().Tracked)
 	assert.Nil(t, TrackedAt(KindCPU, 0xb000))
 }
