@@ -18,7 +18,7 @@ type addrIndex struct {
 }
 
 // addrEntry is the count at one address: the handle, if one was made
-// ([Device.Track], or [TrackedAt] of a count of [Device.TrackAddr]), and
+// ([Device.Track], or [Kind.TrackedAt] of a count of [Device.TrackAddr]), and
 // what uncounting it needs.
 type addrEntry struct {
 	h       *Tracked

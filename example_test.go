@@ -273,7 +273,7 @@ func ExampleDevice_Track() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.TrackedAt(memtrack.KindCPU, ptr) == h)
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.KindCPU.TrackedAt(ptr) == h)
 
 	_, err = dev.Track(16, ptr)
 	fmt.Println(errors.Is(err, memtrack.ErrAlreadyTracked))

@@ -44,7 +44,7 @@ type Tracked struct {
 //
 // ptr is the memory's address on the device (a CUdeviceptr for CUDA, a
 // host address for the CPU), which [Tracked.DevicePtr] returns and
-// [TrackedAt] finds; 0 if unknown. An address is tracked at most once at a
+// [Kind.TrackedAt] finds; 0 if unknown. An address is tracked at most once at a
 // time per kind of device, since a process's device addresses are unique
 // (CUDA's unified addressing): Track of an address already tracked and live
 // fails with [ErrAlreadyTracked]. Do not track memory from [Device.Alloc]:
@@ -108,8 +108,8 @@ func (d Device) refused(size int64, rec *tracker.Record, err error) error {
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
 // the device, as [Device.Track] does, without making a handle: the count
-// lives in the address index only, until [UntrackAddr] of ptr ends it
-// ([TrackedAt] makes a handle for it when asked). It is the path of a
+// lives in the address index only, until [Kind.UntrackAddr] of ptr ends it
+// ([Kind.TrackedAt] makes a handle for it when asked). It is the path of a
 // drop-in binding, which is given only an address to free (see package
 // github.com/memtrack/memtrack/cu), and allocates nothing on the heap while
 // allocation sites and the memory history are off. It fails as Track
@@ -152,13 +152,18 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 // UntrackAddr frees the memory tracked at address ptr on a device of kind
 // k with free, the caller's own release through the binding that allocated
 // it, and then uncounts it, as [Tracked.FreeWith] does for the handle that
-// [TrackedAt] would return. It reports whether a live count was there: if
+// [Kind.TrackedAt] would return. It reports whether a live count was there: if
 // not, it calls nothing and returns false and nil. If free fails, the
 // memory stays counted and tracked, and free's error is returned. While
 // free runs, the address is not tracked, as with FreeWith. free == nil
 // uncounts without freeing, as [Tracked.Release] does. It starts no
 // backend.
-func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err error) {
+//
+// UntrackAddr and [Kind.TrackedAt] are methods of the Kind, not of a
+// Device, because an address is unique among the devices of a kind (CUDA's
+// unified addressing) and a binding that frees by address is not told the
+// device: cuMemFree takes only the pointer.
+func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err error) {
 	if k >= numKinds || ptr == 0 {
 		return false, nil
 	}
@@ -204,7 +209,7 @@ func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err erro
 // ptr on a device of kind k, or nil if there is none. It is the lookup of a
 // drop-in binding that is given only an address to free (see package
 // github.com/memtrack/memtrack/cu). It starts no backend.
-func TrackedAt(k Kind, ptr uintptr) *Tracked {
+func (k Kind) TrackedAt(ptr uintptr) *Tracked {
 	if k >= numKinds || ptr == 0 {
 		return nil
 	}
@@ -248,7 +253,7 @@ func (t *Tracked) Release() error {
 // [Buffer.Free] does with memory this package owns. If free fails, the
 // memory stays counted and tracked, and its error is returned; FreeWith may
 // be called again. While free runs, the handle is no longer live: a
-// concurrent Release or FreeWith fails with [ErrAlreadyReleased], [TrackedAt]
+// concurrent Release or FreeWith fails with [ErrAlreadyReleased], [Kind.TrackedAt]
 // does not find it, and [Device.Track] may track its address anew (a
 // driver may hand it out again the moment it is freed). It fails as Release
 // does on a nil or released handle, without calling free.
