@@ -75,12 +75,12 @@ func main() {
 	// driver reports for the whole device, by anyone; "not tracked" is
 	// their difference.
 	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
-	fmt.Printf("  baseline (before the weights): %s in use, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
+	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
 	fmt.Printf("  weights (tracked):             %s\n", size(p.StartTracked-base.Tracked))
 	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("  tracked peak:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
-	fmt.Printf("  in use before / after:         %s / %s\n", size(p.StartUsed), size(p.EndUsed))
-	fmt.Printf("  not-tracked growth in the pass: %s (in use grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
+	fmt.Printf("  peak tracked:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
+	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
+	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
 
 	blocks := int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -90,13 +90,13 @@ func main() {
 		}
 		fmt.Printf("  refused, as vLLM refuses to start: %v\n", err)
 	} else {
-		printBudget(b, "weights", "not-tracked growth since the baseline")
+		printBudget(b, "weights", "untracked growth since the baseline")
 		blocks += b.Blocks
 	}
 	fmt.Printf("KV cache on a shared device (Measurement.SharedBudget):\n")
 	b, err := p.SharedBudget(*utilization, block)
 	check(err)
-	printBudget(b, "in use before the pass", "not-tracked growth in the pass")
+	printBudget(b, "used before the pass", "untracked growth in the pass")
 	blocks += b.Blocks
 	if blocks == 0 {
 		os.Exit(1)
@@ -108,7 +108,7 @@ func main() {
 // measure differently.
 func printBudget(b memtrack.Budget, held, grown string) {
 	fmt.Printf("  requested: %.2f x total = %s\n", b.Utilization, size(b.Requested))
-	fmt.Printf("  set aside: %s = %s %s + %s tracked peak increase + %s %s\n",
+	fmt.Printf("  set aside: %s = %s %s + %s peak tracked increase + %s %s\n",
 		size(b.SetAside), size(b.Weights+b.StartUsed), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
 	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }
