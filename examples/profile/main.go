@@ -65,15 +65,17 @@ func main() {
 	weightBuf, err := dev.Alloc(w)
 	check(err)
 	defer weightBuf.Free()
+	touch(weightBuf) // loading writes them, so that they are resident as real weights are
 
 	// Measure one forward pass: the peak measures only what it adds.
 	p, err := dev.Measure(func() error { return forwardPass(dev, *workers, *layers, act) })
 	check(err)
 
-	// Each figure is named once, for what it is. "Tracked" is what memtrack
-	// counts (buffers allocated through it); "in use" is what the OS or
-	// driver reports for the whole device, by anyone; "not tracked" is
-	// their difference.
+	// Each figure is named once, for what it is (docs/glossary.md).
+	// "Tracked" is what memtrack counts (buffers allocated through it);
+	// "used" is what the OS or driver reports (on the CPU, this process's
+	// resident memory, or its cgroup's usage); "untracked" is their
+	// difference.
 	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
 	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
 	fmt.Printf("  weights (tracked):             %s\n", size(p.StartTracked-base.Tracked))
