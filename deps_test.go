@@ -19,7 +19,8 @@ import (
 var coreDeps = []string{
 	"github.com/memtrack/memtrack",
 	"github.com/memtrack/memtrack/tracker",
-	"github.com/memtrack/memtrack/internal/hostmem", // the CPU backend's host memory
+	"github.com/memtrack/memtrack/internal/hostmem",   // the CPU backend's host memory
+	"github.com/memtrack/memtrack/internal/addrindex", // the index of tracked addresses
 	"go.uber.org/atomic",
 	"github.com/mumax/3/cuda/cu", // under -tags cuda
 }

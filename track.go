@@ -3,6 +3,7 @@ package memtrack
 import (
 	"fmt"
 
+	"github.com/memtrack/memtrack/internal/addrindex"
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
@@ -30,7 +31,7 @@ type Tracked struct {
 	size  int64
 	ptr   uintptr
 	rec   *tracker.Record
-	addrs *addrIndex // where ptr is indexed; nil for ptr == 0
+	addrs *addrindex.Index[addrEntry] // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
 	site  *site // where it was tracked, if recorded (sites.go)
 }
@@ -65,23 +66,23 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		return nil, err
 	}
 	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec}
-	var sh *addrShard
+	var sh *addrindex.Shard[addrEntry]
 	var slot int
 	if ptr != 0 {
 		t.addrs = &s.tracked
-		sh = t.addrs.shard(ptr)
+		sh = t.addrs.Shard(ptr)
 		// The shard stays locked until the handle is counted and indexed,
 		// so that a concurrent Track of the address sees it.
-		sh.mu.Lock()
+		sh.Lock()
 		var err error
-		if slot, err = sh.claim(d, ptr); err != nil {
-			sh.mu.Unlock()
+		if slot, err = claim(sh, d, ptr); err != nil {
+			sh.Unlock()
 			return nil, err
 		}
 	}
 	if err := rec.Alloc(size); err != nil {
 		if sh != nil {
-			sh.mu.Unlock()
+			sh.Unlock()
 		}
 		return nil, d.refused(size, rec, err)
 	}
@@ -93,8 +94,8 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		h.alloc(size, t.site, rec, 0) // see history.go
 	}
 	if sh != nil {
-		sh.insertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
-		sh.mu.Unlock()
+		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
+		sh.Unlock()
 	}
 	return t, nil
 }
@@ -125,15 +126,15 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	if err != nil {
 		return err
 	}
-	sh := s.tracked.shard(ptr)
-	sh.mu.Lock()
-	slot, err := sh.claim(d, ptr)
+	sh := s.tracked.Shard(ptr)
+	sh.Lock()
+	slot, err := claim(sh, d, ptr)
 	if err != nil {
-		sh.mu.Unlock()
+		sh.Unlock()
 		return err
 	}
 	if err := rec.Alloc(size); err != nil {
-		sh.mu.Unlock()
+		sh.Unlock()
 		return d.refused(size, rec, err)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
@@ -144,8 +145,8 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, e.site, rec, 0) // see history.go
 	}
-	sh.insertAt(slot, ptr, e)
-	sh.mu.Unlock()
+	sh.InsertAt(slot, ptr, e)
+	sh.Unlock()
 	return nil
 }
 
@@ -171,16 +172,16 @@ func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err err
 	if s == nil {
 		return false, nil
 	}
-	sh := s.tracked.shard(ptr)
-	sh.mu.Lock()
-	i, ok := sh.lookup(ptr)
+	sh := s.tracked.Shard(ptr)
+	sh.Lock()
+	i, ok := sh.Lookup(ptr)
 	if !ok {
-		sh.mu.Unlock()
+		sh.Unlock()
 		return false, nil
 	}
-	e := sh.slots[i].e
+	e := *sh.At(i)
 	if e.h != nil {
-		sh.mu.Unlock()
+		sh.Unlock()
 		// A handle is indexed: free through it. If it is not live, a
 		// concurrent release was first.
 		live, err := e.h.freeWith(free)
@@ -189,15 +190,15 @@ func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err err
 		}
 		return true, err
 	}
-	sh.deleteAt(i)
-	sh.mu.Unlock()
+	sh.DeleteAt(i)
+	sh.Unlock()
 	if free != nil {
 		if err := free(); err != nil {
-			sh.mu.Lock()
-			if i, ok := sh.lookup(ptr); !ok { // not tracked anew meanwhile
-				sh.insertAt(i, ptr, e)
+			sh.Lock()
+			if i, ok := sh.Lookup(ptr); !ok { // not tracked anew meanwhile
+				sh.InsertAt(i, ptr, e)
 			}
-			sh.mu.Unlock()
+			sh.Unlock()
 			return true, err
 		}
 	}
@@ -217,18 +218,18 @@ func (k Kind) TrackedAt(ptr uintptr) *Tracked {
 	if s == nil {
 		return nil
 	}
-	sh := s.tracked.shard(ptr)
-	sh.mu.Lock()
+	sh := s.tracked.Shard(ptr)
+	sh.Lock()
 	var h *Tracked
-	if i, ok := sh.lookup(ptr); ok {
-		e := &sh.slots[i].e
+	if i, ok := sh.Lookup(ptr); ok {
+		e := sh.At(i)
 		if e.h == nil {
 			// Counted by TrackAddr: a handle takes the count over.
 			e.h = &Tracked{dev: Device{kind: k, ordinal: e.ordinal}, size: e.size, ptr: ptr, rec: e.rec, addrs: &s.tracked, site: e.site}
 		}
 		h = e.h
 	}
-	sh.mu.Unlock()
+	sh.Unlock()
 	if h == nil || h.state.Load() != trackLive {
 		return nil
 	}
@@ -297,13 +298,13 @@ func (t *Tracked) released() error {
 // uncount removes the handle from the address index and the figures.
 func (t *Tracked) uncount() {
 	if t.addrs != nil {
-		sh := t.addrs.shard(t.ptr)
-		sh.mu.Lock()
+		sh := t.addrs.Shard(t.ptr)
+		sh.Lock()
 		// A new Track of the address may have replaced the handle.
-		if i, ok := sh.lookup(t.ptr); ok && sh.slots[i].e.h == t {
-			sh.deleteAt(i)
+		if i, ok := sh.Lookup(t.ptr); ok && sh.At(i).h == t {
+			sh.DeleteAt(i)
 		}
-		sh.mu.Unlock()
+		sh.Unlock()
 	}
 	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev)
 }
@@ -351,3 +352,28 @@ func (t *Tracked) DevicePtr() uintptr {
 // [Tracked.Release] or [Tracked.FreeWith] begins, unless FreeWith's free
 // then fails.
 func (t *Tracked) Released() bool { return t != nil && t.state.Load() != trackLive }
+
+// addrEntry is the count at one address: the handle, if one was made
+// ([Device.Track], or [Kind.TrackedAt] of a count of [Device.TrackAddr]), and
+// what uncounting it needs.
+type addrEntry struct {
+	h       *Tracked
+	rec     *tracker.Record
+	site    *site
+	size    int64
+	ordinal int
+}
+
+// claim returns the slot for a new count at ptr, as Lookup does, and fails
+// with [ErrAlreadyTracked] if ptr is tracked and live. The shard is locked.
+func claim(sh *addrindex.Shard[addrEntry], d Device, ptr uintptr) (int, error) {
+	i, ok := sh.Lookup(ptr)
+	if !ok {
+		return i, nil
+	}
+	old := sh.At(i)
+	if old.h != nil && old.h.state.Load() != trackLive {
+		return i, nil // being freed: the new count replaces it
+	}
+	return i, fmt.Errorf("%w: %#x on %v (%d bytes, tracked on %v)", ErrAlreadyTracked, ptr, d, old.size, Device{kind: d.kind, ordinal: old.ordinal})
+}
