@@ -15,8 +15,8 @@ type target struct {
 	atLeast  bool // met if the ratio is >= bound; else if it is <= bound
 }
 
-// targets lists the suite's targets: issue 11's first (the physical limit),
-// then issue 5's (the first design's).
+// targets lists the bounds the suite's ratios are checked against: the
+// physical limits first, then the first design's.
 func targets() []target {
 	serial := func(design string) key { return key{"Serial/op=pair", design, 0} }
 	par := func(load, design string, procs int) key {
