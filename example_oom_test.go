@@ -50,7 +50,7 @@ func ExampleDevice_OnOutOfMemory() {
 
 	_, err = dev.Alloc(8192)
 	var oom *memtrack.OutOfMemoryError
-	fmt.Println(errors.As(err, &oom), oom.Limit-oom.Current)
+	fmt.Println(errors.As(err, &oom), oom.Limit-oom.Tracked)
 	// Output:
 	// observed: 8192 bytes refused by the memory limit
 	// true 4096

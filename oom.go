@@ -19,10 +19,10 @@ const maxReportSites = 5
 func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError) *OutOfMemoryError {
 	e.Device = d
 	st := rec.Snapshot()
-	e.Buffers, e.PeakTracked = st.Active, st.Peak
+	e.Buffers, e.PeakTracked = st.Buffers, st.PeakTracked
 	if free, total, err := s.b.memInfo(d.ordinal); err == nil {
 		e.Total, e.Free = total, free
-		e.Untracked = max(total-free, 0) - e.Current
+		e.Untracked = max(total-free, 0) - e.Tracked
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
@@ -73,7 +73,7 @@ func (e *OutOfMemoryError) Report() string {
 	case e.MemInfoErr != nil:
 		fmt.Fprintf(&b, "  device:         figures unavailable: %v\n", e.MemInfoErr)
 	}
-	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Current), buffers(e.Buffers, "live buffer"), exactBytes(e.PeakTracked))
+	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Tracked), buffers(e.Buffers, "live buffer"), exactBytes(e.PeakTracked))
 	if e.Limit > 0 {
 		fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
 	}
@@ -102,13 +102,13 @@ func (e *OutOfMemoryError) tryThis() []string {
 	if e.Limit > 0 {
 		t = append(t, fmt.Sprintf("raise the memory limit (Device.SetMemoryLimit, now %s) or free buffers", formatBytes(e.Limit)))
 	}
-	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Current && e.Untracked > e.Requested {
+	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Tracked && e.Untracked > e.Requested {
 		t = append(t, fmt.Sprintf("most of the memory in use is not memtrack's (%s): look for other processes or libraries on the device", formatBytes(e.Untracked)))
 	}
 	if e.Total > 0 && e.Limit == 0 && e.Free >= e.Requested {
 		t = append(t, "the device reports enough free memory in all but one piece: allocate in smaller buffers, or free and allocate again, to work around fragmentation")
 	}
-	if e.Current > 0 {
+	if e.Tracked > 0 {
 		t = append(t, "free buffers that are no longer needed, or allocate less (smaller batches, shorter sequences)")
 	}
 	if !e.SitesRecorded {

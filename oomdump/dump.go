@@ -46,12 +46,12 @@ type Dumper struct {
 	obs      *memtrack.OutOfMemoryObserver
 	now      func() time.Time // time.Now; tests set another
 
-	mu      sync.Mutex
-	last    time.Time // when the last dump began; zero before the first
-	dumps   []string
-	skipped int
-	failed  int
-	warned  bool
+	mu        sync.Mutex
+	last      time.Time // when the last dump began; zero before the first
+	dumps     []string
+	skipped   int
+	unwritten int
+	warned    bool
 }
 
 // Install registers a [Dumper] of device d's refused allocations: the
@@ -106,11 +106,12 @@ func (du *Dumper) Skipped() int {
 	return du.skipped
 }
 
-// Failed returns how many dumps could not be written (wholly or in part).
-func (du *Dumper) Failed() int {
+// Unwritten returns how many dumps could not be written (wholly or in
+// part).
+func (du *Dumper) Unwritten() int {
 	du.mu.Lock()
 	defer du.mu.Unlock()
-	return du.failed
+	return du.unwritten
 }
 
 // observe is the Dumper's observer.
@@ -132,7 +133,7 @@ func (du *Dumper) observe(e *memtrack.OutOfMemoryError) {
 		du.dumps = append(du.dumps, path)
 	}
 	if err != nil {
-		du.failed++
+		du.unwritten++
 		if !du.warned {
 			du.warned = true
 			du.logger.Error("memtrack: the out-of-memory dump could not be written; later failures of this dumper are not logged",

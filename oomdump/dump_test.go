@@ -116,7 +116,7 @@ func TestDump(t *testing.T) {
 	_, err = d.Alloc(512 << 10)
 	require.Error(t, err)
 	assert.Len(t, du.Dumps(), 2)
-	assert.Zero(t, du.Failed())
+	assert.Zero(t, du.Unwritten())
 }
 
 func sitesBuilt(d memtrack.Device) bool {
@@ -181,7 +181,7 @@ func TestDumpUnwritable(t *testing.T) {
 		before.FailedAllocs++
 		assert.Equal(t, before, d.MemoryStats())
 	}
-	assert.Equal(t, 4, du.Failed())
+	assert.Equal(t, 4, du.Unwritten())
 	assert.Empty(t, du.Dumps())
 	assert.Equal(t, 1, strings.Count(log.String(), "could not be written"), "reported once:\n%s", log.String())
 	assert.Contains(t, log.String(), "not a directory")

@@ -144,7 +144,7 @@ func (sc *Scope) Close() (int64, error) {
 // scope of the record is open, Alloc raises the scopes' peaks beside the
 // record's, one load per open scope (and a compare-and-swap where a peak
 // rises); while none is, it pays one atomic load for the check.
-func (r *Record) OpenScope() *Scope { return r.scopes.open(r.Current) }
+func (r *Record) OpenScope() *Scope { return r.scopes.open(r.Tracked) }
 
 // OpenScope opens a peak [Scope] on the counter's current figure; see
 // [Record.OpenScope].

@@ -56,8 +56,8 @@ func main() {
 	fmt.Printf("error: %v\n\n", err)
 	fmt.Printf("%+v\n\n", oom)
 	dumps := dumper.Dumps()
-	if len(dumps) != 1 || dumper.Failed() > 0 {
-		log.Fatalf("want one dump written, have %q (%d failed)", dumps, dumper.Failed())
+	if len(dumps) != 1 || dumper.Unwritten() > 0 {
+		log.Fatalf("want one dump written, have %q (%d failed)", dumps, dumper.Unwritten())
 	}
 	entries, err := os.ReadDir(dumps[0])
 	check(err)
