@@ -28,7 +28,7 @@ func TestCUDAOutOfMemoryReport(t *testing.T) {
 	e := seen[0]
 	assert.Equal(t, total, e.Total)
 	assert.Positive(t, e.Free)
-	assert.Equal(t, max(e.Total-e.Free, 0)-e.Current, e.Untracked)
+	assert.Equal(t, max(e.Total-e.Free, 0)-e.Tracked, e.Untracked)
 	assert.NoError(t, e.MemInfoErr)
 	report := fmt.Sprintf("%+v", err)
 	assert.Contains(t, report, "CUDA_ERROR_OUT_OF_MEMORY")
