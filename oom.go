@@ -81,8 +81,11 @@ func (e *OutOfMemoryError) Report() string {
 		fmt.Fprintf(&b, ", capacity %s", exactBytes(e.Capacity))
 	}
 	b.WriteString("\n")
-	if e.Total > 0 {
+	switch {
+	case e.Total > 0 && e.Untracked >= 0:
 		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(e.Untracked))
+	case e.Total > 0:
+		fmt.Fprintf(&b, "  not tracked:    none: the device reports %s less in use than is tracked (on the CPU, memory not yet touched is not resident)\n", exactBytes(-e.Untracked))
 	}
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")

@@ -55,6 +55,12 @@ func TestOutOfMemoryReport(t *testing.T) {
 	} {
 		assert.Contains(t, report, want)
 	}
+	// A device that reports less in use than is tracked (the CPU's
+	// untouched pages) has nothing untracked; the report says why.
+	less := *oom
+	less.Untracked = -3000
+	assert.Contains(t, less.Report(), "not tracked:    none: the device reports 2.93 KiB (3000 B) less in use than is tracked")
+
 	// An error without a report (as Budget makes) reports its one line.
 	bare := &OutOfMemoryError{Device: d, Requested: 10, Reason: "budget"}
 	assert.Equal(t, bare.Error(), fmt.Sprintf("%+v", bare))

@@ -77,15 +77,27 @@ func loadWeights(dev memtrack.Device, n int, size int64) []*memtrack.Buffer {
 	for range n {
 		b, err := dev.Alloc(size)
 		check(err)
+		load(b)
 		bs = append(bs, b)
 	}
 	return bs
+}
+
+// load writes a buffer that the host can address, one byte a page, as
+// loading or computing would: on the CPU, memory is in use once it is
+// touched.
+func load(b *memtrack.Buffer) {
+	mem := b.Bytes()
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = 1
+	}
 }
 
 //go:noinline
 func allocKVCache(dev memtrack.Device, size int64) *memtrack.Buffer {
 	b, err := dev.Alloc(size)
 	check(err)
+	load(b)
 	return b
 }
 
@@ -105,6 +117,7 @@ func forwardPass(dev memtrack.Device, layers int, size int64) error {
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
+		load(b)
 		acts = append(acts, b)
 	}
 	return nil
