@@ -3,6 +3,7 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/memtrack/memtrack/tracker"
 )
@@ -90,7 +91,7 @@ func recordRefusal(err error, d Device, size, cur int64) *OutOfMemoryError {
 	if errors.As(err, &le) {
 		return &OutOfMemoryError{Device: d, Requested: size, Current: le.Current, Limit: le.Limit, Reason: "memory limit"}
 	}
-	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Reason: "the tracker's capacity: " + err.Error()}
+	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Reason: "the tracker's capacity: " + strings.TrimPrefix(err.Error(), "memtrack: ")}
 }
 
 // fillError completes an error from a backend with the device and figures.

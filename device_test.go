@@ -400,7 +400,7 @@ func TestRecordRefusal(t *testing.T) {
 		{
 			name: "capacity",
 			err:  fmt.Errorf("%w: a record holds at most 3 buffers", tracker.ErrCapacity),
-			want: OutOfMemoryError{Device: d, Requested: 10, Current: 7, Reason: "the tracker's capacity: memtrack: counter capacity exceeded: a record holds at most 3 buffers"},
+			want: OutOfMemoryError{Device: d, Requested: 10, Current: 7, Reason: "the tracker's capacity: counter capacity exceeded: a record holds at most 3 buffers"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

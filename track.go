@@ -100,10 +100,11 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 }
 
 // refused answers an allocation of size bytes that the record refused with
-// err (the record counted the failure).
+// err (the record counted the failure), with the fields that say what
+// refused it, as Alloc's refusals do.
 func (d Device) refused(size int64, rec *tracker.Record, err error) error {
 	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Current: rec.Current(), Limit: rec.Limit(), Reason: err.Error()}
+	return recordRefusal(err, d, size, rec.Current())
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on

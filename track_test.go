@@ -2,6 +2,8 @@ package memtrack
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -447,4 +449,42 @@ func TestTrackHistory(t *testing.T) {
 		{3, HistoryLimit, 400, 200},
 		{4, HistoryFree, 200, 0},
 	}, steps(h))
+}
+
+// TestTrackRefusalFields: Track and TrackAddr fill the fields of a refusal
+// as Alloc does: the record's capacity is named, not a limit far above it,
+// and a refusal by the limit names the limit; each message has one
+// "memtrack:" prefix.
+func TestTrackRefusalFields(t *testing.T) {
+	const capacity = int64(1) << 47 // past the record's 64 TiB
+	_, ds := fakeCUDA(t, 1, math.MaxInt64)
+	d := ds[0]
+	ways := []struct {
+		name string
+		do   func(size int64) error
+	}{
+		{"Alloc", func(size int64) error { _, err := d.Alloc(size); return err }},
+		{"Track", func(size int64) error { _, err := d.Track(size, 0); return err }},
+		{"TrackAddr", func(size int64) error { return d.TrackAddr(size, 0x7000) }},
+	}
+	for _, w := range ways {
+		t.Run(w.name, func(t *testing.T) {
+			require.NoError(t, d.SetMemoryLimit(1<<50))
+			err := w.do(capacity)
+			var oom *OutOfMemoryError
+			require.ErrorAs(t, err, &oom)
+			assert.Zero(t, oom.Limit, "the limit did not refuse it: %v", err)
+			assert.Equal(t, capacity, oom.Requested)
+			assert.Contains(t, err.Error(), "capacity")
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), "%v", err)
+
+			require.NoError(t, d.SetMemoryLimit(1000))
+			err = w.do(1001)
+			require.ErrorAs(t, err, &oom)
+			assert.Equal(t, int64(1000), oom.Limit)
+			assert.Equal(t, int64(1001), oom.Requested)
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), "%v", err)
+			assert.Zero(t, d.MemoryAllocated(), "nothing counted")
+		})
+	}
 }
