@@ -18,6 +18,7 @@ import (
 // in every build, are the standard library and these alone.
 var coreDeps = []string{
 	"github.com/memtrack/memtrack",
+	"github.com/memtrack/memtrack/internal/bytesize",
 	"github.com/memtrack/memtrack/tracker",
 	"go.uber.org/atomic",
 	"github.com/mumax/3/cuda/cu", // under -tags cuda

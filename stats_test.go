@@ -27,6 +27,13 @@ func TestStatsString(t *testing.T) {
 			AllocatedBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
 		}, "cpu: current 1.50 GiB (1610612736 B), peak 2.00 GiB (2147483648 B); 3 live buffers (peak 4); " +
 			"allocated 12.0 MiB (12582912 B) in 10 allocs, freed 1.50 KiB (1536 B) in 7 frees; 1 failed; limit 4.00 GiB (4294967296 B)"},
+		// Just under a unit: rounded up to the next unit, not to 1024 of the
+		// smaller one; and three significant figures across a decade.
+		{"just under a unit", memtrack.Stats{
+			Current: 1<<20 - 1, Peak: 1<<30 - 1, Held: 1<<20 - 1, HeldPeak: 1<<30 - 1, Active: 1, PeakActive: 1,
+			AllocatedBytes: 10239, FreedBytes: 102399, Allocs: 1, Frees: 1,
+		}, "cpu: current 1.00 MiB (1048575 B), peak 1.00 GiB (1073741823 B); 1 live buffers (peak 1); " +
+			"allocated 10.0 KiB (10239 B) in 1 allocs, freed 100 KiB (102399 B) in 1 frees; 0 failed; no limit"},
 		// Stream-ordered frees not yet executed: the device-side figures
 		// differ from the tracked ones, and the line says by how much.
 		{"device-side figures", memtrack.Stats{

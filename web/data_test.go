@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,7 +40,8 @@ func TestThinKeepsPeakAndGaps(t *testing.T) {
 }
 
 func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.00 KiB", 23 << 20: "23.0 MiB", 1 << 40: "1.00 TiB", 300 << 30: "300 GiB"} {
-		assert.Equal(t, want, formatBytes(n), "%d", n)
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.00 KiB", 23 << 20: "23.0 MiB", 1 << 40: "1.00 TiB", 300 << 30: "300 GiB",
+		1<<20 - 1: "1.00 MiB", 1<<30 - 1: "1.00 GiB", -(1<<20 - 1): "-1.00 MiB", 10239: "10.0 KiB", 102399: "100 KiB", 1<<60 + 1<<59: "1.50 EiB"} {
+		assert.Equal(t, want, bytesize.Format(n), "%d", n)
 	}
 }
