@@ -3,6 +3,7 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -128,7 +129,9 @@ func (d Device) DisableMemoryHistory() {
 // with the gaps between them. It fails with an error matching
 // [ErrHistoryNotRecorded] unless [Device.EnableMemoryHistory] was called.
 // Reading does not stop recording; an event being written as it reads is
-// left out (and, if newer events were read, reported as a gap).
+// left out (and, if newer events were read, reported as a gap). Readers
+// of one device take turns, so that no reader leaves out an event that
+// another is reading.
 func (d Device) MemoryHistory() (History, error) {
 	if _, _, err := d.resolve(); err != nil {
 		return History{Device: d}, err
@@ -195,18 +198,21 @@ const (
 // finished event, write the plain fields, and publish with a store. A writer
 // never waits: if the slot is held (by a reader, or by a lapped writer still
 // writing), or already holds a newer event, the event is dropped and counted
-// as lost. Readers claim each slot the same way while they copy it. The
-// claims order the plain writes and reads, so the race detector agrees.
+// as lost. Readers claim each slot the same way while they copy it, one
+// reader at a time (readMu): a reader that met another's claim could not
+// tell it from a writer's. The claims order the plain writes and reads, so
+// the race detector agrees.
 //
 // The slots hold no pointer, so that the garbage collector need not scan a
 // ring of millions of events; the events' sites are kept beside them, by
 // slot, in an array made on the first event that has a site.
 type history struct {
-	head  atomic.Uint64 // the next event's number
-	lost  atomic.Uint64 // events dropped by writers
-	start time.Time     // the clock of the events' times
-	slots []historySlot
-	sites atomic.Pointer[[]*site] // by slot; written and read as the slot is
+	head   atomic.Uint64 // the next event's number
+	lost   atomic.Uint64 // events dropped by writers
+	readMu sync.Mutex    // readers take turns; writers never take it
+	start  time.Time     // the clock of the events' times
+	slots  []historySlot
+	sites  atomic.Pointer[[]*site] // by slot; written and read as the slot is
 }
 
 // historySlot is one event in the ring, 64 bytes.
@@ -287,6 +293,8 @@ func (h *history) claim(t uint64) *historySlot {
 // snapshot copies the events still in the ring, the oldest first, and the
 // gaps between them.
 func (h *history) snapshot() History {
+	h.readMu.Lock()
+	defer h.readMu.Unlock()
 	head := h.head.Load()
 	n := uint64(len(h.slots))
 	first := uint64(0)

@@ -559,3 +559,38 @@ func BenchmarkHistoryRecord(b *testing.B) {
 		})
 	}
 }
+
+// TestHistoryConcurrentReaders: readers of a history that no writer
+// touches all read every event, whatever the other readers do at the same
+// moment: a slot another reader is copying is not a gap.
+func TestHistoryConcurrentReaders(t *testing.T) {
+	const events, readers, reads = 20000, 4, 10
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	historyOn(t, d, 1<<15)
+	for range events / 2 {
+		b, err := d.Alloc(1)
+		require.NoError(t, err)
+		require.NoError(t, b.Free())
+	}
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for range readers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			for range reads {
+				h, err := d.MemoryHistory()
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.Equal(t, events, len(h.Events), "events read")
+				assert.Equal(t, 0, len(h.Gaps), "gaps reported")
+				assert.Zero(t, h.Lost)
+			}
+		}()
+	}
+	start.Done()
+	done.Wait()
+}
