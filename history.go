@@ -3,6 +3,7 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 	"unsafe"
@@ -66,6 +67,14 @@ type HistoryEvent struct {
 	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
 	// set the rate to 1); nil otherwise. Events of one site share the slice: do not modify it.
 	Stack []uintptr
+	// SiteBytes is what the event added to (an allocation) or took from (a
+	// free) the bytes of its allocation site, [Site].Bytes: Size scaled by
+	// the sampling weight the buffer was recorded with (Size itself at
+	// rate 1), rounded to the byte; 0 where the buffer has no recorded
+	// site. An event whose site is [OtherSite] has a SiteBytes and no
+	// Stack. Undoing the events' SiteBytes from the newest walks the
+	// figures of [Device.AllocationSites] back in time.
+	SiteBytes int64
 	// Stream is the stream of a stream-ordered event ([Device.AllocAsync],
 	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
 	Stream uintptr
@@ -326,6 +335,9 @@ func (h *history) snapshot() History {
 			s = (*sites)[t%n]
 		}
 		sl.seq.Store(done)
+		if s != nil {
+			e.SiteBytes = int64(math.Round(s.bytes))
+		}
 		if s != nil && s.st != nil && s.st.pcs != nil {
 			st, ok := stacks[s.st]
 			if !ok {

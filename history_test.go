@@ -229,6 +229,28 @@ func TestHistoryCarriesSites(t *testing.T) {
 		return fs
 	}())
 	assert.Contains(t, frameOf(h.Events[0].Stack[0]), "allocFromA")
+	for _, e := range h.Events {
+		assert.Equal(t, e.Size, e.SiteBytes, "at rate 1 an event adds its size to its site")
+	}
+
+	// Sampled: an event adds its scaled bytes, what its site's figure gained.
+	require.NoError(t, d.SetAllocationSiteRate(1<<20))
+	var c *Buffer
+	for c == nil || c.site == nil {
+		if c != nil {
+			require.NoError(t, c.Free())
+		}
+		c = allocOK(t)(allocFromA(d, 4096))
+	}
+	snap, err = d.AllocationSites()
+	require.NoError(t, err)
+	require.NoError(t, c.Free())
+	h, err = d.MemoryHistory()
+	require.NoError(t, err)
+	alloc, free := h.Events[len(h.Events)-2], h.Events[len(h.Events)-1]
+	assert.Equal(t, snap.Sites[0].Bytes, alloc.SiteBytes, "the site's bytes are the one sampled buffer's")
+	assert.Greater(t, alloc.SiteBytes, alloc.Size)
+	assert.Equal(t, alloc.SiteBytes, free.SiteBytes, "the free takes back what the allocation added")
 }
 
 // TestHistoryDroppedWriterIsAGap holds slots as a lapped writer and a

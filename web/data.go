@@ -183,8 +183,10 @@ func plot(h memtrack.History, peak int64, now map[string]int64) *History {
 }
 
 // walkBack returns each site's live bytes after each kept point, from the
-// live bytes now, undoing the events from the newest. Events of buffers
-// whose site was not recorded change no site.
+// live bytes now, undoing the events from the newest by the bytes each
+// added to its site's figure (SiteBytes: scaled as the site's live bytes
+// are, where the site was sampled). Events of buffers whose site was not
+// recorded change no site.
 func walkBack(pts []memtrack.HistoryEvent, keep []int, now map[string]int64) map[string][]int64 {
 	cur := make(map[string]int64, len(now))
 	for n, b := range now {
@@ -193,16 +195,21 @@ func walkBack(pts []memtrack.HistoryEvent, keep []int, now map[string]int64) map
 	names := make([]string, len(pts))
 	byStack := make(map[*uintptr]string) // the events of a site share its stack
 	for i, e := range pts {
-		if len(e.Stack) > 0 {
+		switch {
+		case len(e.Stack) > 0:
 			n, ok := byStack[&e.Stack[0]]
 			if !ok {
 				n = siteName(e.Stack)
 				byStack[&e.Stack[0]] = n
 			}
 			names[i] = n
-			if _, ok := cur[names[i]]; !ok {
-				cur[names[i]] = 0 // a site of the history with no live bytes now
-			}
+		case e.SiteBytes != 0:
+			names[i] = memtrack.OtherSite
+		default:
+			continue
+		}
+		if _, ok := cur[names[i]]; !ok {
+			cur[names[i]] = 0 // a site of the history with no live bytes now
 		}
 	}
 	out := make(map[string][]int64, len(cur))
@@ -219,9 +226,9 @@ func walkBack(pts []memtrack.HistoryEvent, keep []int, now map[string]int64) map
 		}
 		if n := names[i]; n != "" {
 			if pts[i].Action == memtrack.HistoryAlloc {
-				cur[n] -= pts[i].Size
+				cur[n] -= pts[i].SiteBytes
 			} else {
-				cur[n] += pts[i].Size
+				cur[n] += pts[i].SiteBytes
 			}
 		}
 	}
