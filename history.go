@@ -154,6 +154,32 @@ func (d Device) MemoryHistory() (History, error) {
 	return hist, nil
 }
 
+// RangeMemoryHistory gives f the device's recorded events one by one, the
+// oldest first, as [Device.MemoryHistory] returns them, until f returns
+// false, and returns the history without its Events: its Gaps (between the
+// events f was given), Overwritten and Lost. It reads the ring in place, so
+// that a reader that keeps little of each event needs memory for what it
+// keeps only, however long the history (package
+// github.com/memtrack/memtrack/web plots a ring of millions of events this
+// way). Recording goes on while it reads, as with MemoryHistory; readers
+// of one device take turns for the whole read, so f must not read the
+// device's history itself. It fails as MemoryHistory does, calling f never.
+func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
+	if f == nil {
+		return History{Device: d}, fmt.Errorf("%w: RangeMemoryHistory of %v: nil function", ErrInvalidArgument, d)
+	}
+	if _, _, err := d.resolve(); err != nil {
+		return History{Device: d}, err
+	}
+	h := tables[d.kind].history.lookup(d.ordinal)
+	if h == nil {
+		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
+	}
+	hist := h.each(nil, f)
+	hist.Device = d
+	return hist, nil
+}
+
 // historyTable holds the histories of one kind's devices, by ordinal.
 type historyTable struct {
 	recorders[history]
@@ -302,6 +328,22 @@ func (h *history) claim(t uint64) *historySlot {
 // snapshot copies the events still in the ring, the oldest first, and the
 // gaps between them.
 func (h *history) snapshot() History {
+	var events []HistoryEvent
+	out := h.each(func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
+		events = append(events, e)
+		return true
+	})
+	out.Events = events
+	return out
+}
+
+// each reads the events still in the ring, the oldest first, and gives
+// each to f until f returns false; before the first, it tells begin how
+// many slots it will read. It returns the history without its events: the
+// gaps between those f was given, and the counts. Each event's slot is
+// claimed while it is copied and let go before f runs; readers take turns
+// for the whole read.
+func (h *history) each(begin func(slots uint64), f func(HistoryEvent) bool) History {
 	h.readMu.Lock()
 	defer h.readMu.Unlock()
 	head := h.head.Load()
@@ -310,10 +352,14 @@ func (h *history) snapshot() History {
 	if head > n {
 		first = head - n
 	}
-	out := History{MaxEntries: len(h.slots), Start: h.start}
-	out.Events = make([]HistoryEvent, 0, head-first)
+	out := History{MaxEntries: len(h.slots), Start: h.start, Overwritten: first}
+	if begin != nil {
+		begin(head - first)
+	}
 	stacks := make(map[*stack][]uintptr) // one copy of each site's stack
 	sites := h.sites.Load()
+	var prev HistoryEvent
+	read := false
 	for t := first; t < head; t++ {
 		sl := &h.slots[t%n]
 		done := (t+1)<<2 | slotDone
@@ -346,14 +392,14 @@ func (h *history) snapshot() History {
 			}
 			e.Stack = st
 		}
-		out.Events = append(out.Events, e)
-	}
-	for i := 1; i < len(out.Events); i++ {
-		a, b := out.Events[i-1], out.Events[i]
-		if b.Seq != a.Seq+1 {
-			out.Gaps = append(out.Gaps, HistoryGap{After: a.Seq, Before: b.Seq, Missing: b.Seq - a.Seq - 1, From: a.Time, To: b.Time})
+		if read && e.Seq != prev.Seq+1 {
+			out.Gaps = append(out.Gaps, HistoryGap{After: prev.Seq, Before: e.Seq, Missing: e.Seq - prev.Seq - 1, From: prev.Time, To: e.Time})
+		}
+		prev, read = e, true
+		if !f(e) {
+			break
 		}
 	}
-	out.Overwritten, out.Lost = first, h.lost.Load()
+	out.Lost = h.lost.Load()
 	return out
 }

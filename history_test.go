@@ -616,3 +616,53 @@ func TestHistoryConcurrentReaders(t *testing.T) {
 	start.Done()
 	done.Wait()
 }
+
+// TestRangeMemoryHistory: RangeMemoryHistory gives the events
+// MemoryHistory returns, with the same gaps and counts, stops where f
+// says, and allocates nothing for the events it reads.
+func TestRangeMemoryHistory(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	_, err := d.RangeMemoryHistory(func(HistoryEvent) bool { return true })
+	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
+	historyOn(t, d, 4096)
+	_, err = d.RangeMemoryHistory(nil)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+
+	for i := range 3000 {
+		b, err := d.Alloc(int64(i%7 + 1))
+		require.NoError(t, err)
+		require.NoError(t, b.Free())
+	}
+	// A reader's claim on one slot, as a writer arrives: a gap.
+	h := tables[d.kind].history.lookup(d.ordinal)
+	sl := &h.slots[h.head.Load()%4096] // the next event's
+	old := sl.seq.Load()
+	require.True(t, sl.seq.CompareAndSwap(old, old&^slotMask|slotReading))
+	b, err := d.Alloc(1)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	sl.seq.Store(old)
+
+	want, err := d.MemoryHistory()
+	require.NoError(t, err)
+	require.NotEmpty(t, want.Gaps)
+	var events []HistoryEvent
+	got, err := d.RangeMemoryHistory(func(e HistoryEvent) bool { events = append(events, e); return true })
+	require.NoError(t, err)
+	assert.Nil(t, got.Events)
+	got.Events = events
+	assert.Equal(t, want, got)
+
+	var n int
+	part, err := d.RangeMemoryHistory(func(HistoryEvent) bool { n++; return n < 10 })
+	require.NoError(t, err)
+	assert.Equal(t, 10, n, "stops where f says")
+	assert.Empty(t, part.Gaps)
+
+	var sum int64
+	allocs := testing.AllocsPerRun(5, func() {
+		d.RangeMemoryHistory(func(e HistoryEvent) bool { sum += e.Size; return true })
+	})
+	assert.LessOrEqual(t, allocs, 8.0, "a read of 4096 events allocates for the read, not for the events")
+}
