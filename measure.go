@@ -76,6 +76,7 @@ type Measurement struct {
 	// [Buffer.FreeAsync] counted until their streams executed the frees.
 	BaselineHeld     int64
 	PeakHeld         int64
+	EndHeld          int64 // with the frees still in flight when the run ended
 	HeldPeakIncrease int64 // PeakHeld - BaselineHeld
 
 	Total        int64 // the device's memory, as reported
@@ -83,8 +84,10 @@ type Measurement struct {
 	EndUsed      int64 // memory in use on the device when the run ended, as reported
 	UsedIncrease int64 // EndUsed - BaselineUsed
 
-	// Untracked is UsedIncrease - (EndTracked - BaselineTracked): the
-	// reported growth that tracked buffers do not account for. It can be
+	// Untracked is UsedIncrease - (EndHeld - BaselineHeld): the reported
+	// growth that tracked buffers do not account for, those whose
+	// stream-ordered frees were still in flight at the end included (the
+	// driver still counts them, as the device-side figure does). It can be
 	// negative where others released memory during the run.
 	Untracked int64
 }
@@ -133,7 +136,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	p.PeakTracked, p.EndTracked = r.Peak(), r.Current()
 	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
 	settle(d)
-	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
+	p.EndHeld, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
 	p.HeldPeakIncrease = p.PeakHeld - p.BaselineHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {
@@ -141,7 +144,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p.Total, p.EndUsed = total, max(total-free, 0)
 	p.UsedIncrease = p.EndUsed - p.BaselineUsed
-	p.Untracked = p.UsedIncrease - (p.EndTracked - p.BaselineTracked)
+	p.Untracked = p.UsedIncrease - (p.EndHeld - p.BaselineHeld)
 	return p, wrapRun(d, ferr)
 }
 
@@ -221,7 +224,9 @@ type Budget struct {
 	// that this package did not allocate, from the baseline to the end of
 	// the pass (vLLM's non_torch_increase; negative where untracked memory
 	// was released); for SharedBudget, the untracked growth during the pass
-	// ([Measurement].Untracked), or 0 where that is negative.
+	// ([Measurement].Untracked), or 0 where that is negative. Buffers whose
+	// stream-ordered frees were in flight at the end are not in it: the
+	// device still held them, and PeakIncrease counts them already.
 	UntrackedIncrease int64
 	// Reserved is Held + PeakIncrease + UntrackedIncrease: the memory that
 	// is not the cache's (vLLM's non_kv_cache_memory).
@@ -240,7 +245,7 @@ type Budget struct {
 //	Held              = Measurement.BaselineTracked - Baseline.Tracked  (weights_memory)
 //	PeakIncrease      = Measurement.TrackedPeakIncrease             (torch_peak_increase;
 //	                    HeldPeakIncrease where stream-ordered frees raised that higher)
-//	UntrackedIncrease = (EndUsed - EndTracked) - (Baseline.Used - Baseline.Tracked)
+//	UntrackedIncrease = (EndUsed - EndHeld) - (Baseline.Used - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
 //	Available         = Requested - (Held + PeakIncrease + UntrackedIncrease)
 //
@@ -276,7 +281,7 @@ func (p Measurement) Budget(base Baseline, utilization float64, blockSize int64)
 		Requested:         requested,
 		Held:              p.BaselineTracked - base.Tracked,
 		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
-		UntrackedIncrease: (p.EndUsed - p.EndTracked) - (base.Used - base.Tracked),
+		UntrackedIncrease: (p.EndUsed - p.EndTracked - p.inFlight()) - (base.Used - base.Tracked),
 		BlockSize:         blockSize,
 	}
 	return b.fill(), nil
@@ -308,6 +313,11 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 	}
 	return b.fill(), nil
 }
+
+// inFlight returns the bytes of buffers whose stream-ordered frees were
+// still in flight when the run ended: EndHeld - EndTracked (0 for a
+// Measurement written without EndHeld).
+func (p Measurement) inFlight() int64 { return max(p.EndHeld-p.EndTracked, 0) }
 
 // fill sums what is set aside and counts the blocks.
 func (b Budget) fill() Budget {
