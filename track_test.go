@@ -488,3 +488,41 @@ func TestTrackRefusalFields(t *testing.T) {
 		})
 	}
 }
+
+//go:noinline
+func trackAddrFromA(d Device, size int64, ptr uintptr) error { return d.TrackAddr(size, ptr) }
+
+// bindingAlloc stands for a binding's allocation call, such as package
+// cu's MemAlloc: it tracks through a helper of its own.
+//
+//go:noinline
+func bindingAlloc(d Device, size int64, ptr uintptr) error { return bindingTrack(d, size, ptr) }
+
+//go:noinline
+func bindingTrack(d Device, size int64, ptr uintptr) error { return d.TrackAddrSkip(2, size, ptr) }
+
+//go:noinline
+func userOfBinding(d Device, size int64, ptr uintptr) error { return bindingAlloc(d, size, ptr) }
+
+// TrackAddr attributes the count to its caller; TrackAddrSkip to the
+// caller skip frames further up, past a binding's own frames.
+func TestTrackAddrSites(t *testing.T) {
+	needSites(t)
+	useBackend(t, KindCPU, newCPUBackend())
+	d := recording(t, 4)
+	require.NoError(t, trackAddrFromA(d, 4096, 0x9000))
+	require.NoError(t, userOfBinding(d, 8192, 0xa000))
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	require.Len(t, snap.Sites, 2)
+	assert.Equal(t, "github.com/memtrack/memtrack.userOfBinding", frameOf(snap.Sites[0].Stack[0]))
+	assert.Equal(t, "github.com/memtrack/memtrack.trackAddrFromA", frameOf(snap.Sites[1].Stack[0]))
+
+	assert.ErrorIs(t, d.TrackAddrSkip(-1, 4096, 0xb000), ErrInvalidArgument)
+	for _, p := range []uintptr{0x9000, 0xa000} {
+		tracked, err := UntrackAddr(KindCPU, p, nil)
+		require.True(t, tracked)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, d.MemoryAllocated())
+}
