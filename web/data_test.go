@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"maps"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -237,4 +238,30 @@ func TestFormatBytes(t *testing.T) {
 		1<<20 - 1: "1.00 MiB", 1<<30 - 1: "1.00 GiB", -(1<<20 - 1): "-1.00 MiB", 10239: "10.0 KiB", 102399: "100 KiB", 1<<60 + 1<<59: "1.50 EiB"} {
 		assert.Equal(t, want, bytesize.Format(n), "%d", n)
 	}
+}
+
+// TestPageReadMemoryFollowsPoints: a page read of a ring sixteen times
+// longer holds about as much memory: the ring is read in place, and only
+// the points sent are kept.
+func TestPageReadMemoryFollowsPoints(t *testing.T) {
+	d := memtrack.CPU()
+	measure := func(events int) uint64 {
+		require.NoError(t, d.EnableMemoryHistory(events))
+		defer d.DisableMemoryHistory()
+		for range events / 2 {
+			b, err := d.Alloc(64)
+			require.NoError(t, err)
+			require.NoError(t, b.Free())
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out := readDevice(d)
+		runtime.ReadMemStats(&after)
+		require.NotNil(t, out.History)
+		require.Equal(t, events, out.History.Events)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	small, large := measure(1<<14), measure(1<<18)
+	t.Logf("a read of 16 Ki events allocates %d B, of 256 Ki events %d B", small, large)
+	assert.Less(t, large, 2*small, "the read of the longer ring allocates for its events")
 }
