@@ -65,10 +65,11 @@ type point struct {
 	vec []int64 // by site id: what the events up to this one added; nil until the bucket closes
 }
 
-// bucket is a run of events and the points it keeps (lo and hi once it
-// has a point: a bucket is opened for a point).
+// bucket is a run of events and the points it keeps: lo and hi once it
+// has a point (a bucket is opened for a point, so every closed one has).
 type bucket struct {
 	idx    uint64 // (Seq - first) / w
+	has    bool   // lo and hi are set
 	lo, hi point
 	pins   []point
 }
@@ -122,12 +123,13 @@ func (p *plotter) add(e memtrack.HistoryEvent) bool {
 	pt := point{seq: e.Seq, t: e.Time, cur: e.Current}
 	p.last = pt
 	b := &p.open
-	if b.lo.t.IsZero() || pt.cur < b.lo.cur {
+	if !b.has || pt.cur < b.lo.cur {
 		b.lo = pt
 	}
-	if b.hi.t.IsZero() || pt.cur > b.hi.cur {
+	if !b.has || pt.cur > b.hi.cur {
 		b.hi = pt
 	}
+	b.has = true
 	if !p.plotted || pt.cur > p.max.cur {
 		p.max = pt
 	}
