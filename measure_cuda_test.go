@@ -42,8 +42,8 @@ func TestCUDAStreamChildMeasureLag(t *testing.T) {
 	})
 	require.Equal(t, int64(2*size), d.MemoryStats().Held-d.MemoryAllocated(), "both frees are in flight")
 
-	assert.Equal(t, int64(size), p.TrackedPeakIncrease)
-	assert.Equal(t, int64(2*size), p.HeldPeakIncrease)
+	assert.Equal(t, int64(size), p.PeakTrackedIncrease)
+	assert.Equal(t, int64(2*size), p.PeakHeldIncrease)
 	assert.Equal(t, int64(2*size), p.UsedIncrease, "the pool holds both buffers")
 	assert.Zero(t, p.Untracked, "the in-flight frees are held, not untracked")
 
@@ -51,11 +51,11 @@ func TestCUDAStreamChildMeasureLag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2*size), b.PeakIncrease)
 	assert.Zero(t, b.UntrackedIncrease)
-	assert.Equal(t, int64(2*size), b.Reserved)
+	assert.Equal(t, int64(2*size), b.SetAside)
 
 	sb, err := p.SharedBudget(0.5, 1<<20)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2*size), sb.PeakIncrease)
 	assert.Zero(t, sb.UntrackedIncrease)
-	assert.Equal(t, p.BaselineUsed+2*size, sb.Reserved)
+	assert.Equal(t, p.StartUsed+2*size, sb.SetAside)
 }

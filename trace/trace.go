@@ -95,18 +95,18 @@ func Events(hs ...memtrack.History) []Event {
 		for j, e := range h.Events {
 			if e.Action.Refused() {
 				evs = append(evs, Event{Name: refusalName(e.Action), Cat: "memtrack", Ph: "i", S: "p", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
-					Args: map[string]any{"requested": e.Size, "allocated": e.Current, "seq": e.Seq}})
+					Args: map[string]any{"requested": e.Size, "allocated": e.Tracked, "seq": e.Seq}})
 				continue
 			}
-			evs = append(evs, Event{Name: "allocated", Ph: "C", Ts: us(e.Time), Pid: pid, Args: map[string]any{"bytes": e.Current}})
-			if high < 0 || e.Current > h.Events[high].Current {
+			evs = append(evs, Event{Name: "allocated", Ph: "C", Ts: us(e.Time), Pid: pid, Args: map[string]any{"bytes": e.Tracked}})
+			if high < 0 || e.Tracked > h.Events[high].Tracked {
 				high = j
 			}
 		}
 		if high >= 0 {
 			e := h.Events[high]
 			evs = append(evs, Event{Name: "highest in the history", Cat: "memtrack", Ph: "i", S: "t", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
-				Args: map[string]any{"allocated": e.Current, "seq": e.Seq}})
+				Args: map[string]any{"allocated": e.Tracked, "seq": e.Seq}})
 		}
 		for _, g := range h.Gaps {
 			// The events either side may share an instant, or be out of

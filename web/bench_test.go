@@ -88,7 +88,7 @@ func BenchmarkPageRead(b *testing.B) {
 // readDeviceCopy is readDevice with the history copied first.
 func readDeviceCopy(d memtrack.Device) Device {
 	s := d.MemoryStats()
-	out := Device{Name: d.String(), Current: s.Current, Peak: s.Peak, Limit: s.Limit, Active: s.Active, Failed: s.FailedAllocs}
+	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
 	out.Free, out.Total, _ = d.MemGetInfo()
 	out.Sites = d.AllocationSiteStats().Enabled
 	h, err := d.MemoryHistory()
@@ -99,6 +99,6 @@ func readDeviceCopy(d memtrack.Device) Device {
 	for _, e := range h.Events {
 		p.add(e)
 	}
-	out.History = p.finish(h, s.Peak, liveSites(d, out.Sites))
+	out.History = p.finish(h, s.PeakTracked, liveSites(d, out.Sites))
 	return out
 }

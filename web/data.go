@@ -29,12 +29,12 @@ type Page struct {
 
 // Device is one used device's figures and history.
 type Device struct {
-	Name    string `json:"name"`
-	Current int64  `json:"current"` // MemoryAllocated
-	Peak    int64  `json:"peak"`    // MaxMemoryAllocated
-	Limit   int64  `json:"limit"`   // 0: none
-	Active  int64  `json:"active"`
-	Failed  int64  `json:"failed"`
+	Name         string `json:"name"`
+	Tracked      int64  `json:"tracked"`     // MemoryAllocated
+	PeakTracked  int64  `json:"peakTracked"` // MaxMemoryAllocated
+	Limit        int64  `json:"limit"`       // 0: none
+	Buffers      int64  `json:"buffers"`
+	FailedAllocs int64  `json:"failedAllocs"`
 	// Free and Total are what the OS or driver reports for the device;
 	// InfoError says why they are missing.
 	Free      int64    `json:"free"`
@@ -99,7 +99,7 @@ func Read() Page {
 
 func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
-	out := Device{Name: d.String(), Current: s.Current, Peak: s.Peak, Limit: s.Limit, Active: s.Active, Failed: s.FailedAllocs}
+	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
 	var err error
 	if out.Free, out.Total, err = d.MemGetInfo(); err != nil {
 		out.InfoError = err.Error()
@@ -110,7 +110,7 @@ func readDevice(d memtrack.Device) Device {
 	if err != nil {
 		return out
 	}
-	out.History = p.finish(h, s.Peak, liveSites(d, out.Sites))
+	out.History = p.finish(h, s.PeakTracked, liveSites(d, out.Sites))
 	return out
 }
 

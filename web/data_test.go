@@ -42,7 +42,7 @@ func TestPlotterKeepsPeakAndGaps(t *testing.T) {
 		if i == 6543 || i == 8000 {
 			cur = 1000 // the highest, twice: the first is kept
 		}
-		events = append(events, memtrack.HistoryEvent{Seq: uint64(i), Time: start.Add(time.Duration(i) * time.Microsecond), Action: memtrack.HistoryAlloc, Current: cur})
+		events = append(events, memtrack.HistoryEvent{Seq: uint64(i), Time: start.Add(time.Duration(i) * time.Microsecond), Action: memtrack.HistoryAlloc, Tracked: cur})
 	}
 	p := newPlotter(400)
 	out := p.finish(feed(p, start, events), 1000, nil)
@@ -114,7 +114,7 @@ func FuzzPlotter(f *testing.F) {
 				live[site] = append(live[site], size)
 				cur += size
 			}
-			e.Current = cur
+			e.Tracked = cur
 			if site < 3 && !e.Action.Refused() {
 				e.Stack, e.SiteBytes = stacks[site], e.Size*int64(site+1) // a scaled figure
 			}
@@ -158,17 +158,17 @@ func FuzzPlotter(f *testing.F) {
 		for j, v := range out.T {
 			i, ok := byT[v]
 			require.True(t, ok, "point %d at %v is an event", j, v)
-			require.Equal(t, pts[i].Current, out.Bytes[j])
+			require.Equal(t, pts[i].Tracked, out.Bytes[j])
 			kept = append(kept, i)
 		}
 		require.IsIncreasing(t, kept)
 		must := []int{0, len(pts) - 1}
 		hi, lo := 0, 0
 		for i, e := range pts {
-			if e.Current > pts[hi].Current {
+			if e.Tracked > pts[hi].Tracked {
 				hi = i
 			}
-			if e.Current < pts[lo].Current {
+			if e.Tracked < pts[lo].Tracked {
 				lo = i
 			}
 			if i > 0 && e.Seq != pts[i-1].Seq+1 && slices.ContainsFunc(h.Gaps, func(g memtrack.HistoryGap) bool { return g.Before == e.Seq }) {
@@ -182,8 +182,8 @@ func FuzzPlotter(f *testing.F) {
 		for _, i := range must {
 			assert.Contains(t, kept, i)
 		}
-		assert.Equal(t, pts[lo].Current, slices.Min(out.Bytes), "the lowest figure")
-		assert.Equal(t, pts[hi].Current, out.Max)
+		assert.Equal(t, pts[lo].Tracked, slices.Min(out.Bytes), "the lowest figure")
+		assert.Equal(t, pts[hi].Tracked, out.Max)
 		assert.Equal(t, ms(pts[hi].Time), out.MaxT)
 		if len(pts) <= max(int(limit), 4) {
 			assert.Len(t, kept, len(pts), "a short history is kept whole")

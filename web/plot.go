@@ -120,7 +120,7 @@ func (p *plotter) add(e memtrack.HistoryEvent) bool {
 		p.run[id] += d
 		p.log = append(p.log, siteEvent{seq: e.Seq, id: id, bytes: d})
 	}
-	pt := point{seq: e.Seq, t: e.Time, cur: e.Current}
+	pt := point{seq: e.Seq, t: e.Time, cur: e.Tracked}
 	p.last = pt
 	b := &p.open
 	if !b.has || pt.cur < b.lo.cur {
