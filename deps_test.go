@@ -61,3 +61,36 @@ func TestCoreImportsNoRenderer(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenTelemetryOnlyInItsPackage checks that OpenTelemetry's modules
+// reach no package of the module but otelmetric (and the tests of those
+// that test it beside others): the core, tracker and the other renderers
+// build without them.
+func TestOpenTelemetryOnlyInItsPackage(t *testing.T) {
+	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(gotool); err != nil {
+		t.Skipf("no go command at %s to list the dependencies with: %v", gotool, err)
+	}
+	if _, err := os.Stat("deps_test.go"); err != nil {
+		t.Skip("not run in the package's source directory")
+	}
+	cmd := exec.Command(gotool, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list ./...: %s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Greater(t, len(lines), 5, "go list listed the module's packages")
+	sawOtel := false
+	for _, line := range lines {
+		f := strings.Fields(line)
+		pkg, deps := f[0], f[1:]
+		uses := slices.ContainsFunc(deps, func(d string) bool { return strings.HasPrefix(d, "go.opentelemetry.io/") })
+		if pkg == "github.com/memtrack/memtrack/otelmetric" {
+			sawOtel = uses
+			continue
+		}
+		assert.False(t, uses, "%s depends on OpenTelemetry; only package otelmetric may", pkg)
+	}
+	assert.True(t, sawOtel, "otelmetric was listed, with its OpenTelemetry dependencies")
+}

@@ -1,0 +1,151 @@
+package otelmetric
+
+import (
+	"github.com/memtrack/memtrack"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/hwconv"
+)
+
+// kind is an OpenTelemetry instrument kind, all of them observable.
+type kind uint8
+
+const (
+	// upDownCounter is for additive figures that go up and down: bytes or
+	// buffers held now, which sum over devices and processes.
+	upDownCounter kind = iota
+	// counter is for cumulative figures, which only grow (until
+	// ResetAccumulatedMemoryStats).
+	counter
+	// gauge is for figures that do not add up: peaks and fractions.
+	gauge
+)
+
+// String names the kind as the OpenTelemetry API does.
+func (k kind) String() string {
+	switch k {
+	case upDownCounter:
+		return "UpDownCounter"
+	case counter:
+		return "Counter"
+	}
+	return "Gauge"
+}
+
+// family says which devices an instrument reports and with which attributes.
+type family uint8
+
+const (
+	// own: memtrack's figures, for every used device, with the attributes
+	// memtrack.backend, memtrack.ordinal and, where the device has one,
+	// hw.id.
+	own family = iota
+	// gpu: the driver's figures of a GPU (CUDA, Metal), under the names of
+	// OpenTelemetry's hardware semantic conventions, with their attributes
+	// (hw.id, hw.type, hw.name, hw.model, hw.vendor).
+	gpu
+	// cpu: the OS's figures of the CPU device (the machine or its cgroup),
+	// with the attributes of own.
+	cpu
+)
+
+// instrument is one instrument: its name, unit, kind and description, and
+// how a reading gives its value. Exactly one of value and ratio is set;
+// either reports false where the device has no such figure.
+type instrument struct {
+	name, unit, desc string
+	kind             kind
+	family           family
+	value            func(r *reading) (int64, bool)
+	ratio            func(r *reading) (float64, bool)
+}
+
+// always wraps a figure every device has.
+func always(f func(s *memtrack.Stats) int64) func(r *reading) (int64, bool) {
+	return func(r *reading) (int64, bool) { return f(&r.stats), true }
+}
+
+// pool wraps a figure of a CUDA memory pool.
+func pool(f func(p *memtrack.PoolStats) int64) func(r *reading) (int64, bool) {
+	return func(r *reading) (int64, bool) { return f(&r.pool), r.poolErr == nil }
+}
+
+// The driver's figures of a device: what it reports in use (total - free),
+// its total, and their ratio.
+func deviceUsed(r *reading) (int64, bool)  { return max(r.total-r.free, 0), r.memErr == nil }
+func deviceTotal(r *reading) (int64, bool) { return r.total, r.memErr == nil }
+func deviceUtilization(r *reading) (float64, bool) {
+	if r.memErr != nil || r.total <= 0 {
+		return 0, false
+	}
+	return float64(max(r.total-r.free, 0)) / float64(r.total), true
+}
+
+// instruments are every instrument of the package, in the order of the
+// table in doc.go and docs/integrations.md.
+var instruments = []instrument{
+	{name: "memtrack.memory.allocated", unit: "By", kind: upDownCounter,
+		desc:  "Bytes held by the device's live buffers allocated through memtrack (requested sizes).",
+		value: always(func(s *memtrack.Stats) int64 { return s.Current })},
+	{name: "memtrack.memory.allocated.peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.memory.allocated since the last peak reset.",
+		value: always(func(s *memtrack.Stats) int64 { return s.Peak })},
+	{name: "memtrack.memory.held", unit: "By", kind: upDownCounter,
+		desc:  "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed.",
+		value: always(func(s *memtrack.Stats) int64 { return s.Held })},
+	{name: "memtrack.memory.held.peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.memory.held since the last peak reset.",
+		value: always(func(s *memtrack.Stats) int64 { return s.HeldPeak })},
+	{name: "memtrack.memory.limit", unit: "By", kind: upDownCounter,
+		desc:  "Memory limit on the bytes held by the device's live buffers; absent where none is set.",
+		value: func(r *reading) (int64, bool) { return r.stats.Limit, r.stats.Limit > 0 }},
+	{name: "memtrack.memory.pool.reserved", unit: "By", kind: upDownCounter,
+		desc:  "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them.",
+		value: pool(func(p *memtrack.PoolStats) int64 { return p.ReservedCurrent })},
+	{name: "memtrack.memory.pool.reserved.peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.memory.pool.reserved since the last peak reset, as the driver reports it.",
+		value: pool(func(p *memtrack.PoolStats) int64 { return p.ReservedHigh })},
+	{name: "memtrack.memory.pool.used", unit: "By", kind: upDownCounter,
+		desc:  "Bytes in use in the device's CUDA memory pool, as the driver reports them.",
+		value: pool(func(p *memtrack.PoolStats) int64 { return p.UsedCurrent })},
+	{name: "memtrack.memory.pool.used.peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.memory.pool.used since the last peak reset, as the driver reports it.",
+		value: pool(func(p *memtrack.PoolStats) int64 { return p.UsedHigh })},
+	{name: "memtrack.buffer.live", unit: "{buffer}", kind: upDownCounter,
+		desc:  "Live buffers allocated through memtrack on the device.",
+		value: always(func(s *memtrack.Stats) int64 { return s.Active })},
+	{name: "memtrack.buffer.live.peak", unit: "{buffer}", kind: gauge,
+		desc:  "High-water mark of memtrack.buffer.live since the last peak reset.",
+		value: always(func(s *memtrack.Stats) int64 { return s.PeakActive })},
+	{name: "memtrack.allocation.count", unit: "{allocation}", kind: counter,
+		desc:  "Allocations through memtrack on the device since the last reset of the cumulative figures.",
+		value: always(func(s *memtrack.Stats) int64 { return s.Allocs })},
+	{name: "memtrack.allocation.size", unit: "By", kind: counter,
+		desc:  "Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures.",
+		value: always(func(s *memtrack.Stats) int64 { return s.AllocatedBytes })},
+	{name: "memtrack.allocation.failure.count", unit: "{allocation}", kind: counter,
+		desc:  "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures.",
+		value: always(func(s *memtrack.Stats) int64 { return s.FailedAllocs })},
+	{name: "memtrack.free.count", unit: "{free}", kind: counter,
+		desc:  "Frees through memtrack on the device since the last reset of the cumulative figures.",
+		value: always(func(s *memtrack.Stats) int64 { return s.Frees })},
+	{name: "memtrack.free.size", unit: "By", kind: counter,
+		desc:  "Bytes freed through memtrack on the device since the last reset of the cumulative figures.",
+		value: always(func(s *memtrack.Stats) int64 { return s.FreedBytes })},
+	{name: "memtrack.cpu.memory.usage", unit: "By", kind: upDownCounter, family: cpu,
+		desc:  "Memory in use on the CPU device (total minus free), as the OS reports it for the machine or its cgroup.",
+		value: deviceUsed},
+	{name: "memtrack.cpu.memory.limit", unit: "By", kind: upDownCounter, family: cpu,
+		desc:  "Total memory of the CPU device, as the OS reports it for the machine or its cgroup.",
+		value: deviceTotal},
+	{name: "memtrack.cpu.memory.utilization", unit: "1", kind: gauge, family: cpu,
+		desc:  "Fraction of the CPU device's memory in use, as the OS reports it.",
+		ratio: deviceUtilization},
+	{name: hwconv.GpuMemoryUsageObservable{}.Name(), unit: hwconv.GpuMemoryUsageObservable{}.Unit(), kind: upDownCounter, family: gpu,
+		desc:  "GPU memory used, as the driver reports it for the whole device (total minus free).",
+		value: deviceUsed},
+	{name: hwconv.GpuMemoryLimitObservable{}.Name(), unit: hwconv.GpuMemoryLimitObservable{}.Unit(), kind: upDownCounter, family: gpu,
+		desc:  "Size of the GPU memory, as the driver reports it.",
+		value: deviceTotal},
+	{name: hwconv.GpuMemoryUtilizationObservable{}.Name(), unit: hwconv.GpuMemoryUtilizationObservable{}.Unit(), kind: gauge, family: gpu,
+		desc:  "Fraction of GPU memory used, as the driver reports it.",
+		ratio: deviceUtilization},
+}

@@ -1,0 +1,174 @@
+package otelmetric
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/prom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// scrape serves reg over HTTP as a program would (promhttp), GETs it and
+// parses the text, so that what is checked is what Prometheus reads.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return families
+}
+
+// exporter returns a registry fed by the OpenTelemetry Prometheus exporter
+// over a provider on which the instruments read source.
+func exporter(t *testing.T, source func() []reading) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	require.NoError(t, err)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
+	r, err := register(mp, source, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, r.Unregister()) })
+	return reg
+}
+
+// series is one sample as Prometheus reads it, without the exporter's
+// otel_scope_* labels.
+type series struct {
+	typ    dto.MetricType
+	labels string // name="value",... sorted
+	value  float64
+}
+
+func seriesOf(t *testing.T, families map[string]*dto.MetricFamily) map[string][]series {
+	t.Helper()
+	out := map[string][]series{}
+	for name, f := range families {
+		if name == "target_info" {
+			continue
+		}
+		for _, m := range f.Metric {
+			var labels []string
+			for _, l := range m.Label {
+				if l.GetName() == "otel_scope_name" {
+					assert.Equal(t, ScopeName, l.GetValue(), name)
+				}
+				if !strings.HasPrefix(l.GetName(), "otel_scope_") {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+			}
+			slices.Sort(labels)
+			v := m.GetGauge().GetValue()
+			if f.GetType() == dto.MetricType_COUNTER {
+				v = m.GetCounter().GetValue()
+			}
+			out[name] = append(out[name], series{f.GetType(), strings.Join(labels, ","), v})
+		}
+	}
+	return out
+}
+
+// TestPrometheusExporter scrapes the instruments through the OpenTelemetry
+// Prometheus exporter: every name, type, label and value as Prometheus
+// reads them, written out, and promlint reports nothing.
+func TestPrometheusExporter(t *testing.T) {
+	families := scrape(t, exporter(t, func() []reading { return []reading{fakeGPU()} }))
+
+	problems, err := promlint.NewWithMetricFamilies(slices.Collect(maps.Values(families))).Lint()
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+
+	const (
+		own = "hw_id=" + gpuUUID + ",memtrack_backend=cuda,memtrack_ordinal=1"
+		hw  = "hw_id=" + gpuUUID + ",hw_model=NVIDIA H100 80GB HBM3,hw_name=cuda:1,hw_type=gpu,hw_vendor=NVIDIA"
+		G   = dto.MetricType_GAUGE
+		C   = dto.MetricType_COUNTER
+	)
+	want := map[string][]series{
+		"memtrack_memory_allocated_bytes":          {{G, own, 1 << 20}},
+		"memtrack_memory_allocated_peak_bytes":     {{G, own, 3 << 20}},
+		"memtrack_memory_held_bytes":               {{G, own, 2 << 20}},
+		"memtrack_memory_held_peak_bytes":          {{G, own, 4 << 20}},
+		"memtrack_memory_limit_bytes":              {{G, own, 64 << 20}},
+		"memtrack_memory_pool_reserved_bytes":      {{G, own, 32 << 20}},
+		"memtrack_memory_pool_reserved_peak_bytes": {{G, own, 48 << 20}},
+		"memtrack_memory_pool_used_bytes":          {{G, own, 16 << 20}},
+		"memtrack_memory_pool_used_peak_bytes":     {{G, own, 24 << 20}},
+		"memtrack_buffer_live":                     {{G, own, 2}},
+		"memtrack_buffer_live_peak":                {{G, own, 5}},
+		"memtrack_allocation_count_total":          {{C, own, 11}},
+		"memtrack_allocation_size_bytes_total":     {{C, own, 7 << 20}},
+		"memtrack_allocation_failure_count_total":  {{C, own, 3}},
+		"memtrack_free_count_total":                {{C, own, 9}},
+		"memtrack_free_size_bytes_total":           {{C, own, 6 << 20}},
+		"hw_gpu_memory_usage_bytes":                {{G, hw, 20 << 30}},
+		"hw_gpu_memory_limit_bytes":                {{G, hw, 80 << 30}},
+		"hw_gpu_memory_utilization_ratio":          {{G, hw, 0.25}},
+	}
+	assert.Equal(t, want, seriesOf(t, families))
+	assert.Contains(t, families, "target_info", "the exporter's resource")
+}
+
+// TestPrometheusBesideCollector registers the exporter and package prom's
+// collector on one registry, as a program that moves from one to the other
+// does: no name is exported twice, and the scrape is clean.
+func TestPrometheusBesideCollector(t *testing.T) {
+	b, err := memtrack.CPU().Alloc(1) // so that the collector has a used device to report
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	reg := exporter(t, func() []reading { return []reading{fakeCPU(), fakeGPU()} })
+	c := prom.NewCollector()
+	require.NoError(t, reg.Register(c))
+	families := scrape(t, reg)
+
+	ch := make(chan *prometheus.Desc)
+	go func() { c.Describe(ch); close(ch) }()
+	var collector []string
+	for d := range ch {
+		name := strings.SplitN(strings.TrimPrefix(d.String(), `Desc{fqName: "`), `"`, 2)[0]
+		require.True(t, strings.HasPrefix(name, "memtrack_"), "read the name of %v", d)
+		collector = append(collector, name)
+	}
+	// The instruments' series carry the exporter's otel_scope_name label.
+	otel := map[string]bool{}
+	for name, f := range families {
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			if l.GetName() == "otel_scope_name" {
+				otel[name] = true
+			}
+		}
+	}
+	require.Contains(t, otel, "memtrack_memory_allocated_bytes")
+	require.Contains(t, families, "memtrack_allocated_bytes", "the collector's series are served too")
+	for _, name := range collector {
+		assert.NotContains(t, otel, name, "exported by both the collector and the OpenTelemetry instruments")
+	}
+	problems, err := promlint.NewWithMetricFamilies(slices.Collect(maps.Values(families))).Lint()
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
