@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -171,4 +172,38 @@ func TestPrometheusBesideCollector(t *testing.T) {
 	problems, err := promlint.NewWithMetricFamilies(slices.Collect(maps.Values(families))).Lint()
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+}
+
+// TestDocsTable checks the table of docs/integrations.md against the
+// instruments and the exporter: each instrument has one row, with its kind
+// and unit, and the Prometheus name in the row is the one the exporter
+// serves.
+func TestDocsTable(t *testing.T) {
+	src, err := os.ReadFile("../docs/integrations.md")
+	require.NoError(t, err)
+	families := scrape(t, exporter(t, func() []reading { return []reading{fakeCPU(), fakeGPU()} }))
+	rows := map[string][]string{}
+	for _, line := range strings.Split(string(src), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 8 {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[3]), "`")
+		if strings.HasPrefix(name, "memtrack.") || strings.HasPrefix(name, "hw.") {
+			assert.NotContains(t, rows, name, "two rows for %s", name)
+			rows[name] = cells
+		}
+	}
+	for _, in := range instruments {
+		cells, ok := rows[in.name]
+		if !assert.True(t, ok, "docs/integrations.md has no row for %s", in.name) {
+			continue
+		}
+		assert.Equal(t, in.kind.String(), strings.TrimSpace(cells[4]), in.name)
+		assert.Equal(t, "`"+in.unit+"`", strings.TrimSpace(cells[5]), in.name)
+		promName := strings.Trim(strings.TrimSpace(cells[6]), "`")
+		assert.Contains(t, families, promName, "%s: the exporter serves no %s", in.name, promName)
+		delete(rows, in.name)
+	}
+	assert.Empty(t, rows, "rows for instruments that do not exist")
 }
