@@ -1,0 +1,78 @@
+//go:build cuda
+
+package otelmetric
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// TestInstrumentsCUDA reads cuda:0 through Register from the driver the
+// process loads (the fake of testdata/fakecuda under scripts/test-cuda.sh):
+// the hw.gpu.memory figures are the driver's, with the GPU's UUID as hw.id
+// and its name as hw.model, and memtrack's own figures carry the same
+// hw.id. It runs in a process of its own, since using cuda:0 adds it to
+// the used devices that the other tests and the example read.
+func TestInstrumentsCUDA(t *testing.T) {
+	if os.Getenv("MEMTRACK_OTEL_CHILD") != t.Name() {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+		gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+		cmd.Env = append(os.Environ(), "MEMTRACK_OTEL_CHILD="+t.Name(), "GORACE="+gorace)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child output:\n%s", out)
+		if strings.Contains(string(out), "--- SKIP: "+t.Name()) {
+			t.Skipf("child skipped:\n%s", out)
+		}
+		assert.Contains(t, string(out), "--- PASS: "+t.Name(), "child output:\n%s", out)
+		return
+	}
+	d, err := memtrack.CUDA(0)
+	if err != nil {
+		t.Skipf("needs a CUDA device: %v", err)
+	}
+	info, err := d.Info()
+	require.NoError(t, err)
+	require.Regexp(t, `^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`, info.UUID)
+	buf, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	defer buf.Free()
+
+	got := collect(t, func() []reading {
+		rs := readUsed()
+		for i := range rs {
+			if rs[i].kind == memtrack.KindCPU {
+				rs = append(rs[:i], rs[i+1:]...) // the CPU is checked elsewhere
+				break
+			}
+		}
+		return rs
+	})
+	free, total, err := d.MemGetInfo()
+	require.NoError(t, err)
+	s := d.MemoryStats()
+	require.Equal(t, int64(1<<20), s.Current)
+
+	own := attribute.NewSet(attribute.String("memtrack.backend", "cuda"), attribute.Int("memtrack.ordinal", 0),
+		attribute.String("hw.id", info.UUID))
+	hw := attribute.NewSet(attribute.String("hw.id", info.UUID), attribute.String("hw.type", "gpu"),
+		attribute.String("hw.name", "cuda:0"), attribute.String("hw.model", info.Name),
+		attribute.String("hw.vendor", "NVIDIA"))
+	want := wantOwn(s, own)
+	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", hw, float64(total - free)}
+	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", hw, float64(total)}
+	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", hw, float64(total-free) / float64(total)}
+	if p, err := d.PoolStats(); err == nil {
+		want["memtrack.memory.pool.reserved"] = point{"By", "UpDownCounter", own, float64(p.ReservedCurrent)}
+		want["memtrack.memory.pool.reserved.peak"] = point{"By", "Gauge", own, float64(p.ReservedHigh)}
+		want["memtrack.memory.pool.used"] = point{"By", "UpDownCounter", own, float64(p.UsedCurrent)}
+		want["memtrack.memory.pool.used.peak"] = point{"By", "Gauge", own, float64(p.UsedHigh)}
+	}
+	assert.Equal(t, merge(want), got)
+}
