@@ -51,6 +51,10 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 // one callback that reads every used device's figures when a reader
 // collects ([memtrack.UsedDevices]). Nothing is started and nothing is read
 // in between. Call Unregister on the result to stop reporting.
+//
+// Register once per provider: a second registration on the same provider
+// gets the same instruments from the SDK, which then adds the two
+// callbacks' observations of a series, so that every sum is doubled.
 func Register(mp metric.MeterProvider, opts ...Option) (metric.Registration, error) {
 	return register(mp, readUsed, opts)
 }
