@@ -3,12 +3,10 @@
 package otelmetric
 
 import (
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/rendertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,25 +19,10 @@ import (
 // hw.id. It runs in a process of its own, since using cuda:0 adds it to
 // the used devices that the other tests and the example read.
 func TestInstrumentsCUDA(t *testing.T) {
-	if os.Getenv("MEMTRACK_OTEL_CHILD") != t.Name() {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-		gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-		cmd.Env = append(os.Environ(), "MEMTRACK_OTEL_CHILD="+t.Name(), "GORACE="+gorace)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child output:\n%s", out)
-		if strings.Contains(string(out), "--- SKIP: "+t.Name()) {
-			t.Skipf("child skipped:\n%s", out)
-		}
-		assert.Contains(t, string(out), "--- PASS: "+t.Name(), "child output:\n%s", out)
+	if !rendertest.InChild(t, "MEMTRACK_OTEL_CHILD") {
 		return
 	}
-	d, err := memtrack.CUDA(0)
-	if err != nil {
-		t.Skipf("needs a CUDA device: %v", err)
-	}
-	info, err := d.Info()
-	require.NoError(t, err)
-	require.Regexp(t, `^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`, info.UUID)
+	d, info := rendertest.CUDA0(t)
 	buf, err := d.Alloc(1 << 20)
 	require.NoError(t, err)
 	defer buf.Free()

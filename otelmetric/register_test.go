@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/rendertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -158,6 +159,14 @@ func wantCPU() map[string]point {
 	return want
 }
 
+// without returns want less the instruments named.
+func without(want map[string]point, names ...string) map[string]point {
+	for _, n := range names {
+		delete(want, n)
+	}
+	return want
+}
+
 func TestInstruments(t *testing.T) {
 	gpuNoInfo := fakeGPU()
 	gpuNoInfo.infoErr = errors.New("no identity")
@@ -173,16 +182,10 @@ func TestInstruments(t *testing.T) {
 	}
 	gpuNoMem := fakeGPU()
 	gpuNoMem.memErr = errors.New("no memory figures")
-	wantNoMem := wantGPU()
-	delete(wantNoMem, "hw.gpu.memory.usage")
-	delete(wantNoMem, "hw.gpu.memory.limit")
-	delete(wantNoMem, "hw.gpu.memory.utilization")
+	wantNoMem := without(wantGPU(), "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization")
 	cpuNoMem := fakeCPU()
 	cpuNoMem.memErr = errors.New("no memory figures")
-	wantCPUNoMem := wantCPU()
-	delete(wantCPUNoMem, "memtrack.cpu.memory.usage")
-	delete(wantCPUNoMem, "memtrack.cpu.memory.limit")
-	delete(wantCPUNoMem, "memtrack.cpu.memory.utilization")
+	wantCPUNoMem := without(wantCPU(), "memtrack.cpu.memory.usage", "memtrack.cpu.memory.limit", "memtrack.cpu.memory.utilization")
 
 	for _, tc := range []struct {
 		name string
@@ -207,7 +210,7 @@ func TestInstruments(t *testing.T) {
 // TestInstrumentsCPU checks every instrument against the CPU's own
 // Stats and MemGetInfo, read through Register as a program would.
 func TestInstrumentsCPU(t *testing.T) {
-	setCPU(t, 1<<30)
+	rendertest.SetCPU(t, 1<<30)
 	got := collect(t, readUsed)
 	cpu := memtrack.CPU()
 	s := cpu.MemoryStats()
@@ -225,31 +228,6 @@ func TestInstrumentsCPU(t *testing.T) {
 	want["memtrack.cpu.memory.limit"] = point{"By", "UpDownCounter", cpuOwn, float64(total)}
 	want["memtrack.cpu.memory.utilization"] = point{"1", "Gauge", cpuOwn, usage[0].value / float64(total)}
 	assert.Equal(t, merge(want), got)
-}
-
-// setCPU puts the CPU's figures in a known state: 3 KiB allocated in two
-// buffers, one freed, one refused by a limit, then the given limit, until
-// the test ends.
-func setCPU(t *testing.T, limit int64) {
-	t.Helper()
-	cpu := memtrack.CPU()
-	require.Zero(t, cpu.MemoryAllocated(), "an earlier test left CPU buffers live")
-	require.NoError(t, cpu.SetMemoryLimit(0))
-	cpu.ResetPeakMemoryStats()
-	cpu.ResetAccumulatedMemoryStats()
-	a, err := cpu.Alloc(1024)
-	require.NoError(t, err)
-	b, err := cpu.Alloc(2048)
-	require.NoError(t, err)
-	require.NoError(t, a.Free())
-	require.NoError(t, cpu.SetMemoryLimit(2560))
-	_, err = cpu.Alloc(1024)
-	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
-	require.NoError(t, cpu.SetMemoryLimit(limit))
-	t.Cleanup(func() {
-		assert.NoError(t, b.Free())
-		assert.NoError(t, cpu.SetMemoryLimit(0))
-	})
 }
 
 func TestWithAttributes(t *testing.T) {
