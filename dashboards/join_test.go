@@ -29,12 +29,15 @@ var joinSeries = []map[string]string{
 	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "4096x5"},
 	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="2",UUID="GPU-ccc",device="nvidia2",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "100x5"},
 	// The same processes through package otelmetric and OpenTelemetry's
-	// Prometheus exporter: every series of a GPU carries hw_id, and the
-	// driver's figure of each GPU is hw_gpu_memory_usage_bytes.
-	{"series": `memtrack_memory_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-aaa",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "1073741824x5"},
-	{"series": `memtrack_memory_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="1",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
-	{"series": `memtrack_memory_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cpu",memtrack_ordinal="0",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4096x5"},
-	{"series": `memtrack_memory_allocated_bytes{instance="b:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "536870912x5"},
+	// Prometheus exporter, in the same server: package prom's names, with
+	// memtrack_backend and memtrack_ordinal for labels; every series of a
+	// GPU carries hw_id, and the driver's figure of each GPU is
+	// hw_gpu_memory_usage_bytes. The selectors keep the two apart: the
+	// expressions above select backend="cuda", these memtrack_backend="cuda".
+	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-aaa",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "1073741824x5"},
+	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="1",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
+	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cpu",memtrack_ordinal="0",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4096x5"},
+	{"series": `memtrack_allocated_bytes{instance="b:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "536870912x5"},
 	{"series": `hw_gpu_memory_usage_bytes{instance="a:2112",job="app",hw_id="GPU-aaa",hw_name="cuda:0",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
 	{"series": `hw_gpu_memory_usage_bytes{instance="a:2112",job="app",hw_id="GPU-bbb",hw_name="cuda:1",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4294967296x5"},
 	{"series": `hw_gpu_memory_usage_bytes{instance="b:2112",job="app",hw_id="GPU-bbb",hw_name="cuda:0",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4294967296x5"},
@@ -58,13 +61,13 @@ const perProcessShare = `(memtrack_allocated_bytes{backend="cuda"} * on(instance
 // every process, and the same against the driver's figure that the
 // processes report themselves (hw.gpu.memory.usage), without dcgm-exporter.
 const (
-	otelPerProcessShare = `memtrack_memory_allocated_bytes{memtrack_backend="cuda"}
+	otelPerProcessShare = `memtrack_allocated_bytes{memtrack_backend="cuda"}
   / on(hw_id) group_left()
 (max by (hw_id) (label_replace(DCGM_FI_DEV_FB_USED, "hw_id", "$1", "UUID", "(.+)")) * 1048576)`
-	otelShare = `sum by (hw_id) (memtrack_memory_allocated_bytes{memtrack_backend="cuda"})
+	otelShare = `sum by (hw_id) (memtrack_allocated_bytes{memtrack_backend="cuda"})
   / on(hw_id)
 (max by (hw_id) (label_replace(DCGM_FI_DEV_FB_USED, "hw_id", "$1", "UUID", "(.+)")) * 1048576)`
-	otelShareOfUsage = `sum by (hw_id) (memtrack_memory_allocated_bytes{memtrack_backend="cuda"})
+	otelShareOfUsage = `sum by (hw_id) (memtrack_allocated_bytes{memtrack_backend="cuda"})
   / on(hw_id)
 max by (hw_id) (hw_gpu_memory_usage_bytes)`
 )

@@ -24,35 +24,39 @@
 // (its model name) and hw.vendor ("NVIDIA" for CUDA; none for Metal). They
 // are left out for a device whose identity or memory query fails.
 //
-// memtrack's own figures are named under memtrack.:
+// memtrack's own figures are named under memtrack., after package prom's
+// metrics, so that OpenTelemetry's Prometheus exporter serves them under
+// the same names (memtrack.held, unit By, is memtrack_held_bytes; a counter
+// gets _total):
 //
-//	memtrack.memory.allocated           UpDownCounter  By            bytes held by live buffers (requested sizes)
-//	memtrack.memory.allocated.peak      Gauge          By            its high-water mark
-//	memtrack.memory.held                UpDownCounter  By            bytes the device holds for them, stream-ordered frees not yet executed included (CUDA)
-//	memtrack.memory.held.peak           Gauge          By            its high-water mark
-//	memtrack.memory.limit               UpDownCounter  By            the memory limit, where one is set
-//	memtrack.memory.pool.reserved       UpDownCounter  By            a CUDA memory pool's reserved bytes (memory_reserved)
-//	memtrack.memory.pool.reserved.peak  Gauge          By            its high-water mark (max_memory_reserved)
-//	memtrack.memory.pool.used           UpDownCounter  By            the bytes in use in the pool, as the driver counts them
-//	memtrack.memory.pool.used.peak      Gauge          By            its high-water mark
-//	memtrack.buffer.live                UpDownCounter  {buffer}      live buffers
-//	memtrack.buffer.live.peak           Gauge          {buffer}      its high-water mark
-//	memtrack.allocation.count           Counter        {allocation}  allocations
-//	memtrack.allocation.size            Counter        By            bytes allocated (requested sizes)
-//	memtrack.allocation.failure.count   Counter        {allocation}  allocations refused by the limit or failed in the backend
-//	memtrack.free.count                 Counter        {free}        frees
-//	memtrack.free.size                  Counter        By            bytes freed
-//	memtrack.cpu.memory.usage           UpDownCounter  By            the CPU device's memory in use, as the OS reports it (machine or cgroup)
-//	memtrack.cpu.memory.limit           UpDownCounter  By            the CPU device's total memory, as the OS reports it
-//	memtrack.cpu.memory.utilization     Gauge          1             usage / limit
+//	memtrack.allocated            UpDownCounter  By            bytes held by live buffers (requested sizes)
+//	memtrack.allocated_peak       Gauge          By            its high-water mark
+//	memtrack.held                 UpDownCounter  By            bytes the device holds for them, stream-ordered frees not yet executed included (CUDA)
+//	memtrack.held_peak            Gauge          By            its high-water mark
+//	memtrack.limit                UpDownCounter  By            the memory limit, where one is set
+//	memtrack.pool_reserved        UpDownCounter  By            a CUDA memory pool's reserved bytes (memory_reserved)
+//	memtrack.pool_reserved_peak   Gauge          By            its high-water mark (max_memory_reserved)
+//	memtrack.pool_used            UpDownCounter  By            the bytes in use in the pool, as the driver counts them
+//	memtrack.pool_used_peak       Gauge          By            its high-water mark
+//	memtrack.active_buffers       UpDownCounter  {buffer}      live buffers
+//	memtrack.active_buffers_peak  Gauge          {buffer}      its high-water mark
+//	memtrack.allocations          Counter        {allocation}  allocations
+//	memtrack.allocated_bytes      Counter        By            bytes allocated (requested sizes)
+//	memtrack.allocation_failures  Counter        {allocation}  allocations refused by the limit or failed in the backend
+//	memtrack.frees                Counter        {free}        frees
+//	memtrack.freed_bytes          Counter        By            bytes freed
+//	memtrack.device_free          UpDownCounter  By            the CPU device's free memory, as the OS reports it (machine or cgroup)
+//	memtrack.device_total         UpDownCounter  By            the CPU device's total memory, as the OS reports it
 //
 // with the attributes memtrack.backend ("cpu", "cuda", "metal"),
 // memtrack.ordinal and, for a GPU, hw.id, so that each series joins the
 // hw.gpu ones and dcgm-exporter's on the GPU's UUID without an info metric.
 // The pool figures are left out for a device without a CUDA memory pool,
-// the cpu ones for a device whose query fails. The counters restart from
+// the device ones for a device whose query fails. The counters restart from
 // zero after [memtrack.Device.ResetAccumulatedMemoryStats] and the peaks
-// follow [memtrack.Device.ResetPeakMemoryStats].
+// follow [memtrack.Device.ResetPeakMemoryStats]. Since the names are
+// package prom's, serve one package or the other from a Prometheus
+// registry, not both.
 //
 // docs/integrations.md puts these names beside package prom's and shows
 // the join with dcgm-exporter.

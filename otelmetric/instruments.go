@@ -43,7 +43,7 @@ const (
 	// (hw.id, hw.type, hw.name, hw.model, hw.vendor).
 	gpu
 	// cpu: the OS's figures of the CPU device (the machine or its cgroup),
-	// with the attributes of own.
+	// under memtrack's names, with the attributes of own.
 	cpu
 )
 
@@ -69,8 +69,9 @@ func pool(f func(p *memtrack.PoolStats) int64) func(r *reading) (int64, bool) {
 }
 
 // The driver's figures of a device: what it reports in use (total - free),
-// its total, and their ratio.
+// free, its total, and the fraction in use.
 func deviceUsed(r *reading) (int64, bool)  { return max(r.total-r.free, 0), r.memErr == nil }
+func deviceFree(r *reading) (int64, bool)  { return r.free, r.memErr == nil }
 func deviceTotal(r *reading) (int64, bool) { return r.total, r.memErr == nil }
 func deviceUtilization(r *reading) (float64, bool) {
 	if r.memErr != nil || r.total <= 0 {
@@ -80,65 +81,65 @@ func deviceUtilization(r *reading) (float64, bool) {
 }
 
 // instruments are every instrument of the package, in the order of the
-// table in doc.go and docs/integrations.md.
+// table in doc.go. memtrack's own instruments are named after package
+// prom's metrics, so that OpenTelemetry's Prometheus exporter serves them
+// under the same names: memtrack.held (By) becomes memtrack_held_bytes, a
+// counter gets _total. A test holds the two to each other.
 var instruments = []instrument{
-	{name: "memtrack.memory.allocated", unit: "By", kind: upDownCounter,
+	{name: "memtrack.allocated", unit: "By", kind: upDownCounter,
 		desc:  "Bytes held by the device's live buffers allocated through memtrack (requested sizes).",
 		value: always(func(s *memtrack.Stats) int64 { return s.Current })},
-	{name: "memtrack.memory.allocated.peak", unit: "By", kind: gauge,
-		desc:  "High-water mark of memtrack.memory.allocated since the last peak reset.",
+	{name: "memtrack.allocated_peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.allocated since the last peak reset.",
 		value: always(func(s *memtrack.Stats) int64 { return s.Peak })},
-	{name: "memtrack.memory.held", unit: "By", kind: upDownCounter,
+	{name: "memtrack.held", unit: "By", kind: upDownCounter,
 		desc:  "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed.",
 		value: always(func(s *memtrack.Stats) int64 { return s.Held })},
-	{name: "memtrack.memory.held.peak", unit: "By", kind: gauge,
-		desc:  "High-water mark of memtrack.memory.held since the last peak reset.",
+	{name: "memtrack.held_peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.held since the last peak reset.",
 		value: always(func(s *memtrack.Stats) int64 { return s.HeldPeak })},
-	{name: "memtrack.memory.limit", unit: "By", kind: upDownCounter,
+	{name: "memtrack.limit", unit: "By", kind: upDownCounter,
 		desc:  "Memory limit on the bytes held by the device's live buffers; absent where none is set.",
 		value: func(r *reading) (int64, bool) { return r.stats.Limit, r.stats.Limit > 0 }},
-	{name: "memtrack.memory.pool.reserved", unit: "By", kind: upDownCounter,
+	{name: "memtrack.pool_reserved", unit: "By", kind: upDownCounter,
 		desc:  "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them.",
 		value: pool(func(p *memtrack.PoolStats) int64 { return p.ReservedCurrent })},
-	{name: "memtrack.memory.pool.reserved.peak", unit: "By", kind: gauge,
-		desc:  "High-water mark of memtrack.memory.pool.reserved since the last peak reset, as the driver reports it.",
+	{name: "memtrack.pool_reserved_peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.pool_reserved since the last peak reset, as the driver reports it.",
 		value: pool(func(p *memtrack.PoolStats) int64 { return p.ReservedHigh })},
-	{name: "memtrack.memory.pool.used", unit: "By", kind: upDownCounter,
+	{name: "memtrack.pool_used", unit: "By", kind: upDownCounter,
 		desc:  "Bytes in use in the device's CUDA memory pool, as the driver reports them.",
 		value: pool(func(p *memtrack.PoolStats) int64 { return p.UsedCurrent })},
-	{name: "memtrack.memory.pool.used.peak", unit: "By", kind: gauge,
-		desc:  "High-water mark of memtrack.memory.pool.used since the last peak reset, as the driver reports it.",
+	{name: "memtrack.pool_used_peak", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.pool_used since the last peak reset, as the driver reports it.",
 		value: pool(func(p *memtrack.PoolStats) int64 { return p.UsedHigh })},
-	{name: "memtrack.buffer.live", unit: "{buffer}", kind: upDownCounter,
+	{name: "memtrack.active_buffers", unit: "{buffer}", kind: upDownCounter,
 		desc:  "Live buffers allocated through memtrack on the device.",
 		value: always(func(s *memtrack.Stats) int64 { return s.Active })},
-	{name: "memtrack.buffer.live.peak", unit: "{buffer}", kind: gauge,
-		desc:  "High-water mark of memtrack.buffer.live since the last peak reset.",
+	{name: "memtrack.active_buffers_peak", unit: "{buffer}", kind: gauge,
+		desc:  "High-water mark of memtrack.active_buffers since the last peak reset.",
 		value: always(func(s *memtrack.Stats) int64 { return s.PeakActive })},
-	{name: "memtrack.allocation.count", unit: "{allocation}", kind: counter,
+	{name: "memtrack.allocations", unit: "{allocation}", kind: counter,
 		desc:  "Allocations through memtrack on the device since the last reset of the cumulative figures.",
 		value: always(func(s *memtrack.Stats) int64 { return s.Allocs })},
-	{name: "memtrack.allocation.size", unit: "By", kind: counter,
+	{name: "memtrack.allocated_bytes", unit: "By", kind: counter,
 		desc:  "Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures.",
 		value: always(func(s *memtrack.Stats) int64 { return s.AllocatedBytes })},
-	{name: "memtrack.allocation.failure.count", unit: "{allocation}", kind: counter,
+	{name: "memtrack.allocation_failures", unit: "{allocation}", kind: counter,
 		desc:  "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures.",
 		value: always(func(s *memtrack.Stats) int64 { return s.FailedAllocs })},
-	{name: "memtrack.free.count", unit: "{free}", kind: counter,
+	{name: "memtrack.frees", unit: "{free}", kind: counter,
 		desc:  "Frees through memtrack on the device since the last reset of the cumulative figures.",
 		value: always(func(s *memtrack.Stats) int64 { return s.Frees })},
-	{name: "memtrack.free.size", unit: "By", kind: counter,
+	{name: "memtrack.freed_bytes", unit: "By", kind: counter,
 		desc:  "Bytes freed through memtrack on the device since the last reset of the cumulative figures.",
 		value: always(func(s *memtrack.Stats) int64 { return s.FreedBytes })},
-	{name: "memtrack.cpu.memory.usage", unit: "By", kind: upDownCounter, family: cpu,
-		desc:  "Memory in use on the CPU device (total minus free), as the OS reports it for the machine or its cgroup.",
-		value: deviceUsed},
-	{name: "memtrack.cpu.memory.limit", unit: "By", kind: upDownCounter, family: cpu,
+	{name: "memtrack.device_free", unit: "By", kind: upDownCounter, family: cpu,
+		desc:  "Free memory of the CPU device, as the OS reports it for the machine or its cgroup.",
+		value: deviceFree},
+	{name: "memtrack.device_total", unit: "By", kind: upDownCounter, family: cpu,
 		desc:  "Total memory of the CPU device, as the OS reports it for the machine or its cgroup.",
 		value: deviceTotal},
-	{name: "memtrack.cpu.memory.utilization", unit: "1", kind: gauge, family: cpu,
-		desc:  "Fraction of the CPU device's memory in use, as the OS reports it.",
-		ratio: deviceUtilization},
 	{name: hwconv.GpuMemoryUsageObservable{}.Name(), unit: hwconv.GpuMemoryUsageObservable{}.Unit(), kind: upDownCounter, family: gpu,
 		desc:  "GPU memory used, as the driver reports it for the whole device (total minus free).",
 		value: deviceUsed},

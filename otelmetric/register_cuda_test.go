@@ -52,10 +52,10 @@ func TestInstrumentsCUDA(t *testing.T) {
 	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", hw, float64(total)}
 	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", hw, float64(total-free) / float64(total)}
 	if p, err := d.PoolStats(); err == nil {
-		want["memtrack.memory.pool.reserved"] = point{"By", "UpDownCounter", own, float64(p.ReservedCurrent)}
-		want["memtrack.memory.pool.reserved.peak"] = point{"By", "Gauge", own, float64(p.ReservedHigh)}
-		want["memtrack.memory.pool.used"] = point{"By", "UpDownCounter", own, float64(p.UsedCurrent)}
-		want["memtrack.memory.pool.used.peak"] = point{"By", "Gauge", own, float64(p.UsedHigh)}
+		want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", own, float64(p.ReservedCurrent)}
+		want["memtrack.pool_reserved_peak"] = point{"By", "Gauge", own, float64(p.ReservedHigh)}
+		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.UsedCurrent)}
+		want["memtrack.pool_used_peak"] = point{"By", "Gauge", own, float64(p.UsedHigh)}
 	}
 	assert.Equal(t, merge(want), got)
 }

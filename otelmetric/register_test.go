@@ -90,20 +90,20 @@ func read1(t *testing.T, reader *sdkmetric.ManualReader) map[string][]point {
 func wantOwn(s memtrack.Stats, attrs attribute.Set) map[string]point {
 	p := func(unit, kind string, v int64) point { return point{unit, kind, attrs, float64(v)} }
 	want := map[string]point{
-		"memtrack.memory.allocated":         p("By", "UpDownCounter", s.Current),
-		"memtrack.memory.allocated.peak":    p("By", "Gauge", s.Peak),
-		"memtrack.memory.held":              p("By", "UpDownCounter", s.Held),
-		"memtrack.memory.held.peak":         p("By", "Gauge", s.HeldPeak),
-		"memtrack.buffer.live":              p("{buffer}", "UpDownCounter", s.Active),
-		"memtrack.buffer.live.peak":         p("{buffer}", "Gauge", s.PeakActive),
-		"memtrack.allocation.count":         p("{allocation}", "Counter", s.Allocs),
-		"memtrack.allocation.size":          p("By", "Counter", s.AllocatedBytes),
-		"memtrack.allocation.failure.count": p("{allocation}", "Counter", s.FailedAllocs),
-		"memtrack.free.count":               p("{free}", "Counter", s.Frees),
-		"memtrack.free.size":                p("By", "Counter", s.FreedBytes),
+		"memtrack.allocated":           p("By", "UpDownCounter", s.Current),
+		"memtrack.allocated_peak":      p("By", "Gauge", s.Peak),
+		"memtrack.held":                p("By", "UpDownCounter", s.Held),
+		"memtrack.held_peak":           p("By", "Gauge", s.HeldPeak),
+		"memtrack.active_buffers":      p("{buffer}", "UpDownCounter", s.Active),
+		"memtrack.active_buffers_peak": p("{buffer}", "Gauge", s.PeakActive),
+		"memtrack.allocations":         p("{allocation}", "Counter", s.Allocs),
+		"memtrack.allocated_bytes":     p("By", "Counter", s.AllocatedBytes),
+		"memtrack.allocation_failures": p("{allocation}", "Counter", s.FailedAllocs),
+		"memtrack.frees":               p("{free}", "Counter", s.Frees),
+		"memtrack.freed_bytes":         p("By", "Counter", s.FreedBytes),
 	}
 	if s.Limit > 0 {
-		want["memtrack.memory.limit"] = p("By", "UpDownCounter", s.Limit)
+		want["memtrack.limit"] = p("By", "UpDownCounter", s.Limit)
 	}
 	return want
 }
@@ -140,10 +140,10 @@ var (
 // wantGPU is what the fake GPU reports, written out.
 func wantGPU() map[string]point {
 	want := wantOwn(fakeGPU().stats, gpuOwn)
-	want["memtrack.memory.pool.reserved"] = point{"By", "UpDownCounter", gpuOwn, 32 << 20}
-	want["memtrack.memory.pool.reserved.peak"] = point{"By", "Gauge", gpuOwn, 48 << 20}
-	want["memtrack.memory.pool.used"] = point{"By", "UpDownCounter", gpuOwn, 16 << 20}
-	want["memtrack.memory.pool.used.peak"] = point{"By", "Gauge", gpuOwn, 24 << 20}
+	want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", gpuOwn, 32 << 20}
+	want["memtrack.pool_reserved_peak"] = point{"By", "Gauge", gpuOwn, 48 << 20}
+	want["memtrack.pool_used"] = point{"By", "UpDownCounter", gpuOwn, 16 << 20}
+	want["memtrack.pool_used_peak"] = point{"By", "Gauge", gpuOwn, 24 << 20}
 	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", gpuHW, 20 << 30}
 	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", gpuHW, 80 << 30}
 	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", gpuHW, 0.25}
@@ -153,9 +153,8 @@ func wantGPU() map[string]point {
 // wantCPU is what the fake CPU reports, written out.
 func wantCPU() map[string]point {
 	want := wantOwn(fakeCPU().stats, cpuOwn)
-	want["memtrack.cpu.memory.usage"] = point{"By", "UpDownCounter", cpuOwn, 1 << 30}
-	want["memtrack.cpu.memory.limit"] = point{"By", "UpDownCounter", cpuOwn, 4 << 30}
-	want["memtrack.cpu.memory.utilization"] = point{"1", "Gauge", cpuOwn, 0.25}
+	want["memtrack.device_free"] = point{"By", "UpDownCounter", cpuOwn, 3 << 30}
+	want["memtrack.device_total"] = point{"By", "UpDownCounter", cpuOwn, 4 << 30}
 	return want
 }
 
@@ -185,7 +184,7 @@ func TestInstruments(t *testing.T) {
 	wantNoMem := without(wantGPU(), "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization")
 	cpuNoMem := fakeCPU()
 	cpuNoMem.memErr = errors.New("no memory figures")
-	wantCPUNoMem := without(wantCPU(), "memtrack.cpu.memory.usage", "memtrack.cpu.memory.limit", "memtrack.cpu.memory.utilization")
+	wantCPUNoMem := without(wantCPU(), "memtrack.device_free", "memtrack.device_total")
 
 	for _, tc := range []struct {
 		name string
@@ -219,14 +218,13 @@ func TestInstrumentsCPU(t *testing.T) {
 
 	_, total, err := cpu.MemGetInfo()
 	require.NoError(t, err)
-	usage := got["memtrack.cpu.memory.usage"]
-	require.Len(t, usage, 1)
-	assert.Greater(t, usage[0].value, 0.0)
-	assert.LessOrEqual(t, usage[0].value, float64(total))
+	free := got["memtrack.device_free"] // the OS's figure moves between reads
+	require.Len(t, free, 1)
+	assert.Greater(t, free[0].value, 0.0)
+	assert.LessOrEqual(t, free[0].value, float64(total))
 	want := wantOwn(s, cpuOwn)
-	want["memtrack.cpu.memory.usage"] = point{"By", "UpDownCounter", cpuOwn, usage[0].value}
-	want["memtrack.cpu.memory.limit"] = point{"By", "UpDownCounter", cpuOwn, float64(total)}
-	want["memtrack.cpu.memory.utilization"] = point{"1", "Gauge", cpuOwn, usage[0].value / float64(total)}
+	want["memtrack.device_free"] = point{"By", "UpDownCounter", cpuOwn, free[0].value}
+	want["memtrack.device_total"] = point{"By", "UpDownCounter", cpuOwn, float64(total)}
 	assert.Equal(t, merge(want), got)
 }
 
@@ -278,12 +276,12 @@ func TestReadAtCollection(t *testing.T) {
 
 	got := read1(t, reader)
 	assert.Equal(t, 1, reads)
-	assert.Equal(t, 1.0*(1<<20), got["memtrack.memory.allocated"][0].value)
+	assert.Equal(t, 1.0*(1<<20), got["memtrack.allocated"][0].value)
 
 	g.stats.Current = 5 << 20 // the figure changes between collections
 	got = read1(t, reader)
 	assert.Equal(t, 2, reads)
-	assert.Equal(t, 5.0*(1<<20), got["memtrack.memory.allocated"][0].value, "each collection reads the figures anew")
+	assert.Equal(t, 5.0*(1<<20), got["memtrack.allocated"][0].value, "each collection reads the figures anew")
 
 	require.NoError(t, reg.Unregister())
 	got = read1(t, reader)
