@@ -17,10 +17,10 @@ import (
 // process b (CUDA_VISIBLE_DEVICES=1) as cuda:0. dcgm-exporter reports
 // framebuffer MiB per GPU, under the label UUID.
 var joinSeries = []map[string]string{
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cuda",ordinal="0"}`, "values": "1073741824x5"},
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cuda",ordinal="1"}`, "values": "2147483648x5"},
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, "values": "4096x5"},
-	{"series": `memtrack_allocated_bytes{instance="b:2112",job="app",backend="cuda",ordinal="0"}`, "values": "536870912x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",backend="cuda",ordinal="0"}`, "values": "1073741824x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",backend="cuda",ordinal="1"}`, "values": "2147483648x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, "values": "4096x5"},
+	{"series": `memtrack_tracked_bytes{instance="b:2112",job="app",backend="cuda",ordinal="0"}`, "values": "536870912x5"},
 	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-aaa",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
 	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cuda",ordinal="1",uuid="GPU-bbb",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
 	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cpu",ordinal="0",uuid="",name="AMD EPYC 9654"}`, "values": "1x5"},
@@ -34,10 +34,10 @@ var joinSeries = []map[string]string{
 	// GPU carries hw_id, and the driver's figure of each GPU is
 	// hw_gpu_memory_usage_bytes. The selectors keep the two apart: the
 	// expressions above select backend="cuda", these memtrack_backend="cuda".
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-aaa",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "1073741824x5"},
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="1",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",memtrack_backend="cpu",memtrack_ordinal="0",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4096x5"},
-	{"series": `memtrack_allocated_bytes{instance="b:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "536870912x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-aaa",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "1073741824x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="1",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",memtrack_backend="cpu",memtrack_ordinal="0",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4096x5"},
+	{"series": `memtrack_tracked_bytes{instance="b:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "536870912x5"},
 	{"series": `hw_gpu_memory_usage_bytes{instance="a:2112",job="app",hw_id="GPU-aaa",hw_name="cuda:0",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
 	{"series": `hw_gpu_memory_usage_bytes{instance="a:2112",job="app",hw_id="GPU-bbb",hw_name="cuda:1",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4294967296x5"},
 	{"series": `hw_gpu_memory_usage_bytes{instance="b:2112",job="app",hw_id="GPU-bbb",hw_name="cuda:0",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4294967296x5"},
@@ -52,7 +52,7 @@ type sample struct {
 // each process's tracked bytes over what dcgm-exporter reports used on the
 // same GPU. group_left needs its "()" here: without them the parenthesis
 // that follows is read as its label list.
-const perProcessShare = `(memtrack_allocated_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info)
+const perProcessShare = `(memtrack_tracked_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info)
   / on(uuid) group_left()
 (max by (uuid) (label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")) * 1048576)`
 
@@ -61,13 +61,13 @@ const perProcessShare = `(memtrack_allocated_bytes{backend="cuda"} * on(instance
 // every process, and the same against the driver's figure that the
 // processes report themselves (hw.gpu.memory.usage), without dcgm-exporter.
 const (
-	otelPerProcessShare = `memtrack_allocated_bytes{memtrack_backend="cuda"}
+	otelPerProcessShare = `memtrack_tracked_bytes{memtrack_backend="cuda"}
   / on(hw_id) group_left()
 (max by (hw_id) (label_replace(DCGM_FI_DEV_FB_USED, "hw_id", "$1", "UUID", "(.+)")) * 1048576)`
-	otelShare = `sum by (hw_id) (memtrack_allocated_bytes{memtrack_backend="cuda"})
+	otelShare = `sum by (hw_id) (memtrack_tracked_bytes{memtrack_backend="cuda"})
   / on(hw_id)
 (max by (hw_id) (label_replace(DCGM_FI_DEV_FB_USED, "hw_id", "$1", "UUID", "(.+)")) * 1048576)`
-	otelShareOfUsage = `sum by (hw_id) (memtrack_allocated_bytes{memtrack_backend="cuda"})
+	otelShareOfUsage = `sum by (hw_id) (memtrack_tracked_bytes{memtrack_backend="cuda"})
   / on(hw_id)
 max by (hw_id) (hw_gpu_memory_usage_bytes)`
 )
@@ -125,10 +125,10 @@ func TestDCGMJoin(t *testing.T) {
 		// dcgm-exporter's label is UUID, and label names are
 		// case-sensitive. (Over every GPU the same expression is an error:
 		// all of dcgm's series fall in the one match group uuid="".)
-		{`(memtrack_allocated_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m", nil},
+		{`(memtrack_tracked_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m", nil},
 		// And without backend="cuda", the CPU, whose uuid is empty, matches
 		// that dcgm series, which has no uuid either: a wrong figure.
-		{`(memtrack_allocated_bytes * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m",
+		{`(memtrack_tracked_bytes * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m",
 			[]sample{{`{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, 2}}},
 	}
 	file := map[string]any{

@@ -95,15 +95,15 @@ func (v grafanaVars) expand(expr string) string {
 }
 
 func TestNoDataReason(t *testing.T) {
-	exported := map[string]bool{"memtrack_allocated_bytes": true, "memtrack_device_info": true}
+	exported := map[string]bool{"memtrack_tracked_bytes": true, "memtrack_device_info": true}
 	for _, tc := range []struct {
 		expr, reason string
 	}{
-		{`memtrack_allocated_bytes{job=~"$job"}`, ""},
-		{`rate(memtrack_allocated_bytes[$__rate_interval])`, ""},
+		{`memtrack_tracked_bytes{job=~"$job"}`, ""},
+		{`rate(memtrack_tracked_bytes[$__rate_interval])`, ""},
 		{`memtrack_limit_bytes{job=~"$job"}`, "memtrack_limit_bytes is not in the example's scrape on the CPU"},
-		{`sum by (uuid) (memtrack_allocated_bytes{backend="cuda"} * on(instance) group_left(uuid) memtrack_device_info)`, `selects backend "cuda"; the example runs on the CPU`},
-		{`memtrack_allocated_bytes and on(uuid) label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")`, "DCGM_FI_DEV_FB_USED comes from dcgm-exporter, which is not scraped here"},
+		{`sum by (uuid) (memtrack_tracked_bytes{backend="cuda"} * on(instance) group_left(uuid) memtrack_device_info)`, `selects backend "cuda"; the example runs on the CPU`},
+		{`memtrack_tracked_bytes and on(uuid) label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")`, "DCGM_FI_DEV_FB_USED comes from dcgm-exporter, which is not scraped here"},
 	} {
 		got, err := noDataReason(tc.expr, exported)
 		require.NoError(t, err)
@@ -262,7 +262,7 @@ func TestDashboardOnPrometheusServer(t *testing.T) {
 	for name, f := range families {
 		exported[name] = len(f.GetMetric()) > 0
 	}
-	require.True(t, exported["memtrack_allocated_bytes"], "the example exports package prom's metrics")
+	require.True(t, exported["memtrack_tracked_bytes"], "the example exports package prom's metrics")
 
 	// The server, scraping the example every second.
 	promAddr := freePort(t)

@@ -29,24 +29,24 @@
 // the same names (memtrack.held, unit By, is memtrack_held_bytes; a counter
 // gets _total):
 //
-//	memtrack.allocated            UpDownCounter  By            bytes held by live buffers (requested sizes)
-//	memtrack.allocated_peak       Gauge          By            its high-water mark
-//	memtrack.held                 UpDownCounter  By            bytes the device holds for them, stream-ordered frees not yet executed included (CUDA)
-//	memtrack.held_peak            Gauge          By            its high-water mark
-//	memtrack.limit                UpDownCounter  By            the memory limit, where one is set
-//	memtrack.pool_reserved        UpDownCounter  By            a CUDA memory pool's reserved bytes (memory_reserved)
-//	memtrack.pool_reserved_peak   Gauge          By            its high-water mark (max_memory_reserved)
-//	memtrack.pool_used            UpDownCounter  By            the bytes in use in the pool, as the driver counts them
-//	memtrack.pool_used_peak       Gauge          By            its high-water mark
-//	memtrack.active_buffers       UpDownCounter  {buffer}      live buffers
-//	memtrack.active_buffers_peak  Gauge          {buffer}      its high-water mark
-//	memtrack.allocations          Counter        {allocation}  allocations
-//	memtrack.allocated_bytes      Counter        By            bytes allocated (requested sizes)
-//	memtrack.allocation_failures  Counter        {allocation}  allocations refused by the limit or failed in the backend
-//	memtrack.frees                Counter        {free}        frees
-//	memtrack.freed_bytes          Counter        By            bytes freed
-//	memtrack.device_free          UpDownCounter  By            the CPU device's free memory, as the OS reports it (machine or cgroup)
-//	memtrack.device_total         UpDownCounter  By            the CPU device's total memory, as the OS reports it
+//	memtrack.tracked             UpDownCounter  By            bytes tracked: the sizes asked for of live buffers and tracked memory
+//	memtrack.peak_tracked        Gauge          By            its high-water mark
+//	memtrack.held                UpDownCounter  By            bytes the device holds for them, stream-ordered frees not yet executed included (CUDA)
+//	memtrack.peak_held           Gauge          By            its high-water mark
+//	memtrack.limit               UpDownCounter  By            the memory limit, where one is set
+//	memtrack.pool_reserved       UpDownCounter  By            a CUDA memory pool's reserved bytes (memory_reserved)
+//	memtrack.peak_pool_reserved  Gauge          By            its high-water mark (max_memory_reserved)
+//	memtrack.pool_used           UpDownCounter  By            the bytes in use in the pool, as the driver counts them
+//	memtrack.peak_pool_used      Gauge          By            its high-water mark
+//	memtrack.buffers             UpDownCounter  {buffer}      live buffers and tracked handles
+//	memtrack.peak_buffers        Gauge          {buffer}      its high-water mark
+//	memtrack.allocs              Counter        {allocation}  allocations
+//	memtrack.alloc_bytes         Counter        By            bytes allocated (requested sizes)
+//	memtrack.failed_allocs       Counter        {allocation}  allocations refused by the limit or failed in the backend
+//	memtrack.frees               Counter        {free}        frees
+//	memtrack.freed_bytes         Counter        By            bytes freed
+//	memtrack.device_free         UpDownCounter  By            the CPU device's free memory: its total less what this process uses
+//	memtrack.device_total        UpDownCounter  By            the CPU device's memory: the machine's, or its cgroup's limit
 //
 // with the attributes memtrack.backend ("cpu", "cuda", "metal"),
 // memtrack.ordinal and, for a GPU, hw.id, so that each series joins the

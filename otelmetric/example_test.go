@@ -36,7 +36,7 @@ func ExampleRegister() {
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "memtrack.allocated" {
+			if m.Name != "memtrack.tracked" {
 				continue
 			}
 			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
@@ -46,5 +46,5 @@ func ExampleRegister() {
 		}
 	}
 	// Output:
-	// github.com/memtrack/memtrack/otelmetric memtrack.allocated By cpu 1048576
+	// github.com/memtrack/memtrack/otelmetric memtrack.tracked By cpu 1048576
 }

@@ -15,13 +15,13 @@ func fakeGPU() reading {
 	return reading{
 		kind: memtrack.KindCUDA, ordinal: 1, name: "cuda:1",
 		stats: memtrack.Stats{
-			Current: 1 << 20, Peak: 3 << 20, AllocatedBytes: 7 << 20, FreedBytes: 6 << 20,
-			Active: 2, PeakActive: 5, Allocs: 11, Frees: 9, FailedAllocs: 3, Limit: 64 << 20,
-			Held: 2 << 20, HeldPeak: 4 << 20,
+			Tracked: 1 << 20, PeakTracked: 3 << 20, AllocBytes: 7 << 20, FreedBytes: 6 << 20,
+			Buffers: 2, PeakBuffers: 5, Allocs: 11, Frees: 9, FailedAllocs: 3, Limit: 64 << 20,
+			Held: 2 << 20, PeakHeld: 4 << 20,
 		},
 		info: memtrack.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", UUID: gpuUUID},
 		free: 60 << 30, total: 80 << 30,
-		pool: memtrack.PoolStats{ReservedCurrent: 32 << 20, ReservedHigh: 48 << 20, UsedCurrent: 16 << 20, UsedHigh: 24 << 20},
+		pool: memtrack.PoolStats{PoolReserved: 32 << 20, PeakPoolReserved: 48 << 20, PoolUsed: 16 << 20, PeakPoolUsed: 24 << 20},
 	}
 }
 
@@ -29,8 +29,8 @@ func fakeGPU() reading {
 func fakeCPU() reading {
 	return reading{
 		kind: memtrack.KindCPU, name: "cpu",
-		stats: memtrack.Stats{Current: 4096, Peak: 8192, AllocatedBytes: 12288, FreedBytes: 8192,
-			Active: 1, PeakActive: 2, Allocs: 3, Frees: 2, Held: 4096, HeldPeak: 8192},
+		stats: memtrack.Stats{Tracked: 4096, PeakTracked: 8192, AllocBytes: 12288, FreedBytes: 8192,
+			Buffers: 1, PeakBuffers: 2, Allocs: 3, Frees: 2, Held: 4096, PeakHeld: 8192},
 		info: memtrack.DeviceInfo{Name: "Some CPU"},
 		free: 3 << 30, total: 4 << 30,
 		poolErr: errors.New("no pool"),

@@ -40,7 +40,7 @@ func TestInstrumentsCUDA(t *testing.T) {
 	free, total, err := d.MemGetInfo()
 	require.NoError(t, err)
 	s := d.MemoryStats()
-	require.Equal(t, int64(1<<20), s.Current)
+	require.Equal(t, int64(1<<20), s.Tracked)
 
 	own := attribute.NewSet(attribute.String("memtrack.backend", "cuda"), attribute.Int("memtrack.ordinal", 0),
 		attribute.String("hw.id", info.UUID))
@@ -52,10 +52,10 @@ func TestInstrumentsCUDA(t *testing.T) {
 	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", hw, float64(total)}
 	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", hw, float64(total-free) / float64(total)}
 	if p, err := d.PoolStats(); err == nil {
-		want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", own, float64(p.ReservedCurrent)}
-		want["memtrack.pool_reserved_peak"] = point{"By", "Gauge", own, float64(p.ReservedHigh)}
-		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.UsedCurrent)}
-		want["memtrack.pool_used_peak"] = point{"By", "Gauge", own, float64(p.UsedHigh)}
+		want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", own, float64(p.PoolReserved)}
+		want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", own, float64(p.PeakPoolReserved)}
+		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.PoolUsed)}
+		want["memtrack.peak_pool_used"] = point{"By", "Gauge", own, float64(p.PeakPoolUsed)}
 	}
 	assert.Equal(t, merge(want), got)
 }

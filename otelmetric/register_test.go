@@ -90,17 +90,17 @@ func read1(t *testing.T, reader *sdkmetric.ManualReader) map[string][]point {
 func wantOwn(s memtrack.Stats, attrs attribute.Set) map[string]point {
 	p := func(unit, kind string, v int64) point { return point{unit, kind, attrs, float64(v)} }
 	want := map[string]point{
-		"memtrack.allocated":           p("By", "UpDownCounter", s.Current),
-		"memtrack.allocated_peak":      p("By", "Gauge", s.Peak),
-		"memtrack.held":                p("By", "UpDownCounter", s.Held),
-		"memtrack.held_peak":           p("By", "Gauge", s.HeldPeak),
-		"memtrack.active_buffers":      p("{buffer}", "UpDownCounter", s.Active),
-		"memtrack.active_buffers_peak": p("{buffer}", "Gauge", s.PeakActive),
-		"memtrack.allocations":         p("{allocation}", "Counter", s.Allocs),
-		"memtrack.allocated_bytes":     p("By", "Counter", s.AllocatedBytes),
-		"memtrack.allocation_failures": p("{allocation}", "Counter", s.FailedAllocs),
-		"memtrack.frees":               p("{free}", "Counter", s.Frees),
-		"memtrack.freed_bytes":         p("By", "Counter", s.FreedBytes),
+		"memtrack.tracked":       p("By", "UpDownCounter", s.Tracked),
+		"memtrack.peak_tracked":  p("By", "Gauge", s.PeakTracked),
+		"memtrack.held":          p("By", "UpDownCounter", s.Held),
+		"memtrack.peak_held":     p("By", "Gauge", s.PeakHeld),
+		"memtrack.buffers":       p("{buffer}", "UpDownCounter", s.Buffers),
+		"memtrack.peak_buffers":  p("{buffer}", "Gauge", s.PeakBuffers),
+		"memtrack.allocs":        p("{allocation}", "Counter", s.Allocs),
+		"memtrack.alloc_bytes":   p("By", "Counter", s.AllocBytes),
+		"memtrack.failed_allocs": p("{allocation}", "Counter", s.FailedAllocs),
+		"memtrack.frees":         p("{free}", "Counter", s.Frees),
+		"memtrack.freed_bytes":   p("By", "Counter", s.FreedBytes),
 	}
 	if s.Limit > 0 {
 		want["memtrack.limit"] = p("By", "UpDownCounter", s.Limit)
@@ -141,9 +141,9 @@ var (
 func wantGPU() map[string]point {
 	want := wantOwn(fakeGPU().stats, gpuOwn)
 	want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", gpuOwn, 32 << 20}
-	want["memtrack.pool_reserved_peak"] = point{"By", "Gauge", gpuOwn, 48 << 20}
+	want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", gpuOwn, 48 << 20}
 	want["memtrack.pool_used"] = point{"By", "UpDownCounter", gpuOwn, 16 << 20}
-	want["memtrack.pool_used_peak"] = point{"By", "Gauge", gpuOwn, 24 << 20}
+	want["memtrack.peak_pool_used"] = point{"By", "Gauge", gpuOwn, 24 << 20}
 	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", gpuHW, 20 << 30}
 	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", gpuHW, 80 << 30}
 	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", gpuHW, 0.25}
@@ -213,7 +213,7 @@ func TestInstrumentsCPU(t *testing.T) {
 	got := collect(t, readUsed)
 	cpu := memtrack.CPU()
 	s := cpu.MemoryStats()
-	require.Equal(t, int64(2048), s.Current, "setCPU left one buffer of 2 KiB")
+	require.Equal(t, int64(2048), s.Tracked, "setCPU left one buffer of 2 KiB")
 	require.Equal(t, int64(1), s.FailedAllocs)
 
 	_, total, err := cpu.MemGetInfo()
@@ -276,12 +276,12 @@ func TestReadAtCollection(t *testing.T) {
 
 	got := read1(t, reader)
 	assert.Equal(t, 1, reads)
-	assert.Equal(t, 1.0*(1<<20), got["memtrack.allocated"][0].value)
+	assert.Equal(t, 1.0*(1<<20), got["memtrack.tracked"][0].value)
 
-	g.stats.Current = 5 << 20 // the figure changes between collections
+	g.stats.Tracked = 5 << 20 // the figure changes between collections
 	got = read1(t, reader)
 	assert.Equal(t, 2, reads)
-	assert.Equal(t, 5.0*(1<<20), got["memtrack.allocated"][0].value, "each collection reads the figures anew")
+	assert.Equal(t, 5.0*(1<<20), got["memtrack.tracked"][0].value, "each collection reads the figures anew")
 
 	require.NoError(t, reg.Unregister())
 	got = read1(t, reader)
