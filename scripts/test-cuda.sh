@@ -4,8 +4,10 @@
 # fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
 # run vet, build and the race-detector tests with -tags cuda against it.
 # Then run examples/track on it, and build the folder of scripts/gpu-check.sh
-# and run it on the fake driver, so that what a GPU machine runs is known to
-# work.
+# and run it on the fake driver twice, so that what a GPU machine runs is
+# known to work: once as a one-GPU machine whose device bears a real GPU's
+# name (the tests then cannot tell the fake and take every branch they take
+# on a GPU), once with two devices.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -48,4 +50,7 @@ go run -tags cuda ./examples/track
 
 echo "== scripts/gpu-check.sh, run on the fake driver"
 ./scripts/gpu-check.sh
-MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+echo "== out/gpu-check/run.sh on the fake driver: one device named NVIDIA H200"
+FAKECUDA_DEVICES=1 FAKECUDA_NAME="NVIDIA H200" MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+echo "== out/gpu-check/run.sh on the fake driver: two devices"
+FAKECUDA_DEVICES=2 MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh

@@ -22,6 +22,10 @@
 //	                           fails with CUDA_ERROR_NO_DEVICE, as the driver does
 //	FAKECUDA_CAPACITY=b[,b..]  each device's memory in bytes (default 4 GiB);
 //	                           the last value repeats for later devices
+//	FAKECUDA_NAME=s            every device's name (default "memtrack fakecuda
+//	                           N"): a real GPU's name, such as "NVIDIA H200",
+//	                           makes the tests take the branches they take on
+//	                           a real GPU, where they cannot tell the fake
 //	FAKECUDA_CONTEXT_BYTES=b   memory a context takes on its device while it
 //	                           lives (default 0), as a real one does
 //	FAKECUDA_FAIL_ALLOC=n      the n-th cuMemAlloc of the process fails with
@@ -74,6 +78,7 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int ndevices = 1;
 static size_t capacity[MAX_DEVICES];
 static size_t context_bytes;
+static const char *device_name;
 static long fail_alloc, fail_free;
 static CUresult every_call = CUDA_SUCCESS;
 static struct fault faults[MAX_FAULTS];
@@ -133,6 +138,8 @@ static void configure(void) {
 		contexts[i].primary = 1;
 	}
 	context_bytes = (size_t)env_long("FAKECUDA_CONTEXT_BYTES", 0);
+	device_name = getenv("FAKECUDA_NAME");
+	if (device_name && !*device_name) device_name = NULL;
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
@@ -350,7 +357,10 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
 	CUresult r = on_device("cuDeviceGetName", dev, name);
 	if (r != CUDA_SUCCESS) return r;
 	if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
-	snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
+	if (device_name)
+		snprintf(name, (size_t)len, "%s", device_name);
+	else
+		snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
 	return CUDA_SUCCESS;
 }
 
