@@ -131,12 +131,17 @@ func driverErrorName(r cu.Result) (name, text string) {
 	return name, text
 }
 
-// sticky reports whether r leaves the context unusable: per cuda.h (11.8),
-// these errors leave the process in a state where every later call fails,
-// and the process must be restarted to use CUDA again.
+// sticky reports whether r leaves the context unusable. cuda.h documents
+// each of these codes as leaving "the process in an inconsistent state",
+// where every later call returns the same error until the process restarts:
+// those of the 11.8 header by name, and by number those that later headers
+// add (226, CUDA_ERROR_CONTAINED, in 12.x; 721, CUDA_ERROR_TENSOR_MEMORY_LEAK,
+// in 12.8), which a newer driver returns whatever header the code was built
+// with.
 func sticky(r cu.Result) bool {
 	switch C.CUresult(r) {
-	case C.CUDA_ERROR_ILLEGAL_ADDRESS, // 700
+	case 226, // CUDA_ERROR_CONTAINED
+		C.CUDA_ERROR_ILLEGAL_ADDRESS,       // 700
 		C.CUDA_ERROR_LAUNCH_TIMEOUT,        // 702
 		C.CUDA_ERROR_ASSERT,                // 710
 		C.CUDA_ERROR_HARDWARE_STACK_ERROR,  // 714
@@ -145,7 +150,9 @@ func sticky(r cu.Result) bool {
 		C.CUDA_ERROR_INVALID_ADDRESS_SPACE, // 717
 		C.CUDA_ERROR_INVALID_PC,            // 718
 		C.CUDA_ERROR_LAUNCH_FAILED,         // 719
-		C.CUDA_ERROR_MPS_CLIENT_TERMINATED: // 810
+		721,                                // CUDA_ERROR_TENSOR_MEMORY_LEAK
+		C.CUDA_ERROR_MPS_CLIENT_TERMINATED, // 810
+		C.CUDA_ERROR_EXTERNAL_DEVICE:       // 911
 		return true
 	}
 	return false

@@ -146,10 +146,15 @@ static void configure(void) {
 	configure_faults(getenv("FAKECUDA_FAIL"));
 }
 
-// sticky reports whether cuda.h (11.8) says that r leaves the process in a
-// state where every later call fails with it.
+// sticky reports whether cuda.h says that r leaves the process in an
+// inconsistent state where every later call fails with it: the codes of the
+// 11.8 header by name, and those later headers add by number (226
+// CUDA_ERROR_CONTAINED, 721 CUDA_ERROR_TENSOR_MEMORY_LEAK).
 static int sticky(CUresult r) {
-	switch (r) {
+	switch ((int)r) {
+	case 226:
+	case 721:
+	case CUDA_ERROR_EXTERNAL_DEVICE:
 	case CUDA_ERROR_ILLEGAL_ADDRESS:
 	case CUDA_ERROR_LAUNCH_TIMEOUT:
 	case CUDA_ERROR_ASSERT:
@@ -291,6 +296,7 @@ static const struct {
 	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
 	{CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
 	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{CUDA_ERROR_EXTERNAL_DEVICE, "CUDA_ERROR_EXTERNAL_DEVICE", "unspecified error in an external device"},
 	{CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
 	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
