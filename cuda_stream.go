@@ -81,6 +81,23 @@ static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintp
 	return a;
 }
 
+// memtrack_stream_wait makes the work enqueued on waiter from now on wait
+// for the work enqueued on after so far: an event recorded on after, which
+// waiter waits for (cuStreamWaitEvent), then destroyed (the driver lets a
+// destroyed event complete).
+static memtrack_result memtrack_stream_wait(CUcontext ctx, uintptr_t waiter, uintptr_t after) {
+	memtrack_result a = {0};
+	CUcontext prev;
+	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	CUevent e = NULL;
+	a.op = cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+	if (a.op == CUDA_SUCCESS) a.op = cuEventRecord(e, (CUstream)after);
+	if (a.op == CUDA_SUCCESS) a.op = cuStreamWaitEvent((CUstream)waiter, e, 0);
+	if (e) cuEventDestroy(e);
+	a.restore = memtrack_leave(ctx, prev);
+	return a;
+}
+
 // memtrack_events_reached queries the n events in ctx, in one call, and
 // writes each one's answer to out: CUDA_SUCCESS once its stream has reached
 // it, CUDA_ERROR_NOT_READY before. Where the context cannot be made current,
@@ -525,6 +542,20 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		h.free(b.size, b.site, rec, stream) // see history.go
 	}
 	return nil
+}
+
+// streamWait orders the work enqueued on waiter from now on after the work
+// enqueued on after so far, on CUDA device d, in one cgo call. A buffer
+// allocated on one stream and freed on another needs it (or a
+// synchronization) between the two: the stream-ordered allocator requires
+// every access of an allocation, its free included, to come after the
+// allocation in stream order. The tests and benchmarks use it.
+func streamWait(d Device, waiter, after Stream) error {
+	dev, ctx, err := cudaDeviceOf(d.ordinal, "stream wait")
+	if err != nil {
+		return err
+	}
+	return dev.settle("stream wait", resultOf(C.memtrack_stream_wait(ctx, C.uintptr_t(waiter), C.uintptr_t(after))))
 }
 
 // rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:

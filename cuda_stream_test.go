@@ -326,7 +326,14 @@ func TestCUDAStreamsConcurrent(t *testing.T) {
 				}
 				for i, b := range bufs {
 					ss := streams[i]
-					if err := b.FreeAsync(ss[(w+r+1)%len(ss)]); err != nil {
+					// The free's stream waits for the allocation's, as
+					// the stream-ordered allocator requires.
+					from, to := ss[(w+r)%len(ss)], ss[(w+r+1)%len(ss)]
+					if err := streamWait(ds[i], to, from); err != nil {
+						errs <- err
+						return
+					}
+					if err := b.FreeAsync(to); err != nil {
 						errs <- err
 						return
 					}
@@ -416,7 +423,8 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	require.NoError(t, err)
 	b, err := d.AllocAsync(2<<20, s1)
 	require.NoError(t, err)
-	require.NoError(t, a.FreeAsync(s2)) // on another stream than its allocation
+	require.NoError(t, streamWait(d, s2, s1)) // the free is ordered after the allocation
+	require.NoError(t, a.FreeAsync(s2))       // on another stream than its allocation
 	c, err := d.AllocAsync(1<<20, s2)
 	require.NoError(t, err)
 
@@ -433,6 +441,7 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	assert.Equal(t, int64(8<<20)-int64(7<<20), u.Cached, "7 MiB in 2 MiB granules")
 
 	require.NoError(t, b.FreeAsync(s1))
+	require.NoError(t, streamWait(d, s1, s2))
 	require.NoError(t, c.FreeAsync(s1))
 	assert.Zero(t, d.MemoryAllocated())
 	assert.Equal(t, int64(7<<20), d.MemoryStats().Held, "nothing has run yet")

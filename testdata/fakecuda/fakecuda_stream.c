@@ -31,10 +31,14 @@
 //	                              CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE_ASYNC=n    the n-th cuMemFreeAsync fails with
 //	                              CUDA_ERROR_INVALID_VALUE and frees nothing
+//	FAKECUDA_UNORDERED=allow      a cuMemFreeAsync on a stream not ordered
+//	                              after the allocation passes; by default the
+//	                              fake aborts the process, naming both streams
 #include <cuda.h>
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -64,8 +68,18 @@ struct op {
 	size_t n;                 // OP_MEMSET
 };
 
+#define MAX_KNOWN 16
+
 struct CUstream_st {
 	int device;
+	int legacy;      // a device's legacy default stream
+	int nonblocking; // CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
+	long enq;        // operations enqueued so far, allocations included
+	long host_seen;  // enq when the host last saw the stream drained (a synchronize)
+	struct {         // what this stream waits for of others (cuStreamWaitEvent)
+		struct CUstream_st *stream;
+		long pos;
+	} known[MAX_KNOWN];
 	pthread_t thread;
 	pthread_cond_t cond; // signalled on a new operation for a sleeping worker, and stop
 	pthread_cond_t idle; // signalled when the stream runs dry while someone drains it
@@ -79,6 +93,8 @@ struct CUstream_st {
 struct CUevent_st {
 	long recorded; // records so far
 	long done;     // the last record its stream executed
+	struct CUstream_st *stream; // the stream of the last record
+	long pos;                   // that stream's enq at the last record
 };
 
 struct palloc {
@@ -88,6 +104,8 @@ struct palloc {
 	size_t used; // counted in the pool: size rounded up
 	int device;
 	int freeing; // a cuMemFreeAsync of it is enqueued
+	struct CUstream_st *stream; // the stream it was allocated on
+	long pos;                   // that stream's enq after the allocation
 };
 
 struct CUmemPoolHandle_st {
@@ -99,7 +117,7 @@ static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
-static int no_pools;
+static int no_pools, allow_unordered;
 
 // smu guards everything below and in the streams, events and pools.
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
@@ -121,6 +139,8 @@ static void sconfigure(void) {
 	long r = senv("FAKECUDA_POOL_ROUND", 1);
 	pool_round = r > 0 ? (size_t)r : 1;
 	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
+	const char *u = getenv("FAKECUDA_UNORDERED");
+	allow_unordered = u && strcmp(u, "allow") == 0;
 	fail_alloc_async = senv("FAKECUDA_FAIL_ALLOC_ASYNC", 0);
 	fail_free_async = senv("FAKECUDA_FAIL_FREE_ASYNC", 0);
 	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i;
@@ -260,7 +280,7 @@ static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, in
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&smu);
-	if (!default_streams[dev]) default_streams[dev] = stream_new(dev);
+	if (!default_streams[dev] && (default_streams[dev] = stream_new(dev))) default_streams[dev]->legacy = 1;
 	*out = default_streams[dev];
 	pthread_mutex_unlock(&smu);
 	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -268,6 +288,7 @@ static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, in
 
 // enqueue appends o to s (smu held).
 static void enqueue(struct CUstream_st *s, struct op *o) {
+	s->enq++;
 	o->next = NULL;
 	if (s->tail)
 		s->tail->next = o;
@@ -309,8 +330,10 @@ CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	CUresult r = fakecuda_in_context("cuStreamCreate", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!ph) return CUDA_ERROR_INVALID_VALUE;
+	if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
 	struct CUstream_st *s = stream_new(dev);
 	if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+	s->nonblocking = (flags & CU_STREAM_NON_BLOCKING) != 0;
 	*ph = s;
 	return CUDA_SUCCESS;
 }
@@ -337,7 +360,9 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	CUresult r = resolve("cuStreamSynchronize", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
+	long enq = s->enq;
 	drain(s);
+	if (enq > s->host_seen) s->host_seen = enq;
 	synchronized();
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
@@ -354,14 +379,35 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+// learn records that s waits for stream t's first pos operations (smu held).
+static void learn(struct CUstream_st *s, struct CUstream_st *t, long pos) {
+	int free_slot = -1;
+	for (int i = 0; i < MAX_KNOWN; i++) {
+		if (s->known[i].stream == t) {
+			if (pos > s->known[i].pos) s->known[i].pos = pos;
+			return;
+		}
+		if (!s->known[i].stream && free_slot < 0) free_slot = i;
+	}
+	if (free_slot < 0) free_slot = (int)(t->enq % MAX_KNOWN); // forget one: stricter, never laxer
+	s->known[free_slot].stream = t;
+	s->known[free_slot].pos = pos;
+}
+
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
+	struct CUstream_st *s;
 	sconfig();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = resolve("cuStreamWaitEvent", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	struct op *o = malloc(sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
-	long gen = e->recorded;
+	*o = (struct op){.kind = OP_WAIT, .event = e, .gen = e->recorded};
+	if (e->stream) learn(s, e->stream, e->pos);
+	enqueue(s, o);
 	pthread_mutex_unlock(&smu);
-	struct op o = {.kind = OP_WAIT, .event = e, .gen = gen};
-	return push("cuStreamWaitEvent", h, &o);
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
@@ -404,20 +450,20 @@ CUresult CUDAAPI cuEventDestroy(CUevent e) {
 }
 
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
+	struct CUstream_st *s;
 	sconfig();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = resolve("cuEventRecord", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	struct op *o = malloc(sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
-	long gen = ++e->recorded;
+	*o = (struct op){.kind = OP_RECORD, .event = e, .gen = ++e->recorded};
+	enqueue(s, o);
+	e->stream = s;
+	e->pos = s->enq;
 	pthread_mutex_unlock(&smu);
-	struct op o = {.kind = OP_RECORD, .event = e, .gen = gen};
-	CUresult r = push("cuEventRecord", h, &o);
-	if (r != CUDA_SUCCESS) {
-		// Nothing was enqueued: the record did not happen.
-		pthread_mutex_lock(&smu);
-		if (e->recorded == gen) e->recorded--;
-		pthread_mutex_unlock(&smu);
-	}
-	return r;
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent e) {
@@ -436,6 +482,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	while (e->done < e->recorded) pthread_cond_wait(&event_cond, &smu);
+	if (e->stream && e->pos > e->stream->host_seen) e->stream->host_seen = e->pos;
 	synchronized();
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
@@ -569,9 +616,41 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
 	a->next = plive;
 	plive = a;
+	a->stream = s;
+	a->pos = ++s->enq; // the allocation is an operation of the stream
 	pthread_mutex_unlock(&smu);
 	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
 	return CUDA_SUCCESS;
+}
+
+// ordered_after reports whether work enqueued on s now runs after the
+// allocation a (smu held): s is a's stream; or the host has seen a's stream
+// drained past it (cuStreamSynchronize, cuEventSynchronize); or s waits for
+// an event recorded on a's stream after it (cuStreamWaitEvent); or one of
+// the two is the legacy default stream and the other a blocking stream,
+// which the legacy stream synchronizes with.
+static int ordered_after(struct CUstream_st *s, struct palloc *a) {
+	struct CUstream_st *t = a->stream;
+	if (!t || t == s || t->host_seen >= a->pos) return 1;
+	if ((t->legacy && !s->nonblocking) || (s->legacy && !t->nonblocking)) return 1;
+	for (int i = 0; i < MAX_KNOWN; i++)
+		if (s->known[i].stream == t && s->known[i].pos >= a->pos) return 1;
+	return 0;
+}
+
+// unordered_free stops the process: the driver API's stream-ordered
+// allocator requires every access of an allocation, its free included, to
+// come between the stream executions of the allocation and the free; a free
+// on a stream not ordered after the allocation is undefined behaviour,
+// which the fake reports as a sanitizer would, unless FAKECUDA_UNORDERED=allow.
+static void unordered_free(struct CUstream_st *s, struct palloc *a) {
+	if (allow_unordered) return;
+	fprintf(stderr,
+		"fakecuda: cuMemFreeAsync of %p (allocated on stream %p) on stream %p, which is not ordered after the "
+		"allocation: record an event after it and cuStreamWaitEvent, or synchronize (undefined behaviour on a "
+		"real driver)\n",
+		a->mem, (void *)a->stream, (void *)s);
+	abort();
 }
 
 // find returns the live pool allocation at dptr (smu held).
@@ -596,6 +675,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 		free(o);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	if (!ordered_after(s, a)) unordered_free(s, a);
 	a->freeing = 1;
 	o->kind = OP_FREE;
 	o->alloc = a;
