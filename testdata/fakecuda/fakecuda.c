@@ -28,6 +28,11 @@
 //	                           a real GPU, where they cannot tell the fake
 //	FAKECUDA_CONTEXT_BYTES=b   memory a context takes on its device while it
 //	                           lives (default 0), as a real one does
+//	FAKECUDA_ALLOC_REUSE=1     cuMemAlloc maps whole 2 MiB pages and hands a
+//	                           freed range out again to the next allocation
+//	                           that fits in it, whatever its size, as the
+//	                           driver may; by default addresses come from
+//	                           malloc, which reuses them less eagerly
 //	FAKECUDA_FAIL_ALLOC=n      the n-th cuMemAlloc of the process fails with
 //	                           CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE=n       the n-th cuMemFree of the process fails with
@@ -64,6 +69,7 @@ struct alloc {
 	struct alloc *next;
 	void *mem;
 	size_t size;
+	size_t extent; // FAKECUDA_ALLOC_REUSE: the 2 MiB pages mapped for it
 	int device;
 };
 
@@ -79,6 +85,8 @@ static int ndevices = 1;
 static size_t capacity[MAX_DEVICES];
 static size_t context_bytes;
 static const char *device_name;
+static int alloc_reuse;
+static struct alloc *unmapped; // FAKECUDA_ALLOC_REUSE: freed ranges, the last freed first
 static long fail_alloc, fail_free;
 static CUresult every_call = CUDA_SUCCESS;
 static struct fault faults[MAX_FAULTS];
@@ -138,6 +146,7 @@ static void configure(void) {
 		contexts[i].primary = 1;
 	}
 	context_bytes = (size_t)env_long("FAKECUDA_CONTEXT_BYTES", 0);
+	alloc_reuse = env_long("FAKECUDA_ALLOC_REUSE", 0) != 0;
 	device_name = getenv("FAKECUDA_NAME");
 	if (device_name && !*device_name) device_name = NULL;
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
@@ -536,7 +545,28 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	pthread_mutex_unlock(&mu);
 	// Host memory stands for device memory; malloc maps large blocks lazily,
 	// so untouched gigabytes cost no RAM.
-	a->mem = malloc(bytesize);
+	a->mem = NULL;
+	if (alloc_reuse) {
+		size_t page = (size_t)2 << 20;
+		pthread_mutex_lock(&mu);
+		for (struct alloc **q = &unmapped; *q; q = &(*q)->next) {
+			if ((*q)->extent >= bytesize) {
+				struct alloc *u = *q;
+				*q = u->next;
+				a->mem = u->mem;
+				a->extent = u->extent;
+				free(u);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&mu);
+		if (!a->mem) {
+			a->extent = (bytesize + page - 1) / page * page;
+			a->mem = malloc(a->extent);
+		}
+	} else {
+		a->mem = malloc(bytesize);
+	}
 	if (!a->mem) {
 		pthread_mutex_lock(&mu);
 		used[dev] -= bytesize;
@@ -573,6 +603,12 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	struct alloc *a = *p;
 	*p = a->next;
 	used[a->device] -= a->size;
+	if (alloc_reuse) {
+		a->next = unmapped;
+		unmapped = a;
+		pthread_mutex_unlock(&mu);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_unlock(&mu);
 	free(a->mem);
 	free(a);
