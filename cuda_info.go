@@ -30,6 +30,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/mumax/3/cuda/cu"
@@ -50,5 +51,20 @@ func (b *cudaBackend) info(ordinal int) (name, uuid string, err error) {
 		return "", "", b.dev(ordinal).failed("info", "", r)
 	}
 	buf[len(buf)-1] = 0
-	return C.GoString(&buf[0]), formatGPUUUID(*(*[16]byte)(unsafe.Pointer(&u.bytes[0]))), nil
+	name = C.GoString(&buf[0])
+	uuid = formatGPUUUID(*(*[16]byte)(unsafe.Pointer(&u.bytes[0])))
+	if isMIG(name) {
+		// A MIG instance's UUID: cuDeviceGetUuid_v2 returns it for a device
+		// in MIG mode, and nvidia-smi -L and CUDA_VISIBLE_DEVICES write it
+		// with the prefix MIG-.
+		uuid = "MIG-" + strings.TrimPrefix(uuid, "GPU-")
+	}
+	return name, uuid, nil
+}
+
+// isMIG reports whether name is that of a MIG instance, which the driver
+// names after its GPU and profile: "NVIDIA A100-SXM4-40GB MIG 1g.5gb".
+func isMIG(name string) bool {
+	_, profile, ok := strings.Cut(name, " MIG ")
+	return ok && strings.Contains(profile, "g.")
 }

@@ -4,6 +4,7 @@ package memtrack
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -643,4 +644,24 @@ func TestCUDAPendingEventsBounded(t *testing.T) {
 	assert.Equal(t, before.Held, after.Held, "every free executed and counted")
 	assert.Equal(t, before.Current, after.Current)
 	assert.Zero(t, sd.npending.Load(), "a reading reaps every reached event")
+}
+
+// TestCUDAKeepPoolReserved: with the benchmarks' setting, a synchronization
+// leaves what the pool reserved; the old threshold is put back after.
+func TestCUDAKeepPoolReserved(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	old := poolStats(t, d).ReleaseThreshold
+	t.Run("kept", func(t *testing.T) {
+		keepPoolReserved(t, d)
+		b, err := d.AllocAsync(4<<20, s)
+		require.NoError(t, err)
+		require.NoError(t, b.FreeAsync(s))
+		syncStream(t, d, s)
+		p := poolStats(t, d)
+		assert.Equal(t, int64(math.MaxInt64), p.ReleaseThreshold)
+		assert.GreaterOrEqual(t, p.ReservedCurrent, int64(4<<20), "the synchronization returned nothing")
+	})
+	assert.Equal(t, old, poolStats(t, d).ReleaseThreshold, "put back")
+	require.NoError(t, d.TrimPool(0))
 }
