@@ -22,6 +22,10 @@ typedef struct {
 	size_t free, total; // memtrack_meminfo: cuMemGetInfo
 	CUevent event;      // memtrack_free_async: the event recorded after the free
 	int retired;        // memtrack_free_async: the free is known to be executed
+	int foreign;        // the stream is of another context than ctx (memtrack_enter_stream)
+	int spare_unused;   // memtrack_free_async: the event given was not used
+	CUdevice stream_device; // the stream's device, where other_device
+	int other_device;   // the stream is of another device: the operation did not run
 } memtrack_result;
 
 // memtrack_enter makes ctx current on the calling thread and returns in
@@ -36,6 +40,38 @@ static inline CUresult memtrack_enter(CUcontext ctx, CUcontext *prev) {
 // memtrack_leave makes prev current again, where memtrack_enter changed it.
 static inline CUresult memtrack_leave(CUcontext ctx, CUcontext prev) {
 	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
+}
+
+// memtrack_enter_stream makes current, on the calling thread, the context
+// that stream belongs to (cuStreamGetCtx: ctx itself for the default
+// streams and ctx's streams), so that an event recorded on the stream is of
+// its context, as cuEventRecord requires. It returns in *prev the context
+// that was current, and reports a stream of another context in res->foreign
+// and one of another device than ctx's in res->other_device, with its
+// device in res->stream_device (nothing else should then run). Undo it with
+// memtrack_leave_stream.
+static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *res) {
+	CUresult r = memtrack_enter(ctx, prev);
+	if (r != CUDA_SUCCESS) return r;
+	CUcontext sctx = NULL;
+	r = cuStreamGetCtx(stream, &sctx);
+	if (r != CUDA_SUCCESS || sctx == ctx) {
+		if (r != CUDA_SUCCESS) memtrack_leave(ctx, *prev);
+		return r;
+	}
+	res->foreign = 1;
+	CUdevice want = 0;
+	r = cuCtxGetDevice(&want);
+	if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(sctx);
+	if (r == CUDA_SUCCESS) r = cuCtxGetDevice(&res->stream_device);
+	if (r == CUDA_SUCCESS && res->stream_device != want) res->other_device = 1;
+	if (r != CUDA_SUCCESS) cuCtxSetCurrent(*prev);
+	return r;
+}
+
+// memtrack_leave_stream makes prev current again after memtrack_enter_stream.
+static inline CUresult memtrack_leave_stream(CUcontext ctx, CUcontext prev, const memtrack_result *res) {
+	return res->foreign ? cuCtxSetCurrent(prev) : memtrack_leave(ctx, prev);
 }
 
 #endif

@@ -18,14 +18,15 @@ package memtrack
 
 #include "cuda_context.h"
 
-// memtrack_alloc_async allocates size bytes on stream from the device's
-// default pool.
+// memtrack_alloc_async allocates size bytes on stream from the current pool
+// of the stream's device, in the stream's context; a stream of another
+// device than ctx's allocates nothing (other_device).
 static memtrack_result memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
 	memtrack_result a = {0};
 	CUcontext prev;
-	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
-	a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
-	a.restore = memtrack_leave(ctx, prev);
+	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
+	if (!a.other_device) a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
 
@@ -62,7 +63,16 @@ static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintp
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
 	a.event = event;
-	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
+	if ((a.enter = memtrack_enter_stream(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
+	if (a.other_device) {
+		a.restore = memtrack_leave_stream(ctx, prev, &a);
+		return a;
+	}
+	if (a.foreign && a.event) {
+		// The event given is of ctx; the stream's context needs its own.
+		a.event = NULL;
+		a.spare_unused = 1;
+	}
 	a.op = cuMemFreeAsync(ptr, stream);
 	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
 		CUresult r;
@@ -77,9 +87,13 @@ static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintp
 			a.retired = 1;
 		}
 	}
-	a.restore = memtrack_leave(ctx, prev);
+	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
+
+// memtrack_event_destroy destroys an event of a stream of another context,
+// once reached: memtrack keeps only events of its own context for reuse.
+static void memtrack_event_destroy(CUevent e) { cuEventDestroy(e); }
 
 // memtrack_stream_wait makes the work enqueued on waiter from now on wait
 // for the work enqueued on after so far: an event recorded on after, which
@@ -170,9 +184,10 @@ type deviceSide struct {
 
 // retireNode is one free awaiting its event.
 type retireNode struct {
-	next  *retireNode
-	event C.CUevent
-	size  int64
+	next    *retireNode
+	event   C.CUevent
+	size    int64
+	foreign bool // the event is of another context than the device's primary one
 }
 
 // sideTable holds the device-side figures of one CUDA device table, one
@@ -345,7 +360,9 @@ func (sd *deviceSide) reap(ordinal int) {
 			}
 			sd.npending.Add(-1)
 			_ = sd.held.Free(m.size)
-			if answers[i] == C.CUDA_SUCCESS {
+			if m.foreign {
+				C.memtrack_event_destroy(m.event)
+			} else if answers[i] == C.CUDA_SUCCESS {
 				sd.spareMu.Lock()
 				sd.spare = append(sd.spare, m.event)
 				sd.spareMu.Unlock()
@@ -439,6 +456,12 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		}
 	}
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
+	if a.other_device != 0 && a.enter == C.CUDA_SUCCESS {
+		// cuMemAllocAsync would allocate on the stream's device: bad input,
+		// nothing allocated, nothing counted.
+		dev.settle("alloc", resultOf(a)) // a failed restore is logged there
+		return nil, otherDeviceStream("AllocAsync", d, stream, int(a.stream_device))
+	}
 	if err := dev.settle("alloc", resultOf(a)); err != nil {
 		return nil, d.backendRefused(rec, size, err)
 	}
@@ -507,6 +530,22 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		event = sd.spareEvent()
 	}
 	f := C.memtrack_free_async(ctx, C.CUdeviceptr(b.mem.ptr), C.uintptr_t(stream), how, token, event)
+	if event != nil && f.spare_unused != 0 {
+		sd.spareMu.Lock()
+		sd.spare = append(sd.spare, event)
+		sd.spareMu.Unlock()
+		event = nil
+	}
+	if f.other_device != 0 && f.enter == C.CUDA_SUCCESS {
+		dev.settle("free", resultOf(f)) // a failed restore is logged there
+		if event != nil {
+			sd.spareMu.Lock()
+			sd.spare = append(sd.spare, event)
+			sd.spareMu.Unlock()
+		}
+		b.state.Store(bufLive)
+		return otherDeviceStream("FreeAsync", d, stream, int(f.stream_device))
+	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
 	if err := dev.settle("free", resultOf(f)); err != nil {
@@ -522,7 +561,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	if f.retired != 0 {
 		_ = sd.held.Free(b.size)
 	} else if how == C.MEMTRACK_BY_EVENT {
-		sd.push(&retireNode{event: f.event, size: b.size})
+		sd.push(&retireNode{event: f.event, size: b.size, foreign: f.foreign != 0})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
 			// Nothing else may read the figures for a while: keep the
 			// frees waiting, and their events, bounded. The next bound is
@@ -542,6 +581,13 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		h.free(b.size, b.site, rec, stream) // see history.go
 	}
 	return nil
+}
+
+// otherDeviceStream is the error of a stream-ordered call on d with a
+// stream of another device, which the driver would run on that device.
+func otherDeviceStream(op string, d Device, stream Stream, device int) error {
+	return fmt.Errorf("%w: %s on %v with stream %#x, which belongs to cuda:%d: a stream-ordered call runs on its stream's device; use a stream of %v",
+		ErrInvalidArgument, op, d, uintptr(stream), device, d)
 }
 
 // streamWait orders the work enqueued on waiter from now on after the work

@@ -384,11 +384,13 @@ func TestCUDAStreamChildren(t *testing.T) {
 		{"TestCUDAStreamChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC_ASYNC=2"}},
 		{"TestCUDAStreamChildFreeFault", []string{"FAKECUDA_FAIL_FREE_ASYNC=1"}},
 		{"TestCUDAStreamChildNoPools", []string{"FAKECUDA_NO_POOLS=1"}},
+		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
+		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
 	}
 	for _, c := range cases {
 		t.Run(c.child+"/"+strings.Join(c.env[len(c.env)-1:], ","), func(t *testing.T) {
 			os.Remove(gate)
-			cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.v", "-test.count=1")
+			cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.v", "-test.count=1", "-test.timeout=30s")
 			gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
 			cmd.Env = append(os.Environ(), "MEMTRACK_STREAM_CHILD="+c.child, "GORACE="+gorace, "MEMTRACK_GATE="+gate)
 			cmd.Env = append(cmd.Env, c.env...)
@@ -664,4 +666,76 @@ func TestCUDAKeepPoolReserved(t *testing.T) {
 	})
 	assert.Equal(t, old, poolStats(t, d).ReleaseThreshold, "put back")
 	require.NoError(t, d.TrimPool(0))
+}
+
+// TestCUDAAllocAsyncOtherDeviceStream: cuMemAllocAsync allocates from the
+// pool of the stream's device, so an AllocAsync on one device with a stream
+// of another is bad input: refused, and no figure of either device moves.
+func TestCUDAAllocAsyncOtherDeviceStream(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	s1 := newStream(t, ds[1])
+	before := []Stats{ds[0].MemoryStats(), ds[1].MemoryStats()}
+	pools := []PoolStats{poolStats(t, ds[0]), poolStats(t, ds[1])}
+	b, err := ds[0].AllocAsync(1<<20, s1)
+	assert.Nil(t, b)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "cuda:1")
+	for i, d := range ds {
+		assert.Equal(t, before[i], d.MemoryStats(), "%v: no figure moves", d)
+		assert.Equal(t, pools[i].UsedCurrent, poolStats(t, d).UsedCurrent, "%v: the pool gave nothing", d)
+	}
+
+	// FreeAsync likewise: the buffer stays live and counted.
+	s0 := newStream(t, ds[0])
+	b, err = ds[0].AllocAsync(1<<20, s0)
+	require.NoError(t, err)
+	mid := ds[0].MemoryStats()
+	err = b.FreeAsync(s1)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.False(t, b.Freed())
+	assert.Equal(t, mid, ds[0].MemoryStats())
+	require.NoError(t, b.FreeAsync(s0))
+	syncStream(t, ds[0], s0)
+	assert.Equal(t, before[0].Held, ds[0].MemoryStats().Held)
+}
+
+// TestCUDAStreamChildForeignContext: a stream created in a context of its
+// own on the device (as mumax's cu.CtxCreate makes one), not the primary
+// context memtrack works in. FreeAsync on it learns when the free executes
+// as on any other stream: held back by the gate, the free stays in the
+// device-side figure (no synchronize in its place, which would wait for
+// the gate), and leaves it once the stream has run.
+func TestCUDAStreamChildForeignContext(t *testing.T) {
+	d := streamChild(t)
+	mode := retireByHostFunc
+	if os.Getenv("MEMTRACK_RETIRE") == "event" {
+		mode = retireByEvent
+	}
+	withRetire(t, d, mode)
+	var ctx cu.Context
+	var s cu.Stream
+	runtime.LockOSThread()
+	require.NoError(t, guard("test", func() {
+		ctx = cu.CtxCreate(0, cu.DeviceGet(d.Ordinal())) // pushed on this thread
+		s = cu.StreamCreate()
+	}))
+	defer func() {
+		require.NoError(t, guard("test", func() {
+			s.Destroy()
+			ctx.Destroy()
+		}))
+		runtime.UnlockOSThread()
+	}()
+
+	before := d.MemoryStats()
+	b, err := d.AllocAsync(1<<20, Stream(s))
+	require.NoError(t, err)
+	require.NoError(t, b.FreeAsync(Stream(s)))
+	st := d.MemoryStats()
+	assert.Equal(t, before.Current, st.Current)
+	assert.Equal(t, before.Held+1<<20, st.Held, "the stream has not run the free")
+
+	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
+	require.NoError(t, guard("test", func() { s.Synchronize() }))
+	assert.Equal(t, before.Held, d.MemoryStats().Held, "the stream ran the free")
 }

@@ -257,6 +257,8 @@ static CUresult usable(CUcontext ctx) {
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
 
 CUresult fakecuda_ready(const char *fn) { return ready(fn); }
+CUcontext fakecuda_current(void) { return current(); }
+int fakecuda_context_device(CUcontext ctx) { return ctx->device; }
 CUresult fakecuda_in_context(const char *fn, int *device) { return in_context(fn, device); }
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out) { return on_device(fn, dev, out); }
 

@@ -49,6 +49,8 @@
 
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
+CUcontext fakecuda_current(void);
+int fakecuda_context_device(CUcontext ctx);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
@@ -72,6 +74,7 @@ struct op {
 
 struct CUstream_st {
 	int device;
+	CUcontext ctx;   // the context it was created in; NULL for a legacy default stream
 	int legacy;      // a device's legacy default stream
 	int nonblocking; // CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
 	long enq;        // operations enqueued so far, allocations included
@@ -91,6 +94,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+	CUcontext ctx; // the context it was created in
 	long recorded; // records so far
 	long done;     // the last record its stream executed
 	struct CUstream_st *stream; // the stream of the last record
@@ -268,14 +272,23 @@ static struct CUstream_st *stream_new(int device) {
 	return s;
 }
 
+// special reports whether h is one of the handles that name the calling
+// thread's current context's default stream.
+static int special(CUstream h) { return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD; }
+
+// stream_ctx returns the context of stream s as the handle h named it: its
+// own, or the current one for a default stream.
+static CUcontext stream_ctx(CUstream h, struct CUstream_st *s) { return special(h) ? fakecuda_current() : s->ctx; }
+
 // resolve returns the stream a handle names: the legacy default stream of
-// the current context's device for the special handles.
+// the current context's device for the special handles. It needs a current
+// context, as every call on a stream does.
 static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, int *devp) {
 	int dev;
 	CUresult r = fakecuda_in_context(fn, &dev);
 	if (r == CUDA_SUCCESS && devp) *devp = dev;
 	if (r != CUDA_SUCCESS) return r;
-	if (h != NULL && h != CU_STREAM_LEGACY && h != CU_STREAM_PER_THREAD) {
+	if (!special(h)) {
 		*out = h;
 		return CUDA_SUCCESS;
 	}
@@ -334,6 +347,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	struct CUstream_st *s = stream_new(dev);
 	if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
 	s->nonblocking = (flags & CU_STREAM_NON_BLOCKING) != 0;
+	s->ctx = fakecuda_current();
 	*ph = s;
 	return CUDA_SUCCESS;
 }
@@ -365,6 +379,18 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	if (enq > s->host_seen) s->host_seen = enq;
 	synchronized();
 	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// cuStreamGetCtx returns the context a stream was created in; for the
+// special handles, the calling thread's current context.
+CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext *pctx) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamGetCtx", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+	*pctx = stream_ctx(h, s);
 	return CUDA_SUCCESS;
 }
 
@@ -426,12 +452,16 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CU
 
 // ---- events
 
+// cuEventCreate creates an event in the current context.
 CUresult CUDAAPI cuEventCreate(CUevent *pe, unsigned int flags) {
-	CUresult r = sready("cuEventCreate");
+	int dev;
+	sconfig();
+	CUresult r = fakecuda_in_context("cuEventCreate", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!pe) return CUDA_ERROR_INVALID_VALUE;
 	struct CUevent_st *e = calloc(1, sizeof *e);
 	if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+	e->ctx = fakecuda_current();
 	*pe = e;
 	return CUDA_SUCCESS;
 }
@@ -455,6 +485,8 @@ CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	CUresult r = resolve("cuEventRecord", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
+	// The event and the stream must be of one context (cuEventRecord).
+	if (e->ctx != stream_ctx(h, s)) return CUDA_ERROR_INVALID_HANDLE;
 	struct op *o = malloc(sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
@@ -580,7 +612,9 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-	if (s->device != dev) return CUDA_ERROR_INVALID_CONTEXT;
+	// The allocation comes from the pool current to the stream's device,
+	// whatever the current context's device (cuMemAllocAsync).
+	dev = s->device;
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	a->size = size;
