@@ -25,7 +25,9 @@ static memtrack_result memtrack_alloc(CUcontext ctx, size_t size) {
 	memtrack_result res = {0};
 	CUcontext prev;
 	if ((res.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return res;
+	CUstreamCaptureMode m = memtrack_relaxed();
 	res.op = cuMemAlloc(&res.ptr, size);
+	memtrack_unrelax(m);
 	res.restore = memtrack_leave(ctx, prev);
 	return res;
 }
@@ -34,7 +36,9 @@ static memtrack_result memtrack_free(CUcontext ctx, CUdeviceptr ptr) {
 	memtrack_result res = {0};
 	CUcontext prev;
 	if ((res.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return res;
+	CUstreamCaptureMode m = memtrack_relaxed();
 	res.op = cuMemFree(ptr);
+	memtrack_unrelax(m);
 	res.restore = memtrack_leave(ctx, prev);
 	return res;
 }

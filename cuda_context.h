@@ -26,6 +26,7 @@ typedef struct {
 	int spare_unused;   // memtrack_free_async: the event given was not used
 	CUdevice stream_device; // the stream's device, where other_device
 	int other_device;   // the stream is of another device: the operation did not run
+	int capturing;      // the stream captures a graph: the operation did not run
 } memtrack_result;
 
 // memtrack_enter makes ctx current on the calling thread and returns in
@@ -67,6 +68,30 @@ static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUc
 	if (r == CUDA_SUCCESS && res->stream_device != want) res->other_device = 1;
 	if (r != CUDA_SUCCESS) cuCtxSetCurrent(*prev);
 	return r;
+}
+
+// memtrack_check_capture reports in res->capturing whether stream is
+// capturing a graph (cuStreamIsCapturing), or returns why it cannot say.
+static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *res) {
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUresult r = cuStreamIsCapturing(stream, &st);
+	if (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) res->capturing = 1;
+	return r;
+}
+
+// memtrack_relaxed sets the calling thread's stream capture mode to relaxed
+// and returns the one it had, for memtrack_unrelax: a potentially unsafe
+// call (cuMemAlloc, cuMemFree) made in between then neither fails nor
+// invalidates a capture that another thread, or this one, has begun in
+// global or thread-local mode (cuThreadExchangeStreamCaptureMode).
+static inline CUstreamCaptureMode memtrack_relaxed(void) {
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	if (cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	return m;
+}
+
+static inline void memtrack_unrelax(CUstreamCaptureMode m) {
+	if (m != CU_STREAM_CAPTURE_MODE_RELAXED) cuThreadExchangeStreamCaptureMode(&m);
 }
 
 // memtrack_leave_stream makes prev current again after memtrack_enter_stream.

@@ -25,7 +25,8 @@ static memtrack_result memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_
 	memtrack_result a = {0};
 	CUcontext prev;
 	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	if (!a.other_device) a.op = memtrack_check_capture((CUstream)handle, &a);
+	if (!a.other_device && !a.capturing && a.op == CUDA_SUCCESS) a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
@@ -64,7 +65,8 @@ static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintp
 	CUcontext prev;
 	a.event = event;
 	if ((a.enter = memtrack_enter_stream(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (a.other_device) {
+	if (!a.other_device) a.op = memtrack_check_capture(stream, &a);
+	if (a.other_device || a.capturing || a.op != CUDA_SUCCESS) {
 		a.restore = memtrack_leave_stream(ctx, prev, &a);
 		return a;
 	}
@@ -462,6 +464,10 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		dev.settle("alloc", resultOf(a)) // a failed restore is logged there
 		return nil, otherDeviceStream("AllocAsync", d, stream, int(a.stream_device))
 	}
+	if a.capturing != 0 && a.enter == C.CUDA_SUCCESS {
+		dev.settle("alloc", resultOf(a)) // a failed restore is logged there
+		return nil, capturingStream("AllocAsync", d, stream)
+	}
 	if err := dev.settle("alloc", resultOf(a)); err != nil {
 		return nil, d.backendRefused(rec, size, err)
 	}
@@ -536,7 +542,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		sd.spareMu.Unlock()
 		event = nil
 	}
-	if f.other_device != 0 && f.enter == C.CUDA_SUCCESS {
+	if (f.other_device != 0 || f.capturing != 0) && f.enter == C.CUDA_SUCCESS {
 		dev.settle("free", resultOf(f)) // a failed restore is logged there
 		if event != nil {
 			sd.spareMu.Lock()
@@ -544,6 +550,9 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 			sd.spareMu.Unlock()
 		}
 		b.state.Store(bufLive)
+		if f.capturing != 0 {
+			return capturingStream("FreeAsync", d, stream)
+		}
 		return otherDeviceStream("FreeAsync", d, stream, int(f.stream_device))
 	}
 	// The free's own result decides (see settle): a failure to restore the
@@ -588,6 +597,13 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 func otherDeviceStream(op string, d Device, stream Stream, device int) error {
 	return fmt.Errorf("%w: %s on %v with stream %#x, which belongs to cuda:%d: a stream-ordered call runs on its stream's device; use a stream of %v",
 		ErrInvalidArgument, op, d, uintptr(stream), device, d)
+}
+
+// capturingStream is the error of a stream-ordered call on a stream that is
+// capturing a CUDA graph.
+func capturingStream(op string, d Device, stream Stream) error {
+	return fmt.Errorf("%w: %s on %v with stream %#x, which is capturing a CUDA graph: memtrack counts stream-ordered memory only outside capture (in a graph the allocation and the free would run at every launch); allocate before the capture begins, or after it ends",
+		ErrNotSupported, op, d, uintptr(stream))
 }
 
 // streamWait orders the work enqueued on waiter from now on after the work

@@ -255,6 +255,7 @@ static CUresult usable(CUcontext ctx) {
 // ---- shared with fakecuda_stream.c (streams, events, memory pools)
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
+CUresult fakecuda_unsafe_call(void);
 
 CUresult fakecuda_ready(const char *fn) { return ready(fn); }
 CUcontext fakecuda_current(void) { return current(); }
@@ -310,6 +311,12 @@ static const struct {
 	{CUDA_ERROR_EXTERNAL_DEVICE, "CUDA_ERROR_EXTERNAL_DEVICE", "unspecified error in an external device"},
 	{CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
 	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	{CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+	{CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+	{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+	{CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"},
+	{CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"},
 	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -529,10 +536,14 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 
 // ---- memory
 
+// cuMemAlloc and cuMemFree are potentially unsafe during stream capture
+// (cuThreadExchangeStreamCaptureMode): where the thread's capture mode
+// prohibits them, they fail and invalidate the captures concerned.
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	int dev;
 	CUresult r = in_context("cuMemAlloc", &dev);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
 	struct alloc *a = malloc(sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -590,6 +601,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	int dev;
 	CUresult r = in_context("cuMemFree", &dev);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&mu);
 	long n = ++nfrees;
 	struct alloc **p = &live;

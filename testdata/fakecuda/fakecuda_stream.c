@@ -47,6 +47,10 @@
 #define MAX_DEVICES 16
 #define GRANULE ((size_t)2 << 20)
 
+struct CUstream_st;
+static CUresult graph_alloc(struct CUstream_st *s, CUdeviceptr *dptr, size_t size);
+static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr);
+
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
 CUcontext fakecuda_current(void);
@@ -79,6 +83,10 @@ struct CUstream_st {
 	int nonblocking; // CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
 	long enq;        // operations enqueued so far, allocations included
 	long host_seen;  // enq when the host last saw the stream drained (a synchronize)
+	int capturing;   // CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED, or 0
+	CUstreamCaptureMode capture_mode;
+	pthread_t capture_thread; // the thread that began the capture
+	struct CUgraph_st *graph; // what the capture recorded
 	struct {         // what this stream waits for of others (cuStreamWaitEvent)
 		struct CUstream_st *stream;
 		long pos;
@@ -99,6 +107,12 @@ struct CUevent_st {
 	long done;     // the last record its stream executed
 	struct CUstream_st *stream; // the stream of the last record
 	long pos;                   // that stream's enq at the last record
+	int captured;               // the last record was captured into a graph
+};
+
+// A graph a capture returned: the fake keeps only how many nodes it holds.
+struct CUgraph_st {
+	long nodes;
 };
 
 struct palloc {
@@ -108,6 +122,7 @@ struct palloc {
 	size_t used; // counted in the pool: size rounded up
 	int device;
 	int freeing; // a cuMemFreeAsync of it is enqueued
+	int graph;   // a graph allocation, made during a capture: not in the pool
 	struct CUstream_st *stream; // the stream it was allocated on
 	long pos;                   // that stream's enq after the allocation
 };
@@ -301,6 +316,13 @@ static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, in
 
 // enqueue appends o to s (smu held).
 static void enqueue(struct CUstream_st *s, struct op *o) {
+	if (s->capturing) {
+		// Captured into the graph, not executed (cuStreamBeginCapture): a
+		// host function runs when the graph is launched, on every launch.
+		if (s->graph) s->graph->nodes++;
+		free(o);
+		return;
+	}
 	s->enq++;
 	o->next = NULL;
 	if (s->tail)
@@ -374,6 +396,12 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	CUresult r = resolve("cuStreamSynchronize", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
+	if (s->capturing) {
+		// Not permitted while the stream captures; it invalidates the capture.
+		s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	long enq = s->enq;
 	drain(s);
 	if (enq > s->host_seen) s->host_seen = enq;
@@ -400,6 +428,11 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 	CUresult r = resolve("cuStreamQuery", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
+	if (s->capturing) {
+		s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	int idle = !s->head && !s->busy;
 	pthread_mutex_unlock(&smu);
 	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -450,6 +483,143 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CU
 	return push("cuMemsetD8Async", h, &o);
 }
 
+// ---- stream capture
+
+// Each thread's capture interaction mode (cuThreadExchangeStreamCaptureMode),
+// and how many captures it began that were not relaxed.
+static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static __thread int own_strict_captures;
+static int global_captures; // captures begun in CU_STREAM_CAPTURE_MODE_GLOBAL, by any thread (smu)
+static struct CUstream_st *capturing_streams[64]; // smu
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamBeginCapture", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+	// Capture may not be initiated on the legacy default stream.
+	if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct CUgraph_st *g = calloc(1, sizeof *g);
+	if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&smu);
+	int slot = -1;
+	for (int i = 0; i < 64 && slot < 0; i++)
+		if (!capturing_streams[i]) slot = i;
+	if (s->capturing || slot < 0) {
+		// Only a stream not already capturing may begin.
+		pthread_mutex_unlock(&smu);
+		free(g);
+		return s->capturing ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	capturing_streams[slot] = s;
+	s->capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	s->capture_mode = mode;
+	s->capture_thread = pthread_self();
+	s->graph = g;
+	if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures++;
+	pthread_mutex_unlock(&smu);
+	if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures++;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *phGraph) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamEndCapture", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
+	if (!s->capturing) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->capture_thread, pthread_self())) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+	}
+	int invalidated = s->capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	if (s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures--;
+	for (int i = 0; i < 64; i++)
+		if (capturing_streams[i] == s) capturing_streams[i] = NULL;
+	struct CUgraph_st *g = s->graph;
+	s->graph = NULL;
+	s->capturing = 0;
+	CUstreamCaptureMode mode = s->capture_mode;
+	pthread_mutex_unlock(&smu);
+	if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures--;
+	if (invalidated) {
+		free(g);
+		*phGraph = NULL;
+		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	}
+	*phGraph = g;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamIsCapturing", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!status) return CUDA_ERROR_INVALID_VALUE;
+	*status = (CUstreamCaptureStatus)__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+	CUresult r = sready("cuThreadExchangeStreamCaptureMode");
+	if (r != CUDA_SUCCESS) return r;
+	if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+	CUstreamCaptureMode old = thread_mode;
+	thread_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+// cuGraphGetNodes reports how many nodes the graph holds; the fake gives
+// no node handles, so nodes must be NULL.
+CUresult CUDAAPI cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *numNodes) {
+	CUresult r = sready("cuGraphGetNodes");
+	if (r != CUDA_SUCCESS) return r;
+	if (!g || !numNodes) return CUDA_ERROR_INVALID_VALUE;
+	if (nodes) return CUDA_ERROR_NOT_SUPPORTED;
+	*numNodes = (size_t)g->nodes;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
+	CUresult r = sready("cuGraphDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	if (!g) return CUDA_ERROR_INVALID_VALUE;
+	free(g);
+	return CUDA_SUCCESS;
+}
+
+// fakecuda_unsafe_call is the check of a potentially unsafe call (cuMemAlloc,
+// cuMemFree) on the calling thread: prohibited, unless the thread's mode is
+// relaxed, while the thread has a capture of its own that is not relaxed,
+// or, in global mode, while any thread has a capture begun in global mode.
+// A prohibited call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+// invalidates those captures.
+CUresult fakecuda_unsafe_call(void) {
+	pthread_once(&sconfig_once, sconfigure);
+	if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+	if (own_strict_captures == 0 && (thread_mode != CU_STREAM_CAPTURE_MODE_GLOBAL || !__atomic_load_n(&global_captures, __ATOMIC_ACQUIRE)))
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&smu);
+	pthread_t self = pthread_self();
+	for (int i = 0; i < 64; i++) {
+		struct CUstream_st *s = capturing_streams[i];
+		if (!s) continue;
+		int own = pthread_equal(s->capture_thread, self) && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+		int global = s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+		if (own || global) s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	}
+	pthread_mutex_unlock(&smu);
+	return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 // ---- events
 
 // cuEventCreate creates an event in the current context.
@@ -490,6 +660,14 @@ CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
 	struct op *o = malloc(sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
+	if (s->capturing) {
+		e->captured = 1; // a node of the graph: cuEventQuery now refuses it
+		if (s->graph) s->graph->nodes++;
+		pthread_mutex_unlock(&smu);
+		free(o);
+		return CUDA_SUCCESS;
+	}
+	e->captured = 0;
 	*o = (struct op){.kind = OP_RECORD, .event = e, .gen = ++e->recorded};
 	enqueue(s, o);
 	e->stream = s;
@@ -503,8 +681,9 @@ CUresult CUDAAPI cuEventQuery(CUevent e) {
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
-	int reached = e->done >= e->recorded;
+	int reached = e->done >= e->recorded, captured = e->captured;
 	pthread_mutex_unlock(&smu);
+	if (captured) return CUDA_ERROR_CAPTURED_EVENT;
 	return reached ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -513,6 +692,10 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
+	if (e->captured) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_CAPTURED_EVENT;
+	}
 	while (e->done < e->recorded) pthread_cond_wait(&event_cond, &smu);
 	if (e->stream && e->pos > e->stream->host_seen) e->stream->host_seen = e->pos;
 	synchronized();
@@ -615,6 +798,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	// The allocation comes from the pool current to the stream's device,
 	// whatever the current context's device (cuMemAllocAsync).
 	dev = s->device;
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) return graph_alloc(s, dptr, size);
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	a->size = size;
@@ -699,6 +883,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	sconfig();
 	CUresult r = resolve("cuMemFreeAsync", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) return graph_free(s, dptr);
 	struct op *o = calloc(1, sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
@@ -715,6 +900,51 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	o->alloc = a;
 	enqueue(s, o);
 	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// graph_alloc is cuMemAllocAsync on a capturing stream: the driver adds an
+// allocation node to the graph and returns its address, whose memory the
+// graph takes from the pool when it runs; the pool's figures do not move.
+static CUresult graph_alloc(struct CUstream_st *s, CUdeviceptr *dptr, size_t size) {
+	struct palloc *a = calloc(1, sizeof *a);
+	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+	a->mem = malloc(size);
+	if (!a->mem) {
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->size = size;
+	a->device = s->device;
+	a->graph = 1;
+	pthread_mutex_lock(&smu);
+	a->next = plive;
+	plive = a;
+	if (s->graph) s->graph->nodes++;
+	pthread_mutex_unlock(&smu);
+	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
+	return CUDA_SUCCESS;
+}
+
+// graph_free is cuMemFreeAsync on a capturing stream: a free node, which
+// must be given the address of a graph allocation (cuMemFreeAsync).
+static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr) {
+	pthread_mutex_lock(&smu);
+	struct palloc *a = find(dptr);
+	if (!a || !a->graph) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
+		if (*q == a) {
+			*q = a->next;
+			break;
+		}
+	}
+	if (s->graph) s->graph->nodes++;
+	pthread_mutex_unlock(&smu);
+	free(a->mem);
+	free(a);
 	return CUDA_SUCCESS;
 }
 
