@@ -108,7 +108,16 @@ struct CUevent_st {
 	struct CUstream_st *stream; // the stream of the last record
 	long pos;                   // that stream's enq at the last record
 	int captured;               // the last record was captured into a graph
+	int pending;                // records and waits enqueued, not yet executed
+	int destroyed;              // cuEventDestroy was called: freed once nothing is pending
 };
+
+// release_event frees a destroyed event once no stream operation refers to
+// it (smu held): the driver lets a destroyed event complete, and a stream
+// waiting for it still waits.
+static void release_event(struct CUevent_st *e) {
+	if (e->destroyed && e->pending == 0) free(e);
+}
 
 // A graph a capture returned: the fake keeps only how many nodes it holds.
 struct CUgraph_st {
@@ -216,12 +225,16 @@ static void execute(struct CUstream_st *s, struct op *o) {
 	case OP_RECORD:
 		pthread_mutex_lock(&smu);
 		if (o->gen > o->event->done) o->event->done = o->gen;
+		o->event->pending--;
+		release_event(o->event);
 		pthread_cond_broadcast(&event_cond);
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_WAIT:
 		pthread_mutex_lock(&smu);
 		while (o->event->done < o->gen) pthread_cond_wait(&event_cond, &smu);
+		o->event->pending--;
+		release_event(o->event);
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_HOSTFN:
@@ -464,6 +477,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
 	pthread_mutex_lock(&smu);
 	*o = (struct op){.kind = OP_WAIT, .event = e, .gen = e->recorded};
 	if (e->stream) learn(s, e->stream, e->pos);
+	if (!s->capturing) e->pending++;
 	enqueue(s, o);
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
@@ -640,12 +654,10 @@ CUresult CUDAAPI cuEventDestroy(CUevent e) {
 	CUresult r = sready("cuEventDestroy");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
-	// An event still to be reached by a stream stays allocated: the driver
-	// too lets a destroyed event complete.
 	pthread_mutex_lock(&smu);
-	int reached = e->done >= e->recorded;
+	e->destroyed = 1;
+	release_event(e);
 	pthread_mutex_unlock(&smu);
-	if (reached) free(e);
 	return CUDA_SUCCESS;
 }
 
@@ -669,6 +681,7 @@ CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
 	}
 	e->captured = 0;
 	*o = (struct op){.kind = OP_RECORD, .event = e, .gen = ++e->recorded};
+	e->pending++;
 	enqueue(s, o);
 	e->stream = s;
 	e->pos = s->enq;
