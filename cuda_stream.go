@@ -145,15 +145,23 @@ import (
 
 // How FreeAsync learns that its stream has executed the free.
 const (
+	// retireByEvent, the default, records an event after the free
+	// (cuEventRecord); the figures are read after querying the pending
+	// events (cuEventQuery), as PyTorch's and CuPy's allocators learn of
+	// their frees. A query that fails (a context error: nothing will run
+	// on the device again) retires the free too.
+	retireByEvent uint32 = iota
 	// retireByHostFunc enqueues a host function after the free
 	// (cuLaunchHostFunc); the driver runs it, on a thread of its own, once
 	// the stream reaches it, and it adds the buffer's size to a counter in
 	// C memory, which the next reading or allocation on the device
-	// uncounts (catchUp): no callback into Go on the driver's thread.
-	retireByHostFunc uint32 = iota
-	// retireByEvent records an event after the free; the figures are read
-	// after querying the pending events (cuEventQuery).
-	retireByEvent
+	// uncounts (catchUp): no callback into Go on the driver's thread. The
+	// reference warns of its costs: a host function blocks the work
+	// enqueued after it on its stream, host functions of different streams
+	// may be serialized, and none is called after a context error, so that
+	// a free behind a kernel fault would stay in the device-side figure.
+	// The tests and benchmarks compare it with events.
+	retireByHostFunc
 )
 
 // deviceSide is the device-side figure of one CUDA device: what the device

@@ -384,6 +384,7 @@ func TestCUDAStreamChildren(t *testing.T) {
 		{"TestCUDAStreamChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC_ASYNC=2"}},
 		{"TestCUDAStreamChildFreeFault", []string{"FAKECUDA_FAIL_FREE_ASYNC=1"}},
 		{"TestCUDAStreamChildNoPools", []string{"FAKECUDA_NO_POOLS=1"}},
+		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
 	}
@@ -738,4 +739,29 @@ func TestCUDAStreamChildForeignContext(t *testing.T) {
 	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
 	require.NoError(t, guard("test", func() { s.Synchronize() }))
 	assert.Equal(t, before.Held, d.MemoryStats().Held, "the stream ran the free")
+}
+
+// TestCUDAStreamChildPoisoned: a free is enqueued behind the closed gate,
+// then a sticky error (CUDA_ERROR_ILLEGAL_ADDRESS, as after a kernel fault)
+// leaves the context unusable. Nothing will ever run on the device again,
+// and the driver calls no host function after a context error
+// (cuLaunchHostFunc): by default the free still leaves the device-side
+// figure at the next reading, which no longer counts it.
+func TestCUDAStreamChildPoisoned(t *testing.T) {
+	d := streamChild(t)
+	var cs cu.Stream
+	inContext(t, d, func() { cs = cu.StreamCreate() }) // not destroyed: the context will be lost
+	s := Stream(cs)
+	before := d.MemoryStats()
+	b, err := d.AllocAsync(1<<20, s)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeAsync(s))
+	assert.Equal(t, before.Held+1<<20, d.MemoryStats().Held, "the stream has not run the free")
+
+	_, err = d.Alloc(1 << 10) // the fake's first cuMemAlloc meets the sticky error
+	require.ErrorIs(t, err, ErrDeviceLost)
+	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
+	st := d.MemoryStats()
+	assert.Equal(t, before.Current, st.Current)
+	assert.Equal(t, before.Held, st.Held, "the lost device holds nothing of the free")
 }

@@ -259,6 +259,14 @@ CUresult fakecuda_unsafe_call(void);
 
 CUresult fakecuda_ready(const char *fn) { return ready(fn); }
 CUcontext fakecuda_current(void) { return current(); }
+
+// fakecuda_poisoned returns the sticky error the process met, or 0.
+CUresult fakecuda_poisoned(void) {
+	pthread_mutex_lock(&mu);
+	CUresult r = poisoned;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
 int fakecuda_context_device(CUcontext ctx) { return ctx->device; }
 CUresult fakecuda_in_context(const char *fn, int *device) { return in_context(fn, device); }
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out) { return on_device(fn, dev, out); }

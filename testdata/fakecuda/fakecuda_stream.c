@@ -31,6 +31,12 @@
 //	                              CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE_ASYNC=n    the n-th cuMemFreeAsync fails with
 //	                              CUDA_ERROR_INVALID_VALUE and frees nothing
+//	FAKECUDA_HOSTFN_DELAY_US=n    each host function waits n µs before it runs
+//	                              (the driver runs them on a thread of its own,
+//	                              later than the stream reaches them)
+//	FAKECUDA_HOSTFN_SERIAL=0      host functions of different streams run at
+//	                              once; by default one at a time, as the
+//	                              reference allows ("may be serialized")
 //	FAKECUDA_UNORDERED=allow      a cuMemFreeAsync on a stream not ordered
 //	                              after the allocation passes; by default the
 //	                              fake aborts the process, naming both streams
@@ -54,6 +60,7 @@ static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr);
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
 CUcontext fakecuda_current(void);
+CUresult fakecuda_poisoned(void);
 int fakecuda_context_device(CUcontext ctx);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
@@ -146,6 +153,9 @@ static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
 static int no_pools, allow_unordered;
+static long hostfn_delay_us;
+static int hostfn_serial = 1;
+static pthread_mutex_t hostfn_mu = PTHREAD_MUTEX_INITIALIZER; // one host function at a time
 
 // smu guards everything below and in the streams, events and pools.
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
@@ -167,6 +177,8 @@ static void sconfigure(void) {
 	long r = senv("FAKECUDA_POOL_ROUND", 1);
 	pool_round = r > 0 ? (size_t)r : 1;
 	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
+	hostfn_delay_us = senv("FAKECUDA_HOSTFN_DELAY_US", 0);
+	hostfn_serial = senv("FAKECUDA_HOSTFN_SERIAL", 1) != 0;
 	const char *u = getenv("FAKECUDA_UNORDERED");
 	allow_unordered = u && strcmp(u, "allow") == 0;
 	fail_alloc_async = senv("FAKECUDA_FAIL_ALLOC_ASYNC", 0);
@@ -238,7 +250,18 @@ static void execute(struct CUstream_st *s, struct op *o) {
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_HOSTFN:
+		// A host function is not called after an error in the context
+		// (cuLaunchHostFunc); host functions of different streams may be
+		// serialized, and the fake serializes them unless
+		// FAKECUDA_HOSTFN_SERIAL=0; each waits FAKECUDA_HOSTFN_DELAY_US first.
+		if (fakecuda_poisoned() != CUDA_SUCCESS) break;
+		if (hostfn_delay_us > 0) {
+			struct timespec ts = {hostfn_delay_us / 1000000, (hostfn_delay_us % 1000000) * 1000};
+			nanosleep(&ts, NULL);
+		}
+		if (hostfn_serial) pthread_mutex_lock(&hostfn_mu);
 		o->fn(o->data);
+		if (hostfn_serial) pthread_mutex_unlock(&hostfn_mu);
 		break;
 	case OP_MEMSET:
 		memset(o->data, o->value, o->n);
