@@ -163,6 +163,8 @@ static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER; // an event was rea
 static long nallocs_async, nfrees_async;
 static struct CUmemPoolHandle_st pools[MAX_DEVICES];
 static struct CUstream_st *default_streams[MAX_DEVICES];
+#define MAX_STREAMS 1024
+static struct CUstream_st *all_streams[MAX_STREAMS]; // the streams created, for the legacy stream's implicit order
 static struct palloc *plive;
 
 static long senv(const char *name, long def) {
@@ -313,6 +315,13 @@ static void *worker(void *arg) {
 static struct CUstream_st *stream_new(int device) {
 	struct CUstream_st *s = calloc(1, sizeof *s);
 	if (!s) return NULL;
+	int slot = -1;
+	for (int i = 0; i < MAX_STREAMS && slot < 0; i++)
+		if (!all_streams[i]) slot = i;
+	if (slot < 0) {
+		free(s);
+		return NULL;
+	}
 	s->device = device;
 	pthread_cond_init(&s->cond, NULL);
 	pthread_cond_init(&s->idle, NULL);
@@ -320,6 +329,7 @@ static struct CUstream_st *stream_new(int device) {
 		free(s);
 		return NULL;
 	}
+	all_streams[slot] = s;
 	return s;
 }
 
@@ -351,7 +361,55 @@ static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, in
 }
 
 // enqueue appends o to s (smu held).
+static void append(struct CUstream_st *s, struct op *o);
+static void implicit_order(struct CUstream_st *s);
+
 static void enqueue(struct CUstream_st *s, struct op *o) {
+	if (!s->capturing) implicit_order(s);
+	append(s, o);
+}
+
+// barrier makes the work enqueued on `to` from now on wait for the work
+// enqueued on `from` so far, with an event of the fake's own (smu held).
+static void barrier(struct CUstream_st *from, struct CUstream_st *to) {
+	struct CUevent_st *e = calloc(1, sizeof *e);
+	struct op *rec = malloc(sizeof *rec), *wait = malloc(sizeof *wait);
+	if (!e || !rec || !wait) {
+		free(e), free(rec), free(wait);
+		return;
+	}
+	e->recorded = 1;
+	e->pending = 2;
+	e->destroyed = 1; // freed once both have executed
+	*rec = (struct op){.kind = OP_RECORD, .event = e, .gen = 1};
+	*wait = (struct op){.kind = OP_WAIT, .event = e, .gen = 1};
+	append(from, rec);
+	append(to, wait);
+}
+
+// implicit_order gives work enqueued on s the order the legacy default
+// stream imposes (smu held): work on the legacy stream waits for all work
+// enqueued before on the blocking streams of its device, and work on a
+// blocking stream waits for the work enqueued before on the legacy stream
+// ("Stream synchronization behavior" of the driver API reference;
+// CU_STREAM_NON_BLOCKING streams are exempt). A stream that has run
+// everything it was given needs no barrier.
+static void implicit_order(struct CUstream_st *s) {
+	if (s->nonblocking) return;
+	if (s->legacy) {
+		for (int i = 0; i < MAX_STREAMS; i++) {
+			struct CUstream_st *t = all_streams[i];
+			if (t && t != s && !t->legacy && !t->nonblocking && !t->capturing && t->device == s->device && (t->head || t->busy))
+				barrier(t, s);
+		}
+		return;
+	}
+	struct CUstream_st *l = default_streams[s->device];
+	if (l && (l->head || l->busy)) barrier(l, s);
+}
+
+// append adds o to the end of s (smu held).
+static void append(struct CUstream_st *s, struct op *o) {
 	if (s->capturing) {
 		// Captured into the graph, not executed (cuStreamBeginCapture): a
 		// host function runs when the graph is launched, on every launch.
@@ -402,7 +460,9 @@ CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	if (r != CUDA_SUCCESS) return r;
 	if (!ph) return CUDA_ERROR_INVALID_VALUE;
 	if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
 	struct CUstream_st *s = stream_new(dev);
+	pthread_mutex_unlock(&smu);
 	if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
 	s->nonblocking = (flags & CU_STREAM_NON_BLOCKING) != 0;
 	s->ctx = fakecuda_current();
@@ -416,6 +476,8 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	drain(h);
+	for (int i = 0; i < MAX_STREAMS; i++)
+		if (all_streams[i] == h) all_streams[i] = NULL;
 	h->stop = 1;
 	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&smu);
