@@ -2,8 +2,11 @@
 
 package memtrack
 
-// The figures and controls of each CUDA device's default memory pool, the
-// one AllocAsync allocates from (cuda_stream.go).
+// The figures and controls of each CUDA device's current memory pool, the
+// one AllocAsync allocates from (cuda_stream.go): cuMemAllocAsync takes
+// memory from the pool current to the stream's device (cuDeviceGetMemPool),
+// which is the default pool unless cuDeviceSetMemPool set another, so the
+// pool is looked up at every reading.
 
 /*
 #cgo CFLAGS: -I/usr/local/cuda/include
@@ -16,14 +19,21 @@ typedef struct {
 	CUmemoryPool pool;
 } memtrack_pool;
 
-// memtrack_default_pool returns the default memory pool of device ordinal,
-// or supported = 0 where the device has none.
-static memtrack_pool memtrack_default_pool(int ordinal) {
+// memtrack_pools_supported reports whether device ordinal has memory pools.
+static memtrack_pool memtrack_pools_supported(int ordinal) {
 	memtrack_pool p = {CUDA_SUCCESS, 0, NULL};
 	CUdevice dev;
 	p.status = cuDeviceGet(&dev, ordinal);
 	if (p.status == CUDA_SUCCESS) p.status = cuDeviceGetAttribute(&p.supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev);
-	if (p.status == CUDA_SUCCESS && p.supported) p.status = cuDeviceGetDefaultMemPool(&p.pool, dev);
+	return p;
+}
+
+// memtrack_current_pool returns the current memory pool of device ordinal.
+static memtrack_pool memtrack_current_pool(int ordinal) {
+	memtrack_pool p = {CUDA_SUCCESS, 1, NULL};
+	CUdevice dev;
+	p.status = cuDeviceGet(&dev, ordinal);
+	if (p.status == CUDA_SUCCESS) p.status = cuDeviceGetMemPool(&p.pool, dev);
 	return p;
 }
 
@@ -63,21 +73,31 @@ import (
 	"github.com/mumax/3/cuda/cu"
 )
 
-// defaultPool returns the default memory pool of CUDA device d.
-func defaultPool(d Device) (C.CUmemoryPool, error) {
-	p := C.memtrack_default_pool(C.int(d.ordinal))
+// poolsSupported fails where CUDA device d has no memory pools.
+func poolsSupported(d Device) error {
+	p := C.memtrack_pools_supported(C.int(d.ordinal))
 	if p.status != C.CUDA_SUCCESS {
-		return nil, fillError(resultError("memory pool", "", cu.Result(p.status)), d, 0, nil)
+		return fillError(resultError("memory pool", "", cu.Result(p.status)), d, 0, nil)
 	}
 	if p.supported == 0 {
-		return nil, fmt.Errorf("%w: %v has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): stream-ordered allocation needs CUDA 11.2 or later and a device that supports it; allocate with Device.Alloc instead",
+		return fmt.Errorf("%w: %v has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): stream-ordered allocation needs CUDA 11.2 or later and a device that supports it; allocate with Device.Alloc instead",
 			ErrNotSupported, d)
+	}
+	return nil
+}
+
+// currentPool returns the current memory pool of CUDA device d.
+func currentPool(d Device) (C.CUmemoryPool, error) {
+	p := C.memtrack_current_pool(C.int(d.ordinal))
+	if p.status != C.CUDA_SUCCESS {
+		return nil, fillError(resultError("memory pool", "", cu.Result(p.status)), d, 0, nil)
 	}
 	return p.pool, nil
 }
 
-// PoolStats returns the figures of the device's default memory pool as the
-// driver reports them. It fails with [ErrNotSupported] on a device that is
+// PoolStats returns the figures of the device's current memory pool (the
+// default pool, unless cuDeviceSetMemPool set another) as the driver
+// reports them. It fails with [ErrNotSupported] on a device that is
 // not a CUDA GPU or has no memory pools.
 func (d Device) PoolStats() (PoolStats, error) {
 	_, pool, err := cudaPool(d)
@@ -102,11 +122,15 @@ func (d Device) PoolStats() (PoolStats, error) {
 // its memory pool's; see [PoolUsage] for how to read their differences.
 func (d Device) PoolUsage() (PoolUsage, error) {
 	st := d.MemoryStats()
+	var pooled int64
+	if sd := sideOf(d.ordinal); d.kind == KindCUDA && sd != nil {
+		pooled = sd.pooled.Load()
+	}
 	p, err := d.PoolStats()
 	if err != nil {
 		return PoolUsage{Device: d, Tracked: st.Current, Held: st.Held}, err
 	}
-	return poolUsage(d, st.Current, st.Held, p), nil
+	return poolUsage(d, st.Current, st.Held, pooled, p), nil
 }
 
 // TrimPool returns to the device the memory the pool reserves beyond
@@ -114,7 +138,13 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 // torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
 // reserved with 2 MiB in use holds, after TrimPool(0), the 2 MiB (rounded
 // up to the driver's granularity); [PoolStats] shows the figures before and
-// after. It fails with [ErrInvalidSize] for keep < 0 and with
+// after. The driver trims only memory whose frees it knows complete: a
+// buffer freed with [Buffer.FreeAsync] whose stream has not been
+// synchronized may stay reserved even once the device-side figure no longer
+// counts it (FreeAsync learns of executed frees by events, which tell the
+// package, not the pool), so TrimPool can return less than
+// [PoolUsage].Cached suggests; synchronize the streams first to return all
+// of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
 func (d Device) TrimPool(keep int64) error {
 	if keep < 0 {

@@ -170,6 +170,7 @@ const (
 // the stream has executed the free.
 type deviceSide struct {
 	held   tracker.Counter
+	pooled atomic.Int64  // the part of held that stream-ordered buffers take
 	retire atomic.Uint32 // retireBy*
 
 	// retired is the device's counter of bytes that host functions saw
@@ -188,8 +189,7 @@ type deviceSide struct {
 	spare    []C.CUevent // events reached, for reuse
 
 	poolOnce sync.Once
-	pool     C.CUmemoryPool
-	poolErr  error
+	poolErr  error // the device has no memory pools
 }
 
 // retireNode is one free awaiting its event.
@@ -266,6 +266,7 @@ func (sd *deviceSide) catchUp() {
 		}
 		if sd.applied.CompareAndSwap(a, r) {
 			_ = sd.held.Free(int64(r - a))
+			sd.pooled.Add(-int64(r - a)) // host functions retire stream-ordered frees only
 			return
 		}
 	}
@@ -300,6 +301,16 @@ func sideFree(d Device, size int64) {
 	if d.kind == KindCUDA {
 		if sd := sideOf(d.ordinal); sd != nil {
 			_ = sd.held.Free(size)
+		}
+	}
+}
+
+// pooledFree uncounts size bytes of a stream-ordered buffer that Free
+// released from the pool's share of the device-side figure.
+func pooledFree(d Device, size int64) {
+	if d.kind == KindCUDA {
+		if sd := sideOf(d.ordinal); sd != nil {
+			sd.pooled.Add(-size)
 		}
 	}
 }
@@ -370,6 +381,7 @@ func (sd *deviceSide) reap(ordinal int) {
 			}
 			sd.npending.Add(-1)
 			_ = sd.held.Free(m.size)
+			sd.pooled.Add(-m.size)
 			if m.foreign {
 				C.memtrack_event_destroy(m.event)
 			} else if answers[i] == C.CUDA_SUCCESS {
@@ -416,19 +428,31 @@ func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	return b.device(ordinal, op)
 }
 
-// cudaPool returns the device-side figure and the default memory pool of
+// cudaPool returns the device-side figure and the current memory pool of
 // CUDA device d, or an error wrapping [ErrNotSupported] where d is not a
 // CUDA device or has no memory pools.
 func cudaPool(d Device) (*deviceSide, C.CUmemoryPool, error) {
-	if d.kind != KindCUDA {
-		return nil, nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
-	}
-	if _, _, err := d.resolve(); err != nil {
+	sd, err := cudaSide(d)
+	if err != nil {
 		return nil, nil, err
 	}
+	pool, err := currentPool(d)
+	return sd, pool, err
+}
+
+// cudaSide returns the device-side figure of CUDA device d, or an error
+// wrapping [ErrNotSupported] where d is not a CUDA device or has no memory
+// pools.
+func cudaSide(d Device) (*deviceSide, error) {
+	if d.kind != KindCUDA {
+		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+	}
+	if _, _, err := d.resolve(); err != nil {
+		return nil, err
+	}
 	sd := sideOf(d.ordinal)
-	sd.poolOnce.Do(func() { sd.pool, sd.poolErr = defaultPool(d) })
-	return sd, sd.pool, sd.poolErr
+	sd.poolOnce.Do(func() { sd.poolErr = poolsSupported(d) })
+	return sd, sd.poolErr
 }
 
 // AllocAsync allocates size bytes on the device in stream order: from the
@@ -448,7 +472,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
 	}
-	sd, _, err := cudaPool(d)
+	sd, err := cudaSide(d)
 	if err != nil {
 		return nil, err
 	}
@@ -488,6 +512,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		return nil, d.recordRefused(s, rec, b, err)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
+	sd.pooled.Add(size)
 	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.alloc(size) // see sites.go
@@ -577,6 +602,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	// The free is enqueued: count it, then learn when it executes.
 	if f.retired != 0 {
 		_ = sd.held.Free(b.size)
+		sd.pooled.Add(-b.size)
 	} else if how == C.MEMTRACK_BY_EVENT {
 		sd.push(&retireNode{event: f.event, size: b.size, foreign: f.foreign != 0})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/mumax/3/cuda/cu"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -384,6 +385,8 @@ func TestCUDAStreamChildren(t *testing.T) {
 		{"TestCUDAStreamChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC_ASYNC=2"}},
 		{"TestCUDAStreamChildFreeFault", []string{"FAKECUDA_FAIL_FREE_ASYNC=1"}},
 		{"TestCUDAStreamChildNoPools", []string{"FAKECUDA_NO_POOLS=1"}},
+		{"TestCUDAStreamChildPoolFreeEnqueued", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued"}},
+		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued", "MEMTRACK_RETIRE=event"}},
 		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
@@ -420,6 +423,7 @@ func TestCUDAStreamChildLag(t *testing.T) {
 		mode = retireByEvent
 	}
 	withRetire(t, d, mode)
+	enqueued := os.Getenv("FAKECUDA_POOL_FREE") == "enqueued"
 	s1, s2 := newStream(t, d), newStream(t, d)
 	d.ResetPeakMemoryStats()
 
@@ -437,12 +441,19 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	assert.Equal(t, int64(7<<20), st.Held, "a is freed on the host only")
 	assert.Equal(t, int64(6<<20), st.Peak)
 	assert.Equal(t, int64(7<<20), st.HeldPeak)
-	assert.Equal(t, int64(7<<20), pool.UsedCurrent)
 	u, err := d.PoolUsage()
 	require.NoError(t, err)
 	assert.Equal(t, int64(4<<20), u.InFlight)
 	assert.Zero(t, u.Rounding)
-	assert.Equal(t, int64(8<<20)-int64(7<<20), u.Cached, "7 MiB in 2 MiB granules")
+	if enqueued {
+		// The pool counted a out when its free was enqueued, and c fits
+		// in the granules a left.
+		assert.Equal(t, int64(3<<20), pool.UsedCurrent)
+		assert.Equal(t, int64(6<<20)-int64(3<<20), u.Cached, "6 MiB reserved for a and b")
+	} else {
+		assert.Equal(t, int64(7<<20), pool.UsedCurrent)
+		assert.Equal(t, int64(8<<20)-int64(7<<20), u.Cached, "7 MiB in 2 MiB granules")
+	}
 
 	require.NoError(t, b.FreeAsync(s1))
 	require.NoError(t, streamWait(d, s1, s2))
@@ -457,10 +468,15 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	assert.Zero(t, st.Current)
 	assert.Zero(t, st.Held, "the device-side figure meets the tracked one")
 	assert.Equal(t, int64(7<<20), st.HeldPeak)
-	assert.Equal(t, pool.UsedHigh, st.HeldPeak, "nothing is rounded: the device-side peak is the pool's")
+	if enqueued {
+		assert.Equal(t, int64(6<<20), pool.UsedHigh, "a and b; c came after a's bytes left")
+		assert.Equal(t, int64(6<<20), pool.ReservedHigh)
+	} else {
+		assert.Equal(t, pool.UsedHigh, st.HeldPeak, "nothing is rounded: the device-side peak is the pool's")
+		assert.Equal(t, int64(8<<20), pool.ReservedHigh)
+	}
 	assert.Zero(t, pool.UsedCurrent)
 	assert.Zero(t, pool.ReservedCurrent, "released at the synchronization (threshold 0)")
-	assert.Equal(t, int64(8<<20), pool.ReservedHigh)
 }
 
 // TestCUDAStreamChildRounding: the pool rounds each allocation up to 4 KiB;
@@ -764,4 +780,153 @@ func TestCUDAStreamChildPoisoned(t *testing.T) {
 	st := d.MemoryStats()
 	assert.Equal(t, before.Current, st.Current)
 	assert.Equal(t, before.Held, st.Held, "the lost device holds nothing of the free")
+}
+
+// TestCUDAPoolIsCurrent: with a pool of the application's own set current
+// (cuDeviceSetMemPool), AllocAsync allocates from it, and PoolStats reads
+// it, not the default pool.
+func TestCUDAPoolIsCurrent(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.PoolStats(); err != nil {
+		t.Skip(err)
+	}
+	s := newStream(t, d)
+	pool, r := cudadrv.CreatePool(d.Ordinal())
+	require.Equal(t, cudadrv.Success, r)
+	def, r := cudadrv.DefaultPool(d.Ordinal())
+	require.Equal(t, cudadrv.Success, r)
+	require.Equal(t, cudadrv.Success, cudadrv.SetCurrentPool(d.Ordinal(), pool))
+	t.Cleanup(func() {
+		assert.Equal(t, cudadrv.Success, cudadrv.SetCurrentPool(d.Ordinal(), def))
+		assert.Equal(t, cudadrv.Success, cudadrv.DestroyPool(pool))
+	})
+	before := poolStats(t, d)
+	b, err := d.AllocAsync(3<<20, s)
+	require.NoError(t, err)
+	p := poolStats(t, d)
+	assert.GreaterOrEqual(t, p.UsedCurrent-before.UsedCurrent, int64(3<<20), "the allocation is in the pool PoolStats reads")
+	require.NoError(t, b.FreeAsync(s))
+	syncStream(t, d, s)
+}
+
+// TestCUDAPoolUsageWithAlloc: buffers of Device.Alloc are not in the pool;
+// Rounding compares the pool with the stream-ordered buffers only, and is
+// never negative.
+func TestCUDAPoolUsageWithAlloc(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.PoolStats(); err != nil {
+		t.Skip(err)
+	}
+	s := newStream(t, d)
+	a, err := d.Alloc(3 << 20)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Free()) }()
+	b, err := d.AllocAsync(1<<20, s)
+	require.NoError(t, err)
+	syncStream(t, d, s)
+	u, err := d.PoolUsage()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, u.Rounding, int64(0))
+	if onFake() {
+		assert.Zero(t, u.Rounding, "the fake rounds nothing")
+	}
+	require.NoError(t, b.Free())
+	u, err = d.PoolUsage()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, u.Rounding, int64(0), "after Free of the stream-ordered buffer")
+	require.NoError(t, d.TrimPool(0)) // what the free left reserved
+}
+
+// TestCUDAStreamChildPoolFreeEnqueued: under the reading where the pool
+// counts a free's bytes out as soon as it is enqueued
+// (FAKECUDA_POOL_FREE=enqueued), with the free held back by the gate,
+// PoolUsed falls below Held: InFlight names the difference, Rounding stays
+// at 0.
+func TestCUDAStreamChildPoolFreeEnqueued(t *testing.T) {
+	d := streamChild(t)
+	s := newStream(t, d)
+	b, err := d.AllocAsync(1<<20, s)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeAsync(s))
+	u, err := d.PoolUsage()
+	require.NoError(t, err)
+	assert.Zero(t, u.PoolUsed, "the pool counted the free at once")
+	assert.Equal(t, int64(1<<20), u.InFlight)
+	assert.Zero(t, u.Rounding)
+	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
+	syncStream(t, d, s)
+	u, err = d.PoolUsage()
+	require.NoError(t, err)
+	assert.Zero(t, u.InFlight)
+	assert.Zero(t, u.Rounding)
+}
+
+// TestCUDAPoolFreeReading says which reading of the pool's used figure the
+// driver follows, where its reference is silent: whether a free's bytes
+// leave USED_MEM_CURRENT when the stream executes it, or as soon as
+// cuMemFreeAsync returns (the fake offers both, FAKECUDA_POOL_FREE). It
+// frees a buffer behind memsets that keep the stream busy and reads the pool
+// while the stream is still busy; scripts/gpu-check.sh prints its answer.
+func TestCUDAPoolFreeReading(t *testing.T) {
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.PoolStats(); err != nil {
+		t.Skip(err)
+	}
+	s := newStream(t, d)
+	blockerSize, repeat := int64(1<<30), 32 // about 10 ms of memset on a current GPU
+	if onFake() {
+		blockerSize, repeat = 1<<20, 4
+	}
+	blocker, err := d.Alloc(blockerSize)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, blocker.Free()) }()
+	const size = 4 << 20
+	syncStream(t, d, s)
+	base := poolStats(t, d).UsedCurrent
+	inContext(t, d, func() {
+		for range repeat {
+			cu.MemsetD8Async(cu.DevicePtr(blocker.DevicePtr()), 1, blockerSize, cu.Stream(s))
+		}
+	})
+	b, err := d.AllocAsync(size, s)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeAsync(s))
+	used := poolStats(t, d).UsedCurrent
+	var busy bool
+	inContext(t, d, func() { busy = cu.StreamQuery(cu.Stream(s)) == cu.ERROR_NOT_READY })
+	syncStream(t, d, s)
+	switch {
+	case !busy:
+		t.Log("pool reading: undecided (the stream ran the free before the reading)")
+	case used-base >= size:
+		t.Log("pool reading: executed (a free leaves USED_MEM_CURRENT when its stream executes it)")
+	default:
+		t.Log("pool reading: enqueued (a free leaves USED_MEM_CURRENT when cuMemFreeAsync returns)")
+	}
+	assert.Equal(t, base, poolStats(t, d).UsedCurrent, "after the synchronization the free is out")
+}
+
+// TestCUDAAllocReuseReading says whether cuMemAlloc hands a freed address
+// out again at once to an allocation of another size (the fake does under
+// FAKECUDA_ALLOC_REUSE=1); scripts/gpu-check.sh prints its answer.
+func TestCUDAAllocReuseReading(t *testing.T) {
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d := cudaDevices(t, 1)[0]
+	a, err := d.Alloc(512)
+	require.NoError(t, err)
+	p := a.DevicePtr()
+	require.NoError(t, a.Free())
+	b, err := d.Alloc(2048)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Free()) }()
+	if b.DevicePtr() == p {
+		t.Log("alloc reading: reuse (cuMemAlloc handed the freed address to the next allocation)")
+	} else {
+		t.Log("alloc reading: fresh (cuMemAlloc gave another address than the one just freed)")
+	}
 }

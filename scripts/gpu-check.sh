@@ -62,6 +62,16 @@ step "reconciliation: tracked bytes against the driver's used memory" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v -test.timeout 60s
 step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
+# Where the driver's reference is silent, the fake driver offers each
+# reading behind a switch; these say which one this driver follows.
+readings() {
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDA(PoolFree|AllocReuse)Reading$' -test.v -test.timeout 60s >readings.log 2>&1
+	local rc=$?
+	cat readings.log
+	grep -o '[a-z]* reading: .*' readings.log | sed 's/^/== /'
+	return $rc
+}
+step "readings: which semantics this driver follows where the fake offers a choice" readings
 step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
 	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
 step "the cu drop-in's tests" ./cu.test -test.count=1 -test.short -test.v -test.timeout 90s

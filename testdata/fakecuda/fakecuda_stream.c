@@ -24,6 +24,12 @@
 //	                              file path exists: a test holds every stream
 //	                              back, then creates the file to let them run
 //	FAKECUDA_POOL_ROUND=b         round each pool allocation up to b bytes (default 1)
+//	FAKECUDA_POOL_FREE=r          when a cuMemFreeAsync's bytes leave the pool's
+//	                              USED_MEM_CURRENT, which the reference does not
+//	                              settle: "executed" (default), when the stream
+//	                              executes the free; "enqueued", at once, as
+//	                              memory the pool may give to later allocations
+//	                              on the same stream
 //	FAKECUDA_NO_POOLS=1           no device supports memory pools:
 //	                              CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0
 //	                              and the pool calls fail with CUDA_ERROR_NOT_SUPPORTED
@@ -139,12 +145,15 @@ struct palloc {
 	int device;
 	int freeing; // a cuMemFreeAsync of it is enqueued
 	int graph;   // a graph allocation, made during a capture: not in the pool
+	int uncounted; // its bytes already left the pool's used figure (FAKECUDA_POOL_FREE=enqueued)
+	struct CUmemPoolHandle_st *pool;
 	struct CUstream_st *stream; // the stream it was allocated on
 	long pos;                   // that stream's enq after the allocation
 };
 
 struct CUmemPoolHandle_st {
 	int device;
+	int alive;
 	size_t reserved, reserved_high, used, used_high, threshold;
 };
 
@@ -152,7 +161,7 @@ static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
-static int no_pools, allow_unordered;
+static int no_pools, allow_unordered, free_enqueued;
 static long hostfn_delay_us;
 static int hostfn_serial = 1;
 static pthread_mutex_t hostfn_mu = PTHREAD_MUTEX_INITIALIZER; // one host function at a time
@@ -161,7 +170,10 @@ static pthread_mutex_t hostfn_mu = PTHREAD_MUTEX_INITIALIZER; // one host functi
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER; // an event was reached
 static long nallocs_async, nfrees_async;
-static struct CUmemPoolHandle_st pools[MAX_DEVICES];
+#define MAX_POOLS (MAX_DEVICES + 16)
+// pools: each device's default pool first, then those cuMemPoolCreate made.
+static struct CUmemPoolHandle_st pools[MAX_POOLS];
+static struct CUmemPoolHandle_st *current_pool[MAX_DEVICES]; // cuDeviceSetMemPool; NULL: the default
 static struct CUstream_st *default_streams[MAX_DEVICES];
 #define MAX_STREAMS 1024
 static struct CUstream_st *all_streams[MAX_STREAMS]; // the streams created, for the legacy stream's implicit order
@@ -185,7 +197,9 @@ static void sconfigure(void) {
 	allow_unordered = u && strcmp(u, "allow") == 0;
 	fail_alloc_async = senv("FAKECUDA_FAIL_ALLOC_ASYNC", 0);
 	fail_free_async = senv("FAKECUDA_FAIL_FREE_ASYNC", 0);
-	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i;
+	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i, pools[i].alive = 1;
+	const char *f = getenv("FAKECUDA_POOL_FREE");
+	free_enqueued = f && strcmp(f, "enqueued") == 0;
 }
 
 // sready is the prologue of every call named fn here: fakecuda.c's checks
@@ -215,14 +229,14 @@ static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
 }
 
 static void pool_free(struct palloc *a) {
-	struct CUmemPoolHandle_st *p = &pools[a->device];
+	struct CUmemPoolHandle_st *p = a->pool ? a->pool : &pools[a->device];
 	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
 		if (*q == a) {
 			*q = a->next;
 			break;
 		}
 	}
-	p->used -= a->used;
+	if (!a->uncounted) p->used -= a->used;
 	free(a->mem);
 	free(a);
 }
@@ -450,7 +464,8 @@ static void drain(struct CUstream_st *s) {
 // synchronized releases what the pools reserve above their thresholds, as
 // the driver does at a synchronization (smu held).
 static void synchronized(void) {
-	for (int i = 0; i < MAX_DEVICES; i++) pool_release(&pools[i], pools[i].threshold);
+	for (int i = 0; i < MAX_POOLS; i++)
+		if (pools[i].alive) pool_release(&pools[i], pools[i].threshold);
 }
 
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
@@ -825,11 +840,71 @@ CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
 	return CUDA_SUCCESS;
 }
 
+// cuDeviceGetMemPool returns the device's current pool: its default pool
+// until cuDeviceSetMemPool sets another.
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceGetMemPool", dev, pool);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&smu);
+	*pool = current_pool[dev] ? current_pool[dev] : &pools[dev];
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceSetMemPool", dev, pool);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	if (pool < &pools[0] || pool >= &pools[MAX_POOLS] || !pool->alive || pool->device != dev) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
+	current_pool[dev] = pool;
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// cuMemPoolCreate makes a pool of device memory on props->location.id.
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+	CUresult r = sready("cuMemPoolCreate");
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+	    props->location.id >= MAX_DEVICES || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	int dev = props->location.id, unused;
+	if ((r = fakecuda_on_device("cuMemPoolCreate", dev, &unused)) != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
+	struct CUmemPoolHandle_st *p = NULL;
+	for (int i = MAX_DEVICES; i < MAX_POOLS && !p; i++)
+		if (!pools[i].alive) p = &pools[i];
+	if (p) *p = (struct CUmemPoolHandle_st){.device = dev, .alive = 1};
+	pthread_mutex_unlock(&smu);
+	if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+	*pool = p;
+	return CUDA_SUCCESS;
+}
+
+// cuMemPoolDestroy: a pool current to its device stays usable until another
+// is set; the fake, like the driver, makes the default pool current again.
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool p) {
+	CUresult r = sready("cuMemPoolDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	if (p < &pools[MAX_DEVICES] || p >= &pools[MAX_POOLS] || !p->alive) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
+	if (current_pool[p->device] == p) current_pool[p->device] = NULL;
+	pool_release(p, 0);
+	p->alive = 0;
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
 static CUresult valid_pool(const char *fn, CUmemoryPool p) {
 	CUresult r = sready(fn);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
-	if (p < &pools[0] || p >= &pools[MAX_DEVICES]) return CUDA_ERROR_INVALID_VALUE;
+	if (p < &pools[0] || p >= &pools[MAX_POOLS] || !p->alive) return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;
 }
 
@@ -902,8 +977,10 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	a->size = size;
 	a->used = round_up(size, pool_round);
 	a->device = dev;
-	struct CUmemPoolHandle_st *p = &pools[dev];
 	pthread_mutex_lock(&smu);
+	// From the device's current pool (cuDeviceGetMemPool).
+	struct CUmemPoolHandle_st *p = current_pool[dev] ? current_pool[dev] : &pools[dev];
+	a->pool = p;
 	long n = ++nallocs_async;
 	if (n == fail_alloc_async || a->used > SIZE_MAX - GRANULE - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
 	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, GRANULE) : 0;
@@ -994,6 +1071,14 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	}
 	if (!ordered_after(s, a)) unordered_free(s, a);
 	a->freeing = 1;
+	if (free_enqueued) {
+		// The reading where the pool counts the bytes free as soon as the
+		// free is enqueued, and may give them at once to later
+		// allocations on the same stream.
+		struct CUmemPoolHandle_st *p = a->pool ? a->pool : &pools[a->device];
+		p->used -= a->used;
+		a->uncounted = 1;
+	}
 	o->kind = OP_FREE;
 	o->alloc = a;
 	enqueue(s, o);
