@@ -8,78 +8,20 @@ package memtrack
 // which is the default pool unless cuDeviceSetMemPool set another, so the
 // pool is looked up at every reading.
 
-/*
-#cgo CFLAGS: -I/usr/local/cuda/include
-#cgo LDFLAGS: -L/usr/local/cuda/lib64/stubs -lcuda
-#include <cuda.h>
-
-typedef struct {
-	CUresult status;
-	int supported;
-	CUmemoryPool pool;
-} memtrack_pool;
-
-// memtrack_pools_supported reports whether device ordinal has memory pools.
-static memtrack_pool memtrack_pools_supported(int ordinal) {
-	memtrack_pool p = {CUDA_SUCCESS, 0, NULL};
-	CUdevice dev;
-	p.status = cuDeviceGet(&dev, ordinal);
-	if (p.status == CUDA_SUCCESS) p.status = cuDeviceGetAttribute(&p.supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev);
-	return p;
-}
-
-// memtrack_current_pool returns the current memory pool of device ordinal.
-static memtrack_pool memtrack_current_pool(int ordinal) {
-	memtrack_pool p = {CUDA_SUCCESS, 1, NULL};
-	CUdevice dev;
-	p.status = cuDeviceGet(&dev, ordinal);
-	if (p.status == CUDA_SUCCESS) p.status = cuDeviceGetMemPool(&p.pool, dev);
-	return p;
-}
-
-typedef struct {
-	CUresult status;
-	cuuint64_t reserved, reserved_high, used, used_high, threshold;
-} memtrack_pool_stats;
-
-static memtrack_pool_stats memtrack_pool_get(CUmemoryPool pool) {
-	memtrack_pool_stats s = {CUDA_SUCCESS, 0, 0, 0, 0, 0};
-	s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &s.reserved);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &s.reserved_high);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &s.used);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &s.used_high);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &s.threshold);
-	return s;
-}
-
-// memtrack_pool_reset_highs sets both high-water marks to the current
-// figures: the driver accepts 0 for them and nothing else.
-static CUresult memtrack_pool_reset_highs(CUmemoryPool pool) {
-	cuuint64_t zero = 0;
-	CUresult r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
-	if (r == CUDA_SUCCESS) r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
-	return r;
-}
-
-static CUresult memtrack_pool_set_threshold(CUmemoryPool pool, cuuint64_t threshold) {
-	return cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
-}
-*/
-import "C"
-
 import (
 	"fmt"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/mumax/3/cuda/cu"
 )
 
 // poolsSupported fails where CUDA device d has no memory pools.
 func poolsSupported(d Device) error {
-	p := C.memtrack_pools_supported(C.int(d.ordinal))
-	if p.status != C.CUDA_SUCCESS {
-		return fillError(resultError("memory pool", "", cu.Result(p.status)), d, 0, nil)
+	supported, r := cudadrv.PoolsSupported(d.ordinal)
+	if r != cudadrv.Success {
+		return fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
 	}
-	if p.supported == 0 {
+	if !supported {
 		return fmt.Errorf("%w: %v has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): stream-ordered allocation needs CUDA 11.2 or later and a device that supports it; allocate with Device.Alloc instead",
 			ErrNotSupported, d)
 	}
@@ -87,12 +29,12 @@ func poolsSupported(d Device) error {
 }
 
 // currentPool returns the current memory pool of CUDA device d.
-func currentPool(d Device) (C.CUmemoryPool, error) {
-	p := C.memtrack_current_pool(C.int(d.ordinal))
-	if p.status != C.CUDA_SUCCESS {
-		return nil, fillError(resultError("memory pool", "", cu.Result(p.status)), d, 0, nil)
+func currentPool(d Device) (cudadrv.Pool, error) {
+	p, r := cudadrv.CurrentPool(d.ordinal)
+	if r != cudadrv.Success {
+		return p, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
 	}
-	return p.pool, nil
+	return p, nil
 }
 
 // PoolStats returns the figures of the device's current memory pool (the
@@ -104,17 +46,17 @@ func (d Device) PoolStats() (PoolStats, error) {
 	if err != nil {
 		return PoolStats{Device: d}, err
 	}
-	s := C.memtrack_pool_get(pool)
-	if s.status != C.CUDA_SUCCESS {
-		return PoolStats{Device: d}, fillError(resultError("memory pool", "", cu.Result(s.status)), d, 0, nil)
+	s, r := cudadrv.PoolGet(pool)
+	if r != cudadrv.Success {
+		return PoolStats{Device: d}, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
 	}
 	return PoolStats{
 		Device:           d,
-		ReservedCurrent:  int64(s.reserved),
-		ReservedHigh:     int64(s.reserved_high),
-		UsedCurrent:      int64(s.used),
-		UsedHigh:         int64(s.used_high),
-		ReleaseThreshold: int64(s.threshold),
+		ReservedCurrent:  s.ReservedCurrent,
+		ReservedHigh:     s.ReservedHigh,
+		UsedCurrent:      s.UsedCurrent,
+		UsedHigh:         s.UsedHigh,
+		ReleaseThreshold: s.ReleaseThreshold,
 	}, nil
 }
 
@@ -154,7 +96,7 @@ func (d Device) TrimPool(keep int64) error {
 	if err != nil {
 		return err
 	}
-	if r := C.cuMemPoolTrimTo(pool, C.size_t(keep)); r != C.CUDA_SUCCESS {
+	if r := cudadrv.PoolTrimTo(pool, keep); r != cudadrv.Success {
 		return fillError(resultError("trim pool", "", cu.Result(r)), d, 0, nil)
 	}
 	return nil
@@ -177,7 +119,7 @@ func (d Device) SetPoolReleaseThreshold(bytes int64) error {
 	if err != nil {
 		return err
 	}
-	if r := C.memtrack_pool_set_threshold(pool, C.cuuint64_t(bytes)); r != C.CUDA_SUCCESS {
+	if r := cudadrv.PoolSetReleaseThreshold(pool, bytes); r != cudadrv.Success {
 		return fillError(resultError("set release threshold", "", cu.Result(r)), d, 0, nil)
 	}
 	return nil
@@ -186,6 +128,6 @@ func (d Device) SetPoolReleaseThreshold(bytes int64) error {
 // resetPoolHighs resets the pool's high-water marks, where d has a pool.
 func (sd *deviceSide) resetPoolHighs(d Device) {
 	if _, pool, err := cudaPool(d); err == nil {
-		C.memtrack_pool_reset_highs(pool)
+		cudadrv.PoolResetHighs(pool)
 	}
 }

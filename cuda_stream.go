@@ -3,141 +3,19 @@
 package memtrack
 
 // Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) on each
-// device's default memory pool, and the device-side figure: the bytes the
+// device's current memory pool, and the device-side figure: the bytes the
 // device holds for this package's buffers, in which a buffer freed with
 // FreeAsync stays until its stream has executed the free. cu has no binding
-// for these calls; each C helper below makes the device's primary context
-// current, operates and restores the thread's context, in one cgo call, so
-// that the goroutine need not be locked to its thread.
-
-/*
-#cgo CFLAGS: -I/usr/local/cuda/include
-#cgo LDFLAGS: -L/usr/local/cuda/lib64/stubs -lcuda
-#include <cuda.h>
-#include <stdint.h>
-
-#include "cuda_context.h"
-
-// memtrack_alloc_async allocates size bytes on stream from the current pool
-// of the stream's device, in the stream's context; a stream of another
-// device than ctx's allocates nothing (other_device).
-static memtrack_result memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
-	memtrack_result a = {0};
-	CUcontext prev;
-	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = memtrack_check_capture((CUstream)handle, &a);
-	if (!a.other_device && !a.capturing && a.op == CUDA_SUCCESS) a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
-	a.restore = memtrack_leave_stream(ctx, prev, &a);
-	return a;
-}
-
-// MEMTRACK_RETIRE_DEVICES bounds the device ordinals whose frees the host
-// function retires; FreeAsync records an event for the others.
-#define MEMTRACK_RETIRE_DEVICES 256
-
-// memtrack_retired_bytes counts, per device ordinal, the bytes of the
-// stream-ordered frees that their streams have executed, as the host
-// function below learns them. It only grows (modulo 2^64); Go reads it with
-// an atomic load and uncounts what it has not yet uncounted.
-static uint64_t memtrack_retired_bytes[MEMTRACK_RETIRE_DEVICES];
-
-// memtrack_retired_counter returns the counter of device ordinal.
-static uint64_t *memtrack_retired_counter(int ordinal) { return &memtrack_retired_bytes[ordinal]; }
-
-// memtrack_retired is the host function enqueued after a free: the token
-// packs the device ordinal (low 16 bits) and the buffer's size. It runs on
-// a thread of the driver, calls neither the driver nor Go, and only adds.
-static void CUDA_CB memtrack_retired(void *token) {
-	uintptr_t t = (uintptr_t)token;
-	__atomic_fetch_add(&memtrack_retired_bytes[t & 0xffff], (uint64_t)(t >> 16), __ATOMIC_SEQ_CST);
-}
-
-enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
-
-// memtrack_free_async frees ptr on stream and, by how, arranges to learn
-// when the stream has executed the free: with a host function that adds the
-// size to its device's memtrack_retired_bytes (token), or with event (created if NULL) recorded after the
-// free. Where neither can be enqueued, it waits for the stream and reports
-// the free retired.
-static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
-	memtrack_result a = {0};
-	CUstream stream = (CUstream)handle;
-	CUcontext prev;
-	a.event = event;
-	if ((a.enter = memtrack_enter_stream(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = memtrack_check_capture(stream, &a);
-	if (a.other_device || a.capturing || a.op != CUDA_SUCCESS) {
-		a.restore = memtrack_leave_stream(ctx, prev, &a);
-		return a;
-	}
-	if (a.foreign && a.event) {
-		// The event given is of ctx; the stream's context needs its own.
-		a.event = NULL;
-		a.spare_unused = 1;
-	}
-	a.op = cuMemFreeAsync(ptr, stream);
-	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
-		CUresult r;
-		if (how == MEMTRACK_BY_HOSTFN) {
-			r = cuLaunchHostFunc(stream, memtrack_retired, (void *)token);
-		} else {
-			r = a.event ? CUDA_SUCCESS : cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
-			if (r == CUDA_SUCCESS) r = cuEventRecord(a.event, stream);
-		}
-		if (r != CUDA_SUCCESS) {
-			cuStreamSynchronize(stream);
-			a.retired = 1;
-		}
-	}
-	a.restore = memtrack_leave_stream(ctx, prev, &a);
-	return a;
-}
-
-// memtrack_event_destroy destroys an event of a stream of another context,
-// once reached: memtrack keeps only events of its own context for reuse.
-static void memtrack_event_destroy(CUevent e) { cuEventDestroy(e); }
-
-// memtrack_stream_wait makes the work enqueued on waiter from now on wait
-// for the work enqueued on after so far: an event recorded on after, which
-// waiter waits for (cuStreamWaitEvent), then destroyed (the driver lets a
-// destroyed event complete).
-static memtrack_result memtrack_stream_wait(CUcontext ctx, uintptr_t waiter, uintptr_t after) {
-	memtrack_result a = {0};
-	CUcontext prev;
-	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
-	CUevent e = NULL;
-	a.op = cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-	if (a.op == CUDA_SUCCESS) a.op = cuEventRecord(e, (CUstream)after);
-	if (a.op == CUDA_SUCCESS) a.op = cuStreamWaitEvent((CUstream)waiter, e, 0);
-	if (e) cuEventDestroy(e);
-	a.restore = memtrack_leave(ctx, prev);
-	return a;
-}
-
-// memtrack_events_reached queries the n events in ctx, in one call, and
-// writes each one's answer to out: CUDA_SUCCESS once its stream has reached
-// it, CUDA_ERROR_NOT_READY before. Where the context cannot be made current,
-// or the previous one current again, that failure is the answer of every
-// event that would have answered CUDA_SUCCESS.
-static void memtrack_events_reached(CUcontext ctx, const CUevent *events, CUresult *out, int n) {
-	CUcontext prev;
-	CUresult r = memtrack_enter(ctx, &prev);
-	for (int i = 0; i < n; i++) out[i] = r == CUDA_SUCCESS ? cuEventQuery(events[i]) : r;
-	if (r != CUDA_SUCCESS) return;
-	CUresult r2 = memtrack_leave(ctx, prev);
-	for (int i = 0; r2 != CUDA_SUCCESS && i < n; i++) {
-		if (out[i] == CUDA_SUCCESS) out[i] = r2;
-	}
-}
-*/
-import "C"
+// for these calls; each is one cgo call of internal/cudadrv, which makes
+// the stream's context current, operates and restores the thread's
+// context, so that the goroutine need not be locked to its thread.
 
 import (
 	"fmt"
 	"sync"
 	stdatomic "sync/atomic"
-	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/tracker"
 	"github.com/mumax/3/cuda/cu"
 	"go.uber.org/atomic"
@@ -186,7 +64,7 @@ type deviceSide struct {
 	npending atomic.Int64 // the nodes in pending, or about to be pushed back
 	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (0: reapBatch)
 	spareMu  sync.Mutex
-	spare    []C.CUevent // events reached, for reuse
+	spare    []cudadrv.Event // events reached, for reuse
 
 	poolOnce sync.Once
 	poolErr  error // the device has no memory pools
@@ -195,7 +73,7 @@ type deviceSide struct {
 // retireNode is one free awaiting its event.
 type retireNode struct {
 	next    *retireNode
-	event   C.CUevent
+	event   cudadrv.Event
 	size    int64
 	foreign bool // the event is of another context than the device's primary one
 }
@@ -229,7 +107,7 @@ func sideOf(ordinal int) *deviceSide {
 		}
 		if !found {
 			for i := range min(len(sides), maxRetireDevices) {
-				sides[i].retired = (*uint64)(unsafe.Pointer(C.memtrack_retired_counter(C.int(i))))
+				sides[i].retired = cudadrv.RetiredCounter(i)
 				sides[i].applied.Store(stdatomic.LoadUint64(sides[i].retired))
 			}
 		}
@@ -246,8 +124,8 @@ func sideOf(ordinal int) *deviceSide {
 	return &t.sides[ordinal]
 }
 
-// maxRetireDevices is C's MEMTRACK_RETIRE_DEVICES.
-const maxRetireDevices = C.MEMTRACK_RETIRE_DEVICES
+// maxRetireDevices bounds the devices whose frees host functions retire.
+const maxRetireDevices = cudadrv.MaxRetireDevices
 
 // catchUp uncounts the frees that host functions have seen executed since
 // the last catchUp. Every figure is read after one, and so is every
@@ -361,8 +239,8 @@ func (sd *deviceSide) reap(ordinal int) {
 		k++
 	}
 	nodes := make([]*retireNode, 0, k)
-	events := make([]C.CUevent, k)
-	answers := make([]C.CUresult, k)
+	events := make([]cudadrv.Event, k)
+	answers := make([]cudadrv.Result, k)
 	for n != nil {
 		nodes = nodes[:0]
 		for ; n != nil && len(nodes) < k; n = n.next {
@@ -370,12 +248,12 @@ func (sd *deviceSide) reap(ordinal int) {
 			nodes = append(nodes, n)
 		}
 		if err == nil {
-			C.memtrack_events_reached(ctx, &events[0], &answers[0], C.int(len(nodes)))
+			cudadrv.EventsReached(ctx, events[:len(nodes)], answers)
 		} else {
 			clear(answers) // nothing would ever reach them: retired
 		}
 		for i, m := range nodes {
-			if answers[i] == C.CUDA_ERROR_NOT_READY {
+			if answers[i] == cudadrv.NotReady {
 				sd.push(m)
 				continue
 			}
@@ -383,11 +261,9 @@ func (sd *deviceSide) reap(ordinal int) {
 			_ = sd.held.Free(m.size)
 			sd.pooled.Add(-m.size)
 			if m.foreign {
-				C.memtrack_event_destroy(m.event)
-			} else if answers[i] == C.CUDA_SUCCESS {
-				sd.spareMu.Lock()
-				sd.spare = append(sd.spare, m.event)
-				sd.spareMu.Unlock()
+				cudadrv.EventDestroy(m.event)
+			} else if answers[i] == cudadrv.Success {
+				sd.putSpare(m.event)
 			}
 		}
 	}
@@ -406,8 +282,15 @@ func (sd *deviceSide) push(n *retireNode) {
 	}
 }
 
-// spareEvent returns an event reached before, or nil.
-func (sd *deviceSide) spareEvent() C.CUevent {
+// putSpare keeps e, an event of the device's primary context, for reuse.
+func (sd *deviceSide) putSpare(e cudadrv.Event) {
+	sd.spareMu.Lock()
+	sd.spare = append(sd.spare, e)
+	sd.spareMu.Unlock()
+}
+
+// spareEvent returns an event reached before, or the zero Event.
+func (sd *deviceSide) spareEvent() cudadrv.Event {
 	sd.spareMu.Lock()
 	defer sd.spareMu.Unlock()
 	if k := len(sd.spare); k > 0 {
@@ -415,7 +298,7 @@ func (sd *deviceSide) spareEvent() C.CUevent {
 		sd.spare = sd.spare[:k-1]
 		return e
 	}
-	return nil
+	return cudadrv.Event{}
 }
 
 // cudaDeviceOf returns the CUDA backend's state of device ordinal and its
@@ -423,7 +306,7 @@ func (sd *deviceSide) spareEvent() C.CUevent {
 func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
+		return nil, cuContext{}, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
 	}
 	return b.device(ordinal, op)
 }
@@ -431,10 +314,10 @@ func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
 // cudaPool returns the device-side figure and the current memory pool of
 // CUDA device d, or an error wrapping [ErrNotSupported] where d is not a
 // CUDA device or has no memory pools.
-func cudaPool(d Device) (*deviceSide, C.CUmemoryPool, error) {
+func cudaPool(d Device) (*deviceSide, cudadrv.Pool, error) {
 	sd, err := cudaSide(d)
 	if err != nil {
-		return nil, nil, err
+		return nil, cudadrv.Pool{}, err
 	}
 	pool, err := currentPool(d)
 	return sd, pool, err
@@ -489,23 +372,23 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
-	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if a.other_device != 0 && a.enter == C.CUDA_SUCCESS {
+	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
+	if a.OtherDevice && a.Enter == cudadrv.Success {
 		// cuMemAllocAsync would allocate on the stream's device: bad input,
 		// nothing allocated, nothing counted.
-		dev.settle("alloc", resultOf(a)) // a failed restore is logged there
-		return nil, otherDeviceStream("AllocAsync", d, stream, int(a.stream_device))
+		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
+		return nil, otherDeviceStream("AllocAsync", d, stream, a.StreamDevice)
 	}
-	if a.capturing != 0 && a.enter == C.CUDA_SUCCESS {
-		dev.settle("alloc", resultOf(a)) // a failed restore is logged there
+	if a.Capturing && a.Enter == cudadrv.Success {
+		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
 		return nil, capturingStream("AllocAsync", d, stream)
 	}
-	if err := dev.settle("alloc", resultOf(a)); err != nil {
+	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
 		return nil, d.backendRefused(rec, size, err)
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
-	b.mem.ptr, b.pooled = uintptr(a.ptr), true
+	b.mem.ptr, b.pooled = a.Ptr, true
 	if err := rec.Alloc(size); err != nil {
 		// recordRefused releases the memory with cuMemFree, which takes
 		// memory of the pool back at once.
@@ -562,49 +445,43 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		b.state.Store(bufLive)
 		return fillError(err, d, b.size, nil)
 	}
-	how, token, event := C.int(C.MEMTRACK_BY_EVENT), C.uintptr_t(0), C.CUevent(nil)
-	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && sd.retired != nil {
-		how, token = C.MEMTRACK_BY_HOSTFN, C.uintptr_t(uint64(b.size)<<16|uint64(b.ordinal))
+	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
+	if t, ok := cudadrv.HostFuncToken(int(b.ordinal), b.size); ok && sd.retire.Load() == retireByHostFunc && sd.retired != nil {
+		how, token = cudadrv.ByHostFunc, t
 	} else {
 		event = sd.spareEvent()
 	}
-	f := C.memtrack_free_async(ctx, C.CUdeviceptr(b.mem.ptr), C.uintptr_t(stream), how, token, event)
-	if event != nil && f.spare_unused != 0 {
-		sd.spareMu.Lock()
-		sd.spare = append(sd.spare, event)
-		sd.spareMu.Unlock()
-		event = nil
+	f := cudadrv.FreeAsync(ctx, b.mem.ptr, uintptr(stream), how, token, event)
+	if !event.IsZero() && f.SpareUnused {
+		sd.putSpare(event)
+		event = cudadrv.Event{}
 	}
-	if (f.other_device != 0 || f.capturing != 0) && f.enter == C.CUDA_SUCCESS {
-		dev.settle("free", resultOf(f)) // a failed restore is logged there
-		if event != nil {
-			sd.spareMu.Lock()
-			sd.spare = append(sd.spare, event)
-			sd.spareMu.Unlock()
+	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
+		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
+		if !event.IsZero() {
+			sd.putSpare(event)
 		}
 		b.state.Store(bufLive)
-		if f.capturing != 0 {
+		if f.Capturing {
 			return capturingStream("FreeAsync", d, stream)
 		}
-		return otherDeviceStream("FreeAsync", d, stream, int(f.stream_device))
+		return otherDeviceStream("FreeAsync", d, stream, f.StreamDevice)
 	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
-	if err := dev.settle("free", resultOf(f)); err != nil {
-		if event != nil {
-			sd.spareMu.Lock()
-			sd.spare = append(sd.spare, event)
-			sd.spareMu.Unlock()
+	if err := dev.settle("free", resultOf(f.Call)); err != nil {
+		if !event.IsZero() {
+			sd.putSpare(event)
 		}
 		b.state.Store(bufLive)
 		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
-	if f.retired != 0 {
+	if f.Retired {
 		_ = sd.held.Free(b.size)
 		sd.pooled.Add(-b.size)
-	} else if how == C.MEMTRACK_BY_EVENT {
-		sd.push(&retireNode{event: f.event, size: b.size, foreign: f.foreign != 0})
+	} else if how == cudadrv.ByEvent {
+		sd.push(&retireNode{event: f.Event, size: b.size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
 			// Nothing else may read the figures for a while: keep the
 			// frees waiting, and their events, bounded. The next bound is
@@ -651,7 +528,7 @@ func streamWait(d Device, waiter, after Stream) error {
 	if err != nil {
 		return err
 	}
-	return dev.settle("stream wait", resultOf(C.memtrack_stream_wait(ctx, C.uintptr_t(waiter), C.uintptr_t(after))))
+	return dev.settle("stream wait", resultOf(cudadrv.StreamWait(ctx, uintptr(waiter), uintptr(after))))
 }
 
 // rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
@@ -661,16 +538,16 @@ func streamWait(d Device, waiter, after Stream) error {
 // (adding 0 bytes): the raw pair plus the one stream operation that
 // learning exactly when a free executes takes.
 func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
-	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if r := resultOf(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
+	if r := resultOf(a.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("alloc", "", max(r.enter, r.op))
 	}
-	how := C.int(C.MEMTRACK_UNTRACKED)
+	how := cudadrv.Untracked
 	if marker {
-		how = C.MEMTRACK_BY_HOSTFN
+		how = cudadrv.ByHostFunc
 	}
-	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), how, 0, nil)
-	if r := resultOf(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, 0, cudadrv.Event{})
+	if r := resultOf(f.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("free", "", max(r.enter, r.op))
 	}
 	return nil

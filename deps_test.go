@@ -20,7 +20,8 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack",
 	"github.com/memtrack/memtrack/tracker",
 	"go.uber.org/atomic",
-	"github.com/mumax/3/cuda/cu", // under -tags cuda
+	"github.com/mumax/3/cuda/cu",                    // under -tags cuda
+	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver bindings
 }
 
 func TestCoreImportsNoRenderer(t *testing.T) {

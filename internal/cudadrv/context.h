@@ -1,9 +1,9 @@
 //go:build cuda
 
-// cuda_context.h: how the C helpers of cuda_calls.go and cuda_stream.go run
-// in a device's primary context on whatever thread the goroutine is on:
-// make the context current, operate, and put the thread's previous context
-// back, each result reported apart in a memtrack_result.
+// context.h: how the C helpers of this package run in a device's primary
+// context on whatever thread the goroutine is on: make the context current,
+// operate, and put the thread's previous context back, each result reported
+// apart in a memtrack_result.
 
 #ifndef MEMTRACK_CUDA_CONTEXT_H
 #define MEMTRACK_CUDA_CONTEXT_H
@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 // memtrack_result is what one operation reports: the three results apart,
-// so that the operation's own result decides (see settle in
+// so that the operation's own result decides (see settle in memtrack's
 // backend_cuda.go), and what the operation produced.
 typedef struct {
 	CUresult enter;     // getting or switching the context; the operation ran only if 0
