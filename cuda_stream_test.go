@@ -930,3 +930,31 @@ func TestCUDAAllocReuseReading(t *testing.T) {
 		t.Log("alloc reading: fresh (cuMemAlloc gave another address than the one just freed)")
 	}
 }
+
+// TestCUDATrimAfterEventRetirement: the driver may keep reserved what a
+// stream freed until the host has observed the free complete (a
+// synchronize), which an event query does not do (cuMemPoolTrimTo): once
+// the device-side figure no longer counts the buffer, TrimPool still
+// returns less than Cached; after a synchronize it returns all of it.
+func TestCUDATrimAfterEventRetirement(t *testing.T) {
+	requireFake(t)
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	withRetire(t, d, retireByEvent)
+	keepPoolReserved(t, d) // so that only TrimPool returns memory
+	before := d.MemoryStats()
+	b, err := d.AllocAsync(4<<20, s)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeAsync(s))
+	for d.MemoryStats().Held != before.Held { // the event query sees the free run
+		runtime.Gosched()
+	}
+	u, err := d.PoolUsage()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, u.Cached, int64(4<<20))
+	require.NoError(t, d.TrimPool(0))
+	assert.GreaterOrEqual(t, poolStats(t, d).ReservedCurrent, int64(4<<20), "not yet observed by the host: kept")
+	syncStream(t, d, s)
+	require.NoError(t, d.TrimPool(0))
+	assert.Zero(t, poolStats(t, d).ReservedCurrent, "after the synchronize, trimmed")
+}

@@ -155,6 +155,7 @@ struct CUmemPoolHandle_st {
 	int device;
 	int alive;
 	size_t reserved, reserved_high, used, used_high, threshold;
+	size_t unobserved; // freed by a stream, not yet seen complete by the host (a synchronize)
 };
 
 static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
@@ -221,14 +222,17 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // pool_release returns the pool's reserved memory above max(keep, used) to
 // the device, in whole granules.
 static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
-	size_t want = round_up(p->used > keep ? p->used : keep, GRANULE);
+	// Frees whose completion the host has not observed can count as
+	// outstanding (cuMemPoolTrimTo): the fake keeps them reserved.
+	size_t out = p->used + p->unobserved;
+	size_t want = round_up(out > keep ? out : keep, GRANULE);
 	if (p->reserved > want) {
 		fakecuda_give(p->device, p->reserved - want);
 		p->reserved = want;
 	}
 }
 
-static void pool_free(struct palloc *a) {
+static void pool_free(struct palloc *a, int by_stream) {
 	struct CUmemPoolHandle_st *p = a->pool ? a->pool : &pools[a->device];
 	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
 		if (*q == a) {
@@ -237,6 +241,7 @@ static void pool_free(struct palloc *a) {
 		}
 	}
 	if (!a->uncounted) p->used -= a->used;
+	if (by_stream) p->unobserved += a->used;
 	free(a->mem);
 	free(a);
 }
@@ -247,7 +252,7 @@ static void execute(struct CUstream_st *s, struct op *o) {
 	switch (o->kind) {
 	case OP_FREE:
 		pthread_mutex_lock(&smu);
-		pool_free(o->alloc);
+		pool_free(o->alloc, 1);
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_RECORD:
@@ -464,8 +469,11 @@ static void drain(struct CUstream_st *s) {
 // synchronized releases what the pools reserve above their thresholds, as
 // the driver does at a synchronization (smu held).
 static void synchronized(void) {
-	for (int i = 0; i < MAX_POOLS; i++)
-		if (pools[i].alive) pool_release(&pools[i], pools[i].threshold);
+	for (int i = 0; i < MAX_POOLS; i++) {
+		if (!pools[i].alive) continue;
+		pools[i].unobserved = 0; // the host has now seen every executed free complete
+		pool_release(&pools[i], pools[i].threshold);
+	}
 }
 
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
@@ -1141,7 +1149,7 @@ CUresult fakecuda_pool_free_now(CUdeviceptr dptr) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	pool_free(a);
+	pool_free(a, 0);
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
 }
