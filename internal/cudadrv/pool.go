@@ -62,8 +62,13 @@ static CUresult memtrack_pool_set_threshold(CUmemoryPool pool, cuuint64_t thresh
 */
 import "C"
 
+import "unsafe"
+
 // Pool is a CUDA memory pool (CUmemoryPool).
 type Pool struct{ p C.CUmemoryPool }
+
+// Handle returns the pool as a number.
+func (p Pool) Handle() PoolHandle { return PoolHandle(uintptr(unsafe.Pointer(p.p))) }
 
 // PoolsSupported reports whether device ordinal has memory pools
 // (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).
