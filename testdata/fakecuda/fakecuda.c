@@ -1,6 +1,7 @@
 // fakecuda is a stand-in for the NVIDIA driver (libcuda.so.1) for memtrack's
 // tests on machines without a GPU. It is test equipment, never part of the
-// library: scripts/test-cuda.sh builds it with
+// library, and a model of the driver's documented behaviour: RULES.md lists
+// each rule it follows with its source. scripts/test-cuda.sh builds it with
 //
 //	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c -lpthread
 //
