@@ -339,13 +339,18 @@ func cudaSide(d Device) (*deviceSide, error) {
 }
 
 // AllocAsync allocates size bytes on the device in stream order: from the
-// device's default memory pool (cuMemAllocAsync), usable by work enqueued
+// device's current memory pool (cuMemAllocAsync), usable by work enqueued
 // on stream after this call. It checks, counts and fails as [Device.Alloc]
 // does: [ErrInvalidSize] for size <= 0, an [*OutOfMemoryError] when the
 // memory limit or the pool refuses it (counting one failure and nothing
 // else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
 // or whose driver has no memory pools (CUDA before 11.2, or
-// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), changing nothing.
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
+// capturing a CUDA graph (whose allocation would run at every launch);
+// with [ErrInvalidArgument] on a stream of another device, on which
+// cuMemAllocAsync would allocate. Each changes nothing. A stream of another
+// context on the device (one that another binding created) is used in its
+// own context.
 //
 // The buffer counts from AllocAsync's return, both in the tracked figure
 // ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
@@ -413,9 +418,15 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // ([Stats].Held) when the stream executes the free, which the package
 // learns without blocking the caller and without a goroutine.
 //
+// A stream other than the allocation's must be ordered after it (an event
+// recorded after the allocation and cuStreamWaitEvent, or a
+// synchronization), as the stream-ordered allocator requires.
+//
 // It fails with [ErrDoubleFree] on a buffer already freed, with
-// [ErrNilBuffer] on a nil buffer and with [ErrInvalidArgument] on a buffer
-// that [Device.Alloc] allocated (free it with [Buffer.Free]). If the driver
+// [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
+// that [Device.Alloc] allocated (free it with [Buffer.Free]) or a stream of
+// another device, and with [ErrNotSupported] on a stream that is capturing
+// a CUDA graph. If the driver
 // refuses the free, the buffer stays live and counted, and FreeAsync or
 // Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error {

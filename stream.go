@@ -14,7 +14,8 @@ type Stream uintptr
 // device's primary context.
 const DefaultStream Stream = 0
 
-// PoolStats are the figures of a CUDA device's default memory pool, the one
+// PoolStats are the figures of a CUDA device's current memory pool (the
+// default one unless cuDeviceSetMemPool set another), the one
 // [Device.AllocAsync] allocates from, as the driver reports them
 // (cuMemPoolGetAttribute). Reserved is what the pool holds of the device,
 // used or not: PyTorch's memory_reserved and max_memory_reserved. Used is
