@@ -52,14 +52,7 @@ func TestCUDAInfoFake(t *testing.T) {
 // TestCUDAInfoMIG runs TestCUDAChildInfoMIG in a process of its own, in which
 // the fake names its device as the driver names a MIG instance.
 func TestCUDAInfoMIG(t *testing.T) {
-	requireFake(t)
-	const name = "TestCUDAChildInfoMIG"
-	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
-	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+name, "GORACE="+gorace, "FAKECUDA_NAME=NVIDIA H200 MIG 1g.18gb")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "child output:\n%s", out)
-	assert.Contains(t, string(out), "--- PASS: "+name, "child output:\n%s", out)
+	runInfoChild(t, "TestCUDAChildInfoMIG", "FAKECUDA_NAME=NVIDIA H200 MIG 1g.18gb")
 }
 
 // TestCUDAChildInfoMIG: a MIG instance's UUID prints as nvidia-smi -L prints
@@ -106,11 +99,16 @@ func TestCUDAInfoNoContext(t *testing.T) {
 // which the fake driver fails the first cuDeviceGetUuid with
 // CUDA_ERROR_INVALID_DEVICE (101).
 func TestCUDAInfoFault(t *testing.T) {
+	runInfoChild(t, "TestCUDAChildInfoFault", "FAKECUDA_FAIL=cuDeviceGetUuid:1:101")
+}
+
+// runInfoChild runs the test name in a process of its own, on the fake
+// driver configured by env.
+func runInfoChild(t *testing.T, name, env string) {
 	requireFake(t)
-	const name = "TestCUDAChildInfoFault"
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+name, "GORACE="+gorace, "FAKECUDA_FAIL=cuDeviceGetUuid:1:101")
+	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+name, "GORACE="+gorace, env)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "child output:\n%s", out)
 	assert.Contains(t, string(out), "--- PASS: "+name, "child output:\n%s", out)

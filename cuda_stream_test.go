@@ -405,6 +405,15 @@ func TestCUDAStreamChildren(t *testing.T) {
 	}
 }
 
+// retireFromEnv is the retirement mode MEMTRACK_RETIRE names for a child:
+// "event", or host functions.
+func retireFromEnv() uint32 {
+	if os.Getenv("MEMTRACK_RETIRE") == "event" {
+		return retireByEvent
+	}
+	return retireByHostFunc
+}
+
 func streamChild(t *testing.T) Device {
 	if os.Getenv("MEMTRACK_STREAM_CHILD") != t.Name() {
 		t.Skip("run by TestCUDAStreamChildren in a process of its own")
@@ -418,11 +427,7 @@ func streamChild(t *testing.T) Device {
 // device-side peak is the pool's USED_MEM_HIGH.
 func TestCUDAStreamChildLag(t *testing.T) {
 	d := streamChild(t)
-	mode := retireByHostFunc
-	if os.Getenv("MEMTRACK_RETIRE") == "event" {
-		mode = retireByEvent
-	}
-	withRetire(t, d, mode)
+	withRetire(t, d, retireFromEnv())
 	enqueued := os.Getenv("FAKECUDA_POOL_FREE") == "enqueued"
 	s1, s2 := newStream(t, d), newStream(t, d)
 	d.ResetPeakMemoryStats()
@@ -571,6 +576,37 @@ func TestCUDAStreamChildNoPools(t *testing.T) {
 	require.NoError(t, buf.Free())
 }
 
+// busyStream is the setup of the GPU check's stream-ordered steps: it skips
+// unless MEMTRACK_RECONCILE=1, and returns device 0, a new stream, the size
+// of a buffer held until the test ends, and keepBusy, which enqueues
+// memsets of that buffer on the stream: about 10 ms of work on a current
+// GPU (no kernel to compile), little on the fake.
+func busyStream(t *testing.T) (d Device, s Stream, blockerSize int64, keepBusy func()) {
+	t.Helper()
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d = cudaDevices(t, 1)[0]
+	if _, err := d.PoolStats(); err != nil {
+		t.Skip(err)
+	}
+	s = newStream(t, d)
+	blockerSize, repeat := int64(1<<30), 32
+	if onFake() {
+		blockerSize, repeat = 1<<20, 4
+	}
+	blocker, err := d.Alloc(blockerSize)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, blocker.Free()) })
+	return d, s, blockerSize, func() {
+		inContext(t, d, func() {
+			for range repeat {
+				cu.MemsetD8Async(cu.DevicePtr(blocker.DevicePtr()), 1, blockerSize, cu.Stream(s))
+			}
+		})
+	}
+}
+
 // TestCUDAStreamReconcile prints, per size, the figures of a stream-ordered
 // allocation freed behind a delay: a memset of a large buffer enqueued
 // first on the same stream (no kernel to compile). Two buffers are
@@ -579,21 +615,7 @@ func TestCUDAStreamChildNoPools(t *testing.T) {
 // its device-side peak and the pool's USED_MEM_HIGH and RESERVED_MEM_HIGH.
 // scripts/gpu-check.sh runs it on a GPU with MEMTRACK_RECONCILE=1.
 func TestCUDAStreamReconcile(t *testing.T) {
-	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
-		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
-	}
-	d := cudaDevices(t, 1)[0]
-	if _, err := d.PoolStats(); err != nil {
-		t.Skip(err)
-	}
-	s := newStream(t, d)
-	blockerSize, repeat := int64(1<<30), 32 // about 10 ms of memset on a current GPU
-	if onFake() {
-		blockerSize, repeat = 1<<20, 4
-	}
-	blocker, err := d.Alloc(blockerSize)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, blocker.Free()) }()
+	d, s, blockerSize, keepBusy := busyStream(t)
 
 	var out strings.Builder
 	fmt.Fprintf(&out, "%10s %12s %14s %12s %12s %14s %14s\n", "size", "tracked pk", "device-side pk", "pool used hi", "pool rsv hi", "held at free", "tracked at free")
@@ -601,11 +623,7 @@ func TestCUDAStreamReconcile(t *testing.T) {
 		syncStream(t, d, s)
 		require.NoError(t, d.TrimPool(0))
 		d.ResetPeakMemoryStats()
-		inContext(t, d, func() {
-			for range repeat {
-				cu.MemsetD8Async(cu.DevicePtr(blocker.DevicePtr()), 1, blockerSize, cu.Stream(s))
-			}
-		})
+		keepBusy()
 		a, err := d.AllocAsync(size, s)
 		require.NoError(t, err)
 		require.NoError(t, a.FreeAsync(s))
@@ -724,11 +742,7 @@ func TestCUDAAllocAsyncOtherDeviceStream(t *testing.T) {
 // the gate), and leaves it once the stream has run.
 func TestCUDAStreamChildForeignContext(t *testing.T) {
 	d := streamChild(t)
-	mode := retireByHostFunc
-	if os.Getenv("MEMTRACK_RETIRE") == "event" {
-		mode = retireByEvent
-	}
-	withRetire(t, d, mode)
+	withRetire(t, d, retireFromEnv())
 	var ctx cu.Context
 	var s cu.Stream
 	runtime.LockOSThread()
@@ -868,29 +882,11 @@ func TestCUDAStreamChildPoolFreeEnqueued(t *testing.T) {
 // frees a buffer behind memsets that keep the stream busy and reads the pool
 // while the stream is still busy; scripts/gpu-check.sh prints its answer.
 func TestCUDAPoolFreeReading(t *testing.T) {
-	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
-		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
-	}
-	d := cudaDevices(t, 1)[0]
-	if _, err := d.PoolStats(); err != nil {
-		t.Skip(err)
-	}
-	s := newStream(t, d)
-	blockerSize, repeat := int64(1<<30), 32 // about 10 ms of memset on a current GPU
-	if onFake() {
-		blockerSize, repeat = 1<<20, 4
-	}
-	blocker, err := d.Alloc(blockerSize)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, blocker.Free()) }()
+	d, s, _, keepBusy := busyStream(t)
 	const size = 4 << 20
 	syncStream(t, d, s)
 	base := poolStats(t, d).UsedCurrent
-	inContext(t, d, func() {
-		for range repeat {
-			cu.MemsetD8Async(cu.DevicePtr(blocker.DevicePtr()), 1, blockerSize, cu.Stream(s))
-		}
-	})
+	keepBusy()
 	b, err := d.AllocAsync(size, s)
 	require.NoError(t, err)
 	require.NoError(t, b.FreeAsync(s))
