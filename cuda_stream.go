@@ -374,19 +374,19 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Current(); size > lim-cur {
+			// Bad input is refused before a failure is counted.
+			if c := cudadrv.CheckStream(ctx, uintptr(stream)); c.Enter == cudadrv.Success && (c.OtherDevice || c.Capturing) {
+				return nil, refusedStream("AllocAsync", d, stream, c)
+			}
 			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
-	if a.OtherDevice && a.Enter == cudadrv.Success {
-		// cuMemAllocAsync would allocate on the stream's device: bad input,
-		// nothing allocated, nothing counted.
+	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
+		// Nothing allocated, nothing counted: cuMemAllocAsync would have
+		// allocated on the stream's device, or in the graph.
 		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
-		return nil, otherDeviceStream("AllocAsync", d, stream, a.StreamDevice)
-	}
-	if a.Capturing && a.Enter == cudadrv.Success {
-		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
-		return nil, capturingStream("AllocAsync", d, stream)
+		return nil, refusedStream("AllocAsync", d, stream, a)
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
 		return nil, d.backendRefused(rec, size, err)
@@ -473,10 +473,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 			sd.putSpare(event)
 		}
 		b.state.Store(bufLive)
-		if f.Capturing {
-			return capturingStream("FreeAsync", d, stream)
-		}
-		return otherDeviceStream("FreeAsync", d, stream, f.StreamDevice)
+		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
@@ -514,16 +511,14 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	return nil
 }
 
-// otherDeviceStream is the error of a stream-ordered call on d with a
-// stream of another device, which the driver would run on that device.
-func otherDeviceStream(op string, d Device, stream Stream, device int) error {
-	return fmt.Errorf("%w: %s on %v with stream %#x, which belongs to cuda:%d: a stream-ordered call runs on its stream's device; use a stream of %v",
-		ErrInvalidArgument, op, d, uintptr(stream), device, d)
-}
-
-// capturingStream is the error of a stream-ordered call on a stream that is
-// capturing a CUDA graph.
-func capturingStream(op string, d Device, stream Stream) error {
+// refusedStream is the error of a stream-ordered call on d that c found
+// with a stream of another device, which the driver would run on that
+// device, or with a stream that is capturing a CUDA graph.
+func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) error {
+	if c.OtherDevice {
+		return fmt.Errorf("%w: %s on %v with stream %#x, which belongs to cuda:%d: a stream-ordered call runs on its stream's device; use a stream of %v",
+			ErrInvalidArgument, op, d, uintptr(stream), c.StreamDevice, d)
+	}
 	return fmt.Errorf("%w: %s on %v with stream %#x, which is capturing a CUDA graph: memtrack counts stream-ordered memory only outside capture (in a graph the allocation and the free would run at every launch); allocate before the capture begins, or after it ends",
 		ErrNotSupported, op, d, uintptr(stream))
 }

@@ -720,6 +720,13 @@ func TestCUDAAllocAsyncOtherDeviceStream(t *testing.T) {
 		assert.Equal(t, pools[i].UsedCurrent, poolStats(t, d).UsedCurrent, "%v: the pool gave nothing", d)
 	}
 
+	// Refused before the memory limit counts a failure.
+	require.NoError(t, ds[0].SetMemoryLimit(ds[0].MemoryAllocated()+1<<10))
+	_, err = ds[0].AllocAsync(1<<20, s1)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	require.NoError(t, ds[0].SetMemoryLimit(0))
+	assert.Equal(t, before[0].FailedAllocs, ds[0].MemoryStats().FailedAllocs, "no failure counted")
+
 	// FreeAsync likewise: the buffer stays live and counted.
 	s0 := newStream(t, ds[0])
 	b, err = ds[0].AllocAsync(1<<20, s0)

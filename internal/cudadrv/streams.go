@@ -89,6 +89,17 @@ static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintp
 	return a;
 }
 
+// memtrack_check_stream reports what memtrack_alloc_async would find of
+// stream (another device, a capture) without allocating.
+static memtrack_result memtrack_check_stream(CUcontext ctx, uintptr_t handle) {
+	memtrack_result a = {0};
+	CUcontext prev;
+	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
+	if (!a.other_device) a.op = memtrack_check_capture((CUstream)handle, &a);
+	a.restore = memtrack_leave_stream(ctx, prev, &a);
+	return a;
+}
+
 // memtrack_event_destroy destroys an event of a stream of another context,
 // once reached: memtrack keeps only events of its own context for reuse.
 static void memtrack_event_destroy(CUevent e) { cuEventDestroy(e); }
@@ -163,6 +174,12 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 // capturing a graph (cuStreamIsCapturing), allocates nothing.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 	return streamCallOf(C.memtrack_alloc_async(ctx.p, C.size_t(size), C.uintptr_t(stream)))
+}
+
+// CheckStream reports what AllocAsync would find of stream, in ctx, without
+// allocating: whether it is of another device, or capturing a graph.
+func CheckStream(ctx Context, stream uintptr) StreamCall {
+	return streamCallOf(C.memtrack_check_stream(ctx.p, C.uintptr_t(stream)))
 }
 
 // How FreeAsync learns that its stream has run the free.
