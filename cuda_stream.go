@@ -56,6 +56,12 @@ type deviceSide struct {
 	// maxRetireDevices; applied is how much of it held has uncounted.
 	retired *uint64
 	applied atomic.Uint64
+	// hostPending is what frees retired by host functions still wait for;
+	// abandoned is set once the device is lost, when no host function
+	// will run again (cuLaunchHostFunc), and they are uncounted at once.
+	hostPending atomic.Int64
+	abandoned   atomic.Bool
+	abandonMu   sync.Mutex
 
 	// pending holds the frees awaiting their events: pushed by FreeAsync,
 	// taken whole by readers (so no node is ever popped alone, and a stack
@@ -133,7 +139,7 @@ const maxRetireDevices = cudadrv.MaxRetireDevices
 // function calling into Go at once would give, without a callback into Go
 // on the driver's thread.
 func (sd *deviceSide) catchUp() {
-	if sd.retired == nil {
+	if sd.retired == nil || sd.abandoned.Load() {
 		return
 	}
 	for {
@@ -145,6 +151,7 @@ func (sd *deviceSide) catchUp() {
 		if sd.applied.CompareAndSwap(a, r) {
 			_ = sd.held.Free(int64(r - a))
 			sd.pooled.Add(-int64(r - a)) // host functions retire stream-ordered frees only
+			sd.hostPending.Add(-int64(r - a))
 			return
 		}
 	}
@@ -226,6 +233,9 @@ func resetDevicePeaks(d Device) {
 // and keeps the others pending. A query that fails (the event or its context
 // is gone) retires the free too: nothing would ever reach it.
 func (sd *deviceSide) reap(ordinal int) {
+	if !sd.abandoned.Load() && cudaDeviceLost(ordinal) {
+		sd.abandonHostFuncs()
+	}
 	sd.catchUp()
 	n := sd.pending.Swap(nil)
 	if n == nil {
@@ -267,6 +277,28 @@ func (sd *deviceSide) reap(ordinal int) {
 			}
 		}
 	}
+}
+
+// abandonHostFuncs uncounts the frees that host functions were to retire,
+// once the device is lost: the driver calls no host function after an
+// error in the context, and nothing runs on the device again.
+func (sd *deviceSide) abandonHostFuncs() {
+	sd.abandonMu.Lock()
+	defer sd.abandonMu.Unlock()
+	if sd.abandoned.Load() {
+		return
+	}
+	sd.catchUp() // what ran before
+	sd.abandoned.Store(true)
+	rest := sd.hostPending.Swap(0)
+	_ = sd.held.Free(rest)
+	sd.pooled.Add(-rest)
+}
+
+// cudaDeviceLost reports whether CUDA device ordinal met a sticky error.
+func cudaDeviceLost(ordinal int) bool {
+	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	return ok && b.init() == nil && ordinal >= 0 && ordinal < b.n && b.dev(ordinal).lost.Load() != 0
 }
 
 // reapBatch is how many events reap queries in one cgo call, and how many
@@ -488,6 +520,8 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	if f.Retired {
 		_ = sd.held.Free(b.size)
 		sd.pooled.Add(-b.size)
+	} else if how == cudadrv.ByHostFunc {
+		sd.hostPending.Add(b.size)
 	} else if how == cudadrv.ByEvent {
 		sd.push(&retireNode{event: f.Event, size: b.size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {

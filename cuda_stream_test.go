@@ -388,6 +388,7 @@ func TestCUDAStreamChildren(t *testing.T) {
 		{"TestCUDAStreamChildPoolFreeEnqueued", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued"}},
 		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued", "MEMTRACK_RETIRE=event"}},
 		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700"}},
+		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700", "MEMTRACK_RETIRE=hostfunc"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
 	}
@@ -782,10 +783,14 @@ func TestCUDAStreamChildForeignContext(t *testing.T) {
 // then a sticky error (CUDA_ERROR_ILLEGAL_ADDRESS, as after a kernel fault)
 // leaves the context unusable. Nothing will ever run on the device again,
 // and the driver calls no host function after a context error
-// (cuLaunchHostFunc): by default the free still leaves the device-side
-// figure at the next reading, which no longer counts it.
+// (cuLaunchHostFunc): the free still leaves the device-side figure at the
+// next reading, whether an event (the default) or a host function was to
+// retire it.
 func TestCUDAStreamChildPoisoned(t *testing.T) {
 	d := streamChild(t)
+	if os.Getenv("MEMTRACK_RETIRE") != "" {
+		withRetire(t, d, retireFromEnv())
+	}
 	var cs cu.Stream
 	inContext(t, d, func() { cs = cu.StreamCreate() }) // not destroyed: the context will be lost
 	s := Stream(cs)
