@@ -966,3 +966,24 @@ func TestCUDATrimAfterEventRetirement(t *testing.T) {
 	require.NoError(t, d.TrimPool(0))
 	assert.Zero(t, poolStats(t, d).ReservedCurrent, "after the synchronize, trimmed")
 }
+
+// TestCUDAHostFuncReading says whether the driver runs host functions of
+// different streams at once or one at a time (its reference says they "may
+// be serialized"; the fake offers both, FAKECUDA_HOSTFN_SERIAL);
+// scripts/gpu-check.sh prints its answer.
+func TestCUDAHostFuncReading(t *testing.T) {
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d := cudaDevices(t, 1)[0]
+	s1, s2 := newStream(t, d), newStream(t, d)
+	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
+	require.NoError(t, err)
+	concurrent, c := cudadrv.HostFuncsConcurrent(ctx, uintptr(s1), uintptr(s2))
+	require.Equal(t, cudadrv.Call{}, c)
+	if concurrent {
+		t.Log("hostfn reading: concurrent (host functions of two streams ran at once)")
+	} else {
+		t.Log("hostfn reading: serialized (the second stream's host function waited for the first's)")
+	}
+}
