@@ -30,7 +30,7 @@ func poolsSupported(d Device) error {
 
 // currentPool returns the current memory pool of CUDA device d.
 func currentPool(d Device) (cudadrv.Pool, error) {
-	p, r := cudadrv.CurrentPool(d.ordinal)
+	p, r := cudadrv.MemPool(d.ordinal)
 	if r != cudadrv.Success {
 		return p, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
 	}
@@ -52,10 +52,10 @@ func (d Device) PoolStats() (PoolStats, error) {
 	}
 	return PoolStats{
 		Device:           d,
-		ReservedCurrent:  s.ReservedCurrent,
-		ReservedHigh:     s.ReservedHigh,
-		UsedCurrent:      s.UsedCurrent,
-		UsedHigh:         s.UsedHigh,
+		PoolReserved:     s.PoolReserved,
+		PeakPoolReserved: s.PeakPoolReserved,
+		PoolUsed:         s.PoolUsed,
+		PeakPoolUsed:     s.PeakPoolUsed,
 		ReleaseThreshold: s.ReleaseThreshold,
 	}, nil
 }
@@ -70,9 +70,9 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 	}
 	p, err := d.PoolStats()
 	if err != nil {
-		return PoolUsage{Device: d, Tracked: st.Current, Held: st.Held}, err
+		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
 	}
-	return poolUsage(d, st.Current, st.Held, pooled, p), nil
+	return poolUsage(d, st.Tracked, st.Held, pooled, p), nil
 }
 
 // TrimPool returns to the device the memory the pool reserves beyond
@@ -107,7 +107,7 @@ func (d Device) TrimPool(keep int64) error {
 // driver's default of 0, the pool returns everything unused to the device
 // whenever a stream, event or context is synchronized; with a threshold, it
 // keeps up to that many bytes reserved for later allocations, which then
-// cost no call to the OS. [PoolStats].ReservedCurrent shows the effect
+// cost no call to the OS. [PoolStats].PoolReserved shows the effect
 // after the next synchronization. It fails with [ErrInvalidSize] for a
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.

@@ -405,7 +405,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		return nil, fillError(err, d, size, rec)
 	}
 	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Current(); size > lim-cur {
+		if cur := rec.Tracked(); size > lim-cur {
 			// Bad input is refused before a failure is counted.
 			if c := cudadrv.CheckStream(ctx, uintptr(stream)); c.Enter == cudadrv.Success && (c.OtherDevice || c.Capturing) {
 				return nil, refusedStream("AllocAsync", d, stream, c)

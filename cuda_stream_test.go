@@ -88,21 +88,21 @@ func TestCUDAAllocFreeAsync(t *testing.T) {
 				assert.Nil(t, b.Bytes())
 				assert.Equal(t, d, b.Device())
 				during := d.MemoryStats()
-				assert.Equal(t, before.Current+size, during.Current)
+				assert.Equal(t, before.Tracked+size, during.Tracked)
 				assert.Equal(t, before.Held+size, during.Held)
 				assert.Equal(t, before.Allocs+1, during.Allocs)
-				assert.Equal(t, before.Active+1, during.Active)
+				assert.Equal(t, before.Buffers+1, during.Buffers)
 
 				require.NoError(t, b.FreeAsync(stream))
 				assert.True(t, b.Freed())
 				assert.Zero(t, b.DevicePtr())
-				assert.Equal(t, before.Current, d.MemoryAllocated(), "the tracked figure drops at FreeAsync's return")
+				assert.Equal(t, before.Tracked, d.MemoryAllocated(), "the tracked figure drops at FreeAsync's return")
 				assert.ErrorIs(t, b.FreeAsync(stream), ErrDoubleFree)
 				assert.ErrorIs(t, b.Free(), ErrDoubleFree)
 
 				syncStream(t, d, stream)
 				after := d.MemoryStats()
-				assert.Equal(t, before.Current, after.Current)
+				assert.Equal(t, before.Tracked, after.Tracked)
 				assert.Equal(t, before.Held, after.Held, "the device-side figure meets it once the stream has run the free")
 				assert.Equal(t, before.Frees+1, after.Frees)
 				assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
@@ -130,7 +130,7 @@ func TestCUDAFreeOfAsyncBuffer(t *testing.T) {
 	syncStream(t, d, s) // the work that uses it is done
 	require.NoError(t, b.Free())
 	after := d.MemoryStats()
-	assert.Equal(t, before.Current, after.Current)
+	assert.Equal(t, before.Tracked, after.Tracked)
 	assert.Equal(t, before.Held, after.Held)
 	assert.ErrorIs(t, b.FreeAsync(s), ErrDoubleFree)
 }
@@ -176,7 +176,7 @@ func TestCUDAAllocAsyncErrors(t *testing.T) {
 			after := d.MemoryStats()
 			before.FailedAllocs += tc.failed
 			assert.Equal(t, before, after, "only the failure is counted")
-			assert.Equal(t, pool.UsedCurrent, poolStats(t, d).UsedCurrent, "the pool gave nothing")
+			assert.Equal(t, pool.PoolUsed, poolStats(t, d).PoolUsed, "the pool gave nothing")
 		})
 	}
 
@@ -236,22 +236,22 @@ func TestCUDAPoolTrimAndThreshold(t *testing.T) {
 	}
 	round()
 	kept := poolStats(t, d)
-	assert.GreaterOrEqual(t, kept.ReservedCurrent, int64(size*n), "the threshold keeps the reserve")
+	assert.GreaterOrEqual(t, kept.PoolReserved, int64(size*n), "the threshold keeps the reserve")
 	if onFake() {
-		assert.Equal(t, int64(size*n), kept.ReservedCurrent, "30 MiB is 15 granules of 2 MiB")
-		assert.Zero(t, kept.UsedCurrent)
+		assert.Equal(t, int64(size*n), kept.PoolReserved, "30 MiB is 15 granules of 2 MiB")
+		assert.Zero(t, kept.PoolUsed)
 	}
 	require.NoError(t, d.TrimPool(0))
 	trimmed := poolStats(t, d)
-	assert.Less(t, trimmed.ReservedCurrent, kept.ReservedCurrent)
+	assert.Less(t, trimmed.PoolReserved, kept.PoolReserved)
 	if onFake() {
-		assert.Zero(t, trimmed.ReservedCurrent)
+		assert.Zero(t, trimmed.PoolReserved)
 	}
 
 	require.NoError(t, d.SetPoolReleaseThreshold(0))
 	round()
 	if onFake() {
-		assert.Zero(t, poolStats(t, d).ReservedCurrent, "with threshold 0 a synchronization releases the reserve")
+		assert.Zero(t, poolStats(t, d).PoolReserved, "with threshold 0 a synchronization releases the reserve")
 	}
 }
 
@@ -265,15 +265,15 @@ func TestCUDAResetEveryPeak(t *testing.T) {
 	require.NoError(t, b.FreeAsync(s))
 	syncStream(t, d, s)
 	st, pool := d.MemoryStats(), poolStats(t, d)
-	require.Greater(t, st.HeldPeak, st.Held)
-	require.Greater(t, pool.UsedHigh, pool.UsedCurrent)
+	require.Greater(t, st.PeakHeld, st.Held)
+	require.Greater(t, pool.PeakPoolUsed, pool.PoolUsed)
 
 	d.ResetPeakMemoryStats()
 	st, pool = d.MemoryStats(), poolStats(t, d)
-	assert.Equal(t, st.Current, st.Peak)
-	assert.Equal(t, st.Held, st.HeldPeak)
-	assert.Equal(t, pool.UsedCurrent, pool.UsedHigh)
-	assert.Equal(t, pool.ReservedCurrent, pool.ReservedHigh)
+	assert.Equal(t, st.Tracked, st.PeakTracked)
+	assert.Equal(t, st.Held, st.PeakHeld)
+	assert.Equal(t, pool.PoolUsed, pool.PeakPoolUsed)
+	assert.Equal(t, pool.PoolReserved, pool.PeakPoolReserved)
 }
 
 // TestCUDAStreamsConcurrent: workers on two devices allocate on one stream
@@ -346,8 +346,8 @@ func TestCUDAStreamsConcurrent(t *testing.T) {
 	held.Wait()
 	for i, d := range ds {
 		s := d.MemoryStats()
-		assert.Equal(t, base[i].Current+workers*size, s.Current)
-		assert.GreaterOrEqual(t, s.Held, s.Current)
+		assert.Equal(t, base[i].Tracked+workers*size, s.Tracked)
+		assert.GreaterOrEqual(t, s.Held, s.Tracked)
 	}
 	release.Done()
 	done.Wait()
@@ -360,10 +360,10 @@ func TestCUDAStreamsConcurrent(t *testing.T) {
 			syncStream(t, d, s)
 		}
 		s := d.MemoryStats()
-		assert.Equal(t, base[i].Current, s.Current)
+		assert.Equal(t, base[i].Tracked, s.Tracked)
 		assert.Equal(t, base[i].Held, s.Held, "%v: every executed free reached the device-side figure", d)
-		assert.Equal(t, base[i].Current+workers*size, s.Peak, "%v: the tracked peak is exact", d)
-		assert.GreaterOrEqual(t, s.HeldPeak, s.Peak)
+		assert.Equal(t, base[i].Tracked+workers*size, s.PeakTracked, "%v: the tracked peak is exact", d)
+		assert.GreaterOrEqual(t, s.PeakHeld, s.PeakTracked)
 		assert.Equal(t, base[i].Allocs+int64(workers*rounds), s.Allocs)
 		assert.Equal(t, base[i].Frees+int64(workers*rounds), s.Frees)
 	}
@@ -443,10 +443,10 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	require.NoError(t, err)
 
 	st, pool := d.MemoryStats(), poolStats(t, d)
-	assert.Equal(t, int64(3<<20), st.Current, "b and c")
+	assert.Equal(t, int64(3<<20), st.Tracked, "b and c")
 	assert.Equal(t, int64(7<<20), st.Held, "a is freed on the host only")
-	assert.Equal(t, int64(6<<20), st.Peak)
-	assert.Equal(t, int64(7<<20), st.HeldPeak)
+	assert.Equal(t, int64(6<<20), st.PeakTracked)
+	assert.Equal(t, int64(7<<20), st.PeakHeld)
 	u, err := d.PoolUsage()
 	require.NoError(t, err)
 	assert.Equal(t, int64(4<<20), u.InFlight)
@@ -454,10 +454,10 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	if enqueued {
 		// The pool counted a out when its free was enqueued, and c fits
 		// in the granules a left.
-		assert.Equal(t, int64(3<<20), pool.UsedCurrent)
+		assert.Equal(t, int64(3<<20), pool.PoolUsed)
 		assert.Equal(t, int64(6<<20)-int64(3<<20), u.Cached, "6 MiB reserved for a and b")
 	} else {
-		assert.Equal(t, int64(7<<20), pool.UsedCurrent)
+		assert.Equal(t, int64(7<<20), pool.PoolUsed)
 		assert.Equal(t, int64(8<<20)-int64(7<<20), u.Cached, "7 MiB in 2 MiB granules")
 	}
 
@@ -471,18 +471,18 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	syncStream(t, d, s1)
 	syncStream(t, d, s2)
 	st, pool = d.MemoryStats(), poolStats(t, d)
-	assert.Zero(t, st.Current)
+	assert.Zero(t, st.Tracked)
 	assert.Zero(t, st.Held, "the device-side figure meets the tracked one")
-	assert.Equal(t, int64(7<<20), st.HeldPeak)
+	assert.Equal(t, int64(7<<20), st.PeakHeld)
 	if enqueued {
-		assert.Equal(t, int64(6<<20), pool.UsedHigh, "a and b; c came after a's bytes left")
-		assert.Equal(t, int64(6<<20), pool.ReservedHigh)
+		assert.Equal(t, int64(6<<20), pool.PeakPoolUsed, "a and b; c came after a's bytes left")
+		assert.Equal(t, int64(6<<20), pool.PeakPoolReserved)
 	} else {
-		assert.Equal(t, pool.UsedHigh, st.HeldPeak, "nothing is rounded: the device-side peak is the pool's")
-		assert.Equal(t, int64(8<<20), pool.ReservedHigh)
+		assert.Equal(t, pool.PeakPoolUsed, st.PeakHeld, "nothing is rounded: the device-side peak is the pool's")
+		assert.Equal(t, int64(8<<20), pool.PeakPoolReserved)
 	}
-	assert.Zero(t, pool.UsedCurrent)
-	assert.Zero(t, pool.ReservedCurrent, "released at the synchronization (threshold 0)")
+	assert.Zero(t, pool.PoolUsed)
+	assert.Zero(t, pool.PoolReserved, "released at the synchronization (threshold 0)")
 }
 
 // TestCUDAStreamChildRounding: the pool rounds each allocation up to 4 KiB;
@@ -506,8 +506,8 @@ func TestCUDAStreamChildRounding(t *testing.T) {
 	}
 	syncStream(t, d, s)
 	st, pool := d.MemoryStats(), poolStats(t, d)
-	assert.Equal(t, int64(3000), st.HeldPeak)
-	assert.Equal(t, int64(3*4096), pool.UsedHigh)
+	assert.Equal(t, int64(3000), st.PeakHeld)
+	assert.Equal(t, int64(3*4096), pool.PeakPoolUsed)
 }
 
 // TestCUDAStreamChildAllocFault: the fake's pool refuses the second
@@ -523,7 +523,7 @@ func TestCUDAStreamChildAllocFault(t *testing.T) {
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
 	assert.Equal(t, int64(2<<20), oom.Requested)
-	assert.Equal(t, int64(1<<20), oom.Current)
+	assert.Equal(t, int64(1<<20), oom.Tracked)
 	before.FailedAllocs++
 	assert.Equal(t, before, d.MemoryStats(), "a refused allocation counts one failure and nothing else")
 	require.NoError(t, first.FreeAsync(DefaultStream))
@@ -551,7 +551,7 @@ func TestCUDAStreamChildFreeFault(t *testing.T) {
 	require.NoError(t, b.FreeAsync(s))
 	syncStream(t, d, s)
 	st := d.MemoryStats()
-	assert.Zero(t, st.Current)
+	assert.Zero(t, st.Tracked)
 	assert.Zero(t, st.Held)
 }
 
@@ -635,13 +635,13 @@ func TestCUDAStreamReconcile(t *testing.T) {
 		syncStream(t, d, s)
 		st, pool := d.MemoryStats(), poolStats(t, d)
 
-		assert.Equal(t, blockerSize+size, st.Peak, "the host holds one buffer at a time")
-		assert.GreaterOrEqual(t, atFree.Held, atFree.Current)
-		assert.Equal(t, st.Current, st.Held, "after the synchronization the figures meet")
-		assert.GreaterOrEqual(t, st.HeldPeak, st.Peak)
-		assert.GreaterOrEqual(t, pool.ReservedHigh, pool.UsedHigh)
-		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", formatBytes(size), st.Peak-blockerSize, st.HeldPeak-blockerSize,
-			pool.UsedHigh, pool.ReservedHigh, atFree.Held-blockerSize, atFree.Current-blockerSize)
+		assert.Equal(t, blockerSize+size, st.PeakTracked, "the host holds one buffer at a time")
+		assert.GreaterOrEqual(t, atFree.Held, atFree.Tracked)
+		assert.Equal(t, st.Tracked, st.Held, "after the synchronization the figures meet")
+		assert.GreaterOrEqual(t, st.PeakHeld, st.PeakTracked)
+		assert.GreaterOrEqual(t, pool.PeakPoolReserved, pool.PeakPoolUsed)
+		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", formatBytes(size), st.PeakTracked-blockerSize, st.PeakHeld-blockerSize,
+			pool.PeakPoolUsed, pool.PeakPoolReserved, atFree.Held-blockerSize, atFree.Tracked-blockerSize)
 	}
 	t.Log("\n" + out.String())
 }
@@ -680,7 +680,7 @@ func TestCUDAPendingEventsBounded(t *testing.T) {
 	syncStream(t, d, s)
 	after := d.MemoryStats()
 	assert.Equal(t, before.Held, after.Held, "every free executed and counted")
-	assert.Equal(t, before.Current, after.Current)
+	assert.Equal(t, before.Tracked, after.Tracked)
 	assert.Zero(t, sd.npending.Load(), "a reading reaps every reached event")
 }
 
@@ -698,7 +698,7 @@ func TestCUDAKeepPoolReserved(t *testing.T) {
 		syncStream(t, d, s)
 		p := poolStats(t, d)
 		assert.Equal(t, int64(math.MaxInt64), p.ReleaseThreshold)
-		assert.GreaterOrEqual(t, p.ReservedCurrent, int64(4<<20), "the synchronization returned nothing")
+		assert.GreaterOrEqual(t, p.PoolReserved, int64(4<<20), "the synchronization returned nothing")
 	})
 	assert.Equal(t, old, poolStats(t, d).ReleaseThreshold, "put back")
 	require.NoError(t, d.TrimPool(0))
@@ -718,7 +718,7 @@ func TestCUDAAllocAsyncOtherDeviceStream(t *testing.T) {
 	assert.Contains(t, err.Error(), "cuda:1")
 	for i, d := range ds {
 		assert.Equal(t, before[i], d.MemoryStats(), "%v: no figure moves", d)
-		assert.Equal(t, pools[i].UsedCurrent, poolStats(t, d).UsedCurrent, "%v: the pool gave nothing", d)
+		assert.Equal(t, pools[i].PoolUsed, poolStats(t, d).PoolUsed, "%v: the pool gave nothing", d)
 	}
 
 	// Refused before the memory limit counts a failure.
@@ -771,7 +771,7 @@ func TestCUDAStreamChildForeignContext(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.FreeAsync(Stream(s)))
 	st := d.MemoryStats()
-	assert.Equal(t, before.Current, st.Current)
+	assert.Equal(t, before.Tracked, st.Tracked)
 	assert.Equal(t, before.Held+1<<20, st.Held, "the stream has not run the free")
 
 	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
@@ -804,7 +804,7 @@ func TestCUDAStreamChildPoisoned(t *testing.T) {
 	require.ErrorIs(t, err, ErrDeviceLost)
 	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
 	st := d.MemoryStats()
-	assert.Equal(t, before.Current, st.Current)
+	assert.Equal(t, before.Tracked, st.Tracked)
 	assert.Equal(t, before.Held, st.Held, "the lost device holds nothing of the free")
 }
 
@@ -821,16 +821,16 @@ func TestCUDAPoolIsCurrent(t *testing.T) {
 	require.Equal(t, cudadrv.Success, r)
 	def, r := cudadrv.DefaultPool(d.Ordinal())
 	require.Equal(t, cudadrv.Success, r)
-	require.Equal(t, cudadrv.Success, cudadrv.SetCurrentPool(d.Ordinal(), pool))
+	require.Equal(t, cudadrv.Success, cudadrv.SetMemPool(d.Ordinal(), pool))
 	t.Cleanup(func() {
-		assert.Equal(t, cudadrv.Success, cudadrv.SetCurrentPool(d.Ordinal(), def))
+		assert.Equal(t, cudadrv.Success, cudadrv.SetMemPool(d.Ordinal(), def))
 		assert.Equal(t, cudadrv.Success, cudadrv.DestroyPool(pool))
 	})
 	before := poolStats(t, d)
 	b, err := d.AllocAsync(3<<20, s)
 	require.NoError(t, err)
 	p := poolStats(t, d)
-	assert.GreaterOrEqual(t, p.UsedCurrent-before.UsedCurrent, int64(3<<20), "the allocation is in the pool PoolStats reads")
+	assert.GreaterOrEqual(t, p.PoolUsed-before.PoolUsed, int64(3<<20), "the allocation is in the pool PoolStats reads")
 	require.NoError(t, b.FreeAsync(s))
 	syncStream(t, d, s)
 }
@@ -897,12 +897,12 @@ func TestCUDAPoolFreeReading(t *testing.T) {
 	d, s, _, keepBusy := busyStream(t)
 	const size = 4 << 20
 	syncStream(t, d, s)
-	base := poolStats(t, d).UsedCurrent
+	base := poolStats(t, d).PoolUsed
 	keepBusy()
 	b, err := d.AllocAsync(size, s)
 	require.NoError(t, err)
 	require.NoError(t, b.FreeAsync(s))
-	used := poolStats(t, d).UsedCurrent
+	used := poolStats(t, d).PoolUsed
 	var busy bool
 	inContext(t, d, func() { busy = cu.StreamQuery(cu.Stream(s)) == cu.ERROR_NOT_READY })
 	syncStream(t, d, s)
@@ -914,7 +914,7 @@ func TestCUDAPoolFreeReading(t *testing.T) {
 	default:
 		t.Log("pool reading: enqueued (a free leaves USED_MEM_CURRENT when cuMemFreeAsync returns)")
 	}
-	assert.Equal(t, base, poolStats(t, d).UsedCurrent, "after the synchronization the free is out")
+	assert.Equal(t, base, poolStats(t, d).PoolUsed, "after the synchronization the free is out")
 }
 
 // TestCUDAAllocReuseReading says whether cuMemAlloc hands a freed address
@@ -961,10 +961,10 @@ func TestCUDATrimAfterEventRetirement(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, u.Cached, int64(4<<20))
 	require.NoError(t, d.TrimPool(0))
-	assert.GreaterOrEqual(t, poolStats(t, d).ReservedCurrent, int64(4<<20), "not yet observed by the host: kept")
+	assert.GreaterOrEqual(t, poolStats(t, d).PoolReserved, int64(4<<20), "not yet observed by the host: kept")
 	syncStream(t, d, s)
 	require.NoError(t, d.TrimPool(0))
-	assert.Zero(t, poolStats(t, d).ReservedCurrent, "after the synchronize, trimmed")
+	assert.Zero(t, poolStats(t, d).PoolReserved, "after the synchronize, trimmed")
 }
 
 // TestCUDAHostFuncReading says whether the driver runs host functions of

@@ -54,9 +54,9 @@ func CreatePool(ordinal int) (PoolHandle, Result) {
 	return PoolHandle(p), r
 }
 
-// SetCurrentPool makes pool the current pool of device ordinal
+// SetMemPool makes pool the current pool of device ordinal
 // (cuDeviceSetMemPool), the one cuMemAllocAsync allocates from.
-func SetCurrentPool(ordinal int, pool PoolHandle) Result {
+func SetMemPool(ordinal int, pool PoolHandle) Result {
 	return Result(C.memtrack_set_pool(C.int(ordinal), C.uintptr_t(pool)))
 }
 

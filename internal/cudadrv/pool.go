@@ -77,25 +77,30 @@ func PoolsSupported(ordinal int) (bool, Result) {
 	return p.supported != 0, Result(p.status)
 }
 
-// CurrentPool returns the current memory pool of device ordinal
+// MemPool returns the current memory pool of device ordinal
 // (cuDeviceGetMemPool): the default one unless cuDeviceSetMemPool set
 // another.
-func CurrentPool(ordinal int) (Pool, Result) {
+func MemPool(ordinal int) (Pool, Result) {
 	p := C.memtrack_current_pool(C.int(ordinal))
 	return Pool{p.pool}, Result(p.status)
 }
 
-// PoolAttributes are a pool's figures (cuMemPoolGetAttribute).
+// PoolAttributes are a pool's figures (cuMemPoolGetAttribute), named as
+// memtrack's glossary names them.
 type PoolAttributes struct {
-	ReservedCurrent, ReservedHigh, UsedCurrent, UsedHigh, ReleaseThreshold int64
+	PoolReserved     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+	PeakPoolReserved int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+	PoolUsed         int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+	PeakPoolUsed     int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
+	ReleaseThreshold int64 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 }
 
 // PoolGet reads the pool's figures, in one call.
 func PoolGet(p Pool) (PoolAttributes, Result) {
 	s := C.memtrack_pool_get(p.p)
 	return PoolAttributes{
-		ReservedCurrent: int64(s.reserved), ReservedHigh: int64(s.reserved_high),
-		UsedCurrent: int64(s.used), UsedHigh: int64(s.used_high), ReleaseThreshold: int64(s.threshold),
+		PoolReserved: int64(s.reserved), PeakPoolReserved: int64(s.reserved_high),
+		PoolUsed: int64(s.used), PeakPoolUsed: int64(s.used_high), ReleaseThreshold: int64(s.threshold),
 	}, Result(s.status)
 }
 
