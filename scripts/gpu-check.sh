@@ -3,6 +3,8 @@
 # machine with an NVIDIA GPU and no Go toolchain, into out/gpu-check/:
 #
 #	memtrack.test       the root package's tests and CUDA benchmarks (-tags cuda)
+#	cudadrv.test        the driver bindings' tests: the driver rules memtrack
+#	                    relies on (internal/cudadrv/doc.go), on this driver
 #	memtrack-race.test  the same tests built with -race
 #	run.sh              runs them: the tests, the race-detector tests, the
 #	                    reconciliation table (tracked bytes against the
@@ -32,6 +34,7 @@ echo "== go test -c -tags cuda [-race] -> $dir"
 go test -c -tags cuda -o "$dir/memtrack.test" .
 go test -c -race -tags cuda -o "$dir/memtrack-race.test" .
 go test -c -tags cuda -o "$dir/cu.test" ./cu
+go test -c -tags cuda -o "$dir/cudadrv.test" ./internal/cudadrv
 go build -tags cuda -o "$dir/track" ./examples/track
 
 # The oldest glibc the binaries run with: the newest GLIBC_x.y symbol
@@ -81,6 +84,13 @@ tests() {
 	return $rc
 }
 step "tests" tests
+rules() {
+	./cudadrv.test -test.count=1 -test.v -test.timeout 60s >cudadrv-tests.log 2>&1
+	local rc=$?
+	cat cudadrv-tests.log
+	return $rc
+}
+step "the driver rules memtrack relies on (internal/cudadrv)" rules
 step "tests under the race detector" ./memtrack-race.test -test.count=1 -test.timeout 90s -test.skip "$skip"
 step "reconciliation: tracked bytes against the driver's used memory" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v -test.timeout 60s
@@ -92,7 +102,6 @@ readings() {
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDA(PoolFree|AllocReuse|HostFunc)Reading$' -test.v -test.timeout 60s >readings.log 2>&1
 	local rc=$?
 	cat readings.log
-	grep -o '[a-z]* reading: .*' readings.log | sed 's/^/== /'
 	return $rc
 }
 step "readings: which semantics this driver follows where the fake offers a choice" readings
@@ -111,6 +120,7 @@ step "examples/track" ./track
 
 echo "== skipped on this machine (tests that need two GPUs skip on one; those that need the fake driver's fault injection skip on a GPU):"
 skipped tests.log
+skipped cudadrv-tests.log
 skipped cu-tests.log
 grep -h -o '[a-z]* reading: .*' readings.log 2>/dev/null | sed 's/^/== /'
 if ((${#failed[@]} > 0)); then
