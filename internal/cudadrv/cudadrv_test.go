@@ -28,8 +28,11 @@ func TestMain(m *testing.M) {
 func primary(t *testing.T, ordinal int) cudadrv.Context {
 	t.Helper()
 	var n int
-	if r := recovered(func() { cu.Init(0); n = cu.DeviceGetCount() }); r != nil || n <= ordinal {
-		t.Skipf("needs CUDA device %d (%v)", ordinal, r)
+	if r := recovered(func() { cu.Init(0); n = cu.DeviceGetCount() }); r != nil {
+		t.Skipf("needs CUDA device %d: %v", ordinal, r)
+	}
+	if n <= ordinal {
+		t.Skipf("needs CUDA device %d: the driver reports %d device(s)", ordinal, n)
 	}
 	ctx, r := cudadrv.Retain(ordinal)
 	require.Equal(t, cudadrv.Success, r)
