@@ -80,13 +80,13 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 // torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
 // reserved with 2 MiB in use holds, after TrimPool(0), the 2 MiB (rounded
 // up to the driver's granularity); [PoolStats] shows the figures before and
-// after. The driver trims only memory whose frees it knows complete: a
-// buffer freed with [Buffer.FreeAsync] whose stream has not been
-// synchronized may stay reserved even once the device-side figure no longer
-// counts it (FreeAsync learns of executed frees by events, which tell the
-// package, not the pool), so TrimPool can return less than
-// [PoolUsage].Cached suggests; synchronize the streams first to return all
-// of it. It fails with [ErrInvalidSize] for keep < 0 and with
+// after. The driver trims only memory whose frees the host has observed
+// complete, "eg. by a synchronize": a buffer freed with [Buffer.FreeAsync]
+// whose stream has not been synchronized may stay reserved even once the
+// device-side figure no longer counts it (FreeAsync learns of executed
+// frees by event queries, which the driver need not count), so TrimPool can
+// return less than [PoolUsage].Cached suggests; synchronize the streams
+// first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
 func (d Device) TrimPool(keep int64) error {
 	if keep < 0 {

@@ -30,6 +30,12 @@
 //	                              executes the free; "enqueued", at once, as
 //	                              memory the pool may give to later allocations
 //	                              on the same stream
+//	FAKECUDA_TRIM_OBSERVED=r      what makes the host observe a stream's free
+//	                              complete, so that cuMemPoolTrimTo may release
+//	                              its memory: "sync" (default), a synchronize of
+//	                              the stream or of an event after the free;
+//	                              "query", also a cuEventQuery that finds such
+//	                              an event reached
 //	FAKECUDA_NO_POOLS=1           no device supports memory pools:
 //	                              CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0
 //	                              and the pool calls fail with CUDA_ERROR_NOT_SUPPORTED
@@ -146,6 +152,8 @@ struct palloc {
 	int freeing; // a cuMemFreeAsync of it is enqueued
 	int graph;   // a graph allocation, made during a capture: not in the pool
 	int uncounted; // its bytes already left the pool's used figure (FAKECUDA_POOL_FREE=enqueued)
+	struct CUstream_st *free_stream; // cuMemFreeAsync: its stream and its position there
+	long free_pos;
 	struct CUmemPoolHandle_st *pool;
 	struct CUstream_st *stream; // the stream it was allocated on
 	long pos;                   // that stream's enq after the allocation
@@ -162,7 +170,7 @@ static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
-static int no_pools, allow_unordered, free_enqueued;
+static int no_pools, allow_unordered, free_enqueued, trim_query;
 static long hostfn_delay_us;
 static int hostfn_serial = 1;
 static pthread_mutex_t hostfn_mu = PTHREAD_MUTEX_INITIALIZER; // one host function at a time
@@ -201,6 +209,8 @@ static void sconfigure(void) {
 	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i, pools[i].alive = 1;
 	const char *f = getenv("FAKECUDA_POOL_FREE");
 	free_enqueued = f && strcmp(f, "enqueued") == 0;
+	const char *tq = getenv("FAKECUDA_TRIM_OBSERVED");
+	trim_query = tq && strcmp(tq, "query") == 0;
 }
 
 // sready is the prologue of every call named fn here: fakecuda.c's checks
@@ -232,6 +242,40 @@ static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
 	}
 }
 
+// A free a stream executed whose completion the host has not observed yet
+// (smu held): cuMemPoolTrimTo keeps its memory.
+struct unobs {
+	struct unobs *next;
+	struct CUmemPoolHandle_st *pool;
+	struct CUstream_st *stream;
+	long pos;
+	size_t bytes;
+};
+static struct unobs *unobserved_list;
+
+static void unobserved_add(struct CUmemPoolHandle_st *p, struct CUstream_st *s, long pos, size_t bytes) {
+	struct unobs *u = malloc(sizeof *u);
+	if (!u) return; // then the memory counts as observed: the fake errs on the lax side only here
+	*u = (struct unobs){.next = unobserved_list, .pool = p, .stream = s, .pos = pos, .bytes = bytes};
+	unobserved_list = u;
+	p->unobserved += bytes;
+}
+
+// observe records that the host has seen the first pos operations of s
+// complete (smu held); s NULL: every stream (a stream being destroyed).
+static void observe(struct CUstream_st *s, long pos) {
+	for (struct unobs **q = &unobserved_list; *q;) {
+		struct unobs *u = *q;
+		if ((s == NULL || u->stream == s) && u->pos <= pos) {
+			u->pool->unobserved -= u->bytes;
+			*q = u->next;
+			free(u);
+		} else {
+			q = &u->next;
+		}
+	}
+}
+
 static void pool_free(struct palloc *a, int by_stream) {
 	struct CUmemPoolHandle_st *p = a->pool ? a->pool : &pools[a->device];
 	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
@@ -241,7 +285,7 @@ static void pool_free(struct palloc *a, int by_stream) {
 		}
 	}
 	if (!a->uncounted) p->used -= a->used;
-	if (by_stream) p->unobserved += a->used;
+	if (by_stream) unobserved_add(p, a->free_stream, a->free_pos, a->used);
 	free(a->mem);
 	free(a);
 }
@@ -471,7 +515,6 @@ static void drain(struct CUstream_st *s) {
 static void synchronized(void) {
 	for (int i = 0; i < MAX_POOLS; i++) {
 		if (!pools[i].alive) continue;
-		pools[i].unobserved = 0; // the host has now seen every executed free complete
 		pool_release(&pools[i], pools[i].threshold);
 	}
 }
@@ -499,6 +542,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	drain(h);
+	observe(h, h->enq);
 	for (int i = 0; i < MAX_STREAMS; i++)
 		if (all_streams[i] == h) all_streams[i] = NULL;
 	h->stop = 1;
@@ -526,6 +570,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	long enq = s->enq;
 	drain(s);
 	if (enq > s->host_seen) s->host_seen = enq;
+	observe(s, enq);
 	synchronized();
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
@@ -803,6 +848,9 @@ CUresult CUDAAPI cuEventQuery(CUevent e) {
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	int reached = e->done >= e->recorded, captured = e->captured;
+	// FAKECUDA_TRIM_OBSERVED=query: a query that finds the event reached is
+	// an observation by the host, as a synchronize is.
+	if (reached && !captured && trim_query && e->stream) observe(e->stream, e->pos);
 	pthread_mutex_unlock(&smu);
 	if (captured) return CUDA_ERROR_CAPTURED_EVENT;
 	return reached ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -819,6 +867,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 	}
 	while (e->done < e->recorded) pthread_cond_wait(&event_cond, &smu);
 	if (e->stream && e->pos > e->stream->host_seen) e->stream->host_seen = e->pos;
+	if (e->stream) observe(e->stream, e->pos);
 	synchronized();
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
@@ -1090,6 +1139,8 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	o->kind = OP_FREE;
 	o->alloc = a;
 	enqueue(s, o);
+	a->free_stream = s; // its position: the worker executes it only after smu is released
+	a->free_pos = s->enq;
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
 }
