@@ -1028,3 +1028,95 @@ func TestCUDAHostFuncReading(t *testing.T) {
 		t.Log("hostfn reading: serialized (the second stream's host function waited for the first's)")
 	}
 }
+
+// FuzzCUDAStreamFigures runs a sequence of stream-ordered allocations and
+// frees on three streams, with both ways of learning of executed frees,
+// against a sequential model: at every step Held is at least Tracked and
+// Tracked is the model's live bytes; after the streams are synchronized,
+// Held meets Tracked, and on the fake (which rounds nothing) the pool's used
+// bytes are the live stream-ordered bytes and Rounding is 0.
+//
+//	go test -tags cuda -run '^$' -fuzz FuzzCUDAStreamFigures -fuzztime 30s
+func FuzzCUDAStreamFigures(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{0, 0, 0, 3, 3, 3, 9, 1, 4, 7, 2, 5, 8, 6})
+	d, err := CUDA(0)
+	if err != nil {
+		f.Skip(err)
+	}
+	if _, err := d.PoolStats(); err != nil {
+		f.Skip(err)
+	}
+	streams := []Stream{DefaultStream, newStream(f, d), newStream(f, d)}
+	syncAll := func(t *testing.T) {
+		for _, s := range streams {
+			syncStream(t, d, s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		syncAll(t)
+		base := d.MemoryStats()
+		basePool := poolStats(t, d).PoolUsed
+		type live struct {
+			b      *Buffer
+			stream Stream
+		}
+		var bufs []live
+		var tracked, pooled int64
+		for i, op := range ops {
+			withRetire(t, d, retireModes[i%2].mode)
+			switch op % 5 {
+			case 0, 1: // allocate on one of the streams
+				s := streams[int(op/5)%len(streams)]
+				size := int64(op%7+1) << 12
+				b, err := d.AllocAsync(size, s)
+				require.NoError(t, err)
+				bufs = append(bufs, live{b, s})
+				tracked += size
+				pooled += size
+			case 2: // free the oldest on its own stream
+				if len(bufs) > 0 {
+					require.NoError(t, bufs[0].b.FreeAsync(bufs[0].stream))
+					tracked -= bufs[0].b.Size()
+					pooled -= bufs[0].b.Size()
+					bufs = bufs[1:]
+				}
+			case 3: // free the newest on another stream, ordered after its allocation
+				if n := len(bufs); n > 0 {
+					l := bufs[n-1]
+					to := streams[(int(op/5)+1)%len(streams)]
+					require.NoError(t, streamWait(d, to, l.stream))
+					require.NoError(t, l.b.FreeAsync(to))
+					tracked -= l.b.Size()
+					pooled -= l.b.Size()
+					bufs = bufs[:n-1]
+				}
+			case 4: // synchronize everything, then free one with Free
+				syncAll(t)
+				if n := len(bufs); n > 0 && op%2 == 0 {
+					require.NoError(t, bufs[n-1].b.Free())
+					tracked -= bufs[n-1].b.Size()
+					pooled -= bufs[n-1].b.Size()
+					bufs = bufs[:n-1]
+				}
+			}
+			st := d.MemoryStats()
+			require.Equal(t, base.Tracked+tracked, st.Tracked, "step %d", i)
+			require.GreaterOrEqual(t, st.Held, st.Tracked, "step %d", i)
+		}
+		syncAll(t)
+		st := d.MemoryStats()
+		assert.Equal(t, st.Tracked, st.Held, "after the synchronization the figures meet")
+		u, err := d.PoolUsage()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, u.Rounding, int64(0))
+		if onFake() {
+			assert.Equal(t, basePool+pooled, u.PoolUsed)
+			assert.Zero(t, u.Rounding)
+		}
+		for _, l := range bufs {
+			require.NoError(t, l.b.FreeAsync(l.stream))
+		}
+		syncAll(t)
+	})
+}
