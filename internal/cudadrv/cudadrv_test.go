@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/mumax/3/cuda/cu"
@@ -179,4 +180,34 @@ func TestCurrentPool(t *testing.T) {
 	cur, _ = cudadrv.MemPool(0)
 	assert.Equal(t, def, cur.Handle())
 	require.Equal(t, cudadrv.Success, cudadrv.DestroyPool(own))
+}
+
+// The legacy default stream waits for the work enqueued before on a
+// blocking stream: an event recorded on it after a blocking stream's held
+// host function is not reached while the host function is held (polled for
+// 200 ms, in which an independent stream's event is reached at once), and is
+// once it returns.
+func TestLegacyStreamOrder(t *testing.T) {
+	ctx := primary(t, 0)
+	var blocking cu.Stream
+	onThread(t, ctx, func() { blocking = cu.StreamCreate() })
+	defer onThread(t, ctx, func() { blocking.Destroy() })
+
+	require.Equal(t, cudadrv.Call{}, cudadrv.HoldStream(ctx, uintptr(blocking)))
+	e, c := cudadrv.RecordQuery(ctx, 0) // on the legacy stream
+	require.Equal(t, cudadrv.Success, c.Enter)
+	out := make([]cudadrv.Result, 1)
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+		cudadrv.EventsReached(ctx, []cudadrv.Event{e}, out)
+		if out[0] != cudadrv.NotReady {
+			break
+		}
+		runtime.Gosched()
+	}
+	cudadrv.ReleaseStreams()
+	assert.Equal(t, cudadrv.NotReady, out[0], "the legacy stream waited for the blocking stream's work")
+	onThread(t, ctx, func() { cu.StreamSynchronize(0) })
+	cudadrv.EventsReached(ctx, []cudadrv.Event{e}, out)
+	assert.Equal(t, cudadrv.Success, out[0])
+	cudadrv.EventDestroy(e)
 }
