@@ -37,6 +37,7 @@ var vocabulary = []vocabularyRule{
 	}, "the device-side figure (Tracked plus stream-ordered frees not yet executed)"},
 	{"reserved", []string{
 		"PoolStats.PoolReserved", "PoolStats.PeakPoolReserved", "PoolUsage.PoolReserved",
+		"cudadrv.PoolAttributes.PoolReserved", "cudadrv.PoolAttributes.PeakPoolReserved",
 		"metric memtrack_pool_reserved_bytes", "metric memtrack_peak_pool_reserved_bytes",
 	}, "what a CUDA memory pool reserves"},
 	{"allocated", []string{"Device.MemoryAllocated", "Device.MaxMemoryAllocated"},
