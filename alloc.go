@@ -48,6 +48,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, b.site, rec, 0) // see history.go
 	}
+	watchBuffer(s, b) // see leak.go
 	return b, nil
 }
 

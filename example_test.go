@@ -181,7 +181,7 @@ func ExampleStats_LogValue() {
 	s := memtrack.Stats{Current: 3 << 20, Peak: 4 << 20, Held: 3 << 20, HeldPeak: 4 << 20, Active: 2, PeakActive: 3, AllocatedBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
 	logger.Info("memory", "stats", s) // with a real device: dev.MemoryStats()
 	// Output:
-	// level=INFO msg=memory stats.device=cpu stats.current=3145728 stats.peak=4194304 stats.held=3145728 stats.held_peak=4194304 stats.allocated_bytes=5242880 stats.freed_bytes=2097152 stats.active=2 stats.peak_active=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.limit=0
+	// level=INFO msg=memory stats.device=cpu stats.current=3145728 stats.peak=4194304 stats.held=3145728 stats.held_peak=4194304 stats.allocated_bytes=5242880 stats.freed_bytes=2097152 stats.active=2 stats.peak_active=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.leaks=0 stats.leaked_bytes=0 stats.limit=0
 }
 
 func ExampleExpvar() {

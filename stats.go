@@ -30,6 +30,12 @@ type Stats struct {
 	// free; HeldPeak is its high-water mark, exact like Peak. They equal
 	// Current and Peak except for stream-ordered frees on CUDA.
 	Held, HeldPeak int64
+	// Leaks is the buffers and tracked handles that the garbage collector
+	// found unreachable without a free while the device was watched
+	// ([Device.EnableLeakWatch]), and LeakedBytes their bytes; cumulative.
+	// A leak stays counted in Current unless [LeakWatch].Free freed it,
+	// which counts it in Frees too.
+	Leaks, LeakedBytes int64
 }
 
 func statsOf(d Device, s tracker.Stats) Stats {
@@ -47,6 +53,10 @@ func statsOf(d Device, s tracker.Stats) Stats {
 		Limit:          s.Limit,
 	}
 	st.Held, st.HeldPeak = deviceHeld(d, s.Current, s.Peak)
+	if ks := tables[d.kind].p.Load(); ks != nil {
+		l := ks.leaks.stats(d.ordinal)
+		st.Leaks, st.LeakedBytes = l.Leaks, l.LeakedBytes
+	}
 	return st
 }
 
@@ -70,6 +80,9 @@ func (d Device) MemorySummary() string {
 			formatBytes(p.ReservedCurrent), formatBytes(p.ReservedHigh), formatBytes(p.UsedCurrent), formatBytes(p.UsedHigh))
 	}
 	fmt.Fprintf(&buf, "failed allocations: %d\n", s.FailedAllocs)
+	if s.Leaks > 0 {
+		fmt.Fprintf(&buf, "leaks (unreachable without a free): %d, %s\n", s.Leaks, formatBytes(s.LeakedBytes))
+	}
 	if s.Limit > 0 {
 		fmt.Fprintf(&buf, "memory limit: %s (%d bytes)\n", formatBytes(s.Limit), s.Limit)
 	} else {
@@ -125,10 +138,12 @@ func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 }
 
 // ResetAccumulatedMemoryStats sets the cumulative figures (allocations,
-// frees, their bytes, failures) back to zero; current figures and peaks stay.
+// frees, their bytes, failures, leaks) back to zero; current figures and
+// peaks stay.
 func (d Device) ResetAccumulatedMemoryStats() {
-	if _, r, err := d.resolve(); err == nil {
+	if s, r, err := d.resolve(); err == nil {
 		r.ResetAccumulated()
+		s.leaks.resetAccumulated(d.ordinal)
 	}
 }
 
@@ -154,9 +169,13 @@ func (s Stats) String() string {
 	if s.Held != s.Current || s.HeldPeak != s.Peak {
 		held = fmt.Sprintf("held on the device %s, peak %s; ", exactBytes(s.Held), exactBytes(s.HeldPeak))
 	}
-	return fmt.Sprintf("%v: current %s, peak %s; %s%d live buffers (peak %d); allocated %s in %d allocs, freed %s in %d frees; %d failed; %s",
+	leaks := ""
+	if s.Leaks != 0 {
+		leaks = fmt.Sprintf("; %d leaked (%s)", s.Leaks, exactBytes(s.LeakedBytes))
+	}
+	return fmt.Sprintf("%v: current %s, peak %s; %s%d live buffers (peak %d); allocated %s in %d allocs, freed %s in %d frees; %d failed%s; %s",
 		s.Device, exactBytes(s.Current), exactBytes(s.Peak), held, s.Active, s.PeakActive,
-		exactBytes(s.AllocatedBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, limit)
+		exactBytes(s.AllocatedBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, leaks, limit)
 }
 
 // LogValue returns the statistics as a group, in bytes and counts, for
@@ -175,6 +194,8 @@ func (s Stats) LogValue() slog.Value {
 		slog.Int64("allocs", s.Allocs),
 		slog.Int64("frees", s.Frees),
 		slog.Int64("failed_allocs", s.FailedAllocs),
+		slog.Int64("leaks", s.Leaks),
+		slog.Int64("leaked_bytes", s.LeakedBytes),
 		slog.Int64("limit", s.Limit),
 	)
 }
