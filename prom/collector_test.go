@@ -21,6 +21,7 @@ var counterNames = []string{
 	"memtrack_active_buffers_peak", "memtrack_allocated_bytes_total", "memtrack_freed_bytes_total",
 	"memtrack_allocations_total", "memtrack_frees_total", "memtrack_allocation_failures_total",
 	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_held_peak_bytes",
+	"memtrack_leaks_total", "memtrack_leaked_bytes_total",
 }
 
 // setCPU puts the CPU's figures in a known state: 3 KiB allocated in two
@@ -83,6 +84,12 @@ memtrack_held_bytes{%[1]s} 2048
 # HELP memtrack_held_peak_bytes High-water mark of memtrack_held_bytes since the last peak reset.
 # TYPE memtrack_held_peak_bytes gauge
 memtrack_held_peak_bytes{%[1]s} 3072
+# HELP memtrack_leaked_bytes_total Bytes of the leaks counted by memtrack_leaks_total.
+# TYPE memtrack_leaked_bytes_total counter
+memtrack_leaked_bytes_total{%[1]s} 0
+# HELP memtrack_leaks_total Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures.
+# TYPE memtrack_leaks_total counter
+memtrack_leaks_total{%[1]s} 0
 `
 
 const limitText = `# HELP memtrack_limit_bytes Memory limit on the bytes held by the device's live buffers; absent where none is set.
@@ -173,7 +180,7 @@ func TestCollectorUsedDevices(t *testing.T) {
 
 	used := len(memtrack.UsedDevices())
 	require.GreaterOrEqual(t, used, 1)
-	assert.Equal(t, 11*used, testutil.CollectAndCount(c, counterNames...))
+	assert.Equal(t, 13*used, testutil.CollectAndCount(c, counterNames...))
 	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
 		// The CPU's figures come from /proc/meminfo or sysctl.
 		_, total, err := memtrack.CPU().MemGetInfo()
@@ -321,4 +328,43 @@ func TestCollectorPromlint(t *testing.T) {
 	problems, err = promlint.NewWithMetricFamilies(badMfs).Lint()
 	require.NoError(t, err)
 	assert.NotEmpty(t, problems)
+}
+
+// leakCPU allocates on the CPU from a frame of its own and drops the buffer.
+//
+//go:noinline
+func leakCPU(t *testing.T) {
+	_, err := memtrack.CPU().Alloc(1000)
+	require.NoError(t, err)
+}
+
+// TestCollectorLeaks: a leak the collector finds is exported as counted.
+func TestCollectorLeaks(t *testing.T) {
+	cpu := memtrack.CPU()
+	cpu.ResetAccumulatedMemoryStats()
+	found := make(chan memtrack.Leak, 1)
+	// Freed, so that the CPU holds nothing more after the test.
+	require.NoError(t, cpu.EnableLeakWatch(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, Free: true}))
+	t.Cleanup(cpu.DisableLeakWatch)
+	leakCPU(t)
+	for waiting := true; waiting; {
+		runtime.GC()
+		select {
+		case <-found:
+			waiting = false
+		default:
+			runtime.Gosched()
+		}
+	}
+	c := NewCollector()
+	c.devices = func() []memtrack.Device { return []memtrack.Device{cpu} }
+	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(cpuLabels, `
+# HELP memtrack_leaked_bytes_total Bytes of the leaks counted by memtrack_leaks_total.
+# TYPE memtrack_leaked_bytes_total counter
+memtrack_leaked_bytes_total{%[1]s} 1000
+# HELP memtrack_leaks_total Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures.
+# TYPE memtrack_leaks_total counter
+memtrack_leaks_total{%[1]s} 1
+`)), "memtrack_leaks_total", "memtrack_leaked_bytes_total"))
+	cpu.ResetAccumulatedMemoryStats()
 }
