@@ -338,7 +338,7 @@ func TestLeakHandlerPanicIsRecovered(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil)))
+	slog.SetDefault(slog.New(slog.NewTextHandler(leakLogWriter{&mu, &buf}, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	reached := make(chan struct{}, 1)
 	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {
@@ -361,12 +361,13 @@ func TestLeakHandlerPanicIsRecovered(t *testing.T) {
 	assert.Contains(t, buf.String(), "handler bug")
 }
 
-type lockedWriter struct {
+// leakLogWriter serialises the writes of the cleanup goroutines.
+type leakLogWriter struct {
 	mu *sync.Mutex
 	w  *bytes.Buffer
 }
 
-func (l lockedWriter) Write(p []byte) (int, error) {
+func (l leakLogWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
