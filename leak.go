@@ -339,21 +339,27 @@ func watchedEntry(s *kindState, o int32, slot uint32) *watched {
 }
 
 // watchBuffer watches b, just allocated and counted on the device of s,
-// if the device is watched: Alloc and AllocAsync call it last.
+// if the device is watched: Alloc and AllocAsync call it last. Unwatched,
+// it is one atomic load and a branch, inlined.
 func watchBuffer(s *kindState, b *Buffer) {
 	if dl := s.leaks.on.lookup(int(b.ordinal)); dl != nil {
-		b.wslot = watch(dl, s, b, b.size, b.mem, b.site, false, true)
+		watchNewBuffer(dl, s, b)
 	}
+}
+
+func watchNewBuffer(dl *deviceLeaks, s *kindState, b *Buffer) {
+	b.wslot = watch(dl, s, b, b.size, b.mem, b.site, false, true)
 }
 
 // claimWatched claims the entry of b for a free that has just moved b to
 // bufFreed; it reports false if b's memory was freed as a leak (which only
 // a test can arrange, since a leak is unreachable), and the free must not
-// go on.
+// go on. Unwatched (b.wslot == 0), it is a branch, inlined.
 func claimWatched(b *Buffer) bool {
-	if b.wslot == 0 {
-		return true
-	}
+	return b.wslot == 0 || claimEntry(b)
+}
+
+func claimEntry(b *Buffer) bool {
 	w := watchedEntryOf(b.kind, b.ordinal, b.wslot)
 	return w == nil || w != leakFreed && w.state.CompareAndSwap(watchLive, watchFreed)
 }
