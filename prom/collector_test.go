@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/memtrack/memtrack"
 	"github.com/prometheus/client_golang/prometheus"
@@ -347,13 +348,14 @@ func TestCollectorLeaks(t *testing.T) {
 	require.NoError(t, cpu.EnableLeakWatch(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, Free: true}))
 	t.Cleanup(cpu.DisableLeakWatch)
 	leakCPU(t)
+	deadline := time.Now().Add(10 * time.Second)
 	for waiting := true; waiting; {
 		runtime.GC()
 		select {
 		case <-found:
 			waiting = false
-		default:
-			runtime.Gosched()
+		case <-time.After(10 * time.Millisecond):
+			require.True(t, time.Now().Before(deadline), "the leak was never found")
 		}
 	}
 	c := NewCollector()
