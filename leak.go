@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.uber.org/atomic"
 )
@@ -219,15 +220,22 @@ type deviceLeaks struct {
 	cfg                atomic.Pointer[LeakWatch] // nil unless userOn
 
 	mu     sync.Mutex
-	userOn bool       // EnableLeakWatch is in effect
-	checks int        // LeakChecks in progress
-	epoch  uint32     // changes each time watching goes off: older entries are not reported
-	seq    uint64     // entries made, for LeakCheck's marks
-	slots  []*watched // slots[0] is never used
-	free   []uint32   // free slots
+	userOn bool        // EnableLeakWatch is in effect
+	checks int         // LeakChecks in progress
+	epoch  uint32      // changes each time watching goes off: older entries are not reported
+	seq    uint64      // entries made, for LeakCheck's marks
+	slots  []watchSlot // slots[0] is never used
+	free   []uint32    // free slots
 	// freedLeaks holds the leaks that were freed while a LeakCheck was in
 	// progress, which their slots no longer hold.
 	freedLeaks []*watched
+}
+
+// watchSlot is one slot of a device's entries: the entry, or leakFreed
+// for a leak freed, and the address of the buffer or handle it is for.
+type watchSlot struct {
+	w     *watched
+	owner uintptr
 }
 
 // watched is the entry of one watched buffer or handle. It holds what the
@@ -236,6 +244,7 @@ type deviceLeaks struct {
 type watched struct {
 	dl       *deviceLeaks
 	s        *kindState // the device table that allocated it
+	owner    uintptr    // the buffer's or handle's address: not a reference, an identity while it lives
 	state    atomic.Uint32
 	slot     uint32
 	epoch    uint32
@@ -268,7 +277,7 @@ func (dl *deviceLeaks) switchOff(*kindState) {
 // on the device of s, and registers its cleanup on obj. It returns the
 // entry's slot.
 func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory, st *site, tracked, collectable bool) uint32 {
-	w := &watched{dl: dl, s: s, tracked: tracked, size: size, mem: mem, site: st, born: time.Now()}
+	w := &watched{dl: dl, s: s, owner: uintptr(unsafe.Pointer(obj)), tracked: tracked, size: size, mem: mem, site: st, born: time.Now()}
 	if s.kind == KindCPU && size < mmapThreshold {
 		// Go heap memory, which may share the Buffer's own allocation:
 		// the cleanup must not hold it, and needs nothing to free it.
@@ -280,13 +289,13 @@ func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory,
 	if n := len(dl.free); n > 0 {
 		w.slot = dl.free[n-1]
 		dl.free = dl.free[:n-1]
-		dl.slots[w.slot] = w
+		dl.slots[w.slot] = watchSlot{w, w.owner}
 	} else {
 		if len(dl.slots) == 0 {
-			dl.slots = append(dl.slots, nil)
+			dl.slots = append(dl.slots, watchSlot{})
 		}
 		w.slot = uint32(len(dl.slots))
-		dl.slots = append(dl.slots, w)
+		dl.slots = append(dl.slots, watchSlot{w, w.owner})
 	}
 	slot := w.slot
 	if collectable {
@@ -297,28 +306,28 @@ func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory,
 }
 
 // entry returns the entry in slot i. dl.mu is held.
-func (dl *deviceLeaks) entry(i uint32) *watched {
+func (dl *deviceLeaks) entry(i uint32) watchSlot {
 	if int(i) < len(dl.slots) {
 		return dl.slots[i]
 	}
-	return nil
+	return watchSlot{}
 }
 
-// leakFreed is what the slot of a leak that was freed holds for good: a
-// free of the buffer, which no program can reach but a test can, finds it
-// and refuses, so that the memory is freed once. It costs a slot (8 bytes)
-// per leak freed.
+// leakFreed is what the slot of a leak that was freed holds for good,
+// with the buffer's address: a free of the buffer, which no program can
+// reach but a test can, finds it and refuses, so that the memory is freed
+// once. It costs a slot (16 bytes) per leak freed.
 var leakFreed = &watched{}
 
 // remove forgets the entry w, and keeps it for the LeakChecks in progress
 // if it was a leak freed. dl.mu is held.
 func (dl *deviceLeaks) remove(w *watched) {
 	leaked := w.state.Load() == watchLeaked && w.epoch == dl.epoch
-	if dl.entry(w.slot) == w {
+	if dl.entry(w.slot).w == w {
 		if leaked {
-			dl.slots[w.slot] = leakFreed
+			dl.slots[w.slot] = watchSlot{leakFreed, w.owner}
 		} else {
-			dl.slots[w.slot] = nil
+			dl.slots[w.slot] = watchSlot{}
 			dl.free = append(dl.free, w.slot)
 		}
 	}
@@ -335,7 +344,7 @@ func watchedEntry(s *kindState, o int32, slot uint32) *watched {
 	}
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return dl.entry(slot)
+	return dl.entry(slot).w
 }
 
 // watchBuffer watches b, just allocated and counted on the device of s,
@@ -360,19 +369,31 @@ func claimWatched(b *Buffer) bool {
 }
 
 func claimEntry(b *Buffer) bool {
-	w := watchedEntryOf(b.kind, b.ordinal, b.wslot)
+	w := ownEntry(b.kind, b.ordinal, b.wslot, uintptr(unsafe.Pointer(b)))
 	return w == nil || w != leakFreed && w.state.CompareAndSwap(watchLive, watchFreed)
 }
 
-// watchedEntryOf is watchedEntry in the current table of kind k, where
-// entries of buffers allocated in a table a test has since replaced are
-// not found (they free as unwatched buffers).
-func watchedEntryOf(k Kind, o int32, slot uint32) *watched {
+// ownEntry returns the entry in slot of device o of kind k if it is the
+// one of the object at owner, leakFreed if its memory was freed as a leak,
+// and nil if it has none any more: its entry went when watching went off,
+// or with a device table that a test has since replaced (it then frees as
+// an unwatched buffer). A slot another entry took since is not the
+// object's: its owner, still reachable, still holds its address.
+func ownEntry(k Kind, o int32, slot uint32, owner uintptr) *watched {
 	s := tables[k].p.Load()
 	if s == nil {
 		return nil
 	}
-	return watchedEntry(s, o, slot)
+	dl := s.leaks.all.lookup(int(o))
+	if dl == nil {
+		return nil
+	}
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if sl := dl.entry(slot); sl.owner == owner {
+		return sl.w
+	}
+	return nil
 }
 
 // unclaimWatched gives the entry of b back after a free that failed.
@@ -380,7 +401,7 @@ func unclaimWatched(b *Buffer) {
 	if b.wslot == 0 {
 		return
 	}
-	if w := watchedEntryOf(b.kind, b.ordinal, b.wslot); w != nil && w != leakFreed {
+	if w := ownEntry(b.kind, b.ordinal, b.wslot, uintptr(unsafe.Pointer(b))); w != nil && w != leakFreed {
 		w.state.CompareAndSwap(watchFreed, watchLive)
 	}
 }
@@ -391,13 +412,13 @@ func unwatchBuffer(b *Buffer) {
 	if b.wslot == 0 {
 		return
 	}
-	unwatch(b.kind, b.ordinal, b.wslot)
+	unwatch(b.kind, b.ordinal, b.wslot, uintptr(unsafe.Pointer(b)))
 }
 
-// unwatch forgets the entry in slot of device o of kind k, once its free
-// has claimed it (or claiming it now, for a tracked handle, which a
-// release ends whatever the collector did).
-func unwatch(k Kind, o int32, slot uint32) {
+// unwatch forgets the entry in slot of device o of kind k of the object
+// at owner, once its free has claimed it (or claiming it now, for a
+// tracked handle, which a release ends whatever the collector did).
+func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 	s := tables[k].p.Load()
 	if s == nil {
 		return
@@ -407,8 +428,8 @@ func unwatch(k Kind, o int32, slot uint32) {
 		return
 	}
 	dl.mu.Lock()
-	w := dl.entry(slot)
-	if w != nil && w != leakFreed && (w.state.Load() == watchFreed || w.tracked) {
+	sl := dl.entry(slot)
+	if w := sl.w; w != nil && w != leakFreed && sl.owner == owner && (w.state.Load() == watchFreed || w.tracked) {
 		w.state.Store(watchFreed)
 		w.cleanup.Stop()
 		dl.remove(w)
@@ -429,7 +450,7 @@ func watchTracked(s *kindState, t *Tracked) {
 // alive past this call.
 func unwatchTracked(t *Tracked) {
 	if t.wslot != 0 {
-		unwatch(t.dev.kind, int32(t.dev.ordinal), t.wslot)
+		unwatch(t.dev.kind, int32(t.dev.ordinal), t.wslot, uintptr(unsafe.Pointer(t)))
 	}
 }
 

@@ -85,8 +85,8 @@ func (c *LeakCheck) Leaks() []Leak {
 			ws = append(ws, w)
 		}
 	}
-	for _, w := range dl.slots {
-		take(w)
+	for _, sl := range dl.slots {
+		take(sl.w)
 	}
 	for _, w := range dl.freedLeaks {
 		take(w)
@@ -105,7 +105,7 @@ func (c *LeakCheck) Leaks() []Leak {
 func (dl *deviceLeaks) entryGone(w *watched) bool {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return dl.entry(w.slot) != w
+	return dl.entry(w.slot).w != w
 }
 
 // End ends the check: the device is watched and records sites again as it

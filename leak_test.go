@@ -104,8 +104,8 @@ func liveEntries(d Device) int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	n := 0
-	for _, w := range dl.slots {
-		if w != nil && w != leakFreed {
+	for _, sl := range dl.slots {
+		if sl.w != nil && sl.w != leakFreed {
 			n++
 		}
 	}
