@@ -11,31 +11,32 @@ import (
 // entry. The sizes are a buffer from the Go heap (64 B, allocated with its
 // Buffer) and one mapped from the OS (1 MiB).
 func BenchmarkLeakWatch(b *testing.B) {
-	d := CPU()
 	for _, size := range []int64{64, 1 << 20} {
-		for _, watch := range []bool{false, true} {
-			name := "size=" + strconv.FormatInt(size, 10) + "/watch=off"
-			if watch {
-				name = "size=" + strconv.FormatInt(size, 10) + "/watch=on"
-			}
-			b.Run(name, func(b *testing.B) {
-				if watch {
-					if err := d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}}); err != nil {
-						b.Fatal(err)
-					}
-					defer d.DisableLeakWatch()
-				}
-				b.ReportAllocs()
-				for b.Loop() {
-					buf, err := d.Alloc(size)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := buf.Free(); err != nil {
-						b.Fatal(err)
-					}
-				}
+		for _, watch := range []string{"off", "on"} {
+			b.Run("size="+strconv.FormatInt(size, 10)+"/watch="+watch, func(b *testing.B) {
+				benchWatchedPair(b, CPU(), size, watch == "on")
 			})
+		}
+	}
+}
+
+// benchWatchedPair runs Alloc+Free pairs of size bytes on d, watched for
+// leaks or not.
+func benchWatchedPair(b *testing.B, d Device, size int64, watch bool) {
+	if watch {
+		if err := d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}}); err != nil {
+			b.Fatal(err)
+		}
+		defer d.DisableLeakWatch()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, err := d.Alloc(size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := buf.Free(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -13,28 +13,7 @@ func BenchmarkCUDALeakWatch(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	for _, watch := range []bool{false, true} {
-		name := "watch=off"
-		if watch {
-			name = "watch=on"
-		}
-		b.Run(name, func(b *testing.B) {
-			if watch {
-				if err := d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}}); err != nil {
-					b.Fatal(err)
-				}
-				defer d.DisableLeakWatch()
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				buf, err := d.Alloc(1 << 20)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := buf.Free(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	for _, watch := range []string{"off", "on"} {
+		b.Run("watch="+watch, func(b *testing.B) { benchWatchedPair(b, d, 1<<20, watch == "on") })
 	}
 }
