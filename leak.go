@@ -103,7 +103,7 @@ func (d Device) EnableLeakWatch(w LeakWatch) error {
 	dl.cfg.Store(&cfg)
 	if !dl.userOn {
 		dl.userOn = true
-		dl.switchOn(s)
+		dl.switchOn()
 	}
 	return nil
 }
@@ -120,7 +120,10 @@ func (d Device) DisableLeakWatch() {
 	if err != nil {
 		return
 	}
-	dl := s.leaks.device(d.ordinal)
+	dl := s.leaks.all.lookup(d.ordinal)
+	if dl == nil {
+		return // never watched
+	}
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	if !dl.userOn {
@@ -128,7 +131,7 @@ func (d Device) DisableLeakWatch() {
 	}
 	dl.userOn = false
 	dl.cfg.Store(nil)
-	dl.switchOff(s)
+	dl.switchOff()
 }
 
 // LeakWatchEnabled reports whether [Device.EnableLeakWatch] is in effect
@@ -258,14 +261,14 @@ type watched struct {
 	cleanup  runtime.Cleanup
 }
 
-// switchOn publishes the device as watched, if it was not. dl.mu is held.
-func (dl *deviceLeaks) switchOn(*kindState) {
+// switchOn publishes the device as watched. dl.mu is held.
+func (dl *deviceLeaks) switchOn() {
 	dl.table.on.update(dl.ordinal, func(*deviceLeaks) *deviceLeaks { return dl })
 }
 
 // switchOff stops watching the device once neither EnableLeakWatch nor a
 // LeakCheck wants it. dl.mu is held.
-func (dl *deviceLeaks) switchOff(*kindState) {
+func (dl *deviceLeaks) switchOff() {
 	if dl.userOn || dl.checks > 0 {
 		return
 	}

@@ -60,7 +60,7 @@ func (d Device) StartLeakCheck() (*LeakCheck, error) {
 	dl := c.dl
 	dl.mu.Lock()
 	dl.checks++
-	dl.switchOn(s)
+	dl.switchOn()
 	c.mark = dl.seq
 	dl.mu.Unlock()
 	return c, nil
@@ -123,7 +123,7 @@ func (c *LeakCheck) End() {
 		clear(dl.freedLeaks)
 		dl.freedLeaks = dl.freedLeaks[:0]
 	}
-	dl.switchOff(c.s)
+	dl.switchOff()
 	dl.mu.Unlock()
 	if c.sitesSet {
 		t := &c.s.sites
