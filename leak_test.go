@@ -394,3 +394,87 @@ func TestUnwatchedBuffersHaveNoEntry(t *testing.T) {
 	require.NoError(t, b.Free())
 	assert.Nil(t, tables[KindCUDA].p.Load().leaks.all.lookup(0))
 }
+
+// dropSome allocates n buffers on d, frees the even ones and drops the
+// odd ones.
+//
+//go:noinline
+func dropSome(t testing.TB, d Device, n int) {
+	for i := range n {
+		b, err := d.Alloc(int64(i + 1))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if i%2 == 0 {
+			if err := b.Free(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// TestLeakWatchUnderConcurrency: goroutines allocate on one watched device
+// at once, free half their buffers and drop the others while collections
+// run; every dropped buffer is found and freed once, and the figures add
+// up exactly.
+func TestLeakWatchUnderConcurrency(t *testing.T) {
+	f, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	var found sync.WaitGroup
+	goroutines, per := 8, 200
+	if testing.Short() {
+		per = 20
+	}
+	dropped := goroutines * per / 2
+	found.Add(dropped)
+	var mu sync.Mutex
+	var leakedBytes int64
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Free: true, Handler: func(l Leak) {
+		mu.Lock()
+		leakedBytes += l.Size
+		mu.Unlock()
+		found.Done()
+	}}))
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for range goroutines {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			dropSome(t, d, per)
+			runtime.GC()
+		}()
+	}
+	start.Done()
+	done.Wait()
+	all := make(chan struct{})
+	go func() { found.Wait(); close(all) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for waiting := true; waiting; {
+		runtime.GC()
+		select {
+		case <-all:
+			waiting = false
+		case <-time.After(10 * time.Millisecond):
+			require.True(t, time.Now().Before(deadline), "not every dropped buffer was found")
+		}
+	}
+	var wantBytes int64
+	for i := 1; i < per; i += 2 {
+		wantBytes += int64(i + 1)
+	}
+	wantBytes *= int64(goroutines)
+	s := d.MemoryStats()
+	assert.Equal(t, int64(dropped), s.Leaks)
+	assert.Equal(t, wantBytes, s.LeakedBytes)
+	assert.Equal(t, wantBytes, leakedBytes)
+	assert.Equal(t, int64(goroutines*per), s.Frees, "every buffer freed once, by Free or as a leak")
+	assert.Zero(t, s.Current)
+	used, live, _ := f.state(0)
+	assert.Zero(t, used)
+	assert.Zero(t, live)
+	assert.Zero(t, liveEntries(d))
+	d.DisableLeakWatch()
+}
