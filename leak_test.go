@@ -142,6 +142,8 @@ func TestLeakWatchReportsALeakWithItsSite(t *testing.T) {
 	assert.Equal(t, int64(4096), s.LeakedBytes)
 	assert.Equal(t, int64(4096), s.Current, "a leak not freed stays counted")
 	assert.Equal(t, int64(0), s.Frees)
+	assert.Contains(t, s.String(), "; 0 failed; 1 leaked (4.00 KiB (4096 B)); no limit")
+	assert.Contains(t, d.MemorySummary(), "leaks (unreachable without a free): 1, 4.00 KiB\n")
 	used, live, _ := f.state(1)
 	assert.Equal(t, int64(4096), used)
 	assert.Equal(t, 1, live)
