@@ -229,12 +229,12 @@ type deviceLeaks struct {
 	seq    uint64      // entries made, for LeakCheck's marks
 	slots  []watchSlot // slots[0] is never used
 	free   []uint32    // free slots
-	// freedLeaks holds the leaks that were freed while a LeakCheck was in
-	// progress, which their slots no longer hold.
-	freedLeaks []*watched
+	// leaksSeen holds the leaks the collector found while a LeakCheck was
+	// in progress, which their slots no longer hold.
+	leaksSeen []*watched
 }
 
-// watchSlot is one slot of a device's entries: the entry, or leakFreed
+// watchSlot is one slot of a device's entries: the entry, or leakGone
 // for a leak freed, and the address of the buffer or handle it is for.
 type watchSlot struct {
 	w     *watched
@@ -253,6 +253,7 @@ type watched struct {
 	epoch    uint32
 	tracked  bool
 	reported bool // listed by a LeakCheck; under dl.mu
+	freed    bool // a leak whose memory was freed; under dl.mu
 	seq      uint64
 	size     int64
 	mem      memory
@@ -316,26 +317,26 @@ func (dl *deviceLeaks) entry(i uint32) watchSlot {
 	return watchSlot{}
 }
 
-// leakFreed is what the slot of a leak that was freed holds for good,
-// with the buffer's address: a free of the buffer, which no program can
-// reach but a test can, finds it and refuses, so that the memory is freed
-// once. It costs a slot (16 bytes) per leak freed.
-var leakFreed = &watched{}
+// leakGone is what the slot of a leak holds for good, with the buffer's
+// address, once its entry is gone: a free of the buffer, which no program
+// can reach but a test can, finds it and refuses, so that a leak's memory
+// is freed once at most. It costs a slot (16 bytes) per leak.
+var leakGone = &watched{}
 
 // remove forgets the entry w, and keeps it for the LeakChecks in progress
-// if it was a leak freed. dl.mu is held.
+// if it is a leak. dl.mu is held.
 func (dl *deviceLeaks) remove(w *watched) {
 	leaked := w.state.Load() == watchLeaked && w.epoch == dl.epoch
 	if dl.entry(w.slot).w == w {
 		if leaked {
-			dl.slots[w.slot] = watchSlot{leakFreed, w.owner}
+			dl.slots[w.slot] = watchSlot{leakGone, w.owner}
 		} else {
 			dl.slots[w.slot] = watchSlot{}
 			dl.free = append(dl.free, w.slot)
 		}
 	}
 	if leaked && dl.checks > 0 {
-		dl.freedLeaks = append(dl.freedLeaks, w)
+		dl.leaksSeen = append(dl.leaksSeen, w)
 	}
 }
 
@@ -373,11 +374,11 @@ func claimWatched(b *Buffer) bool {
 
 func claimEntry(b *Buffer) bool {
 	w := ownEntry(b.kind, b.ordinal, b.wslot, uintptr(unsafe.Pointer(b)))
-	return w == nil || w != leakFreed && w.state.CompareAndSwap(watchLive, watchFreed)
+	return w == nil || w != leakGone && w.state.CompareAndSwap(watchLive, watchFreed)
 }
 
 // ownEntry returns the entry in slot of device o of kind k if it is the
-// one of the object at owner, leakFreed if its memory was freed as a leak,
+// one of the object at owner, leakGone if its memory was freed as a leak,
 // and nil if it has none any more: its entry went when watching went off,
 // or with a device table that a test has since replaced (it then frees as
 // an unwatched buffer). A slot another entry took since is not the
@@ -404,7 +405,7 @@ func unclaimWatched(b *Buffer) {
 	if b.wslot == 0 {
 		return
 	}
-	if w := ownEntry(b.kind, b.ordinal, b.wslot, uintptr(unsafe.Pointer(b))); w != nil && w != leakFreed {
+	if w := ownEntry(b.kind, b.ordinal, b.wslot, uintptr(unsafe.Pointer(b))); w != nil && w != leakGone {
 		w.state.CompareAndSwap(watchFreed, watchLive)
 	}
 }
@@ -432,7 +433,7 @@ func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 	}
 	dl.mu.Lock()
 	sl := dl.entry(slot)
-	if w := sl.w; w != nil && w != leakFreed && sl.owner == owner && (w.state.Load() == watchFreed || w.tracked) {
+	if w := sl.w; w != nil && w != leakGone && sl.owner == owner && (w.state.Load() == watchFreed || w.tracked) {
 		w.state.Store(watchFreed)
 		w.cleanup.Stop()
 		dl.remove(w)
@@ -477,15 +478,18 @@ func collected(w *watched) {
 	dl.leaks.Add(1)
 	dl.leakedBytes.Add(w.size)
 	l := w.leak(time.Now(), true)
+	released := false
 	if cfg != nil && cfg.Free && !w.tracked {
-		released, err := releaseMemory(w.s, Device{kind: w.s.kind, ordinal: dl.ordinal}, w.size, &w.mem, w.site)
+		var err error
+		released, err = releaseMemory(w.s, Device{kind: w.s.kind, ordinal: dl.ordinal}, w.size, &w.mem, w.site)
 		l.Freed, l.Err = released && err == nil, err
-		if released {
-			dl.mu.Lock()
-			dl.remove(w)
-			dl.mu.Unlock()
-		}
 	}
+	// The entry goes, its slot marked for good; a LeakCheck in progress
+	// keeps it.
+	dl.mu.Lock()
+	w.freed = released
+	dl.remove(w)
+	dl.mu.Unlock()
 	if cfg == nil {
 		return // watched for a LeakCheck only, which lists it
 	}

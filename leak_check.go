@@ -80,7 +80,7 @@ func (c *LeakCheck) Leaks() []Leak {
 	var ws []*watched
 	dl.mu.Lock()
 	take := func(w *watched) {
-		if w != nil && w != leakFreed && w.seq > c.mark && !w.reported && w.state.Load() != watchFreed {
+		if w != nil && w != leakGone && w.seq > c.mark && !w.reported && w.state.Load() != watchFreed {
 			w.reported = true
 			ws = append(ws, w)
 		}
@@ -88,24 +88,17 @@ func (c *LeakCheck) Leaks() []Leak {
 	for _, sl := range dl.slots {
 		take(sl.w)
 	}
-	for _, w := range dl.freedLeaks {
+	for _, w := range dl.leaksSeen {
 		take(w)
 	}
-	dl.mu.Unlock()
 	slices.SortFunc(ws, func(a, b *watched) int { return cmp.Compare(a.seq, b.seq) })
 	ls := make([]Leak, len(ws))
 	for i, w := range ws {
 		ls[i] = w.leak(now, w.state.Load() == watchLeaked)
-		ls[i].Freed = ls[i].Collected && dl.entryGone(w)
+		ls[i].Freed = w.freed
 	}
+	dl.mu.Unlock()
 	return ls
-}
-
-// entryGone reports whether w left its slot (a leak freed).
-func (dl *deviceLeaks) entryGone(w *watched) bool {
-	dl.mu.Lock()
-	defer dl.mu.Unlock()
-	return dl.entry(w.slot).w != w
 }
 
 // End ends the check: the device is watched and records sites again as it
@@ -120,8 +113,8 @@ func (c *LeakCheck) End() {
 	c.ended = true
 	dl.checks--
 	if dl.checks == 0 {
-		clear(dl.freedLeaks)
-		dl.freedLeaks = dl.freedLeaks[:0]
+		clear(dl.leaksSeen)
+		dl.leaksSeen = dl.leaksSeen[:0]
 	}
 	dl.switchOff()
 	dl.mu.Unlock()

@@ -127,7 +127,7 @@ func FuzzLeakWatch(f *testing.F) {
 			require.Equal(t, current, used, "step %d: the backend holds what is counted", i/2)
 			entries := 0
 			for _, m := range bufs {
-				if m.watched && (m.state == modelLive || m.state == modelLeakKept) {
+				if m.watched && m.state == modelLive {
 					entries++
 				}
 			}
