@@ -79,16 +79,24 @@ func drainCleanups(t testing.TB) {
 			p := new([16]byte)
 			runtime.AddCleanup(p, func(ch chan struct{}) { close(ch) }, done)
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for waiting := true; waiting; {
-			runtime.GC()
-			select {
-			case <-done:
-				waiting = false
-			case <-time.After(10 * time.Millisecond):
-				if time.Now().After(deadline) {
-					t.Fatal("the cleanup of an unreachable object never ran")
-				}
+		collectUntil(t, done, "the cleanup of an unreachable object")
+	}
+}
+
+// collectUntil collects garbage until done is closed; it fails the test if
+// that takes longer than a deadline (a guard, not a wait the test relies
+// on), naming what never came.
+func collectUntil(t testing.TB, done <-chan struct{}, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-done:
+			return
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never came", what)
 			}
 		}
 	}
@@ -343,20 +351,13 @@ func TestLeakHandlerPanicIsRecovered(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(leakLogWriter{&mu, &buf}, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
-	reached := make(chan struct{}, 1)
+	reached := make(chan struct{})
 	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {
-		reached <- struct{}{}
+		close(reached)
 		panic("handler bug")
 	}}))
 	leakFrom(t, d, 1)
-	for waiting := true; waiting; {
-		runtime.GC()
-		select {
-		case <-reached:
-			waiting = false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	collectUntil(t, reached, "the leak")
 	drainCleanups(t)
 	mu.Lock()
 	defer mu.Unlock()
@@ -453,16 +454,7 @@ func TestLeakWatchUnderConcurrency(t *testing.T) {
 	done.Wait()
 	all := make(chan struct{})
 	go func() { found.Wait(); close(all) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for waiting := true; waiting; {
-		runtime.GC()
-		select {
-		case <-all:
-			waiting = false
-		case <-time.After(10 * time.Millisecond):
-			require.True(t, time.Now().Before(deadline), "not every dropped buffer was found")
-		}
-	}
+	collectUntil(t, all, "every dropped buffer's leak")
 	var wantBytes int64
 	for i := 1; i < per; i += 2 {
 		wantBytes += int64(i + 1)
