@@ -14,7 +14,10 @@
 // The check runs in the test's cleanup, after every cleanup the test
 // registered later (which may free buffers). While the test runs, every
 // device records the allocation site of every buffer and is watched for
-// leaks ([memtrack.LeakCheck]); both go back as they were after it.
+// leaks ([memtrack.LeakCheck]); both go back as they were after it. That
+// costs each allocation a few microseconds (docs/leaks.md and
+// docs/performance.md have the figures): allocation-heavy tests run slower
+// under a check.
 //
 // [VerifyTestMain] checks a whole package instead: whatever its tests
 // allocated and left live by the end of m.Run fails the run.
