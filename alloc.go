@@ -22,7 +22,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	// A limit is checked before the backend is asked, so that a request over
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Current(); size > lim-cur {
+		if cur := rec.Tracked(); size > lim-cur {
 			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
@@ -61,7 +61,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
 	rec.RecordFailure()
 	tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Limit: lim, Reason: "memory limit"}
+	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
 }
 
 // backendRefused counts and completes the error of a backend that could not
@@ -77,7 +77,7 @@ func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error
 // record is full); the record counted the failure.
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
 	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
-	oom := recordRefusal(err, d, b.size, rec.Current())
+	oom := recordRefusal(err, d, b.size, rec.Tracked())
 	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
@@ -91,9 +91,9 @@ func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err 
 func recordRefusal(err error, d Device, size, cur int64) *OutOfMemoryError {
 	var le *tracker.LimitError
 	if errors.As(err, &le) {
-		return &OutOfMemoryError{Device: d, Requested: size, Current: le.Current, Limit: le.Limit, Reason: "memory limit"}
+		return &OutOfMemoryError{Device: d, Requested: size, Tracked: le.Tracked, Limit: le.Limit, Reason: "memory limit"}
 	}
-	return &OutOfMemoryError{Device: d, Requested: size, Current: cur, Reason: "the tracker's capacity: " + err.Error()}
+	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Reason: "the tracker's capacity: " + reason(err)}
 }
 
 // fillError completes an error from a backend with the device and figures.
@@ -102,7 +102,7 @@ func fillError(err error, d Device, size int64, rec *tracker.Record) error {
 	case *OutOfMemoryError:
 		e.Device, e.Requested = d, size
 		if rec != nil {
-			e.Current = rec.Current()
+			e.Tracked = rec.Tracked()
 		}
 	case *BackendError:
 		e.Device = d
@@ -127,7 +127,7 @@ func (d Device) SetMemoryLimit(limit int64) error {
 
 // MemoryLimit returns the device's memory limit, or 0 if none is set.
 func (d Device) MemoryLimit() int64 {
-	if _, r, err := d.resolve(); err == nil {
+	if r := d.peek(); r != nil {
 		return r.Limit()
 	}
 	return 0

@@ -120,7 +120,7 @@ func (b *Buffer) refuseFree() error {
 // refused to uncount it: the record disagrees with the buffers it was told
 // about, and Free says so rather than let the figures drift.
 func (b *Buffer) uncountFailed(err error) error {
-	return fmt.Errorf("memtrack: %v: the %d-byte buffer's memory was released, but its record refused to uncount it: %w", b.Device(), b.size, err)
+	return wrapf(err, "%v: the %d-byte buffer's memory was released, but its record refused to uncount it", b.Device(), b.size)
 }
 
 // Size returns the size asked for, in bytes (0 for a nil buffer).
@@ -171,12 +171,12 @@ func (b *Buffer) DevicePtr() uintptr {
 	return b.mem.ptr
 }
 
-// Reserved returns the bytes the device set aside for the buffer: the
+// RoundedSize returns the bytes the device set aside for the buffer: the
 // driver's figure, to compare with [Buffer.Size], which is what is tracked.
 // Metal rounds every buffer up (its allocatedSize); where a backend reports
-// no rounding, as the CPU backend does, Reserved equals Size. It returns 0
+// no rounding, as the CPU backend does, RoundedSize equals Size. It returns 0
 // for a nil buffer.
-func (b *Buffer) Reserved() int64 {
+func (b *Buffer) RoundedSize() int64 {
 	if b == nil {
 		return 0
 	}

@@ -36,7 +36,7 @@ func TestBufferReserved(t *testing.T) {
 		{"backend rounds up", &Buffer{size: 100, mem: memory{reserved: 16 << 10}}, 16 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tc.buf.Reserved())
+			assert.Equal(t, tc.want, tc.buf.RoundedSize())
 		})
 	}
 }
@@ -45,9 +45,9 @@ func TestBufferReservedCPU(t *testing.T) {
 	for _, size := range []int64{1, 4097, mmapThreshold + 1} {
 		b, err := CPU().Alloc(size)
 		require.NoError(t, err)
-		assert.Equal(t, size, b.Reserved(), "the CPU backend reports no rounding")
+		assert.Equal(t, size, b.RoundedSize(), "the CPU backend reports no rounding")
 		require.NoError(t, b.Free())
-		assert.Equal(t, size, b.Reserved(), "a freed buffer keeps its figures")
+		assert.Equal(t, size, b.RoundedSize(), "a freed buffer keeps its figures")
 	}
 }
 
@@ -163,7 +163,7 @@ func TestBufferFreeReportsRecordError(t *testing.T) {
 	_, err = CUDA(0) // creates an empty record
 	require.NoError(t, err)
 	err = b.Free()
-	assert.ErrorIs(t, err, tracker.ErrFreeExceedsHeld)
+	assert.ErrorIs(t, err, tracker.ErrFreeExceedsTracked)
 	assert.Contains(t, err.Error(), "memory was released, but its record refused to uncount it")
 	assert.True(t, b.Freed(), "the memory was released")
 }

@@ -25,12 +25,12 @@ func TestCPUBuffers(t *testing.T) {
 			}
 		}
 		p[0], p[len(p)-1] = 1, 2 // writable
-		assert.Equal(t, base.Current+size, cpu.MemoryAllocated())
+		assert.Equal(t, base.Tracked+size, cpu.MemoryAllocated())
 		require.NoError(t, b.Free())
 		assert.Nil(t, b.Bytes(), "no view once freed")
 	}
 	s := cpu.MemoryStats()
-	assert.Equal(t, base.Current, s.Current)
+	assert.Equal(t, base.Tracked, s.Tracked)
 	assert.Equal(t, base.Allocs+int64(len(sizes)), s.Allocs)
 	assert.Equal(t, base.Frees+int64(len(sizes)), s.Frees)
 }
@@ -97,7 +97,7 @@ func TestCPURefusesPastCapacity(t *testing.T) {
 		assert.True(t, b == nil, "a buffer came with the error")
 		var oom *OutOfMemoryError
 		require.ErrorAs(t, err, &oom, "%d bytes beside 2 MiB on a 3 MiB machine", size)
-		assert.Equal(t, OutOfMemoryError{Device: cpu, Requested: size, Current: 2 << 20, Capacity: 3 << 20, Reason: oom.Reason}, *oom)
+		assert.Equal(t, OutOfMemoryError{Device: cpu, Requested: size, Tracked: 2 << 20, Capacity: 3 << 20, Reason: oom.Reason}, *oom)
 		assert.Contains(t, oom.Reason, "machine or its cgroup")
 		before.FailedAllocs++
 		assert.Equal(t, before, cpu.MemoryStats())
@@ -163,5 +163,5 @@ func TestCPUThreeQuartersTwice(t *testing.T) {
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom, "two buffers of three quarters of the machine's %d bytes", total)
 	assert.Equal(t, total, oom.Capacity)
-	assert.GreaterOrEqual(t, oom.Current, size)
+	assert.GreaterOrEqual(t, oom.Tracked, size)
 }

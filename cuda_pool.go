@@ -90,10 +90,10 @@ func (d Device) PoolStats() (PoolStats, error) {
 	}
 	return PoolStats{
 		Device:           d,
-		ReservedCurrent:  int64(s.reserved),
-		ReservedHigh:     int64(s.reserved_high),
-		UsedCurrent:      int64(s.used),
-		UsedHigh:         int64(s.used_high),
+		PoolReserved:     int64(s.reserved),
+		PeakPoolReserved: int64(s.reserved_high),
+		PoolUsed:         int64(s.used),
+		PeakPoolUsed:     int64(s.used_high),
 		ReleaseThreshold: int64(s.threshold),
 	}, nil
 }
@@ -104,9 +104,9 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 	st := d.MemoryStats()
 	p, err := d.PoolStats()
 	if err != nil {
-		return PoolUsage{Device: d, Tracked: st.Current, Held: st.Held}, err
+		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
 	}
-	return poolUsage(d, st.Current, st.Held, p), nil
+	return poolUsage(d, st.Tracked, st.Held, p), nil
 }
 
 // TrimPool returns to the device the memory the pool reserves beyond
@@ -135,7 +135,7 @@ func (d Device) TrimPool(keep int64) error {
 // driver's default of 0, the pool returns everything unused to the device
 // whenever a stream, event or context is synchronized; with a threshold, it
 // keeps up to that many bytes reserved for later allocations, which then
-// cost no call to the OS. [PoolStats].ReservedCurrent shows the effect
+// cost no call to the OS. [PoolStats].PoolReserved shows the effect
 // after the next synchronization. It fails with [ErrInvalidSize] for a
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.

@@ -418,7 +418,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		return nil, fillError(err, d, size, rec)
 	}
 	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Current(); size > lim-cur {
+		if cur := rec.Tracked(); size > lim-cur {
 			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}

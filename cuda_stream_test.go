@@ -86,21 +86,21 @@ func TestCUDAAllocFreeAsync(t *testing.T) {
 				assert.Nil(t, b.Bytes())
 				assert.Equal(t, d, b.Device())
 				during := d.MemoryStats()
-				assert.Equal(t, before.Current+size, during.Current)
+				assert.Equal(t, before.Tracked+size, during.Tracked)
 				assert.Equal(t, before.Held+size, during.Held)
 				assert.Equal(t, before.Allocs+1, during.Allocs)
-				assert.Equal(t, before.Active+1, during.Active)
+				assert.Equal(t, before.Buffers+1, during.Buffers)
 
 				require.NoError(t, b.FreeAsync(stream))
 				assert.True(t, b.Freed())
 				assert.Zero(t, b.DevicePtr())
-				assert.Equal(t, before.Current, d.MemoryAllocated(), "the tracked figure drops at FreeAsync's return")
+				assert.Equal(t, before.Tracked, d.MemoryAllocated(), "the tracked figure drops at FreeAsync's return")
 				assert.ErrorIs(t, b.FreeAsync(stream), ErrDoubleFree)
 				assert.ErrorIs(t, b.Free(), ErrDoubleFree)
 
 				syncStream(t, d, stream)
 				after := d.MemoryStats()
-				assert.Equal(t, before.Current, after.Current)
+				assert.Equal(t, before.Tracked, after.Tracked)
 				assert.Equal(t, before.Held, after.Held, "the device-side figure meets it once the stream has run the free")
 				assert.Equal(t, before.Frees+1, after.Frees)
 				assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
@@ -128,7 +128,7 @@ func TestCUDAFreeOfAsyncBuffer(t *testing.T) {
 	syncStream(t, d, s) // the work that uses it is done
 	require.NoError(t, b.Free())
 	after := d.MemoryStats()
-	assert.Equal(t, before.Current, after.Current)
+	assert.Equal(t, before.Tracked, after.Tracked)
 	assert.Equal(t, before.Held, after.Held)
 	assert.ErrorIs(t, b.FreeAsync(s), ErrDoubleFree)
 }
@@ -174,7 +174,7 @@ func TestCUDAAllocAsyncErrors(t *testing.T) {
 			after := d.MemoryStats()
 			before.FailedAllocs += tc.failed
 			assert.Equal(t, before, after, "only the failure is counted")
-			assert.Equal(t, pool.UsedCurrent, poolStats(t, d).UsedCurrent, "the pool gave nothing")
+			assert.Equal(t, pool.PoolUsed, poolStats(t, d).PoolUsed, "the pool gave nothing")
 		})
 	}
 
@@ -234,22 +234,22 @@ func TestCUDAPoolTrimAndThreshold(t *testing.T) {
 	}
 	round()
 	kept := poolStats(t, d)
-	assert.GreaterOrEqual(t, kept.ReservedCurrent, int64(size*n), "the threshold keeps the reserve")
+	assert.GreaterOrEqual(t, kept.PoolReserved, int64(size*n), "the threshold keeps the reserve")
 	if onFake() {
-		assert.Equal(t, int64(size*n), kept.ReservedCurrent, "30 MiB is 15 granules of 2 MiB")
-		assert.Zero(t, kept.UsedCurrent)
+		assert.Equal(t, int64(size*n), kept.PoolReserved, "30 MiB is 15 granules of 2 MiB")
+		assert.Zero(t, kept.PoolUsed)
 	}
 	require.NoError(t, d.TrimPool(0))
 	trimmed := poolStats(t, d)
-	assert.Less(t, trimmed.ReservedCurrent, kept.ReservedCurrent)
+	assert.Less(t, trimmed.PoolReserved, kept.PoolReserved)
 	if onFake() {
-		assert.Zero(t, trimmed.ReservedCurrent)
+		assert.Zero(t, trimmed.PoolReserved)
 	}
 
 	require.NoError(t, d.SetPoolReleaseThreshold(0))
 	round()
 	if onFake() {
-		assert.Zero(t, poolStats(t, d).ReservedCurrent, "with threshold 0 a synchronization releases the reserve")
+		assert.Zero(t, poolStats(t, d).PoolReserved, "with threshold 0 a synchronization releases the reserve")
 	}
 }
 
@@ -263,15 +263,15 @@ func TestCUDAResetEveryPeak(t *testing.T) {
 	require.NoError(t, b.FreeAsync(s))
 	syncStream(t, d, s)
 	st, pool := d.MemoryStats(), poolStats(t, d)
-	require.Greater(t, st.HeldPeak, st.Held)
-	require.Greater(t, pool.UsedHigh, pool.UsedCurrent)
+	require.Greater(t, st.PeakHeld, st.Held)
+	require.Greater(t, pool.PeakPoolUsed, pool.PoolUsed)
 
 	d.ResetPeakMemoryStats()
 	st, pool = d.MemoryStats(), poolStats(t, d)
-	assert.Equal(t, st.Current, st.Peak)
-	assert.Equal(t, st.Held, st.HeldPeak)
-	assert.Equal(t, pool.UsedCurrent, pool.UsedHigh)
-	assert.Equal(t, pool.ReservedCurrent, pool.ReservedHigh)
+	assert.Equal(t, st.Tracked, st.PeakTracked)
+	assert.Equal(t, st.Held, st.PeakHeld)
+	assert.Equal(t, pool.PoolUsed, pool.PeakPoolUsed)
+	assert.Equal(t, pool.PoolReserved, pool.PeakPoolReserved)
 }
 
 // TestCUDAStreamsConcurrent: workers on two devices allocate on one stream
@@ -337,8 +337,8 @@ func TestCUDAStreamsConcurrent(t *testing.T) {
 	held.Wait()
 	for i, d := range ds {
 		s := d.MemoryStats()
-		assert.Equal(t, base[i].Current+workers*size, s.Current)
-		assert.GreaterOrEqual(t, s.Held, s.Current)
+		assert.Equal(t, base[i].Tracked+workers*size, s.Tracked)
+		assert.GreaterOrEqual(t, s.Held, s.Tracked)
 	}
 	release.Done()
 	done.Wait()
@@ -351,10 +351,10 @@ func TestCUDAStreamsConcurrent(t *testing.T) {
 			syncStream(t, d, s)
 		}
 		s := d.MemoryStats()
-		assert.Equal(t, base[i].Current, s.Current)
+		assert.Equal(t, base[i].Tracked, s.Tracked)
 		assert.Equal(t, base[i].Held, s.Held, "%v: every executed free reached the device-side figure", d)
-		assert.Equal(t, base[i].Current+workers*size, s.Peak, "%v: the tracked peak is exact", d)
-		assert.GreaterOrEqual(t, s.HeldPeak, s.Peak)
+		assert.Equal(t, base[i].Tracked+workers*size, s.PeakTracked, "%v: the tracked peak is exact", d)
+		assert.GreaterOrEqual(t, s.PeakHeld, s.PeakTracked)
 		assert.Equal(t, base[i].Allocs+int64(workers*rounds), s.Allocs)
 		assert.Equal(t, base[i].Frees+int64(workers*rounds), s.Frees)
 	}
@@ -421,11 +421,11 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	require.NoError(t, err)
 
 	st, pool := d.MemoryStats(), poolStats(t, d)
-	assert.Equal(t, int64(3<<20), st.Current, "b and c")
+	assert.Equal(t, int64(3<<20), st.Tracked, "b and c")
 	assert.Equal(t, int64(7<<20), st.Held, "a is freed on the host only")
-	assert.Equal(t, int64(6<<20), st.Peak)
-	assert.Equal(t, int64(7<<20), st.HeldPeak)
-	assert.Equal(t, int64(7<<20), pool.UsedCurrent)
+	assert.Equal(t, int64(6<<20), st.PeakTracked)
+	assert.Equal(t, int64(7<<20), st.PeakHeld)
+	assert.Equal(t, int64(7<<20), pool.PoolUsed)
 	u, err := d.PoolUsage()
 	require.NoError(t, err)
 	assert.Equal(t, int64(4<<20), u.InFlight)
@@ -441,13 +441,13 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	syncStream(t, d, s1)
 	syncStream(t, d, s2)
 	st, pool = d.MemoryStats(), poolStats(t, d)
-	assert.Zero(t, st.Current)
+	assert.Zero(t, st.Tracked)
 	assert.Zero(t, st.Held, "the device-side figure meets the tracked one")
-	assert.Equal(t, int64(7<<20), st.HeldPeak)
-	assert.Equal(t, pool.UsedHigh, st.HeldPeak, "nothing is rounded: the device-side peak is the pool's")
-	assert.Zero(t, pool.UsedCurrent)
-	assert.Zero(t, pool.ReservedCurrent, "released at the synchronization (threshold 0)")
-	assert.Equal(t, int64(8<<20), pool.ReservedHigh)
+	assert.Equal(t, int64(7<<20), st.PeakHeld)
+	assert.Equal(t, pool.PeakPoolUsed, st.PeakHeld, "nothing is rounded: the device-side peak is the pool's")
+	assert.Zero(t, pool.PoolUsed)
+	assert.Zero(t, pool.PoolReserved, "released at the synchronization (threshold 0)")
+	assert.Equal(t, int64(8<<20), pool.PeakPoolReserved)
 }
 
 // TestCUDAStreamChildRounding: the pool rounds each allocation up to 4 KiB;
@@ -471,8 +471,8 @@ func TestCUDAStreamChildRounding(t *testing.T) {
 	}
 	syncStream(t, d, s)
 	st, pool := d.MemoryStats(), poolStats(t, d)
-	assert.Equal(t, int64(3000), st.HeldPeak)
-	assert.Equal(t, int64(3*4096), pool.UsedHigh)
+	assert.Equal(t, int64(3000), st.PeakHeld)
+	assert.Equal(t, int64(3*4096), pool.PeakPoolUsed)
 }
 
 // TestCUDAStreamChildAllocFault: the fake's pool refuses the second
@@ -488,7 +488,7 @@ func TestCUDAStreamChildAllocFault(t *testing.T) {
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
 	assert.Equal(t, int64(2<<20), oom.Requested)
-	assert.Equal(t, int64(1<<20), oom.Current)
+	assert.Equal(t, int64(1<<20), oom.Tracked)
 	before.FailedAllocs++
 	assert.Equal(t, before, d.MemoryStats(), "a refused allocation counts one failure and nothing else")
 	require.NoError(t, first.FreeAsync(DefaultStream))
@@ -516,7 +516,7 @@ func TestCUDAStreamChildFreeFault(t *testing.T) {
 	require.NoError(t, b.FreeAsync(s))
 	syncStream(t, d, s)
 	st := d.MemoryStats()
-	assert.Zero(t, st.Current)
+	assert.Zero(t, st.Tracked)
 	assert.Zero(t, st.Held)
 }
 
@@ -587,13 +587,13 @@ func TestCUDAStreamReconcile(t *testing.T) {
 		syncStream(t, d, s)
 		st, pool := d.MemoryStats(), poolStats(t, d)
 
-		assert.Equal(t, blockerSize+size, st.Peak, "the host holds one buffer at a time")
-		assert.GreaterOrEqual(t, atFree.Held, atFree.Current)
-		assert.Equal(t, st.Current, st.Held, "after the synchronization the figures meet")
-		assert.GreaterOrEqual(t, st.HeldPeak, st.Peak)
-		assert.GreaterOrEqual(t, pool.ReservedHigh, pool.UsedHigh)
-		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", formatBytes(size), st.Peak-blockerSize, st.HeldPeak-blockerSize,
-			pool.UsedHigh, pool.ReservedHigh, atFree.Held-blockerSize, atFree.Current-blockerSize)
+		assert.Equal(t, blockerSize+size, st.PeakTracked, "the host holds one buffer at a time")
+		assert.GreaterOrEqual(t, atFree.Held, atFree.Tracked)
+		assert.Equal(t, st.Tracked, st.Held, "after the synchronization the figures meet")
+		assert.GreaterOrEqual(t, st.PeakHeld, st.PeakTracked)
+		assert.GreaterOrEqual(t, pool.PeakPoolReserved, pool.PeakPoolUsed)
+		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", formatBytes(size), st.PeakTracked-blockerSize, st.PeakHeld-blockerSize,
+			pool.PeakPoolUsed, pool.PeakPoolReserved, atFree.Held-blockerSize, atFree.Tracked-blockerSize)
 	}
 	t.Log("\n" + out.String())
 }
@@ -632,6 +632,6 @@ func TestCUDAPendingEventsBounded(t *testing.T) {
 	syncStream(t, d, s)
 	after := d.MemoryStats()
 	assert.Equal(t, before.Held, after.Held, "every free executed and counted")
-	assert.Equal(t, before.Current, after.Current)
+	assert.Equal(t, before.Tracked, after.Tracked)
 	assert.Zero(t, sd.npending.Load(), "a reading reaps every reached event")
 }

@@ -144,7 +144,7 @@ func TestCUDAExactCountingTwoDevices(t *testing.T) {
 			require.NoError(t, err)
 			bufs[di] = append(bufs[di], b)
 			sum[di] += size
-			assert.Equal(t, before[di].Current+sum[di], d.MemoryAllocated(), "after %d allocations", i+1)
+			assert.Equal(t, before[di].Tracked+sum[di], d.MemoryAllocated(), "after %d allocations", i+1)
 			assert.Nil(t, b.Bytes(), "device memory has no host view")
 			assert.NotZero(t, b.DevicePtr())
 			assert.Equal(t, d, b.Device())
@@ -152,10 +152,10 @@ func TestCUDAExactCountingTwoDevices(t *testing.T) {
 	}
 	for di, d := range ds {
 		s := d.MemoryStats()
-		assert.Equal(t, before[di].Current+sum[di], s.Current)
+		assert.Equal(t, before[di].Tracked+sum[di], s.Tracked)
 		assert.Equal(t, before[di].Allocs+int64(len(sizes)), s.Allocs)
-		assert.Equal(t, before[di].Active+int64(len(sizes)), s.Active)
-		assert.GreaterOrEqual(t, s.Peak, s.Current)
+		assert.Equal(t, before[di].Buffers+int64(len(sizes)), s.Buffers)
+		assert.GreaterOrEqual(t, s.PeakTracked, s.Tracked)
 	}
 	for di, d := range ds {
 		for _, b := range bufs[di] {
@@ -164,7 +164,7 @@ func TestCUDAExactCountingTwoDevices(t *testing.T) {
 			assert.Zero(t, b.DevicePtr(), "DevicePtr of a freed buffer (was %#x)", ptr)
 		}
 		s := d.MemoryStats()
-		assert.Equal(t, before[di].Current, s.Current)
+		assert.Equal(t, before[di].Tracked, s.Tracked)
 		assert.Equal(t, before[di].Frees+int64(len(sizes)), s.Frees)
 		assert.Equal(t, before[di].FreedBytes+sum[di], s.FreedBytes)
 		assert.Equal(t, before[di].FailedAllocs, s.FailedAllocs)
@@ -283,7 +283,7 @@ func assertDriverOOM(t *testing.T, d Device, size int64) {
 	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
 	assert.Equal(t, d, oom.Device)
 	assert.Equal(t, size, oom.Requested)
-	assert.Equal(t, before.Current, oom.Current)
+	assert.Equal(t, before.Tracked, oom.Tracked)
 	assert.Zero(t, oom.Limit, "the driver refused it, not a limit")
 	assert.Contains(t, err.Error(), "CUDA_ERROR_OUT_OF_MEMORY")
 	want := before
@@ -522,7 +522,7 @@ func TestCUDAChildFreeFault(t *testing.T) {
 	// Free may be called again, and then succeeds.
 	require.NoError(t, b.Free())
 	s := d.MemoryStats()
-	assert.Zero(t, s.Current)
+	assert.Zero(t, s.Tracked)
 	assert.Equal(t, before.Frees+1, s.Frees)
 	assert.Equal(t, usedBefore-(1<<20), used(t, d))
 }

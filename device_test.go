@@ -19,16 +19,71 @@ func TestKindString(t *testing.T) {
 	assert.Equal(t, "cpu", KindCPU.String())
 	assert.Equal(t, "cuda", KindCUDA.String())
 	assert.Equal(t, "metal", KindMetal.String())
+	assert.Equal(t, "invalid", Kind(0).String())
 	assert.Equal(t, "kind(9)", Kind(9).String())
 }
 
-func TestZeroDeviceIsCPU(t *testing.T) {
+// TestZeroDeviceIsNoDevice: the zero Device, which the constructors return
+// beside their errors, is no device. Every method with an error fails with
+// ErrInvalidDevice, the reads return zero figures, and nothing registers it
+// (or the CPU) as used.
+func TestZeroDeviceIsNoDevice(t *testing.T) {
+	resetState(t)
 	var d Device
-	assert.Equal(t, CPU(), d)
-	assert.Equal(t, KindCPU, d.Kind())
-	assert.Equal(t, 0, d.Ordinal())
-	assert.Equal(t, "cpu", d.String())
-	assert.Contains(t, Devices(), CPU())
+	assert.NotEqual(t, CPU(), d)
+	assert.Equal(t, Kind(0), d.Kind())
+	assert.Equal(t, "invalid", d.String())
+	assert.NotContains(t, Devices(), d)
+
+	_, err := d.Alloc(1)
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Track(1, 0)
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	assert.ErrorIs(t, d.SetMemoryLimit(1), ErrInvalidDevice)
+	_, _, err = d.MemGetInfo()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Usage()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Info()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Measure(func() error { return nil })
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	assert.ErrorIs(t, d.EnableMemoryHistory(1), ErrInvalidDevice)
+	assert.ErrorIs(t, d.EnableAllocationSites(1), ErrInvalidDevice)
+
+	assert.Zero(t, d.MemoryAllocated())
+	assert.Zero(t, d.MaxMemoryAllocated())
+	assert.Equal(t, Stats{Device: d}, d.MemoryStats())
+	assert.Zero(t, d.MemoryLimit())
+	assert.Equal(t, SiteStats{}, d.AllocationSiteStats())
+	d.ResetPeakMemoryStats()
+	d.ResetAccumulatedMemoryStats()
+	assert.Empty(t, UsedDevices(), "the zero Device registers nothing")
+}
+
+// TestReadsRegisterNothing: reading a figure of a device never used leaves
+// UsedDevices as it was; allocating registers it.
+func TestReadsRegisterNothing(t *testing.T) {
+	resetState(t)
+	cpu := CPU()
+	assert.Zero(t, cpu.MemoryAllocated())
+	assert.Zero(t, cpu.MaxMemoryAllocated())
+	assert.Equal(t, Stats{Device: cpu}, cpu.MemoryStats())
+	assert.Zero(t, cpu.MemoryLimit())
+	_ = cpu.AllocationSiteStats()
+	_ = cpu.MemorySummary()
+	_, _, err := cpu.MemGetInfo()
+	require.NoError(t, err)
+	_, err = cpu.Usage()
+	require.NoError(t, err)
+	_, err = cpu.Info()
+	require.NoError(t, err)
+	assert.Empty(t, UsedDevices(), "reads register nothing")
+
+	b, err := cpu.Alloc(1)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	assert.Equal(t, []Device{cpu}, UsedDevices())
 }
 
 func TestParseDevice(t *testing.T) {
@@ -40,12 +95,13 @@ func TestParseDevice(t *testing.T) {
 	}{
 		// What String writes, and a bare kind name for ordinal 0.
 		{"cpu", "cpu", nil},
-		{"cpu:0", "cpu", nil},
 		{"cuda", "cuda:0", nil},
 		{"cuda:0", "cuda:0", nil},
 		{"cuda:1", "cuda:1", nil},
+		// The CPU is one device, written without an ordinal.
+		{"cpu:0", "", ErrInvalidDevice},
+		{"cpu:1", "", ErrInvalidDevice},
 		// Devices that do not exist.
-		{"cpu:1", "", ErrInvalidOrdinal},
 		{"cuda:2", "", ErrInvalidOrdinal},
 		{"cuda:10", "", ErrInvalidOrdinal},
 		{"cuda:65536", "", ErrInvalidOrdinal},
@@ -110,12 +166,15 @@ func FuzzParseDevice(f *testing.F) {
 		var want Device
 		canonical := false
 		for i, k := range kindNames {
+			if i == 0 {
+				continue // the zero Kind names no device
+			}
 			ord, ok := strings.CutPrefix(s, k+":")
 			n, err := strconv.Atoi(ord)
 			switch {
 			case s == k:
 				want, canonical = Device{kind: Kind(i)}, true
-			case ok && err == nil && n >= 0 && strconv.Itoa(n) == ord:
+			case Kind(i) != KindCPU && ok && err == nil && n >= 0 && strconv.Itoa(n) == ord:
 				want, canonical = Device{kind: Kind(i), ordinal: n}, true
 			}
 		}
@@ -170,13 +229,13 @@ func TestCountingPerDevice(t *testing.T) {
 	assert.Equal(t, int64(300), a.MemoryAllocated())
 	assert.Equal(t, int64(5000), b.MemoryAllocated())
 	require.NoError(t, a1.Free())
-	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 300, AllocatedBytes: 300, FreedBytes: 100,
-		Active: 1, PeakActive: 2, Allocs: 2, Frees: 1, Held: 200, HeldPeak: 300}, a.MemoryStats())
+	assert.Equal(t, Stats{Device: a, Tracked: 200, PeakTracked: 300, AllocBytes: 300, FreedBytes: 100,
+		Buffers: 1, PeakBuffers: 2, Allocs: 2, Frees: 1, Held: 200, PeakHeld: 300}, a.MemoryStats())
 	assert.Equal(t, int64(300), a.MaxMemoryAllocated())
 	a.ResetPeakMemoryStats()
 	assert.Equal(t, int64(200), a.MaxMemoryAllocated())
 	a.ResetAccumulatedMemoryStats()
-	assert.Equal(t, Stats{Device: a, Current: 200, Peak: 200, Active: 1, PeakActive: 1, Held: 200, HeldPeak: 200}, a.MemoryStats())
+	assert.Equal(t, Stats{Device: a, Tracked: 200, PeakTracked: 200, Buffers: 1, PeakBuffers: 1, Held: 200, PeakHeld: 200}, a.MemoryStats())
 	require.NoError(t, a2.Free())
 	require.NoError(t, b1.Free())
 	for i := range ds {
@@ -304,10 +363,10 @@ func TestBadInput(t *testing.T) {
 			want.FailedAllocs += tt.failed
 			got := d.MemoryStats()
 			if tt.name == "double free" { // the good Alloc and Free in between count
-				want.AllocatedBytes, want.FreedBytes, want.Allocs, want.Frees = 107, 7, 2, 1
-				want.PeakActive = 2
-				want.Peak = 107
-				want.HeldPeak = 107
+				want.AllocBytes, want.FreedBytes, want.Allocs, want.Frees = 107, 7, 2, 1
+				want.PeakBuffers = 2
+				want.PeakTracked = 107
+				want.PeakHeld = 107
 			}
 			assert.Equal(t, want, got)
 			used, live, calls := f.state(0)
@@ -343,13 +402,13 @@ func TestOutOfMemoryErrorDetails(t *testing.T) {
 	_, err = d.Alloc(5000)
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 5000, Current: 1000, Limit: 4096, Reason: "memory limit"}, *oom)
+	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 5000, Tracked: 1000, Limit: 4096, Reason: "memory limit"}, *oom)
 	assert.Equal(t, "memtrack: out of memory on cuda:0: 5000 bytes requested, 1000 tracked, limit 4096: memory limit", err.Error())
 
 	require.NoError(t, d.SetMemoryLimit(0))
 	_, err = d.Alloc(1 << 20)
 	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 1 << 20, Current: 1000, Code: 2, Reason: "fake device full"}, *oom)
+	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 1 << 20, Tracked: 1000, Code: 2, Reason: "fake device full"}, *oom)
 }
 
 // TestOutOfMemoryErrorFields checks that a refused allocation fills exactly
@@ -369,7 +428,7 @@ func TestOutOfMemoryErrorFields(t *testing.T) {
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	assert.Zero(t, oom.Limit, "the limit did not refuse it: %v", err)
-	assert.Equal(t, int64(1000), oom.Current)
+	assert.Equal(t, int64(1000), oom.Tracked)
 	assert.Equal(t, int64(tracker.MaxBytes), oom.Requested)
 	assert.NotContains(t, err.Error(), "limit")
 	assert.Contains(t, err.Error(), "capacity")
@@ -380,7 +439,7 @@ func TestOutOfMemoryErrorFields(t *testing.T) {
 	_, err = d.Alloc(501)
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, int64(1500), oom.Limit)
-	assert.Equal(t, int64(1000), oom.Current)
+	assert.Equal(t, int64(1000), oom.Tracked)
 }
 
 // TestRecordRefusal turns each refusal of the record into an
@@ -394,13 +453,13 @@ func TestRecordRefusal(t *testing.T) {
 	}{
 		{
 			name: "limit",
-			err:  &tracker.LimitError{Requested: 10, Current: 95, Limit: 100},
-			want: OutOfMemoryError{Device: d, Requested: 10, Current: 95, Limit: 100, Reason: "memory limit"},
+			err:  &tracker.LimitError{Requested: 10, Tracked: 95, Limit: 100},
+			want: OutOfMemoryError{Device: d, Requested: 10, Tracked: 95, Limit: 100, Reason: "memory limit"},
 		},
 		{
 			name: "capacity",
 			err:  fmt.Errorf("%w: a record holds at most 3 buffers", tracker.ErrCapacity),
-			want: OutOfMemoryError{Device: d, Requested: 10, Current: 7, Reason: "the tracker's capacity: memtrack: counter capacity exceeded: a record holds at most 3 buffers"},
+			want: OutOfMemoryError{Device: d, Requested: 10, Tracked: 7, Reason: "the tracker's capacity: counter capacity exceeded: a record holds at most 3 buffers"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -440,8 +499,8 @@ func TestLimitUnderContention(t *testing.T) {
 	close(bufs)
 	assert.Len(t, bufs, limit/size)
 	s := d.MemoryStats()
-	assert.Equal(t, int64(limit), s.Current)
-	assert.Equal(t, int64(limit), s.Peak)
+	assert.Equal(t, int64(limit), s.Tracked)
+	assert.Equal(t, int64(limit), s.PeakTracked)
 	assert.Equal(t, int64(g-limit/size), s.FailedAllocs)
 	used, live, _ := f.state(0)
 	assert.Equal(t, int64(limit), used, "memory refused after the backend gave it was returned")
@@ -478,9 +537,9 @@ func TestExactPeakConcurrent(t *testing.T) {
 	done.Wait()
 	for i, d := range ds {
 		s := d.MemoryStats()
-		assert.Equal(t, int64(g*1024*(i+1)), s.Peak, "%v", d)
-		assert.Equal(t, int64(g), s.PeakActive)
-		assert.Equal(t, int64(0), s.Current)
+		assert.Equal(t, int64(g*1024*(i+1)), s.PeakTracked, "%v", d)
+		assert.Equal(t, int64(g), s.PeakBuffers)
+		assert.Equal(t, int64(0), s.Tracked)
 		assert.Equal(t, int64(g), s.Frees)
 	}
 }
@@ -512,9 +571,10 @@ func TestMemorySummary(t *testing.T) {
 	s := d.MemorySummary()
 	for _, want := range []string{
 		"memtrack memory summary: cuda:0",
-		"bytes  1.50 KiB  3.00 MiB   3.00 MiB  3.00 MiB",
-		"buffers         1         2          2         1",
-		"failed allocations: 0",
+		"now      peak    allocs     frees",
+		"tracked bytes  1.50 KiB  3.00 MiB  3.00 MiB  3.00 MiB",
+		"buffers         1         2         2         1",
+		"failed allocs: 0",
 		"memory limit: 512 MiB (536870912 bytes)",
 		"device (reported): 2.48 KiB used of 1.00 GiB",
 		"tracked 1.50 KiB, untracked 1000 B",
@@ -550,7 +610,7 @@ func TestDeviceText(t *testing.T) {
 	require.NoError(t, d.UnmarshalText([]byte("cpu")))
 	assert.Equal(t, CPU(), d)
 
-	out, err := json.Marshal(Stats{Current: 7})
+	out, err := json.Marshal(Stats{Device: CPU(), Tracked: 7})
 	require.NoError(t, err)
 	assert.Contains(t, string(out), `"Device":"cpu"`)
 
@@ -591,4 +651,13 @@ func TestUsedDevicesCreatesNoTable(t *testing.T) {
 	assert.Equal(t, []Device{CPU()}, UsedDevices())
 	assert.Nil(t, tables[KindCUDA].p.Load(), "UsedDevices created the cuda table")
 	assert.Nil(t, tables[KindMetal].p.Load(), "UsedDevices created the metal table")
+}
+
+// resetState gives every kind fresh, empty records for the rest of the test,
+// so that UsedDevices starts empty.
+func resetState(t *testing.T) {
+	t.Helper()
+	for k := KindCPU; k < numKinds; k++ {
+		useBackend(t, k, newBackend(k))
+	}
 }

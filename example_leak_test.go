@@ -52,7 +52,7 @@ func ExampleDevice_EnableLeakWatch() {
 			warnings.Handle(l)
 			close(found)
 		},
-		Free: true,
+		FreeLeaks: true,
 	})
 	if err != nil {
 		log.Fatal(err)

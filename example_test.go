@@ -61,7 +61,7 @@ func ExampleDevice_MemoryStats() {
 	b, _ := dev.Alloc(1024)
 	_ = a.Free()
 	s := dev.MemoryStats()
-	fmt.Println(s.Allocs, s.Frees, s.AllocatedBytes, s.FreedBytes)
+	fmt.Println(s.Allocs, s.Frees, s.AllocBytes, s.FreedBytes)
 	_ = b.Free()
 	// Output:
 	// 2 1 5120 4096
@@ -104,8 +104,8 @@ func ExampleDevice_Measure() {
 	}
 	// The tracked figures are exact; p.UsedIncrease and p.Untracked come
 	// from the OS or driver and vary from run to run.
-	fmt.Println("peak above the weights:", p.TrackedPeakIncrease>>20, "MiB")
-	fmt.Println("held after the pass:", (p.EndTracked-p.BaselineTracked)>>20, "MiB")
+	fmt.Println("peak above the weights:", p.PeakTrackedIncrease>>20, "MiB")
+	fmt.Println("held after the pass:", (p.EndTracked-p.StartTracked)>>20, "MiB")
 	// Output:
 	// peak above the weights: 48 MiB
 	// held after the pass: 0 MiB
@@ -116,12 +116,12 @@ func ExampleMeasurement_Budget() {
 	// instance made its context and loaded its weights, then the
 	// measurement of one forward pass.
 	const gib = 1 << 30
-	base := memtrack.Baseline{Total: 80 * gib, Free: 80 * gib}
+	base := memtrack.Usage{Total: 80 * gib, Free: 80 * gib}
 	p := memtrack.Measurement{
 		Total:               80 * gib,
-		BaselineTracked:     16 * gib, // the weights
-		BaselineUsed:        17 * gib, // the weights and a 1 GiB context
-		TrackedPeakIncrease: 6 * gib,  // the forward pass's activations
+		StartTracked:        16 * gib, // the weights
+		StartUsed:           17 * gib, // the weights and a 1 GiB context
+		PeakTrackedIncrease: 6 * gib,  // the forward pass's activations
 		PeakTracked:         22 * gib,
 		EndTracked:          16 * gib, // the activations are freed
 		EndUsed:             18 * gib, // libraries kept 1 GiB of workspaces
@@ -133,7 +133,7 @@ func ExampleMeasurement_Budget() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%d GiB requested - (%d GiB weights + %d GiB peak + %d GiB untracked) = %d GiB: %d blocks of %d MiB\n",
-		b.Requested/gib, b.Held/gib, b.PeakIncrease/gib, b.UntrackedIncrease/gib, b.Available/gib, b.Blocks, b.BlockSize>>20)
+		b.Requested/gib, b.Weights/gib, b.PeakIncrease/gib, b.UntrackedIncrease/gib, b.Available/gib, b.Blocks, b.BlockSize>>20)
 
 	_, err = p.Budget(base, 90, 16<<20)
 	fmt.Println(err)
@@ -145,14 +145,14 @@ func ExampleMeasurement_Budget() {
 // Reserved is the driver's figure for a buffer beside the size that is
 // tracked. A Metal buffer reserves whole pages; the CPU backend reserves
 // exactly the size asked for.
-func ExampleBuffer_Reserved() {
+func ExampleBuffer_RoundedSize() {
 	buf, err := memtrack.CPU().Alloc(1000)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer buf.Free()
-	fmt.Println(buf.Size(), buf.Reserved())
+	fmt.Println(buf.Size(), buf.RoundedSize())
 	// Output: 1000 1000
 }
 
@@ -170,18 +170,18 @@ func ExampleDevice_Info() {
 }
 
 func ExampleStats_String() {
-	s := memtrack.Stats{Current: 3 << 29, Peak: 2 << 30, Held: 3 << 29, HeldPeak: 2 << 30, Active: 3, PeakActive: 4, AllocatedBytes: 5 << 30, FreedBytes: 3584 << 20, Allocs: 10, Frees: 7}
+	s := memtrack.Stats{Device: memtrack.CPU(), Tracked: 3 << 29, PeakTracked: 2 << 30, Held: 3 << 29, PeakHeld: 2 << 30, Buffers: 3, PeakBuffers: 4, AllocBytes: 5 << 30, FreedBytes: 3584 << 20, Allocs: 10, Frees: 7}
 	fmt.Println(s)
 	// Output:
-	// cpu: current 1.50 GiB (1610612736 B), peak 2.00 GiB (2147483648 B); 3 live buffers (peak 4); allocated 5.00 GiB (5368709120 B) in 10 allocs, freed 3.50 GiB (3758096384 B) in 7 frees; 0 failed; no limit
+	// cpu: tracked 1.50 GiB (1610612736 B), peak tracked 2.00 GiB (2147483648 B); 3 buffers (peak 4); 5.00 GiB (5368709120 B) in 10 allocs, 3.50 GiB (3758096384 B) freed in 7 frees; 0 failed allocs; no limit
 }
 
 func ExampleStats_LogValue() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: dropTime}))
-	s := memtrack.Stats{Current: 3 << 20, Peak: 4 << 20, Held: 3 << 20, HeldPeak: 4 << 20, Active: 2, PeakActive: 3, AllocatedBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
+	s := memtrack.Stats{Device: memtrack.CPU(), Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 3 << 20, PeakHeld: 4 << 20, Buffers: 2, PeakBuffers: 3, AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
 	logger.Info("memory", "stats", s) // with a real device: dev.MemoryStats()
 	// Output:
-	// level=INFO msg=memory stats.device=cpu stats.current=3145728 stats.peak=4194304 stats.held=3145728 stats.held_peak=4194304 stats.allocated_bytes=5242880 stats.freed_bytes=2097152 stats.active=2 stats.peak_active=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.leaks=0 stats.leaked_bytes=0 stats.limit=0
+	// level=INFO msg=memory stats.device=cpu stats.tracked=3145728 stats.peak_tracked=4194304 stats.held=3145728 stats.peak_held=4194304 stats.alloc_bytes=5242880 stats.freed_bytes=2097152 stats.buffers=2 stats.peak_buffers=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.leaks=0 stats.leaked_bytes=0 stats.limit=0
 }
 
 func ExampleExpvar() {
@@ -199,7 +199,7 @@ func ExampleExpvar() {
 	if err := json.Unmarshal([]byte(v.String()), &stats); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(stats["cpu"].Current, stats["cpu"].Active)
+	fmt.Println(stats["cpu"].Tracked, stats["cpu"].Buffers)
 	// Output:
 	// 1048576 1
 }
@@ -249,7 +249,7 @@ func ExampleDevice_MemoryHistory() {
 		log.Fatal(err)
 	}
 	for _, e := range h.Events {
-		fmt.Printf("%d %-5v %d MiB, then %d MiB\n", e.Seq, e.Action, e.Size>>20, (e.Current-base)>>20)
+		fmt.Printf("%d %-5v %d MiB, then %d MiB\n", e.Seq, e.Action, e.Size>>20, (e.Tracked-base)>>20)
 	}
 	// Output:
 	// refused: true
@@ -273,7 +273,7 @@ func ExampleDevice_Track() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.TrackedAt(memtrack.KindCPU, ptr) == h)
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.KindCPU.TrackedAt(ptr) == h)
 
 	_, err = dev.Track(16, ptr)
 	fmt.Println(errors.Is(err, memtrack.ErrAlreadyTracked))

@@ -55,11 +55,11 @@ type HistoryEvent struct {
 	Time   time.Time     // when it happened (with a monotonic reading)
 	Action HistoryAction // what happened
 	Size   int64         // the bytes allocated, freed or asked for
-	// Current is the device's tracked bytes ([Device.MemoryAllocated]) read
+	// Tracked is the device's tracked bytes ([Device.MemoryAllocated]) read
 	// just after the event. With no other allocation or free running on the
 	// device at once it is exact; under concurrency it is a figure the
 	// device held at some moment between the event and its recording.
-	Current int64
+	Tracked int64
 	// Stack is the allocation site of the buffer, innermost frame first, as
 	// [Site].Stack, when [Device.EnableAllocationSites] recorded it (only
 	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
@@ -177,7 +177,7 @@ func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		a = HistoryOutOfMemory
 	}
-	h.record(a, size, rec.Current(), nil, 0)
+	h.record(a, size, rec.Tracked(), nil, 0)
 }
 
 // The states of a history slot, in the low bits of its sequence word; the
@@ -235,13 +235,13 @@ func newHistory(n int) *history {
 // alloc records an allocation; s is its site, if recorded, and stream the
 // stream of a stream-ordered allocation.
 func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.record(HistoryAlloc, size, rec.Current(), s, stream)
+	h.record(HistoryAlloc, size, rec.Tracked(), s, stream)
 }
 
 // free records a free; s is the buffer's site, if recorded, and stream the
 // stream of a stream-ordered free.
 func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.record(HistoryFree, size, rec.Current(), s, stream)
+	h.record(HistoryFree, size, rec.Tracked(), s, stream)
 }
 
 // record writes one event into the ring, or counts it lost.
@@ -308,7 +308,7 @@ func (h *history) snapshot() History {
 			Time:    h.start.Add(time.Duration(sl.nanos)),
 			Action:  sl.action,
 			Size:    sl.size,
-			Current: sl.cur,
+			Tracked: sl.cur,
 			Stream:  sl.stream,
 		}
 		var s *site

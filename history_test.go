@@ -35,7 +35,7 @@ type step struct {
 func steps(h History) []step {
 	out := make([]step, len(h.Events))
 	for i, e := range h.Events {
-		out[i] = step{e.Seq, e.Action, e.Size, e.Current}
+		out[i] = step{e.Seq, e.Action, e.Size, e.Tracked}
 	}
 	return out
 }
@@ -51,7 +51,7 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 		{"negative", CPU(), -1, ErrInvalidArgument},
 		{"past the maximum", CPU(), MaxHistoryEntries + 1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableMemoryHistory(tc.n), tc.err)
@@ -156,7 +156,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 		want HistoryAction
 	}{
 		{nil, HistoryLimit},
-		{&tracker.LimitError{Requested: 1, Current: 2, Limit: 2}, HistoryLimit},
+		{&tracker.LimitError{Requested: 1, Tracked: 2, Limit: 2}, HistoryLimit},
 		{fmt.Errorf("memtrack: %w", tracker.ErrCapacity), HistoryOutOfMemory},
 		{&OutOfMemoryError{Reason: "device full"}, HistoryOutOfMemory},
 		{&BackendError{Op: "alloc"}, HistoryFailed},
@@ -338,7 +338,7 @@ func TestHistoryConcurrentWriters(t *testing.T) {
 				}
 				require.Contains(t, []HistoryAction{HistoryAlloc, HistoryFree}, e.Action)
 				require.True(t, e.Size >= 1 && e.Size <= writers, "size %d", e.Size)
-				assert.True(t, e.Current >= 0 && e.Current <= writers*(writers+1)/2, "figure %d", e.Current)
+				assert.True(t, e.Tracked >= 0 && e.Tracked <= writers*(writers+1)/2, "figure %d", e.Tracked)
 				count[step{Action: e.Action, Size: e.Size}]++
 			}
 			if tc.n >= int(total) {

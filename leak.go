@@ -23,13 +23,13 @@ type LeakWatch struct {
 	// [DefaultLeakLogInterval]: one structured warning per allocation site
 	// at a bounded rate.
 	Handler func(Leak)
-	// Free frees a leaked buffer's memory, through the backend and the
+	// FreeLeaks frees a leaked buffer's memory, through the backend and the
 	// device (for CUDA, the device's primary context) that allocated it,
 	// and uncounts it as [Buffer.Free] would: it is counted as a free.
 	// Off by default: the leaked memory then stays held and counted until
 	// the process ends. Tracked handles are never freed, since the memory
 	// is another binding's.
-	Free bool
+	FreeLeaks bool
 }
 
 // Leak is a buffer that was never freed: one that the garbage collector
@@ -39,7 +39,7 @@ type LeakWatch struct {
 type Leak struct {
 	Device    Device
 	Size      int64         // bytes
-	Allocated time.Time     // when it was allocated
+	AllocTime time.Time     // when it was allocated
 	Age       time.Duration // from its allocation to when it was found
 	// Stack is where it was allocated, innermost first, as
 	// [runtime.Callers] writes it (read it with [runtime.CallersFrames]);
@@ -52,7 +52,7 @@ type Leak struct {
 	// false for a buffer still reachable when a LeakCheck ended.
 	Collected bool
 	// Freed is true where its memory was freed and uncounted
-	// ([LeakWatch].Free); Err says why a free that was asked failed.
+	// ([LeakWatch].FreeLeaks); Err says why a free that was asked failed.
 	Freed bool
 	Err   error
 }
@@ -69,7 +69,7 @@ type LeakStats struct {
 // allocated on the device from now on: one that the garbage collector finds
 // unreachable before [Buffer.Free] (or [Tracked.Release]) is a leak, counted
 // in [Stats].Leaks and [Stats].LeakedBytes, reported to w.Handler and, if
-// w.Free, freed. Buffers allocated before are not watched. On a device
+// w.FreeLeaks, freed. Buffers allocated before are not watched. On a device
 // already watched it replaces the handler and the choice to free, for the
 // buffers watched already too.
 //
@@ -79,7 +79,7 @@ type LeakStats struct {
 // sites ([Device.EnableAllocationSites]).
 //
 // A tracked handle with an address stays reachable through the index of
-// addresses ([TrackedAt] finds it), so the collector never finds it; a
+// addresses ([Kind.TrackedAt] finds it), so the collector never finds it; a
 // [LeakCheck] lists it. Memory counted by [Device.TrackAddr] has no handle
 // and is not watched.
 //
@@ -479,7 +479,7 @@ func collected(w *watched) {
 	dl.leakedBytes.Add(w.size)
 	l := w.leak(time.Now(), true)
 	released := false
-	if cfg != nil && cfg.Free && !w.tracked {
+	if cfg != nil && cfg.FreeLeaks && !w.tracked {
 		var err error
 		released, err = releaseMemory(w.s, Device{kind: w.s.kind, ordinal: dl.ordinal}, w.size, &w.mem, w.site)
 		l.Freed, l.Err = released && err == nil, err
@@ -501,7 +501,7 @@ func (w *watched) leak(now time.Time, collected bool) Leak {
 	l := Leak{
 		Device:    Device{kind: w.s.kind, ordinal: w.dl.ordinal},
 		Size:      w.size,
-		Allocated: w.born,
+		AllocTime: w.born,
 		Age:       now.Sub(w.born),
 		Tracked:   w.tracked,
 		Collected: collected,

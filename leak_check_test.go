@@ -62,7 +62,7 @@ func TestLeakCheckRestoresSitesAndWatch(t *testing.T) {
 	require.NoError(t, d.EnableAllocationSites(4))
 	require.NoError(t, d.SetAllocationSiteRate(1000))
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 
 	c, err := d.StartLeakCheck()
 	require.NoError(t, err)

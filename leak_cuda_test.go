@@ -32,7 +32,7 @@ func TestCUDALeakFreedInItsDevicesContext(t *testing.T) {
 	require.NoError(t, d.EnableAllocationSites(8))
 	t.Cleanup(d.DisableAllocationSites)
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	t.Cleanup(d.DisableLeakWatch)
 
 	free0, _, err := ds[0].MemGetInfo()
@@ -51,7 +51,7 @@ func TestCUDALeakFreedInItsDevicesContext(t *testing.T) {
 	assert.Equal(t, "github.com/memtrack/memtrack.leakFrom", fn)
 
 	after := d.MemoryStats()
-	assert.Equal(t, before.Current, after.Current)
+	assert.Equal(t, before.Tracked, after.Tracked)
 	assert.Equal(t, before.Frees+1, after.Frees, "counted as one free")
 	assert.Equal(t, before.Leaks+1, after.Leaks)
 	got1, _, err := d.MemGetInfo()
@@ -70,10 +70,10 @@ func TestCUDALeakOfAStreamOrderedBuffer(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	t.Cleanup(d.DisableLeakWatch)
 	before := d.MemoryStats()
-	usedBefore := poolStats(t, d).UsedCurrent
+	usedBefore := poolStats(t, d).PoolUsed
 
 	leakAsyncFrom(t, d, 1<<20, s)
 	syncStream(t, d, s)
@@ -81,9 +81,9 @@ func TestCUDALeakOfAStreamOrderedBuffer(t *testing.T) {
 	assert.True(t, l.Freed)
 	require.NoError(t, l.Err)
 	after := d.MemoryStats()
-	assert.Equal(t, before.Current, after.Current)
+	assert.Equal(t, before.Tracked, after.Tracked)
 	assert.Equal(t, before.Held, after.Held)
-	assert.Equal(t, usedBefore, poolStats(t, d).UsedCurrent)
+	assert.Equal(t, usedBefore, poolStats(t, d).PoolUsed)
 
 	// A watched buffer freed in stream order is no leak.
 	b, err := d.AllocAsync(1<<10, s)

@@ -108,17 +108,17 @@ func FuzzLeakWatch(f *testing.F) {
 					epoch++
 				} else {
 					free = arg&1 != 0
-					require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: handler, Free: free}))
+					require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: handler, FreeLeaks: free}))
 					on = true
 				}
 			case 4: // reconfigured while on
 				if on {
 					free = arg&1 != 0
-					require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: handler, Free: free}))
+					require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: handler, FreeLeaks: free}))
 				}
 			}
 			s := d.MemoryStats()
-			require.Equal(t, current, s.Current, "step %d", i/2)
+			require.Equal(t, current, s.Tracked, "step %d", i/2)
 			require.Equal(t, frees, s.Frees, "step %d", i/2)
 			require.Equal(t, freedBytes, s.FreedBytes, "step %d", i/2)
 			require.Equal(t, leaks, s.Leaks, "step %d", i/2)

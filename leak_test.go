@@ -138,7 +138,7 @@ func TestLeakWatchReportsALeakWithItsSite(t *testing.T) {
 	assert.True(t, l.Collected)
 	assert.False(t, l.Tracked)
 	assert.False(t, l.Freed, "freeing is off by default")
-	assert.False(t, l.Allocated.Before(before))
+	assert.False(t, l.AllocTime.Before(before))
 	assert.Positive(t, l.Age)
 	fn, file := l.Site()
 	assert.Equal(t, "github.com/memtrack/memtrack.leakFrom", fn)
@@ -148,10 +148,10 @@ func TestLeakWatchReportsALeakWithItsSite(t *testing.T) {
 	s := d.MemoryStats()
 	assert.Equal(t, int64(1), s.Leaks)
 	assert.Equal(t, int64(4096), s.LeakedBytes)
-	assert.Equal(t, int64(4096), s.Current, "a leak not freed stays counted")
+	assert.Equal(t, int64(4096), s.Tracked, "a leak not freed stays counted")
 	assert.Equal(t, int64(0), s.Frees)
-	assert.Contains(t, s.String(), "; 0 failed; 1 leaked (4.00 KiB (4096 B)); no limit")
-	assert.Contains(t, d.MemorySummary(), "leaks (unreachable without a free): 1, 4.00 KiB\n")
+	assert.Contains(t, s.String(), "; 0 failed allocs; 1 leaks (4.00 KiB (4096 B)); no limit")
+	assert.Contains(t, d.MemorySummary(), "leaks: 1, 4.00 KiB (unreachable without a free)\n")
 	used, live, _ := f.state(1)
 	assert.Equal(t, int64(4096), used)
 	assert.Equal(t, 1, live)
@@ -169,7 +169,7 @@ func TestLeakWatchFreesALeakOnce(t *testing.T) {
 	f, ds := fakeCUDA(t, 2, 1<<30)
 	d := ds[1]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	leakFrom(t, d, 1<<20)
 	l := sink.next(t)
 	assert.True(t, l.Freed)
@@ -178,7 +178,7 @@ func TestLeakWatchFreesALeakOnce(t *testing.T) {
 	sink.none(t)
 
 	s := d.MemoryStats()
-	assert.Equal(t, int64(0), s.Current, "the freed leak is uncounted")
+	assert.Equal(t, int64(0), s.Tracked, "the freed leak is uncounted")
 	assert.Equal(t, int64(1), s.Frees, "and counted as one free")
 	assert.Equal(t, int64(1<<20), s.FreedBytes)
 	assert.Equal(t, int64(1), s.Leaks)
@@ -192,7 +192,7 @@ func TestLeakWatchFreeFailureKeepsTheLeakCounted(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	f.mu.Lock()
 	f.freeErrs = []error{errFakeDriver}
 	f.mu.Unlock()
@@ -201,7 +201,7 @@ func TestLeakWatchFreeFailureKeepsTheLeakCounted(t *testing.T) {
 	assert.False(t, l.Freed)
 	assert.ErrorIs(t, l.Err, errFakeDriver)
 	s := d.MemoryStats()
-	assert.Equal(t, int64(512), s.Current, "memory the backend did not free stays counted")
+	assert.Equal(t, int64(512), s.Tracked, "memory the backend did not free stays counted")
 	assert.Equal(t, int64(0), s.Frees)
 	assert.Equal(t, 0, liveEntries(d), "a leak's entry goes (its slot stays marked), freed or not")
 }
@@ -213,7 +213,7 @@ func TestLeakWatchFreeFailureKeepsTheLeakCounted(t *testing.T) {
 func TestLeakFreeRacesFree(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}, FreeLeaks: true}))
 	rounds := 200
 	if testing.Short() {
 		rounds = 20
@@ -250,7 +250,7 @@ func TestLeakFreeRacesFree(t *testing.T) {
 	}
 	s := d.MemoryStats()
 	assert.Equal(t, int64(rounds), s.Frees, "each buffer freed once")
-	assert.Equal(t, int64(0), s.Current)
+	assert.Equal(t, int64(0), s.Tracked)
 	assert.Equal(t, int64(rounds-byFree), s.Leaks, "a leak counted where the cleanup won")
 	used, live, _ := f.state(0)
 	assert.Equal(t, int64(0), used)
@@ -265,7 +265,7 @@ func TestLeakFreeRacesFree(t *testing.T) {
 func TestDoubleFreeAfterLeakFree(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}, FreeLeaks: true}))
 	b, err := d.Alloc(128)
 	require.NoError(t, err)
 	w := watchedEntry(tables[KindCUDA].p.Load(), b.ordinal, b.wslot)
@@ -275,7 +275,7 @@ func TestDoubleFreeAfterLeakFree(t *testing.T) {
 	s := d.MemoryStats()
 	assert.Equal(t, int64(1), s.Frees)
 	assert.Equal(t, int64(1), s.Leaks)
-	assert.Equal(t, int64(0), s.Current)
+	assert.Equal(t, int64(0), s.Tracked)
 	_, live, _ := f.state(0)
 	assert.Equal(t, 0, live)
 }
@@ -312,7 +312,7 @@ func TestLeakWatchReplacesTheHandler(t *testing.T) {
 	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: first.handle}))
 	b, err := d.Alloc(100)
 	require.NoError(t, err)
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: second.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: second.handle, FreeLeaks: true}))
 	runtime.KeepAlive(b)
 	b = nil
 	l := second.next(t)
@@ -325,7 +325,7 @@ func TestLeakedTrackedHandle(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, Free: true}))
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	leakTrackedFrom(t, d, 300)
 	l := sink.next(t)
 	assert.True(t, l.Tracked)
@@ -337,7 +337,7 @@ func TestLeakedTrackedHandle(t *testing.T) {
 	require.NoError(t, err)
 	h = nil
 	sink.none(t)
-	h = TrackedAt(KindCUDA, 0xdead0000)
+	h = KindCUDA.TrackedAt(0xdead0000)
 	require.NotNil(t, h)
 	require.NoError(t, h.Release())
 	assert.Equal(t, int64(300), d.MemoryAllocated())
@@ -433,7 +433,7 @@ func TestLeakWatchUnderConcurrency(t *testing.T) {
 	found.Add(dropped)
 	var mu sync.Mutex
 	var leakedBytes int64
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Free: true, Handler: func(l Leak) {
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{FreeLeaks: true, Handler: func(l Leak) {
 		mu.Lock()
 		leakedBytes += l.Size
 		mu.Unlock()
@@ -465,7 +465,7 @@ func TestLeakWatchUnderConcurrency(t *testing.T) {
 	assert.Equal(t, wantBytes, s.LeakedBytes)
 	assert.Equal(t, wantBytes, leakedBytes)
 	assert.Equal(t, int64(goroutines*per), s.Frees, "every buffer freed once, by Free or as a leak")
-	assert.Zero(t, s.Current)
+	assert.Zero(t, s.Tracked)
 	used, live, _ := f.state(0)
 	assert.Zero(t, used)
 	assert.Zero(t, live)

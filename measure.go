@@ -8,10 +8,13 @@ import (
 )
 
 // MemGetInfo returns the free and total memory of the device as the OS or
-// driver reports them (cuMemGetInfo for CUDA, the machine or its cgroup for
-// the CPU): figures for the whole device, not this package's counters.
+// driver reports them, not this package's counters. For CUDA they are
+// cuMemGetInfo's, for the whole GPU. For the CPU, total is the machine's
+// memory, or its cgroup's limit where that is lower, and free is total less
+// what this process uses: its cgroup's usage where that limit applies, else
+// its resident memory (on Linux; on macOS the machine's free pages).
 func (d Device) MemGetInfo() (free, total int64, err error) {
-	s, _, err := d.resolve()
+	s, err := d.state()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -31,7 +34,8 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // the CUDA context (hundreds of MiB), the memory of libraries that allocate
 // on their own (cuBLAS workspaces, NCCL buffers), other processes, and the
 // driver's rounding of each allocation; on the CPU it holds the rest of the
-// process and of the machine (or cgroup).
+// process (the Go heap, stacks, code), and of its cgroup where a cgroup
+// limit applies.
 type Usage struct {
 	Device    Device
 	Tracked   int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
@@ -67,23 +71,23 @@ func (d Device) Usage() (Usage, error) {
 type Measurement struct {
 	Device Device
 
-	BaselineTracked     int64 // tracked bytes when the run began
+	StartTracked        int64 // tracked bytes when the run began
 	PeakTracked         int64 // tracked high-water mark during the run
 	EndTracked          int64 // tracked bytes when the run ended
-	TrackedPeakIncrease int64 // PeakTracked - BaselineTracked
+	PeakTrackedIncrease int64 // PeakTracked - StartTracked
 
 	// The device-side figure ([Stats].Held): with buffers freed by
 	// [Buffer.FreeAsync] counted until their streams executed the frees.
-	BaselineHeld     int64
+	StartHeld        int64
 	PeakHeld         int64
-	HeldPeakIncrease int64 // PeakHeld - BaselineHeld
+	PeakHeldIncrease int64 // PeakHeld - StartHeld
 
 	Total        int64 // the device's memory, as reported
-	BaselineUsed int64 // memory in use on the device when the run began, as reported
+	StartUsed    int64 // memory in use on the device when the run began, as reported
 	EndUsed      int64 // memory in use on the device when the run ended, as reported
-	UsedIncrease int64 // EndUsed - BaselineUsed
+	UsedIncrease int64 // EndUsed - StartUsed
 
-	// Untracked is UsedIncrease - (EndTracked - BaselineTracked): the
+	// Untracked is UsedIncrease - (EndTracked - StartTracked): the
 	// reported growth that tracked buffers do not account for. It can be
 	// negative where others released memory during the run.
 	Untracked int64
@@ -125,23 +129,23 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 		return Measurement{Device: d}, err
 	}
 	resetPeaks(s, r, d.ordinal)
-	p := Measurement{Device: d, BaselineTracked: r.Current(), Total: total, BaselineUsed: max(total-free, 0)}
-	p.BaselineHeld, _ = deviceHeld(d, p.BaselineTracked, p.BaselineTracked)
+	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
+	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
 
 	ferr := f()
 
-	p.PeakTracked, p.EndTracked = r.Peak(), r.Current()
-	p.TrackedPeakIncrease = p.PeakTracked - p.BaselineTracked
+	p.PeakTracked, p.EndTracked = r.PeakTracked(), r.Tracked()
+	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
 	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
-	p.HeldPeakIncrease = p.PeakHeld - p.BaselineHeld
+	p.PeakHeldIncrease = p.PeakHeld - p.StartHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {
 		return p, errors.Join(wrapRun(d, ferr), err)
 	}
 	p.Total, p.EndUsed = total, max(total-free, 0)
-	p.UsedIncrease = p.EndUsed - p.BaselineUsed
-	p.Untracked = p.UsedIncrease - (p.EndTracked - p.BaselineTracked)
+	p.UsedIncrease = p.EndUsed - p.StartUsed
+	p.Untracked = p.UsedIncrease - (p.EndTracked - p.StartTracked)
 	return p, wrapRun(d, ferr)
 }
 
@@ -163,39 +167,24 @@ func wrapRun(d Device, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("memtrack: measurement of %v: %w", d, err)
+	return wrapf(err, "measurement of %v", d)
 }
 
-// Baseline is a device's memory as it stood when an inference instance was
-// created, before it loaded its weights: vLLM's snapshot at the
-// initialisation of its worker. [Measurement.Budget] counts against the
-// instance whatever was allocated outside this package after it (a CUDA
-// context, library handles and workspaces) and leaves out what was in use
-// before it (other processes), as vLLM does.
-type Baseline struct {
-	Device  Device
-	Tracked int64 // bytes tracked on the device ([Device.MemoryAllocated])
-	Total   int64 // the device's memory, as reported
-	Free    int64 // free memory, as reported
-	Used    int64 // Total - Free: memory in use on the device, by anyone
-}
-
-// Baseline takes the device's [Baseline]: call it when the instance starts,
-// before the weights are loaded and before anything of its own (a CUDA
-// context, libraries) takes device memory, and give it to
-// [Measurement.Budget]. On the CPU it first runs the Go garbage collector
-// and returns freed memory to the OS, as [Device.Measure] does.
-func (d Device) Baseline() (Baseline, error) {
-	_, r, err := d.resolve()
-	if err != nil {
-		return Baseline{Device: d}, err
+// Baseline takes the device's [Usage] as vLLM does when an inference
+// instance starts: call it before the weights are loaded and before anything
+// of its own (a CUDA context, libraries) takes device memory, and give it to
+// [Measurement.Budget]. [Measurement.Budget] counts against the instance
+// whatever was allocated outside this package after it (a CUDA context,
+// library handles and workspaces) and leaves out what was in use before it
+// (other processes), as vLLM does. On the CPU it first runs the Go garbage
+// collector and returns freed memory to the OS, as [Device.Measure] does;
+// that is all that distinguishes it from [Device.Usage].
+func (d Device) Baseline() (Usage, error) {
+	if _, _, err := d.resolve(); err != nil {
+		return Usage{Device: d}, err
 	}
 	settle(d)
-	free, total, err := d.MemGetInfo()
-	if err != nil {
-		return Baseline{Device: d}, err
-	}
-	return Baseline{Device: d, Tracked: r.Current(), Total: total, Free: free, Used: max(total-free, 0)}, nil
+	return d.Usage()
 }
 
 // Budget is the memory a cache may take, computed from a [Measurement] by
@@ -206,14 +195,17 @@ type Budget struct {
 	Utilization float64 // the fraction of the device's memory given
 	Requested   int64   // Utilization × Total: what the device may be filled to (vLLM's requested_memory)
 
-	// Held is what was held before the measured pass: for Budget, the
-	// tracked growth from the baseline to the measurement (the weights,
-	// vLLM's weights_memory); for SharedBudget, everything in use on the
-	// device when the measurement began, by anyone.
-	Held int64
+	// Weights is, for Budget, the tracked growth from the baseline to the
+	// start of the measured pass (the weights, vLLM's weights_memory); 0 for
+	// SharedBudget.
+	Weights int64
+	// StartUsed is, for SharedBudget, everything in use on the device when
+	// the measured pass began, by anyone ([Measurement].StartUsed); 0 for
+	// Budget, which leaves other processes' memory out.
+	StartUsed int64
 	// PeakIncrease is the tracked peak's rise during the pass
-	// ([Measurement].TrackedPeakIncrease, vLLM's torch_peak_increase), or
-	// the device-side peak's ([Measurement].HeldPeakIncrease) where
+	// ([Measurement].PeakTrackedIncrease, vLLM's torch_peak_increase), or
+	// the device-side peak's ([Measurement].PeakHeldIncrease) where
 	// buffers freed in stream order raised that higher: it is what the
 	// device had to fit.
 	PeakIncrease int64
@@ -223,11 +215,11 @@ type Budget struct {
 	// was released); for SharedBudget, the untracked growth during the pass
 	// ([Measurement].Untracked), or 0 where that is negative.
 	UntrackedIncrease int64
-	// Reserved is Held + PeakIncrease + UntrackedIncrease: the memory that
-	// is not the cache's (vLLM's non_kv_cache_memory).
-	Reserved int64
+	// SetAside is Weights + StartUsed + PeakIncrease + UntrackedIncrease:
+	// the memory that is not the cache's (vLLM's non_kv_cache_memory).
+	SetAside int64
 
-	Available int64 // Requested - Reserved, or 0 where that is negative
+	Available int64 // Requested - SetAside, or 0 where that is negative
 	BlockSize int64
 	Blocks    int64 // Available / BlockSize
 }
@@ -237,12 +229,12 @@ type Budget struct {
 // created and the measurement of one forward pass:
 //
 //	Requested         = utilization × Total                          (requested_memory)
-//	Held              = Measurement.BaselineTracked - Baseline.Tracked  (weights_memory)
-//	PeakIncrease      = Measurement.TrackedPeakIncrease             (torch_peak_increase;
-//	                    HeldPeakIncrease where stream-ordered frees raised that higher)
+//	Weights           = Measurement.StartTracked - Baseline.Tracked  (weights_memory)
+//	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
+//	                    PeakHeldIncrease where stream-ordered frees raised that higher)
 //	UntrackedIncrease = (EndUsed - EndTracked) - (Baseline.Used - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
-//	Available         = Requested - (Held + PeakIncrease + UntrackedIncrease)
+//	Available         = Requested - (Weights + PeakIncrease + UntrackedIncrease)
 //
 // The tracked bytes stand for the memory of PyTorch's allocator and the
 // reported used memory for cudaMemGetInfo's. Memory that other processes held
@@ -256,7 +248,7 @@ type Budget struct {
 // baseline that is missing or of another device, and with [ErrInvalidSize]
 // for a blockSize <= 0 or a measurement without a device total. A budget
 // with no room for one block is not an error: Blocks is 0.
-func (p Measurement) Budget(base Baseline, utilization float64, blockSize int64) (Budget, error) {
+func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (Budget, error) {
 	if err := p.checkBudget(utilization, blockSize); err != nil {
 		return Budget{}, err
 	}
@@ -268,14 +260,14 @@ func (p Measurement) Budget(base Baseline, utilization float64, blockSize int64)
 	}
 	requested := int64(utilization * float64(p.Total))
 	if base.Free < requested {
-		return Budget{}, &OutOfMemoryError{Device: p.Device, Requested: requested, Current: base.Tracked,
+		return Budget{}, &OutOfMemoryError{Device: p.Device, Requested: requested, Tracked: base.Tracked,
 			Reason: fmt.Sprintf("%d bytes free at the baseline, less than utilization %v of the device's %d bytes; lower the utilization or free the device", base.Free, utilization, p.Total)}
 	}
 	b := Budget{
 		Utilization:       utilization,
 		Requested:         requested,
-		Held:              p.BaselineTracked - base.Tracked,
-		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
+		Weights:           p.StartTracked - base.Tracked,
+		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
 		UntrackedIncrease: (p.EndUsed - p.EndTracked) - (base.Used - base.Tracked),
 		BlockSize:         blockSize,
 	}
@@ -288,7 +280,7 @@ func (p Measurement) Budget(base Baseline, utilization float64, blockSize int64)
 // is set aside with the tracked peak increase and the untracked growth
 // during the pass (when positive):
 //
-//	Available = utilization × Total - (BaselineUsed + TrackedPeakIncrease + max(Untracked, 0))
+//	Available = utilization × Total - (StartUsed + PeakTrackedIncrease + max(Untracked, 0))
 //
 // This is not vLLM's formula ([Measurement.Budget] is): it leaves other
 // processes the memory they held, where vLLM leaves them only what the
@@ -301,8 +293,8 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 	b := Budget{
 		Utilization:       utilization,
 		Requested:         int64(utilization * float64(p.Total)),
-		Held:              p.BaselineUsed,
-		PeakIncrease:      max(p.TrackedPeakIncrease, p.HeldPeakIncrease),
+		StartUsed:         p.StartUsed,
+		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
 		UntrackedIncrease: max(p.Untracked, 0),
 		BlockSize:         blockSize,
 	}
@@ -311,8 +303,8 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 
 // fill sums what is set aside and counts the blocks.
 func (b Budget) fill() Budget {
-	b.Reserved = b.Held + b.PeakIncrease + b.UntrackedIncrease
-	b.Available = max(b.Requested-b.Reserved, 0)
+	b.SetAside = b.Weights + b.StartUsed + b.PeakIncrease + b.UntrackedIncrease
+	b.Available = max(b.Requested-b.SetAside, 0)
 	b.Blocks = b.Available / b.BlockSize
 	return b
 }

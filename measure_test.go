@@ -39,19 +39,19 @@ func TestMeasure(t *testing.T) {
 	defer kept.Free()
 
 	assert.Equal(t, cpu, p.Device)
-	assert.Equal(t, base, p.BaselineTracked)
+	assert.Equal(t, base, p.StartTracked)
 	assert.Equal(t, base+2<<20+8<<10, p.PeakTracked)
-	assert.Equal(t, int64(2<<20+8<<10), p.TrackedPeakIncrease)
+	assert.Equal(t, int64(2<<20+8<<10), p.PeakTrackedIncrease)
 	assert.Equal(t, base+5<<10, p.EndTracked)
 	assert.Equal(t, cpu.MaxMemoryAllocated(), p.PeakTracked, "the profile is the device's peak since its reset")
 
 	// The reported figures come from the machine; only their relations are exact.
 	assert.Positive(t, p.Total)
-	assert.Positive(t, p.BaselineUsed)
-	assert.LessOrEqual(t, p.BaselineUsed, p.Total)
+	assert.Positive(t, p.StartUsed)
+	assert.LessOrEqual(t, p.StartUsed, p.Total)
 	assert.LessOrEqual(t, p.EndUsed, p.Total)
-	assert.Equal(t, p.EndUsed-p.BaselineUsed, p.UsedIncrease)
-	assert.Equal(t, p.UsedIncrease-(p.EndTracked-p.BaselineTracked), p.Untracked)
+	assert.Equal(t, p.EndUsed-p.StartUsed, p.UsedIncrease)
+	assert.Equal(t, p.UsedIncrease-(p.EndTracked-p.StartTracked), p.Untracked)
 }
 
 // TestProfileConcurrentAllocations lets another goroutine allocate while the
@@ -83,8 +83,8 @@ func TestMeasureConcurrentAllocations(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	assert.Equal(t, int64(4<<10+7<<10), p.TrackedPeakIncrease)
-	assert.Equal(t, p.BaselineTracked, p.EndTracked)
+	assert.Equal(t, int64(4<<10+7<<10), p.PeakTrackedIncrease)
+	assert.Equal(t, p.StartTracked, p.EndTracked)
 }
 
 // TestProfileOverlap shows what the documentation says of overlapping
@@ -114,8 +114,8 @@ func TestMeasureOverlap(t *testing.T) {
 	})
 	require.NoError(t, err)
 	<-secondDone
-	assert.Zero(t, first.TrackedPeakIncrease, "the overlapping reset hides the 6 KiB peak")
-	assert.Zero(t, second.TrackedPeakIncrease)
+	assert.Zero(t, first.PeakTrackedIncrease, "the overlapping reset hides the 6 KiB peak")
+	assert.Zero(t, second.PeakTrackedIncrease)
 }
 
 func TestMeasureErrors(t *testing.T) {
@@ -162,7 +162,7 @@ func TestMeasureErrors(t *testing.T) {
 		})
 		assert.ErrorIs(t, err, boom)
 		assert.ErrorContains(t, err, "memtrack: measurement of cpu: boom")
-		assert.Equal(t, int64(1<<10), p.TrackedPeakIncrease, "the figures of a failed run are still returned")
+		assert.Equal(t, int64(1<<10), p.PeakTrackedIncrease, "the figures of a failed run are still returned")
 		assert.Positive(t, p.Total)
 	})
 }
@@ -173,15 +173,15 @@ func TestMeasureErrors(t *testing.T) {
 // activations peak 1.5 GiB above the weights and after which libraries hold
 // 0.5 GiB of workspaces. vLLM's non-KV memory is then weights + peak
 // increase + untracked increase since the baseline = 2 + 1.5 + 1.5 = 5 GiB.
-func issueFigures(other int64) (Baseline, Measurement) {
+func issueFigures(other int64) (Usage, Measurement) {
 	const gib = 1 << 30
-	base := Baseline{Total: 80 * gib, Free: 80*gib - other, Used: other}
+	base := Usage{Total: 80 * gib, Free: 80*gib - other, Used: other}
 	m := Measurement{
 		Total:               80 * gib,
-		BaselineTracked:     2 * gib,
-		BaselineUsed:        other + gib + 2*gib,
+		StartTracked:        2 * gib,
+		StartUsed:           other + gib + 2*gib,
 		PeakTracked:         2*gib + 3*gib/2,
-		TrackedPeakIncrease: 3 * gib / 2,
+		PeakTrackedIncrease: 3 * gib / 2,
 		EndTracked:          2 * gib,
 		EndUsed:             other + gib + 2*gib + gib/2,
 		UsedIncrease:        gib / 2,
@@ -196,7 +196,7 @@ func TestBudget(t *testing.T) {
 	sharedBase, shared := issueFigures(36 * gib)
 	tests := []struct {
 		name        string
-		base        Baseline
+		base        Usage
 		m           Measurement
 		utilization float64
 		block       int64
@@ -204,19 +204,19 @@ func TestBudget(t *testing.T) {
 	}{
 		// vLLM: requested 0.9 × 80 = 72 GiB, less 5 GiB of non-KV memory.
 		{"vLLM, device to ourselves", base, m, 0.9, 16 << 20,
-			Budget{Utilization: 0.9, Requested: 72 * gib, Held: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, Reserved: 5 * gib, Available: 67 * gib, BlockSize: 16 << 20, Blocks: 67 * 64}},
+			Budget{Utilization: 0.9, Requested: 72 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 67 * gib, BlockSize: 16 << 20, Blocks: 67 * 64}},
 		// The other process's 36 GiB were in use at the baseline: vLLM does
 		// not count them against the instance. 0.5 × 80 = 40 GiB <= 44 GiB free.
 		{"vLLM, 36 GiB used by another process", sharedBase, shared, 0.5, gib,
-			Budget{Utilization: 0.5, Requested: 40 * gib, Held: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, Reserved: 5 * gib, Available: 35 * gib, BlockSize: gib, Blocks: 35}},
+			Budget{Utilization: 0.5, Requested: 40 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 35 * gib, BlockSize: gib, Blocks: 35}},
 		{"block does not divide", base, m, 1, 10 * gib,
-			Budget{Utilization: 1, Requested: 80 * gib, Held: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, Reserved: 5 * gib, Available: 75 * gib, BlockSize: 10 * gib, Blocks: 7}},
+			Budget{Utilization: 1, Requested: 80 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 75 * gib, BlockSize: 10 * gib, Blocks: 7}},
 		// Untracked memory released since the baseline leaves more room, as in vLLM.
-		{"untracked memory released", Baseline{Total: 10 * gib, Free: 8 * gib, Used: 2 * gib},
-			Measurement{Total: 10 * gib, BaselineTracked: gib, BaselineUsed: 2 * gib, EndTracked: gib, EndUsed: 2 * gib}, 0.5, gib,
-			Budget{Utilization: 0.5, Requested: 5 * gib, Held: gib, UntrackedIncrease: -gib, Reserved: 0, Available: 5 * gib, BlockSize: gib, Blocks: 5}},
+		{"untracked memory released", Usage{Total: 10 * gib, Free: 8 * gib, Used: 2 * gib},
+			Measurement{Total: 10 * gib, StartTracked: gib, StartUsed: 2 * gib, EndTracked: gib, EndUsed: 2 * gib}, 0.5, gib,
+			Budget{Utilization: 0.5, Requested: 5 * gib, Weights: gib, UntrackedIncrease: -gib, SetAside: 0, Available: 5 * gib, BlockSize: gib, Blocks: 5}},
 		{"no room", base, m, 0.05, gib,
-			Budget{Utilization: 0.05, Requested: 4 * gib, Held: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, Reserved: 5 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
+			Budget{Utilization: 0.05, Requested: 4 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,13 +254,13 @@ func TestSharedBudget(t *testing.T) {
 	}{
 		// 72 - (36 + 1 + 2) - 1.5 - 0.5 = 31 GiB: the figure the issue reports.
 		{"36 GiB used by another process", shared, 0.9, 16 << 20,
-			Budget{Utilization: 0.9, Requested: 72 * gib, Held: 39 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, Reserved: 41 * gib, Available: 31 * gib, BlockSize: 16 << 20, Blocks: 31 * 64}},
+			Budget{Utilization: 0.9, Requested: 72 * gib, StartUsed: 39 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 41 * gib, Available: 31 * gib, BlockSize: 16 << 20, Blocks: 31 * 64}},
 		{"device to ourselves", m, 0.9, gib,
-			Budget{Utilization: 0.9, Requested: 72 * gib, Held: 3 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, Reserved: 5 * gib, Available: 67 * gib, BlockSize: gib, Blocks: 67}},
-		{"negative untracked growth is not counted", Measurement{Total: 10 * gib, BaselineUsed: gib, Untracked: -gib}, 0.5, gib,
-			Budget{Utilization: 0.5, Requested: 5 * gib, Held: gib, Reserved: gib, Available: 4 * gib, BlockSize: gib, Blocks: 4}},
+			Budget{Utilization: 0.9, Requested: 72 * gib, StartUsed: 3 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 5 * gib, Available: 67 * gib, BlockSize: gib, Blocks: 67}},
+		{"negative untracked growth is not counted", Measurement{Total: 10 * gib, StartUsed: gib, Untracked: -gib}, 0.5, gib,
+			Budget{Utilization: 0.5, Requested: 5 * gib, StartUsed: gib, SetAside: gib, Available: 4 * gib, BlockSize: gib, Blocks: 4}},
 		{"no room", shared, 0.25, gib,
-			Budget{Utilization: 0.25, Requested: 20 * gib, Held: 39 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, Reserved: 41 * gib, BlockSize: gib}},
+			Budget{Utilization: 0.25, Requested: 20 * gib, StartUsed: 39 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 41 * gib, BlockSize: gib}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,11 +273,11 @@ func TestSharedBudget(t *testing.T) {
 
 func TestBudgetErrors(t *testing.T) {
 	p := Measurement{Total: 1 << 30}
-	base := Baseline{Total: 1 << 30, Free: 1 << 30}
+	base := Usage{Total: 1 << 30, Free: 1 << 30}
 	cuda1 := Device{kind: KindCUDA, ordinal: 1}
 	tests := []struct {
 		name        string
-		base        Baseline
+		base        Usage
 		p           Measurement
 		utilization float64
 		block       int64
@@ -292,9 +292,9 @@ func TestBudgetErrors(t *testing.T) {
 		{"zero block", base, p, 0.9, 0, ErrInvalidSize, "block size 0"},
 		{"negative block", base, p, 0.9, -4096, ErrInvalidSize, "block size -4096"},
 		{"no device total", base, Measurement{}, 0.9, 1, ErrInvalidSize, "Device.Measure"},
-		{"no baseline", Baseline{}, p, 0.9, 1, ErrInvalidArgument, "Device.Baseline"},
-		{"baseline of another device", Baseline{Device: cuda1, Total: 1 << 30, Free: 1 << 30}, p, 0.9, 1, ErrInvalidArgument, "baseline of cuda:1"},
-		{"baseline of another total", Baseline{Total: 2 << 30, Free: 2 << 30}, p, 0.9, 1, ErrInvalidArgument, "2147483648"},
+		{"no baseline", Usage{}, p, 0.9, 1, ErrInvalidArgument, "Device.Baseline"},
+		{"baseline of another device", Usage{Device: cuda1, Total: 1 << 30, Free: 1 << 30}, p, 0.9, 1, ErrInvalidArgument, "baseline of cuda:1"},
+		{"baseline of another total", Usage{Total: 2 << 30, Free: 2 << 30}, p, 0.9, 1, ErrInvalidArgument, "2147483648"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -327,7 +327,7 @@ func TestBaseline(t *testing.T) {
 	for _, d := range []Device{{kind: numKinds}, {kind: KindCUDA, ordinal: pastAnyOrdinal}} {
 		base, err := d.Baseline()
 		assert.Error(t, err)
-		assert.Equal(t, Baseline{Device: d}, base)
+		assert.Equal(t, Usage{Device: d}, base)
 	}
 }
 

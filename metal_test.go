@@ -63,13 +63,13 @@ func TestMetalAllocCounts(t *testing.T) {
 		require.NoError(t, err, "Alloc(%d)", size)
 
 		live := d.MemoryStats()
-		assert.Equal(t, before.Current+size, live.Current, "Current counts the requested size")
-		assert.Equal(t, before.AllocatedBytes+size, live.AllocatedBytes)
+		assert.Equal(t, before.Tracked+size, live.Tracked, "Current counts the requested size")
+		assert.Equal(t, before.AllocBytes+size, live.AllocBytes)
 		assert.Equal(t, before.Allocs+1, live.Allocs)
-		assert.Equal(t, before.Active+1, live.Active)
+		assert.Equal(t, before.Buffers+1, live.Buffers)
 		assert.Equal(t, before.FailedAllocs, live.FailedAllocs)
 		assert.Equal(t, size, b.Size())
-		assert.GreaterOrEqual(t, b.Reserved(), size, "allocatedSize is at least the length")
+		assert.GreaterOrEqual(t, b.RoundedSize(), size, "allocatedSize is at least the length")
 
 		host := b.Bytes()
 		require.Len(t, host, int(size), "shared storage: the host sees the buffer")
@@ -79,8 +79,8 @@ func TestMetalAllocCounts(t *testing.T) {
 
 		require.NoError(t, b.Free())
 		after := d.MemoryStats()
-		assert.Equal(t, before.Current, after.Current, "Free uncounts the buffer")
-		assert.Equal(t, before.Active, after.Active)
+		assert.Equal(t, before.Tracked, after.Tracked, "Free uncounts the buffer")
+		assert.Equal(t, before.Buffers, after.Buffers)
 		assert.Equal(t, before.Frees+1, after.Frees)
 		assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
 		assert.Nil(t, b.Bytes(), "no host view after Free")
@@ -109,7 +109,7 @@ func TestMetalMemGetInfo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, total, u.Total)
 	assert.Equal(t, d.MemoryAllocated(), u.Tracked)
-	assert.GreaterOrEqual(t, u.Used, min(b.Reserved(), u.Total), "the driver sees the live buffer")
+	assert.GreaterOrEqual(t, u.Used, min(b.RoundedSize(), u.Total), "the driver sees the live buffer")
 }
 
 func TestMetalOutOfMemory(t *testing.T) {
@@ -208,16 +208,16 @@ func TestMetalConcurrentAlloc(t *testing.T) {
 	}
 
 	n := int64(goroutines * perG)
-	assert.Equal(t, before.Current+n*size, held.Current, "all buffers held at once")
-	assert.Equal(t, before.Current+n*size, held.Peak, "the peak is exactly their sum")
-	assert.Equal(t, before.Active+n, held.PeakActive)
+	assert.Equal(t, before.Tracked+n*size, held.Tracked, "all buffers held at once")
+	assert.Equal(t, before.Tracked+n*size, held.PeakTracked, "the peak is exactly their sum")
+	assert.Equal(t, before.Buffers+n, held.PeakBuffers)
 
 	after := d.MemoryStats()
-	assert.Equal(t, before.Current, after.Current, "all freed")
-	assert.Equal(t, before.Active, after.Active)
+	assert.Equal(t, before.Tracked, after.Tracked, "all freed")
+	assert.Equal(t, before.Buffers, after.Buffers)
 	assert.Equal(t, before.Allocs+n, after.Allocs)
 	assert.Equal(t, before.Frees+n, after.Frees)
-	assert.Equal(t, before.Current+n*size, after.Peak, "the peak stays until reset")
+	assert.Equal(t, before.Tracked+n*size, after.PeakTracked, "the peak stays until reset")
 }
 
 // TestMetalInfo: the device has a name, and its registry ID in hex as its

@@ -41,8 +41,8 @@ const (
 const callerSkip = 4
 
 // SiteStats describes the recording of allocation sites on one device.
-// The figures cover the buffers allocated while recording was on; Live,
-// LiveBytes and PeakBytes are scaled by the sampling, as [Site]'s figures
+// The figures cover the buffers allocated while recording was on; Buffers,
+// Bytes and PeakBytes are scaled by the sampling, as [Site]'s figures
 // are (exact at rate 1).
 type SiteStats struct {
 	Enabled   bool  // sites are being recorded
@@ -50,9 +50,9 @@ type SiteStats struct {
 	Rate      int64 // the sampling rate: on average one sample per Rate bytes; 1 records every allocation
 	Sites     int   // distinct stacks held, besides "memtrack.other"
 	Folded    int64 // sampled allocations folded into "memtrack.other" since recording began
-	Live      int64 // recorded live buffers
-	LiveBytes int64 // their bytes
-	PeakBytes int64 // high-water mark of LiveBytes since enabling or the last ResetPeakMemoryStats
+	Buffers   int64 // recorded live buffers
+	Bytes     int64 // their bytes
+	PeakBytes int64 // high-water mark of Bytes since enabling or the last ResetPeakMemoryStats
 }
 
 // EnableAllocationSites starts recording, for later [Device.Alloc] calls on
@@ -69,7 +69,7 @@ type SiteStats struct {
 // for later allocations and keeps what is recorded.
 func (d Device) EnableAllocationSites(depth int) error {
 	if depth < 1 || depth > MaxSiteDepth {
-		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidSize, depth, d, MaxSiteDepth)
+		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidArgument, depth, d, MaxSiteDepth)
 	}
 	s, _, err := d.resolve()
 	if err != nil {
@@ -99,7 +99,7 @@ func (d Device) DisableAllocationSites() {
 // 1 - exp(-n/rate), and each recorded allocation counted as 1/p buffers and
 // n/p bytes, so that the figures of [Site] and [SiteStats] are unbiased
 // estimates of the true ones. Rate 1 records every allocation, exactly; 0
-// restores [DefaultSiteRate]; a negative rate is an [ErrInvalidSize] error.
+// restores [DefaultSiteRate]; a negative rate fails with [ErrInvalidArgument].
 //
 // The rate holds for the device's later allocations, whether or not it
 // records now, and across [Device.DisableAllocationSites]; buffers already
@@ -108,7 +108,7 @@ func (d Device) DisableAllocationSites() {
 // the device's peak only approximately where small allocations make it.
 func (d Device) SetAllocationSiteRate(rate int64) error {
 	if rate < 0 {
-		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidSize, rate, d)
+		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidArgument, rate, d)
 	}
 	s, _, err := d.resolve()
 	if err != nil {
@@ -127,11 +127,10 @@ func (d Device) SetAllocationSiteRate(rate int64) error {
 // AllocationSiteStats returns the state of the recording of allocation
 // sites on the device; the zero SiteStats if recording is off.
 func (d Device) AllocationSiteStats() SiteStats {
-	s, _, err := d.resolve()
-	if err != nil {
+	if d.peek() == nil {
 		return SiteStats{}
 	}
-	if r := s.sites.lookup(d.ordinal); r != nil {
+	if r := tables[d.kind].p.Load().sites.lookup(d.ordinal); r != nil {
 		return r.stats()
 	}
 	return SiteStats{}
@@ -156,10 +155,10 @@ type Site struct {
 type SiteSnapshot struct {
 	Device Device
 	Stats  SiteStats
-	// Peak is true for the figures at the latest peak of the recorded bytes
+	// AtPeak is true for the figures at the latest peak of the recorded bytes
 	// ([Device.PeakAllocationSites]), false for the live buffers now.
-	Peak  bool
-	Sites []Site
+	AtPeak bool
+	Sites  []Site
 }
 
 // AllocationSites returns the device's recorded live buffers by allocation
@@ -176,10 +175,10 @@ func (d Device) PeakAllocationSites() (SiteSnapshot, error) { return d.siteSnaps
 func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
 	r, err := d.recorder()
 	if err != nil {
-		return SiteSnapshot{Device: d, Peak: atPeak}, err
+		return SiteSnapshot{Device: d, AtPeak: atPeak}, err
 	}
 	sites, st := r.snapshot(atPeak)
-	return SiteSnapshot{Device: d, Stats: st, Peak: atPeak, Sites: sites}, nil
+	return SiteSnapshot{Device: d, Stats: st, AtPeak: atPeak, Sites: sites}, nil
 }
 
 // recorder returns the device's recorder of allocation sites, or an error
@@ -490,8 +489,8 @@ func (r *siteRecorder) statsLocked() SiteStats {
 		Rate:      r.rate.Load(),
 		Sites:     r.n,
 		Folded:    r.folded,
-		Live:      int64(math.Round(r.objects)),
-		LiveBytes: int64(math.Round(r.bytes)),
+		Buffers:   int64(math.Round(r.objects)),
+		Bytes:     int64(math.Round(r.bytes)),
 		PeakBytes: int64(math.Round(r.peak)),
 	}
 }

@@ -100,11 +100,11 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		depth int
 		err   error
 	}{
-		{"depth 0", CPU(), 0, ErrInvalidSize},
-		{"negative depth", CPU(), -1, ErrInvalidSize},
-		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidSize},
+		{"depth 0", CPU(), 0, ErrInvalidArgument},
+		{"negative depth", CPU(), -1, ErrInvalidArgument},
+		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableAllocationSites(tc.depth), tc.err)
@@ -148,7 +148,7 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 	first := stateOf(KindCPU).sites.lookup(0)
 	during := allocOK(t)(allocFromB(d, 300))
 	require.NoError(t, before.Free())
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Live: 1, LiveBytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Buffers: 1, Bytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
 		"the free of a buffer allocated before enabling changes nothing")
 
 	d.DisableAllocationSites()
@@ -276,7 +276,7 @@ func TestSiteCapFoldsIntoOther(t *testing.T) {
 	assert.Same(t, r.other, d.st)
 	assert.Same(t, a.st, e.st, "a known stack still has its site")
 	assert.Equal(t, map[uintptr]int64{1: 15, 2: 20, 0: 70}, figures(r, false))
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: 1, Sites: 2, Folded: 2, Live: 5, LiveBytes: 105, PeakBytes: 105}, r.stats())
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: 1, Sites: 2, Folded: 2, Buffers: 5, Bytes: 105, PeakBytes: 105}, r.stats())
 
 	b.free(20)
 	r.resetPeak() // b's site held figures at the old peak; now it can go
@@ -290,8 +290,8 @@ func TestSiteCapFoldsIntoOther(t *testing.T) {
 		x.s.free(x.n)
 	}
 	st := r.stats()
-	assert.Equal(t, int64(0), st.Live)
-	assert.Equal(t, int64(0), st.LiveBytes)
+	assert.Equal(t, int64(0), st.Buffers)
+	assert.Equal(t, int64(0), st.Bytes)
 	assert.Equal(t, int64(2), st.Folded, "the count of folded allocations stays")
 }
 
@@ -383,10 +383,10 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	t.Logf("%d recorders counted %d of %d kept buffers", len(want), recorded, len(all))
 	for r, f := range want {
 		st := r.stats()
-		assert.Equal(t, f, [2]int64{st.Live, st.LiveBytes}, "a recorder's live figures equal its buffers'")
+		assert.Equal(t, f, [2]int64{st.Buffers, st.Bytes}, "a recorder's live figures equal its buffers'")
 	}
 	st := final.stats()
-	assert.Equal(t, want[final][1], st.LiveBytes)
+	assert.Equal(t, want[final][1], st.Bytes)
 
 	freeAll(t, all...)
 	for r := range want {
@@ -405,7 +405,7 @@ func TestAllocationSitesErrors(t *testing.T) {
 	}{
 		{"not recording", CPU(), ErrSitesNotRecorded},
 		{"bad device", Device{kind: numKinds}, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 1}, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 1}, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, get := range []func() (SiteSnapshot, error){tc.d.AllocationSites, tc.d.PeakAllocationSites} {
@@ -434,7 +434,7 @@ func TestAllocationSitesFoldIntoOther(t *testing.T) {
 	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(snap.Sites[1].Stack[0]))
 	assert.Equal(t, [2]int64{1, 100}, [2]int64{snap.Sites[1].Buffers, snap.Sites[1].Bytes})
 	assert.Equal(t, int64(1), snap.Stats.Folded)
-	assert.False(t, snap.Peak)
+	assert.False(t, snap.AtPeak)
 }
 
 func TestSetAllocationSiteRate(t *testing.T) {
@@ -447,9 +447,9 @@ func TestSetAllocationSiteRate(t *testing.T) {
 		rate int64
 		err  error
 	}{
-		{"negative", CPU(), -1, ErrInvalidSize},
+		{"negative", CPU(), -1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 1, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 1, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 1, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.SetAllocationSiteRate(tc.rate), tc.err)
@@ -556,7 +556,7 @@ func TestSampledSitesAtThePeak(t *testing.T) {
 	assert.NotContains(t, peak, uintptr(2), "B came after the peak")
 	st := r.stats()
 	assert.Equal(t, peak[1], st.PeakBytes, "the peak is the figures at the peak")
-	assert.Equal(t, live[2], st.LiveBytes)
+	assert.Equal(t, live[2], st.Bytes)
 	t.Logf("A at the peak %d of %d bytes, B live %d of %d (%d+%d samples)", peak[1], nA*size, live[2], nB*size, len(a), len(b))
 
 	for _, x := range b {

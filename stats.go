@@ -13,46 +13,46 @@ import (
 )
 
 // Stats is a snapshot of one device's allocation statistics, the figures
-// PyTorch's torch.cuda.memory_stats reports for its allocator. Current,
-// Peak, Active and PeakActive are exact; the cumulative figures are exact
+// PyTorch's torch.cuda.memory_stats reports for its allocator (named as in
+// docs/glossary.md). Tracked, PeakTracked, Buffers and PeakBuffers are exact; the cumulative figures are exact
 // whenever no Free is in progress on the device, and never decrease between
 // snapshots except across [Device.ResetAccumulatedMemoryStats].
 type Stats struct {
-	Device                     Device
-	Current, Peak              int64 // bytes held by live buffers (requested sizes), and its high-water mark
-	AllocatedBytes, FreedBytes int64 // cumulative
-	Active, PeakActive         int64 // live buffers
-	Allocs, Frees              int64 // cumulative counts
-	FailedAllocs               int64 // refused by the limit or by the backend
-	Limit                      int64 // 0: none
+	Device                 Device
+	Tracked, PeakTracked   int64 // bytes held by live buffers (requested sizes), and its high-water mark
+	AllocBytes, FreedBytes int64 // cumulative
+	Buffers, PeakBuffers   int64 // live buffers
+	Allocs, Frees          int64 // cumulative counts
+	FailedAllocs           int64 // refused by the limit or by the backend
+	Limit                  int64 // 0: none
 	// Held is the bytes the device holds for live buffers and for buffers
 	// freed with [Buffer.FreeAsync] whose stream has not yet executed the
-	// free; HeldPeak is its high-water mark, exact like Peak. They equal
-	// Current and Peak except for stream-ordered frees on CUDA.
-	Held, HeldPeak int64
+	// free; PeakHeld is its high-water mark, exact like PeakTracked. They
+	// equal Tracked and PeakTracked except for stream-ordered frees on CUDA.
+	Held, PeakHeld int64
 	// Leaks is the buffers and tracked handles that the garbage collector
 	// found unreachable without a free while the device was watched
 	// ([Device.EnableLeakWatch]), and LeakedBytes their bytes; cumulative.
-	// A leak stays counted in Current unless [LeakWatch].Free freed it,
-	// which counts it in Frees too.
+	// A leak stays counted in Tracked unless [LeakWatch].FreeLeaks freed
+	// it, which counts it in Frees too.
 	Leaks, LeakedBytes int64
 }
 
 func statsOf(d Device, s tracker.Stats) Stats {
 	st := Stats{
-		Device:         d,
-		Current:        s.Current,
-		Peak:           s.Peak,
-		AllocatedBytes: s.AllocatedBytes,
-		FreedBytes:     s.FreedBytes,
-		Active:         s.Active,
-		PeakActive:     s.PeakActive,
-		Allocs:         s.Allocs,
-		Frees:          s.Frees,
-		FailedAllocs:   s.Failed,
-		Limit:          s.Limit,
+		Device:       d,
+		Tracked:      s.Tracked,
+		PeakTracked:  s.PeakTracked,
+		AllocBytes:   s.AllocBytes,
+		FreedBytes:   s.FreedBytes,
+		Buffers:      s.Buffers,
+		PeakBuffers:  s.PeakBuffers,
+		Allocs:       s.Allocs,
+		Frees:        s.Frees,
+		FailedAllocs: s.FailedAllocs,
+		Limit:        s.Limit,
 	}
-	st.Held, st.HeldPeak = deviceHeld(d, s.Current, s.Peak)
+	st.Held, st.PeakHeld = deviceHeld(d, s.Tracked, s.PeakTracked)
 	if ks := tables[d.kind].p.Load(); ks != nil {
 		l := ks.leaks.stats(d.ordinal)
 		st.Leaks, st.LeakedBytes = l.Leaks, l.LeakedBytes
@@ -67,21 +67,21 @@ func (d Device) MemorySummary() string {
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "memtrack memory summary: %v\n", d)
 	w := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\tcurrent\tpeak\tallocated\tfreed\t\n")
-	fmt.Fprintf(w, "bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Current), formatBytes(s.Peak), formatBytes(s.AllocatedBytes), formatBytes(s.FreedBytes))
-	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Active, s.PeakActive, s.Allocs, s.Frees)
+	fmt.Fprintf(w, "\tnow\tpeak\tallocs\tfrees\t\n")
+	fmt.Fprintf(w, "tracked bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Tracked), formatBytes(s.PeakTracked), formatBytes(s.AllocBytes), formatBytes(s.FreedBytes))
+	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Buffers, s.PeakBuffers, s.Allocs, s.Frees)
 	w.Flush()
-	if s.Held != s.Current || s.HeldPeak != s.Peak {
-		fmt.Fprintf(&buf, "held on the device: %s, peak %s (stream-ordered frees not yet executed: %s)\n",
-			formatBytes(s.Held), formatBytes(s.HeldPeak), formatBytes(s.Held-s.Current))
+	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
+		fmt.Fprintf(&buf, "held: %s, peak held %s (stream-ordered frees not yet executed: %s)\n",
+			formatBytes(s.Held), formatBytes(s.PeakHeld), formatBytes(s.Held-s.Tracked))
 	}
 	if p, err := d.PoolStats(); err == nil {
-		fmt.Fprintf(&buf, "memory pool: reserved %s (high %s), used %s (high %s)\n",
-			formatBytes(p.ReservedCurrent), formatBytes(p.ReservedHigh), formatBytes(p.UsedCurrent), formatBytes(p.UsedHigh))
+		fmt.Fprintf(&buf, "memory pool: reserved %s (peak %s), used %s (peak %s)\n",
+			formatBytes(p.PoolReserved), formatBytes(p.PeakPoolReserved), formatBytes(p.PoolUsed), formatBytes(p.PeakPoolUsed))
 	}
-	fmt.Fprintf(&buf, "failed allocations: %d\n", s.FailedAllocs)
+	fmt.Fprintf(&buf, "failed allocs: %d\n", s.FailedAllocs)
 	if s.Leaks > 0 {
-		fmt.Fprintf(&buf, "leaks (unreachable without a free): %d, %s\n", s.Leaks, formatBytes(s.LeakedBytes))
+		fmt.Fprintf(&buf, "leaks: %d, %s (unreachable without a free)\n", s.Leaks, formatBytes(s.LeakedBytes))
 	}
 	if s.Limit > 0 {
 		fmt.Fprintf(&buf, "memory limit: %s (%d bytes)\n", formatBytes(s.Limit), s.Limit)
@@ -100,8 +100,8 @@ func (d Device) MemorySummary() string {
 // MemoryAllocated returns the bytes held by the device's live buffers: the
 // sizes asked for, as counted by this package (torch.cuda.memory_allocated).
 func (d Device) MemoryAllocated() int64 {
-	if _, r, err := d.resolve(); err == nil {
-		return r.Current()
+	if r := d.peek(); r != nil {
+		return r.Tracked()
 	}
 	return 0
 }
@@ -109,8 +109,8 @@ func (d Device) MemoryAllocated() int64 {
 // MaxMemoryAllocated returns the high-water mark of [Device.MemoryAllocated]
 // since the last [Device.ResetPeakMemoryStats] (torch.cuda.max_memory_allocated).
 func (d Device) MaxMemoryAllocated() int64 {
-	if _, r, err := d.resolve(); err == nil {
-		return r.Peak()
+	if r := d.peek(); r != nil {
+		return r.PeakTracked()
 	}
 	return 0
 }
@@ -149,8 +149,8 @@ func (d Device) ResetAccumulatedMemoryStats() {
 
 // MemoryStats returns a snapshot of the device's statistics.
 func (d Device) MemoryStats() Stats {
-	_, r, err := d.resolve()
-	if err != nil {
+	r := d.peek()
+	if r == nil {
 		return Stats{Device: d}
 	}
 	return statsOf(d, r.Snapshot())
@@ -158,7 +158,7 @@ func (d Device) MemoryStats() Stats {
 
 // String describes the statistics on one line, each size in IEC units
 // (KiB, MiB, GiB) followed by its exact figure in bytes. The device-side
-// figures (Held, HeldPeak) are named where they differ from the tracked
+// figures (Held, PeakHeld) are named where they differ from the tracked
 // ones.
 func (s Stats) String() string {
 	limit := "no limit"
@@ -166,16 +166,16 @@ func (s Stats) String() string {
 		limit = "limit " + exactBytes(s.Limit)
 	}
 	held := ""
-	if s.Held != s.Current || s.HeldPeak != s.Peak {
-		held = fmt.Sprintf("held on the device %s, peak %s; ", exactBytes(s.Held), exactBytes(s.HeldPeak))
+	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
+		held = fmt.Sprintf("held %s, peak held %s; ", exactBytes(s.Held), exactBytes(s.PeakHeld))
 	}
 	leaks := ""
 	if s.Leaks != 0 {
-		leaks = fmt.Sprintf("; %d leaked (%s)", s.Leaks, exactBytes(s.LeakedBytes))
+		leaks = fmt.Sprintf("; %d leaks (%s)", s.Leaks, exactBytes(s.LeakedBytes))
 	}
-	return fmt.Sprintf("%v: current %s, peak %s; %s%d live buffers (peak %d); allocated %s in %d allocs, freed %s in %d frees; %d failed%s; %s",
-		s.Device, exactBytes(s.Current), exactBytes(s.Peak), held, s.Active, s.PeakActive,
-		exactBytes(s.AllocatedBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, leaks, limit)
+	return fmt.Sprintf("%v: tracked %s, peak tracked %s; %s%d buffers (peak %d); %s in %d allocs, %s freed in %d frees; %d failed allocs%s; %s",
+		s.Device, exactBytes(s.Tracked), exactBytes(s.PeakTracked), held, s.Buffers, s.PeakBuffers,
+		exactBytes(s.AllocBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, leaks, limit)
 }
 
 // LogValue returns the statistics as a group, in bytes and counts, for
@@ -183,14 +183,14 @@ func (s Stats) String() string {
 func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("device", s.Device.String()),
-		slog.Int64("current", s.Current),
-		slog.Int64("peak", s.Peak),
+		slog.Int64("tracked", s.Tracked),
+		slog.Int64("peak_tracked", s.PeakTracked),
 		slog.Int64("held", s.Held),
-		slog.Int64("held_peak", s.HeldPeak),
-		slog.Int64("allocated_bytes", s.AllocatedBytes),
+		slog.Int64("peak_held", s.PeakHeld),
+		slog.Int64("alloc_bytes", s.AllocBytes),
 		slog.Int64("freed_bytes", s.FreedBytes),
-		slog.Int64("active", s.Active),
-		slog.Int64("peak_active", s.PeakActive),
+		slog.Int64("buffers", s.Buffers),
+		slog.Int64("peak_buffers", s.PeakBuffers),
 		slog.Int64("allocs", s.Allocs),
 		slog.Int64("frees", s.Frees),
 		slog.Int64("failed_allocs", s.FailedAllocs),

@@ -18,22 +18,22 @@ func TestStatsString(t *testing.T) {
 		s    memtrack.Stats
 		want string
 	}{
-		{"zero", memtrack.Stats{},
-			"cpu: current 0 B, peak 0 B; 0 live buffers (peak 0); allocated 0 B in 0 allocs, freed 0 B in 0 frees; 0 failed; no limit"},
-		{"small sizes stay exact", memtrack.Stats{Current: 512, Peak: 1023, Held: 512, HeldPeak: 1023, Active: 1, PeakActive: 2, AllocatedBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
-			"cpu: current 512 B, peak 1023 B; 1 live buffers (peak 2); allocated 1000 B in 2 allocs, freed 488 B in 1 frees; 0 failed; no limit"},
-		{"IEC units with exact bytes", memtrack.Stats{
-			Current: 3 << 29, Peak: 2 << 30, Held: 3 << 29, HeldPeak: 2 << 30, Active: 3, PeakActive: 4,
-			AllocatedBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
-		}, "cpu: current 1.50 GiB (1610612736 B), peak 2.00 GiB (2147483648 B); 3 live buffers (peak 4); " +
-			"allocated 12.0 MiB (12582912 B) in 10 allocs, freed 1.50 KiB (1536 B) in 7 frees; 1 failed; limit 4.00 GiB (4294967296 B)"},
+		{"zero", memtrack.Stats{Device: memtrack.CPU()},
+			"cpu: tracked 0 B, peak tracked 0 B; 0 buffers (peak 0); 0 B in 0 allocs, 0 B freed in 0 frees; 0 failed allocs; no limit"},
+		{"small sizes stay exact", memtrack.Stats{Device: memtrack.CPU(), Tracked: 512, PeakTracked: 1023, Held: 512, PeakHeld: 1023, Buffers: 1, PeakBuffers: 2, AllocBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
+			"cpu: tracked 512 B, peak tracked 1023 B; 1 buffers (peak 2); 1000 B in 2 allocs, 488 B freed in 1 frees; 0 failed allocs; no limit"},
+		{"IEC units with exact bytes", memtrack.Stats{Device: memtrack.CPU(),
+			Tracked: 3 << 29, PeakTracked: 2 << 30, Held: 3 << 29, PeakHeld: 2 << 30, Buffers: 3, PeakBuffers: 4,
+			AllocBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
+		}, "cpu: tracked 1.50 GiB (1610612736 B), peak tracked 2.00 GiB (2147483648 B); 3 buffers (peak 4); " +
+			"12.0 MiB (12582912 B) in 10 allocs, 1.50 KiB (1536 B) freed in 7 frees; 1 failed allocs; limit 4.00 GiB (4294967296 B)"},
 		// Stream-ordered frees not yet executed: the device-side figures
 		// differ from the tracked ones, and the line says by how much.
-		{"device-side figures", memtrack.Stats{
-			Current: 1 << 20, Peak: 3 << 20, Held: 2 << 20, HeldPeak: 4 << 20, Active: 1, PeakActive: 2,
-			AllocatedBytes: 3 << 20, FreedBytes: 2 << 20, Allocs: 2, Frees: 1,
-		}, "cpu: current 1.00 MiB (1048576 B), peak 3.00 MiB (3145728 B); held on the device 2.00 MiB (2097152 B), peak 4.00 MiB (4194304 B); " +
-			"1 live buffers (peak 2); allocated 3.00 MiB (3145728 B) in 2 allocs, freed 2.00 MiB (2097152 B) in 1 frees; 0 failed; no limit"},
+		{"device-side figures", memtrack.Stats{Device: memtrack.CPU(),
+			Tracked: 1 << 20, PeakTracked: 3 << 20, Held: 2 << 20, PeakHeld: 4 << 20, Buffers: 1, PeakBuffers: 2,
+			AllocBytes: 3 << 20, FreedBytes: 2 << 20, Allocs: 2, Frees: 1,
+		}, "cpu: tracked 1.00 MiB (1048576 B), peak tracked 3.00 MiB (3145728 B); held 2.00 MiB (2097152 B), peak held 4.00 MiB (4194304 B); " +
+			"1 buffers (peak 2); 3.00 MiB (3145728 B) in 2 allocs, 2.00 MiB (2097152 B) freed in 1 frees; 0 failed allocs; no limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,9 +43,9 @@ func TestStatsString(t *testing.T) {
 }
 
 func TestStatsLogValue(t *testing.T) {
-	s := memtrack.Stats{
-		Current: 3 << 20, Peak: 4 << 20, Held: 7 << 20, HeldPeak: 8 << 20, Active: 2, PeakActive: 3,
-		AllocatedBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2, FailedAllocs: 1, Limit: 1 << 30,
+	s := memtrack.Stats{Device: memtrack.CPU(),
+		Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 7 << 20, PeakHeld: 8 << 20, Buffers: 2, PeakBuffers: 3,
+		AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2, FailedAllocs: 1, Limit: 1 << 30,
 		Leaks: 5, LeakedBytes: 6 << 20,
 	}
 	var buf bytes.Buffer
@@ -58,21 +58,21 @@ func TestStatsLogValue(t *testing.T) {
 		"level": "INFO",
 		"msg":   "memory",
 		"stats": map[string]any{
-			"device":          "cpu",
-			"current":         float64(3 << 20),
-			"peak":            float64(4 << 20),
-			"held":            float64(7 << 20),
-			"held_peak":       float64(8 << 20),
-			"allocated_bytes": float64(5 << 20),
-			"freed_bytes":     float64(2 << 20),
-			"active":          float64(2),
-			"peak_active":     float64(3),
-			"allocs":          float64(4),
-			"frees":           float64(2),
-			"failed_allocs":   float64(1),
-			"leaks":           float64(5),
-			"leaked_bytes":    float64(6 << 20),
-			"limit":           float64(1 << 30),
+			"device":        "cpu",
+			"tracked":       float64(3 << 20),
+			"peak_tracked":  float64(4 << 20),
+			"held":          float64(7 << 20),
+			"peak_held":     float64(8 << 20),
+			"alloc_bytes":   float64(5 << 20),
+			"freed_bytes":   float64(2 << 20),
+			"buffers":       float64(2),
+			"peak_buffers":  float64(3),
+			"allocs":        float64(4),
+			"frees":         float64(2),
+			"failed_allocs": float64(1),
+			"leaks":         float64(5),
+			"leaked_bytes":  float64(6 << 20),
+			"limit":         float64(1 << 30),
 		},
 	}, got)
 }
@@ -102,14 +102,14 @@ func TestExpvar(t *testing.T) {
 		// Read with nothing allocating, the figures are exact.
 		assert.Equal(t, d.MemoryStats(), got[d.String()], "%v", d)
 	}
-	assert.Equal(t, int64(3<<10), got["cpu"].Current)
+	assert.Equal(t, int64(3<<10), got["cpu"].Tracked)
 
 	// The figures are read when the variable is, not when it was made.
 	buf2, err := cpu.Alloc(1 << 10)
 	require.NoError(t, err)
 	defer buf2.Free()
 	require.NoError(t, json.Unmarshal([]byte(v.String()), &got))
-	assert.Equal(t, int64(4<<10), got["cpu"].Current)
+	assert.Equal(t, int64(4<<10), got["cpu"].Tracked)
 }
 
 func TestExpvarNotPublished(t *testing.T) {

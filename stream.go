@@ -23,18 +23,18 @@ const DefaultStream Stream = 0
 // [Device.ResetPeakMemoryStats].
 type PoolStats struct {
 	Device           Device
-	ReservedCurrent  int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
-	ReservedHigh     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
-	UsedCurrent      int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
-	UsedHigh         int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
+	PoolReserved     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+	PeakPoolReserved int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+	PoolUsed         int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+	PeakPoolUsed     int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
 	ReleaseThreshold int64 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 }
 
 // String describes the pool's figures on one line.
 func (p PoolStats) String() string {
 	return fmt.Sprintf("%v pool: reserved %s (high %s), used %s (high %s), release threshold %s",
-		p.Device, exactBytes(p.ReservedCurrent), exactBytes(p.ReservedHigh),
-		exactBytes(p.UsedCurrent), exactBytes(p.UsedHigh), exactBytes(p.ReleaseThreshold))
+		p.Device, exactBytes(p.PoolReserved), exactBytes(p.PeakPoolReserved),
+		exactBytes(p.PoolUsed), exactBytes(p.PeakPoolUsed), exactBytes(p.ReleaseThreshold))
 }
 
 // PoolUsage puts side by side, for a CUDA device, the figures of its
@@ -70,7 +70,7 @@ type PoolUsage struct {
 
 func poolUsage(d Device, tracked, held int64, p PoolStats) PoolUsage {
 	return PoolUsage{
-		Device: d, Tracked: tracked, Held: held, PoolUsed: p.UsedCurrent, PoolReserved: p.ReservedCurrent,
-		InFlight: held - tracked, Rounding: p.UsedCurrent - held, Cached: p.ReservedCurrent - p.UsedCurrent,
+		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
+		InFlight: held - tracked, Rounding: p.PoolUsed - held, Cached: p.PoolReserved - p.PoolUsed,
 	}
 }

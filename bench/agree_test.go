@@ -161,7 +161,7 @@ func TestRecordsAgree(t *testing.T) {
 			s := ref.Snapshot()
 			assert.Positive(t, s.Frees)
 			if tc.limit > 0 {
-				assert.Positive(t, s.Failed, "the limit refused nothing")
+				assert.Positive(t, s.FailedAllocs, "the limit refused nothing")
 			}
 		})
 	}
@@ -233,7 +233,7 @@ func TestDesignsAgreeConcurrently(t *testing.T) {
 	n := int64(goroutines * perG)
 	for name, r := range records {
 		s := r.snapshot()
-		assert.Equal(t, [4]int64{total, total, n, n}, [4]int64{s.Current, s.Peak, s.Active, s.Allocs}, "%s after the allocations", name)
+		assert.Equal(t, [4]int64{total, total, n, n}, [4]int64{s.Tracked, s.PeakTracked, s.Buffers, s.Allocs}, "%s after the allocations", name)
 	}
 	close(release)
 	freed.Wait()
@@ -246,7 +246,7 @@ func TestDesignsAgreeConcurrently(t *testing.T) {
 		assert.Equal(t, [2]int64{0, total}, [2]int64{cur, peak}, "%s after the frees", name)
 	}
 	for name, r := range records {
-		assert.Equal(t, tracker.Stats{Peak: total, PeakActive: n, AllocatedBytes: total, FreedBytes: total, Allocs: n, Frees: n},
+		assert.Equal(t, tracker.Stats{PeakTracked: total, PeakBuffers: n, AllocBytes: total, FreedBytes: total, Allocs: n, Frees: n},
 			r.snapshot(), "%s after the frees", name)
 	}
 }

@@ -140,19 +140,19 @@ func (r *mutexRecord) alloc(n int64) error {
 	defer r.mu.Unlock()
 	s := &r.s
 	switch {
-	case s.Limit > 0 && n > s.Limit-s.Current:
-		s.Failed++
+	case s.Limit > 0 && n > s.Limit-s.Tracked:
+		s.FailedAllocs++
 		return errLimit
-	case n > tracker.MaxBytes-s.Current, s.Active >= tracker.MaxLive:
-		s.Failed++
+	case n > tracker.MaxBytes-s.Tracked, s.Buffers >= tracker.MaxBuffers:
+		s.FailedAllocs++
 		return errCapacity
 	}
-	s.Current += n
-	s.Active++
-	s.AllocatedBytes += n
+	s.Tracked += n
+	s.Buffers++
+	s.AllocBytes += n
 	s.Allocs++
-	s.Peak = max(s.Peak, s.Current)
-	s.PeakActive = max(s.PeakActive, s.Active)
+	s.PeakTracked = max(s.PeakTracked, s.Tracked)
+	s.PeakBuffers = max(s.PeakBuffers, s.Buffers)
 	return nil
 }
 
@@ -163,11 +163,11 @@ func (r *mutexRecord) free(n int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := &r.s
-	if n > s.Current || s.Active == 0 {
+	if n > s.Tracked || s.Buffers == 0 {
 		return errFreeExceeds
 	}
-	s.Current -= n
-	s.Active--
+	s.Tracked -= n
+	s.Buffers--
 	s.FreedBytes += n
 	s.Frees++
 	return nil

@@ -90,10 +90,10 @@ func TestMemAllocCountsOnCurrentDevice(t *testing.T) {
 				p := cu.MemAlloc(1000)
 				q := cu.MemAlloc(24)
 				s := stats(d)
-				assert.Equal(t, before.Current+1024, s.Current)
-				assert.Equal(t, before.Active+2, s.Active)
+				assert.Equal(t, before.Tracked+1024, s.Tracked)
+				assert.Equal(t, before.Buffers+2, s.Buffers)
 				assert.Equal(t, otherBefore, stats(other))
-				h := memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p))
+				h := memtrack.KindCUDA.TrackedAt(uintptr(p))
 				require.NotNil(t, h)
 				assert.Equal(t, d, h.Device())
 				assert.Equal(t, int64(1000), h.Size())
@@ -103,9 +103,9 @@ func TestMemAllocCountsOnCurrentDevice(t *testing.T) {
 				cu.MemFree(p)
 				q.Free()
 				s = stats(d)
-				assert.Equal(t, before.Current, s.Current)
+				assert.Equal(t, before.Tracked, s.Tracked)
 				assert.Equal(t, before.Frees+2, s.Frees)
-				assert.Nil(t, memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p)))
+				assert.Nil(t, memtrack.KindCUDA.TrackedAt(uintptr(p)))
 			})
 		})
 	}
@@ -203,14 +203,14 @@ func TestMemAllocAfterUncountedFree(t *testing.T) {
 		before := stats(d)
 		p := cu.MemAlloc(512)
 		mcu.MemFree(mcu.DevicePtr(p)) // mumax's own free: not counted
-		assert.Equal(t, before.Current+512, stats(d).Current)
+		assert.Equal(t, before.Tracked+512, stats(d).Tracked)
 		q := cu.MemAlloc(512)
 		require.Equal(t, p, q, "precondition: glibc's malloc reuses the chunk just freed")
 		s := stats(d)
-		assert.Equal(t, before.Current+512, s.Current, "the stale count is dropped")
-		assert.Equal(t, before.Active+1, s.Active)
+		assert.Equal(t, before.Tracked+512, s.Tracked, "the stale count is dropped")
+		assert.Equal(t, before.Buffers+1, s.Buffers)
 		cu.MemFree(q)
-		assert.Equal(t, before.Current, stats(d).Current)
+		assert.Equal(t, before.Tracked, stats(d).Tracked)
 	})
 }
 
@@ -256,9 +256,9 @@ func TestMemAllocConcurrent(t *testing.T) {
 	}
 	for i, d := range ds {
 		s := stats(d)
-		assert.Equal(t, before[i].Current, s.Current)
+		assert.Equal(t, before[i].Tracked, s.Tracked)
 		assert.Equal(t, before[i].Allocs+int64(workers/2*n), s.Allocs)
-		assert.Equal(t, before[i].AllocatedBytes+int64(workers/2)*bytes, s.AllocatedBytes)
+		assert.Equal(t, before[i].AllocBytes+int64(workers/2)*bytes, s.AllocBytes)
 	}
 }
 
@@ -277,9 +277,9 @@ func TestFreeFault(t *testing.T) {
 			assert.Contains(t, e.Error(), fmt.Sprintf("%#x", uintptr(p)))
 			assert.Contains(t, e.Error(), "stays allocated and counted")
 			assert.Equal(t, before, stats(d))
-			assert.NotNil(t, memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p)))
+			assert.NotNil(t, memtrack.KindCUDA.TrackedAt(uintptr(p)))
 			cu.MemFree(p) // the second succeeds
-			assert.Equal(t, before.Current-4096, stats(d).Current)
+			assert.Equal(t, before.Tracked-4096, stats(d).Tracked)
 		})
 		return
 	}

@@ -72,7 +72,7 @@ func exported(t *testing.T) map[string]bool {
 		require.NotNil(t, m, "no name in %v", d)
 		names[m[1]] = true
 	}
-	require.Contains(t, names, "memtrack_allocated_bytes", "the collector's descriptions were read")
+	require.Contains(t, names, "memtrack_tracked_bytes", "the collector's descriptions were read")
 	return names
 }
 
@@ -321,8 +321,8 @@ func TestMetricNames(t *testing.T) {
 		expr string
 		want []string
 	}{
-		{`memtrack_allocated_bytes`, []string{"memtrack_allocated_bytes"}},
-		{`memtrack_allocated_bytes{job=~"$job",backend="cuda"}`, []string{"memtrack_allocated_bytes"}},
+		{`memtrack_tracked_bytes`, []string{"memtrack_tracked_bytes"}},
+		{`memtrack_tracked_bytes{job=~"$job",backend="cuda"}`, []string{"memtrack_tracked_bytes"}},
 		{`rate(memtrack_frees_total{instance=~"$instance"}[$__rate_interval])`, []string{"memtrack_frees_total"}},
 		{`sum by (uuid) (a * on(instance, job) group_left(uuid) b)`, []string{"a", "b"}},
 		{`max by (uuid) (label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")) * 1048576`, []string{"DCGM_FI_DEV_FB_USED"}},
@@ -369,7 +369,7 @@ func TestCheckFindsProblems(t *testing.T) {
 	tests := []struct {
 		name, old, new, want string
 	}{
-		{"misspelt metric", `memtrack_allocated_peak_bytes{`, `memtrack_alocated_peak_bytes{`, "memtrack_alocated_peak_bytes, which package prom does not export"},
+		{"misspelt metric", `memtrack_peak_tracked_bytes{`, `memtrack_alocated_peak_bytes{`, "memtrack_alocated_peak_bytes, which package prom does not export"},
 		{"misspelt metric in a variable", `label_values(memtrack_device_info, job)`, `label_values(memtrack_device_infos, job)`, "memtrack_device_infos"},
 		{"unknown variable", `instance=~\"$instance\"`, `instance=~\"$host\"`, "$host"},
 		{"no uid", `"uid": "memtrack-device-memory"`, `"uid": ""`, "uid"},

@@ -17,10 +17,10 @@ import (
 // process b (CUDA_VISIBLE_DEVICES=1) as cuda:0. dcgm-exporter reports
 // framebuffer MiB per GPU, under the label UUID.
 var joinSeries = []map[string]string{
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cuda",ordinal="0"}`, "values": "1073741824x5"},
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cuda",ordinal="1"}`, "values": "2147483648x5"},
-	{"series": `memtrack_allocated_bytes{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, "values": "4096x5"},
-	{"series": `memtrack_allocated_bytes{instance="b:2112",job="app",backend="cuda",ordinal="0"}`, "values": "536870912x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",backend="cuda",ordinal="0"}`, "values": "1073741824x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",backend="cuda",ordinal="1"}`, "values": "2147483648x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, "values": "4096x5"},
+	{"series": `memtrack_tracked_bytes{instance="b:2112",job="app",backend="cuda",ordinal="0"}`, "values": "536870912x5"},
 	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-aaa",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
 	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cuda",ordinal="1",uuid="GPU-bbb",name="NVIDIA H100 80GB HBM3"}`, "values": "1x5"},
 	{"series": `memtrack_device_info{instance="a:2112",job="app",backend="cpu",ordinal="0",uuid="",name="AMD EPYC 9654"}`, "values": "1x5"},
@@ -39,7 +39,7 @@ type sample struct {
 // each process's tracked bytes over what dcgm-exporter reports used on the
 // same GPU. group_left needs its "()" here: without them the parenthesis
 // that follows is read as its label list.
-const perProcessShare = `(memtrack_allocated_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info)
+const perProcessShare = `(memtrack_tracked_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info)
   / on(uuid) group_left()
 (max by (uuid) (label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")) * 1048576)`
 
@@ -87,10 +87,10 @@ func TestDCGMJoin(t *testing.T) {
 		// dcgm-exporter's label is UUID, and label names are
 		// case-sensitive. (Over every GPU the same expression is an error:
 		// all of dcgm's series fall in the one match group uuid="".)
-		{`(memtrack_allocated_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m", nil},
+		{`(memtrack_tracked_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m", nil},
 		// And without backend="cuda", the CPU, whose uuid is empty, matches
 		// that dcgm series, which has no uuid either: a wrong figure.
-		{`(memtrack_allocated_bytes * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m",
+		{`(memtrack_tracked_bytes * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info) / on(uuid) group_left() DCGM_FI_DEV_FB_USED{UUID="GPU-aaa"}`, "4m",
 			[]sample{{`{instance="a:2112",job="app",backend="cpu",ordinal="0"}`, 2}}},
 	}
 	file := map[string]any{

@@ -42,8 +42,8 @@
 //
 // [ReportMemory], called at the start of a benchmark, reports with
 // [testing.B.ReportMetric], for each device the benchmark allocated on, the
-// device bytes allocated per operation ("cuda:0-B/op"), the allocations per
-// operation ("cuda:0-allocs/op") and the device's peak during the
-// benchmark ("cuda:0-peak-B"), in units that benchstat groups and scales as
+// device's AllocBytes per operation ("cuda:0-B/op"), its Allocs per
+// operation ("cuda:0-allocs/op") and its PeakTracked during the benchmark
+// ("cuda:0-peak-tracked-B"), in units that benchstat groups and scales as
 // it does B/op.
 package memtest

@@ -45,7 +45,7 @@ func (t *exampleTest) end() {
 
 // A benchmark reports the device memory it allocates per operation and the
 // peak, for each device it used; go test -bench prints them beside ns/op
-// ("4096 cpu-B/op  1.000 cpu-allocs/op  4096 cpu-peak-B").
+// ("4096 cpu-B/op  1.000 cpu-allocs/op  4096 cpu-peak-tracked-B").
 func ExampleReportMemory() {
 	r := testing.Benchmark(func(b *testing.B) {
 		memtest.ReportMemory(b)
@@ -61,11 +61,11 @@ func ExampleReportMemory() {
 	})
 	fmt.Println(r.Extra["cpu-B/op"], "cpu-B/op")
 	fmt.Println(r.Extra["cpu-allocs/op"], "cpu-allocs/op")
-	fmt.Println(r.Extra["cpu-peak-B"], "cpu-peak-B")
+	fmt.Println(r.Extra["cpu-peak-tracked-B"], "cpu-peak-tracked-B")
 	// Output:
 	// 4096 cpu-B/op
 	// 1 cpu-allocs/op
-	// 4096 cpu-peak-B
+	// 4096 cpu-peak-tracked-B
 }
 
 // A whole package is checked from its TestMain: whatever its tests

@@ -16,10 +16,11 @@ const benchEnvKey = "MEMTRACK_MEMTEST_BENCH"
 // it allocated, for each checked device (every device of this build and
 // machine, or those given) on which it allocated:
 //
-//	<device>-B/op       bytes allocated per operation (the sizes asked for)
-//	<device>-allocs/op  allocations per operation
-//	<device>-peak-B     the device's peak during the round: the most bytes
-//	                    its live buffers held, the benchmark's setup included
+//	<device>-B/op             AllocBytes per operation (the sizes asked for)
+//	<device>-allocs/op        Allocs per operation
+//	<device>-peak-tracked-B   the device's PeakTracked during the round: the
+//	                          most bytes its buffers held, the benchmark's
+//	                          setup included
 //
 // for instance "cuda:0-B/op". benchstat reads a unit's "B" as bytes, so it
 // scales these as it scales B/op (KiB, MiB), and puts each unit in a table
@@ -64,7 +65,7 @@ func reportDevice(b *testing.B, start, end memtrack.Stats) {
 	}
 	n := float64(b.N)
 	dev := end.Device.String()
-	b.ReportMetric(float64(end.AllocatedBytes-start.AllocatedBytes)/n, dev+"-B/op")
+	b.ReportMetric(float64(end.AllocBytes-start.AllocBytes)/n, dev+"-B/op")
 	b.ReportMetric(float64(allocs)/n, dev+"-allocs/op")
-	b.ReportMetric(float64(end.Peak), dev+"-peak-B")
+	b.ReportMetric(float64(end.PeakTracked), dev+"-peak-tracked-B")
 }

@@ -54,9 +54,9 @@ func TestReportMemory(t *testing.T) {
 	assert.Equal(t, 2, rounds)
 	assert.Equal(t, 50, r.N)
 	assert.Equal(t, map[string]float64{
-		"cpu-B/op":      3000,
-		"cpu-allocs/op": 3,
-		"cpu-peak-B":    8000,
+		"cpu-B/op":           3000,
+		"cpu-allocs/op":      3,
+		"cpu-peak-tracked-B": 8000,
 	}, r.Extra)
 }
 
@@ -76,7 +76,7 @@ func TestReportMemoryTwiceInARound(t *testing.T) {
 	require.Equal(t, 20, r.N)
 	assert.Equal(t, (100+20*20)/20.0, r.Extra["cpu-B/op"])
 	assert.Equal(t, (1+20*2)/20.0, r.Extra["cpu-allocs/op"])
-	assert.Equal(t, float64(100), r.Extra["cpu-peak-B"])
+	assert.Equal(t, float64(100), r.Extra["cpu-peak-tracked-B"])
 }
 
 // TestReportMemoryLeavesOutIdleDevices: a device without allocations in the

@@ -90,7 +90,7 @@ func serveIndex(w http.ResponseWriter) {
 	for _, d := range memtrack.Devices() {
 		st := d.AllocationSiteStats()
 		if st.Enabled {
-			fmt.Fprintf(w, "%v\trecording, %d sites, %d live buffers, %d bytes\n", d, st.Sites, st.Live, st.LiveBytes)
+			fmt.Fprintf(w, "%v\trecording, %d sites, %d live buffers, %d bytes\n", d, st.Sites, st.Buffers, st.Bytes)
 		} else {
 			fmt.Fprintf(w, "%v\tnot recording (Device.EnableAllocationSites)\n", d)
 		}

@@ -83,7 +83,7 @@ func WriteProfile(w io.Writer, d memtrack.Device, kind Kind) error {
 // counter and its inlined frames as lines.
 func build(snap memtrack.SiteSnapshot) *profile.Profile {
 	d, st, kind, prefix := snap.Device, snap.Stats, InUse, ""
-	if snap.Peak {
+	if snap.AtPeak {
 		kind, prefix = Peak, "peak_"
 	}
 	p := &profile.Profile{

@@ -7,29 +7,29 @@
 // Each metric has the labels backend ("cpu", "cuda", "metal") and ordinal,
 // plus any constant labels given with [WithConstLabels]:
 //
-//	memtrack_allocated_bytes            gauge    bytes held by live buffers
-//	memtrack_allocated_peak_bytes       gauge    high-water mark of memtrack_allocated_bytes
-//	memtrack_active_buffers             gauge    live buffers
-//	memtrack_active_buffers_peak        gauge    high-water mark of memtrack_active_buffers
-//	memtrack_allocated_bytes_total      counter  bytes allocated (requested sizes)
+//	memtrack_tracked_bytes            gauge    bytes held by live buffers
+//	memtrack_peak_tracked_bytes       gauge    high-water mark of memtrack_tracked_bytes
+//	memtrack_buffers             gauge    live buffers
+//	memtrack_peak_buffers        gauge    high-water mark of memtrack_buffers
+//	memtrack_alloc_bytes_total      counter  bytes allocated (requested sizes)
 //	memtrack_freed_bytes_total          counter  bytes freed
-//	memtrack_allocations_total          counter  allocations
+//	memtrack_allocs_total          counter  allocations
 //	memtrack_frees_total                counter  frees
-//	memtrack_allocation_failures_total  counter  refused or failed allocations
-//	memtrack_leaks_total                counter  buffers the garbage collector found unreachable without a free
-//	                                             while the device was watched ([memtrack.Device.EnableLeakWatch])
-//	memtrack_leaked_bytes_total         counter  their bytes
+//	memtrack_failed_allocs_total  counter  refused or failed allocations
+//	memtrack_leaks_total          counter  buffers the garbage collector found unreachable without a free
+//	                                       while the device was watched ([memtrack.Device.EnableLeakWatch])
+//	memtrack_leaked_bytes_total   counter  their bytes
 //	memtrack_held_bytes                 gauge    bytes the device holds for memtrack's buffers: allocated
 //	                                             bytes plus stream-ordered frees not yet executed (CUDA)
-//	memtrack_held_peak_bytes            gauge    high-water mark of memtrack_held_bytes
+//	memtrack_peak_held_bytes            gauge    high-water mark of memtrack_held_bytes
 //	memtrack_limit_bytes                gauge    the memory limit, where one is set
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
 //	memtrack_device_info                gauge    1, with the labels uuid and name ([memtrack.Device.Info])
 //	memtrack_pool_reserved_bytes        gauge    a CUDA memory pool's reserved bytes (memory_reserved)
-//	memtrack_pool_reserved_peak_bytes   gauge    its high-water mark (max_memory_reserved)
+//	memtrack_peak_pool_reserved_bytes   gauge    its high-water mark (max_memory_reserved)
 //	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
-//	memtrack_pool_used_peak_bytes       gauge    its high-water mark
+//	memtrack_peak_pool_used_bytes       gauge    its high-water mark
 //
 // memtrack_device_info names the device: uuid is the GPU's UUID as
 // nvidia-smi and dcgm-exporter print it ("GPU-…"), a Metal device's
@@ -56,14 +56,14 @@ import (
 // copy of them and starts no goroutine: each Collect reads the counters.
 // Create one with [NewCollector].
 type Collector struct {
-	allocated, peak, active, activePeak *prometheus.Desc
-	allocatedTotal, freedTotal          *prometheus.Desc
-	allocs, frees, failures             *prometheus.Desc
-	leaks, leakedBytes                  *prometheus.Desc
-	limit, devFree, devTotal            *prometheus.Desc
-	info                                *prometheus.Desc
-	held, heldPeak                      *prometheus.Desc
-	poolReserved, poolUsed              [2]*prometheus.Desc // current, peak
+	tracked, peakTracked, buffers, peakBuffers *prometheus.Desc
+	allocBytes, freedBytes                     *prometheus.Desc
+	allocs, frees, failedAllocs                *prometheus.Desc
+	leaks, leakedBytes                         *prometheus.Desc
+	limit, devFree, devTotal                   *prometheus.Desc
+	info                                       *prometheus.Desc
+	held, peakHeld                             *prometheus.Desc
+	poolReserved, poolUsed                     [2]*prometheus.Desc // current, peak
 
 	// Seams for tests; the package's functions otherwise.
 	devices   func() []memtrack.Device
@@ -101,31 +101,31 @@ func NewCollector(opts ...Option) *Collector {
 		return prometheus.NewDesc("memtrack_"+name, help, []string{"backend", "ordinal"}, cfg.constLabels)
 	}
 	return &Collector{
-		allocated:      desc("allocated_bytes", "Bytes held by the device's live buffers allocated through memtrack (requested sizes)."),
-		peak:           desc("allocated_peak_bytes", "High-water mark of memtrack_allocated_bytes since the last peak reset."),
-		active:         desc("active_buffers", "Live buffers allocated through memtrack on the device."),
-		activePeak:     desc("active_buffers_peak", "High-water mark of memtrack_active_buffers since the last peak reset."),
-		allocatedTotal: desc("allocated_bytes_total", "Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures."),
-		freedTotal:     desc("freed_bytes_total", "Bytes freed through memtrack on the device since the last reset of the cumulative figures."),
-		allocs:         desc("allocations_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
-		frees:          desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
-		failures:       desc("allocation_failures_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
-		leaks:          desc("leaks_total", "Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures."),
-		leakedBytes:    desc("leaked_bytes_total", "Bytes of the leaks counted by memtrack_leaks_total."),
-		limit:          desc("limit_bytes", "Memory limit on the bytes held by the device's live buffers; absent where none is set."),
-		devFree:        desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
-		devTotal:       desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
+		tracked:      desc("tracked_bytes", "Bytes memtrack tracks on the device: the sizes asked for of its live buffers and tracked memory."),
+		peakTracked:  desc("peak_tracked_bytes", "High-water mark of memtrack_tracked_bytes since the last peak reset."),
+		buffers:      desc("buffers", "Live buffers and tracked handles memtrack counts on the device."),
+		peakBuffers:  desc("peak_buffers", "High-water mark of memtrack_buffers since the last peak reset."),
+		allocBytes:   desc("alloc_bytes_total", "Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures."),
+		freedBytes:   desc("freed_bytes_total", "Bytes freed through memtrack on the device since the last reset of the cumulative figures."),
+		allocs:       desc("allocs_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
+		frees:        desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
+		failedAllocs: desc("failed_allocs_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
+		leaks:        desc("leaks_total", "Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures."),
+		leakedBytes:  desc("leaked_bytes_total", "Bytes of the leaks counted by memtrack_leaks_total."),
+		limit:        desc("limit_bytes", "Memory limit on memtrack_tracked_bytes; absent where none is set."),
+		devFree:      desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
+		devTotal:     desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
 		info: prometheus.NewDesc("memtrack_device_info", "The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.",
 			[]string{"backend", "ordinal", "uuid", "name"}, cfg.constLabels),
-		held:     desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed."),
-		heldPeak: desc("held_peak_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
+		held:     desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: memtrack_tracked_bytes plus stream-ordered frees the device has not yet executed."),
+		peakHeld: desc("peak_held_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
 		poolReserved: [2]*prometheus.Desc{
 			desc("pool_reserved_bytes", "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them."),
-			desc("pool_reserved_peak_bytes", "High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it."),
+			desc("peak_pool_reserved_bytes", "High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it."),
 		},
 		poolUsed: [2]*prometheus.Desc{
 			desc("pool_used_bytes", "Bytes in use in the device's CUDA memory pool, as the driver reports them."),
-			desc("pool_used_peak_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
+			desc("peak_pool_used_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
 		},
 		devices:   memtrack.UsedDevices,
 		memInfo:   memtrack.Device.MemGetInfo,
@@ -142,9 +142,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.allocated, c.peak, c.active, c.activePeak, c.allocatedTotal, c.freedTotal,
-		c.allocs, c.frees, c.failures, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
-		c.held, c.heldPeak, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
+	return []*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
+		c.allocs, c.frees, c.failedAllocs, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
+		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
 }
 
 // Collect reads the figures of every used device and sends them.
@@ -159,19 +159,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- m
 		}
 		s := d.MemoryStats()
-		send(c.allocated, prometheus.GaugeValue, s.Current)
-		send(c.peak, prometheus.GaugeValue, s.Peak)
-		send(c.active, prometheus.GaugeValue, s.Active)
-		send(c.activePeak, prometheus.GaugeValue, s.PeakActive)
-		send(c.allocatedTotal, prometheus.CounterValue, s.AllocatedBytes)
-		send(c.freedTotal, prometheus.CounterValue, s.FreedBytes)
+		send(c.tracked, prometheus.GaugeValue, s.Tracked)
+		send(c.peakTracked, prometheus.GaugeValue, s.PeakTracked)
+		send(c.buffers, prometheus.GaugeValue, s.Buffers)
+		send(c.peakBuffers, prometheus.GaugeValue, s.PeakBuffers)
+		send(c.allocBytes, prometheus.CounterValue, s.AllocBytes)
+		send(c.freedBytes, prometheus.CounterValue, s.FreedBytes)
 		send(c.allocs, prometheus.CounterValue, s.Allocs)
 		send(c.frees, prometheus.CounterValue, s.Frees)
-		send(c.failures, prometheus.CounterValue, s.FailedAllocs)
+		send(c.failedAllocs, prometheus.CounterValue, s.FailedAllocs)
 		send(c.leaks, prometheus.CounterValue, s.Leaks)
 		send(c.leakedBytes, prometheus.CounterValue, s.LeakedBytes)
 		send(c.held, prometheus.GaugeValue, s.Held)
-		send(c.heldPeak, prometheus.GaugeValue, s.HeldPeak)
+		send(c.peakHeld, prometheus.GaugeValue, s.PeakHeld)
 		if s.Limit > 0 {
 			send(c.limit, prometheus.GaugeValue, s.Limit)
 		}
@@ -187,10 +187,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- m
 		}
 		if p, err := c.poolStats(d); err == nil {
-			send(c.poolReserved[0], prometheus.GaugeValue, p.ReservedCurrent)
-			send(c.poolReserved[1], prometheus.GaugeValue, p.ReservedHigh)
-			send(c.poolUsed[0], prometheus.GaugeValue, p.UsedCurrent)
-			send(c.poolUsed[1], prometheus.GaugeValue, p.UsedHigh)
+			send(c.poolReserved[0], prometheus.GaugeValue, p.PoolReserved)
+			send(c.poolReserved[1], prometheus.GaugeValue, p.PeakPoolReserved)
+			send(c.poolUsed[0], prometheus.GaugeValue, p.PoolUsed)
+			send(c.poolUsed[1], prometheus.GaugeValue, p.PeakPoolUsed)
 		}
 	}
 }

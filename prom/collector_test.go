@@ -18,10 +18,10 @@ import (
 // counterNames are the metrics read from memtrack's own counters; the
 // device_* metrics come from the OS and change between reads.
 var counterNames = []string{
-	"memtrack_allocated_bytes", "memtrack_allocated_peak_bytes", "memtrack_active_buffers",
-	"memtrack_active_buffers_peak", "memtrack_allocated_bytes_total", "memtrack_freed_bytes_total",
-	"memtrack_allocations_total", "memtrack_frees_total", "memtrack_allocation_failures_total",
-	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_held_peak_bytes",
+	"memtrack_tracked_bytes", "memtrack_peak_tracked_bytes", "memtrack_buffers",
+	"memtrack_peak_buffers", "memtrack_alloc_bytes_total", "memtrack_freed_bytes_total",
+	"memtrack_allocs_total", "memtrack_frees_total", "memtrack_failed_allocs_total",
+	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_peak_held_bytes",
 	"memtrack_leaks_total", "memtrack_leaked_bytes_total",
 }
 
@@ -52,39 +52,39 @@ func setCPU(t *testing.T, limit int64) {
 }
 
 const countersText = `
-# HELP memtrack_active_buffers Live buffers allocated through memtrack on the device.
-# TYPE memtrack_active_buffers gauge
-memtrack_active_buffers{%[1]s} 1
-# HELP memtrack_active_buffers_peak High-water mark of memtrack_active_buffers since the last peak reset.
-# TYPE memtrack_active_buffers_peak gauge
-memtrack_active_buffers_peak{%[1]s} 2
-# HELP memtrack_allocated_bytes Bytes held by the device's live buffers allocated through memtrack (requested sizes).
-# TYPE memtrack_allocated_bytes gauge
-memtrack_allocated_bytes{%[1]s} 2048
-# HELP memtrack_allocated_bytes_total Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures.
-# TYPE memtrack_allocated_bytes_total counter
-memtrack_allocated_bytes_total{%[1]s} 3072
-# HELP memtrack_allocated_peak_bytes High-water mark of memtrack_allocated_bytes since the last peak reset.
-# TYPE memtrack_allocated_peak_bytes gauge
-memtrack_allocated_peak_bytes{%[1]s} 3072
-# HELP memtrack_allocation_failures_total Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures.
-# TYPE memtrack_allocation_failures_total counter
-memtrack_allocation_failures_total{%[1]s} 1
-# HELP memtrack_allocations_total Allocations through memtrack on the device since the last reset of the cumulative figures.
-# TYPE memtrack_allocations_total counter
-memtrack_allocations_total{%[1]s} 2
+# HELP memtrack_buffers Live buffers and tracked handles memtrack counts on the device.
+# TYPE memtrack_buffers gauge
+memtrack_buffers{%[1]s} 1
+# HELP memtrack_peak_buffers High-water mark of memtrack_buffers since the last peak reset.
+# TYPE memtrack_peak_buffers gauge
+memtrack_peak_buffers{%[1]s} 2
+# HELP memtrack_tracked_bytes Bytes memtrack tracks on the device: the sizes asked for of its live buffers and tracked memory.
+# TYPE memtrack_tracked_bytes gauge
+memtrack_tracked_bytes{%[1]s} 2048
+# HELP memtrack_alloc_bytes_total Bytes allocated through memtrack on the device (requested sizes) since the last reset of the cumulative figures.
+# TYPE memtrack_alloc_bytes_total counter
+memtrack_alloc_bytes_total{%[1]s} 3072
+# HELP memtrack_peak_tracked_bytes High-water mark of memtrack_tracked_bytes since the last peak reset.
+# TYPE memtrack_peak_tracked_bytes gauge
+memtrack_peak_tracked_bytes{%[1]s} 3072
+# HELP memtrack_failed_allocs_total Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures.
+# TYPE memtrack_failed_allocs_total counter
+memtrack_failed_allocs_total{%[1]s} 1
+# HELP memtrack_allocs_total Allocations through memtrack on the device since the last reset of the cumulative figures.
+# TYPE memtrack_allocs_total counter
+memtrack_allocs_total{%[1]s} 2
 # HELP memtrack_frees_total Frees through memtrack on the device since the last reset of the cumulative figures.
 # TYPE memtrack_frees_total counter
 memtrack_frees_total{%[1]s} 1
 # HELP memtrack_freed_bytes_total Bytes freed through memtrack on the device since the last reset of the cumulative figures.
 # TYPE memtrack_freed_bytes_total counter
 memtrack_freed_bytes_total{%[1]s} 1024
-# HELP memtrack_held_bytes Bytes the device holds for buffers allocated through memtrack: the allocated bytes plus stream-ordered frees the device has not yet executed.
+# HELP memtrack_held_bytes Bytes the device holds for buffers allocated through memtrack: memtrack_tracked_bytes plus stream-ordered frees the device has not yet executed.
 # TYPE memtrack_held_bytes gauge
 memtrack_held_bytes{%[1]s} 2048
-# HELP memtrack_held_peak_bytes High-water mark of memtrack_held_bytes since the last peak reset.
-# TYPE memtrack_held_peak_bytes gauge
-memtrack_held_peak_bytes{%[1]s} 3072
+# HELP memtrack_peak_held_bytes High-water mark of memtrack_held_bytes since the last peak reset.
+# TYPE memtrack_peak_held_bytes gauge
+memtrack_peak_held_bytes{%[1]s} 3072
 # HELP memtrack_leaked_bytes_total Bytes of the leaks counted by memtrack_leaks_total.
 # TYPE memtrack_leaked_bytes_total counter
 memtrack_leaked_bytes_total{%[1]s} 0
@@ -93,7 +93,7 @@ memtrack_leaked_bytes_total{%[1]s} 0
 memtrack_leaks_total{%[1]s} 0
 `
 
-const limitText = `# HELP memtrack_limit_bytes Memory limit on the bytes held by the device's live buffers; absent where none is set.
+const limitText = `# HELP memtrack_limit_bytes Memory limit on memtrack_tracked_bytes; absent where none is set.
 # TYPE memtrack_limit_bytes gauge
 memtrack_limit_bytes{%[1]s} 1.048576e+06
 `
@@ -225,15 +225,15 @@ func (o onlyTotal) Collect(ch chan<- prometheus.Metric) {
 const poolText = `# HELP memtrack_pool_reserved_bytes Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them.
 # TYPE memtrack_pool_reserved_bytes gauge
 memtrack_pool_reserved_bytes{%[1]s} 8
-# HELP memtrack_pool_reserved_peak_bytes High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it.
-# TYPE memtrack_pool_reserved_peak_bytes gauge
-memtrack_pool_reserved_peak_bytes{%[1]s} 16
+# HELP memtrack_peak_pool_reserved_bytes High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it.
+# TYPE memtrack_peak_pool_reserved_bytes gauge
+memtrack_peak_pool_reserved_bytes{%[1]s} 16
 # HELP memtrack_pool_used_bytes Bytes in use in the device's CUDA memory pool, as the driver reports them.
 # TYPE memtrack_pool_used_bytes gauge
 memtrack_pool_used_bytes{%[1]s} 2
-# HELP memtrack_pool_used_peak_bytes High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it.
-# TYPE memtrack_pool_used_peak_bytes gauge
-memtrack_pool_used_peak_bytes{%[1]s} 4
+# HELP memtrack_peak_pool_used_bytes High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it.
+# TYPE memtrack_peak_pool_used_bytes gauge
+memtrack_peak_pool_used_bytes{%[1]s} 4
 `
 
 // TestCollectorPool: a device whose pool answers gets the pool_* metrics;
@@ -247,7 +247,7 @@ func TestCollectorPool(t *testing.T) {
 		return memtrack.DeviceInfo{}, errors.New("no info")
 	}
 	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
-		return memtrack.PoolStats{Device: d, ReservedCurrent: 8, ReservedHigh: 16, UsedCurrent: 2, UsedHigh: 4}, nil
+		return memtrack.PoolStats{Device: d, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
 	}
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
@@ -308,7 +308,7 @@ func TestCollectorPromlint(t *testing.T) {
 	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
 	c.devInfo = fixedDevInfo
 	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
-		return memtrack.PoolStats{Device: d, ReservedCurrent: 8, ReservedHigh: 16, UsedCurrent: 2, UsedHigh: 4}, nil
+		return memtrack.PoolStats{Device: d, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
 	}
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
@@ -345,7 +345,7 @@ func TestCollectorLeaks(t *testing.T) {
 	cpu.ResetAccumulatedMemoryStats()
 	found := make(chan memtrack.Leak, 1)
 	// Freed, so that the CPU holds nothing more after the test.
-	require.NoError(t, cpu.EnableLeakWatch(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, Free: true}))
+	require.NoError(t, cpu.EnableLeakWatch(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, FreeLeaks: true}))
 	t.Cleanup(cpu.DisableLeakWatch)
 	leakCPU(t)
 	deadline := time.Now().Add(10 * time.Second)

@@ -26,7 +26,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "memtrack_allocated_bytes" && mf.GetName() != "memtrack_active_buffers" {
+		if mf.GetName() != "memtrack_tracked_bytes" && mf.GetName() != "memtrack_buffers" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -41,6 +41,6 @@ func Example() {
 		}
 	}
 	// Output:
-	// memtrack_active_buffers{backend="cpu",ordinal="0",service="llm"} 1
-	// memtrack_allocated_bytes{backend="cpu",ordinal="0",service="llm"} 4096
+	// memtrack_buffers{backend="cpu",ordinal="0",service="llm"} 1
+	// memtrack_tracked_bytes{backend="cpu",ordinal="0",service="llm"} 4096
 }

@@ -76,18 +76,18 @@ func Events(hs ...memtrack.History) []Event {
 		for j, e := range h.Events {
 			if e.Action.Refused() {
 				evs = append(evs, Event{Name: refusalName(e.Action), Cat: "memtrack", Ph: "i", S: "p", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
-					Args: map[string]any{"requested": e.Size, "allocated": e.Current, "seq": e.Seq}})
+					Args: map[string]any{"requested": e.Size, "allocated": e.Tracked, "seq": e.Seq}})
 				continue
 			}
-			evs = append(evs, Event{Name: "allocated", Ph: "C", Ts: us(e.Time), Pid: pid, Args: map[string]any{"bytes": e.Current}})
-			if peak < 0 || e.Current > h.Events[peak].Current {
+			evs = append(evs, Event{Name: "allocated", Ph: "C", Ts: us(e.Time), Pid: pid, Args: map[string]any{"bytes": e.Tracked}})
+			if peak < 0 || e.Tracked > h.Events[peak].Tracked {
 				peak = j
 			}
 		}
 		if peak >= 0 {
 			e := h.Events[peak]
 			evs = append(evs, Event{Name: "peak", Cat: "memtrack", Ph: "i", S: "t", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
-				Args: map[string]any{"allocated": e.Current, "seq": e.Seq}})
+				Args: map[string]any{"allocated": e.Tracked, "seq": e.Seq}})
 		}
 		for _, g := range h.Gaps {
 			evs = append(evs, Event{Name: fmt.Sprintf("gap: %d events lost", g.Missing), Cat: "memtrack", Ph: "X", Ts: us(g.From), Dur: float64(g.To.Sub(g.From).Nanoseconds()) / 1e3,

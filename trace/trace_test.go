@@ -19,12 +19,12 @@ func history(start time.Time) memtrack.History {
 	return memtrack.History{
 		Device: memtrack.CPU(), MaxEntries: 16, Start: start,
 		Events: []memtrack.HistoryEvent{
-			{Seq: 0, Time: at(1), Action: memtrack.HistoryAlloc, Size: 100, Current: 100},
-			{Seq: 1, Time: at(2), Action: memtrack.HistoryAlloc, Size: 300, Current: 400},
-			{Seq: 2, Time: at(3), Action: memtrack.HistoryLimit, Size: 700, Current: 400},
-			{Seq: 3, Time: at(4), Action: memtrack.HistoryFree, Size: 100, Current: 300},
-			{Seq: 6, Time: at(7), Action: memtrack.HistoryOutOfMemory, Size: 1 << 40, Current: 300},
-			{Seq: 7, Time: at(8), Action: memtrack.HistoryFree, Size: 300, Current: 0},
+			{Seq: 0, Time: at(1), Action: memtrack.HistoryAlloc, Size: 100, Tracked: 100},
+			{Seq: 1, Time: at(2), Action: memtrack.HistoryAlloc, Size: 300, Tracked: 400},
+			{Seq: 2, Time: at(3), Action: memtrack.HistoryLimit, Size: 700, Tracked: 400},
+			{Seq: 3, Time: at(4), Action: memtrack.HistoryFree, Size: 100, Tracked: 300},
+			{Seq: 6, Time: at(7), Action: memtrack.HistoryOutOfMemory, Size: 1 << 40, Tracked: 300},
+			{Seq: 7, Time: at(8), Action: memtrack.HistoryFree, Size: 300, Tracked: 0},
 		},
 		Gaps: []memtrack.HistoryGap{{After: 3, Before: 6, Missing: 2, From: at(4), To: at(7)}},
 	}

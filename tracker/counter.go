@@ -129,7 +129,7 @@ func (c *Counter) allocWithin(n, limit int64) error {
 			if capped {
 				return fmt.Errorf("%w: holding %d, adding %d, at most %d", ErrCapacity, o, n, int64(MaxCount))
 			}
-			return &LimitError{Requested: n, Current: o, Limit: limit}
+			return &LimitError{Requested: n, Tracked: o, Limit: limit}
 		}
 		if stdatomic.CompareAndSwapInt64(&c.cur, o, o+n) {
 			raise(&c.peak, o+n)
@@ -139,7 +139,7 @@ func (c *Counter) allocWithin(n, limit int64) error {
 }
 
 // Free subtracts n from the current figure. It fails with [ErrInvalidSize]
-// if n <= 0 and with [ErrFreeExceedsHeld] if n is more than is held; a failed
+// if n <= 0 and with [ErrFreeExceedsTracked] if n is more than is held; a failed
 // Free changes nothing, so the current figure never goes negative.
 //
 // A Free of more than is held is a caller's bug: its add is taken back at

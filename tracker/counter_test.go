@@ -41,8 +41,8 @@ func TestCounterBadInput(t *testing.T) {
 		{"alloc min int64", func(c *Counter) error { return c.Alloc(math.MinInt64) }, ErrInvalidSize},
 		{"free zero", func(c *Counter) error { return c.Free(0) }, ErrInvalidSize},
 		{"free negative", func(c *Counter) error { return c.Free(-1) }, ErrInvalidSize},
-		{"free more than held", func(c *Counter) error { return c.Free(101) }, ErrFreeExceedsHeld},
-		{"free max int64", func(c *Counter) error { return c.Free(math.MaxInt64) }, ErrFreeExceedsHeld},
+		{"free more than held", func(c *Counter) error { return c.Free(101) }, ErrFreeExceedsTracked},
+		{"free max int64", func(c *Counter) error { return c.Free(math.MaxInt64) }, ErrFreeExceedsTracked},
 		{"alloc past MaxCount", func(c *Counter) error { return c.Alloc(MaxCount) }, ErrCapacity},
 		{"alloc max int64", func(c *Counter) error { return c.Alloc(math.MaxInt64) }, ErrCapacity},
 		{"alloc within negative", func(c *Counter) error { return c.AllocWithin(-1, 1000) }, ErrInvalidSize},
@@ -73,7 +73,7 @@ func TestCounterAllocWithin(t *testing.T) {
 	err := c.AllocWithin(1, 1000)
 	var le *LimitError
 	require.ErrorAs(t, err, &le)
-	assert.Equal(t, LimitError{Requested: 1, Current: 1000, Limit: 1000}, *le)
+	assert.Equal(t, LimitError{Requested: 1, Tracked: 1000, Limit: 1000}, *le)
 	assert.Equal(t, int64(1000), c.Peak())
 }
 
@@ -222,7 +222,7 @@ func refusedFreesUnderLoad(t *testing.T, g gauge, read func() bool) int {
 	go func() {
 		defer wg.Done()
 		for range iters {
-			assert.ErrorIs(t, g.Free(1<<30), ErrFreeExceedsHeld)
+			assert.ErrorIs(t, g.Free(1<<30), ErrFreeExceedsTracked)
 		}
 	}()
 	go func() {

@@ -114,8 +114,8 @@ func TestRecordEdges(t *testing.T) {
 		big := func() error { return r.Alloc(MaxBytes) }
 		ok := hammer(t, stressFor(), big, big)
 		assert.Zero(t, ok[0]+ok[1], "a refused Alloc succeeded")
-		assert.Equal(t, int64(2<<40), r.Current())
-		assert.Equal(t, int64(1), r.Active())
+		assert.Equal(t, int64(2<<40), r.Tracked())
+		assert.Equal(t, int64(1), r.Buffers())
 	})
 	t.Run("Alloc(MaxBytes) racing Free(10) holding 5", func(t *testing.T) {
 		var r Record
@@ -124,7 +124,7 @@ func TestRecordEdges(t *testing.T) {
 			func() error { return r.Alloc(MaxBytes) },
 			func() error { return r.Free(10) },
 			func() error {
-				if s := r.Snapshot(); s.Current != 5 || s.Active != 1 {
+				if s := r.Snapshot(); s.Tracked != 5 || s.Buffers != 1 {
 					return nil // counted as a bad read
 				}
 				return errors.New("read")
@@ -132,11 +132,11 @@ func TestRecordEdges(t *testing.T) {
 		assert.Zero(t, ok[0], "Alloc(MaxBytes) succeeded")
 		assert.Zero(t, ok[1], "Free(10) succeeded")
 		assert.Zero(t, ok[2], "a reader saw a refused change")
-		assert.Equal(t, int64(5), r.Current())
+		assert.Equal(t, int64(5), r.Tracked())
 	})
 }
 
-// TestCounterRefusalsInvisible (issue 10 item 3(d)): holding 5, refused
+// TestCounterRefusalsInvisible: holding 5, refused
 // operations at the boundaries (Alloc(MaxCount), Free(10)) race a goroutine
 // that allocates 1 within a limit of 100 and frees it, and a reader. The
 // refused operations must never succeed, never be seen by the reader (who
@@ -191,7 +191,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-// TestRecordOverFreeBesideRefusedAlloc (issue 10 item 3) plays, step by
+// TestRecordOverFreeBesideRefusedAlloc plays, step by
 // step, the interleaving that wedged a record: an Alloc's fast path read no
 // limit and adds after SetLimit set one (so its add is to be taken back),
 // and in that instant a Free of more than is held (a caller's bug) passes
@@ -219,11 +219,11 @@ func TestRecordOverFreeBesideRefusedAlloc(t *testing.T) {
 			assert.NoError(t, err, "the add stays, so the Alloc completes")
 			var s Stats
 			within(t, 2*time.Second, "Snapshot", func() { s = r.Snapshot() })
-			assert.Equal(t, int64(3), s.Current, "5 + 8 - 10")
-			assert.Equal(t, int64(1), s.Active)
-			assert.Equal(t, s.Allocs-s.Frees, s.Active)
-			assert.Equal(t, s.AllocatedBytes-s.FreedBytes, s.Current)
-			assert.GreaterOrEqual(t, s.Peak, s.Current)
+			assert.Equal(t, int64(3), s.Tracked, "5 + 8 - 10")
+			assert.Equal(t, int64(1), s.Buffers)
+			assert.Equal(t, s.Allocs-s.Frees, s.Buffers)
+			assert.Equal(t, s.AllocBytes-s.FreedBytes, s.Tracked)
+			assert.GreaterOrEqual(t, s.PeakTracked, s.Tracked)
 		})
 	}
 }

@@ -19,7 +19,7 @@ func ExampleCounter() {
 	// Output:
 	// 100 500
 	// 100 100
-	// memtrack: free exceeds the amount held: freeing 1000, holding 100
+	// memtrack: free exceeds the tracked figure: freeing 1000, tracking 100
 }
 
 func ExampleCounter_AllocWithin() {
@@ -28,7 +28,7 @@ func ExampleCounter_AllocWithin() {
 	fmt.Println(c.AllocWithin(768, limit))
 	err := c.AllocWithin(512, limit)
 	var le *tracker.LimitError
-	fmt.Println(errors.As(err, &le), le.Current, errors.Is(err, tracker.ErrLimitExceeded))
+	fmt.Println(errors.As(err, &le), le.Tracked, errors.Is(err, tracker.ErrLimitExceeded))
 	// Output:
 	// <nil>
 	// true 768 true
@@ -40,8 +40,8 @@ func ExampleRecord() {
 	_ = r.Alloc(1024)
 	_ = r.Free(4096)
 	s := r.Snapshot()
-	fmt.Printf("current %d, peak %d, live %d (peak %d)\n", s.Current, s.Peak, s.Active, s.PeakActive)
-	fmt.Printf("allocated %d in %d, freed %d in %d\n", s.AllocatedBytes, s.Allocs, s.FreedBytes, s.Frees)
+	fmt.Printf("current %d, peak %d, live %d (peak %d)\n", s.Tracked, s.PeakTracked, s.Buffers, s.PeakBuffers)
+	fmt.Printf("allocated %d in %d, freed %d in %d\n", s.AllocBytes, s.Allocs, s.FreedBytes, s.Frees)
 	// Output:
 	// current 1024, peak 5120, live 1 (peak 2)
 	// allocated 5120 in 2, freed 4096 in 1
@@ -52,7 +52,7 @@ func ExampleTable() {
 	r, _ := t.Record(1)
 	_ = r.Alloc(64)
 	t.Range(func(ordinal int, r *tracker.Record) bool {
-		fmt.Println(ordinal, r.Current())
+		fmt.Println(ordinal, r.Tracked())
 		return true
 	})
 	// Output:

@@ -50,7 +50,7 @@ func operand(n int64) int64 {
 // not fail. A step whose
 // code has its top bit set runs a refused operation this way: the step must
 // then behave, and leave every figure, exactly as in the sequential model,
-// which never sees the refused operation (issue 10 item 3).
+// which never sees the refused operation.
 func concurrently(refused func() error) (stop func() (calls, succeeded int)) {
 	var quit stdatomic.Bool
 	started, done := make(chan struct{}), make(chan [2]int)
@@ -197,7 +197,7 @@ func FuzzRecord(f *testing.F) {
 				if m.limit > 0 {
 					room = min(m.limit, MaxBytes)
 				}
-				ok := n > 0 && n <= room-m.cur && m.live < MaxLive
+				ok := n > 0 && n <= room-m.cur && m.live < MaxBuffers
 				require.Equal(t, ok, err == nil, "step %d: Alloc(%d) on %d: %v", i, n, m.cur, err)
 				if ok {
 					m.cur += n
@@ -242,9 +242,9 @@ func FuzzRecord(f *testing.F) {
 				m.failed += int64(calls)
 			}
 			require.Equal(t, Stats{
-				Current: m.cur, Peak: m.peak, Active: m.live, PeakActive: m.peakLive,
-				AllocatedBytes: m.aBytes, FreedBytes: m.fBy, Allocs: m.allocs, Frees: m.frees,
-				Failed: m.failed, Limit: m.limit,
+				Tracked: m.cur, PeakTracked: m.peak, Buffers: m.live, PeakBuffers: m.peakLive,
+				AllocBytes: m.aBytes, FreedBytes: m.fBy, Allocs: m.allocs, Frees: m.frees,
+				FailedAllocs: m.failed, Limit: m.limit,
 			}, r.Snapshot(), "step %d", i)
 		}
 	})

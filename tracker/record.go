@@ -50,28 +50,28 @@ const (
 // first and its last add, no refused change being taken back.
 func consistent(b int64, c uint64) bool {
 	steps := c&liveMask + 2*(c>>32)
-	return b&heldMask <= MaxBytes && c&liveMask <= MaxLive && uint64(b)>>tagShift == steps&stepMask
+	return b&heldMask <= MaxBytes && c&liveMask <= MaxBuffers && uint64(b)>>tagShift == steps&stepMask
 }
 
 const (
 	// MaxBytes is the most bytes a [Record] holds at once (64 TiB).
 	MaxBytes = 1 << 46
-	// MaxLive is the most live buffers a [Record] holds at once (2^31).
-	MaxLive = 1 << 31
+	// MaxBuffers is the most live buffers a [Record] holds at once (2^31).
+	MaxBuffers = 1 << 31
 )
 
 // Stats is a snapshot of a [Record].
 type Stats struct {
-	Current        int64 // bytes held now
-	Peak           int64 // high-water mark of Current since the last ResetPeak
-	Active         int64 // live buffers now
-	PeakActive     int64 // high-water mark of Active since the last ResetPeak
-	AllocatedBytes int64 // cumulative bytes allocated since the last ResetAccumulated
-	FreedBytes     int64 // cumulative bytes freed since the last ResetAccumulated
-	Allocs         int64 // cumulative allocations since the last ResetAccumulated
-	Frees          int64 // cumulative frees since the last ResetAccumulated
-	Failed         int64 // allocations refused or failed since the last ResetAccumulated
-	Limit          int64 // the limit on Current; 0 means none
+	Tracked      int64 // bytes held now
+	PeakTracked  int64 // high-water mark of Tracked since the last ResetPeak
+	Buffers      int64 // live buffers now
+	PeakBuffers  int64 // high-water mark of Buffers since the last ResetPeak
+	AllocBytes   int64 // cumulative bytes allocated since the last ResetAccumulated
+	FreedBytes   int64 // cumulative bytes freed since the last ResetAccumulated
+	Allocs       int64 // cumulative allocations since the last ResetAccumulated
+	Frees        int64 // cumulative frees since the last ResetAccumulated
+	FailedAllocs int64 // allocations refused or failed since the last ResetAccumulated
+	Limit        int64 // the limit on Tracked; 0 means none
 }
 
 // Record keeps one device's allocation statistics: bytes and live buffers,
@@ -126,14 +126,14 @@ type Record struct {
 // buffers go up, and their peaks follow. It fails, changing nothing but the
 // failure count, with [ErrInvalidSize] if n <= 0 (not counted as a failure),
 // with a [*LimitError] if a limit is set and would be passed, and with
-// [ErrCapacity] past [MaxBytes] bytes or [MaxLive] buffers.
+// [ErrCapacity] past [MaxBytes] bytes or [MaxBuffers] buffers.
 func (r *Record) Alloc(n int64) error {
 	v, l := int64(notAdded), int64(0)
 	if uint64(n-1) < fastMax && stdatomic.LoadInt64(&r.limit) == 0 {
 		v = stdatomic.AddInt64(&r.bytes, n+tagUnit) & lowMask
 		if v <= MaxBytes {
 			l = int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
-			if l <= MaxLive && v <= stdatomic.LoadInt64(&r.peakBytes) && l <= stdatomic.LoadInt64(&r.peakLive) {
+			if l <= MaxBuffers && v <= stdatomic.LoadInt64(&r.peakBytes) && l <= stdatomic.LoadInt64(&r.peakLive) {
 				return nil
 			}
 		}
@@ -148,7 +148,7 @@ func (r *Record) Alloc(n int64) error {
 func (r *Record) allocSlow(n, v, l int64) error {
 	if v != notAdded {
 		if v <= MaxBytes {
-			if l <= MaxLive {
+			if l <= MaxBuffers {
 				r.raisePeaks(v, l)
 				return nil
 			}
@@ -182,11 +182,11 @@ func (r *Record) allocExact(n int64) error {
 			if room == MaxBytes {
 				return fmt.Errorf("%w: holding %d, adding %d, at most %d", ErrCapacity, held, n, int64(MaxBytes))
 			}
-			return &LimitError{Requested: n, Current: held, Limit: room}
+			return &LimitError{Requested: n, Tracked: held, Limit: room}
 		}
-		if c&liveMask >= MaxLive {
+		if c&liveMask >= MaxBuffers {
 			r.failed.Add(1)
-			return fmt.Errorf("%w: a record holds at most %d buffers", ErrCapacity, int64(MaxLive))
+			return fmt.Errorf("%w: a record holds at most %d buffers", ErrCapacity, int64(MaxBuffers))
 		}
 		// The compare-and-swap succeeds only if no operation changed the
 		// bytes since the consistent load, so the counts are still c.
@@ -249,7 +249,7 @@ func (r *Record) raisePeaks(bytes, live int64) {
 }
 
 // Free records the release of one buffer of n bytes. It fails with
-// [ErrInvalidSize] if n <= 0 and with [ErrFreeExceedsHeld] if n is more than
+// [ErrInvalidSize] if n <= 0 and with [ErrFreeExceedsTracked] if n is more than
 // is held or no buffer is live; a failed Free changes nothing.
 //
 // A Free of more than is held is a caller's bug: the record takes its adds
@@ -268,7 +268,7 @@ func (r *Record) Free(n int64) error {
 		if v <= MaxBytes {
 			stdatomic.AddInt64(&r.freedBytes, n)
 			c = stdatomic.AddUint64(&r.counts, freeDelta)
-			if c&liveMask < MaxLive && c < foldAt {
+			if c&liveMask < MaxBuffers && c < foldAt {
 				return nil
 			}
 		}
@@ -286,7 +286,7 @@ func (r *Record) freeSlow(n, v int64, c uint64) error {
 	}
 	if uint64(n-1) < fastMax {
 		counted := v <= MaxBytes
-		if counted && c&liveMask < MaxLive {
+		if counted && c&liveMask < MaxBuffers {
 			r.foldIfDue(c)
 			return nil
 		}
@@ -343,21 +343,21 @@ func (r *Record) foldIfDue(c uint64) {
 // allocator behind it), without changing any other figure.
 func (r *Record) RecordFailure() { r.failed.Add(1) }
 
-// Current returns the bytes held now.
-func (r *Record) Current() int64 {
+// Tracked returns the bytes held now.
+func (r *Record) Tracked() int64 {
 	b, _ := r.load()
 	return b & heldMask
 }
 
-// Peak returns the high-water mark of the bytes held since the last
+// PeakTracked returns the high-water mark of the bytes held since the last
 // [Record.ResetPeak]; it is never below the current figure read before it.
-func (r *Record) Peak() int64 {
+func (r *Record) PeakTracked() int64 {
 	p := stdatomic.LoadInt64(&r.peakBytes)
-	return max(p, r.Current())
+	return max(p, r.Tracked())
 }
 
-// Active returns the number of live buffers.
-func (r *Record) Active() int64 {
+// Buffers returns the number of live buffers.
+func (r *Record) Buffers() int64 {
 	_, c := r.load()
 	return int64(c & liveMask)
 }
@@ -431,8 +431,8 @@ func (r *Record) load() (bytes int64, counts uint64) {
 }
 
 // Snapshot returns all the statistics as one consistent state: no figure is
-// negative, Allocs-Frees == Active - (Active at the last ResetAccumulated),
-// and AllocatedBytes-FreedBytes == Current - (Current at the last
+// negative, Allocs-Frees == Buffers - (Buffers at the last ResetAccumulated),
+// and AllocBytes-FreedBytes == Tracked - (Tracked at the last
 // ResetAccumulated). Every operation counts wholly before or wholly after a
 // reset, and no cumulative figure decreases between snapshots, except
 // across ResetAccumulated.
@@ -444,10 +444,10 @@ func (r *Record) Snapshot() Stats {
 			s := r.absolute()
 			if r.baseSeq.Load() == seq {
 				s.Allocs -= ba
-				s.AllocatedBytes -= bab
+				s.AllocBytes -= bab
 				s.Frees -= bf
 				s.FreedBytes -= bfb
-				s.Failed -= bfl
+				s.FailedAllocs -= bfl
 				return s
 			}
 		}
@@ -481,26 +481,26 @@ func (r *Record) absolute() Stats {
 	live := int64(c & liveMask)
 	cur := b & heldMask
 	return Stats{
-		Current:        cur,
-		Peak:           max(stdatomic.LoadInt64(&r.peakBytes), cur),
-		Active:         live,
-		PeakActive:     max(stdatomic.LoadInt64(&r.peakLive), live),
-		AllocatedBytes: cur + freed,
-		FreedBytes:     freed,
-		Allocs:         live + frees,
-		Frees:          frees,
-		Failed:         r.failed.Load(),
-		Limit:          stdatomic.LoadInt64(&r.limit),
+		Tracked:      cur,
+		PeakTracked:  max(stdatomic.LoadInt64(&r.peakBytes), cur),
+		Buffers:      live,
+		PeakBuffers:  max(stdatomic.LoadInt64(&r.peakLive), live),
+		AllocBytes:   cur + freed,
+		FreedBytes:   freed,
+		Allocs:       live + frees,
+		Frees:        frees,
+		FailedAllocs: r.failed.Load(),
+		Limit:        stdatomic.LoadInt64(&r.limit),
 	}
 }
 
 // ResetPeak sets both peaks (bytes and live buffers) to their current
 // figures; a new peak raised by a concurrent Alloc is kept.
 func (r *Record) ResetPeak() {
-	stdatomic.StoreInt64(&r.peakBytes, r.Current())
-	stdatomic.StoreInt64(&r.peakLive, r.Active())
+	stdatomic.StoreInt64(&r.peakBytes, r.Tracked())
+	stdatomic.StoreInt64(&r.peakLive, r.Buffers())
 	// See Counter.ResetPeak.
-	r.raisePeaks(r.Current(), r.Active())
+	r.raisePeaks(r.Tracked(), r.Buffers())
 }
 
 // ResetAccumulated sets the cumulative figures (allocations, frees, their
@@ -519,9 +519,9 @@ func (r *Record) ResetAccumulated() {
 	}
 	s := r.absolute()
 	r.baseAllocs.Store(s.Allocs)
-	r.baseAllocBytes.Store(s.AllocatedBytes)
+	r.baseAllocBytes.Store(s.AllocBytes)
 	r.baseFrees.Store(s.Frees)
 	r.baseFreedBytes.Store(s.FreedBytes)
-	r.baseFailed.Store(s.Failed)
+	r.baseFailed.Store(s.FailedAllocs)
 	r.baseSeq.Store(seq + 2)
 }

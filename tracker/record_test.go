@@ -18,25 +18,25 @@ func TestRecordStatistics(t *testing.T) {
 	require.NoError(t, r.Free(200))
 	r.RecordFailure()
 	assert.Equal(t, Stats{
-		Current: 400, Peak: 600, Active: 2, PeakActive: 3,
-		AllocatedBytes: 600, FreedBytes: 200, Allocs: 3, Frees: 1, Failed: 1,
+		Tracked: 400, PeakTracked: 600, Buffers: 2, PeakBuffers: 3,
+		AllocBytes: 600, FreedBytes: 200, Allocs: 3, Frees: 1, FailedAllocs: 1,
 	}, r.Snapshot())
-	assert.Equal(t, int64(400), r.Current())
-	assert.Equal(t, int64(600), r.Peak())
-	assert.Equal(t, int64(2), r.Active())
+	assert.Equal(t, int64(400), r.Tracked())
+	assert.Equal(t, int64(600), r.PeakTracked())
+	assert.Equal(t, int64(2), r.Buffers())
 
 	r.ResetPeak()
 	s := r.Snapshot()
-	assert.Equal(t, int64(400), s.Peak)
-	assert.Equal(t, int64(2), s.PeakActive)
+	assert.Equal(t, int64(400), s.PeakTracked)
+	assert.Equal(t, int64(2), s.PeakBuffers)
 
 	r.ResetAccumulated()
-	assert.Equal(t, Stats{Current: 400, Peak: 400, Active: 2, PeakActive: 2}, r.Snapshot())
+	assert.Equal(t, Stats{Tracked: 400, PeakTracked: 400, Buffers: 2, PeakBuffers: 2}, r.Snapshot())
 	require.NoError(t, r.Free(100))
 	require.NoError(t, r.Alloc(50))
 	assert.Equal(t, Stats{
-		Current: 350, Peak: 400, Active: 2, PeakActive: 2,
-		AllocatedBytes: 50, FreedBytes: 100, Allocs: 1, Frees: 1,
+		Tracked: 350, PeakTracked: 400, Buffers: 2, PeakBuffers: 2,
+		AllocBytes: 50, FreedBytes: 100, Allocs: 1, Frees: 1,
 	}, r.Snapshot())
 }
 
@@ -52,9 +52,9 @@ func TestRecordBadInput(t *testing.T) {
 		{"alloc negative", 0, func(r *Record) error { return r.Alloc(-1) }, ErrInvalidSize, false},
 		{"free zero", 0, func(r *Record) error { return r.Free(0) }, ErrInvalidSize, false},
 		{"free negative", 0, func(r *Record) error { return r.Free(math.MinInt64) }, ErrInvalidSize, false},
-		{"free more than held", 0, func(r *Record) error { return r.Free(101) }, ErrFreeExceedsHeld, false},
-		{"free max int64", 0, func(r *Record) error { return r.Free(math.MaxInt64) }, ErrFreeExceedsHeld, false},
-		{"free past MaxBytes", 0, func(r *Record) error { return r.Free(MaxBytes + 1) }, ErrFreeExceedsHeld, false},
+		{"free more than held", 0, func(r *Record) error { return r.Free(101) }, ErrFreeExceedsTracked, false},
+		{"free max int64", 0, func(r *Record) error { return r.Free(math.MaxInt64) }, ErrFreeExceedsTracked, false},
+		{"free past MaxBytes", 0, func(r *Record) error { return r.Free(MaxBytes + 1) }, ErrFreeExceedsTracked, false},
 		{"alloc past MaxBytes exact", 0, func(r *Record) error { return r.Alloc(MaxBytes - 50) }, ErrCapacity, true},
 		{"alloc past MaxBytes", 0, func(r *Record) error { return r.Alloc(MaxBytes) }, ErrCapacity, true},
 		{"alloc max int64", 0, func(r *Record) error { return r.Alloc(math.MaxInt64) }, ErrCapacity, true},
@@ -76,7 +76,7 @@ func TestRecordBadInput(t *testing.T) {
 			assert.Contains(t, err.Error(), "memtrack: ")
 			want := before
 			if tt.failsCount {
-				want.Failed++
+				want.FailedAllocs++
 			}
 			assert.Equal(t, want, r.Snapshot())
 		})
@@ -92,7 +92,7 @@ func TestRecordFreeWithoutLiveBuffer(t *testing.T) {
 	require.NoError(t, r.Free(5))
 	require.NoError(t, r.Free(5)) // live 0, 10 bytes held
 	before := r.Snapshot()
-	assert.ErrorIs(t, r.Free(5), ErrFreeExceedsHeld)
+	assert.ErrorIs(t, r.Free(5), ErrFreeExceedsTracked)
 	assert.Equal(t, before, r.Snapshot())
 }
 
@@ -104,24 +104,24 @@ func TestRecordLimit(t *testing.T) {
 	err := r.Alloc(1)
 	var le *LimitError
 	require.ErrorAs(t, err, &le)
-	assert.Equal(t, LimitError{Requested: 1, Current: 1000, Limit: 1000}, *le)
+	assert.Equal(t, LimitError{Requested: 1, Tracked: 1000, Limit: 1000}, *le)
 	require.NoError(t, r.SetLimit(0))
 	require.NoError(t, r.Alloc(1), "0 removes the limit")
-	assert.Equal(t, int64(1), r.Snapshot().Failed)
+	assert.Equal(t, int64(1), r.Snapshot().FailedAllocs)
 }
 
 func TestRecordLiveCapacity(t *testing.T) {
 	var r Record
 	require.NoError(t, r.Alloc(1))
-	// Stand in for MaxLive-1 more live buffers of no bytes: 2^31 real
+	// Stand in for MaxBuffers-1 more live buffers of no bytes: 2^31 real
 	// allocations would take minutes.
-	standIn(&r, MaxLive-1)
+	standIn(&r, MaxBuffers-1)
 	before := r.Snapshot()
 	assert.ErrorIs(t, r.Alloc(1), ErrCapacity)
 	assert.ErrorIs(t, r.Alloc(fastMax+1), ErrCapacity, "the exact path checks the live count too")
 	require.NoError(t, r.SetLimit(1<<40))
 	assert.ErrorIs(t, r.Alloc(1), ErrCapacity, "the limited path checks the live count too")
-	before.Failed += 3
+	before.FailedAllocs += 3
 	before.Limit = 1 << 40
 	assert.Equal(t, before, r.Snapshot())
 	require.NoError(t, r.Free(1))
@@ -137,11 +137,11 @@ func TestRecordByteCapacity(t *testing.T) {
 	before := r.Snapshot()
 	assert.ErrorIs(t, r.Alloc(1), ErrCapacity)
 	assert.ErrorIs(t, r.Alloc(MaxBytes), ErrCapacity)
-	before.Failed += 2
+	before.FailedAllocs += 2
 	assert.Equal(t, before, r.Snapshot())
 	require.NoError(t, r.Free(1))
 	require.NoError(t, r.Alloc(1))
-	assert.Equal(t, int64(MaxBytes), r.Current())
+	assert.Equal(t, int64(MaxBytes), r.Tracked())
 }
 
 // standIn adds d to a quiet record's counts word, standing in for
@@ -167,7 +167,7 @@ func TestRecordFold(t *testing.T) {
 	assert.Equal(t, int64(1<<31+3), s.Frees)
 	assert.Equal(t, int64(1<<31+3), s.Allocs)
 	assert.Equal(t, int64(15), s.FreedBytes)
-	assert.Equal(t, int64(15), s.AllocatedBytes)
+	assert.Equal(t, int64(15), s.AllocBytes)
 	assert.NotZero(t, r.foldedFrees.Load(), "the count threshold never folded")
 	assert.Less(t, stdatomic.LoadUint64(&r.counts), uint64(foldAt))
 }
@@ -199,8 +199,8 @@ func TestRecordExactPeak(t *testing.T) {
 		done.Wait()
 		held := int64(g*100 + g*(g-1)/2)
 		assert.Equal(t, Stats{
-			Current: 1000, Peak: 1000 + held, Active: 1, PeakActive: int64(1 + g),
-			AllocatedBytes: held, FreedBytes: held, Allocs: int64(g), Frees: int64(g),
+			Tracked: 1000, PeakTracked: 1000 + held, Buffers: 1, PeakBuffers: int64(1 + g),
+			AllocBytes: held, FreedBytes: held, Allocs: int64(g), Frees: int64(g),
 		}, r.Snapshot(), "g=%d", g)
 	}
 }
@@ -246,14 +246,14 @@ func TestRecordSnapshotUnderLoad(t *testing.T) {
 				r.ResetPeak()
 			}
 			s := r.Snapshot()
-			ok := assert.GreaterOrEqual(t, s.Peak, s.Current) &&
-				assert.GreaterOrEqual(t, s.PeakActive, s.Active) &&
+			ok := assert.GreaterOrEqual(t, s.PeakTracked, s.Tracked) &&
+				assert.GreaterOrEqual(t, s.PeakBuffers, s.Buffers) &&
 				assert.GreaterOrEqual(t, s.Allocs, prev.Allocs) &&
 				assert.GreaterOrEqual(t, s.Frees, prev.Frees) &&
-				assert.GreaterOrEqual(t, s.AllocatedBytes, prev.AllocatedBytes) &&
+				assert.GreaterOrEqual(t, s.AllocBytes, prev.AllocBytes) &&
 				assert.GreaterOrEqual(t, s.FreedBytes, prev.FreedBytes) &&
-				assert.GreaterOrEqual(t, s.Allocs-s.Frees, s.Active) &&
-				assert.GreaterOrEqual(t, s.AllocatedBytes-s.FreedBytes, s.Current)
+				assert.GreaterOrEqual(t, s.Allocs-s.Frees, s.Buffers) &&
+				assert.GreaterOrEqual(t, s.AllocBytes-s.FreedBytes, s.Tracked)
 			if !ok {
 				return
 			}
@@ -268,11 +268,11 @@ func TestRecordSnapshotUnderLoad(t *testing.T) {
 	for i := range workers {
 		bytes += int64(iters) * (8<<i + 1)
 	}
-	assert.Equal(t, int64(0), s.Current)
-	assert.Equal(t, int64(0), s.Active)
+	assert.Equal(t, int64(0), s.Tracked)
+	assert.Equal(t, int64(0), s.Buffers)
 	assert.Equal(t, int64(2*workers*iters), s.Allocs)
 	assert.Equal(t, int64(2*workers*iters), s.Frees)
-	assert.Equal(t, bytes, s.AllocatedBytes)
+	assert.Equal(t, bytes, s.AllocBytes)
 	assert.Equal(t, bytes, s.FreedBytes)
 }
 
@@ -282,15 +282,15 @@ func TestRecordRefusedFreeUnderLoad(t *testing.T) {
 	var r Record
 	iters := refusedFreesUnderLoad(t, &r, func() bool {
 		s := r.Snapshot()
-		return assert.LessOrEqual(t, s.Current, int64(3*64)) && assert.LessOrEqual(t, s.Peak, int64(3*64)) &&
-			assert.LessOrEqual(t, s.Active, int64(3))
+		return assert.LessOrEqual(t, s.Tracked, int64(3*64)) && assert.LessOrEqual(t, s.PeakTracked, int64(3*64)) &&
+			assert.LessOrEqual(t, s.Buffers, int64(3))
 	})
 	s := r.Snapshot()
-	assert.Equal(t, Stats{Current: 0, Peak: s.Peak, Active: 0, PeakActive: s.PeakActive,
-		AllocatedBytes: int64(3 * iters * 64), FreedBytes: int64(3 * iters * 64),
+	assert.Equal(t, Stats{Tracked: 0, PeakTracked: s.PeakTracked, Buffers: 0, PeakBuffers: s.PeakBuffers,
+		AllocBytes: int64(3 * iters * 64), FreedBytes: int64(3 * iters * 64),
 		Allocs: int64(3 * iters), Frees: int64(3 * iters)}, s)
-	assert.LessOrEqual(t, s.Peak, int64(3*64))
-	assert.LessOrEqual(t, s.PeakActive, int64(3))
+	assert.LessOrEqual(t, s.PeakTracked, int64(3*64))
+	assert.LessOrEqual(t, s.PeakBuffers, int64(3))
 }
 
 // TestRecordLimitGenerations: every SetLimit that sets a limit moves the
@@ -320,6 +320,6 @@ func TestRecordLimitGenerations(t *testing.T) {
 				assert.Equal(t, gens[i-31], g, "a cycle of 31")
 			}
 		}
-		assert.Equal(t, int64(10), r.Current())
+		assert.Equal(t, int64(10), r.Tracked())
 	}
 }

@@ -41,7 +41,7 @@ func loop(n int, stop <-chan struct{}, f func()) (wait func()) {
 	return wg.Wait
 }
 
-// TestRecordLimitPromise (issue 10 item 1): six goroutines loop
+// TestRecordLimitPromise: six goroutines loop
 // Alloc(k)/Free(k) while the test switches the limit between 1<<40 and k,
 // which leaves room for one buffer. An allocation that lands after
 // SetLimit(k) returned must not take Current past k. After SetLimit(k)
@@ -84,7 +84,7 @@ func limitPromise(t *testing.T, r *Record) (bad, rounds int) {
 	wait := loop(6, stop, func() {
 		if r.Alloc(k) == nil {
 			for range 8 {
-				_ = r.Current() // hold the buffer a moment
+				_ = r.Tracked() // hold the buffer a moment
 			}
 			assert.NoError(t, r.Free(k))
 		}
@@ -93,12 +93,12 @@ func limitPromise(t *testing.T, r *Record) (bad, rounds int) {
 	for ; time.Now().Before(deadline); rounds++ {
 		assert.NoError(t, r.SetLimit(1<<40))
 		for range 20 {
-			_ = r.Current() // let the allocators take the loose limit
+			_ = r.Tracked() // let the allocators take the loose limit
 		}
 		assert.NoError(t, r.SetLimit(k))
-		prev := r.Current()
+		prev := r.Tracked()
 		for range 20 {
-			c := r.Current()
+			c := r.Tracked()
 			if c > k && c > prev {
 				bad++
 			}
@@ -110,7 +110,7 @@ func limitPromise(t *testing.T, r *Record) (bad, rounds int) {
 	return bad, rounds
 }
 
-// TestRecordResetAttribution (issue 10 item 2): ResetAccumulated racing
+// TestRecordResetAttribution: ResetAccumulated racing
 // Allocs and Frees attributes every operation wholly to one side of the
 // reset. The cumulative figures after a reset count only operations that
 // had not completed when the reset began, byte figures agree with counts
@@ -131,7 +131,7 @@ func TestRecordResetAttribution(t *testing.T) {
 			}
 			doneA.Add(1)
 			for range 4 {
-				_ = r.Current() // hold the buffer a moment
+				_ = r.Tracked() // hold the buffer a moment
 			}
 			begunF.Add(1)
 			assert.NoError(t, r.Free(size))
@@ -142,7 +142,7 @@ func TestRecordResetAttribution(t *testing.T) {
 			a0, f0 = doneA.Load(), doneF.Load()
 			r.ResetAccumulated()
 			s := r.Snapshot()
-			if s.Allocs < 0 || s.Frees < 0 || s.AllocatedBytes < 0 || s.FreedBytes < 0 || s.Failed != 0 {
+			if s.Allocs < 0 || s.Frees < 0 || s.AllocBytes < 0 || s.FreedBytes < 0 || s.FailedAllocs != 0 {
 				bad++
 				t.Errorf("round %d: impossible figures right after a reset: %+v", rounds, s)
 			}
@@ -153,8 +153,8 @@ func TestRecordResetAttribution(t *testing.T) {
 		// frees had completed, so at most the rest can count after it.
 		s := r.Snapshot()
 		maxA, maxF := begunA.Load()-a0, begunF.Load()-f0
-		if s.Allocs > maxA || s.Frees > maxF || s.AllocatedBytes != size*s.Allocs || s.FreedBytes != size*s.Frees ||
-			s.Current != 0 || s.Active != 0 || s.Frees-s.Allocs < 0 || s.Frees-s.Allocs > 2 {
+		if s.Allocs > maxA || s.Frees > maxF || s.AllocBytes != size*s.Allocs || s.FreedBytes != size*s.Frees ||
+			s.Tracked != 0 || s.Buffers != 0 || s.Frees-s.Allocs < 0 || s.Frees-s.Allocs > 2 {
 			bad++
 			t.Errorf("round %d: at quiescence %+v (at most %d allocs and %d frees after the reset)", rounds, s, maxA, maxF)
 		}
@@ -203,7 +203,7 @@ func TestRecordCumulativeMonotonic(t *testing.T) {
 					requests <- struct{}{} // a reset begins
 				}
 				for _, s := range []Stats{r.Snapshot(), r.Snapshot()} {
-					if s.Allocs < 0 || s.Frees < 0 || s.AllocatedBytes < 0 || s.FreedBytes < 0 {
+					if s.Allocs < 0 || s.Frees < 0 || s.AllocBytes < 0 || s.FreedBytes < 0 {
 						bad++
 						t.Errorf("negative figure: %+v", s)
 					}
@@ -214,7 +214,7 @@ func TestRecordCumulativeMonotonic(t *testing.T) {
 				s1 := r.Snapshot()
 				s2 := r.Snapshot()
 				checked++
-				if s2.Allocs < s1.Allocs || s2.Frees < s1.Frees || s2.AllocatedBytes < s1.AllocatedBytes || s2.FreedBytes < s1.FreedBytes {
+				if s2.Allocs < s1.Allocs || s2.Frees < s1.Frees || s2.AllocBytes < s1.AllocBytes || s2.FreedBytes < s1.FreedBytes {
 					bad++
 					t.Errorf("a cumulative figure ran backwards:\n%+v\n%+v", s1, s2)
 				}

@@ -76,7 +76,7 @@ func TestTableConcurrentFirstUse(t *testing.T) {
 	for i := range ordinals {
 		r := tab.Lookup(i)
 		require.NotNil(t, r)
-		assert.Equal(t, int64(g), r.Current(), "ordinal %d", i)
+		assert.Equal(t, int64(g), r.Tracked(), "ordinal %d", i)
 		for w := range g {
 			assert.Same(t, r, got[w][i])
 		}

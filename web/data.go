@@ -28,12 +28,12 @@ type Page struct {
 
 // Device is one used device's figures and history.
 type Device struct {
-	Name    string `json:"name"`
-	Current int64  `json:"current"` // MemoryAllocated
-	Peak    int64  `json:"peak"`    // MaxMemoryAllocated
-	Limit   int64  `json:"limit"`   // 0: none
-	Active  int64  `json:"active"`
-	Failed  int64  `json:"failed"`
+	Name         string `json:"name"`
+	Tracked      int64  `json:"tracked"`     // MemoryAllocated
+	PeakTracked  int64  `json:"peakTracked"` // MaxMemoryAllocated
+	Limit        int64  `json:"limit"`       // 0: none
+	Buffers      int64  `json:"buffers"`
+	FailedAllocs int64  `json:"failedAllocs"`
 	// Free and Total are what the OS or driver reports for the device;
 	// InfoError says why they are missing.
 	Free      int64    `json:"free"`
@@ -98,7 +98,7 @@ func Read() Page {
 
 func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
-	out := Device{Name: d.String(), Current: s.Current, Peak: s.Peak, Limit: s.Limit, Active: s.Active, Failed: s.FailedAllocs}
+	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
 	var err error
 	if out.Free, out.Total, err = d.MemGetInfo(); err != nil {
 		out.InfoError = err.Error()
@@ -117,7 +117,7 @@ func readDevice(d memtrack.Device) Device {
 			}
 		}
 	}
-	out.History = plot(h, s.Peak, now)
+	out.History = plot(h, s.PeakTracked, now)
 	return out
 }
 
@@ -143,16 +143,16 @@ func plot(h memtrack.History, peak int64, now map[string]int64) *History {
 	}
 	maxAt := 0
 	for i, e := range pts {
-		if e.Current > pts[maxAt].Current {
+		if e.Tracked > pts[maxAt].Tracked {
 			maxAt = i
 		}
 	}
-	out.Max, out.MaxT, out.MaxAtPeak = pts[maxAt].Current, ms(pts[maxAt].Time), pts[maxAt].Current == peak
+	out.Max, out.MaxT, out.MaxAtPeak = pts[maxAt].Tracked, ms(pts[maxAt].Time), pts[maxAt].Tracked == peak
 
 	keep := thin(pts, h.Gaps, maxAt, MaxPoints)
 	for _, i := range keep {
 		out.T = append(out.T, ms(pts[i].Time))
-		out.Bytes = append(out.Bytes, pts[i].Current)
+		out.Bytes = append(out.Bytes, pts[i].Tracked)
 	}
 	if now == nil {
 		return out
@@ -258,10 +258,10 @@ func thin(pts []memtrack.HistoryEvent, gaps []memtrack.HistoryGap, maxAt, limit 
 			keep[lo], keep[hi] = lo >= 0, hi >= 0
 			lo, hi, bucket = -1, -1, b
 		}
-		if lo < 0 || e.Current < pts[lo].Current {
+		if lo < 0 || e.Tracked < pts[lo].Tracked {
 			lo = i
 		}
-		if hi < 0 || e.Current > pts[hi].Current {
+		if hi < 0 || e.Tracked > pts[hi].Tracked {
 			hi = i
 		}
 	}

@@ -19,7 +19,7 @@ func TestThinKeepsPeakAndGaps(t *testing.T) {
 		if i == 6543 {
 			cur = 1000
 		}
-		pts = append(pts, memtrack.HistoryEvent{Seq: uint64(i), Time: start.Add(time.Duration(i) * time.Microsecond), Action: memtrack.HistoryAlloc, Current: cur})
+		pts = append(pts, memtrack.HistoryEvent{Seq: uint64(i), Time: start.Add(time.Duration(i) * time.Microsecond), Action: memtrack.HistoryAlloc, Tracked: cur})
 	}
 	gaps := []memtrack.HistoryGap{{After: 1234, Before: 1235}}
 	keep := thin(pts, gaps, 6543, 400)
@@ -31,7 +31,7 @@ func TestThinKeepsPeakAndGaps(t *testing.T) {
 	// Every stretch keeps its lowest and highest figure.
 	var lo, hi int64 = 1 << 62, -1
 	for _, i := range keep {
-		lo, hi = min(lo, pts[i].Current), max(hi, pts[i].Current)
+		lo, hi = min(lo, pts[i].Tracked), max(hi, pts[i].Tracked)
 	}
 	assert.Equal(t, int64(0), lo)
 	assert.Equal(t, int64(1000), hi)

@@ -74,8 +74,8 @@ func TestDataJSON(t *testing.T) {
 	}
 	require.NotNil(t, cpu, "%s", body)
 	s := d.MemoryStats()
-	assert.Equal(t, s.Current, cpu.Current)
-	assert.Equal(t, s.Peak, cpu.Peak)
+	assert.Equal(t, s.Tracked, cpu.Tracked)
+	assert.Equal(t, s.PeakTracked, cpu.PeakTracked)
 	assert.True(t, cpu.Sites)
 	require.NotNil(t, cpu.History)
 	h := cpu.History
@@ -84,7 +84,7 @@ func TestDataJSON(t *testing.T) {
 	assert.Len(t, h.T, 5)
 	assert.Equal(t, base+11*k, h.Max)
 	assert.Equal(t, h.T[1], h.MaxT, "the first of the equal highs")
-	assert.Equal(t, s.Peak == base+11*k, h.MaxAtPeak)
+	assert.Equal(t, s.PeakTracked == base+11*k, h.MaxAtPeak)
 	assert.Equal(t, 5, h.Events)
 	require.Len(t, h.Sites, 2, "%+v", h.Sites)
 	assert.Equal(t, "web_test.weights ← web_test.TestDataJSON", h.Sites[0].Name)

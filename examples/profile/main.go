@@ -65,22 +65,24 @@ func main() {
 	weightBuf, err := dev.Alloc(w)
 	check(err)
 	defer weightBuf.Free()
+	touch(weightBuf) // loading writes them, so that they are resident as real weights are
 
 	// Measure one forward pass: the peak measures only what it adds.
 	p, err := dev.Measure(func() error { return forwardPass(dev, *workers, *layers, act) })
 	check(err)
 
-	// Each figure is named once, for what it is. "Tracked" is what memtrack
-	// counts (buffers allocated through it); "in use" is what the OS or
-	// driver reports for the whole device, by anyone; "not tracked" is
-	// their difference.
+	// Each figure is named once, for what it is (docs/glossary.md).
+	// "Tracked" is what memtrack counts (buffers allocated through it);
+	// "used" is what the OS or driver reports (on the CPU, this process's
+	// resident memory, or its cgroup's usage); "untracked" is their
+	// difference.
 	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
-	fmt.Printf("  baseline (before the weights): %s in use, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
-	fmt.Printf("  weights (tracked):             %s\n", size(p.BaselineTracked-base.Tracked))
+	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
+	fmt.Printf("  weights (tracked):             %s\n", size(p.StartTracked-base.Tracked))
 	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("  tracked peak:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.TrackedPeakIncrease))
-	fmt.Printf("  in use before / after:         %s / %s\n", size(p.BaselineUsed), size(p.EndUsed))
-	fmt.Printf("  not-tracked growth in the pass: %s (in use grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.BaselineTracked))
+	fmt.Printf("  peak tracked:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
+	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
+	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
 
 	blocks := int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -90,25 +92,26 @@ func main() {
 		}
 		fmt.Printf("  refused, as vLLM refuses to start: %v\n", err)
 	} else {
-		printBudget(b, "weights", "not-tracked growth since the baseline")
+		printBudget(b, "weights", "untracked growth since the baseline")
 		blocks += b.Blocks
 	}
 	fmt.Printf("KV cache on a shared device (Measurement.SharedBudget):\n")
 	b, err := p.SharedBudget(*utilization, block)
 	check(err)
-	printBudget(b, "in use before the pass", "not-tracked growth in the pass")
+	printBudget(b, "used before the pass", "untracked growth in the pass")
 	blocks += b.Blocks
 	if blocks == 0 {
 		os.Exit(1)
 	}
 }
 
-// printBudget writes how a budget was reached; held and grown name its Held
-// and UntrackedIncrease, which the two formulas measure differently.
+// printBudget writes how a budget was reached; held and grown name its
+// Weights or StartUsed and its UntrackedIncrease, which the two formulas
+// measure differently.
 func printBudget(b memtrack.Budget, held, grown string) {
 	fmt.Printf("  requested: %.2f x total = %s\n", b.Utilization, size(b.Requested))
-	fmt.Printf("  set aside: %s = %s %s + %s tracked peak increase + %s %s\n",
-		size(b.Reserved), size(b.Held), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
+	fmt.Printf("  set aside: %s = %s %s + %s peak tracked increase + %s %s\n",
+		size(b.SetAside), size(b.Weights+b.StartUsed), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
 	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }
 

@@ -52,7 +52,7 @@ func main() {
 		check(f.Close())
 	}
 	st := dev.AllocationSiteStats()
-	log.Printf("%v: %d live buffers, %d bytes; peak %d bytes (sampling rate %d); profiles in %s", dev, st.Live, st.LiveBytes, st.PeakBytes, st.Rate, *dir)
+	log.Printf("%v: %d live buffers, %d bytes; peak %d bytes (sampling rate %d); profiles in %s", dev, st.Buffers, st.Bytes, st.PeakBytes, st.Rate, *dir)
 
 	for _, b := range append(weights, cache) {
 		check(b.Free())

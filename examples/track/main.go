@@ -65,18 +65,18 @@ func main() {
 	m, err := dev.Measure(func() error { return forward(b, dev, nil) })
 	check(err)
 	want := 2**activation + *workspaceN // the input, the output and the workspace
-	fmt.Printf("peak above the weights: %d bytes (want %d: two activations and one workspace)\n", m.TrackedPeakIncrease, want)
-	fmt.Printf("device: %d bytes in use before the pass, %d after; untracked growth %d\n", m.BaselineUsed, m.EndUsed, m.Untracked)
+	fmt.Printf("peak above the weights: %d bytes (want %d: two activations and one workspace)\n", m.PeakTrackedIncrease, want)
+	fmt.Printf("device: %d bytes in use before the pass, %d after; untracked growth %d\n", m.StartUsed, m.EndUsed, m.Untracked)
 	if vllm, err := m.Budget(base, *utilization, *blockSize); err != nil {
 		fmt.Printf("budget (vLLM's formula): %v\n", err) // the device had too little free at the baseline
 	} else {
-		fmt.Printf("budget (vLLM's formula): %d of %d bytes requested, %d reserved: %d blocks of %d bytes\n",
-			vllm.Requested, m.Total, vllm.Reserved, vllm.Blocks, vllm.BlockSize)
+		fmt.Printf("budget (vLLM's formula): %d of %d bytes requested, %d set aside: %d blocks of %d bytes\n",
+			vllm.Requested, m.Total, vllm.SetAside, vllm.Blocks, vllm.BlockSize)
 	}
 	shared, err := m.SharedBudget(*utilization, *blockSize)
 	check(err)
-	fmt.Printf("budget (shared device):  %d of %d bytes requested, %d reserved: %d blocks of %d bytes\n",
-		shared.Requested, m.Total, shared.Reserved, shared.Blocks, shared.BlockSize)
+	fmt.Printf("budget (shared device):  %d of %d bytes requested, %d set aside: %d blocks of %d bytes\n",
+		shared.Requested, m.Total, shared.SetAside, shared.Blocks, shared.BlockSize)
 
 	// A limit just under the measured peak: the library's workspace, which
 	// Track counts, is what the limit refuses.
@@ -91,8 +91,8 @@ func main() {
 	fmt.Printf("limit %d bytes: the workspace was refused: %v\n", limit, refused)
 
 	fmt.Print(dev.MemorySummary())
-	if m.TrackedPeakIncrease != want {
-		fmt.Fprintf(os.Stderr, "track: the tracked peak is %d bytes, not %d\n", m.TrackedPeakIncrease, want)
+	if m.PeakTrackedIncrease != want {
+		fmt.Fprintf(os.Stderr, "track: the tracked peak is %d bytes, not %d\n", m.PeakTrackedIncrease, want)
 		os.Exit(1)
 	}
 }

@@ -168,11 +168,11 @@
       const px = x(h.maxT), py = y(h.max);
       svg.appendChild(el("circle", { "class": "peak-marker", cx: px, cy: py, r: 4.5, fill: "#1f5fa8", stroke: "#fff", "stroke-width": 1.5 }));
       const label = h.maxAtPeak
-        ? `peak ${fmtBytes(dev.peak)} (${dev.peak} B) at ${fmtTime(h.maxT)}`
-        : `highest in the history ${fmtBytes(h.max)} (${h.max} B) at ${fmtTime(h.maxT)}; peak ${fmtBytes(dev.peak)} outside it`;
+        ? `peak ${fmtBytes(dev.peakTracked)} (${dev.peakTracked} B) at ${fmtTime(h.maxT)}`
+        : `highest in the history ${fmtBytes(h.max)} (${h.max} B) at ${fmtTime(h.maxT)}; peak ${fmtBytes(dev.peakTracked)} outside it`;
       const right = px > W / 2;
       svg.appendChild(el("text", {
-        "class": "peak-label", "data-bytes": h.maxAtPeak ? dev.peak : h.max, "data-at-peak": h.maxAtPeak,
+        "class": "peak-label", "data-bytes": h.maxAtPeak ? dev.peakTracked : h.max, "data-at-peak": h.maxAtPeak,
         x: right ? px - 8 : px + 8, y: Math.max(py - 8, MT - 10), "text-anchor": right ? "end" : "start",
       }, label));
     }
@@ -195,8 +195,8 @@
     const rows = devs.map(d => {
       const tr = html("tr", { "data-device": d.name });
       tr.appendChild(cell(d.name));
-      tr.appendChild(cell(fmtBytes(d.current), d.current + " B"));
-      tr.appendChild(cell(fmtBytes(d.peak), d.peak + " B"));
+      tr.appendChild(cell(fmtBytes(d.tracked), d.tracked + " B"));
+      tr.appendChild(cell(fmtBytes(d.peakTracked), d.peakTracked + " B"));
       tr.appendChild(d.limit ? cell(fmtBytes(d.limit), d.limit + " B") : cell("none"));
       if (d.infoError) {
         const td = cell("unavailable", d.infoError);
@@ -206,8 +206,8 @@
         tr.appendChild(cell(fmtBytes(d.free), d.free + " B"));
         tr.appendChild(cell(fmtBytes(d.total), d.total + " B"));
       }
-      tr.appendChild(cell(String(d.active)));
-      tr.appendChild(cell(String(d.failed)));
+      tr.appendChild(cell(String(d.buffers)));
+      tr.appendChild(cell(String(d.failedAllocs)));
       tr.appendChild(cell(d.history ? `${d.history.events} events of ${d.history.maxEntries}` : "off"));
       const prof = html("td", {});
       if (d.sites) {
