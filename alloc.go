@@ -23,7 +23,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim)
+			return nil, d.overLimit(s, rec, size, cur, lim)
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -35,7 +35,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	}
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefused(rec, size, err)
+		return nil, d.backendRefused(s, rec, size, err)
 	}
 	if err := rec.Alloc(size); err != nil {
 		return nil, d.recordRefused(s, rec, b, err)
@@ -58,18 +58,22 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 
 // overLimit refuses size bytes that the memory limit lim does not leave
 // room for beside the cur bytes tracked.
-func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
+func (d Device) overLimit(s *kindState, rec *tracker.Record, size, cur, lim int64) error {
 	rec.RecordFailure()
 	tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
+	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"})
 }
 
 // backendRefused counts and completes the error of a backend that could not
 // allocate size bytes.
-func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
+func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, err error) error {
 	rec.RecordFailure()
 	tables[d.kind].history.refused(d.ordinal, size, rec, err)
-	return fillError(err, d, size, rec)
+	err = fillError(err, d, size, rec)
+	if oom, ok := err.(*OutOfMemoryError); ok {
+		return d.outOfMemory(s, rec, oom)
+	}
+	return err
 }
 
 // recordRefused gives back the memory of b, which the record refused to
@@ -78,7 +82,11 @@ func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
 	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
 	oom := recordRefusal(err, d, b.size, rec.Tracked())
-	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
+	// The memory goes back before the report reads the device and the
+	// observers run, so that neither sees it.
+	ferr := s.b.free(d.ordinal, b.size, &b.mem)
+	d.outOfMemory(s, rec, oom)
+	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
 	return oom

@@ -238,7 +238,9 @@ func (sd *deviceSide) catchUp() {
 // figures show it would) are the frees reaped (for events, a cgo call per
 // reapBatch) before the addition that raises the peak.
 func (sd *deviceSide) count(ordinal int, size int64) {
-	if cur, peak := sd.held.Load(); size <= peak-cur && sd.held.AllocWithin(size, peak) == nil {
+	// With peak scopes open (scope.go), every addition may raise one of
+	// theirs, so the frees are reaped first.
+	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
 		return
 	}
 	sd.reap(ordinal)
@@ -419,12 +421,12 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim)
+			return nil, d.overLimit(s, rec, size, cur, lim)
 		}
 	}
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if err := dev.settle("alloc", resultOf(a)); err != nil {
-		return nil, d.backendRefused(rec, size, err)
+		return nil, d.backendRefused(s, rec, size, err)
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind

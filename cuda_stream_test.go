@@ -412,6 +412,8 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	withRetire(t, d, mode)
 	s1, s2 := newStream(t, d), newStream(t, d)
 	d.ResetPeakMemoryStats()
+	scope, err := d.OpenPeakScope() // its peaks are those of the device here
+	require.NoError(t, err)
 
 	a, err := d.AllocAsync(4<<20, s1)
 	require.NoError(t, err)
@@ -427,6 +429,10 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	assert.Equal(t, int64(6<<20), st.PeakTracked)
 	assert.Equal(t, int64(7<<20), st.PeakHeld)
 	assert.Equal(t, int64(7<<20), pool.PoolUsed)
+	d.ResetPeakMemoryStats() // moves no scope
+	assert.Equal(t, int64(6<<20), scope.PeakTracked())
+	assert.Equal(t, int64(7<<20), scope.PeakHeld(), "the scope's device-side peak counts a, freed on the host only")
+	require.NoError(t, scope.Close())
 	u, err := d.PoolUsage()
 	require.NoError(t, err)
 	assert.Equal(t, int64(4<<20), u.InFlight)

@@ -86,7 +86,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 		if sh != nil {
 			sh.Unlock()
 		}
-		return nil, d.refused(size, rec, err)
+		return nil, d.refused(s, size, rec, err)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
@@ -105,10 +105,10 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 
 // refused answers an allocation of size bytes that the record refused with
 // err (the record counted the failure), with the fields that say what
-// refused it, as Alloc's refusals do.
-func (d Device) refused(size int64, rec *tracker.Record, err error) error {
+// refused it and the report, as Alloc's refusals do.
+func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error) error {
 	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return recordRefusal(err, d, size, rec.Tracked())
+	return d.outOfMemory(s, rec, recordRefusal(err, d, size, rec.Tracked()))
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -159,7 +159,7 @@ func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	}
 	if err := rec.Alloc(size); err != nil {
 		sh.Unlock()
-		return d.refused(size, rec, err)
+		return d.refused(s, size, rec, err)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
