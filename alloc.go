@@ -48,6 +48,9 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, b.site, rec, 0) // see history.go
 	}
+	if dl := s.leaks.on.lookup(d.ordinal); dl != nil {
+		watchNewBuffer(dl, s, b) // see leak.go
+	}
 	return b, nil
 }
 

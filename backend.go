@@ -70,6 +70,7 @@ type kindState struct {
 	inline    bool
 	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
 	observers recorders[oomObservers]    // out-of-memory observers (oom_observer.go)
+	leaks     leakTable                  // watching for leaks (leak.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

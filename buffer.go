@@ -2,9 +2,10 @@ package memtrack
 
 import (
 	"fmt"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // The states of a Buffer. Free moves a buffer to bufFreed before it asks
@@ -29,11 +30,12 @@ type Buffer struct {
 	self    *Buffer
 	size    int64
 	mem     memory
-	site    *site // where it was allocated, if recorded (sites.go)
-	state   atomic.Uint32
-	ordinal int32 // the device, which locates the backend and the record
+	site    *site         // where it was allocated, if recorded (sites.go)
+	state   atomic.Uint32 // sync/atomic's, 4 bytes, so that wslot fits in the padding
+	ordinal int32         // the device, which locates the backend and the record
 	kind    Kind
-	pooled  bool // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
+	pooled  bool   // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
+	wslot   uint32 // its entry while its device is watched for leaks (leak.go), or 0; in the padding
 }
 
 // noCopy makes go vet's copylocks check report a copy of the struct that
@@ -56,34 +58,54 @@ func (b *Buffer) Free() error {
 	if b == nil || b.self != b || !b.state.CompareAndSwap(bufLive, bufFreed) {
 		return b.refuseFree()
 	}
-	// The device's table and record, looked up as resolve does.
-	s := tables[b.kind].p.Load()
-	var rec *tracker.Record
-	if s != nil {
-		rec = s.records.Lookup(int(b.ordinal))
+	if !claimWatched(b) { // freed as a leak (leak.go)
+		return b.refuseFree()
 	}
-	if rec == nil { // only where a test replaced the device table
+	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled)
+	if !released {
 		b.state.Store(bufLive)
-		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, b.Device())
-	}
-	if err := s.b.free(int(b.ordinal), b.size, &b.mem); err != nil {
-		b.state.Store(bufLive)
+		unclaimWatched(b)
 		return fillError(err, b.Device(), b.size, nil)
 	}
-	if err := rec.Free(b.size); err != nil {
+	unwatchBuffer(b)
+	runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled
+	if err != nil {
 		return b.uncountFailed(err)
 	}
-	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
-	if b.pooled {
-		pooledFree(b.Device(), b.size) // the pool's share of it (cuda_stream.go)
-	}
-	if b.site != nil {
-		b.site.free(b.size)
-	}
-	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.free(b.size, b.site, rec, 0) // see history.go
-	}
 	return nil
+}
+
+// releaseMemory releases the memory of a buffer of size bytes on device
+// d of table s through its backend and then uncounts it: the body of
+// Free, and of the freeing of a leak (leak.go). released reports whether
+// the backend released the memory; if it did, err is the record's refusal
+// to uncount it, if any. pooled says that the memory came from the
+// device's pool (Device.AllocAsync).
+func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, pooled bool) (released bool, err error) {
+	var rec *tracker.Record
+	if s != nil {
+		rec = s.records.Lookup(d.ordinal)
+	}
+	if rec == nil { // only where a test replaced the device table
+		return false, fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
+	}
+	if err := s.b.free(d.ordinal, size, mem); err != nil {
+		return false, err
+	}
+	if err := rec.Free(size); err != nil {
+		return true, err
+	}
+	sideFree(d, size) // the device-side figure (cuda_stream.go)
+	if pooled {
+		pooledFree(d, size) // the pool's share of it (cuda_stream.go)
+	}
+	if st != nil {
+		st.free(size)
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.free(size, st, rec, 0) // see history.go
+	}
+	return true, nil
 }
 
 // refuseFree says why Free refused b: nil, not from Alloc, or freed.

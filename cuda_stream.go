@@ -12,6 +12,7 @@ package memtrack
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	stdatomic "sync/atomic"
 
@@ -442,6 +443,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, b.site, rec, stream) // see history.go
 	}
+	watchBuffer(s, b) // see leak.go
 	return b, nil
 }
 
@@ -471,9 +473,10 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	if !b.pooled {
 		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, d)
 	}
-	if !b.state.CompareAndSwap(bufLive, bufFreed) {
+	if !b.state.CompareAndSwap(bufLive, bufFreed) || !claimWatched(b) {
 		return b.refuseFree()
 	}
+	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (leak.go)
 	// The device's table and record, looked up as Free does.
 	s := tables[b.kind].p.Load()
 	var rec *tracker.Record
@@ -483,11 +486,13 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	sd := sideOf(int(b.ordinal))
 	if rec == nil || sd == nil { // only where a test replaced the device table
 		b.state.Store(bufLive)
+		unclaimWatched(b)
 		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
 	}
 	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
 	if err != nil {
 		b.state.Store(bufLive)
+		unclaimWatched(b)
 		return fillError(err, d, b.size, nil)
 	}
 	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
@@ -516,6 +521,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 			sd.putSpare(event)
 		}
 		b.state.Store(bufLive)
+		unclaimWatched(b)
 		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
@@ -535,6 +541,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 			sd.reapAt.Store(2 * sd.npending.Load())
 		}
 	}
+	unwatchBuffer(b)
 	if err := rec.Free(b.size); err != nil {
 		return b.uncountFailed(err)
 	}

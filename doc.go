@@ -77,4 +77,17 @@
 // latest peak, by call stack as a [SiteSnapshot]. Package
 // [github.com/memtrack/memtrack/pprof] writes them as profiles for go tool
 // pprof and serves them over HTTP.
+//
+// # Leaks
+//
+// A [Buffer] that becomes unreachable without [Buffer.Free] is collected by
+// the garbage collector, and its device memory is never freed.
+// [Device.EnableLeakWatch] watches a device's later allocations: one that
+// the collector finds unreachable without a free is counted in
+// [Stats].Leaks, reported to a handler (by default a [LeakLogger]: one slog
+// warning per allocation site at a bounded rate) and, if asked, freed.
+// [LeakCheck] lists what was allocated since it started and is not freed;
+// package [github.com/memtrack/memtrack/memtest] runs one around a test
+// (VerifyNone, VerifyTestMain) and reports a benchmark's device memory per
+// operation (ReportMemory).
 package memtrack

@@ -181,7 +181,7 @@ func ExampleStats_LogValue() {
 	s := memtrack.Stats{Device: memtrack.CPU(), Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 3 << 20, PeakHeld: 4 << 20, Buffers: 2, PeakBuffers: 3, AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
 	logger.Info("memory", "stats", s) // with a real device: dev.MemoryStats()
 	// Output:
-	// level=INFO msg=memory stats.device=cpu stats.tracked=3145728 stats.peak_tracked=4194304 stats.held=3145728 stats.peak_held=4194304 stats.alloc_bytes=5242880 stats.freed_bytes=2097152 stats.buffers=2 stats.peak_buffers=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.limit=0
+	// level=INFO msg=memory stats.device=cpu stats.tracked=3145728 stats.peak_tracked=4194304 stats.held=3145728 stats.peak_held=4194304 stats.alloc_bytes=5242880 stats.freed_bytes=2097152 stats.buffers=2 stats.peak_buffers=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.leaks=0 stats.leaked_bytes=0 stats.limit=0
 }
 
 func ExampleExpvar() {

@@ -30,6 +30,12 @@ type Stats struct {
 	// free; PeakHeld is its high-water mark, exact like PeakTracked. They
 	// equal Tracked and PeakTracked except for stream-ordered frees on CUDA.
 	Held, PeakHeld int64
+	// Leaks is the buffers and tracked handles that the garbage collector
+	// found unreachable without a free while the device was watched
+	// ([Device.EnableLeakWatch]), and LeakedBytes their bytes; cumulative.
+	// A leak stays counted in Tracked unless [LeakWatch].FreeLeaks freed
+	// it, which counts it in Frees too.
+	Leaks, LeakedBytes int64
 }
 
 func statsOf(d Device, s tracker.Stats) Stats {
@@ -47,6 +53,10 @@ func statsOf(d Device, s tracker.Stats) Stats {
 		Limit:        s.Limit,
 	}
 	st.Held, st.PeakHeld = deviceHeld(d, s.Tracked, s.PeakTracked)
+	if ks := tables[d.kind].p.Load(); ks != nil {
+		l := ks.leaks.stats(d.ordinal)
+		st.Leaks, st.LeakedBytes = l.Leaks, l.LeakedBytes
+	}
 	return st
 }
 
@@ -70,6 +80,9 @@ func (d Device) MemorySummary() string {
 			formatBytes(p.PoolReserved), formatBytes(p.PeakPoolReserved), formatBytes(p.PoolUsed), formatBytes(p.PeakPoolUsed))
 	}
 	fmt.Fprintf(&buf, "failed allocs: %d\n", s.FailedAllocs)
+	if s.Leaks > 0 {
+		fmt.Fprintf(&buf, "leaks: %d, %s (unreachable without a free)\n", s.Leaks, formatBytes(s.LeakedBytes))
+	}
 	if s.Limit > 0 {
 		fmt.Fprintf(&buf, "memory limit: %s (%d bytes)\n", formatBytes(s.Limit), s.Limit)
 	} else {
@@ -127,10 +140,12 @@ func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 }
 
 // ResetAccumulatedMemoryStats sets the cumulative figures (allocations,
-// frees, their bytes, failures) back to zero; current figures and peaks stay.
+// frees, their bytes, failures, leaks) back to zero; current figures and
+// peaks stay.
 func (d Device) ResetAccumulatedMemoryStats() {
-	if _, r, err := d.resolve(); err == nil {
+	if s, r, err := d.resolve(); err == nil {
 		r.ResetAccumulated()
+		s.leaks.resetAccumulated(d.ordinal)
 	}
 }
 
@@ -156,9 +171,13 @@ func (s Stats) String() string {
 	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
 		held = fmt.Sprintf("held %s, peak held %s; ", exactBytes(s.Held), exactBytes(s.PeakHeld))
 	}
-	return fmt.Sprintf("%v: tracked %s, peak tracked %s; %s%d buffers (peak %d); %s in %d allocs, %s freed in %d frees; %d failed allocs; %s",
+	leaks := ""
+	if s.Leaks != 0 {
+		leaks = fmt.Sprintf("; %d leaks (%s)", s.Leaks, exactBytes(s.LeakedBytes))
+	}
+	return fmt.Sprintf("%v: tracked %s, peak tracked %s; %s%d buffers (peak %d); %s in %d allocs, %s freed in %d frees; %d failed allocs%s; %s",
 		s.Device, exactBytes(s.Tracked), exactBytes(s.PeakTracked), held, s.Buffers, s.PeakBuffers,
-		exactBytes(s.AllocBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, limit)
+		exactBytes(s.AllocBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, leaks, limit)
 }
 
 // LogValue returns the statistics as a group, in bytes and counts, for
@@ -177,6 +196,8 @@ func (s Stats) LogValue() slog.Value {
 		slog.Int64("allocs", s.Allocs),
 		slog.Int64("frees", s.Frees),
 		slog.Int64("failed_allocs", s.FailedAllocs),
+		slog.Int64("leaks", s.Leaks),
+		slog.Int64("leaked_bytes", s.LeakedBytes),
 		slog.Int64("limit", s.Limit),
 	)
 }

@@ -53,6 +53,7 @@ func TestStatsLogValue(t *testing.T) {
 	s := memtrack.Stats{Device: memtrack.CPU(),
 		Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 7 << 20, PeakHeld: 8 << 20, Buffers: 2, PeakBuffers: 3,
 		AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2, FailedAllocs: 1, Limit: 1 << 30,
+		Leaks: 5, LeakedBytes: 6 << 20,
 	}
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: dropTime}))
@@ -76,6 +77,8 @@ func TestStatsLogValue(t *testing.T) {
 			"allocs":        float64(4),
 			"frees":         float64(2),
 			"failed_allocs": float64(1),
+			"leaks":         float64(5),
+			"leaked_bytes":  float64(6 << 20),
 			"limit":         float64(1 << 30),
 		},
 	}, got)

@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/memtrack/memtrack/internal/addrindex"
 	"github.com/memtrack/memtrack/tracker"
@@ -33,7 +34,8 @@ type Tracked struct {
 	rec   *tracker.Record
 	addrs *addrindex.Index[addrEntry] // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
-	site  *site // where it was tracked, if recorded (sites.go)
+	wslot uint32 // its entry while its device is watched for leaks (leak.go), or 0; in the padding
+	site  *site  // where it was tracked, if recorded (sites.go)
 }
 
 // Track counts size bytes that other code allocated on the device, with the
@@ -93,6 +95,7 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, t.site, rec, 0) // see history.go
 	}
+	watchTracked(s, t) // see leak.go
 	if sh != nil {
 		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
 		sh.Unlock()
@@ -298,6 +301,8 @@ func (t *Tracked) freeWith(free func() error) (live bool, err error) {
 			return false, t.released()
 		}
 		t.uncount()
+		unwatchTracked(t)
+		runtime.KeepAlive(t) // reachable until its leak cleanup is cancelled
 		return true, nil
 	}
 	if !t.state.CompareAndSwap(trackLive, trackFreeing) {
@@ -309,6 +314,8 @@ func (t *Tracked) freeWith(free func() error) (live bool, err error) {
 	}
 	t.state.Store(trackReleased)
 	t.uncount()
+	unwatchTracked(t)
+	runtime.KeepAlive(t)
 	return true, nil
 }
 

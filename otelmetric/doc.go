@@ -43,6 +43,8 @@
 //	memtrack.allocs              Counter        {allocation}  allocations
 //	memtrack.alloc_bytes         Counter        By            bytes allocated (requested sizes)
 //	memtrack.failed_allocs       Counter        {allocation}  allocations refused by the limit or failed in the backend
+//	memtrack.leaks               Counter        {buffer}      buffers the garbage collector found unreachable without a free while watched
+//	memtrack.leaked_bytes        Counter        By            their bytes
 //	memtrack.frees               Counter        {free}        frees
 //	memtrack.freed_bytes         Counter        By            bytes freed
 //	memtrack.device_free         UpDownCounter  By            the CPU device's free memory: its total less what this process uses

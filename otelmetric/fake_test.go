@@ -17,7 +17,7 @@ func fakeGPU() reading {
 		stats: memtrack.Stats{
 			Tracked: 1 << 20, PeakTracked: 3 << 20, AllocBytes: 7 << 20, FreedBytes: 6 << 20,
 			Buffers: 2, PeakBuffers: 5, Allocs: 11, Frees: 9, FailedAllocs: 3, Limit: 64 << 20,
-			Held: 2 << 20, PeakHeld: 4 << 20,
+			Held: 2 << 20, PeakHeld: 4 << 20, Leaks: 13, LeakedBytes: 5 << 20,
 		},
 		info: memtrack.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", UUID: gpuUUID},
 		free: 60 << 30, total: 80 << 30,

@@ -124,6 +124,8 @@ func TestPrometheusExporter(t *testing.T) {
 		"memtrack_allocs_total":             {{C, own, 11}},
 		"memtrack_alloc_bytes_total":        {{C, own, 7 << 20}},
 		"memtrack_failed_allocs_total":      {{C, own, 3}},
+		"memtrack_leaks_total":              {{C, own, 13}},
+		"memtrack_leaked_bytes_total":       {{C, own, 5 << 20}},
 		"memtrack_frees_total":              {{C, own, 9}},
 		"memtrack_freed_bytes_total":        {{C, own, 6 << 20}},
 		"hw_gpu_memory_usage_bytes":         {{G, hw, 20 << 30}},

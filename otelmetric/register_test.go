@@ -99,6 +99,8 @@ func wantOwn(s memtrack.Stats, attrs attribute.Set) map[string]point {
 		"memtrack.allocs":        p("{allocation}", "Counter", s.Allocs),
 		"memtrack.alloc_bytes":   p("By", "Counter", s.AllocBytes),
 		"memtrack.failed_allocs": p("{allocation}", "Counter", s.FailedAllocs),
+		"memtrack.leaks":         p("{buffer}", "Counter", s.Leaks),
+		"memtrack.leaked_bytes":  p("By", "Counter", s.LeakedBytes),
 		"memtrack.frees":         p("{free}", "Counter", s.Frees),
 		"memtrack.freed_bytes":   p("By", "Counter", s.FreedBytes),
 	}

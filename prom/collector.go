@@ -16,6 +16,9 @@
 //	memtrack_allocs_total          counter  allocations
 //	memtrack_frees_total                counter  frees
 //	memtrack_failed_allocs_total  counter  refused or failed allocations
+//	memtrack_leaks_total          counter  buffers the garbage collector found unreachable without a free
+//	                                       while the device was watched ([memtrack.Device.EnableLeakWatch])
+//	memtrack_leaked_bytes_total   counter  their bytes
 //	memtrack_held_bytes                 gauge    bytes the device holds for memtrack's buffers: allocated
 //	                                             bytes plus stream-ordered frees not yet executed (CUDA)
 //	memtrack_peak_held_bytes            gauge    high-water mark of memtrack_held_bytes
@@ -56,6 +59,7 @@ type Collector struct {
 	tracked, peakTracked, buffers, peakBuffers *prometheus.Desc
 	allocBytes, freedBytes                     *prometheus.Desc
 	allocs, frees, failedAllocs                *prometheus.Desc
+	leaks, leakedBytes                         *prometheus.Desc
 	limit, devFree, devTotal                   *prometheus.Desc
 	info                                       *prometheus.Desc
 	held, peakHeld                             *prometheus.Desc
@@ -106,6 +110,8 @@ func NewCollector(opts ...Option) *Collector {
 		allocs:       desc("allocs_total", "Allocations through memtrack on the device since the last reset of the cumulative figures."),
 		frees:        desc("frees_total", "Frees through memtrack on the device since the last reset of the cumulative figures."),
 		failedAllocs: desc("failed_allocs_total", "Allocations refused by the memory limit or failed in the backend since the last reset of the cumulative figures."),
+		leaks:        desc("leaks_total", "Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures."),
+		leakedBytes:  desc("leaked_bytes_total", "Bytes of the leaks counted by memtrack_leaks_total."),
 		limit:        desc("limit_bytes", "Memory limit on memtrack_tracked_bytes; absent where none is set."),
 		devFree:      desc("device_free_bytes", "Free memory of the device as the OS or driver reports it; absent where the query fails."),
 		devTotal:     desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
@@ -137,7 +143,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
-		c.allocs, c.frees, c.failedAllocs, c.limit, c.devFree, c.devTotal, c.info,
+		c.allocs, c.frees, c.failedAllocs, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
 		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
 }
 
@@ -162,6 +168,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		send(c.allocs, prometheus.CounterValue, s.Allocs)
 		send(c.frees, prometheus.CounterValue, s.Frees)
 		send(c.failedAllocs, prometheus.CounterValue, s.FailedAllocs)
+		send(c.leaks, prometheus.CounterValue, s.Leaks)
+		send(c.leakedBytes, prometheus.CounterValue, s.LeakedBytes)
 		send(c.held, prometheus.GaugeValue, s.Held)
 		send(c.peakHeld, prometheus.GaugeValue, s.PeakHeld)
 		if s.Limit > 0 {

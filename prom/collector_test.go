@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/memtrack/memtrack"
 	"github.com/memtrack/memtrack/internal/rendertest"
@@ -22,6 +23,7 @@ var counterNames = []string{
 	"memtrack_peak_buffers", "memtrack_alloc_bytes_total", "memtrack_freed_bytes_total",
 	"memtrack_allocs_total", "memtrack_frees_total", "memtrack_failed_allocs_total",
 	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_peak_held_bytes",
+	"memtrack_leaks_total", "memtrack_leaked_bytes_total",
 }
 
 const countersText = `
@@ -58,6 +60,12 @@ memtrack_held_bytes{%[1]s} 2048
 # HELP memtrack_peak_held_bytes High-water mark of memtrack_held_bytes since the last peak reset.
 # TYPE memtrack_peak_held_bytes gauge
 memtrack_peak_held_bytes{%[1]s} 3072
+# HELP memtrack_leaked_bytes_total Bytes of the leaks counted by memtrack_leaks_total.
+# TYPE memtrack_leaked_bytes_total counter
+memtrack_leaked_bytes_total{%[1]s} 0
+# HELP memtrack_leaks_total Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures.
+# TYPE memtrack_leaks_total counter
+memtrack_leaks_total{%[1]s} 0
 `
 
 const limitText = `# HELP memtrack_limit_bytes Memory limit on memtrack_tracked_bytes; absent where none is set.
@@ -148,7 +156,7 @@ func TestCollectorUsedDevices(t *testing.T) {
 
 	used := len(memtrack.UsedDevices())
 	require.GreaterOrEqual(t, used, 1)
-	assert.Equal(t, 11*used, testutil.CollectAndCount(c, counterNames...))
+	assert.Equal(t, 13*used, testutil.CollectAndCount(c, counterNames...))
 	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
 		// The CPU's figures come from /proc/meminfo or sysctl.
 		_, total, err := memtrack.CPU().MemGetInfo()
@@ -296,4 +304,44 @@ func TestCollectorPromlint(t *testing.T) {
 	problems, err = promlint.NewWithMetricFamilies(badMfs).Lint()
 	require.NoError(t, err)
 	assert.NotEmpty(t, problems)
+}
+
+// leakCPU allocates on the CPU from a frame of its own and drops the buffer.
+//
+//go:noinline
+func leakCPU(t *testing.T) {
+	_, err := memtrack.CPU().Alloc(1000)
+	require.NoError(t, err)
+}
+
+// TestCollectorLeaks: a leak the collector finds is exported as counted.
+func TestCollectorLeaks(t *testing.T) {
+	cpu := memtrack.CPU()
+	cpu.ResetAccumulatedMemoryStats()
+	found := make(chan memtrack.Leak, 1)
+	// Freed, so that the CPU holds nothing more after the test.
+	require.NoError(t, cpu.EnableLeakWatch(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, FreeLeaks: true}))
+	t.Cleanup(cpu.DisableLeakWatch)
+	leakCPU(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := true; waiting; {
+		runtime.GC()
+		select {
+		case <-found:
+			waiting = false
+		case <-time.After(10 * time.Millisecond):
+			require.True(t, time.Now().Before(deadline), "the leak was never found")
+		}
+	}
+	c := NewCollector()
+	c.devices = func() []memtrack.Device { return []memtrack.Device{cpu} }
+	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(cpuLabels, `
+# HELP memtrack_leaked_bytes_total Bytes of the leaks counted by memtrack_leaks_total.
+# TYPE memtrack_leaked_bytes_total counter
+memtrack_leaked_bytes_total{%[1]s} 1000
+# HELP memtrack_leaks_total Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures.
+# TYPE memtrack_leaks_total counter
+memtrack_leaks_total{%[1]s} 1
+`)), "memtrack_leaks_total", "memtrack_leaked_bytes_total"))
+	cpu.ResetAccumulatedMemoryStats()
 }

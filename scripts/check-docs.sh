@@ -67,6 +67,11 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench PageRead -benchmem -benchtime 5x ./web"]='by hand on a quiet machine (docs/performance.md; about 40 s, 1 GB); .ci/run runs its smallest ring once'
 	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
 	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
+	["go test -run '^\$' -bench Forward -count 10 ./model > old.txt"]='an example of the reader'"'"'s own benchmark (docs/leaks.md); memtest/bench_test.go checks ReportMemory'"'"'s figures'
+	["go test -run '^\$' -bench Forward -count 10 ./model > new.txt"]='an example of the reader'"'"'s own benchmark (docs/leaks.md)'
+	['go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da old.txt new.txt']='by hand, after the two runs above (it fetches benchstat)'
+	['./scripts/bench-leaks.sh']='by hand on a quiet machine (under a minute); .ci/run runs every root benchmark once with -benchtime 1x'
+	['TAGS=cuda ./scripts/bench-leaks.sh']='by hand in scripts/test-cuda.sh'"'"'s environment (it needs cuda.h and a driver)'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

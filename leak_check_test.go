@@ -1,0 +1,129 @@
+package memtrack
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+//go:noinline
+func keepFrom(t testing.TB, d Device, size int64) *Buffer {
+	b, err := d.Alloc(size)
+	require.NoError(t, err)
+	return b
+}
+
+func TestLeakCheckListsWhatItsRunLeftLive(t *testing.T) {
+	needSites(t)
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	before := keepFrom(t, d, 1) // before the check: not its business
+	c, err := d.StartLeakCheck()
+	require.NoError(t, err)
+	assert.Equal(t, d, c.Device())
+	assert.True(t, d.AllocationSiteStats().Enabled, "sites are on during the check")
+	assert.Equal(t, int64(1), d.AllocationSiteStats().Rate, "every site")
+	assert.False(t, d.LeakWatchEnabled(), "the check watches without enabling the user's watch")
+
+	kept := keepFrom(t, d, 100)
+	freed := keepFrom(t, d, 200)
+	require.NoError(t, freed.Free())
+	tr, err := d.Track(300, 0xbeef0000) // indexed: listed though never collected
+	require.NoError(t, err)
+	leakFrom(t, d, 400) // collected during the check
+	drainCleanups(t)
+
+	ls := c.Leaks()
+	require.Len(t, ls, 3)
+	assert.Equal(t, []int64{100, 300, 400}, []int64{ls[0].Size, ls[1].Size, ls[2].Size}, "in allocation order")
+	fn, _ := ls[0].Site()
+	assert.Equal(t, "github.com/memtrack/memtrack.keepFrom", fn)
+	assert.False(t, ls[0].Collected)
+	assert.True(t, ls[1].Tracked)
+	assert.True(t, ls[2].Collected, "found by the collector")
+	assert.False(t, ls[2].Freed)
+	assert.Empty(t, c.Leaks(), "each leak is listed once")
+	c.End()
+	c.End() // again: nothing
+	assert.False(t, d.AllocationSiteStats().Enabled, "sites off again")
+	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0), "watching off again")
+	assert.Equal(t, LeakStats{Leaks: 1, LeakedBytes: 400}, d.LeakStats(), "the collected one is counted")
+
+	require.NoError(t, kept.Free())
+	require.NoError(t, tr.Release())
+	require.NoError(t, before.Free())
+}
+
+func TestLeakCheckRestoresSitesAndWatch(t *testing.T) {
+	needSites(t)
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	require.NoError(t, d.EnableAllocationSites(4))
+	require.NoError(t, d.SetAllocationSiteRate(1000))
+	sink := newLeakSink()
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+
+	c, err := d.StartLeakCheck()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), d.AllocationSiteStats().Rate)
+	leakFrom(t, d, 64)
+	l := sink.next(t)
+	assert.True(t, l.Freed, "the user's watch goes on reporting and freeing")
+	ls := c.Leaks()
+	require.Len(t, ls, 1, "a leak freed during the check is listed")
+	assert.True(t, ls[0].Collected)
+	assert.True(t, ls[0].Freed)
+	c.End()
+
+	st := d.AllocationSiteStats()
+	assert.True(t, st.Enabled)
+	assert.Equal(t, int64(1000), st.Rate, "the rate put back")
+	assert.Equal(t, 4, st.Depth)
+	assert.True(t, d.LeakWatchEnabled())
+	d.DisableLeakWatch()
+	d.DisableAllocationSites()
+}
+
+func TestNestedLeakChecksListALeakOnce(t *testing.T) {
+	needSites(t)
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	outer, err := d.StartLeakCheck()
+	require.NoError(t, err)
+	a := keepFrom(t, d, 1)
+	inner, err := d.StartLeakCheck()
+	require.NoError(t, err)
+	b := keepFrom(t, d, 2)
+	ls := inner.Leaks()
+	require.Len(t, ls, 1)
+	assert.Equal(t, int64(2), ls[0].Size)
+	inner.End()
+	assert.True(t, d.AllocationSiteStats().Enabled, "the outer check keeps sites on")
+	ls = outer.Leaks()
+	require.Len(t, ls, 1, "the inner check's leak is not listed again")
+	assert.Equal(t, int64(1), ls[0].Size)
+	outer.End()
+	assert.False(t, d.AllocationSiteStats().Enabled)
+	require.NoError(t, a.Free())
+	require.NoError(t, b.Free())
+}
+
+// TestUserWatchOffDuringACheck: DisableLeakWatch during a check keeps the
+// device watched for the check, silently.
+func TestUserWatchOffDuringACheck(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	sink := newLeakSink()
+	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle}))
+	c, err := d.StartLeakCheck()
+	require.NoError(t, err)
+	d.DisableLeakWatch()
+	leakFrom(t, d, 5)
+	sink.none(t)
+	ls := c.Leaks()
+	require.Len(t, ls, 1)
+	assert.True(t, ls[0].Collected)
+	c.End()
+	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0))
+}
