@@ -69,7 +69,7 @@ type kindState struct {
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline    bool
 	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
-	observers recorders[oomObservers]    // out-of-memory observers (oom_observer.go)
+	observers recorders[oomObservers]    // out-of-memory observers (oom.go)
 	leaks     leakTable                  // watching for leaks (leak.go)
 }
 

@@ -4,8 +4,11 @@ package memtrack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -243,3 +246,111 @@ func sticky(r cu.Result) bool { return cudadrv.Sticky(cudadrv.Result(r)) }
 
 // cuCtx returns ctx as the cu package types it.
 func cuCtx(ctx cuContext) cu.Context { return cu.Context(ctx.Uintptr()) }
+
+// guard runs f, a sequence of cu calls, and turns a panic into an error: a
+// cu.Result (every driver error, which cu panics with) into the error of
+// resultError, and any other panic into a *BackendError, so that none
+// escapes the package.
+func guard(op string, f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = cudaError(op, r)
+		}
+	}()
+	f()
+	return nil
+}
+
+func cudaError(op string, r any) error {
+	res, ok := r.(cu.Result)
+	if !ok {
+		return &BackendError{Op: op, Err: fmt.Errorf("panic in the CUDA bindings: %v", r)}
+	}
+	return resultError(op, "", res)
+}
+
+// resultError is the error of a failed driver call during op: an
+// *OutOfMemoryError for CUDA_ERROR_OUT_OF_MEMORY and a *BackendError for
+// the others, which matches [ErrDeviceLost] if the error is sticky. stage,
+// if not "", says which step of op failed.
+func resultError(op, stage string, res cu.Result) error {
+	name, text := errorName(res)
+	if stage != "" {
+		text = stage + ": " + text
+	}
+	if res == cu.ERROR_OUT_OF_MEMORY {
+		reason := "the CUDA driver refused it: " + name
+		if stage != "" {
+			reason = stage + ": " + reason
+		}
+		return &OutOfMemoryError{Code: int(res), Reason: reason}
+	}
+	e := &BackendError{Op: op, Code: int(res), Name: name, Err: errors.New(text)}
+	if sticky(res) {
+		e.Err = fmt.Errorf("%w: %s (the CUDA context is unusable until the process restarts)", ErrDeviceLost, text)
+	}
+	return e
+}
+
+// errorName returns the name and description of res: the driver's, which
+// knows every code of its version, or else cu's table (of about CUDA 5),
+// or else "Unknown CUresult: N".
+func errorName(res cu.Result) (name, text string) {
+	name, text = driverErrorName(res)
+	if name == "" && res == 34 {
+		// No driver is there to name it: the link stub answers every
+		// call, cuGetErrorName too, with this code.
+		name = "CUDA_ERROR_STUB_LIBRARY"
+	}
+	if name == "" {
+		name = res.String() // cu's table; "Unknown CUresult: N" past it
+	}
+	if text == "" {
+		text = "CUresult " + strconv.Itoa(int(res))
+	}
+	return name, text
+}
+
+// withDevice sets the device of a *BackendError, for errors that no device
+// operation completes (see fillError).
+func withDevice(err error, d Device) error {
+	if e, ok := err.(*BackendError); ok {
+		e.Device = d
+	}
+	return err
+}
+
+// The CUDA backend's half of Device.Info: the GPU's name and UUID, in one
+// cgo call (cudadrv.DeviceInfo). The cu package's DeviceGetName leaks its
+// buffer on every call, which a metrics scrape would repeat for ever, and cu
+// has no call for the UUID.
+
+// info returns the GPU's name and its UUID as nvidia-smi prints it. Neither
+// needs a context, so none is retained.
+func (b *cudaBackend) info(ordinal int) (name, uuid string, err error) {
+	if err := b.init(); err != nil {
+		return "", "", err
+	}
+	if ordinal < 0 || ordinal >= b.n {
+		return "", "", fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
+	}
+	name, u, r := cudadrv.DeviceInfo(ordinal)
+	if r != cudadrv.Success {
+		return "", "", b.dev(ordinal).failed("info", "", cu.Result(r))
+	}
+	uuid = formatGPUUUID(u)
+	if isMIG(name) {
+		// A MIG instance's UUID: cuDeviceGetUuid_v2 returns it for a device
+		// in MIG mode, and nvidia-smi -L and CUDA_VISIBLE_DEVICES write it
+		// with the prefix MIG-.
+		uuid = "MIG-" + strings.TrimPrefix(uuid, "GPU-")
+	}
+	return name, uuid, nil
+}
+
+// isMIG reports whether name is that of a MIG instance, which the driver
+// names after its GPU and profile: "NVIDIA A100-SXM4-40GB MIG 1g.5gb".
+func isMIG(name string) bool {
+	_, profile, ok := strings.Cut(name, " MIG ")
+	return ok && strings.Contains(profile, "g.")
+}
