@@ -11,7 +11,13 @@ import (
 // [ErrInvalidSize] for size <= 0 (counting nothing) and with an
 // [*OutOfMemoryError] when the memory limit or the device refuses it (adding
 // one to FailedAllocs and nothing else). Free the buffer with [Buffer.Free].
-func (d Device) Alloc(size int64) (*Buffer, error) {
+func (d Device) Alloc(size int64) (*Buffer, error) { return d.alloc(size, Category{}) }
+
+// alloc is Alloc, through category c unless it is the zero Category (see
+// category.go): the category is counted before the device, so that its
+// limit refuses exactly, and a device that then refuses takes it back
+// (tracker.Record.Cancel).
+func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
 	}
@@ -19,11 +25,22 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	var crec *tracker.Record
+	if c.set != nil {
+		if crec, err = c.record(s); err != nil {
+			return nil, err
+		}
+	}
 	// A limit is checked before the backend is asked, so that a request over
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim)
+			return nil, d.overLimit(rec, size, cur, lim, c)
+		}
+	}
+	if crec != nil && crec.Limit() > 0 {
+		if err := c.overLimit(rec, crec, size); err != nil {
+			return nil, err
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -35,18 +52,27 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	}
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefused(rec, size, err)
+		return nil, d.backendRefused(rec, size, err, c)
+	}
+	if crec != nil {
+		if err := crec.Alloc(size); err != nil {
+			rec.RecordFailure()
+			return nil, d.recordRefused(s, rec, b, err, c, true)
+		}
 	}
 	if err := rec.Alloc(size); err != nil {
-		return nil, d.recordRefused(s, rec, b, err)
+		if crec != nil {
+			_ = crec.Cancel(size) // cannot fail: it holds size
+		}
+		return nil, d.recordRefused(s, rec, b, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	b.self = b
+	b.self, b.cat = b, c.idx
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size) // see sites.go
+		b.site = sr.alloc(size, 1, c.Name()) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, b.site, rec, 0) // see history.go
+		h.allocIn(size, b.site, rec, 0, c.idx) // see history.go
 	}
 	return b, nil
 }
@@ -55,26 +81,38 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 
 // overLimit refuses size bytes that the memory limit lim does not leave
 // room for beside the cur bytes tracked.
-func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
+// c is the category the request was made in, if any, which counts the
+// failure too.
+func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64, c Category) error {
 	rec.RecordFailure()
-	tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
+	c.recordFailure()
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx) // see history.go
+	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"}
 }
 
 // backendRefused counts and completes the error of a backend that could not
 // allocate size bytes.
-func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
+func (d Device) backendRefused(rec *tracker.Record, size int64, err error, c Category) error {
 	rec.RecordFailure()
-	tables[d.kind].history.refused(d.ordinal, size, rec, err)
+	c.recordFailure()
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx)
+	if oom, ok := err.(*OutOfMemoryError); ok {
+		oom.Category = c.Name()
+	}
 	return fillError(err, d, size, rec)
 }
 
 // recordRefused gives back the memory of b, which the record refused to
 // count (a concurrent allocation took the room under the limit, or the
-// record is full); the record counted the failure.
-func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
-	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
+// record is full); the record counted the failure. c is the category of
+// the request, if any, and err its record's refusal where crec is true.
+func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
+	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx)
 	oom := recordRefusal(err, d, b.size, rec.Tracked())
+	oom.Category = c.Name()
+	if crec {
+		oom.Reason = categoryLimitReason
+	}
 	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}

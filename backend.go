@@ -68,6 +68,7 @@ type kindState struct {
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline  bool
 	tracked addrIndex // addresses of Tracked handles (track.go)
+	cats    recorders[categorySet] // the devices' categories (category.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

@@ -34,6 +34,7 @@ type Buffer struct {
 	ordinal int32 // the device, which locates the backend and the record
 	kind    Kind
 	pooled  bool // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
+	cat     uint8 // its category (category.go), 1-based; 0 for none; in the padding
 }
 
 // noCopy makes go vet's copylocks check report a copy of the struct that
@@ -73,12 +74,15 @@ func (b *Buffer) Free() error {
 	if err := rec.Free(b.size); err != nil {
 		return b.uncountFailed(err)
 	}
+	if b.cat != 0 {
+		b.uncountCategory(s)
+	}
 	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
 	if b.site != nil {
 		b.site.free(b.size)
 	}
 	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.free(b.size, b.site, rec, 0) // see history.go
+		h.freeIn(b.size, b.site, rec, 0, b.cat) // see history.go
 	}
 	return nil
 }

@@ -436,7 +436,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	b.self = b
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size) // see sites.go
+		b.site = sr.alloc(size, 0, "") // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, b.site, rec, stream) // see history.go

@@ -68,6 +68,9 @@ type HistoryEvent struct {
 	// Stream is the stream of a stream-ordered event ([Device.AllocAsync],
 	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
 	Stream uintptr
+	// Category is the category of the buffer or the request
+	// ([Category.Alloc]), or "" for none.
+	Category string
 }
 
 // HistoryGap is a run of events missing between two recorded ones: a viewer
@@ -137,7 +140,8 @@ func (d Device) MemoryHistory() (History, error) {
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
-	hist := h.snapshot()
+	s, _, _ := d.resolve()
+	hist := h.snapshotIn(s.cats.lookup(d.ordinal))
 	hist.Device = d
 	return hist, nil
 }
@@ -165,6 +169,12 @@ func (t *historyTable) disable(i int) {
 // or nil for memtrack's own check of the limit), an *OutOfMemoryError or
 // another failure.
 func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error) {
+	t.refusedIn(i, size, rec, err, 0)
+}
+
+// refusedIn is refused for a request in category cat (1-based), or 0 for
+// none.
+func (t *historyTable) refusedIn(i int, size int64, rec *tracker.Record, err error, cat uint8) {
 	h := t.lookup(i)
 	if h == nil {
 		return
@@ -177,7 +187,7 @@ func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		a = HistoryOutOfMemory
 	}
-	h.record(a, size, rec.Tracked(), nil, 0)
+	h.recordIn(a, size, rec.Tracked(), nil, 0, cat)
 }
 
 // The states of a history slot, in the low bits of its sequence word; the
@@ -217,7 +227,8 @@ type historySlot struct {
 	cur    int64
 	stream uintptr
 	action HistoryAction
-	_      [64 - 41]byte
+	cat    uint8 // the category, 1-based; 0 for none
+	_      [64 - 42]byte
 }
 
 func newHistory(n int) *history {
@@ -235,21 +246,38 @@ func newHistory(n int) *history {
 // alloc records an allocation; s is its site, if recorded, and stream the
 // stream of a stream-ordered allocation.
 func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.record(HistoryAlloc, size, rec.Tracked(), s, stream)
+	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, 0)
 }
 
 // free records a free; s is the buffer's site, if recorded, and stream the
 // stream of a stream-ordered free.
 func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.record(HistoryFree, size, rec.Tracked(), s, stream)
+	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, 0)
 }
 
-// record writes one event into the ring, or counts it lost.
+// allocIn and freeIn are alloc and free in category cat (1-based; 0 for
+// none).
+func (h *history) allocIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8) {
+	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, cat)
+}
+
+func (h *history) freeIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8) {
+	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, cat)
+}
+
+// record writes one event without a category into the ring, or counts it
+// lost.
 func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream) {
+	h.recordIn(a, size, cur, s, stream, 0)
+}
+
+// recordIn writes one event of category cat (0: none) into the ring, or
+// counts it lost.
+func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8) {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action = nanos, size, cur, uintptr(stream), a
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat = nanos, size, cur, uintptr(stream), a, cat
 		if p := h.sites.Load(); p != nil {
 			(*p)[t%uint64(len(h.slots))] = s
 		} else if s != nil {
@@ -286,7 +314,10 @@ func (h *history) claim(t uint64) *historySlot {
 
 // snapshot copies the events still in the ring, the oldest first, and the
 // gaps between them.
-func (h *history) snapshot() History {
+func (h *history) snapshot() History { return h.snapshotIn(nil) }
+
+// snapshotIn is snapshot, with the events' categories named from cats.
+func (h *history) snapshotIn(cats *categorySet) History {
 	head := h.head.Load()
 	n := uint64(len(h.slots))
 	first := uint64(0)
@@ -304,12 +335,13 @@ func (h *history) snapshot() History {
 			continue // being written, lapped, or dropped
 		}
 		e := HistoryEvent{
-			Seq:     t,
-			Time:    h.start.Add(time.Duration(sl.nanos)),
-			Action:  sl.action,
-			Size:    sl.size,
-			Tracked: sl.cur,
-			Stream:  sl.stream,
+			Seq:      t,
+			Time:     h.start.Add(time.Duration(sl.nanos)),
+			Action:   sl.action,
+			Size:     sl.size,
+			Tracked:  sl.cur,
+			Stream:   sl.stream,
+			Category: cats.name(sl.cat),
 		}
 		var s *site
 		if sites != nil {

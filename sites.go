@@ -35,9 +35,12 @@ const (
 )
 
 // callerSkip is what runtime.Callers skips in siteRecorder.allocSampled:
-// Callers itself, allocSampled, siteRecorder.alloc and Device.Alloc, so that
-// the first frame kept is the caller of Device.Alloc. (Callers counts
-// inlined frames as frames.)
+// Callers itself, allocSampled, siteRecorder.alloc and the exported
+// function that allocates (Device.TrackAddr), so that the first frame kept
+// is the caller of that function. Where the exported function calls an
+// internal one that records (Device.Alloc and Category.Alloc call
+// Device.alloc), siteRecorder.alloc is told to skip one more. (Callers
+// counts inlined frames as frames.)
 const callerSkip = 4
 
 // SiteStats describes the recording of allocation sites on one device.
@@ -149,6 +152,10 @@ type Site struct {
 	Stack   []uintptr
 	Buffers int64 // live buffers allocated from the stack (scaled)
 	Bytes   int64 // their bytes (scaled)
+	// Category is the category the buffers were allocated through
+	// ([Category.Alloc]), or "" for none: one stack that allocates in two
+	// categories is two sites.
+	Category string
 }
 
 // SiteSnapshot is the allocation sites of one device at one moment, the
@@ -283,6 +290,7 @@ type stack struct {
 	hash uint64
 	next *stack
 	pcs  []uintptr // nil for "memtrack.other"; never modified
+	cat  string    // the category's name; "" for none
 
 	// Guarded by rec.mu.
 	live                   int64 // live samples
@@ -308,24 +316,26 @@ func newSiteRecorder(depth int, rate int64, maxSites int) *siteRecorder {
 	return r
 }
 
-// alloc samples an allocation of size bytes; if it is sampled, it records
-// the stack of the caller of Device.Alloc and returns the buffer's site,
-// and nil if not. Not sampled, it costs one random number.
-func (r *siteRecorder) alloc(size int64) *site {
+// alloc samples an allocation of size bytes in category cat ("" for none);
+// if it is sampled, it records the stack of the caller of the exported
+// function that allocates (skipping extra frames more than callerSkip) and
+// returns the buffer's site, and nil if not. Not sampled, it costs one
+// random number.
+func (r *siteRecorder) alloc(size int64, extra int, cat string) *site {
 	w, ok := sample(size, r.rate.Load(), rand.Uint64())
 	if !ok {
 		return nil
 	}
-	return r.allocSampled(size, w)
+	return r.allocSampled(size, w, extra, cat)
 }
 
 // allocSampled records a sampled allocation of weight w. Kept out of alloc
 // so that the path of an allocation not sampled stays short.
 //
 //go:noinline
-func (r *siteRecorder) allocSampled(size int64, w float64) *site {
+func (r *siteRecorder) allocSampled(size int64, w float64, extra int, cat string) *site {
 	var buf [MaxSiteDepth]uintptr
-	return r.record(buf[:runtime.Callers(callerSkip, buf[:r.depth.Load()])], size, w)
+	return r.recordIn(buf[:runtime.Callers(callerSkip+extra, buf[:r.depth.Load()])], size, w, cat)
 }
 
 // sample decides, with rnd a uniform random number, whether an allocation of
@@ -352,19 +362,25 @@ func sample(size, rate int64, rnd uint64) (w float64, ok bool) {
 	return 1 / p, true
 }
 
-// record counts an allocation of size bytes and weight w from the stack pcs.
+// record counts an allocation of size bytes and weight w from the stack
+// pcs, in no category.
 func (r *siteRecorder) record(pcs []uintptr, size int64, w float64) *site {
+	return r.recordIn(pcs, size, w, "")
+}
+
+// recordIn is record in category cat.
+func (r *siteRecorder) recordIn(pcs []uintptr, size int64, w float64, cat string) *site {
 	h := hashStack(pcs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sites[h]
-	for s != nil && !slices.Equal(s.pcs, pcs) {
+	for s != nil && (s.cat != cat || !slices.Equal(s.pcs, pcs)) {
 		s = s.next
 	}
 	switch {
 	case s != nil:
 	case r.n < r.maxSites:
-		s = &stack{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...)}
+		s = &stack{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...), cat: cat}
 		r.sites[h] = s
 		r.n++
 	default:
@@ -508,7 +524,7 @@ func (r *siteRecorder) snapshot(atPeak bool) ([]Site, SiteStats) {
 			o, b = s.atPeak()
 		}
 		if o != 0 || b != 0 {
-			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: int64(math.Round(o)), Bytes: int64(math.Round(b))})
+			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: int64(math.Round(o)), Bytes: int64(math.Round(b)), Category: s.cat})
 		}
 	}
 	for _, s := range r.sites {

@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/memtrack/memtrack/tracker"
@@ -33,6 +34,8 @@ type Tracked struct {
 	addrs *addrIndex // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
 	site  *site // where it was tracked, if recorded (sites.go)
+	crec  *tracker.Record // its category's record (category.go); nil for none
+	cat   uint8           // its category, 1-based; 0 for none
 }
 
 // Track counts size bytes that other code allocated on the device, with the
@@ -57,6 +60,12 @@ type Tracked struct {
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
+	return d.track(size, ptr, Category{})
+}
+
+// track is Track, through category c unless it is the zero Category, which
+// is counted as [Device.alloc] counts it.
+func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
 	}
@@ -64,7 +73,20 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec}
+	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
+	if c.set != nil {
+		if t.crec, err = c.record(s); err != nil {
+			return nil, err
+		}
+		if lim := rec.Limit(); lim > 0 {
+			if cur := rec.Tracked(); size > lim-cur {
+				return nil, d.overLimit(rec, size, cur, lim, c)
+			}
+		}
+		if err := c.overLimit(rec, t.crec, size); err != nil {
+			return nil, err
+		}
+	}
 	var sh *addrShard
 	var slot int
 	if ptr != 0 {
@@ -79,18 +101,30 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 			return nil, err
 		}
 	}
+	if t.crec != nil {
+		if err := t.crec.Alloc(size); err != nil {
+			if sh != nil {
+				sh.mu.Unlock()
+			}
+			rec.RecordFailure()
+			return nil, d.refused(size, rec, err, c, true)
+		}
+	}
 	if err := rec.Alloc(size); err != nil {
 		if sh != nil {
 			sh.mu.Unlock()
 		}
-		return nil, d.refused(size, rec, err)
+		if t.crec != nil {
+			_ = t.crec.Cancel(size) // cannot fail: it holds size
+		}
+		return nil, d.refused(size, rec, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		t.site = sr.alloc(size) // see sites.go: the first frame is Track's caller
+		t.site = sr.alloc(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, t.site, rec, 0) // see history.go
+		h.allocIn(size, t.site, rec, 0, c.idx) // see history.go
 	}
 	if sh != nil {
 		sh.insertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
@@ -100,10 +134,16 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 }
 
 // refused answers an allocation of size bytes that the record refused with
-// err (the record counted the failure).
-func (d Device) refused(size int64, rec *tracker.Record, err error) error {
-	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: rec.Tracked(), Limit: rec.Limit(), Reason: err.Error()}
+// err (the record counted the failure), in category c if it is not the
+// zero Category; byCategory says that c's record refused it.
+func (d Device) refused(size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx) // see history.go
+	oom := &OutOfMemoryError{Device: d, Requested: size, Tracked: rec.Tracked(), Limit: rec.Limit(), Category: c.Name(), Reason: err.Error()}
+	var le *tracker.LimitError
+	if byCategory && errors.As(err, &le) {
+		oom.Tracked, oom.Limit, oom.Reason = le.Tracked, le.Limit, categoryLimitReason
+	}
+	return oom
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -134,12 +174,12 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	}
 	if err := rec.Alloc(size); err != nil {
 		sh.mu.Unlock()
-		return d.refused(size, rec, err)
+		return d.refused(size, rec, err, Category{}, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		e.site = sr.alloc(size) // see sites.go: the first frame is TrackAddr's caller
+		e.site = sr.alloc(size, 0, "") // see sites.go: the first frame is TrackAddr's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, e.site, rec, 0) // see history.go
@@ -196,7 +236,7 @@ func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err erro
 			return true, err
 		}
 	}
-	e.uncount(Device{kind: k, ordinal: e.ordinal})
+	e.uncount(Device{kind: k, ordinal: e.ordinal}, 0)
 	return true, nil
 }
 
@@ -300,11 +340,15 @@ func (t *Tracked) uncount() {
 		}
 		sh.mu.Unlock()
 	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev)
+	if t.crec != nil {
+		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
+	}
+	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat)
 }
 
-// uncount takes the entry's bytes from the figures of d.
-func (e addrEntry) uncount(d Device) {
+// uncount takes the entry's bytes from the figures of d; cat is the
+// category of its handle, for the history.
+func (e addrEntry) uncount(d Device, cat uint8) {
 	// Cannot fail: the entry's bytes are part of what the record holds.
 	_ = e.rec.Free(e.size)
 	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
@@ -312,7 +356,7 @@ func (e addrEntry) uncount(d Device) {
 		e.site.free(e.size)
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.free(e.size, e.site, e.rec, 0) // see history.go
+		h.freeIn(e.size, e.site, e.rec, 0, cat) // see history.go
 	}
 }
 

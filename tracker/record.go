@@ -115,6 +115,9 @@ type Record struct {
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
 	limitGen    int64           // the last non-zero generation; under limitMu
 	genCycle    int64           // how many non-zero generations there are; 0 means 31 (tests set 1)
+	// Cancelled allocations (cancel.go): counted in the counts word and
+	// the freed bytes as frees, and taken out of the cumulative figures.
+	cancels, cancelledBytes stdatomic.Int64
 	// The bases are the figures at the last ResetAccumulated, written
 	// under baseSeq (odd while they change).
 	baseSeq                                                           stdatomic.Int64
@@ -462,12 +465,13 @@ func (r *Record) Snapshot() Stats {
 // bytes' tag matching the counts, the freed bytes are those of the same
 // state.
 func (r *Record) absolute() Stats {
-	var b, freed, folded int64
+	var b, freed, folded, cancels, cancelled int64
 	var c uint64
 	for {
 		seq := r.foldSeq.Load()
 		if seq&1 == 0 {
 			c = stdatomic.LoadUint64(&r.counts)
+			cancels, cancelled = r.cancels.Load(), r.cancelledBytes.Load()
 			freed = stdatomic.LoadInt64(&r.freedBytes)
 			b = stdatomic.LoadInt64(&r.bytes)
 			folded = r.foldedFrees.Load()
@@ -477,7 +481,8 @@ func (r *Record) absolute() Stats {
 		}
 		runtime.Gosched()
 	}
-	frees := folded + int64(c>>32)
+	frees := folded + int64(c>>32) - cancels
+	freed -= cancelled
 	live := int64(c & liveMask)
 	cur := b & heldMask
 	return Stats{
