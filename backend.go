@@ -67,7 +67,7 @@ type kindState struct {
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline  bool
-	tracked addrIndex // addresses of Tracked handles (track.go)
+	tracked addrIndex              // addresses of Tracked handles (track.go)
 	cats    recorders[categorySet] // the devices' categories (category.go)
 }
 

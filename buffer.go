@@ -33,7 +33,7 @@ type Buffer struct {
 	state   atomic.Uint32
 	ordinal int32 // the device, which locates the backend and the record
 	kind    Kind
-	pooled  bool // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
+	pooled  bool  // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
 	cat     uint8 // its category (category.go), 1-based; 0 for none; in the padding
 }
 

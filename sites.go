@@ -165,8 +165,8 @@ type SiteSnapshot struct {
 	Stats  SiteStats
 	// AtPeak is true for the figures at the latest peak of the recorded bytes
 	// ([Device.PeakAllocationSites]), false for the live buffers now.
-	AtPeak  bool
-	Sites []Site
+	AtPeak bool
+	Sites  []Site
 }
 
 // AllocationSites returns the device's recorded live buffers by allocation

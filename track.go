@@ -33,7 +33,7 @@ type Tracked struct {
 	rec   *tracker.Record
 	addrs *addrIndex // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
-	site  *site // where it was tracked, if recorded (sites.go)
+	site  *site           // where it was tracked, if recorded (sites.go)
 	crec  *tracker.Record // its category's record (category.go); nil for none
 	cat   uint8           // its category, 1-based; 0 for none
 }
