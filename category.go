@@ -440,3 +440,30 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	}
 	w.Flush()
 }
+
+// startCategories puts the tracked bytes of each category of cs in p, as a
+// measurement begins (after the peaks were reset), and returns their
+// records for endCategories.
+func startCategories(cs *categorySet, p *Measurement) []*tracker.Record {
+	if cs == nil {
+		return nil
+	}
+	names, recs := cs.list()
+	if len(recs) == 0 {
+		return nil
+	}
+	p.Categories = make([]CategoryMeasurement, len(recs))
+	for i, r := range recs {
+		p.Categories[i] = CategoryMeasurement{Category: names[i], StartTracked: r.Tracked()}
+	}
+	return recs
+}
+
+// endCategories completes the categories of p as a measurement ends.
+func endCategories(recs []*tracker.Record, p *Measurement) {
+	for i, r := range recs {
+		c := &p.Categories[i]
+		c.PeakTracked, c.EndTracked = r.PeakTracked(), r.Tracked()
+		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
+	}
+}

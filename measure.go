@@ -87,6 +87,34 @@ type Measurement struct {
 	// reported growth that tracked buffers do not account for. It can be
 	// negative where others released memory during the run.
 	Untracked int64
+
+	// Categories holds, on a device with categories ([Device.Category]),
+	// each category's figures during the run, in the order the categories
+	// were made: "the activations peaked at X while the KV cache held Y"
+	// is one read. Nil on a device without categories.
+	Categories []CategoryMeasurement
+}
+
+// CategoryMeasurement is what [Device.Measure] measured of one category:
+// its tracked bytes when the run began and ended, and its own peak during
+// the run (which need not fall at the moment of the device's).
+type CategoryMeasurement struct {
+	Category            string
+	StartTracked        int64
+	PeakTracked         int64
+	EndTracked          int64
+	PeakTrackedIncrease int64 // PeakTracked - StartTracked
+}
+
+// Category returns the measurement of the category called name, and
+// whether the device had it when the run began.
+func (p Measurement) Category(name string) (CategoryMeasurement, bool) {
+	for _, c := range p.Categories {
+		if c.Category == name {
+			return c, true
+		}
+	}
+	return CategoryMeasurement{}, false
 }
 
 // Measure measures the memory f needs on the device, the way an inference
@@ -127,10 +155,12 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	resetPeaks(s, r, d.ordinal)
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
+	cats := startCategories(s.cats.lookup(d.ordinal), &p) // category.go
 
 	ferr := f()
 
 	p.PeakTracked, p.EndTracked = r.PeakTracked(), r.Tracked()
+	endCategories(cats, &p)
 	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
 	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
@@ -191,10 +221,17 @@ type Budget struct {
 	Utilization float64 // the fraction of the device's memory given
 	Requested   int64   // Utilization × Total: what the device may be filled to (vLLM's requested_memory)
 
-	// Weights is, for Budget, the tracked growth from the baseline to the
-	// start of the measured pass (the weights, vLLM's weights_memory); 0 for
-	// SharedBudget.
+	// Weights is, for Budget, the weights (vLLM's weights_memory): the
+	// tracked bytes of the category [CategoryWeights] when the measured
+	// pass began, where the device has one; otherwise the tracked growth
+	// from the baseline to the start of the pass. 0 for SharedBudget.
 	Weights int64
+	// OtherTracked is, for Budget on a device with a [CategoryWeights]
+	// category, the rest of the tracked growth from the baseline to the
+	// start of the pass (StartTracked - Baseline.Tracked - Weights: other
+	// categories' and uncategorised buffers allocated before the pass); 0
+	// otherwise.
+	OtherTracked int64
 	// StartUsed is, for SharedBudget, everything in use on the device when
 	// the measured pass began, by anyone ([Measurement].StartUsed); 0 for
 	// Budget, which leaves other processes' memory out.
@@ -211,8 +248,9 @@ type Budget struct {
 	// was released); for SharedBudget, the untracked growth during the pass
 	// ([Measurement].Untracked), or 0 where that is negative.
 	UntrackedIncrease int64
-	// SetAside is Weights + StartUsed + PeakIncrease + UntrackedIncrease:
-	// the memory that is not the cache's (vLLM's non_kv_cache_memory).
+	// SetAside is Weights + OtherTracked + StartUsed + PeakIncrease +
+	// UntrackedIncrease: the memory that is not the cache's (vLLM's
+	// non_kv_cache_memory).
 	SetAside int64
 
 	Available int64 // Requested - SetAside, or 0 where that is negative
@@ -225,12 +263,14 @@ type Budget struct {
 // created and the measurement of one forward pass:
 //
 //	Requested         = utilization × Total                          (requested_memory)
-//	Weights           = Measurement.StartTracked - Baseline.Tracked  (weights_memory)
+//	Weights           = Measurement.StartTracked - Baseline.Tracked  (weights_memory;
+//	                    the weights category's StartTracked where there is one,
+//	                    and the rest of that growth is OtherTracked)
 //	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
 //	                    PeakHeldIncrease where stream-ordered frees raised that higher)
 //	UntrackedIncrease = (EndUsed - EndTracked) - (Baseline.Used - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
-//	Available         = Requested - (Weights + PeakIncrease + UntrackedIncrease)
+//	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
 //
 // The tracked bytes stand for the memory of PyTorch's allocator and the
 // reported used memory for cudaMemGetInfo's. Memory that other processes held
@@ -267,6 +307,9 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 		UntrackedIncrease: (p.EndUsed - p.EndTracked) - (base.Used - base.Tracked),
 		BlockSize:         blockSize,
 	}
+	if w, ok := p.Category(CategoryWeights); ok {
+		b.Weights, b.OtherTracked = w.StartTracked, b.Weights-w.StartTracked
+	}
 	return b.fill(), nil
 }
 
@@ -299,7 +342,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 
 // fill sums what is set aside and counts the blocks.
 func (b Budget) fill() Budget {
-	b.SetAside = b.Weights + b.StartUsed + b.PeakIncrease + b.UntrackedIncrease
+	b.SetAside = b.Weights + b.OtherTracked + b.StartUsed + b.PeakIncrease + b.UntrackedIncrease
 	b.Available = max(b.Requested-b.SetAside, 0)
 	b.Blocks = b.Available / b.BlockSize
 	return b
