@@ -72,7 +72,7 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 		b.site = sr.alloc(size, 1, c.Name()) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.allocIn(size, b.site, rec, 0, c.idx) // see history.go
+		h.allocIn(size, b.site, rec, 0, c.idx, crec) // see history.go
 	}
 	return b, nil
 }
@@ -86,7 +86,7 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64, c Category) error {
 	rec.RecordFailure()
 	c.recordFailure()
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx) // see history.go
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx, c.rec()) // see history.go
 	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"}
 }
 
@@ -95,7 +95,7 @@ func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64, c Category)
 func (d Device) backendRefused(rec *tracker.Record, size int64, err error, c Category) error {
 	rec.RecordFailure()
 	c.recordFailure()
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx)
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
 	if oom, ok := err.(*OutOfMemoryError); ok {
 		oom.Category = c.Name()
 	}
@@ -107,7 +107,7 @@ func (d Device) backendRefused(rec *tracker.Record, size int64, err error, c Cat
 // record is full); the record counted the failure. c is the category of
 // the request, if any, and err its record's refusal where crec is true.
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx)
+	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx, c.rec())
 	oom := recordRefusal(err, d, b.size, rec.Tracked())
 	oom.Category = c.Name()
 	if crec {

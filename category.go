@@ -408,16 +408,26 @@ func (c Category) overLimit(rec, crec *tracker.Record, size int64) error {
 	}
 	rec.RecordFailure()
 	crec.RecordFailure()
-	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx) // see history.go
+	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
 	return &OutOfMemoryError{Device: c.dev, Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason}
 }
 
-// uncountCategory takes the freed buffer from its category's figures; s is
-// the device table that counted it.
-func (b *Buffer) uncountCategory(s *kindState) {
-	if r := s.categoryOf(int(b.ordinal), b.cat); r != nil {
+// uncountCategory takes the freed buffer from its category's figures, and
+// returns the category's record; s is the device table that counted it.
+func (b *Buffer) uncountCategory(s *kindState) *tracker.Record {
+	r := s.categoryOf(int(b.ordinal), b.cat)
+	if r != nil {
 		_ = r.Free(b.size) // cannot fail: the category holds the buffer
 	}
+	return r
+}
+
+// rec returns the category's record, or nil for the zero Category.
+func (c Category) rec() *tracker.Record {
+	if c.set == nil {
+		return nil
+	}
+	return &c.set.recs[c.idx-1]
 }
 
 // writeCategories writes the rows of [Device.CategoryStats] as a table of

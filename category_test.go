@@ -358,6 +358,7 @@ func TestCategoryHistoryAndSites(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	require.NoError(t, d.EnableMemoryHistory(16))
+	t.Cleanup(d.DisableMemoryHistory) // the history outlives the fake device table
 	needSites(t)
 	require.NoError(t, d.EnableAllocationSites(8))
 	require.NoError(t, d.SetAllocationSiteRate(1))
@@ -387,7 +388,7 @@ func TestCategoryHistoryAndSites(t *testing.T) {
 	require.NoError(t, err)
 	var got []string
 	for _, e := range h.Events {
-		got = append(got, e.Action.String()+":"+e.Category)
+		got = append(got, fmt.Sprintf("%v:%s:%d", e.Action, e.Category, e.CategoryTracked))
 	}
-	assert.Equal(t, []string{"alloc:kv_cache", "alloc:", "limit:kv_cache", "free:kv_cache", "free:"}, got)
+	assert.Equal(t, []string{"alloc:kv_cache:64", "alloc::0", "limit:kv_cache:64", "free:kv_cache:0", "free::0"}, got)
 }

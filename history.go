@@ -69,8 +69,11 @@ type HistoryEvent struct {
 	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
 	Stream uintptr
 	// Category is the category of the buffer or the request
-	// ([Category.Alloc]), or "" for none.
-	Category string
+	// ([Category.Alloc]), or "" for none, and CategoryTracked the
+	// category's tracked bytes read just after the event (as Tracked is
+	// the device's); 0 for none.
+	Category        string
+	CategoryTracked int64
 }
 
 // HistoryGap is a run of events missing between two recorded ones: a viewer
@@ -169,12 +172,12 @@ func (t *historyTable) disable(i int) {
 // or nil for memtrack's own check of the limit), an *OutOfMemoryError or
 // another failure.
 func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error) {
-	t.refusedIn(i, size, rec, err, 0)
+	t.refusedIn(i, size, rec, err, 0, nil)
 }
 
-// refusedIn is refused for a request in category cat (1-based), or 0 for
-// none.
-func (t *historyTable) refusedIn(i int, size int64, rec *tracker.Record, err error, cat uint8) {
+// refusedIn is refused for a request in category cat (1-based) whose
+// record is crec, or 0 and nil for none.
+func (t *historyTable) refusedIn(i int, size int64, rec *tracker.Record, err error, cat uint8, crec *tracker.Record) {
 	h := t.lookup(i)
 	if h == nil {
 		return
@@ -187,7 +190,7 @@ func (t *historyTable) refusedIn(i int, size int64, rec *tracker.Record, err err
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		a = HistoryOutOfMemory
 	}
-	h.recordIn(a, size, rec.Tracked(), nil, 0, cat)
+	h.recordIn(a, size, rec.Tracked(), nil, 0, cat, trackedOf(crec))
 }
 
 // The states of a history slot, in the low bits of its sequence word; the
@@ -226,9 +229,10 @@ type historySlot struct {
 	size   int64
 	cur    int64
 	stream uintptr
+	ccur   int64 // the category's tracked bytes
 	action HistoryAction
 	cat    uint8 // the category, 1-based; 0 for none
-	_      [64 - 42]byte
+	_      [64 - 50]byte
 }
 
 func newHistory(n int) *history {
@@ -246,38 +250,46 @@ func newHistory(n int) *history {
 // alloc records an allocation; s is its site, if recorded, and stream the
 // stream of a stream-ordered allocation.
 func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, 0)
+	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, 0, 0)
 }
 
 // free records a free; s is the buffer's site, if recorded, and stream the
 // stream of a stream-ordered free.
 func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, 0)
+	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, 0, 0)
 }
 
 // allocIn and freeIn are alloc and free in category cat (1-based; 0 for
-// none).
-func (h *history) allocIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8) {
-	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, cat)
+// none) whose record is crec (nil for none).
+func (h *history) allocIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
+	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
 }
 
-func (h *history) freeIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8) {
-	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, cat)
+func (h *history) freeIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
+	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+}
+
+// trackedOf returns the bytes r tracks, or 0 for nil.
+func trackedOf(r *tracker.Record) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.Tracked()
 }
 
 // record writes one event without a category into the ring, or counts it
 // lost.
 func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream) {
-	h.recordIn(a, size, cur, s, stream, 0)
+	h.recordIn(a, size, cur, s, stream, 0, 0)
 }
 
-// recordIn writes one event of category cat (0: none) into the ring, or
-// counts it lost.
-func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8) {
+// recordIn writes one event of category cat (0: none), which tracks ccur
+// bytes after it, into the ring, or counts it lost.
+func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat = nanos, size, cur, uintptr(stream), a, cat
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur = nanos, size, cur, uintptr(stream), a, cat, ccur
 		if p := h.sites.Load(); p != nil {
 			(*p)[t%uint64(len(h.slots))] = s
 		} else if s != nil {
@@ -335,13 +347,14 @@ func (h *history) snapshotIn(cats *categorySet) History {
 			continue // being written, lapped, or dropped
 		}
 		e := HistoryEvent{
-			Seq:      t,
-			Time:     h.start.Add(time.Duration(sl.nanos)),
-			Action:   sl.action,
-			Size:     sl.size,
-			Tracked:  sl.cur,
-			Stream:   sl.stream,
-			Category: cats.name(sl.cat),
+			Seq:             t,
+			Time:            h.start.Add(time.Duration(sl.nanos)),
+			Action:          sl.action,
+			Size:            sl.size,
+			Tracked:         sl.cur,
+			Stream:          sl.stream,
+			Category:        cats.name(sl.cat),
+			CategoryTracked: sl.ccur,
 		}
 		var s *site
 		if sites != nil {

@@ -124,7 +124,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		t.site = sr.alloc(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.allocIn(size, t.site, rec, 0, c.idx) // see history.go
+		h.allocIn(size, t.site, rec, 0, c.idx, t.crec) // see history.go
 	}
 	if sh != nil {
 		sh.insertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
@@ -137,7 +137,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 // err (the record counted the failure), in category c if it is not the
 // zero Category; byCategory says that c's record refused it.
 func (d Device) refused(size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx) // see history.go
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
 	oom := &OutOfMemoryError{Device: d, Requested: size, Tracked: rec.Tracked(), Limit: rec.Limit(), Category: c.Name(), Reason: err.Error()}
 	var le *tracker.LimitError
 	if byCategory && errors.As(err, &le) {
@@ -236,7 +236,7 @@ func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err erro
 			return true, err
 		}
 	}
-	e.uncount(Device{kind: k, ordinal: e.ordinal}, 0)
+	e.uncount(Device{kind: k, ordinal: e.ordinal}, 0, nil)
 	return true, nil
 }
 
@@ -343,12 +343,12 @@ func (t *Tracked) uncount() {
 	if t.crec != nil {
 		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
 	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat)
+	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.crec)
 }
 
-// uncount takes the entry's bytes from the figures of d; cat is the
-// category of its handle, for the history.
-func (e addrEntry) uncount(d Device, cat uint8) {
+// uncount takes the entry's bytes from the figures of d; cat and crec are
+// the category of its handle and its record, for the history.
+func (e addrEntry) uncount(d Device, cat uint8, crec *tracker.Record) {
 	// Cannot fail: the entry's bytes are part of what the record holds.
 	_ = e.rec.Free(e.size)
 	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
@@ -356,7 +356,7 @@ func (e addrEntry) uncount(d Device, cat uint8) {
 		e.site.free(e.size)
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.freeIn(e.size, e.site, e.rec, 0, cat) // see history.go
+		h.freeIn(e.size, e.site, e.rec, 0, cat, crec) // see history.go
 	}
 }
 
