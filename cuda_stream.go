@@ -418,12 +418,12 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim)
+			return nil, d.overLimit(rec, size, cur, lim, Category{})
 		}
 	}
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if err := dev.settle("alloc", resultOf(a)); err != nil {
-		return nil, d.backendRefused(rec, size, err)
+		return nil, d.backendRefused(rec, size, err, Category{})
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
@@ -431,7 +431,7 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if err := rec.Alloc(size); err != nil {
 		// recordRefused releases the memory with cuMemFree, which takes
 		// memory of the pool back at once.
-		return nil, d.recordRefused(s, rec, b, err)
+		return nil, d.recordRefused(s, rec, b, err, Category{}, false)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	b.self = b
