@@ -31,6 +31,8 @@ declare -A run_cmds=(
 	# run until stopped.
 	['go test -fuzz FuzzCounter ./tracker/']='go test -fuzz FuzzCounter -fuzztime 50x ./tracker/'
 	['go test -fuzz FuzzRecord ./tracker/']='go test -fuzz FuzzRecord -fuzztime 50x ./tracker/'
+	# docs/categories.md: one category's figures against a sequential model.
+	["go test -run '^\$' -fuzz FuzzCategory -fuzztime 25s -fuzzminimizetime 3s ."]="go test -run '^\$' -fuzz FuzzCategory -fuzztime 50x ."
 	# docs/metal.md: the Go side of the Metal backend type-checks for macOS.
 	['GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet -tags metal ./...']=''
 	# docs/integrations.md: the walk-through, writing into a temporary
@@ -60,6 +62,9 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
 	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
 	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
+	["go test -run '^\$' -bench CategoryLayer -count 10 -benchtime 20000x ."]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -run '^\$' -bench CategoryAllocFree -count 10 -benchtime 2000x ./bench"]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
+	["BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCPUPair/design=tracked\$' BASE=4a4dff6 ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
