@@ -26,8 +26,8 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 		return nil, err
 	}
 	var crec *tracker.Record
-	if c.set != nil {
-		if crec, err = c.record(s); err != nil {
+	if c.set != nil { // kept out of the path of an allocation without one
+		if crec, err = c.checked(s, rec, size); err != nil { // category.go
 			return nil, err
 		}
 	}
@@ -36,11 +36,6 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
 			return nil, d.overLimit(rec, size, cur, lim, c)
-		}
-	}
-	if crec != nil && crec.Limit() > 0 {
-		if err := c.overLimit(rec, crec, size); err != nil {
-			return nil, err
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -55,15 +50,12 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 		return nil, d.backendRefused(rec, size, err, c)
 	}
 	if crec != nil {
-		if err := crec.Alloc(size); err != nil {
-			rec.RecordFailure()
+		if err := c.count(rec, crec, size); err != nil {
 			return nil, d.recordRefused(s, rec, b, err, c, true)
 		}
 	}
 	if err := rec.Alloc(size); err != nil {
-		if crec != nil {
-			_ = crec.Cancel(size) // cannot fail: it holds size
-		}
+		c.uncount(crec, size)
 		return nil, d.recordRefused(s, rec, b, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)

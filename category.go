@@ -477,3 +477,46 @@ func endCategories(recs []*tracker.Record, p *Measurement) {
 		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
 	}
 }
+
+// checked returns the category's record, checking, as Device.alloc does
+// before the backend is asked, that the category belongs to the device
+// table s and that its limit leaves room for size bytes (rec is the
+// device's record, which counts a refusal too); nil for the zero
+// Category.
+func (c Category) checked(s *kindState, rec *tracker.Record, size int64) (*tracker.Record, error) {
+	if c.set == nil {
+		return nil, nil
+	}
+	crec, err := c.record(s)
+	if err != nil {
+		return nil, err
+	}
+	if crec.Limit() > 0 {
+		if err := c.overLimit(rec, crec, size); err != nil {
+			return nil, err
+		}
+	}
+	return crec, nil
+}
+
+// count counts size bytes in the category's record crec (nil for none)
+// before the device's record rec counts them; a refusal is counted on the
+// device too.
+func (c Category) count(rec, crec *tracker.Record, size int64) error {
+	if crec == nil {
+		return nil
+	}
+	if err := crec.Alloc(size); err != nil {
+		rec.RecordFailure()
+		return err
+	}
+	return nil
+}
+
+// uncount takes back what count counted, where the device's record then
+// refused the bytes.
+func (c Category) uncount(crec *tracker.Record, size int64) {
+	if crec != nil {
+		_ = crec.Cancel(size) // cannot fail: it holds size
+	}
+}

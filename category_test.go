@@ -392,3 +392,15 @@ func TestCategoryHistoryAndSites(t *testing.T) {
 	}
 	assert.Equal(t, []string{"alloc:kv_cache:64", "alloc::0", "limit:kv_cache:64", "free:kv_cache:0", "free::0"}, got)
 }
+
+// TestCategoryAllocAsyncOnCPU: stream-ordered allocation through a
+// category of the CPU fails (ErrNotSupported with -tags cuda,
+// ErrBackendNotBuilt without), counting nothing.
+func TestCategoryAllocAsyncOnCPU(t *testing.T) {
+	c, err := CPU().Category("async")
+	require.NoError(t, err)
+	before := c.Stats()
+	_, err = c.AllocAsync(64, DefaultStream)
+	assert.Error(t, err)
+	assert.Equal(t, before, c.Stats(), "nothing counted")
+}

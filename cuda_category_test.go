@@ -67,3 +67,34 @@ func TestCUDACategories(t *testing.T) {
 	assert.Equal(t, before.Tracked, d.MemoryAllocated())
 	require.NoError(t, ws.SetMemoryLimit(0))
 }
+
+// TestCUDACategoryAllocAsync allocates in stream order through a category:
+// the category counts the buffer until FreeAsync (or Free) returns, and
+// its limit refuses as Alloc's does.
+func TestCUDACategoryAllocAsync(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	kv, err := d.Category("cuda async kv_cache")
+	require.NoError(t, err)
+	require.NoError(t, kv.SetMemoryLimit(3<<20))
+	defer kv.SetMemoryLimit(0)
+	before := d.MemoryStats()
+	a, err := kv.AllocAsync(2<<20, s)
+	require.NoError(t, err)
+	_, err = kv.AllocAsync(2<<20, s)
+	assert.ErrorIs(t, err, ErrOutOfMemory)
+	b, err := kv.AllocAsync(1<<20, s)
+	require.NoError(t, err)
+	assert.Equal(t, before.Tracked+3<<20, d.MemoryAllocated())
+	assert.Equal(t, int64(3<<20), kv.Stats().Tracked)
+	require.NoError(t, a.FreeAsync(s))
+	syncStream(t, d, s)
+	require.NoError(t, b.Free())
+	assert.Equal(t, CategoryStats{Device: d, Category: "cuda async kv_cache", PeakTracked: 3 << 20, AllocBytes: 3 << 20, FreedBytes: 3 << 20,
+		PeakBuffers: 2, Allocs: 2, Frees: 2, FailedAllocs: 1, Limit: 3 << 20}, kv.Stats())
+	assert.Equal(t, before.Tracked, d.MemoryAllocated())
+
+	var zero Category
+	_, err = zero.AllocAsync(1, s)
+	assert.ErrorIs(t, err, ErrInvalidCategory)
+}

@@ -18,6 +18,13 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	return nil, streamsNotBuilt("memtrack: AllocAsync on " + d.String())
 }
 
+// AllocAsync allocates size bytes in stream order on a CUDA device, in the
+// category; this build has no CUDA backend, so it fails with
+// [ErrBackendNotBuilt].
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	return nil, streamsNotBuilt("memtrack: AllocAsync on " + c.String())
+}
+
 // FreeAsync frees a buffer of [Device.AllocAsync] in stream order; this
 // build has no CUDA backend, so it fails with [ErrBackendNotBuilt].
 func (b *Buffer) FreeAsync(stream Stream) error {

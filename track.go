@@ -75,16 +75,15 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	}
 	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
 	if c.set != nil {
-		if t.crec, err = c.record(s); err != nil {
+		if t.crec, err = c.checked(s, rec, size); err != nil {
 			return nil, err
 		}
+		// As Alloc does, so that the category rarely counts what the
+		// device's limit then refuses.
 		if lim := rec.Limit(); lim > 0 {
 			if cur := rec.Tracked(); size > lim-cur {
 				return nil, d.overLimit(rec, size, cur, lim, c)
 			}
-		}
-		if err := c.overLimit(rec, t.crec, size); err != nil {
-			return nil, err
 		}
 	}
 	var sh *addrShard
@@ -102,11 +101,10 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		}
 	}
 	if t.crec != nil {
-		if err := t.crec.Alloc(size); err != nil {
+		if err := c.count(rec, t.crec, size); err != nil {
 			if sh != nil {
 				sh.mu.Unlock()
 			}
-			rec.RecordFailure()
 			return nil, d.refused(size, rec, err, c, true)
 		}
 	}
@@ -114,9 +112,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		if sh != nil {
 			sh.mu.Unlock()
 		}
-		if t.crec != nil {
-			_ = t.crec.Cancel(size) // cannot fail: it holds size
-		}
+		c.uncount(t.crec, size)
 		return nil, d.refused(size, rec, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
