@@ -39,14 +39,7 @@ func (c categoryDescs) all() []*prometheus.Desc {
 // collect sends the rows of one device, whose labels are device.
 func (c categoryDescs) collect(ch chan<- prometheus.Metric, device []string, rows []memtrack.CategoryStats) {
 	for _, r := range rows {
-		labels := append(device[:len(device):len(device)], r.Category)
-		send := func(desc *prometheus.Desc, t prometheus.ValueType, v int64) {
-			m, err := prometheus.NewConstMetric(desc, t, float64(v), labels...)
-			if err != nil {
-				m = prometheus.NewInvalidMetric(desc, err)
-			}
-			ch <- m
-		}
+		send := sender(ch, append(device[:len(device):len(device)], r.Category))
 		send(c.tracked, prometheus.GaugeValue, r.Tracked)
 		send(c.buffers, prometheus.GaugeValue, r.Buffers)
 		send(c.allocBytes, prometheus.CounterValue, r.AllocBytes)

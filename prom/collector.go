@@ -165,17 +165,22 @@ func (c *Collector) descs() []*prometheus.Desc {
 		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}, c.cat.all()...)
 }
 
+// sender returns a function that sends one metric with the labels.
+func sender(ch chan<- prometheus.Metric, labels []string) func(*prometheus.Desc, prometheus.ValueType, int64) {
+	return func(desc *prometheus.Desc, t prometheus.ValueType, v int64) {
+		m, err := prometheus.NewConstMetric(desc, t, float64(v), labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(desc, err)
+		}
+		ch <- m
+	}
+}
+
 // Collect reads the figures of every used device and sends them.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.devices() {
 		labels := []string{d.Kind().String(), strconv.Itoa(d.Ordinal())}
-		send := func(desc *prometheus.Desc, t prometheus.ValueType, v int64) {
-			m, err := prometheus.NewConstMetric(desc, t, float64(v), labels...)
-			if err != nil {
-				m = prometheus.NewInvalidMetric(desc, err)
-			}
-			ch <- m
-		}
+		send := sender(ch, labels)
 		s := d.MemoryStats()
 		send(c.tracked, prometheus.GaugeValue, s.Tracked)
 		send(c.peakTracked, prometheus.GaugeValue, s.PeakTracked)

@@ -1,7 +1,5 @@
 package tracker
 
-import stdatomic "sync/atomic"
-
 // Cancel takes back an [Record.Alloc] of n bytes that succeeded, for an
 // allocation that something after the record then refused (a second record
 // that counts the same memory, such as a device's beside a category's). The
@@ -25,19 +23,5 @@ func (r *Record) Cancel(n int64) error {
 	if n <= 0 {
 		return invalidSize(n)
 	}
-	for {
-		o, c := r.load()
-		held := o & heldMask
-		if n > held || c&liveMask == 0 {
-			return freeExceeds(n, held)
-		}
-		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o-n+tagUnit) {
-			r.cancels.Add(1)
-			r.cancelledBytes.Add(n)
-			stdatomic.AddInt64(&r.freedBytes, n)
-			r.failed.Add(1)
-			r.foldIfDue(stdatomic.AddUint64(&r.counts, freeDelta))
-			return nil
-		}
-	}
+	return r.freeExact(n, true)
 }

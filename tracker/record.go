@@ -309,6 +309,14 @@ func (r *Record) freeSlow(n, v int64, c uint64) error {
 			}
 		}
 	}
+	return r.freeExact(n, false)
+}
+
+// freeExact is the exact path of Free, and of Cancel where cancel is set:
+// a compare-and-swap loop on a consistent state. A cancel's figures are
+// written beside the freed bytes, between the bytes and the counts, where
+// readers load them (see absolute).
+func (r *Record) freeExact(n int64, cancel bool) error {
 	for {
 		o, cs := r.load()
 		held := o & heldMask
@@ -316,6 +324,11 @@ func (r *Record) freeSlow(n, v int64, c uint64) error {
 			return freeExceeds(n, held)
 		}
 		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o-n+tagUnit) {
+			if cancel {
+				r.cancels.Add(1)
+				r.cancelledBytes.Add(n)
+				r.failed.Add(1)
+			}
 			stdatomic.AddInt64(&r.freedBytes, n)
 			r.foldIfDue(stdatomic.AddUint64(&r.counts, freeDelta))
 			return nil
