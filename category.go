@@ -354,18 +354,6 @@ func (s *kindState) categoryOf(ordinal int, idx uint8) *tracker.Record {
 	return nil
 }
 
-// categoryName returns the name of category idx of device ordinal of kind
-// k, or "" for none.
-func categoryName(k Kind, ordinal int, idx uint8) string {
-	if idx == 0 {
-		return ""
-	}
-	if s := tables[k].p.Load(); s != nil {
-		return s.cats.lookup(ordinal).name(idx)
-	}
-	return ""
-}
-
 // resetCategoryPeaks and resetCategoryAccumulated reset the figures of
 // every category of device ordinal in s, with the device's.
 func resetCategoryPeaks(s *kindState, ordinal int) {

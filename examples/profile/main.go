@@ -114,6 +114,9 @@ func main() {
 	check(err)
 	defer freeAll(cache)
 	printCategories(dev)
+	// The page lingers, and the trace ends, with the weights and the cache
+	// still allocated, so that they show the split.
+	stopView()
 }
 
 // printBudget writes how a budget was reached; held and grown name its

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/memtrack/memtrack"
@@ -15,8 +16,15 @@ import (
 // startView records the device's history (and its allocation sites) when
 // the page is served (-serve) or the trace written (-trace), and serves the
 // page at /debug/memtrack/ while the program runs. The func it returns
-// writes the trace and, after linger, stops serving.
+// writes the trace and, after linger, stops serving; calls after the first
+// do nothing.
 func startView(dev memtrack.Device, addr, traceFile string, linger time.Duration) (stop func()) {
+	first := startViewOnce(dev, addr, traceFile, linger)
+	var once sync.Once
+	return func() { once.Do(first) }
+}
+
+func startViewOnce(dev memtrack.Device, addr, traceFile string, linger time.Duration) (stop func()) {
 	if addr == "" && traceFile == "" {
 		return func() {}
 	}
