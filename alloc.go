@@ -102,8 +102,8 @@ func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err 
 	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx, c.rec())
 	oom := recordRefusal(err, d, b.size, rec.Tracked())
 	oom.Category = c.Name()
-	if crec {
-		oom.Reason = categoryLimitReason
+	if crec && oom.Limit > 0 {
+		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
 	}
 	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
