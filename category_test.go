@@ -249,109 +249,163 @@ func TestCategoryLimit(t *testing.T) {
 }
 
 // TestCategoryDeviceRefusesAfterCategory: where the device's record refuses
-// what the category's counted (the device's last room taken between its
-// check and its count), the category takes it back: its figures and
-// cumulative counts never keep it, and both count one failure.
+// what the category counted (another allocation took the device's last
+// room under its limit between Alloc's check and its count, here while the
+// backend allocates), the category takes it back: its figures and
+// cumulative counts never keep it, both count one failure, and the
+// backend's memory is released.
 func TestCategoryDeviceRefusesAfterCategory(t *testing.T) {
-	_, ds := fakeCUDA(t, 1, 1<<30)
-	d := ds[0]
-	kv, err := d.Category(CategoryKVCache)
-	require.NoError(t, err)
-	s, rec, err := d.resolve()
-	require.NoError(t, err)
-	crec, err := kv.record(s)
-	require.NoError(t, err)
-	// What alloc does once the checks passed, with the device's room gone.
-	require.NoError(t, rec.SetLimit(100))
-	require.NoError(t, rec.Alloc(100))
-	b := &Buffer{size: 50}
-	require.NoError(t, crec.Alloc(50))
-	err = rec.Alloc(50)
-	require.Error(t, err)
-	require.NoError(t, crec.Cancel(50))
-	assert.ErrorIs(t, d.recordRefused(s, rec, b, err, kv, false), ErrOutOfMemory)
-	st := kv.Stats()
-	assert.Equal(t, CategoryStats{Device: d, Category: CategoryKVCache, PeakTracked: 50, PeakBuffers: 1, FailedAllocs: 1}, st)
-	require.NoError(t, rec.Free(100))
+	for _, track := range []bool{false, true} {
+		t.Run(fmt.Sprintf("track=%v", track), func(t *testing.T) {
+			f, ds := fakeCUDA(t, 1, 1<<30)
+			d := ds[0]
+			kv, err := d.Category(CategoryKVCache)
+			require.NoError(t, err)
+			require.NoError(t, d.SetMemoryLimit(100))
+			other, err := d.Alloc(10)
+			require.NoError(t, err)
+			_, rec, err := d.resolve()
+			require.NoError(t, err)
+			taken := false
+			take := func() { // the concurrent allocation, once
+				if !taken {
+					taken = true
+					require.NoError(t, rec.Alloc(60))
+				}
+			}
+			if track {
+				// Track asks no backend, so nothing runs between its
+				// check and its count: here the room is gone before
+				// the call, and the device's check refuses the request
+				// before the category counts it.
+				take()
+			} else {
+				f.onAlloc = take
+			}
+			var oom *OutOfMemoryError
+			if track {
+				_, err = kv.Track(50, 0xfeed00)
+				require.ErrorAs(t, err, &oom, "the device's check refuses it first")
+			} else {
+				_, err = kv.Alloc(50)
+				require.ErrorAs(t, err, &oom)
+				assert.Equal(t, "memory limit", oom.Reason)
+				used, live, _ := f.state(0)
+				assert.Equal(t, int64(10), used, "the backend's memory is released")
+				assert.Equal(t, 1, live)
+				assert.Equal(t, CategoryStats{Device: d, Category: CategoryKVCache, PeakTracked: 50, PeakBuffers: 1, FailedAllocs: 1}, kv.Stats(),
+					"taken back: no figure keeps it but the peak, which held it for an instant")
+			}
+			assert.Equal(t, CategoryKVCache, oom.Category)
+			assert.Equal(t, int64(1), d.MemoryStats().FailedAllocs)
+			assert.Equal(t, int64(1), kv.Stats().FailedAllocs)
+			assert.Zero(t, kv.Stats().Tracked)
+			assert.Zero(t, kv.Stats().Allocs)
+			require.NoError(t, rec.Free(60))
+			require.NoError(t, other.Free())
+			require.NoError(t, d.SetMemoryLimit(0))
+		})
+	}
 }
 
 // TestCategoryConcurrent allocates and frees through categories and
-// without one from many goroutines at once, under a category limit, and
-// checks the figures exactly at the end and the rows' invariants while it
-// runs.
+// without one from many goroutines at once, under a category's limit and,
+// in the second case, the device's too (which then refuses what a
+// category counted, and the category takes it back): at the end every
+// refusal is counted once on the device and once in its row, and the rows
+// add up.
 func TestCategoryConcurrent(t *testing.T) {
-	_, ds := fakeCUDA(t, 1, 1<<40)
-	d := ds[0]
-	cats := make([]Category, 3)
-	for i := range cats {
-		var err error
-		cats[i], err = d.Category(fmt.Sprintf("c%d", i))
-		require.NoError(t, err)
-	}
-	const limit = 10 * 64
-	require.NoError(t, cats[2].SetMemoryLimit(limit))
-	rounds := 2000
-	if testing.Short() {
-		rounds = 200
-	}
-	const workers = 8
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	var refused [workers]int64
-	var firstErr error
-	var errOnce sync.Once
-	for g := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range rounds {
-				var b *Buffer
+	for _, tc := range []struct {
+		name        string
+		deviceLimit int64
+	}{{"category limit", 0}, {"category and device limits", 2 * 64}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ds := fakeCUDA(t, 1, 1<<40)
+			d := ds[0]
+			cats := make([]Category, 3)
+			for i := range cats {
 				var err error
-				if k := (g + i) % 4; k == 3 {
-					b, err = d.Alloc(64)
-				} else {
-					b, err = cats[k].Alloc(64)
-				}
-				if errors.Is(err, ErrOutOfMemory) {
-					refused[g]++
-					continue
-				}
-				if err == nil {
-					if c2 := cats[2].Stats().Tracked; c2 > limit {
-						err = fmt.Errorf("category over its limit: %d", c2)
-					} else {
-						err = b.Free()
+				cats[i], err = d.Category(fmt.Sprintf("c%d", i))
+				require.NoError(t, err)
+			}
+			const limit = 10 * 64
+			require.NoError(t, cats[2].SetMemoryLimit(limit))
+			require.NoError(t, d.SetMemoryLimit(tc.deviceLimit))
+			rounds := 2000
+			if testing.Short() {
+				rounds = 200
+			}
+			const workers = 8
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			var refused [workers][4]int64 // by goroutine, by row (3: uncategorised)
+			var firstErr error
+			var errOnce sync.Once
+			for g := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for i := range rounds {
+						var b *Buffer
+						var err error
+						k := (g + i) % 4
+						if k == 3 {
+							b, err = d.Alloc(64)
+						} else {
+							b, err = cats[k].Alloc(64)
+						}
+						if errors.Is(err, ErrOutOfMemory) {
+							refused[g][k]++
+							continue
+						}
+						if err == nil {
+							if c2 := cats[2].Stats().Tracked; c2 > limit {
+								err = fmt.Errorf("category over its limit: %d", c2)
+							} else {
+								err = b.Free()
+							}
+						}
+						if err != nil {
+							errOnce.Do(func() { firstErr = err })
+							return
+						}
 					}
-				}
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
+				}()
+			}
+			close(start)
+			wg.Wait()
+			require.NoError(t, firstErr)
+			var byRow [4]int64
+			var total int64
+			for _, r := range refused {
+				for k, n := range r {
+					byRow[k] += n
+					total += n
 				}
 			}
-		}()
+			if tc.deviceLimit > 0 {
+				assert.Positive(t, byRow[0]+byRow[1], "the device's limit refused requests in categories without limits")
+			}
+			assert.Equal(t, total, d.MemoryStats().FailedAllocs)
+			rows := d.CategoryStats()
+			require.Len(t, rows, 4)
+			var allocs int64
+			for k, r := range rows {
+				assert.Equal(t, byRow[k], r.FailedAllocs, r.Category)
+				assert.Zero(t, r.Tracked, r.Category)
+				assert.Zero(t, r.Buffers, r.Category)
+				assert.Equal(t, r.Allocs, r.Frees, r.Category)
+				assert.Equal(t, r.AllocBytes, 64*r.Allocs, r.Category)
+				allocs += r.Allocs
+			}
+			assert.Equal(t, int64(workers*rounds)-total, allocs, "every allocation is in exactly one row")
+			assert.LessOrEqual(t, cats[2].Stats().PeakTracked, int64(limit))
+			if tc.deviceLimit > 0 {
+				assert.LessOrEqual(t, d.MaxMemoryAllocated(), tc.deviceLimit)
+			}
+		})
 	}
-	close(start)
-	wg.Wait()
-	require.NoError(t, firstErr)
-	var total int64
-	for _, n := range refused {
-		total += n
-	}
-	assert.Equal(t, total, cats[2].Stats().FailedAllocs)
-	assert.Equal(t, total, d.MemoryStats().FailedAllocs)
-	for _, r := range d.CategoryStats() {
-		assert.Zero(t, r.Tracked, r.Category)
-		assert.Zero(t, r.Buffers, r.Category)
-		assert.Equal(t, r.Allocs, r.Frees, r.Category)
-		assert.Equal(t, r.AllocBytes, 64*r.Allocs, r.Category)
-	}
-	var allocs int64
-	for _, r := range d.CategoryStats() {
-		allocs += r.Allocs
-	}
-	assert.Equal(t, int64(workers*rounds)-total, allocs, "every allocation is in exactly one row")
-	assert.LessOrEqual(t, cats[2].Stats().PeakTracked, int64(limit))
 }
 
 func TestCategoryHistoryAndSites(t *testing.T) {
