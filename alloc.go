@@ -120,7 +120,7 @@ func recordRefusal(err error, d Device, size, cur int64) *OutOfMemoryError {
 	if errors.As(err, &le) {
 		return &OutOfMemoryError{Device: d, Requested: size, Tracked: le.Tracked, Limit: le.Limit, Reason: "memory limit"}
 	}
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Reason: "the tracker's capacity: " + err.Error()}
+	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Reason: "the tracker's capacity: " + reason(err)}
 }
 
 // fillError completes an error from a backend with the device and figures.
@@ -154,7 +154,7 @@ func (d Device) SetMemoryLimit(limit int64) error {
 
 // MemoryLimit returns the device's memory limit, or 0 if none is set.
 func (d Device) MemoryLimit() int64 {
-	if _, r, err := d.resolve(); err == nil {
+	if r := d.peek(); r != nil {
 		return r.Limit()
 	}
 	return 0

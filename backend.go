@@ -5,6 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/addrindex"
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
@@ -67,8 +68,8 @@ type kindState struct {
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline  bool
-	tracked addrIndex              // addresses of Tracked handles (track.go)
-	cats    recorders[categorySet] // the devices' categories (category.go)
+	tracked addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
+	cats    recorders[categorySet]     // the devices' categories (category.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/hostmem"
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
@@ -42,7 +43,7 @@ type cpuBackend struct {
 	readAt   time.Time    // when it was last read, under mu
 
 	modelMu sync.Mutex
-	model   *string // the CPU's model name, once read (cpu_host_*.go)
+	model   *string // the CPU's model name, once read (package hostmem)
 }
 
 func newCPUBackend() backend { return newCPUBackendOver(hostCapacity, time.Now) }
@@ -56,7 +57,7 @@ func newCPUBackendOver(read func() (int64, error), now func() time.Time) *cpuBac
 // hostCapacity returns the memory of the machine, or of its cgroup where
 // that is lower.
 func hostCapacity() (int64, error) {
-	_, total, err := hostMemInfo()
+	_, total, err := hostmem.MemInfo()
 	return total, err
 }
 
@@ -128,7 +129,7 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	if err := c.admit(size); err != nil {
 		return err
 	}
-	b, err := mapMemory(size)
+	b, err := hostmem.Map(size)
 	if err != nil {
 		return &OutOfMemoryError{Reason: "mmap: " + err.Error()}
 	}
@@ -175,16 +176,24 @@ func (*cpuBackend) free(_ int, size int64, m *memory) error {
 	if size < mmapThreshold {
 		return nil // Go heap memory: the garbage collector takes it back
 	}
-	if err := unmapMemory(m.hostBytes(size)); err != nil {
+	if err := hostmem.Unmap(m.hostBytes(size)); err != nil {
 		return &BackendError{Op: "free", Err: fmt.Errorf("munmap: %w", err)}
 	}
 	return nil
 }
 
+// memInfo reports the CPU as a process sees it: the total is the machine's
+// memory or its cgroup's limit where that is lower, and what is used is the
+// process's own (its cgroup's usage where that limit applies, else its
+// resident memory), so that free is what the process may still take. Where
+// the OS gives no figure of the process, free is the machine's.
 func (*cpuBackend) memInfo(int) (free, total int64, err error) {
-	free, total, err = hostMemInfo()
+	free, total, err = hostmem.MemInfo()
 	if err != nil {
 		return 0, 0, &BackendError{Op: "meminfo", Err: err}
+	}
+	if used, err := hostmem.ProcessUsed(); err == nil {
+		free = max(total-used, 0)
 	}
 	return free, total, nil
 }
@@ -195,7 +204,7 @@ func (c *cpuBackend) info(int) (name, uuid string, err error) {
 	c.modelMu.Lock()
 	defer c.modelMu.Unlock()
 	if c.model == nil {
-		m, err := cpuModelName()
+		m, err := hostmem.ModelName()
 		if err != nil {
 			return "", "", &BackendError{Op: "info", Err: err}
 		}

@@ -104,7 +104,7 @@ func (b *Buffer) refuseFree() error {
 // refused to uncount it: the record disagrees with the buffers it was told
 // about, and Free says so rather than let the figures drift.
 func (b *Buffer) uncountFailed(err error) error {
-	return fmt.Errorf("memtrack: %v: the %d-byte buffer's memory was released, but its record refused to uncount it: %w", b.Device(), b.size, err)
+	return wrapf(err, "%v: the %d-byte buffer's memory was released, but its record refused to uncount it", b.Device(), b.size)
 }
 
 // Size returns the size asked for, in bytes (0 for a nil buffer).

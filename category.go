@@ -167,11 +167,7 @@ func (cs *categorySet) name(idx uint8) string {
 
 // Categories returns the device's categories, in the order they were made.
 func (d Device) Categories() []Category {
-	s, _, err := d.resolve()
-	if err != nil {
-		return nil
-	}
-	cs := s.cats.lookup(d.ordinal)
+	cs := d.peekCategories()
 	if cs == nil {
 		return nil
 	}
@@ -240,6 +236,9 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 // removes the limit; a negative limit is an [ErrInvalidSize] error. The
 // device's limit holds as well: an allocation must fit both.
 func (c Category) SetMemoryLimit(limit int64) error {
+	if c.set == nil {
+		return fmt.Errorf("%w: SetMemoryLimit of the zero Category; obtain one with Device.Category", ErrInvalidCategory)
+	}
 	if limit < 0 {
 		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, c)
 	}
@@ -304,11 +303,23 @@ func (c Category) Stats() CategoryStats {
 // the order they were made, and last the row of the memory outside them
 // ([Uncategorised]); nil for a device without categories.
 func (d Device) CategoryStats() []CategoryStats {
-	s, r, err := d.resolve()
-	if err != nil {
+	r := d.peek()
+	if r == nil {
 		return nil
 	}
-	return categoryRows(d, s.cats.lookup(d.ordinal), r)
+	return categoryRows(d, d.peekCategories(), r)
+}
+
+// peekCategories returns the device's categories where it has any, as peek
+// reads: registering nothing and starting no backend.
+func (d Device) peekCategories() *categorySet {
+	if d.kind == 0 || d.kind >= numKinds {
+		return nil
+	}
+	if s := tables[d.kind].p.Load(); s != nil {
+		return s.cats.lookup(d.ordinal)
+	}
+	return nil
 }
 
 // categoryRows reads the categories of cs, then the device's record r, and

@@ -56,7 +56,7 @@ func TestCUDACategories(t *testing.T) {
 	h, err := ws.Track(4096, 0x7f0000c0de00)
 	require.NoError(t, err)
 	assert.Equal(t, int64(4096), ws.Stats().Tracked)
-	assert.Equal(t, h, TrackedAt(KindCUDA, 0x7f0000c0de00))
+	assert.Equal(t, h, KindCUDA.TrackedAt(0x7f0000c0de00))
 	freed := false
 	require.NoError(t, h.FreeWith(func() error { freed = true; return nil }))
 	assert.True(t, freed)

@@ -90,10 +90,10 @@ func (d Device) PoolStats() (PoolStats, error) {
 	}
 	return PoolStats{
 		Device:           d,
-		PoolReserved:  int64(s.reserved),
-		PeakPoolReserved:     int64(s.reserved_high),
-		PoolUsed:      int64(s.used),
-		PeakPoolUsed:         int64(s.used_high),
+		PoolReserved:     int64(s.reserved),
+		PeakPoolReserved: int64(s.reserved_high),
+		PoolUsed:         int64(s.used),
+		PeakPoolUsed:     int64(s.used_high),
 		ReleaseThreshold: int64(s.threshold),
 	}, nil
 }

@@ -4,55 +4,88 @@ package memtrack
 
 import "fmt"
 
-// Stream-ordered allocation and memory pools are CUDA's: in a build without
-// -tags cuda, each of these calls fails with ErrBackendNotBuilt.
+// Stream-ordered allocation and memory pools are CUDA's. In a build without
+// -tags cuda these calls keep the contract of the CUDA build for every
+// device this build can give them (a CPU or Metal device is never a CUDA
+// GPU, so they fail with ErrNotSupported there); a CUDA device, which this
+// build cannot give, would fail with ErrBackendNotBuilt.
 
-func streamsNotBuilt(what string) error {
-	return fmt.Errorf("%s: %w", what, unbuilt{kind: KindCUDA}.error())
+// streamsUnsupported is the error of a stream-ordered call or pool query on
+// d in a build without CUDA.
+func streamsUnsupported(op string, d Device) error {
+	switch d.kind {
+	case 0:
+		return errZeroDevice(d)
+	case KindCUDA:
+		return fmt.Errorf("%w: %s on %v needs the CUDA backend, compiled only with -tags cuda", ErrBackendNotBuilt, op, d)
+	}
+	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
 }
 
-// AllocAsync allocates size bytes in stream order on a CUDA device; this
-// build has no CUDA backend, so it fails with [ErrBackendNotBuilt].
-// Rebuild with -tags cuda.
+// AllocAsync allocates size bytes on a CUDA device in stream order: from the
+// device's default memory pool (cuMemAllocAsync), usable by work enqueued on
+// stream after this call. It checks, counts and fails as [Device.Alloc]
+// does, and fails with [ErrNotSupported] on a device that is not a CUDA GPU
+// (the CPU and Metal devices never support it) or whose driver has no memory
+// pools, changing nothing. Release the buffer with [Buffer.FreeAsync], or
+// with [Buffer.Free] once the work that uses it is done. Only a build with
+// -tags cuda has CUDA devices; see docs/streams.md.
 func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	return nil, streamsNotBuilt("memtrack: AllocAsync on " + d.String())
+	return nil, streamsUnsupported("AllocAsync", d)
 }
 
-// AllocAsync allocates size bytes in stream order on a CUDA device, in the
-// category; this build has no CUDA backend, so it fails with
-// [ErrBackendNotBuilt].
+// AllocAsync allocates size bytes in stream order on the category's device
+// and counts them in the category, as [Device.AllocAsync] does on the
+// device; in a build without -tags cuda it fails as Device.AllocAsync does
+// (with [ErrInvalidCategory] for the zero Category), counting nothing.
 func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	return nil, streamsNotBuilt("memtrack: AllocAsync on " + c.String())
+	if c.set == nil {
+		return nil, fmt.Errorf("%w: AllocAsync of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
+	}
+	return nil, streamsUnsupported("AllocAsync", c.dev)
 }
 
-// FreeAsync frees a buffer of [Device.AllocAsync] in stream order; this
-// build has no CUDA backend, so it fails with [ErrBackendNotBuilt].
+// FreeAsync frees a buffer of [Device.AllocAsync] in stream order
+// (cuMemFreeAsync). It fails with [ErrDoubleFree] on a buffer already freed,
+// with [ErrNilBuffer] on a nil buffer and with [ErrInvalidArgument] on a
+// buffer that [Device.Alloc] allocated (free it with [Buffer.Free]); in a
+// build without -tags cuda every buffer is one of these.
 func (b *Buffer) FreeAsync(stream Stream) error {
-	return streamsNotBuilt("memtrack: FreeAsync")
+	if !b.valid() {
+		return b.refuseFree()
+	}
+	return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.Device())
 }
 
-// PoolStats returns the figures of a CUDA device's memory pool; this build
-// has no CUDA backend, so it fails with [ErrBackendNotBuilt].
+// PoolStats returns the figures of a CUDA device's default memory pool as
+// the driver reports them. It fails with [ErrNotSupported] on a device that
+// is not a CUDA GPU or has no memory pools.
 func (d Device) PoolStats() (PoolStats, error) {
-	return PoolStats{Device: d}, streamsNotBuilt("memtrack: PoolStats of " + d.String())
+	return PoolStats{Device: d}, streamsUnsupported("PoolStats", d)
 }
 
-// PoolUsage puts a CUDA device's figures beside its memory pool's; this
-// build has no CUDA backend, so it fails with [ErrBackendNotBuilt].
+// PoolUsage returns the tracked and device-side figures of a CUDA device
+// beside its memory pool's; see [PoolUsage] for how to read their
+// differences. It fails as [Device.PoolStats] does.
 func (d Device) PoolUsage() (PoolUsage, error) {
-	return PoolUsage{Device: d}, streamsNotBuilt("memtrack: PoolUsage of " + d.String())
+	return PoolUsage{Device: d}, streamsUnsupported("PoolUsage", d)
 }
 
-// TrimPool trims a CUDA device's memory pool; this build has no CUDA
-// backend, so it fails with [ErrBackendNotBuilt].
+// TrimPool returns to a CUDA device the memory its pool reserves beyond
+// max(keep, what is in use) (cuMemPoolTrimTo), the counterpart of
+// torch.cuda.empty_cache for stream-ordered memory. It fails with
+// [ErrInvalidSize] for keep < 0 and with [ErrNotSupported] where the device
+// has no memory pool.
 func (d Device) TrimPool(keep int64) error {
-	return streamsNotBuilt("memtrack: TrimPool of " + d.String())
+	return streamsUnsupported("TrimPool", d)
 }
 
-// SetPoolReleaseThreshold sets a CUDA memory pool's release threshold; this
-// build has no CUDA backend, so it fails with [ErrBackendNotBuilt].
+// SetPoolReleaseThreshold sets how much reserved memory a CUDA device's pool
+// keeps at each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD). It fails
+// with [ErrInvalidSize] for a negative threshold and with [ErrNotSupported]
+// where the device has no memory pool.
 func (d Device) SetPoolReleaseThreshold(bytes int64) error {
-	return streamsNotBuilt("memtrack: SetPoolReleaseThreshold of " + d.String())
+	return streamsUnsupported("SetPoolReleaseThreshold", d)
 }
 
 func sideAlloc(Device, int64) {}

@@ -11,17 +11,18 @@ import (
 // Kind is a kind of device: the memory a [Device] allocates.
 type Kind uint8
 
-// The kinds of device. KindCPU is the zero Kind.
+// The kinds of device. The zero Kind is none of them: it is the kind of the
+// zero [Device], which is no device.
 const (
-	KindCPU   Kind = iota // host memory
-	KindCUDA              // NVIDIA GPU memory, built with -tags cuda
-	KindMetal             // Apple GPU memory, built with -tags metal on macOS
+	KindCPU   Kind = iota + 1 // host memory
+	KindCUDA                  // NVIDIA GPU memory, built with -tags cuda
+	KindMetal                 // Apple GPU memory, built with -tags metal on macOS
 	numKinds
 )
 
-var kindNames = [numKinds]string{KindCPU: "cpu", KindCUDA: "cuda", KindMetal: "metal"}
+var kindNames = [numKinds]string{0: "invalid", KindCPU: "cpu", KindCUDA: "cuda", KindMetal: "metal"}
 
-// String returns "cpu", "cuda" or "metal".
+// String returns "cpu", "cuda" or "metal", and "invalid" for the zero Kind.
 func (k Kind) String() string {
 	if k < numKinds {
 		return kindNames[k]
@@ -33,15 +34,21 @@ func (k Kind) String() string {
 func (k Kind) buildTag() string { return k.String() }
 
 // Device is one device: a [Kind] and an ordinal. It is a small comparable
-// value; the zero Device is the CPU. Obtain others from [CUDA], [Metal],
-// [ParseDevice] or [Devices], which check that the device exists.
+// value. Obtain one from [CPU], [CUDA], [Metal], [ParseDevice] or [Devices],
+// which check that the device exists.
+//
+// The zero Device is no device: it is what the constructors return beside
+// an error, so that a device whose construction failed cannot be mistaken
+// for a working one. Its methods that return an error fail with
+// [ErrInvalidDevice]; its reads (MemoryAllocated, MemoryStats, ...) return
+// zero figures; nothing it is given is counted anywhere.
 type Device struct {
 	kind    Kind
 	ordinal int
 }
 
 // CPU returns the host device.
-func CPU() Device { return Device{} }
+func CPU() Device { return Device{kind: KindCPU} }
 
 // CUDA returns NVIDIA GPU ordinal. It fails with [ErrBackendNotBuilt] in a
 // build without -tags cuda, with [ErrBackendUnavailable] where the driver or
@@ -64,18 +71,23 @@ func device(k Kind, ordinal int) (Device, error) {
 // "cuda:1", "metal:0". A kind without an ordinal ("cuda") means ordinal 0.
 // It accepts nothing else: kind names are lower case, an ordinal is written
 // in decimal without sign, leading zero or spaces, and nothing may surround
-// the device; anything else fails with [ErrInvalidDevice]. The device must
-// exist in this build and on this machine.
+// the device, and the CPU has no ordinal ("cpu:0" is refused); anything
+// else fails with [ErrInvalidDevice]. The device must exist in this build
+// and on this machine. On failure it returns the zero Device, which is no
+// device (see [Device]), beside the error.
 func ParseDevice(s string) (Device, error) {
 	name, ord, hasOrd := strings.Cut(s, ":")
 	k := numKinds
 	for i, n := range kindNames {
-		if name == n {
+		if i > 0 && name == n {
 			k = Kind(i)
 		}
 	}
 	if k == numKinds {
 		return Device{}, fmt.Errorf("%w: %q: want cpu, cuda:N or metal:N", ErrInvalidDevice, s)
+	}
+	if k == KindCPU && hasOrd {
+		return Device{}, fmt.Errorf("%w: %q: the CPU is one device, written cpu without an ordinal", ErrInvalidDevice, s)
 	}
 	n := 0
 	if hasOrd {
@@ -112,7 +124,7 @@ func parseOrdinal(s string) (int, bool) {
 // each CUDA GPU, then each Metal GPU.
 func Devices() []Device {
 	var ds []Device
-	for k := range numKinds {
+	for k := KindCPU; k < numKinds; k++ {
 		s := stateOf(k)
 		for i := range s.n {
 			ds = append(ds, Device{kind: k, ordinal: i})
@@ -127,8 +139,12 @@ func (d Device) Kind() Kind { return d.kind }
 // Ordinal returns the device's ordinal among the devices of its kind.
 func (d Device) Ordinal() int { return d.ordinal }
 
-// String returns "cpu" for the CPU and "cuda:N" or "metal:N" for GPUs.
+// String returns "cpu" for the CPU, "cuda:N" or "metal:N" for GPUs, and
+// "invalid" for the zero Device.
 func (d Device) String() string {
+	if d.kind == 0 {
+		return "invalid"
+	}
 	if d.kind == KindCPU && d.ordinal == 0 {
 		return "cpu"
 	}
@@ -150,12 +166,48 @@ func (d Device) resolve() (*kindState, *tracker.Record, error) {
 
 // resolveSlow is resolve where the table or the record may not exist yet.
 func (d Device) resolveSlow() (*kindState, *tracker.Record, error) {
-	if d.kind >= numKinds {
-		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidDevice, d)
+	s, err := d.state()
+	if err != nil {
+		return nil, nil, err
 	}
-	s := stateOf(d.kind)
 	r, err := s.record(d.ordinal)
 	return s, r, err
+}
+
+// state returns the device's table, starting its backend, and checks that
+// the device exists, without registering it as used.
+func (d Device) state() (*kindState, error) {
+	if d.kind == 0 || d.kind >= numKinds {
+		return nil, errZeroDevice(d)
+	}
+	s := stateOf(d.kind)
+	if s.err != nil {
+		return nil, s.err
+	}
+	if d.ordinal < 0 || d.ordinal >= s.n {
+		return nil, fmt.Errorf("%w: %v, this machine has %d %v device(s)", ErrInvalidOrdinal, d, s.n, d.kind)
+	}
+	return s, nil
+}
+
+// peek returns the device's record where the device has been used, and nil
+// otherwise: the reads' lookup, which registers nothing and starts no
+// backend.
+func (d Device) peek() *tracker.Record {
+	if d.kind == 0 || d.kind >= numKinds {
+		return nil
+	}
+	if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
+		return s.records.Lookup(d.ordinal)
+	}
+	return nil
+}
+
+func errZeroDevice(d Device) error {
+	if d.kind == 0 {
+		return fmt.Errorf("%w: the zero Device is no device; obtain one from CPU, CUDA, Metal or ParseDevice", ErrInvalidDevice)
+	}
+	return fmt.Errorf("%w: %v", ErrInvalidDevice, d)
 }
 
 // MarshalText writes the device as [Device.String] does, so that a [Stats]
@@ -175,8 +227,10 @@ func (d *Device) UnmarshalText(text []byte) error {
 
 // UsedDevices returns every device the process has used, in the order of
 // [Devices]: those obtained with [CUDA], [Metal] or [ParseDevice], and those
-// on which a method other than Kind, Ordinal and String was called (the CPU
-// is listed once it has been used so). It only reads the device tables: a
+// on which memory was allocated or tracked or a setting was changed (the
+// CPU, which [CPU] returns without checking, is listed once it has been used
+// so). Reading a figure (MemoryAllocated, MemoryStats, MemGetInfo, Usage,
+// Info, ...) registers nothing. It only reads the device tables: a
 // kind never used stays uninitialised, so listing never starts a driver.
 func UsedDevices() []Device {
 	var ds []Device

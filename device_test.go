@@ -19,16 +19,71 @@ func TestKindString(t *testing.T) {
 	assert.Equal(t, "cpu", KindCPU.String())
 	assert.Equal(t, "cuda", KindCUDA.String())
 	assert.Equal(t, "metal", KindMetal.String())
+	assert.Equal(t, "invalid", Kind(0).String())
 	assert.Equal(t, "kind(9)", Kind(9).String())
 }
 
-func TestZeroDeviceIsCPU(t *testing.T) {
+// TestZeroDeviceIsNoDevice: the zero Device, which the constructors return
+// beside their errors, is no device. Every method with an error fails with
+// ErrInvalidDevice, the reads return zero figures, and nothing registers it
+// (or the CPU) as used.
+func TestZeroDeviceIsNoDevice(t *testing.T) {
+	resetState(t)
 	var d Device
-	assert.Equal(t, CPU(), d)
-	assert.Equal(t, KindCPU, d.Kind())
-	assert.Equal(t, 0, d.Ordinal())
-	assert.Equal(t, "cpu", d.String())
-	assert.Contains(t, Devices(), CPU())
+	assert.NotEqual(t, CPU(), d)
+	assert.Equal(t, Kind(0), d.Kind())
+	assert.Equal(t, "invalid", d.String())
+	assert.NotContains(t, Devices(), d)
+
+	_, err := d.Alloc(1)
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Track(1, 0)
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	assert.ErrorIs(t, d.SetMemoryLimit(1), ErrInvalidDevice)
+	_, _, err = d.MemGetInfo()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Usage()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Info()
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	_, err = d.Measure(func() error { return nil })
+	assert.ErrorIs(t, err, ErrInvalidDevice)
+	assert.ErrorIs(t, d.EnableMemoryHistory(1), ErrInvalidDevice)
+	assert.ErrorIs(t, d.EnableAllocationSites(1), ErrInvalidDevice)
+
+	assert.Zero(t, d.MemoryAllocated())
+	assert.Zero(t, d.MaxMemoryAllocated())
+	assert.Equal(t, Stats{Device: d}, d.MemoryStats())
+	assert.Zero(t, d.MemoryLimit())
+	assert.Equal(t, SiteStats{}, d.AllocationSiteStats())
+	d.ResetPeakMemoryStats()
+	d.ResetAccumulatedMemoryStats()
+	assert.Empty(t, UsedDevices(), "the zero Device registers nothing")
+}
+
+// TestReadsRegisterNothing: reading a figure of a device never used leaves
+// UsedDevices as it was; allocating registers it.
+func TestReadsRegisterNothing(t *testing.T) {
+	resetState(t)
+	cpu := CPU()
+	assert.Zero(t, cpu.MemoryAllocated())
+	assert.Zero(t, cpu.MaxMemoryAllocated())
+	assert.Equal(t, Stats{Device: cpu}, cpu.MemoryStats())
+	assert.Zero(t, cpu.MemoryLimit())
+	_ = cpu.AllocationSiteStats()
+	_ = cpu.MemorySummary()
+	_, _, err := cpu.MemGetInfo()
+	require.NoError(t, err)
+	_, err = cpu.Usage()
+	require.NoError(t, err)
+	_, err = cpu.Info()
+	require.NoError(t, err)
+	assert.Empty(t, UsedDevices(), "reads register nothing")
+
+	b, err := cpu.Alloc(1)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	assert.Equal(t, []Device{cpu}, UsedDevices())
 }
 
 func TestParseDevice(t *testing.T) {
@@ -40,12 +95,13 @@ func TestParseDevice(t *testing.T) {
 	}{
 		// What String writes, and a bare kind name for ordinal 0.
 		{"cpu", "cpu", nil},
-		{"cpu:0", "cpu", nil},
 		{"cuda", "cuda:0", nil},
 		{"cuda:0", "cuda:0", nil},
 		{"cuda:1", "cuda:1", nil},
+		// The CPU is one device, written without an ordinal.
+		{"cpu:0", "", ErrInvalidDevice},
+		{"cpu:1", "", ErrInvalidDevice},
 		// Devices that do not exist.
-		{"cpu:1", "", ErrInvalidOrdinal},
 		{"cuda:2", "", ErrInvalidOrdinal},
 		{"cuda:10", "", ErrInvalidOrdinal},
 		{"cuda:65536", "", ErrInvalidOrdinal},
@@ -110,12 +166,15 @@ func FuzzParseDevice(f *testing.F) {
 		var want Device
 		canonical := false
 		for i, k := range kindNames {
+			if i == 0 {
+				continue // the zero Kind names no device
+			}
 			ord, ok := strings.CutPrefix(s, k+":")
 			n, err := strconv.Atoi(ord)
 			switch {
 			case s == k:
 				want, canonical = Device{kind: Kind(i)}, true
-			case ok && err == nil && n >= 0 && strconv.Itoa(n) == ord:
+			case Kind(i) != KindCPU && ok && err == nil && n >= 0 && strconv.Itoa(n) == ord:
 				want, canonical = Device{kind: Kind(i), ordinal: n}, true
 			}
 		}
@@ -400,7 +459,7 @@ func TestRecordRefusal(t *testing.T) {
 		{
 			name: "capacity",
 			err:  fmt.Errorf("%w: a record holds at most 3 buffers", tracker.ErrCapacity),
-			want: OutOfMemoryError{Device: d, Requested: 10, Tracked: 7, Reason: "the tracker's capacity: memtrack: counter capacity exceeded: a record holds at most 3 buffers"},
+			want: OutOfMemoryError{Device: d, Requested: 10, Tracked: 7, Reason: "the tracker's capacity: counter capacity exceeded: a record holds at most 3 buffers"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -551,7 +610,7 @@ func TestDeviceText(t *testing.T) {
 	require.NoError(t, d.UnmarshalText([]byte("cpu")))
 	assert.Equal(t, CPU(), d)
 
-	out, err := json.Marshal(Stats{Tracked: 7})
+	out, err := json.Marshal(Stats{Device: CPU(), Tracked: 7})
 	require.NoError(t, err)
 	assert.Contains(t, string(out), `"Device":"cpu"`)
 
@@ -592,4 +651,13 @@ func TestUsedDevicesCreatesNoTable(t *testing.T) {
 	assert.Equal(t, []Device{CPU()}, UsedDevices())
 	assert.Nil(t, tables[KindCUDA].p.Load(), "UsedDevices created the cuda table")
 	assert.Nil(t, tables[KindMetal].p.Load(), "UsedDevices created the metal table")
+}
+
+// resetState gives every kind fresh, empty records for the rest of the test,
+// so that UsedDevices starts empty.
+func resetState(t *testing.T) {
+	t.Helper()
+	for k := KindCPU; k < numKinds; k++ {
+		useBackend(t, k, newBackend(k))
+	}
 }

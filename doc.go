@@ -50,6 +50,23 @@
 // slog group, and package [github.com/memtrack/memtrack/prom] exports the
 // figures as Prometheus metrics.
 //
+// # Memory allocated elsewhere
+//
+// Memory that other code allocates (another CUDA binding, a C library's
+// workspace) is counted with the same figures, limit, sites and history as
+// [Device.Alloc]'s, in one of two ways, each for its own case:
+//
+//   - [Device.Track] returns a [*Tracked] handle, for code that keeps what
+//     it allocated and frees it itself: [Tracked.Release] uncounts it once
+//     freed, [Tracked.FreeWith] frees and uncounts it in one step.
+//   - [Device.TrackAddr] counts by address without a handle, and
+//     [Kind.UntrackAddr] frees and uncounts by address: for a drop-in
+//     binding whose free is given only the address (package
+//     github.com/memtrack/memtrack/cu), with no heap allocation per call.
+//
+// Both share one address index: [Kind.TrackedAt] finds the handle of an
+// address counted either way, and an address is counted at most once.
+//
 // # Allocation sites
 //
 // [Device.EnableAllocationSites] records the call stack of later

@@ -3,6 +3,9 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/memtrack/memtrack/tracker"
 )
 
 // The sentinel errors. Every error the package returns wraps one of them (or
@@ -21,20 +24,33 @@ var (
 	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.
 	ErrInvalidOrdinal = errors.New("memtrack: invalid device ordinal")
 
-	// ErrInvalidDevice: a device string that [ParseDevice] cannot read.
+	// ErrInvalidDevice: a device string that [ParseDevice] cannot read, or a
+	// method called on the zero [Device], which is no device.
 	ErrInvalidDevice = errors.New("memtrack: invalid device")
 
 	// ErrInvalidSize: a size or limit that is zero or negative where it must
-	// be positive (or negative where it must not be).
-	ErrInvalidSize = errors.New("memtrack: invalid size")
+	// be positive (or negative where it must not be). It is the value of
+	// [tracker.ErrInvalidSize]: one sentinel for both packages.
+	ErrInvalidSize = tracker.ErrInvalidSize
 
-	// ErrDoubleFree: [Buffer.Free] on a buffer that was already freed, or
-	// [Tracked.Release] on a handle already released.
+	// ErrInvalidAddress: an address that must be given was 0
+	// ([Device.TrackAddr]).
+	ErrInvalidAddress = errors.New("memtrack: invalid address")
+
+	// ErrDoubleFree: [Buffer.Free] or [Buffer.FreeAsync] on a buffer that was
+	// already freed.
 	ErrDoubleFree = errors.New("memtrack: buffer already freed")
 
-	// ErrNilBuffer: [Buffer.Free] on a nil *Buffer, or [Tracked.Release]
-	// on a nil *Tracked.
+	// ErrAlreadyReleased: [Tracked.Release] or [Tracked.FreeWith] on a
+	// handle already released.
+	ErrAlreadyReleased = errors.New("memtrack: tracked memory already released")
+
+	// ErrNilBuffer: [Buffer.Free] or [Buffer.FreeAsync] on a nil *Buffer.
 	ErrNilBuffer = errors.New("memtrack: nil buffer")
+
+	// ErrNilTracked: [Tracked.Release] or [Tracked.FreeWith] on a nil
+	// *Tracked.
+	ErrNilTracked = errors.New("memtrack: nil tracked handle")
 
 	// ErrInvalidBuffer: [Buffer.Free] on a Buffer that [Device.Alloc] did
 	// not return: a zero Buffer, or a copy of one (which go vet reports).
@@ -47,6 +63,12 @@ var (
 	// ErrOutOfMemory: an allocation refused by the memory limit, the
 	// device's capacity or the backend. It comes as an [*OutOfMemoryError].
 	ErrOutOfMemory = errors.New("memtrack: out of memory")
+
+	// ErrLimitExceeded: an allocation refused by the memory limit
+	// ([Device.SetMemoryLimit]). It comes as an [*OutOfMemoryError] with a
+	// Limit, which matches both ErrOutOfMemory and ErrLimitExceeded. It is
+	// the value of [tracker.ErrLimitExceeded].
+	ErrLimitExceeded = tracker.ErrLimitExceeded
 
 	// ErrSitesNotRecorded: allocation sites were asked of a device that does
 	// not record them; see [Device.EnableAllocationSites].
@@ -73,7 +95,8 @@ var (
 	ErrDeviceLost = errors.New("memtrack: device lost")
 )
 
-// OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory].
+// OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory],
+// and [ErrLimitExceeded] too where the memory limit refused it (Limit > 0).
 type OutOfMemoryError struct {
 	Device    Device
 	Requested int64  // bytes asked for
@@ -110,8 +133,33 @@ func (e *OutOfMemoryError) Error() string {
 	return s
 }
 
-// Is reports whether target is [ErrOutOfMemory].
-func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
+// Is reports whether target is [ErrOutOfMemory], or [ErrLimitExceeded] where
+// the memory limit refused the allocation.
+func (e *OutOfMemoryError) Is(target error) bool {
+	return target == ErrOutOfMemory || (target == ErrLimitExceeded && e.Limit > 0)
+}
+
+// prefix begins every message of the package, once.
+const prefix = "memtrack: "
+
+// contextError is an error preceded by what was being done, written with one
+// [prefix] however many memtrack errors it wraps.
+type contextError struct {
+	context string
+	err     error
+}
+
+func (e *contextError) Error() string { return prefix + e.context + ": " + reason(e.err) }
+func (e *contextError) Unwrap() error { return e.err }
+
+// wrapf returns err preceded by the context that format and args write.
+func wrapf(err error, format string, args ...any) error {
+	return &contextError{context: fmt.Sprintf(format, args...), err: err}
+}
+
+// reason is err's message without the package's prefix, to be put after
+// another message that has it.
+func reason(err error) string { return strings.TrimPrefix(err.Error(), prefix) }
 
 // BackendError reports a failure of the allocator or driver behind a device,
 // with its own error code and name.

@@ -170,7 +170,7 @@ func ExampleDevice_Info() {
 }
 
 func ExampleStats_String() {
-	s := memtrack.Stats{Tracked: 3 << 29, PeakTracked: 2 << 30, Held: 3 << 29, PeakHeld: 2 << 30, Buffers: 3, PeakBuffers: 4, AllocBytes: 5 << 30, FreedBytes: 3584 << 20, Allocs: 10, Frees: 7}
+	s := memtrack.Stats{Device: memtrack.CPU(), Tracked: 3 << 29, PeakTracked: 2 << 30, Held: 3 << 29, PeakHeld: 2 << 30, Buffers: 3, PeakBuffers: 4, AllocBytes: 5 << 30, FreedBytes: 3584 << 20, Allocs: 10, Frees: 7}
 	fmt.Println(s)
 	// Output:
 	// cpu: tracked 1.50 GiB (1610612736 B), peak tracked 2.00 GiB (2147483648 B); 3 buffers (peak 4); 5.00 GiB (5368709120 B) in 10 allocs, 3.50 GiB (3758096384 B) freed in 7 frees; 0 failed allocs; no limit
@@ -178,7 +178,7 @@ func ExampleStats_String() {
 
 func ExampleStats_LogValue() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: dropTime}))
-	s := memtrack.Stats{Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 3 << 20, PeakHeld: 4 << 20, Buffers: 2, PeakBuffers: 3, AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
+	s := memtrack.Stats{Device: memtrack.CPU(), Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 3 << 20, PeakHeld: 4 << 20, Buffers: 2, PeakBuffers: 3, AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2}
 	logger.Info("memory", "stats", s) // with a real device: dev.MemoryStats()
 	// Output:
 	// level=INFO msg=memory stats.device=cpu stats.tracked=3145728 stats.peak_tracked=4194304 stats.held=3145728 stats.peak_held=4194304 stats.alloc_bytes=5242880 stats.freed_bytes=2097152 stats.buffers=2 stats.peak_buffers=3 stats.allocs=4 stats.frees=2 stats.failed_allocs=0 stats.limit=0
@@ -273,7 +273,7 @@ func ExampleDevice_Track() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.TrackedAt(memtrack.KindCPU, ptr) == h)
+	fmt.Println("tracked:", dev.MemoryAllocated()-base, memtrack.KindCPU.TrackedAt(ptr) == h)
 
 	_, err = dev.Track(16, ptr)
 	fmt.Println(errors.Is(err, memtrack.ErrAlreadyTracked))

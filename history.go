@@ -136,14 +136,14 @@ func (d Device) DisableMemoryHistory() {
 // Reading does not stop recording; an event being written as it reads is
 // left out (and, if newer events were read, reported as a gap).
 func (d Device) MemoryHistory() (History, error) {
-	if _, _, err := d.resolve(); err != nil {
+	s, _, err := d.resolve()
+	if err != nil {
 		return History{Device: d}, err
 	}
 	h := tables[d.kind].history.lookup(d.ordinal)
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
-	s, _, _ := d.resolve()
 	hist := h.snapshotIn(s.cats.lookup(d.ordinal))
 	hist.Device = d
 	return hist, nil

@@ -51,7 +51,7 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 		{"negative", CPU(), -1, ErrInvalidArgument},
 		{"past the maximum", CPU(), MaxHistoryEntries + 1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableMemoryHistory(tc.n), tc.err)

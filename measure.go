@@ -8,10 +8,13 @@ import (
 )
 
 // MemGetInfo returns the free and total memory of the device as the OS or
-// driver reports them (cuMemGetInfo for CUDA, the machine or its cgroup for
-// the CPU): figures for the whole device, not this package's counters.
+// driver reports them, not this package's counters. For CUDA they are
+// cuMemGetInfo's, for the whole GPU. For the CPU, total is the machine's
+// memory, or its cgroup's limit where that is lower, and free is total less
+// what this process uses: its cgroup's usage where that limit applies, else
+// its resident memory (on Linux; on macOS the machine's free pages).
 func (d Device) MemGetInfo() (free, total int64, err error) {
-	s, _, err := d.resolve()
+	s, err := d.state()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -31,7 +34,8 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // the CUDA context (hundreds of MiB), the memory of libraries that allocate
 // on their own (cuBLAS workspaces, NCCL buffers), other processes, and the
 // driver's rounding of each allocation; on the CPU it holds the rest of the
-// process and of the machine (or cgroup).
+// process (the Go heap, stacks, code), and of its cgroup where a cgroup
+// limit applies.
 type Usage struct {
 	Device    Device
 	Tracked   int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
@@ -193,7 +197,7 @@ func wrapRun(d Device, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("memtrack: measurement of %v: %w", d, err)
+	return wrapf(err, "measurement of %v", d)
 }
 
 // Baseline takes the device's [Usage] as vLLM does when an inference

@@ -72,7 +72,7 @@ type SiteStats struct {
 // for later allocations and keeps what is recorded.
 func (d Device) EnableAllocationSites(depth int) error {
 	if depth < 1 || depth > MaxSiteDepth {
-		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidSize, depth, d, MaxSiteDepth)
+		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidArgument, depth, d, MaxSiteDepth)
 	}
 	s, _, err := d.resolve()
 	if err != nil {
@@ -102,7 +102,7 @@ func (d Device) DisableAllocationSites() {
 // 1 - exp(-n/rate), and each recorded allocation counted as 1/p buffers and
 // n/p bytes, so that the figures of [Site] and [SiteStats] are unbiased
 // estimates of the true ones. Rate 1 records every allocation, exactly; 0
-// restores [DefaultSiteRate]; a negative rate is an [ErrInvalidSize] error.
+// restores [DefaultSiteRate]; a negative rate fails with [ErrInvalidArgument].
 //
 // The rate holds for the device's later allocations, whether or not it
 // records now, and across [Device.DisableAllocationSites]; buffers already
@@ -111,7 +111,7 @@ func (d Device) DisableAllocationSites() {
 // the device's peak only approximately where small allocations make it.
 func (d Device) SetAllocationSiteRate(rate int64) error {
 	if rate < 0 {
-		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidSize, rate, d)
+		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidArgument, rate, d)
 	}
 	s, _, err := d.resolve()
 	if err != nil {
@@ -130,11 +130,10 @@ func (d Device) SetAllocationSiteRate(rate int64) error {
 // AllocationSiteStats returns the state of the recording of allocation
 // sites on the device; the zero SiteStats if recording is off.
 func (d Device) AllocationSiteStats() SiteStats {
-	s, _, err := d.resolve()
-	if err != nil {
+	if d.peek() == nil {
 		return SiteStats{}
 	}
-	if r := s.sites.lookup(d.ordinal); r != nil {
+	if r := tables[d.kind].p.Load().sites.lookup(d.ordinal); r != nil {
 		return r.stats()
 	}
 	return SiteStats{}

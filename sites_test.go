@@ -100,11 +100,11 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		depth int
 		err   error
 	}{
-		{"depth 0", CPU(), 0, ErrInvalidSize},
-		{"negative depth", CPU(), -1, ErrInvalidSize},
-		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidSize},
+		{"depth 0", CPU(), 0, ErrInvalidArgument},
+		{"negative depth", CPU(), -1, ErrInvalidArgument},
+		{"depth past the maximum", CPU(), MaxSiteDepth + 1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 8, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 8, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableAllocationSites(tc.depth), tc.err)
@@ -405,7 +405,7 @@ func TestAllocationSitesErrors(t *testing.T) {
 	}{
 		{"not recording", CPU(), ErrSitesNotRecorded},
 		{"bad device", Device{kind: numKinds}, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 1}, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 1}, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, get := range []func() (SiteSnapshot, error){tc.d.AllocationSites, tc.d.PeakAllocationSites} {
@@ -447,9 +447,9 @@ func TestSetAllocationSiteRate(t *testing.T) {
 		rate int64
 		err  error
 	}{
-		{"negative", CPU(), -1, ErrInvalidSize},
+		{"negative", CPU(), -1, ErrInvalidArgument},
 		{"bad kind", Device{kind: numKinds}, 1, ErrInvalidDevice},
-		{"bad ordinal", Device{ordinal: 3}, 1, ErrInvalidOrdinal},
+		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 1, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.SetAllocationSiteRate(tc.rate), tc.err)

@@ -88,7 +88,7 @@ func (d Device) MemorySummary() string {
 // MemoryAllocated returns the bytes held by the device's live buffers: the
 // sizes asked for, as counted by this package (torch.cuda.memory_allocated).
 func (d Device) MemoryAllocated() int64 {
-	if _, r, err := d.resolve(); err == nil {
+	if r := d.peek(); r != nil {
 		return r.Tracked()
 	}
 	return 0
@@ -97,7 +97,7 @@ func (d Device) MemoryAllocated() int64 {
 // MaxMemoryAllocated returns the high-water mark of [Device.MemoryAllocated]
 // since the last [Device.ResetPeakMemoryStats] (torch.cuda.max_memory_allocated).
 func (d Device) MaxMemoryAllocated() int64 {
-	if _, r, err := d.resolve(); err == nil {
+	if r := d.peek(); r != nil {
 		return r.PeakTracked()
 	}
 	return 0
@@ -138,8 +138,8 @@ func (d Device) ResetAccumulatedMemoryStats() {
 
 // MemoryStats returns a snapshot of the device's statistics.
 func (d Device) MemoryStats() Stats {
-	_, r, err := d.resolve()
-	if err != nil {
+	r := d.peek()
+	if r == nil {
 		return Stats{Device: d}
 	}
 	return statsOf(d, r.Snapshot())

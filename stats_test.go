@@ -18,18 +18,18 @@ func TestStatsString(t *testing.T) {
 		s    memtrack.Stats
 		want string
 	}{
-		{"zero", memtrack.Stats{},
+		{"zero", memtrack.Stats{Device: memtrack.CPU()},
 			"cpu: tracked 0 B, peak tracked 0 B; 0 buffers (peak 0); 0 B in 0 allocs, 0 B freed in 0 frees; 0 failed allocs; no limit"},
-		{"small sizes stay exact", memtrack.Stats{Tracked: 512, PeakTracked: 1023, Held: 512, PeakHeld: 1023, Buffers: 1, PeakBuffers: 2, AllocBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
+		{"small sizes stay exact", memtrack.Stats{Device: memtrack.CPU(), Tracked: 512, PeakTracked: 1023, Held: 512, PeakHeld: 1023, Buffers: 1, PeakBuffers: 2, AllocBytes: 1000, FreedBytes: 488, Allocs: 2, Frees: 1},
 			"cpu: tracked 512 B, peak tracked 1023 B; 1 buffers (peak 2); 1000 B in 2 allocs, 488 B freed in 1 frees; 0 failed allocs; no limit"},
-		{"IEC units with exact bytes", memtrack.Stats{
+		{"IEC units with exact bytes", memtrack.Stats{Device: memtrack.CPU(),
 			Tracked: 3 << 29, PeakTracked: 2 << 30, Held: 3 << 29, PeakHeld: 2 << 30, Buffers: 3, PeakBuffers: 4,
 			AllocBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
 		}, "cpu: tracked 1.50 GiB (1610612736 B), peak tracked 2.00 GiB (2147483648 B); 3 buffers (peak 4); " +
 			"12.0 MiB (12582912 B) in 10 allocs, 1.50 KiB (1536 B) freed in 7 frees; 1 failed allocs; limit 4.00 GiB (4294967296 B)"},
 		// Stream-ordered frees not yet executed: the device-side figures
 		// differ from the tracked ones, and the line says by how much.
-		{"device-side figures", memtrack.Stats{
+		{"device-side figures", memtrack.Stats{Device: memtrack.CPU(),
 			Tracked: 1 << 20, PeakTracked: 3 << 20, Held: 2 << 20, PeakHeld: 4 << 20, Buffers: 1, PeakBuffers: 2,
 			AllocBytes: 3 << 20, FreedBytes: 2 << 20, Allocs: 2, Frees: 1,
 		}, "cpu: tracked 1.00 MiB (1048576 B), peak tracked 3.00 MiB (3145728 B); held 2.00 MiB (2097152 B), peak held 4.00 MiB (4194304 B); " +
@@ -43,7 +43,7 @@ func TestStatsString(t *testing.T) {
 }
 
 func TestStatsLogValue(t *testing.T) {
-	s := memtrack.Stats{
+	s := memtrack.Stats{Device: memtrack.CPU(),
 		Tracked: 3 << 20, PeakTracked: 4 << 20, Held: 7 << 20, PeakHeld: 8 << 20, Buffers: 2, PeakBuffers: 3,
 		AllocBytes: 5 << 20, FreedBytes: 2 << 20, Allocs: 4, Frees: 2, FailedAllocs: 1, Limit: 1 << 30,
 	}

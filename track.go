@@ -1,9 +1,9 @@
 package memtrack
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/memtrack/memtrack/internal/addrindex"
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
@@ -31,7 +31,7 @@ type Tracked struct {
 	size  int64
 	ptr   uintptr
 	rec   *tracker.Record
-	addrs *addrIndex // where ptr is indexed; nil for ptr == 0
+	addrs *addrindex.Index[addrEntry] // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
 	site  *site           // where it was tracked, if recorded (sites.go)
 	crec  *tracker.Record // its category's record (category.go); nil for none
@@ -47,7 +47,7 @@ type Tracked struct {
 //
 // ptr is the memory's address on the device (a CUdeviceptr for CUDA, a
 // host address for the CPU), which [Tracked.DevicePtr] returns and
-// [TrackedAt] finds; 0 if unknown. An address is tracked at most once at a
+// [Kind.TrackedAt] finds; 0 if unknown. An address is tracked at most once at a
 // time per kind of device, since a process's device addresses are unique
 // (CUDA's unified addressing): Track of an address already tracked and live
 // fails with [ErrAlreadyTracked]. Do not track memory from [Device.Alloc]:
@@ -86,31 +86,31 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 			}
 		}
 	}
-	var sh *addrShard
+	var sh *addrindex.Shard[addrEntry]
 	var slot int
 	if ptr != 0 {
 		t.addrs = &s.tracked
-		sh = t.addrs.shard(ptr)
+		sh = t.addrs.Shard(ptr)
 		// The shard stays locked until the handle is counted and indexed,
 		// so that a concurrent Track of the address sees it.
-		sh.mu.Lock()
+		sh.Lock()
 		var err error
-		if slot, err = sh.claim(d, ptr); err != nil {
-			sh.mu.Unlock()
+		if slot, err = claim(sh, d, ptr); err != nil {
+			sh.Unlock()
 			return nil, err
 		}
 	}
 	if t.crec != nil {
 		if err := c.count(rec, t.crec, size); err != nil {
 			if sh != nil {
-				sh.mu.Unlock()
+				sh.Unlock()
 			}
 			return nil, d.refused(size, rec, err, c, true)
 		}
 	}
 	if err := rec.Alloc(size); err != nil {
 		if sh != nil {
-			sh.mu.Unlock()
+			sh.Unlock()
 		}
 		c.uncount(t.crec, size)
 		return nil, d.refused(size, rec, err, c, false)
@@ -123,8 +123,8 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		h.allocIn(size, t.site, rec, 0, c.idx, t.crec) // see history.go
 	}
 	if sh != nil {
-		sh.insertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
-		sh.mu.Unlock()
+		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
+		sh.Unlock()
 	}
 	return t, nil
 }
@@ -134,42 +134,42 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 // zero Category; byCategory says that c's record refused it.
 func (d Device) refused(size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
-	oom := &OutOfMemoryError{Device: d, Requested: size, Tracked: rec.Tracked(), Limit: rec.Limit(), Category: c.Name(), Reason: err.Error()}
-	var le *tracker.LimitError
-	if byCategory && errors.As(err, &le) {
-		oom.Tracked, oom.Limit, oom.Reason = le.Tracked, le.Limit, categoryLimitReason
+	oom := recordRefusal(err, d, size, rec.Tracked())
+	oom.Category = c.Name()
+	if byCategory && oom.Limit > 0 {
+		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
 	}
 	return oom
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
 // the device, as [Device.Track] does, without making a handle: the count
-// lives in the address index only, until [UntrackAddr] of ptr ends it
-// ([TrackedAt] makes a handle for it when asked). It is the path of a
+// lives in the address index only, until [Kind.UntrackAddr] of ptr ends it
+// ([Kind.TrackedAt] makes a handle for it when asked). It is the path of a
 // drop-in binding, which is given only an address to free (see package
 // github.com/memtrack/memtrack/cu), and allocates nothing on the heap while
 // allocation sites and the memory history are off. It fails as Track
-// does, and with [ErrInvalidArgument] for ptr == 0.
+// does, and with [ErrInvalidAddress] for ptr == 0.
 func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	if size <= 0 {
 		return fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
 	}
 	if ptr == 0 {
-		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidArgument, size, d)
+		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidAddress, size, d)
 	}
 	s, rec, err := d.resolve()
 	if err != nil {
 		return err
 	}
-	sh := s.tracked.shard(ptr)
-	sh.mu.Lock()
-	slot, err := sh.claim(d, ptr)
+	sh := s.tracked.Shard(ptr)
+	sh.Lock()
+	slot, err := claim(sh, d, ptr)
 	if err != nil {
-		sh.mu.Unlock()
+		sh.Unlock()
 		return err
 	}
 	if err := rec.Alloc(size); err != nil {
-		sh.mu.Unlock()
+		sh.Unlock()
 		return d.refused(size, rec, err, Category{}, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
@@ -180,21 +180,26 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, e.site, rec, 0) // see history.go
 	}
-	sh.insertAt(slot, ptr, e)
-	sh.mu.Unlock()
+	sh.InsertAt(slot, ptr, e)
+	sh.Unlock()
 	return nil
 }
 
 // UntrackAddr frees the memory tracked at address ptr on a device of kind
 // k with free, the caller's own release through the binding that allocated
 // it, and then uncounts it, as [Tracked.FreeWith] does for the handle that
-// [TrackedAt] would return. It reports whether a live count was there: if
+// [Kind.TrackedAt] would return. It reports whether a live count was there: if
 // not, it calls nothing and returns false and nil. If free fails, the
 // memory stays counted and tracked, and free's error is returned. While
 // free runs, the address is not tracked, as with FreeWith. free == nil
 // uncounts without freeing, as [Tracked.Release] does. It starts no
 // backend.
-func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err error) {
+//
+// UntrackAddr and [Kind.TrackedAt] are methods of the Kind, not of a
+// Device, because an address is unique among the devices of a kind (CUDA's
+// unified addressing) and a binding that frees by address is not told the
+// device: cuMemFree takes only the pointer.
+func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err error) {
 	if k >= numKinds || ptr == 0 {
 		return false, nil
 	}
@@ -202,16 +207,16 @@ func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err erro
 	if s == nil {
 		return false, nil
 	}
-	sh := s.tracked.shard(ptr)
-	sh.mu.Lock()
-	i, ok := sh.lookup(ptr)
+	sh := s.tracked.Shard(ptr)
+	sh.Lock()
+	i, ok := sh.Lookup(ptr)
 	if !ok {
-		sh.mu.Unlock()
+		sh.Unlock()
 		return false, nil
 	}
-	e := sh.slots[i].e
+	e := *sh.At(i)
 	if e.h != nil {
-		sh.mu.Unlock()
+		sh.Unlock()
 		// A handle is indexed: free through it. If it is not live, a
 		// concurrent release was first.
 		live, err := e.h.freeWith(free)
@@ -220,15 +225,15 @@ func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err erro
 		}
 		return true, err
 	}
-	sh.deleteAt(i)
-	sh.mu.Unlock()
+	sh.DeleteAt(i)
+	sh.Unlock()
 	if free != nil {
 		if err := free(); err != nil {
-			sh.mu.Lock()
-			if i, ok := sh.lookup(ptr); !ok { // not tracked anew meanwhile
-				sh.insertAt(i, ptr, e)
+			sh.Lock()
+			if i, ok := sh.Lookup(ptr); !ok { // not tracked anew meanwhile
+				sh.InsertAt(i, ptr, e)
 			}
-			sh.mu.Unlock()
+			sh.Unlock()
 			return true, err
 		}
 	}
@@ -240,7 +245,7 @@ func UntrackAddr(k Kind, ptr uintptr, free func() error) (tracked bool, err erro
 // ptr on a device of kind k, or nil if there is none. It is the lookup of a
 // drop-in binding that is given only an address to free (see package
 // github.com/memtrack/memtrack/cu). It starts no backend.
-func TrackedAt(k Kind, ptr uintptr) *Tracked {
+func (k Kind) TrackedAt(ptr uintptr) *Tracked {
 	if k >= numKinds || ptr == 0 {
 		return nil
 	}
@@ -248,18 +253,18 @@ func TrackedAt(k Kind, ptr uintptr) *Tracked {
 	if s == nil {
 		return nil
 	}
-	sh := s.tracked.shard(ptr)
-	sh.mu.Lock()
+	sh := s.tracked.Shard(ptr)
+	sh.Lock()
 	var h *Tracked
-	if i, ok := sh.lookup(ptr); ok {
-		e := &sh.slots[i].e
+	if i, ok := sh.Lookup(ptr); ok {
+		e := sh.At(i)
 		if e.h == nil {
 			// Counted by TrackAddr: a handle takes the count over.
 			e.h = &Tracked{dev: Device{kind: k, ordinal: e.ordinal}, size: e.size, ptr: ptr, rec: e.rec, addrs: &s.tracked, site: e.site}
 		}
 		h = e.h
 	}
-	sh.mu.Unlock()
+	sh.Unlock()
 	if h == nil || h.state.Load() != trackLive {
 		return nil
 	}
@@ -268,12 +273,12 @@ func TrackedAt(k Kind, ptr uintptr) *Tracked {
 
 // Release uncounts the tracked memory; it frees nothing. Call it when the
 // memory has been, or is about to be, freed by the binding that allocated
-// it. It fails with [ErrDoubleFree] on a handle already released (or being
-// freed by FreeWith) and with [ErrNilBuffer] on a nil handle, changing no
+// it. It fails with [ErrAlreadyReleased] on a handle already released (or being
+// freed by FreeWith) and with [ErrNilTracked] on a nil handle, changing no
 // figure.
 func (t *Tracked) Release() error {
 	if t == nil {
-		return fmt.Errorf("%w: Release called on a nil *Tracked", ErrNilBuffer)
+		return fmt.Errorf("%w: Release called on a nil *Tracked", ErrNilTracked)
 	}
 	_, err := t.freeWith(nil)
 	return err
@@ -284,13 +289,13 @@ func (t *Tracked) Release() error {
 // [Buffer.Free] does with memory this package owns. If free fails, the
 // memory stays counted and tracked, and its error is returned; FreeWith may
 // be called again. While free runs, the handle is no longer live: a
-// concurrent Release or FreeWith fails with [ErrDoubleFree], [TrackedAt]
+// concurrent Release or FreeWith fails with [ErrAlreadyReleased], [Kind.TrackedAt]
 // does not find it, and [Device.Track] may track its address anew (a
 // driver may hand it out again the moment it is freed). It fails as Release
 // does on a nil or released handle, without calling free.
 func (t *Tracked) FreeWith(free func() error) error {
 	if t == nil {
-		return fmt.Errorf("%w: FreeWith called on a nil *Tracked", ErrNilBuffer)
+		return fmt.Errorf("%w: FreeWith called on a nil *Tracked", ErrNilTracked)
 	}
 	if free == nil {
 		return fmt.Errorf("%w: FreeWith of %d tracked bytes on %v: nil function", ErrInvalidArgument, t.size, t.dev)
@@ -300,7 +305,7 @@ func (t *Tracked) FreeWith(free func() error) error {
 }
 
 // freeWith is FreeWith, and Release where free is nil; live reports
-// whether the handle was live (if not, err is the ErrDoubleFree).
+// whether the handle was live (if not, err is the ErrAlreadyReleased).
 func (t *Tracked) freeWith(free func() error) (live bool, err error) {
 	if free == nil {
 		if !t.state.CompareAndSwap(trackLive, trackReleased) {
@@ -322,19 +327,19 @@ func (t *Tracked) freeWith(free func() error) (live bool, err error) {
 }
 
 func (t *Tracked) released() error {
-	return fmt.Errorf("%w: %d tracked bytes at %#x on %v were released already", ErrDoubleFree, t.size, t.ptr, t.dev)
+	return fmt.Errorf("%w: %d tracked bytes at %#x on %v were released already", ErrAlreadyReleased, t.size, t.ptr, t.dev)
 }
 
 // uncount removes the handle from the address index and the figures.
 func (t *Tracked) uncount() {
 	if t.addrs != nil {
-		sh := t.addrs.shard(t.ptr)
-		sh.mu.Lock()
+		sh := t.addrs.Shard(t.ptr)
+		sh.Lock()
 		// A new Track of the address may have replaced the handle.
-		if i, ok := sh.lookup(t.ptr); ok && sh.slots[i].e.h == t {
-			sh.deleteAt(i)
+		if i, ok := sh.Lookup(t.ptr); ok && sh.At(i).h == t {
+			sh.DeleteAt(i)
 		}
-		sh.mu.Unlock()
+		sh.Unlock()
 	}
 	if t.crec != nil {
 		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
@@ -386,3 +391,28 @@ func (t *Tracked) DevicePtr() uintptr {
 // [Tracked.Release] or [Tracked.FreeWith] begins, unless FreeWith's free
 // then fails.
 func (t *Tracked) Released() bool { return t != nil && t.state.Load() != trackLive }
+
+// addrEntry is the count at one address: the handle, if one was made
+// ([Device.Track], or [Kind.TrackedAt] of a count of [Device.TrackAddr]), and
+// what uncounting it needs.
+type addrEntry struct {
+	h       *Tracked
+	rec     *tracker.Record
+	site    *site
+	size    int64
+	ordinal int
+}
+
+// claim returns the slot for a new count at ptr, as Lookup does, and fails
+// with [ErrAlreadyTracked] if ptr is tracked and live. The shard is locked.
+func claim(sh *addrindex.Shard[addrEntry], d Device, ptr uintptr) (int, error) {
+	i, ok := sh.Lookup(ptr)
+	if !ok {
+		return i, nil
+	}
+	old := sh.At(i)
+	if old.h != nil && old.h.state.Load() != trackLive {
+		return i, nil // being freed: the new count replaces it
+	}
+	return i, fmt.Errorf("%w: %#x on %v (%d bytes, tracked on %v)", ErrAlreadyTracked, ptr, d, old.size, Device{kind: d.kind, ordinal: old.ordinal})
+}

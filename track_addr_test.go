@@ -18,7 +18,7 @@ func TestTrackAddrAccounts(t *testing.T) {
 	assert.Equal(t, before.Buffers+1, s.Buffers)
 	assert.Equal(t, before.Allocs+1, s.Allocs)
 
-	tracked, err := UntrackAddr(KindCPU, 0x7000, nil)
+	tracked, err := KindCPU.UntrackAddr(0x7000, nil)
 	assert.True(t, tracked)
 	assert.NoError(t, err)
 	s = d.MemoryStats()
@@ -41,7 +41,7 @@ func TestTrackAddrBadInput(t *testing.T) {
 	}{
 		{"zero size", func() error { return d.TrackAddr(0, 0x100) }, ErrInvalidSize},
 		{"negative size", func() error { return d.TrackAddr(-1, 0x100) }, ErrInvalidSize},
-		{"address 0", func() error { return d.TrackAddr(8, 0) }, ErrInvalidArgument},
+		{"address 0", func() error { return d.TrackAddr(8, 0) }, ErrInvalidAddress},
 		{"an address counted by TrackAddr", func() error { return d.TrackAddr(8, 0x8000) }, ErrAlreadyTracked},
 		{"an address tracked by Track", func() error { return d.TrackAddr(8, 0x9000) }, ErrAlreadyTracked},
 		{"Track of an address counted by TrackAddr", func() error { _, err := d.Track(8, 0x8000); return err }, ErrAlreadyTracked},
@@ -61,11 +61,11 @@ func TestTrackAddrBadInput(t *testing.T) {
 		})
 	}
 	for _, p := range []uintptr{0, 0x100, 0xdead00} {
-		tracked, err := UntrackAddr(KindCPU, p, func() error { t.Fatal("free called"); return nil })
+		tracked, err := KindCPU.UntrackAddr(p, func() error { t.Fatal("free called"); return nil })
 		assert.False(t, tracked, "%#x", p)
 		assert.NoError(t, err)
 	}
-	tracked, err := UntrackAddr(numKinds, 0x8000, nil)
+	tracked, err := numKinds.UntrackAddr(0x8000, nil)
 	assert.False(t, tracked)
 	assert.NoError(t, err)
 	assert.Equal(t, int64(96), d.MemoryAllocated(), "nothing tracked was lost")
@@ -78,20 +78,20 @@ func TestUntrackAddrFreeFails(t *testing.T) {
 	require.NoError(t, d.TrackAddr(512, 0xa000))
 	before := d.MemoryStats()
 	errFree := errors.New("free failed")
-	tracked, err := UntrackAddr(KindCPU, 0xa000, func() error {
-		assert.Nil(t, TrackedAt(KindCPU, 0xa000), "not tracked while free runs")
+	tracked, err := KindCPU.UntrackAddr(0xa000, func() error {
+		assert.Nil(t, KindCPU.TrackedAt(0xa000), "not tracked while free runs")
 		return errFree
 	})
 	assert.True(t, tracked)
 	assert.ErrorIs(t, err, errFree)
 	assert.Equal(t, before, d.MemoryStats())
 	calls := 0
-	tracked, err = UntrackAddr(KindCPU, 0xa000, func() error { calls++; return nil })
+	tracked, err = KindCPU.UntrackAddr(0xa000, func() error { calls++; return nil })
 	assert.True(t, tracked)
 	assert.NoError(t, err)
 	assert.Equal(t, 1, calls)
 	assert.Equal(t, before.Tracked-512, d.MemoryStats().Tracked)
-	tracked, _ = UntrackAddr(KindCPU, 0xa000, nil)
+	tracked, _ = KindCPU.UntrackAddr(0xa000, nil)
 	assert.False(t, tracked, "released twice")
 }
 
@@ -100,18 +100,18 @@ func TestUntrackAddrFreeFails(t *testing.T) {
 func TestTrackedAtOfTrackAddr(t *testing.T) {
 	d := freshCPU(t)
 	require.NoError(t, d.TrackAddr(256, 0xb000))
-	h := TrackedAt(KindCPU, 0xb000)
+	h := KindCPU.TrackedAt(0xb000)
 	require.NotNil(t, h)
 	assert.Equal(t, d, h.Device())
 	assert.Equal(t, int64(256), h.Size())
 	assert.Equal(t, uintptr(0xb000), h.DevicePtr())
-	assert.Same(t, h, TrackedAt(KindCPU, 0xb000), "one handle")
+	assert.Same(t, h, KindCPU.TrackedAt(0xb000), "one handle")
 	before := d.MemoryStats()
-	tracked, err := UntrackAddr(KindCPU, 0xb000, nil)
+	tracked, err := KindCPU.UntrackAddr(0xb000, nil)
 	assert.True(t, tracked)
 	assert.NoError(t, err)
 	assert.True(t, h.Released())
-	assert.ErrorIs(t, h.Release(), ErrDoubleFree)
+	assert.ErrorIs(t, h.Release(), ErrAlreadyReleased)
 	assert.Equal(t, before.Tracked-256, d.MemoryStats().Tracked)
-	assert.Nil(t, TrackedAt(KindCPU, 0xb000))
+	assert.Nil(t, KindCPU.TrackedAt(0xb000))
 }

@@ -16,7 +16,7 @@ func BenchmarkTrack(b *testing.B) {
 			if _, err := d.Track(1024, p); err != nil {
 				b.Fatal(err)
 			}
-			if err := TrackedAt(KindCPU, p).FreeWith(func() error { return nil }); err != nil {
+			if err := KindCPU.TrackedAt(p).FreeWith(func() error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -30,7 +30,7 @@ func BenchmarkTrack(b *testing.B) {
 			if err := d.TrackAddr(1024, p); err != nil {
 				b.Fatal(err)
 			}
-			if ok, err := UntrackAddr(KindCPU, p, free); !ok || err != nil {
+			if ok, err := KindCPU.UntrackAddr(p, free); !ok || err != nil {
 				b.Fatal(ok, err)
 			}
 		}

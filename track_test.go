@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -75,10 +76,10 @@ func TestTrackBadInput(t *testing.T) {
 		{"zero size", func() error { _, err := d.Track(0, 0x1000); return err }, ErrInvalidSize},
 		{"negative size", func() error { _, err := d.Track(-5, 0); return err }, ErrInvalidSize},
 		{"same address twice while live", func() error { _, err := d.Track(32, 0x4000); return err }, ErrAlreadyTracked},
-		{"release twice", released.Release, ErrDoubleFree},
-		{"FreeWith after release", func() error { return released.FreeWith(func() error { panic("free called") }) }, ErrDoubleFree},
-		{"nil handle", (*Tracked)(nil).Release, ErrNilBuffer},
-		{"nil handle FreeWith", func() error { return (*Tracked)(nil).FreeWith(func() error { return nil }) }, ErrNilBuffer},
+		{"release twice", released.Release, ErrAlreadyReleased},
+		{"FreeWith after release", func() error { return released.FreeWith(func() error { panic("free called") }) }, ErrAlreadyReleased},
+		{"nil handle", (*Tracked)(nil).Release, ErrNilTracked},
+		{"nil handle FreeWith", func() error { return (*Tracked)(nil).FreeWith(func() error { return nil }) }, ErrNilTracked},
 		{"nil free function", func() error { return live.FreeWith(nil) }, ErrInvalidArgument},
 		{"no such device", func() error { _, err := Device{kind: KindCPU, ordinal: 3}.Track(8, 0); return err }, ErrInvalidOrdinal},
 		{"no such kind", func() error { _, err := Device{kind: numKinds}.Track(8, 0); return err }, ErrInvalidDevice},
@@ -86,9 +87,9 @@ func TestTrackBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
 			assert.ErrorIs(t, err, tc.err)
-			assert.Contains(t, err.Error(), "memtrack: ")
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), err.Error())
 			assert.Equal(t, before, d.MemoryStats())
-			assert.Same(t, live, TrackedAt(KindCPU, 0x4000), "the live handle stays tracked")
+			assert.Same(t, live, KindCPU.TrackedAt(0x4000), "the live handle stays tracked")
 		})
 	}
 	require.NoError(t, live.Release())
@@ -100,7 +101,7 @@ func TestTrackAddresses(t *testing.T) {
 	d := freshCPU(t)
 	a, err := d.Track(10, 0x1000)
 	require.NoError(t, err)
-	assert.Same(t, a, TrackedAt(KindCPU, 0x1000))
+	assert.Same(t, a, KindCPU.TrackedAt(0x1000))
 	assert.Equal(t, uintptr(0x1000), a.DevicePtr())
 	assert.Equal(t, int64(10), a.Size())
 	assert.Equal(t, d, a.Device())
@@ -108,20 +109,20 @@ func TestTrackAddresses(t *testing.T) {
 	require.NoError(t, a.Release())
 	assert.True(t, a.Released())
 	assert.Zero(t, a.DevicePtr())
-	assert.Nil(t, TrackedAt(KindCPU, 0x1000))
+	assert.Nil(t, KindCPU.TrackedAt(0x1000))
 
 	b, err := d.Track(20, 0x1000)
 	require.NoError(t, err, "a released address may be tracked again")
-	assert.Same(t, b, TrackedAt(KindCPU, 0x1000))
-	require.ErrorIs(t, a.Release(), ErrDoubleFree, "the old handle stays released")
-	assert.Same(t, b, TrackedAt(KindCPU, 0x1000), "and does not unindex the new one")
+	assert.Same(t, b, KindCPU.TrackedAt(0x1000))
+	require.ErrorIs(t, a.Release(), ErrAlreadyReleased, "the old handle stays released")
+	assert.Same(t, b, KindCPU.TrackedAt(0x1000), "and does not unindex the new one")
 
 	c, err := d.Track(30, 0)
 	require.NoError(t, err)
 	d2, err := d.Track(30, 0)
 	require.NoError(t, err, "handles without an address never conflict")
-	assert.Nil(t, TrackedAt(KindCPU, 0))
-	assert.Nil(t, TrackedAt(numKinds, 0x1000))
+	assert.Nil(t, KindCPU.TrackedAt(0))
+	assert.Nil(t, numKinds.TrackedAt(0x1000))
 	assert.Equal(t, int64(3), d.MemoryStats().Buffers)
 	for _, h := range []*Tracked{b, c, d2} {
 		require.NoError(t, h.Release())
@@ -136,7 +137,7 @@ func TestTrackedAtStartsNothing(t *testing.T) {
 	old := tb.p.Swap(nil)
 	tb.mu.Unlock()
 	t.Cleanup(func() { tb.mu.Lock(); tb.p.Store(old); tb.mu.Unlock() })
-	assert.Nil(t, TrackedAt(KindMetal, 0x1000))
+	assert.Nil(t, KindMetal.TrackedAt(0x1000))
 	assert.Nil(t, tb.p.Load())
 }
 
@@ -150,14 +151,14 @@ func TestTrackFreeWith(t *testing.T) {
 
 	err = h.FreeWith(func() error {
 		assert.True(t, h.Released(), "not live while the free runs")
-		assert.Nil(t, TrackedAt(KindCPU, 0x2000))
-		assert.ErrorIs(t, h.Release(), ErrDoubleFree)
+		assert.Nil(t, KindCPU.TrackedAt(0x2000))
+		assert.ErrorIs(t, h.Release(), ErrAlreadyReleased)
 		return errFakeDriver
 	})
 	require.ErrorIs(t, err, errFakeDriver)
 	assert.Equal(t, before, d.MemoryStats(), "a failed free moves nothing")
 	assert.False(t, h.Released())
-	assert.Same(t, h, TrackedAt(KindCPU, 0x2000))
+	assert.Same(t, h, KindCPU.TrackedAt(0x2000))
 
 	var again *Tracked
 	require.NoError(t, h.FreeWith(func() error {
@@ -167,7 +168,7 @@ func TestTrackFreeWith(t *testing.T) {
 		return err
 	}))
 	assert.True(t, h.Released())
-	assert.Same(t, again, TrackedAt(KindCPU, 0x2000), "the old handle's release keeps the new one")
+	assert.Same(t, again, KindCPU.TrackedAt(0x2000), "the old handle's release keeps the new one")
 	s := d.MemoryStats()
 	assert.Equal(t, int64(50), s.Tracked)
 	assert.Equal(t, int64(1), s.Frees)
@@ -203,7 +204,7 @@ func TestTrackLimitCoversAlloc(t *testing.T) {
 	require.NoError(t, err)
 	_, err = d.Track(1, 0x3100)
 	require.ErrorIs(t, err, ErrOutOfMemory, "and Track by what Alloc holds")
-	assert.Nil(t, TrackedAt(KindCPU, 0x3100), "a refused Track is not indexed")
+	assert.Nil(t, KindCPU.TrackedAt(0x3100), "a refused Track is not indexed")
 	s := d.MemoryStats()
 	assert.Equal(t, int64(2), s.FailedAllocs)
 	assert.Equal(t, int64(1000), s.Tracked)
@@ -304,7 +305,7 @@ func TestTrackConcurrent(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if TrackedAt(KindCPU, ptr) != h {
+				if KindCPU.TrackedAt(ptr) != h {
 					t.Error("TrackedAt lost a live handle")
 				}
 				if err := h.FreeWith(func() error { return nil }); err != nil {
@@ -378,7 +379,7 @@ func FuzzTrack(f *testing.F) {
 					cur -= e.size
 					frees++
 				} else {
-					require.Nil(t, TrackedAt(KindCPU, ptr))
+					require.Nil(t, KindCPU.TrackedAt(ptr))
 				}
 			case 5, 6: // FreeWith, failing on odd sizes
 				if e, ok := live[ptr]; ok {
@@ -412,7 +413,7 @@ func FuzzTrack(f *testing.F) {
 			require.Equal(t, failed, s.FailedAllocs)
 			require.Equal(t, int64(len(live)), s.Buffers)
 			for p, e := range live {
-				require.Same(t, e.h, TrackedAt(KindCPU, p))
+				require.Same(t, e.h, KindCPU.TrackedAt(p))
 			}
 		}
 	})
@@ -435,7 +436,7 @@ func TestTrackHistory(t *testing.T) {
 	require.NoError(t, d.SetMemoryLimit(0))
 	_, err = d.Track(0, 0x3000)
 	require.ErrorIs(t, err, ErrInvalidSize)
-	require.ErrorIs(t, a.Release(), ErrDoubleFree)
+	require.ErrorIs(t, a.Release(), ErrAlreadyReleased)
 	require.NoError(t, b.FreeWith(func() error { return nil }))
 
 	h, err := d.MemoryHistory()

@@ -266,7 +266,7 @@ func BenchmarkParallel(b *testing.B) {
 // BenchmarkDevice measures an Alloc+Free of a CPU buffer through memtrack's
 // Device layer (design=tracked) against the same allocation without
 // tracking (design=untracked: make below 1 MiB, mmap/munmap from there, as
-// the CPU backend does), at 64 B (issue 11's bound: at most 3x a bare make),
+// the CPU backend does), at 64 B (against a bare make),
 // 4 KiB, 1 MiB and 64 MiB. In the plain designs the memory is not touched, the
 // worst case for the ratio; the -touched designs write one byte to each
 // 4 KiB page between Alloc and Free, as a program that uses the memory does.

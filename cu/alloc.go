@@ -79,13 +79,13 @@ func track(ordinal int, bytes int64, p DevicePtr) error {
 		// The driver handed out p, so what was counted at p was freed
 		// without this package: drop that count (a concurrent drop is as
 		// good).
-		_, _ = memtrack.UntrackAddr(memtrack.KindCUDA, uintptr(p), nil)
+		_, _ = memtrack.KindCUDA.UntrackAddr(uintptr(p), nil)
 		err = d.TrackAddr(bytes, uintptr(p))
 	}
 	return err
 }
 
-// freeError is what a failed cuMemFree inside memtrack.UntrackAddr returns.
+// freeError is what a failed cuMemFree inside memtrack.Kind.UntrackAddr returns.
 type freeError struct{ r Result }
 
 func (e *freeError) Error() string { return "cuMemFree: " + e.r.String() }
@@ -99,7 +99,7 @@ func MemFree(p DevicePtr) {
 	if p == 0 {
 		return
 	}
-	tracked, err := memtrack.UntrackAddr(memtrack.KindCUDA, uintptr(p), func() error {
+	tracked, err := memtrack.KindCUDA.UntrackAddr(uintptr(p), func() error {
 		if r := Result(C.cuMemFree(C.CUdeviceptr(p))); r != cu.SUCCESS {
 			return &freeError{r}
 		}

@@ -93,7 +93,7 @@ func TestMemAllocCountsOnCurrentDevice(t *testing.T) {
 				assert.Equal(t, before.Tracked+1024, s.Tracked)
 				assert.Equal(t, before.Buffers+2, s.Buffers)
 				assert.Equal(t, otherBefore, stats(other))
-				h := memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p))
+				h := memtrack.KindCUDA.TrackedAt(uintptr(p))
 				require.NotNil(t, h)
 				assert.Equal(t, d, h.Device())
 				assert.Equal(t, int64(1000), h.Size())
@@ -105,7 +105,7 @@ func TestMemAllocCountsOnCurrentDevice(t *testing.T) {
 				s = stats(d)
 				assert.Equal(t, before.Tracked, s.Tracked)
 				assert.Equal(t, before.Frees+2, s.Frees)
-				assert.Nil(t, memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p)))
+				assert.Nil(t, memtrack.KindCUDA.TrackedAt(uintptr(p)))
 			})
 		})
 	}
@@ -277,7 +277,7 @@ func TestFreeFault(t *testing.T) {
 			assert.Contains(t, e.Error(), fmt.Sprintf("%#x", uintptr(p)))
 			assert.Contains(t, e.Error(), "stays allocated and counted")
 			assert.Equal(t, before, stats(d))
-			assert.NotNil(t, memtrack.TrackedAt(memtrack.KindCUDA, uintptr(p)))
+			assert.NotNil(t, memtrack.KindCUDA.TrackedAt(uintptr(p)))
 			cu.MemFree(p) // the second succeeds
 			assert.Equal(t, before.Tracked-4096, stats(d).Tracked)
 		})

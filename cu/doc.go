@@ -37,7 +37,7 @@
 // out-of-memory panic (as mumax3 does) handles it; FailedAllocs and the
 // limit in memtrack's figures tell the two apart.
 //
-// MemFree(p) frees p with cuMemFree through memtrack.UntrackAddr, which
+// MemFree(p) frees p with cuMemFree through memtrack.Kind.UntrackAddr, which
 // finds the count of p (an index sharded by address) and then uncounts it.
 // Its answers to bad input:
 //

@@ -30,13 +30,13 @@ func TestProfileHandler(t *testing.T) {
 		body              string              // for an error or the index
 	}{
 		{"in use", "GET", "/debug/memtrack/cpu", prefix, 200, map[string][2]int64{funcB: {1, 300}}, ""},
-		{"at the peak", "GET", "/debug/memtrack/cpu:0?peak=1", prefix, 200, map[string][2]int64{funcA: {1, 1000}}, ""},
+		{"at the peak", "GET", "/debug/memtrack/cpu?peak=1", prefix, 200, map[string][2]int64{funcA: {1, 1000}}, ""},
 		{"peak=0", "GET", "/debug/memtrack/cpu?peak=0", prefix, 200, map[string][2]int64{funcB: {1, 300}}, ""},
 		{"wildcard pattern", "GET", "/sites/cpu", wildcard, 200, map[string][2]int64{funcB: {1, 300}}, ""},
 		{"HEAD", "HEAD", "/debug/memtrack/cpu", prefix, 200, nil, ""},
 		{"index (A stays for the peak)", "GET", "/debug/memtrack/", prefix, 200, nil, "cpu\trecording, 2 sites, 1 live buffers, 300 bytes\n"},
 		{"unreadable device", "GET", "/debug/memtrack/tpu:0", prefix, 400, nil, "memtrack: invalid device"},
-		{"no such ordinal", "GET", "/debug/memtrack/cpu:3", prefix, 404, nil, "memtrack: invalid device ordinal"},
+		{"the cpu with an ordinal", "GET", "/debug/memtrack/cpu:3", prefix, 400, nil, "memtrack: invalid device"},
 		{"backend not built", "GET", "/debug/memtrack/metal:0", prefix, 404, nil, "-tags metal"},
 		{"bad peak", "GET", "/debug/memtrack/cpu?peak=maybe", prefix, 400, nil, `peak="maybe"`},
 		{"POST", "POST", "/debug/memtrack/cpu", prefix, 405, nil, "method POST not allowed"},

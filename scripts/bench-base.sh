@@ -10,8 +10,8 @@
 # Alloc+Free over a do-nothing backend) at most 0.75x the base, the commit
 # at which the issue measured 117 ns.
 #
-# Environment: BASE (a commit; default 1682813, where issue 11 was
-# measured), PKG (the package, default the root one: "."), TAGS (build
+# Environment: BASE (a commit; default 1682813, an early commit of the
+# Device layer), PKG (the package, default the root one: "."), TAGS (build
 # tags, default none; with cuda, run it where scripts/test-cuda.sh's
 # environment is set), BENCH (a -test.bench pattern; default the Device
 # layer without sites), COUNT (rounds, default 10), BENCHTIME (default

@@ -5,7 +5,7 @@
 # ones at -cpu 1,2,4,8), so that every design samples the same moments of
 # the machine. benchstat summarises the rounds, and
 # bench/internal/benchratio prints the ratios, each beside the median of its
-# per-round ratios, and the targets. About 8 minutes on 2 cores with the
+# per-round ratios, and whether each stays within its bound. About 8 minutes on 2 cores with the
 # defaults.
 #
 # Environment: COUNT (rounds, default 10), BENCHTIME (default 300ms), CPUS
@@ -44,6 +44,6 @@ echo "== benchstat"
 go run "$benchstat" "$out/bench.txt" | tee "$out/benchstat.txt"
 go run "$benchstat" -format csv "$out/bench.txt" 2>/dev/null >"$out/benchstat.csv"
 
-echo "== ratios and targets (in parentheses and in 'median of rounds': the median of the per-round ratios)"
+echo "== ratios and bounds (in parentheses and in 'median of rounds': the median of the per-round ratios)"
 go run ./bench/internal/benchratio -raw "$out/bench.txt" <"$out/benchstat.csv" | tee "$out/ratios.md"
 echo "(files in $out)"

@@ -136,7 +136,7 @@ func TestRecordEdges(t *testing.T) {
 	})
 }
 
-// TestCounterRefusalsInvisible (issue 10 item 3(d)): holding 5, refused
+// TestCounterRefusalsInvisible: holding 5, refused
 // operations at the boundaries (Alloc(MaxCount), Free(10)) race a goroutine
 // that allocates 1 within a limit of 100 and frees it, and a reader. The
 // refused operations must never succeed, never be seen by the reader (who
@@ -191,7 +191,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-// TestRecordOverFreeBesideRefusedAlloc (issue 10 item 3) plays, step by
+// TestRecordOverFreeBesideRefusedAlloc plays, step by
 // step, the interleaving that wedged a record: an Alloc's fast path read no
 // limit and adds after SetLimit set one (so its add is to be taken back),
 // and in that instant a Free of more than is held (a caller's bug) passes

@@ -19,7 +19,7 @@ func ExampleCounter() {
 	// Output:
 	// 100 500
 	// 100 100
-	// memtrack: free exceeds the amount held: freeing 1000, holding 100
+	// memtrack: free exceeds the tracked figure: freeing 1000, tracking 100
 }
 
 func ExampleCounter_AllocWithin() {

@@ -50,7 +50,7 @@ func operand(n int64) int64 {
 // not fail. A step whose
 // code has its top bit set runs a refused operation this way: the step must
 // then behave, and leave every figure, exactly as in the sequential model,
-// which never sees the refused operation (issue 10 item 3).
+// which never sees the refused operation.
 func concurrently(refused func() error) (stop func() (calls, succeeded int)) {
 	var quit stdatomic.Bool
 	started, done := make(chan struct{}), make(chan [2]int)

@@ -11,7 +11,7 @@ import (
 )
 
 // intendedInlining lists the functions of this package whose fast paths are
-// shaped for the compiler to inline into callers (issue 11 target 1): a
+// shaped for the compiler to inline into callers: a
 // range check, one atomic add and one call to an outlined slow path.
 //
 // Not listed, because their exact algorithms do not fit the budget of 80

@@ -41,7 +41,7 @@ func loop(n int, stop <-chan struct{}, f func()) (wait func()) {
 	return wg.Wait
 }
 
-// TestRecordLimitPromise (issue 10 item 1): six goroutines loop
+// TestRecordLimitPromise: six goroutines loop
 // Alloc(k)/Free(k) while the test switches the limit between 1<<40 and k,
 // which leaves room for one buffer. An allocation that lands after
 // SetLimit(k) returned must not take Current past k. After SetLimit(k)
@@ -110,7 +110,7 @@ func limitPromise(t *testing.T, r *Record) (bad, rounds int) {
 	return bad, rounds
 }
 
-// TestRecordResetAttribution (issue 10 item 2): ResetAccumulated racing
+// TestRecordResetAttribution: ResetAccumulated racing
 // Allocs and Frees attributes every operation wholly to one side of the
 // reset. The cumulative figures after a reset count only operations that
 // had not completed when the reset began, byte figures agree with counts

@@ -70,25 +70,27 @@ func main() {
 	weightBuf, err := weightsCat.Alloc(w)
 	check(err)
 	defer weightBuf.Free()
+	touch(weightBuf) // loading writes them, so that they are resident as real weights are
 
 	// Measure one forward pass: the peak measures only what it adds.
 	p, err := dev.Measure(func() error { return forwardPass(activations, *workers, *layers, act) })
 	check(err)
 
-	// Each figure is named once, for what it is. "Tracked" is what memtrack
-	// counts (buffers allocated through it); "in use" is what the OS or
-	// driver reports for the whole device, by anyone; "not tracked" is
-	// their difference.
+	// Each figure is named once, for what it is (docs/glossary.md).
+	// "Tracked" is what memtrack counts (buffers allocated through it);
+	// "used" is what the OS or driver reports (on the CPU, this process's
+	// resident memory, or its cgroup's usage); "untracked" is their
+	// difference.
 	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
-	fmt.Printf("  baseline (before the weights): %s in use, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
+	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
 	wm, _ := p.Category(memtrack.CategoryWeights)
 	fmt.Printf("  weights (tracked):             %s\n", size(wm.StartTracked))
 	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("  tracked peak:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
+	fmt.Printf("  peak tracked:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
 	am, _ := p.Category(memtrack.CategoryActivations)
-	fmt.Printf("  activations' peak:             %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
-	fmt.Printf("  in use before / after:         %s / %s\n", size(p.StartUsed), size(p.EndUsed))
-	fmt.Printf("  not-tracked growth in the pass: %s (in use grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
+	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
+	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
+	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
 
 	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -98,14 +100,14 @@ func main() {
 		}
 		fmt.Printf("  refused, as vLLM refuses to start: %v\n", err)
 	} else {
-		printBudget(b, "weights", "not-tracked growth since the baseline")
+		printBudget(b, "weights", "untracked growth since the baseline")
 		blocks += b.Blocks
 		vllmBlocks = b.Blocks
 	}
 	fmt.Printf("KV cache on a shared device (Measurement.SharedBudget):\n")
 	b, err := p.SharedBudget(*utilization, block)
 	check(err)
-	printBudget(b, "in use before the pass", "not-tracked growth in the pass")
+	printBudget(b, "used before the pass", "untracked growth in the pass")
 	blocks += b.Blocks
 	if blocks == 0 {
 		os.Exit(1)
@@ -128,7 +130,7 @@ func printBudget(b memtrack.Budget, held, grown string) {
 	if b.OtherTracked != 0 {
 		other = " + " + size(b.OtherTracked) + " other tracked"
 	}
-	fmt.Printf("  set aside: %s = %s %s%s + %s tracked peak increase + %s %s\n",
+	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s\n",
 		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
 	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }

@@ -3,7 +3,7 @@
 // time per operation with its confidence interval, its allocations, and its
 // ratios: against the baseline designs of its group (-base), against its
 // peer design (-peer), and against its own run at -cpu 1. It then states
-// each of the suite's targets as met or missed, with the measured ratio.
+// whether each of the suite's ratios is within its bound, with the measured ratio.
 //
 // With -raw, it also reads the raw go test output that benchstat summarised,
 // run as rounds (scripts/bench.sh runs every benchmark once per round, N

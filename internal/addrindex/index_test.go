@@ -1,6 +1,8 @@
-package memtrack
+package addrindex
 
 import (
+	"unsafe"
+
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,7 +11,7 @@ import (
 
 // checkShard compares a shard with its model: the same addresses, each
 // found where lookup looks, with its entry, and the count of used slots.
-func checkShard(t *testing.T, sh *addrShard, model map[uintptr]int64) {
+func checkShard(t *testing.T, sh *Shard[int64], model map[uintptr]int64) {
 	t.Helper()
 	require.Equal(t, len(model), sh.used, "used slots")
 	used := 0
@@ -20,9 +22,9 @@ func checkShard(t *testing.T, sh *addrShard, model map[uintptr]int64) {
 	}
 	require.Equal(t, len(model), used, "slots holding an address")
 	for p, size := range model {
-		i, ok := sh.lookup(p)
+		i, ok := sh.Lookup(p)
 		require.True(t, ok, "%#x not found", p)
-		require.Equal(t, size, sh.slots[i].e.size, "%#x", p)
+		require.Equal(t, size, sh.slots[i].e, "%#x", p)
 	}
 	if len(sh.slots) > 0 {
 		assert.LessOrEqual(t, 2*sh.used, len(sh.slots), "at most half the slots used")
@@ -36,7 +38,7 @@ func collidingAddrs() []uintptr {
 	var ps []uintptr
 	last, first := 0, 0
 	for p := uintptr(256); len(ps) < 24; p += 256 {
-		switch (addrHash(p) << addrShardBits) >> 61 {
+		switch (Hash(p) << ShardBits) >> 61 {
 		case 7:
 			if last < 12 {
 				ps, last = append(ps, p), last+1
@@ -53,19 +55,19 @@ func collidingAddrs() []uintptr {
 // applyShardOps runs ops on a shard and on a map, the model: each byte
 // inserts (even) or deletes (odd) one of the colliding addresses.
 func applyShardOps(t *testing.T, ops []byte) {
-	var sh addrShard
+	var sh Shard[int64]
 	model := map[uintptr]int64{}
 	addrs := collidingAddrs()
 	for n, op := range ops {
 		p := addrs[op>>1%24]
-		i, ok := sh.lookup(p)
+		i, ok := sh.Lookup(p)
 		_, inModel := model[p]
 		require.Equal(t, inModel, ok, "op %d: lookup of %#x", n, p)
 		if op&1 == 0 {
-			sh.insertAt(i, p, addrEntry{size: int64(n + 1)})
+			sh.InsertAt(i, p, int64(n+1))
 			model[p] = int64(n + 1)
 		} else if ok {
-			sh.deleteAt(i)
+			sh.DeleteAt(i)
 			delete(model, p)
 		}
 		checkShard(t, &sh, model)
@@ -74,7 +76,7 @@ func applyShardOps(t *testing.T, ops []byte) {
 
 // The open-addressing table of a shard behaves as a map, through inserts,
 // replacements, deletions that shift probe chains back, and growth.
-func TestAddrShard(t *testing.T) {
+func TestShard(t *testing.T) {
 	tests := []struct {
 		name string
 		ops  []byte
@@ -93,8 +95,18 @@ func TestAddrShard(t *testing.T) {
 	}
 }
 
-func FuzzAddrShard(f *testing.F) {
+func FuzzShard(f *testing.F) {
 	f.Add([]byte{0, 2, 4, 6, 8, 10, 12, 14, 5, 9, 3, 4, 13, 1, 11, 15, 7})
 	f.Add([]byte{0, 0, 1, 1, 46, 47, 44, 45})
 	f.Fuzz(func(t *testing.T, ops []byte) { applyShardOps(t, ops) })
+}
+
+// A shard fills one cache line, whatever its values, so that two shards'
+// locks never share one.
+func TestShardIsOneCacheLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the padding is sized for 64-bit platforms")
+	}
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(Shard[int64]{}))
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(Shard[struct{ a, b, c *int }]{}))
 }

@@ -1,21 +1,20 @@
 //go:build linux
 
-package memtrack
+package hostmem
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// hostMemInfo returns the available and total memory of the machine, or of
-// the process's cgroup where its limit is lower.
-func hostMemInfo() (free, total int64, err error) {
+// MemInfo returns the available and total memory of the machine, or of the
+// process's cgroup where its limit is lower.
+func MemInfo() (free, total int64, err error) {
 	data, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, 0, err
@@ -39,7 +38,7 @@ func hostMemInfo() (free, total int64, err error) {
 		}
 	}
 	if total < 0 || free < 0 {
-		return 0, 0, errors.New("memtrack: /proc/meminfo lacks MemTotal or MemAvailable")
+		return 0, 0, errors.New("/proc/meminfo lacks MemTotal or MemAvailable")
 	}
 	if limit, used, ok := cgroupMemory(); ok && limit < total {
 		total = limit
@@ -102,52 +101,4 @@ func readCgroupInt(path string) (int64, bool) {
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	return v, err == nil
-}
-
-// cpuModelName returns the CPU's model name from /proc/cpuinfo, or "" where
-// the kernel gives none (arm64 kernels list only implementer and part
-// numbers).
-func cpuModelName() (string, error) {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	return parseCPUInfo(f)
-}
-
-// cpuModelKeys are the /proc/cpuinfo fields that name the CPU's model, by
-// preference: x86 and others, then Raspberry Pi and other boards, MIPS and
-// POWER.
-var cpuModelKeys = []string{"model name", "Model", "cpu model", "cpu"}
-
-// parseCPUInfo returns the value of the most preferred of cpuModelKeys in a
-// /proc/cpuinfo listing, taken from its first occurrence.
-func parseCPUInfo(r io.Reader) (string, error) {
-	found := make([]string, len(cpuModelKeys))
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
-		for i, k := range cpuModelKeys {
-			if key == k && found[i] == "" {
-				found[i] = value
-			}
-		}
-		if found[0] != "" {
-			break // the first key wins; the rest of the file repeats it per CPU
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	for _, v := range found {
-		if v != "" {
-			return v, nil
-		}
-	}
-	return "", nil
 }

@@ -1,15 +1,15 @@
 //go:build darwin
 
-package memtrack
+package hostmem
 
 import (
 	"encoding/binary"
 	"syscall"
 )
 
-// hostMemInfo returns the free and total memory of the machine: hw.memsize,
+// MemInfo returns the free and total memory of the machine: hw.memsize,
 // and the free and speculative pages of the VM system.
-func hostMemInfo() (free, total int64, err error) {
+func MemInfo() (free, total int64, err error) {
 	s, err := syscall.Sysctl("hw.memsize")
 	if err != nil {
 		return 0, 0, err
@@ -31,8 +31,8 @@ func hostMemInfo() (free, total int64, err error) {
 	return int64(freePages+spec) * int64(page), total, nil
 }
 
-// cpuModelName returns the CPU's brand string (sysctl
+// ModelName returns the CPU's brand string (sysctl
 // machdep.cpu.brand_string), such as "Apple M2 Max".
-func cpuModelName() (string, error) {
+func ModelName() (string, error) {
 	return syscall.Sysctl("machdep.cpu.brand_string")
 }
