@@ -372,6 +372,7 @@ func TestCUDAStreamChildren(t *testing.T) {
 	}{
 		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
 		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
+		{"TestCUDAStreamChildMeasureLag", []string{"FAKECUDA_STREAM_GATE=" + gate}},
 		{"TestCUDAStreamChildRounding", []string{"FAKECUDA_POOL_ROUND=4096"}},
 		{"TestCUDAStreamChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC_ASYNC=2"}},
 		{"TestCUDAStreamChildFreeFault", []string{"FAKECUDA_FAIL_FREE_ASYNC=1"}},

@@ -18,6 +18,7 @@ import (
 // in every build, are the standard library and these alone.
 var coreDeps = []string{
 	"github.com/memtrack/memtrack",
+	"github.com/memtrack/memtrack/internal/bytesize",
 	"github.com/memtrack/memtrack/tracker",
 	"github.com/memtrack/memtrack/internal/hostmem",   // the CPU backend's host memory
 	"github.com/memtrack/memtrack/internal/addrindex", // the index of tracked addresses

@@ -3,6 +3,8 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -65,6 +67,14 @@ type HistoryEvent struct {
 	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
 	// set the rate to 1); nil otherwise. Events of one site share the slice: do not modify it.
 	Stack []uintptr
+	// SiteBytes is what the event added to (an allocation) or took from (a
+	// free) the bytes of its allocation site, [Site].Bytes: Size scaled by
+	// the sampling weight the buffer was recorded with (Size itself at
+	// rate 1), rounded to the byte; 0 where the buffer has no recorded
+	// site. An event whose site is [OtherSite] has a SiteBytes and no
+	// Stack. Undoing the events' SiteBytes from the newest walks the
+	// figures of [Device.AllocationSites] back in time.
+	SiteBytes int64
 	// Stream is the stream of a stream-ordered event ([Device.AllocAsync],
 	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
 	Stream uintptr
@@ -134,7 +144,9 @@ func (d Device) DisableMemoryHistory() {
 // with the gaps between them. It fails with an error matching
 // [ErrHistoryNotRecorded] unless [Device.EnableMemoryHistory] was called.
 // Reading does not stop recording; an event being written as it reads is
-// left out (and, if newer events were read, reported as a gap).
+// left out (and, if newer events were read, reported as a gap). Readers
+// of one device take turns, so that no reader leaves out an event that
+// another is reading.
 func (d Device) MemoryHistory() (History, error) {
 	s, _, err := d.resolve()
 	if err != nil {
@@ -145,6 +157,33 @@ func (d Device) MemoryHistory() (History, error) {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
 	hist := h.snapshotIn(s.cats.lookup(d.ordinal))
+	hist.Device = d
+	return hist, nil
+}
+
+// RangeMemoryHistory gives f the device's recorded events one by one, the
+// oldest first, as [Device.MemoryHistory] returns them, until f returns
+// false, and returns the history without its Events: its Gaps (between the
+// events f was given), Overwritten and Lost. It reads the ring in place, so
+// that a reader that keeps little of each event needs memory for what it
+// keeps only, however long the history (package
+// github.com/memtrack/memtrack/web plots a ring of millions of events this
+// way). Recording goes on while it reads, as with MemoryHistory; readers
+// of one device take turns for the whole read, so f must not read the
+// device's history itself. It fails as MemoryHistory does, calling f never.
+func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
+	if f == nil {
+		return History{Device: d}, fmt.Errorf("%w: RangeMemoryHistory of %v: nil function", ErrInvalidArgument, d)
+	}
+	s, _, err := d.resolve()
+	if err != nil {
+		return History{Device: d}, err
+	}
+	h := tables[d.kind].history.lookup(d.ordinal)
+	if h == nil {
+		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
+	}
+	hist := h.each(s.cats.lookup(d.ordinal), nil, f)
 	hist.Device = d
 	return hist, nil
 }
@@ -208,18 +247,21 @@ const (
 // finished event, write the plain fields, and publish with a store. A writer
 // never waits: if the slot is held (by a reader, or by a lapped writer still
 // writing), or already holds a newer event, the event is dropped and counted
-// as lost. Readers claim each slot the same way while they copy it. The
-// claims order the plain writes and reads, so the race detector agrees.
+// as lost. Readers claim each slot the same way while they copy it, one
+// reader at a time (readMu): a reader that met another's claim could not
+// tell it from a writer's. The claims order the plain writes and reads, so
+// the race detector agrees.
 //
 // The slots hold no pointer, so that the garbage collector need not scan a
 // ring of millions of events; the events' sites are kept beside them, by
 // slot, in an array made on the first event that has a site.
 type history struct {
-	head  atomic.Uint64 // the next event's number
-	lost  atomic.Uint64 // events dropped by writers
-	start time.Time     // the clock of the events' times
-	slots []historySlot
-	sites atomic.Pointer[[]*site] // by slot; written and read as the slot is
+	head   atomic.Uint64 // the next event's number
+	lost   atomic.Uint64 // events dropped by writers
+	readMu sync.Mutex    // readers take turns; writers never take it
+	start  time.Time     // the clock of the events' times
+	slots  []historySlot
+	sites  atomic.Pointer[[]*site] // by slot; written and read as the slot is
 }
 
 // historySlot is one event in the ring, 64 bytes.
@@ -330,16 +372,38 @@ func (h *history) snapshot() History { return h.snapshotIn(nil) }
 
 // snapshotIn is snapshot, with the events' categories named from cats.
 func (h *history) snapshotIn(cats *categorySet) History {
+	var events []HistoryEvent
+	out := h.each(cats, func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
+		events = append(events, e)
+		return true
+	})
+	out.Events = events
+	return out
+}
+
+// each reads the events still in the ring, the oldest first, and gives
+// each to f until f returns false; before the first, it tells begin how
+// many slots it will read. It returns the history without its events: the
+// gaps between those f was given, and the counts. Each event's slot is
+// claimed while it is copied and let go before f runs; readers take turns
+// for the whole read. cats names the events' categories (nil names none).
+func (h *history) each(cats *categorySet, begin func(slots uint64), f func(HistoryEvent) bool) History {
+	h.readMu.Lock()
+	defer h.readMu.Unlock()
 	head := h.head.Load()
 	n := uint64(len(h.slots))
 	first := uint64(0)
 	if head > n {
 		first = head - n
 	}
-	out := History{MaxEntries: len(h.slots), Start: h.start}
-	out.Events = make([]HistoryEvent, 0, head-first)
+	out := History{MaxEntries: len(h.slots), Start: h.start, Overwritten: first}
+	if begin != nil {
+		begin(head - first)
+	}
 	stacks := make(map[*stack][]uintptr) // one copy of each site's stack
 	sites := h.sites.Load()
+	var prev HistoryEvent
+	read := false
 	for t := first; t < head; t++ {
 		sl := &h.slots[t%n]
 		done := (t+1)<<2 | slotDone
@@ -363,6 +427,9 @@ func (h *history) snapshotIn(cats *categorySet) History {
 			s = (*sites)[t%n]
 		}
 		sl.seq.Store(done)
+		if s != nil {
+			e.SiteBytes = int64(math.Round(s.bytes))
+		}
 		if s != nil && s.st != nil && s.st.pcs != nil {
 			st, ok := stacks[s.st]
 			if !ok {
@@ -371,14 +438,14 @@ func (h *history) snapshotIn(cats *categorySet) History {
 			}
 			e.Stack = st
 		}
-		out.Events = append(out.Events, e)
-	}
-	for i := 1; i < len(out.Events); i++ {
-		a, b := out.Events[i-1], out.Events[i]
-		if b.Seq != a.Seq+1 {
-			out.Gaps = append(out.Gaps, HistoryGap{After: a.Seq, Before: b.Seq, Missing: b.Seq - a.Seq - 1, From: a.Time, To: b.Time})
+		if read && e.Seq != prev.Seq+1 {
+			out.Gaps = append(out.Gaps, HistoryGap{After: prev.Seq, Before: e.Seq, Missing: e.Seq - prev.Seq - 1, From: prev.Time, To: e.Time})
+		}
+		prev, read = e, true
+		if !f(e) {
+			break
 		}
 	}
-	out.Overwritten, out.Lost = first, h.lost.Load()
+	out.Lost = h.lost.Load()
 	return out
 }

@@ -229,6 +229,28 @@ func TestHistoryCarriesSites(t *testing.T) {
 		return fs
 	}())
 	assert.Contains(t, frameOf(h.Events[0].Stack[0]), "allocFromA")
+	for _, e := range h.Events {
+		assert.Equal(t, e.Size, e.SiteBytes, "at rate 1 an event adds its size to its site")
+	}
+
+	// Sampled: an event adds its scaled bytes, what its site's figure gained.
+	require.NoError(t, d.SetAllocationSiteRate(1<<20))
+	var c *Buffer
+	for c == nil || c.site == nil {
+		if c != nil {
+			require.NoError(t, c.Free())
+		}
+		c = allocOK(t)(allocFromA(d, 4096))
+	}
+	snap, err = d.AllocationSites()
+	require.NoError(t, err)
+	require.NoError(t, c.Free())
+	h, err = d.MemoryHistory()
+	require.NoError(t, err)
+	alloc, free := h.Events[len(h.Events)-2], h.Events[len(h.Events)-1]
+	assert.Equal(t, snap.Sites[0].Bytes, alloc.SiteBytes, "the site's bytes are the one sampled buffer's")
+	assert.Greater(t, alloc.SiteBytes, alloc.Size)
+	assert.Equal(t, alloc.SiteBytes, free.SiteBytes, "the free takes back what the allocation added")
 }
 
 // TestHistoryDroppedWriterIsAGap holds slots as a lapped writer and a
@@ -558,4 +580,89 @@ func BenchmarkHistoryRecord(b *testing.B) {
 			})
 		})
 	}
+}
+
+// TestHistoryConcurrentReaders: readers of a history that no writer
+// touches all read every event, whatever the other readers do at the same
+// moment: a slot another reader is copying is not a gap.
+func TestHistoryConcurrentReaders(t *testing.T) {
+	const events, readers, reads = 20000, 4, 10
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	historyOn(t, d, 1<<15)
+	for range events / 2 {
+		b, err := d.Alloc(1)
+		require.NoError(t, err)
+		require.NoError(t, b.Free())
+	}
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for range readers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			for range reads {
+				h, err := d.MemoryHistory()
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.Equal(t, events, len(h.Events), "events read")
+				assert.Equal(t, 0, len(h.Gaps), "gaps reported")
+				assert.Zero(t, h.Lost)
+			}
+		}()
+	}
+	start.Done()
+	done.Wait()
+}
+
+// TestRangeMemoryHistory: RangeMemoryHistory gives the events
+// MemoryHistory returns, with the same gaps and counts, stops where f
+// says, and allocates nothing for the events it reads.
+func TestRangeMemoryHistory(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	_, err := d.RangeMemoryHistory(func(HistoryEvent) bool { return true })
+	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
+	historyOn(t, d, 4096)
+	_, err = d.RangeMemoryHistory(nil)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+
+	for i := range 3000 {
+		b, err := d.Alloc(int64(i%7 + 1))
+		require.NoError(t, err)
+		require.NoError(t, b.Free())
+	}
+	// A reader's claim on one slot, as a writer arrives: a gap.
+	h := tables[d.kind].history.lookup(d.ordinal)
+	sl := &h.slots[h.head.Load()%4096] // the next event's
+	old := sl.seq.Load()
+	require.True(t, sl.seq.CompareAndSwap(old, old&^slotMask|slotReading))
+	b, err := d.Alloc(1)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	sl.seq.Store(old)
+
+	want, err := d.MemoryHistory()
+	require.NoError(t, err)
+	require.NotEmpty(t, want.Gaps)
+	var events []HistoryEvent
+	got, err := d.RangeMemoryHistory(func(e HistoryEvent) bool { events = append(events, e); return true })
+	require.NoError(t, err)
+	assert.Nil(t, got.Events)
+	got.Events = events
+	assert.Equal(t, want, got)
+
+	var n int
+	part, err := d.RangeMemoryHistory(func(HistoryEvent) bool { n++; return n < 10 })
+	require.NoError(t, err)
+	assert.Equal(t, 10, n, "stops where f says")
+	assert.Empty(t, part.Gaps)
+
+	var sum int64
+	allocs := testing.AllocsPerRun(5, func() {
+		d.RangeMemoryHistory(func(e HistoryEvent) bool { sum += e.Size; return true })
+	})
+	assert.LessOrEqual(t, allocs, 8.0, "a read of 4096 events allocates for the read, not for the events")
 }

@@ -80,6 +80,7 @@ type Measurement struct {
 	// [Buffer.FreeAsync] counted until their streams executed the frees.
 	StartHeld        int64
 	PeakHeld         int64
+	EndHeld          int64 // with the frees still in flight when the run ended
 	PeakHeldIncrease int64 // PeakHeld - StartHeld
 
 	Total        int64 // the device's memory, as reported
@@ -87,8 +88,10 @@ type Measurement struct {
 	EndUsed      int64 // memory in use on the device when the run ended, as reported
 	UsedIncrease int64 // EndUsed - StartUsed
 
-	// Untracked is UsedIncrease - (EndTracked - StartTracked): the
-	// reported growth that tracked buffers do not account for. It can be
+	// Untracked is UsedIncrease - (EndHeld - StartHeld): the reported
+	// growth that tracked buffers do not account for, those whose
+	// stream-ordered frees were still in flight at the end included (the
+	// driver still counts them, as the device-side figure does). It can be
 	// negative where others released memory during the run.
 	Untracked int64
 
@@ -167,7 +170,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	endCategories(cats, &p)
 	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
-	_, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
+	p.EndHeld, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
 	p.PeakHeldIncrease = p.PeakHeld - p.StartHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {
@@ -175,7 +178,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p.Total, p.EndUsed = total, max(total-free, 0)
 	p.UsedIncrease = p.EndUsed - p.StartUsed
-	p.Untracked = p.UsedIncrease - (p.EndTracked - p.StartTracked)
+	p.Untracked = p.UsedIncrease - (p.EndHeld - p.StartHeld)
 	return p, wrapRun(d, ferr)
 }
 
@@ -250,7 +253,9 @@ type Budget struct {
 	// that this package did not allocate, from the baseline to the end of
 	// the pass (vLLM's non_torch_increase; negative where untracked memory
 	// was released); for SharedBudget, the untracked growth during the pass
-	// ([Measurement].Untracked), or 0 where that is negative.
+	// ([Measurement].Untracked), or 0 where that is negative. Buffers whose
+	// stream-ordered frees were in flight at the end are not in it: the
+	// device still held them, and PeakIncrease counts them already.
 	UntrackedIncrease int64
 	// SetAside is Weights + OtherTracked + StartUsed + PeakIncrease +
 	// UntrackedIncrease: the memory that is not the cache's (vLLM's
@@ -272,7 +277,7 @@ type Budget struct {
 //	                    and the rest of that growth is OtherTracked)
 //	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
 //	                    PeakHeldIncrease where stream-ordered frees raised that higher)
-//	UntrackedIncrease = (EndUsed - EndTracked) - (Baseline.Used - Baseline.Tracked)
+//	UntrackedIncrease = (EndUsed - EndHeld) - (Baseline.Used - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
 //	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
 //
@@ -308,7 +313,7 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 		Requested:         requested,
 		Weights:           p.StartTracked - base.Tracked,
 		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
-		UntrackedIncrease: (p.EndUsed - p.EndTracked) - (base.Used - base.Tracked),
+		UntrackedIncrease: (p.EndUsed - p.EndTracked - p.inFlight()) - (base.Used - base.Tracked),
 		BlockSize:         blockSize,
 	}
 	if w, ok := p.Category(CategoryWeights); ok {
@@ -343,6 +348,11 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 	}
 	return b.fill(), nil
 }
+
+// inFlight returns the bytes of buffers whose stream-ordered frees were
+// still in flight when the run ended: EndHeld - EndTracked (0 for a
+// Measurement written without EndHeld).
+func (p Measurement) inFlight() int64 { return max(p.EndHeld-p.EndTracked, 0) }
 
 // fill sums what is set aside and counts the blocks.
 func (b Budget) fill() Budget {

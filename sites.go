@@ -328,13 +328,25 @@ func (r *siteRecorder) alloc(size int64, extra int, cat string) *site {
 	return r.allocSampled(size, w, extra, cat)
 }
 
-// allocSampled records a sampled allocation of weight w. Kept out of alloc
-// so that the path of an allocation not sampled stays short.
+// allocFrom is alloc for a caller that wants skip more frames left out
+// of the stack: those of a binding between the code that allocated and
+// the caller of allocFrom. It has alloc's frames, so that callerSkip holds.
+func (r *siteRecorder) allocFrom(size int64, skip int) *site {
+	w, ok := sample(size, r.rate.Load(), rand.Uint64())
+	if !ok {
+		return nil
+	}
+	return r.allocSampled(size, w, skip, "")
+}
+
+// allocSampled records a sampled allocation of weight w, leaving out skip
+// frames more than callerSkip. Kept out of alloc so that the path of an
+// allocation not sampled stays short.
 //
 //go:noinline
-func (r *siteRecorder) allocSampled(size int64, w float64, extra int, cat string) *site {
+func (r *siteRecorder) allocSampled(size int64, w float64, skip int, cat string) *site {
 	var buf [MaxSiteDepth]uintptr
-	return r.recordIn(buf[:runtime.Callers(callerSkip+extra, buf[:r.depth.Load()])], size, w, cat)
+	return r.recordIn(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w, cat)
 }
 
 // sample decides, with rnd a uniform random number, whether an allocation of

@@ -27,6 +27,13 @@ func TestStatsString(t *testing.T) {
 			AllocBytes: 12 << 20, FreedBytes: 1536, Allocs: 10, Frees: 7, FailedAllocs: 1, Limit: 4 << 30,
 		}, "cpu: tracked 1.50 GiB (1610612736 B), peak tracked 2.00 GiB (2147483648 B); 3 buffers (peak 4); " +
 			"12.0 MiB (12582912 B) in 10 allocs, 1.50 KiB (1536 B) freed in 7 frees; 1 failed allocs; limit 4.00 GiB (4294967296 B)"},
+		// Just under a unit: rounded up to the next unit, not to 1024 of the
+		// smaller one; and three significant figures across a decade.
+		{"just under a unit", memtrack.Stats{Device: memtrack.CPU(),
+			Tracked: 1<<20 - 1, PeakTracked: 1<<30 - 1, Held: 1<<20 - 1, PeakHeld: 1<<30 - 1, Buffers: 1, PeakBuffers: 1,
+			AllocBytes: 10239, FreedBytes: 102399, Allocs: 1, Frees: 1,
+		}, "cpu: tracked 1.00 MiB (1048575 B), peak tracked 1.00 GiB (1073741823 B); 1 buffers (peak 1); " +
+			"10.0 KiB (10239 B) in 1 allocs, 100 KiB (102399 B) freed in 1 frees; 0 failed allocs; no limit"},
 		// Stream-ordered frees not yet executed: the device-side figures
 		// differ from the tracked ones, and the line says by how much.
 		{"device-side figures", memtrack.Stats{Device: memtrack.CPU(),

@@ -130,8 +130,9 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 }
 
 // refused answers an allocation of size bytes that the record refused with
-// err (the record counted the failure), in category c if it is not the
-// zero Category; byCategory says that c's record refused it.
+// err (the record counted the failure), with the fields that say what
+// refused it, as Alloc's refusals do, in category c if it is not the zero
+// Category; byCategory says that c's record refused it.
 func (d Device) refused(size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
 	oom := recordRefusal(err, d, size, rec.Tracked())
@@ -151,6 +152,26 @@ func (d Device) refused(size int64, rec *tracker.Record, err error, c Category, 
 // allocation sites and the memory history are off. It fails as Track
 // does, and with [ErrInvalidAddress] for ptr == 0.
 func (d Device) TrackAddr(size int64, ptr uintptr) error {
+	return d.trackAddr(size, ptr, 1)
+}
+
+// TrackAddrSkip is [Device.TrackAddr] for a binding that wraps it: the
+// allocation site it records leaves out skip frames above its caller, as
+// [runtime.Caller] counts them, so that the site is the code that called
+// the binding, not the binding. Skip 0 records the caller of TrackAddrSkip,
+// as TrackAddr does; a wrapper called by the code to attribute passes 1,
+// and 1 more for each frame of its own in between. A negative skip is an
+// [ErrInvalidArgument] error.
+func (d Device) TrackAddrSkip(skip int, size int64, ptr uintptr) error {
+	if skip < 0 {
+		return fmt.Errorf("%w: TrackAddrSkip of %d frames on %v", ErrInvalidArgument, skip, d)
+	}
+	return d.trackAddr(size, ptr, 1+skip)
+}
+
+// trackAddr is TrackAddr and TrackAddrSkip, whose site leaves out skip
+// frames above trackAddr's caller (1: the exported function's own).
+func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	if size <= 0 {
 		return fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
 	}
@@ -175,7 +196,7 @@ func (d Device) TrackAddr(size int64, ptr uintptr) error {
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		e.site = sr.alloc(size, 0, "") // see sites.go: the first frame is TrackAddr's caller
+		e.site = sr.allocFrom(size, skip) // see sites.go: the first frame is skip frames above trackAddr's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.alloc(size, e.site, rec, 0) // see history.go

@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -448,4 +449,80 @@ func TestTrackHistory(t *testing.T) {
 		{3, HistoryLimit, 400, 200},
 		{4, HistoryFree, 200, 0},
 	}, steps(h))
+}
+
+// TestTrackRefusalFields: Track and TrackAddr fill the fields of a refusal
+// as Alloc does: the record's capacity is named, not a limit far above it,
+// and a refusal by the limit names the limit; each message has one
+// "memtrack:" prefix.
+func TestTrackRefusalFields(t *testing.T) {
+	const capacity = int64(1) << 47 // past the record's 64 TiB
+	_, ds := fakeCUDA(t, 1, math.MaxInt64)
+	d := ds[0]
+	ways := []struct {
+		name string
+		do   func(size int64) error
+	}{
+		{"Alloc", func(size int64) error { _, err := d.Alloc(size); return err }},
+		{"Track", func(size int64) error { _, err := d.Track(size, 0); return err }},
+		{"TrackAddr", func(size int64) error { return d.TrackAddr(size, 0x7000) }},
+	}
+	for _, w := range ways {
+		t.Run(w.name, func(t *testing.T) {
+			require.NoError(t, d.SetMemoryLimit(1<<50))
+			err := w.do(capacity)
+			var oom *OutOfMemoryError
+			require.ErrorAs(t, err, &oom)
+			assert.Zero(t, oom.Limit, "the limit did not refuse it: %v", err)
+			assert.Equal(t, capacity, oom.Requested)
+			assert.Contains(t, err.Error(), "capacity")
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), "%v", err)
+
+			require.NoError(t, d.SetMemoryLimit(1000))
+			err = w.do(1001)
+			require.ErrorAs(t, err, &oom)
+			assert.Equal(t, int64(1000), oom.Limit)
+			assert.Equal(t, int64(1001), oom.Requested)
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), "%v", err)
+			assert.Zero(t, d.MemoryAllocated(), "nothing counted")
+		})
+	}
+}
+
+//go:noinline
+func trackAddrFromA(d Device, size int64, ptr uintptr) error { return d.TrackAddr(size, ptr) }
+
+// bindingAlloc stands for a binding's allocation call, such as package
+// cu's MemAlloc: it tracks through a helper of its own.
+//
+//go:noinline
+func bindingAlloc(d Device, size int64, ptr uintptr) error { return bindingTrack(d, size, ptr) }
+
+//go:noinline
+func bindingTrack(d Device, size int64, ptr uintptr) error { return d.TrackAddrSkip(2, size, ptr) }
+
+//go:noinline
+func userOfBinding(d Device, size int64, ptr uintptr) error { return bindingAlloc(d, size, ptr) }
+
+// TrackAddr attributes the count to its caller; TrackAddrSkip to the
+// caller skip frames further up, past a binding's own frames.
+func TestTrackAddrSites(t *testing.T) {
+	needSites(t)
+	useBackend(t, KindCPU, newCPUBackend())
+	d := recording(t, 4)
+	require.NoError(t, trackAddrFromA(d, 4096, 0x9000))
+	require.NoError(t, userOfBinding(d, 8192, 0xa000))
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	require.Len(t, snap.Sites, 2)
+	assert.Equal(t, "github.com/memtrack/memtrack.userOfBinding", frameOf(snap.Sites[0].Stack[0]))
+	assert.Equal(t, "github.com/memtrack/memtrack.trackAddrFromA", frameOf(snap.Sites[1].Stack[0]))
+
+	assert.ErrorIs(t, d.TrackAddrSkip(-1, 4096, 0xb000), ErrInvalidArgument)
+	for _, p := range []uintptr{0x9000, 0xa000} {
+		tracked, err := KindCPU.UntrackAddr(p, nil)
+		require.True(t, tracked)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, d.MemoryAllocated())
 }

@@ -32,7 +32,7 @@ type vocabularyRule struct {
 
 var vocabulary = []vocabularyRule{
 	{"held", []string{
-		"Stats.Held", "Stats.PeakHeld", "PoolUsage.Held", "Measurement.StartHeld", "Measurement.PeakHeld",
+		"Stats.Held", "Stats.PeakHeld", "PoolUsage.Held", "Measurement.StartHeld", "Measurement.PeakHeld", "Measurement.EndHeld",
 		"Measurement.PeakHeldIncrease", "metric memtrack_held_bytes", "metric memtrack_peak_held_bytes",
 	}, "the device-side figure (Tracked plus stream-ordered frees not yet executed)"},
 	{"reserved", []string{

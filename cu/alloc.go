@@ -68,19 +68,25 @@ func MemAlloc(bytes int64) DevicePtr {
 	return p
 }
 
-// track counts the allocation p on CUDA device ordinal.
+// trackSkip is the frames between the code that called MemAlloc and the
+// calls of TrackAddrSkip in track: track's and MemAlloc's, so that the
+// allocation site is the caller of MemAlloc.
+const trackSkip = 2
+
+// track counts the allocation p on CUDA device ordinal, for MemAlloc's
+// caller.
 func track(ordinal int, bytes int64, p DevicePtr) error {
 	d, err := memtrack.CUDA(ordinal)
 	if err != nil {
 		return err
 	}
-	err = d.TrackAddr(bytes, uintptr(p))
+	err = d.TrackAddrSkip(trackSkip, bytes, uintptr(p))
 	if err != nil && errors.Is(err, memtrack.ErrAlreadyTracked) {
 		// The driver handed out p, so what was counted at p was freed
 		// without this package: drop that count (a concurrent drop is as
 		// good).
 		_, _ = memtrack.KindCUDA.UntrackAddr(uintptr(p), nil)
-		err = d.TrackAddr(bytes, uintptr(p))
+		err = d.TrackAddrSkip(trackSkip, bytes, uintptr(p))
 	}
 	return err
 }

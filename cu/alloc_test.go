@@ -308,3 +308,35 @@ func TestMirrorUpToDate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(want), string(got), "run go generate ./cu")
 }
+
+//go:noinline
+func allocWeights(bytes int64) cu.DevicePtr { return cu.MemAlloc(bytes) }
+
+//go:noinline
+func allocScratch(bytes int64) cu.DevicePtr { return cu.MemAlloc(bytes) }
+
+// TestMemAllocSites: an allocation through cu is attributed to the code
+// that called MemAlloc, not to the drop-in: two callers are two sites,
+// each with its caller as the innermost frame.
+func TestMemAllocSites(t *testing.T) {
+	d := cuda(t, 0)
+	require.NoError(t, d.SetAllocationSiteRate(1))
+	defer d.SetAllocationSiteRate(0)
+	require.NoError(t, d.EnableAllocationSites(8))
+	defer d.DisableAllocationSites()
+	inContext(t, 0, func() {
+		a := allocWeights(3 << 20)
+		defer a.Free()
+		b := allocScratch(1 << 20)
+		defer b.Free()
+		snap, err := d.AllocationSites()
+		require.NoError(t, err)
+		var inner []string
+		for _, s := range snap.Sites {
+			f, _ := runtime.CallersFrames(s.Stack).Next()
+			inner = append(inner, f.Function)
+		}
+		assert.Equal(t, []string{"github.com/memtrack/memtrack/cu_test.allocWeights", "github.com/memtrack/memtrack/cu_test.allocScratch"}, inner,
+			"the innermost frame of each site, the largest first")
+	})
+}

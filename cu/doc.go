@@ -28,8 +28,10 @@
 //
 // MemAlloc allocates with cuMemAlloc and names the device of the current
 // context with cuCtxGetDevice, in one cgo call on one OS thread, then
-// counts the bytes with memtrack's Device.TrackAddr on that device (a
-// count kept by address, with no handle allocated). Its panics
+// counts the bytes with memtrack's Device.TrackAddrSkip on that device (a
+// count kept by address, with no handle allocated), attributed to the code
+// that called MemAlloc: the allocation site, on the page and in the pprof
+// profiles, is the caller's, not the drop-in's. Its panics
 // are cu's: the driver's cu.Result, such as cu.ERROR_INVALID_VALUE for 0
 // bytes, unchanged. When memtrack's memory limit refuses the bytes,
 // MemAlloc frees them again and panics with cu.ERROR_OUT_OF_MEMORY, as cu

@@ -60,6 +60,7 @@ declare -A skip_cmds=(
 	['./scripts/bench-base.sh']='by hand on a quiet machine (about a minute); .ci/run runs one round of it with -benchtime 1x where the clone holds its BASE commit'
 	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
+	["go test -run '^\$' -bench PageRead -benchmem -benchtime 5x ./web"]='by hand on a quiet machine (docs/performance.md; about 40 s, 1 GB); .ci/run runs its smallest ring once'
 	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
 	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
 	["go test -run '^\$' -bench CategoryLayer -count 10 -benchtime 20000x ."]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'

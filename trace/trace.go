@@ -5,9 +5,12 @@
 // Each device is a process of the trace, named "memtrack <device>", with a
 // counter track "allocated" (the device's tracked bytes after each event),
 // instant events for refused allocations ("limit", "out of memory",
-// "failed") and for the peak, and a slice on a "gaps" track over each run of
-// events the history lost, so that the counter's line across it is not
-// taken for data.
+// "failed") and for the highest figure of the history ("highest in the
+// history": the device's peak, [memtrack.Device.MaxMemoryAllocated], only
+// where the peak happened within the history, which a reset of the peak or
+// a ring that let older events go can rule out), and a slice on a "gaps"
+// track over each run of events the history lost, so that the counter's
+// line across it is not taken for data.
 //
 // A history with events in categories ([memtrack.Category]) has a second
 // counter, "by category", with one series per category and one,
@@ -37,7 +40,7 @@ import (
 
 // The threads of a device's process.
 const (
-	tidEvents = 1 // refusals and the peak
+	tidEvents = 1 // refusals and the highest figure
 	tidGaps   = 2 // the gaps
 )
 
@@ -47,11 +50,25 @@ type Event struct {
 	Cat  string         `json:"cat,omitempty"`
 	Ph   string         `json:"ph"`            // "C" counter, "i" instant, "X" complete, "M" metadata
 	Ts   float64        `json:"ts"`            // microseconds since the earliest history began
-	Dur  float64        `json:"dur,omitempty"` // microseconds, for "X"
+	Dur  float64        `json:"dur,omitempty"` // microseconds, for "X" (written for every "X", 0 too)
 	Pid  int            `json:"pid"`
 	Tid  int            `json:"tid"`
 	S    string         `json:"s,omitempty"` // the scope of an instant event
 	Args map[string]any `json:"args,omitempty"`
+}
+
+// MarshalJSON writes the event as the format has it: "dur" is written for
+// every complete event ("X"), a duration of 0 included, and left out of
+// the others.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type plain Event
+	if e.Ph != "X" {
+		return json.Marshal(plain(e))
+	}
+	return json.Marshal(struct {
+		plain
+		Dur float64 `json:"dur"`
+	}{plain(e), e.Dur})
 }
 
 // File is the JSON object Write writes: the events and their display unit.
@@ -61,11 +78,13 @@ type File struct {
 }
 
 // Events returns the trace events of the histories: for history i, process
-// i+1. Times count from the earliest history's start.
+// i+1. Times count from the earliest start of a recorded history; a
+// history with no start (the one [memtrack.Device.MemoryHistory] returns
+// with its error for a device that does not record) is an empty process.
 func Events(hs ...memtrack.History) []Event {
 	var origin time.Time
-	for i, h := range hs {
-		if i == 0 || h.Start.Before(origin) {
+	for _, h := range hs {
+		if !h.Start.IsZero() && (origin.IsZero() || h.Start.Before(origin)) {
 			origin = h.Start
 		}
 	}
@@ -77,10 +96,10 @@ func Events(hs ...memtrack.History) []Event {
 		evs = append(evs,
 			Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": "memtrack " + dev}},
 			Event{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}},
-			Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tidEvents, Args: map[string]any{"name": "refusals and peak"}},
+			Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tidEvents, Args: map[string]any{"name": "refusals and highest figure"}},
 			Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tidGaps, Args: map[string]any{"name": "gaps"}},
 		)
-		peak := -1
+		high := -1 // the highest figure of the history
 		byCat := categorised(h)
 		for j, e := range h.Events {
 			if byCat != nil && e.Category != "" {
@@ -95,17 +114,23 @@ func Events(hs ...memtrack.History) []Event {
 				continue
 			}
 			evs = append(evs, Event{Name: "allocated", Ph: "C", Ts: us(e.Time), Pid: pid, Args: map[string]any{"bytes": e.Tracked}})
-			if peak < 0 || e.Tracked > h.Events[peak].Tracked {
-				peak = j
+			if high < 0 || e.Tracked > h.Events[high].Tracked {
+				high = j
 			}
 		}
-		if peak >= 0 {
-			e := h.Events[peak]
-			evs = append(evs, Event{Name: "peak", Cat: "memtrack", Ph: "i", S: "t", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
+		if high >= 0 {
+			e := h.Events[high]
+			evs = append(evs, Event{Name: "highest in the history", Cat: "memtrack", Ph: "i", S: "t", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
 				Args: map[string]any{"allocated": e.Tracked, "seq": e.Seq}})
 		}
 		for _, g := range h.Gaps {
-			evs = append(evs, Event{Name: fmt.Sprintf("gap: %d events lost", g.Missing), Cat: "memtrack", Ph: "X", Ts: us(g.From), Dur: float64(g.To.Sub(g.From).Nanoseconds()) / 1e3,
+			// The events either side may share an instant, or be out of
+			// order: their times are read before their numbers are taken.
+			from, to := g.From, g.To
+			if to.Before(from) {
+				from, to = to, from
+			}
+			evs = append(evs, Event{Name: fmt.Sprintf("gap: %d events lost", g.Missing), Cat: "memtrack", Ph: "X", Ts: us(from), Dur: float64(to.Sub(from).Nanoseconds()) / 1e3,
 				Pid: pid, Tid: tidGaps, Args: map[string]any{"missing": g.Missing, "after_seq": g.After, "before_seq": g.Before}})
 		}
 	}

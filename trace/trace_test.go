@@ -67,7 +67,7 @@ func TestWrite(t *testing.T) {
 			case "out of memory":
 				assert.Equal(t, 7000.0, e.Ts)
 				assert.Equal(t, float64(1<<40), e.Args["requested"])
-			case "peak":
+			case "highest in the history":
 				assert.Equal(t, 2000.0, e.Ts)
 				assert.Equal(t, 400.0, e.Args["allocated"])
 			}
@@ -83,7 +83,7 @@ func TestWrite(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []point{{1000, 100}, {2000, 400}, {4000, 300}, {8000, 0}}, counter, "refusals leave the counter alone")
-	assert.ElementsMatch(t, []string{"limit", "out of memory", "peak"}, instants)
+	assert.ElementsMatch(t, []string{"limit", "out of memory", "highest in the history"}, instants)
 	assert.Equal(t, []string{"gap: 2 events lost"}, slices)
 	assert.Equal(t, []string{"memtrack cpu"}, meta)
 }
@@ -126,11 +126,75 @@ func TestWriteRealHistory(t *testing.T) {
 	require.NoError(t, trace.Write(&buf, h))
 	var peak float64
 	for _, e := range parse(t, buf.Bytes()).TraceEvents {
-		if e.Ph == "i" && e.Name == "peak" {
+		if e.Ph == "i" && e.Name == "highest in the history" {
 			peak = e.Args["allocated"].(float64)
 		}
 	}
 	assert.Equal(t, float64(base+15<<10), peak)
+}
+
+// TestWriteHistoryNotRecorded: the history of a device that does not
+// record (MemoryHistory's answer with its error: no start, no events) is
+// written as an empty process and moves no other history's times.
+func TestWriteHistoryNotRecorded(t *testing.T) {
+	start := time.Now()
+	empty, err := memtrack.CPU().MemoryHistory()
+	require.ErrorIs(t, err, memtrack.ErrHistoryNotRecorded)
+	for _, order := range [][]memtrack.History{{history(start), empty}, {empty, history(start)}} {
+		var buf bytes.Buffer
+		require.NoError(t, trace.Write(&buf, order...))
+		var ts []float64
+		for _, e := range parse(t, buf.Bytes()).TraceEvents {
+			if e.Ph == "C" {
+				ts = append(ts, e.Ts)
+			}
+		}
+		assert.Equal(t, []float64{1000, 2000, 4000, 8000}, ts, "times count from the recorded history's start")
+	}
+}
+
+// TestWriteGapDurations: every gap is a slice with a duration of zero or
+// more, where its neighbours share an instant and where their times are
+// out of order (their times are read before their numbers are taken).
+func TestWriteGapDurations(t *testing.T) {
+	start := time.Now()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		ts, dur  float64
+	}{
+		{"in order", at(1), at(3), 1000, 2000},
+		{"same instant", at(2), at(2), 2000, 0},
+		{"out of order", at(3), at(2), 2000, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := memtrack.History{Device: memtrack.CPU(), MaxEntries: 8, Start: start,
+				Events: []memtrack.HistoryEvent{
+					{Seq: 0, Time: tc.from, Action: memtrack.HistoryAlloc, Size: 1, Tracked: 1},
+					{Seq: 2, Time: tc.to, Action: memtrack.HistoryFree, Size: 1, Tracked: 0},
+				},
+				Gaps: []memtrack.HistoryGap{{After: 0, Before: 2, Missing: 1, From: tc.from, To: tc.to}},
+			}
+			var buf bytes.Buffer
+			require.NoError(t, trace.Write(&buf, h))
+			var raw struct {
+				TraceEvents []map[string]any `json:"traceEvents"`
+			}
+			require.NoError(t, json.Unmarshal(buf.Bytes(), &raw))
+			var gaps int
+			for _, e := range raw.TraceEvents {
+				if e["ph"] != "X" {
+					continue
+				}
+				gaps++
+				require.Contains(t, e, "dur", "a complete event needs its duration: %v", e)
+				assert.Equal(t, tc.ts, e["ts"])
+				assert.Equal(t, tc.dur, e["dur"])
+			}
+			assert.Equal(t, 1, gaps)
+		})
+	}
 }
 
 type failWriter struct{}

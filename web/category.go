@@ -1,6 +1,8 @@
 package web
 
 import (
+	"slices"
+
 	"github.com/memtrack/memtrack"
 )
 
@@ -26,47 +28,63 @@ func categories(d memtrack.Device) []Category {
 	return out
 }
 
-// categorySeries returns each category's tracked bytes at each kept point,
-// in the order the categories first appear, and last the rest of the
-// device's tracked bytes as memtrack.Uncategorised; nil where no event is
-// in a category. A category's figure is the one its latest event read
-// (HistoryEvent.CategoryTracked): a category whose buffers predate the
-// history counts as uncategorised until its first event.
-func categorySeries(pts []memtrack.HistoryEvent, keep []int) []SiteSeries {
-	index := map[string]int{}
-	var names []string
-	for _, e := range pts {
-		if _, ok := index[e.Category]; e.Category != "" && !ok {
-			index[e.Category] = len(names)
-			names = append(names, e.Category)
+// categoryEvent takes the category's bytes after an event of it.
+func (p *plotter) categoryEvent(e memtrack.HistoryEvent) {
+	id, ok := p.catID[e.Category]
+	if !ok {
+		if p.catID == nil {
+			p.catID = make(map[string]int)
 		}
+		id = len(p.catNames)
+		p.catID[e.Category] = id
+		p.catNames = append(p.catNames, e.Category)
+		p.cats = append(p.cats, 0)
 	}
-	if len(names) == 0 {
+	p.catLog = append(p.catLog, siteEvent{seq: e.Seq, id: id, bytes: e.CategoryTracked - p.cats[id]})
+	p.cats[id] = e.CategoryTracked
+}
+
+// closeCategories sets the categories' figures of the closing bucket's new
+// points, need, the newest first: the figures now, less the changes the
+// bucket's later events made.
+func (p *plotter) closeCategories(need []*point) {
+	work := slices.Clone(p.cats)
+	i := len(p.catLog) - 1
+	for _, q := range need {
+		for ; i >= 0 && p.catLog[i].seq > q.seq; i-- {
+			work[p.catLog[i].id] -= p.catLog[i].bytes
+		}
+		q.cvec = slices.Clone(work)
+	}
+	p.catLog = p.catLog[:0]
+}
+
+// categorySeries returns each category's tracked bytes at the points, in
+// the order the categories first appear in the history, and last the rest
+// of the device's tracked bytes as memtrack.Uncategorised; nil where no
+// event is in a category. A category's figure is the one its latest event
+// read (memtrack.HistoryEvent.CategoryTracked): a category whose buffers
+// predate the history counts as uncategorised until its first event.
+func (p *plotter) categorySeries(pts []*point) []SiteSeries {
+	if len(p.catNames) == 0 {
 		return nil
 	}
-	out := make([]SiteSeries, len(names)+1)
+	out := make([]SiteSeries, len(p.catNames)+1)
 	for i := range out {
-		out[i].Bytes = make([]int64, len(keep))
-		if i < len(names) {
-			out[i].Name = names[i]
+		out[i].Bytes = make([]int64, len(pts))
+		if i < len(p.catNames) {
+			out[i].Name = p.catNames[i]
 		}
 	}
-	out[len(names)].Name = memtrack.Uncategorised
-	cur := make([]int64, len(names))
-	k := 0
-	for i, e := range pts {
-		if e.Category != "" {
-			cur[index[e.Category]] = e.CategoryTracked
+	rest := &out[len(p.catNames)]
+	rest.Name = memtrack.Uncategorised
+	for j, q := range pts {
+		left := q.cur
+		for id, v := range q.cvec {
+			out[id].Bytes[j] = v
+			left -= v
 		}
-		if k < len(keep) && keep[k] == i {
-			rest := e.Tracked
-			for c, v := range cur {
-				out[c].Bytes[k] = v
-				rest -= v
-			}
-			out[len(names)].Bytes[k] = max(rest, 0)
-			k++
-		}
+		rest.Bytes[j] = max(left, 0)
 	}
 	return out
 }

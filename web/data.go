@@ -1,19 +1,20 @@
 package web
 
 import (
-	"cmp"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/memtrack/memtrack"
 )
 
-// MaxPoints is the most points a device's plot gets: a longer history is
-// thinned to the lowest and highest figure of each stretch of time (and the
-// peak and the events beside a gap are always kept), so that the page
-// stays light with a ring of a million events.
+// MaxPoints is about the most points a device's plot gets: a longer
+// history is thinned to the lowest and highest figure of each run of
+// consecutive events (and the highest point, the first and last points and
+// those beside a gap are always kept), so that the page stays light with a
+// ring of millions of events. The history is read in place, one event at a
+// time (memtrack.Device.RangeMemoryHistory): a read holds memory for the
+// points it sends, not for the events it reads.
 const MaxPoints = 4000
 
 // TopSites is how many of the largest allocation sites at the peak the
@@ -112,178 +113,30 @@ func readDevice(d memtrack.Device) Device {
 		out.InfoError = err.Error()
 	}
 	out.Sites = d.AllocationSiteStats().Enabled
-	h, err := d.MemoryHistory()
+	p := newPlotter(MaxPoints)
+	h, err := d.RangeMemoryHistory(p.add)
 	if err != nil {
 		return out
 	}
-	var now map[string]int64
-	if out.Sites {
-		if snap, err := d.AllocationSites(); err == nil {
-			now = make(map[string]int64)
-			for _, st := range snap.Sites {
-				now[siteName(st.Stack)] += st.Bytes
-			}
-		}
-	}
-	out.History = plot(h, s.PeakTracked, now)
+	out.History = p.finish(h, s.PeakTracked, liveSites(d, out.Sites))
 	return out
 }
 
-// plot turns a history into points; now, if not nil, is the live bytes by
-// site name at the moment of reading, from which the sites' figures are
-// walked back through the events.
-func plot(h memtrack.History, peak int64, now map[string]int64) *History {
-	ms := func(t time.Time) float64 { return float64(t.Sub(h.Start).Microseconds()) / 1e3 }
-	out := &History{MaxEntries: h.MaxEntries, Events: len(h.Events), Overwritten: h.Overwritten, Lost: h.Lost, T: []float64{}, Bytes: []int64{}}
-	var pts []memtrack.HistoryEvent
-	for _, e := range h.Events {
-		if e.Action.Refused() {
-			out.Refusals = append(out.Refusals, Mark{T: ms(e.Time), Kind: e.Action.String(), Size: e.Size})
-			continue
-		}
-		pts = append(pts, e)
+// liveSites returns the live bytes of the device's sites by name, if they
+// are recorded (on), and nil if not.
+func liveSites(d memtrack.Device, on bool) map[string]int64 {
+	if !on {
+		return nil
 	}
-	for _, g := range h.Gaps {
-		out.Gaps = append(out.Gaps, Gap{From: ms(g.From), To: ms(g.To), Missing: g.Missing})
+	snap, err := d.AllocationSites()
+	if err != nil {
+		return nil
 	}
-	if len(pts) == 0 {
-		return out
+	now := make(map[string]int64)
+	for _, st := range snap.Sites {
+		now[siteName(st.Stack)] += st.Bytes
 	}
-	maxAt := 0
-	for i, e := range pts {
-		if e.Tracked > pts[maxAt].Tracked {
-			maxAt = i
-		}
-	}
-	out.Max, out.MaxT, out.MaxAtPeak = pts[maxAt].Tracked, ms(pts[maxAt].Time), pts[maxAt].Tracked == peak
-
-	keep := thin(pts, h.Gaps, maxAt, MaxPoints)
-	for _, i := range keep {
-		out.T = append(out.T, ms(pts[i].Time))
-		out.Bytes = append(out.Bytes, pts[i].Tracked)
-	}
-	out.Categories = categorySeries(pts, keep) // category.go
-	if now == nil {
-		return out
-	}
-	sites := walkBack(pts, keep, now)
-	atMax, _ := slices.BinarySearch(keep, maxAt)
-	names := make([]string, 0, len(sites))
-	for n := range sites {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		return cmp.Or(cmp.Compare(sites[b][atMax], sites[a][atMax]), cmp.Compare(a, b))
-	})
-	rest := make([]int64, len(keep))
-	for k, n := range names {
-		if k < TopSites && sites[n][atMax] > 0 {
-			out.Sites = append(out.Sites, SiteSeries{Name: n, Bytes: sites[n]})
-			continue
-		}
-		for j, v := range sites[n] {
-			rest[j] += v
-		}
-	}
-	if slices.ContainsFunc(rest, func(b int64) bool { return b != 0 }) {
-		out.Sites = append(out.Sites, SiteSeries{Name: "other sites", Bytes: rest})
-	}
-	return out
-}
-
-// walkBack returns each site's live bytes after each kept point, from the
-// live bytes now, undoing the events from the newest. Events of buffers
-// whose site was not recorded change no site.
-func walkBack(pts []memtrack.HistoryEvent, keep []int, now map[string]int64) map[string][]int64 {
-	cur := make(map[string]int64, len(now))
-	for n, b := range now {
-		cur[n] = b
-	}
-	names := make([]string, len(pts))
-	byStack := make(map[*uintptr]string) // the events of a site share its stack
-	for i, e := range pts {
-		if len(e.Stack) > 0 {
-			n, ok := byStack[&e.Stack[0]]
-			if !ok {
-				n = siteName(e.Stack)
-				byStack[&e.Stack[0]] = n
-			}
-			names[i] = n
-			if _, ok := cur[names[i]]; !ok {
-				cur[names[i]] = 0 // a site of the history with no live bytes now
-			}
-		}
-	}
-	out := make(map[string][]int64, len(cur))
-	for n := range cur {
-		out[n] = make([]int64, len(keep))
-	}
-	k := len(keep) - 1
-	for i := len(pts) - 1; i >= 0 && k >= 0; i-- {
-		if keep[k] == i {
-			for n, v := range cur {
-				out[n][k] = max(v, 0)
-			}
-			k--
-		}
-		if n := names[i]; n != "" {
-			if pts[i].Action == memtrack.HistoryAlloc {
-				cur[n] -= pts[i].Size
-			} else {
-				cur[n] += pts[i].Size
-			}
-		}
-	}
-	return out
-}
-
-// thin returns the indices of the points to plot: all if there are at most
-// limit, else the lowest and highest of each of limit/2 stretches of time,
-// the maximum at maxAt, and the points either side of each gap.
-func thin(pts []memtrack.HistoryEvent, gaps []memtrack.HistoryGap, maxAt, limit int) []int {
-	if len(pts) <= limit {
-		idx := make([]int, len(pts))
-		for i := range idx {
-			idx[i] = i
-		}
-		return idx
-	}
-	keep := map[int]bool{0: true, len(pts) - 1: true, maxAt: true}
-	edge := make(map[uint64]bool, 2*len(gaps))
-	for _, g := range gaps {
-		edge[g.After], edge[g.Before] = true, true
-	}
-	t0, t1 := pts[0].Time, pts[len(pts)-1].Time
-	buckets := limit / 2
-	span := t1.Sub(t0) + 1
-	lo, hi := -1, -1
-	bucket := 0
-	for i, e := range pts {
-		if edge[e.Seq] {
-			keep[i] = true
-		}
-		b := int(int64(e.Time.Sub(t0)) * int64(buckets) / int64(span))
-		if b != bucket {
-			keep[lo], keep[hi] = lo >= 0, hi >= 0
-			lo, hi, bucket = -1, -1, b
-		}
-		if lo < 0 || e.Tracked < pts[lo].Tracked {
-			lo = i
-		}
-		if hi < 0 || e.Tracked > pts[hi].Tracked {
-			hi = i
-		}
-	}
-	keep[lo], keep[hi] = true, true
-	delete(keep, -1)
-	idx := make([]int, 0, len(keep))
-	for i, k := range keep {
-		if k {
-			idx = append(idx, i)
-		}
-	}
-	slices.Sort(idx)
-	return idx
+	return now
 }
 
 // siteName names an allocation site by its two innermost functions, the

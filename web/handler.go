@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/pprof"
 	"github.com/memtrack/memtrack/trace"
 )
@@ -36,7 +37,7 @@ import (
 var static embed.FS
 
 var page = template.Must(template.New("index.html").Funcs(template.FuncMap{
-	"bytes": formatBytes,
+	"bytes": bytesize.Format,
 }).ParseFS(static, "static/index.html"))
 
 // DefaultRefresh is how often, in seconds, the page reads the figures anew
@@ -142,24 +143,4 @@ func serveStatic(w http.ResponseWriter, name, contentType string) {
 	}
 	w.Header().Set("Content-Type", contentType)
 	w.Write(data)
-}
-
-// formatBytes writes n in IEC units with three significant figures.
-func formatBytes(n int64) string {
-	if n < 1024 && n > -1024 {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	v, u := float64(n), 0
-	for (v >= 1024 || v <= -1024) && u < 6 {
-		v /= 1024
-		u++
-	}
-	prec := 2
-	switch {
-	case v >= 100 || v <= -100:
-		prec = 0
-	case v >= 10 || v <= -10:
-		prec = 1
-	}
-	return strconv.FormatFloat(v, 'f', prec, 64) + " " + "KMGTPE"[u-1:u] + "iB"
 }

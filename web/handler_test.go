@@ -185,3 +185,63 @@ func sitesOK(t *testing.T, err error) {
 	}
 	require.NoError(t, err)
 }
+
+//go:noinline
+func small(d memtrack.Device) (*memtrack.Buffer, error) { return d.Alloc(4 << 10) }
+
+//go:noinline
+func sampled(d memtrack.Device) (*memtrack.Buffer, error) { return d.Alloc(64 << 10) }
+
+// TestDataJSONSampledSites stacks sites recorded at two rates: a 4 KiB
+// buffer at rate 1, then twenty 64 KiB buffers at rate 64 KiB, of which
+// the sampled ones stand for more bytes than their size. Walked back from
+// the live figures, each site starts where it started: the first point
+// has the 4 KiB site alone.
+func TestDataJSONSampledSites(t *testing.T) {
+	d := memtrack.CPU()
+	require.NoError(t, d.EnableMemoryHistory(100))
+	defer d.DisableMemoryHistory()
+	sitesOK(t, d.SetAllocationSiteRate(1))
+	defer d.SetAllocationSiteRate(0)
+	require.NoError(t, d.EnableAllocationSites(8))
+	defer d.DisableAllocationSites()
+	base := d.MemoryAllocated()
+	a, err := small(d)
+	require.NoError(t, err)
+	defer a.Free()
+	require.NoError(t, d.SetAllocationSiteRate(64<<10))
+	for range 20 {
+		b, err := sampled(d)
+		require.NoError(t, err)
+		defer b.Free()
+	}
+	snap, err := d.AllocationSites()
+	require.NoError(t, err)
+	require.Greater(t, len(snap.Sites), 1, "at least one of the 64 KiB buffers is sampled (1 - e^-1 each)")
+
+	resp, body := get(t, serve(t).URL+"/debug/memtrack/data.json")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	var p web.Page
+	require.NoError(t, json.Unmarshal([]byte(body), &p))
+	var h *web.History
+	for i := range p.Devices {
+		if p.Devices[i].Name == "cpu" {
+			h = p.Devices[i].History
+		}
+	}
+	require.NotNil(t, h, "%s", body)
+	require.Len(t, h.Bytes, 21)
+	require.Equal(t, base+4<<10, h.Bytes[0])
+	at := map[string]int64{}
+	for _, s := range h.Sites {
+		at[s.Name] = s.Bytes[0]
+	}
+	// Each sampled event's scaled bytes are rounded to the byte once.
+	assert.InDelta(t, 4<<10, at["web_test.small ← web_test.TestDataJSONSampledSites"], 1, "%v", at)
+	assert.InDelta(t, 0, at["web_test.sampled ← web_test.TestDataJSONSampledSites"], 21, "%v", at)
+	var sum int64
+	for _, v := range at {
+		sum += v
+	}
+	assert.InDelta(t, 4<<10, sum, 21, "the stacked sites at the first point against the line's 4 KiB: %v", at)
+}

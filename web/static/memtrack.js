@@ -18,14 +18,19 @@
     return { by: "sites", series: h.sites || [], colors: SITE_COLORS };
   }
 
+  // fmtBytes writes n as package web's table does (internal/bytesize):
+  // three significant figures, the unit chosen after rounding, so that
+  // 1048575 is "1.00 MiB", never "1024 KiB".
   function fmtBytes(n) {
     const a = Math.abs(n);
     if (a < 1024) return n + " B";
     const units = "KMGTPE";
-    let v = n, u = -1;
-    while ((Math.abs(v) >= 1024) && u < units.length - 1) { v /= 1024; u++; }
-    const p = Math.abs(v) >= 100 ? 0 : Math.abs(v) >= 10 ? 1 : 2;
-    return v.toFixed(p) + " " + units[u] + "iB";
+    let v = a, u = -1;
+    while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+    const prec = x => +x.toFixed(1) >= 100 ? 0 : +x.toFixed(2) >= 10 ? 1 : 2;
+    let p = prec(v);
+    if (+v.toFixed(p) >= 1024 && u < units.length - 1) { v /= 1024; u++; p = prec(v); }
+    return (n < 0 ? "-" : "") + v.toFixed(p) + " " + units[u] + "iB";
   }
   function fmtTime(ms) {
     return ms >= 1000 ? (ms / 1000).toFixed(3) + " s" : ms.toFixed(1) + " ms";
