@@ -11,13 +11,7 @@ import (
 // [ErrInvalidSize] for size <= 0 (counting nothing) and with an
 // [*OutOfMemoryError] when the memory limit or the device refuses it (adding
 // one to FailedAllocs and nothing else). Free the buffer with [Buffer.Free].
-func (d Device) Alloc(size int64) (*Buffer, error) { return d.alloc(size, Category{}) }
-
-// alloc is Alloc, through category c unless it is the zero Category (see
-// category.go): the category is counted before the device, so that its
-// limit refuses exactly, and a device that then refuses takes it back
-// (tracker.Record.Cancel).
-func (d Device) alloc(size int64, c Category) (*Buffer, error) {
+func (d Device) Alloc(size int64) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
 	}
@@ -25,17 +19,11 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var crec *tracker.Record
-	if c.set != nil { // kept out of the path of an allocation without one
-		if crec, err = c.checked(s, rec, size); err != nil { // category.go
-			return nil, err
-		}
-	}
 	// A limit is checked before the backend is asked, so that a request over
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim, c)
+			return nil, d.overLimit(rec, size, cur, lim)
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -47,21 +35,75 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	}
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefused(rec, size, err, c)
-	}
-	if crec != nil {
-		if err := c.count(rec, crec, size); err != nil {
-			return nil, d.recordRefused(s, rec, b, err, c, true)
-		}
+		return nil, d.backendRefused(rec, size, err)
 	}
 	if err := rec.Alloc(size); err != nil {
-		c.uncount(crec, size)
-		return nil, d.recordRefused(s, rec, b, err, c, false)
+		return nil, d.recordRefused(s, rec, b, err)
+	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
+	b.self = b
+	if sr := s.sites.lookup(d.ordinal); sr != nil {
+		b.site = sr.alloc(size) // see sites.go
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.alloc(size, b.site, rec, 0) // see history.go
+	}
+	return b, nil
+}
+
+// alloc is Alloc through category c (see category.go): the category is
+// counted before the device, so that its limit refuses exactly, and a
+// device that then refuses takes it back (tracker.Record.Cancel). Alloc
+// keeps its own path, without the category's steps, so that an allocation
+// outside categories costs what it would without them; the two must
+// otherwise stay alike (category_test.go checks that both count the same).
+func (d Device) alloc(size int64, c Category) (*Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
+	}
+	s, rec, err := d.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if c.set.state != s {
+		return nil, c.gone()
+	}
+	crec := &c.set.recs[c.idx-1]
+	// The limits are checked before the backend is asked, so that a request
+	// over one costs no device memory; the records check again, exactly,
+	// after.
+	if crec.Limit() > 0 {
+		if err := c.overLimit(rec, crec, size); err != nil { // category.go
+			return nil, err
+		}
+	}
+	if lim := rec.Limit(); lim > 0 {
+		if cur := rec.Tracked(); size > lim-cur {
+			return nil, d.overLimitIn(rec, size, cur, lim, c)
+		}
+	}
+	var b *Buffer // as Alloc makes it: the backend writes straight into it
+	if s.inline && size <= cpuInlineMax {
+		b = newSmallCPUBuffer(size)
+	} else {
+		b = new(Buffer)
+	}
+	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
+	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
+		return nil, d.backendRefusedIn(rec, size, err, c)
+	}
+	if err := crec.Alloc(size); err != nil {
+		rec.RecordFailure()
+		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
+	}
+	if err := rec.Alloc(size); err != nil {
+		_ = crec.Cancel(size) // cannot fail: it holds size
+		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	b.self, b.cat = b, c.idx
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size, 1, c.Name()) // see sites.go
+		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.allocIn(size, b.site, rec, 0, c.idx, crec) // see history.go
@@ -75,7 +117,12 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 // room for beside the cur bytes tracked.
 // c is the category the request was made in, if any, which counts the
 // failure too.
-func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64, c Category) error {
+func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
+	return d.overLimitIn(rec, size, cur, lim, Category{})
+}
+
+// overLimitIn is overLimit for a request in category c.
+func (d Device) overLimitIn(rec *tracker.Record, size, cur, lim int64, c Category) error {
 	rec.RecordFailure()
 	c.recordFailure()
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx, c.rec()) // see history.go
@@ -84,7 +131,12 @@ func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64, c Category)
 
 // backendRefused counts and completes the error of a backend that could not
 // allocate size bytes.
-func (d Device) backendRefused(rec *tracker.Record, size int64, err error, c Category) error {
+func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
+	return d.backendRefusedIn(rec, size, err, Category{})
+}
+
+// backendRefusedIn is backendRefused for a request in category c.
+func (d Device) backendRefusedIn(rec *tracker.Record, size int64, err error, c Category) error {
 	rec.RecordFailure()
 	c.recordFailure()
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
@@ -98,7 +150,13 @@ func (d Device) backendRefused(rec *tracker.Record, size int64, err error, c Cat
 // count (a concurrent allocation took the room under the limit, or the
 // record is full); the record counted the failure. c is the category of
 // the request, if any, and err its record's refusal where crec is true.
-func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
+func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
+	return d.recordRefusedIn(s, rec, b, err, Category{}, false)
+}
+
+// recordRefusedIn is recordRefused for a request in category c; err is
+// the refusal of c's record where crec is true.
+func (d Device) recordRefusedIn(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
 	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx, c.rec())
 	oom := recordRefusal(err, d, b.size, rec.Tracked())
 	oom.Category = c.Name()

@@ -74,16 +74,16 @@ func (b *Buffer) Free() error {
 	if err := rec.Free(b.size); err != nil {
 		return b.uncountFailed(err)
 	}
-	var crec *tracker.Record
 	if b.cat != 0 {
-		crec = b.uncountCategory(s)
+		b.freedInCategory(s, rec) // category.go: the rest of this, and the category's figures
+		return nil
 	}
 	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
 	if b.site != nil {
 		b.site.free(b.size)
 	}
 	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.freeIn(b.size, b.site, rec, 0, b.cat, crec) // see history.go
+		h.free(b.size, b.site, rec, 0) // see history.go
 	}
 	return nil
 }

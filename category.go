@@ -80,6 +80,7 @@ type Category struct {
 type categorySet struct {
 	mu    sync.Mutex
 	n     atomic.Int32
+	state *kindState // the device table the set belongs to
 	names [MaxCategories]string
 	recs  [MaxCategories]tracker.Record
 }
@@ -102,7 +103,7 @@ func (d Device) Category(name string) (Category, error) {
 	var cs *categorySet
 	s.cats.update(d.ordinal, func(old *categorySet) *categorySet {
 		if old == nil {
-			old = new(categorySet)
+			old = &categorySet{state: s}
 		}
 		cs = old
 		return old
@@ -199,10 +200,20 @@ func (c Category) record(s *kindState) (*tracker.Record, error) {
 	if c.set == nil {
 		return nil, fmt.Errorf("%w: the zero Category; obtain one with Device.Category", ErrInvalidCategory)
 	}
-	if s.cats.lookup(c.dev.ordinal) != c.set {
-		return nil, fmt.Errorf("%w: %v belongs to a device table that is gone", ErrInvalidCategory, c)
+	if c.set.state != s {
+		return nil, c.gone()
 	}
 	return &c.set.recs[c.idx-1], nil
+}
+
+// gone says that the category belongs to a device table that was replaced.
+func (c Category) gone() error {
+	return fmt.Errorf("%w: %v belongs to a device table that is gone", ErrInvalidCategory, c)
+}
+
+// zeroCategory is the error of a method called on the zero Category.
+func zeroCategory(op string, size int64) error {
+	return fmt.Errorf("%w: %s of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, op, size)
 }
 
 // Alloc allocates size bytes on the category's device and counts them
@@ -213,7 +224,7 @@ func (c Category) record(s *kindState) (*tracker.Record, error) {
 // uncounts it in both.
 func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
-		return nil, fmt.Errorf("%w: Alloc of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
+		return nil, zeroCategory("Alloc", size)
 	}
 	return c.dev.alloc(size, c)
 }
@@ -225,7 +236,7 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 // both.
 func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
-		return nil, fmt.Errorf("%w: Track of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
+		return nil, zeroCategory("Track", size)
 	}
 	return c.dev.track(size, ptr, c)
 }
@@ -409,6 +420,25 @@ func (c Category) overLimit(rec, crec *tracker.Record, size int64) error {
 	crec.RecordFailure()
 	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
 	return &OutOfMemoryError{Device: c.dev, Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason}
+}
+
+// freedInCategory completes the Free of a buffer of a category, whose
+// device's record rec has uncounted it: the category's figures, then what
+// Free does for every buffer. Free leaves it to this function, so that a
+// buffer outside categories takes the path it would without them.
+func (b *Buffer) freedInCategory(s *kindState, rec *tracker.Record) {
+	var crec *tracker.Record
+	if cs := s.cats.lookup(int(b.ordinal)); cs != nil {
+		crec = &cs.recs[b.cat-1]
+		_ = crec.Free(b.size) // cannot fail: the category holds the buffer
+	}
+	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
+	if b.site != nil {
+		b.site.free(b.size)
+	}
+	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
+		h.freeIn(b.size, b.site, rec, 0, b.cat, crec) // see history.go
+	}
 }
 
 // uncountCategory takes the freed buffer from its category's figures, and

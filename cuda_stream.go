@@ -430,12 +430,12 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim, c)
+			return nil, d.overLimitIn(rec, size, cur, lim, c)
 		}
 	}
 	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
 	if err := dev.settle("alloc", resultOf(a)); err != nil {
-		return nil, d.backendRefused(rec, size, err, c)
+		return nil, d.backendRefusedIn(rec, size, err, c)
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
@@ -444,17 +444,17 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	// of the pool back at once.
 	if crec != nil {
 		if err := c.count(rec, crec, size); err != nil {
-			return nil, d.recordRefused(s, rec, b, err, c, true)
+			return nil, d.recordRefusedIn(s, rec, b, err, c, true)
 		}
 	}
 	if err := rec.Alloc(size); err != nil {
 		c.uncount(crec, size)
-		return nil, d.recordRefused(s, rec, b, err, c, false)
+		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	b.self, b.cat = b, c.idx
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size, 1, c.Name()) // see sites.go
+		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.allocIn(size, b.site, rec, stream, c.idx, crec) // see history.go

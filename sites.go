@@ -315,17 +315,27 @@ func newSiteRecorder(depth int, rate int64, maxSites int) *siteRecorder {
 	return r
 }
 
-// alloc samples an allocation of size bytes in category cat ("" for none);
-// if it is sampled, it records the stack of the caller of the exported
-// function that allocates (skipping extra frames more than callerSkip) and
-// returns the buffer's site, and nil if not. Not sampled, it costs one
-// random number.
-func (r *siteRecorder) alloc(size int64, extra int, cat string) *site {
+// alloc samples an allocation of size bytes; if it is sampled, it records
+// the stack of the caller of Device.Alloc and returns the buffer's site,
+// and nil if not. Not sampled, it costs one random number.
+func (r *siteRecorder) alloc(size int64) *site {
 	w, ok := sample(size, r.rate.Load(), rand.Uint64())
 	if !ok {
 		return nil
 	}
-	return r.allocSampled(size, w, extra, cat)
+	return r.allocSampled(size, w, 0)
+}
+
+// allocIn is alloc for an allocation in category cat, from a caller that
+// wants skip more frames left out of the stack (the internal function
+// between the exported one and the recorder). It has alloc's frames, so
+// that callerSkip holds.
+func (r *siteRecorder) allocIn(size int64, skip int, cat string) *site {
+	w, ok := sample(size, r.rate.Load(), rand.Uint64())
+	if !ok {
+		return nil
+	}
+	return r.allocSampledIn(size, w, skip, cat)
 }
 
 // allocFrom is alloc for a caller that wants skip more frames left out
@@ -336,7 +346,7 @@ func (r *siteRecorder) allocFrom(size int64, skip int) *site {
 	if !ok {
 		return nil
 	}
-	return r.allocSampled(size, w, skip, "")
+	return r.allocSampled(size, w, skip)
 }
 
 // allocSampled records a sampled allocation of weight w, leaving out skip
@@ -344,7 +354,15 @@ func (r *siteRecorder) allocFrom(size int64, skip int) *site {
 // allocation not sampled stays short.
 //
 //go:noinline
-func (r *siteRecorder) allocSampled(size int64, w float64, skip int, cat string) *site {
+func (r *siteRecorder) allocSampled(size int64, w float64, skip int) *site {
+	var buf [MaxSiteDepth]uintptr
+	return r.record(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w)
+}
+
+// allocSampledIn is allocSampled in category cat.
+//
+//go:noinline
+func (r *siteRecorder) allocSampledIn(size int64, w float64, skip int, cat string) *site {
 	var buf [MaxSiteDepth]uintptr
 	return r.recordIn(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w, cat)
 }

@@ -82,7 +82,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		// device's limit then refuses.
 		if lim := rec.Limit(); lim > 0 {
 			if cur := rec.Tracked(); size > lim-cur {
-				return nil, d.overLimit(rec, size, cur, lim, c)
+				return nil, d.overLimitIn(rec, size, cur, lim, c)
 			}
 		}
 	}
@@ -117,7 +117,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		t.site = sr.alloc(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
+		t.site = sr.allocIn(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
 		h.allocIn(size, t.site, rec, 0, c.idx, t.crec) // see history.go

@@ -65,7 +65,7 @@ declare -A skip_cmds=(
 	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
 	["go test -run '^\$' -bench CategoryLayer -count 10 -benchtime 20000x ."]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench CategoryAllocFree -count 10 -benchtime 2000x ./bench"]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
-	["BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCPUPair/design=tracked\$' BASE=4a4dff6 ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	["BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCPUPair/design=tracked\$' BASE=3b0b79e ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
