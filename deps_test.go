@@ -26,16 +26,24 @@ var coreDeps = []string{
 	"github.com/mumax/3/cuda/cu", // under -tags cuda
 }
 
-func TestCoreImportsNoRenderer(t *testing.T) {
+// goTool returns the go command that built the test, and skips the test
+// where there is none, or where the test binary runs outside the package's
+// sources (scripts/gpu-check.sh copies it): go list needs them in the
+// working directory.
+func goTool(t *testing.T) string {
+	t.Helper()
 	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := exec.LookPath(gotool); err != nil {
 		t.Skipf("no go command at %s to list the dependencies with: %v", gotool, err)
 	}
 	if _, err := os.Stat("deps_test.go"); err != nil {
-		// A test binary copied elsewhere (scripts/gpu-check.sh): go list
-		// needs the package's sources in the working directory.
 		t.Skip("not run in the package's source directory")
 	}
+	return gotool
+}
+
+func TestCoreImportsNoRenderer(t *testing.T) {
+	gotool := goTool(t)
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -63,4 +71,30 @@ func TestCoreImportsNoRenderer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenTelemetryOnlyInItsPackage checks that no package of the module
+// but otelmetric depends on OpenTelemetry's modules (tests aside): the
+// core, tracker, the other renderers and the examples build without them.
+func TestOpenTelemetryOnlyInItsPackage(t *testing.T) {
+	gotool := goTool(t)
+	cmd := exec.Command(gotool, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list ./...: %s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Greater(t, len(lines), 5, "go list listed the module's packages")
+	sawOtel := false
+	for _, line := range lines {
+		f := strings.Fields(line)
+		pkg, deps := f[0], f[1:]
+		uses := slices.ContainsFunc(deps, func(d string) bool { return strings.HasPrefix(d, "go.opentelemetry.io/") })
+		if pkg == "github.com/memtrack/memtrack/otelmetric" {
+			sawOtel = uses
+			continue
+		}
+		assert.False(t, uses, "%s depends on OpenTelemetry; only package otelmetric may", pkg)
+	}
+	assert.True(t, sawOtel, "otelmetric was listed, with its OpenTelemetry dependencies")
 }

@@ -28,6 +28,19 @@ var joinSeries = []map[string]string{
 	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "2048x5"},
 	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "4096x5"},
 	{"series": `DCGM_FI_DEV_FB_USED{instance="node:9400",job="dcgm",gpu="2",UUID="GPU-ccc",device="nvidia2",modelName="NVIDIA H100 80GB HBM3",Hostname="node"}`, "values": "100x5"},
+	// The same processes through package otelmetric and OpenTelemetry's
+	// Prometheus exporter, in the same server: package prom's names, with
+	// memtrack_backend and memtrack_ordinal for labels; every series of a
+	// GPU carries hw_id, and the driver's figure of each GPU is
+	// hw_gpu_memory_usage_bytes. The selectors keep the two apart: the
+	// expressions above select backend="cuda", these memtrack_backend="cuda".
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-aaa",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "1073741824x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="1",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
+	{"series": `memtrack_tracked_bytes{instance="a:2112",job="app",memtrack_backend="cpu",memtrack_ordinal="0",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4096x5"},
+	{"series": `memtrack_tracked_bytes{instance="b:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "536870912x5"},
+	{"series": `hw_gpu_memory_usage_bytes{instance="a:2112",job="app",hw_id="GPU-aaa",hw_name="cuda:0",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "2147483648x5"},
+	{"series": `hw_gpu_memory_usage_bytes{instance="a:2112",job="app",hw_id="GPU-bbb",hw_name="cuda:1",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4294967296x5"},
+	{"series": `hw_gpu_memory_usage_bytes{instance="b:2112",job="app",hw_id="GPU-bbb",hw_name="cuda:0",hw_type="gpu",hw_vendor="NVIDIA",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, "values": "4294967296x5"},
 }
 
 type sample struct {
@@ -42,6 +55,22 @@ type sample struct {
 const perProcessShare = `(memtrack_tracked_bytes{backend="cuda"} * on(instance, job, backend, ordinal) group_left(uuid) memtrack_device_info)
   / on(uuid) group_left()
 (max by (uuid) (label_replace(DCGM_FI_DEV_FB_USED, "uuid", "$1", "UUID", "(.+)")) * 1048576)`
+
+// The joins docs/integrations.md gives for package otelmetric's series:
+// each process's share of the memory in use on its GPU, the share over
+// every process, and the same against the driver's figure that the
+// processes report themselves (hw.gpu.memory.usage), without dcgm-exporter.
+const (
+	otelPerProcessShare = `memtrack_tracked_bytes{memtrack_backend="cuda"}
+  / on(hw_id) group_left()
+(max by (hw_id) (label_replace(DCGM_FI_DEV_FB_USED, "hw_id", "$1", "UUID", "(.+)")) * 1048576)`
+	otelShare = `sum by (hw_id) (memtrack_tracked_bytes{memtrack_backend="cuda"})
+  / on(hw_id)
+(max by (hw_id) (label_replace(DCGM_FI_DEV_FB_USED, "hw_id", "$1", "UUID", "(.+)")) * 1048576)`
+	otelShareOfUsage = `sum by (hw_id) (memtrack_tracked_bytes{memtrack_backend="cuda"})
+  / on(hw_id)
+max by (hw_id) (hw_gpu_memory_usage_bytes)`
+)
 
 func TestDCGMJoin(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
@@ -78,6 +107,15 @@ func TestDCGMJoin(t *testing.T) {
 		{exprOf(8, "B"), "4m", []sample{{`{uuid="GPU-aaa"}`, 2048 << 20}, {`{uuid="GPU-bbb"}`, 4096 << 20}}},
 		// Panel 9: the share of used memory that memtrack tracks.
 		{exprOf(9, "A"), "4m", []sample{{`{uuid="GPU-aaa"}`, 0.5}, {`{uuid="GPU-bbb"}`, 0.625}}},
+		// The joins of docs/integrations.md for package otelmetric's series,
+		// which carry hw_id themselves: one step, without an info metric.
+		{otelPerProcessShare, "4m", []sample{
+			{`{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-aaa",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, 0.5},
+			{`{instance="a:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="1",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, 0.5},
+			{`{instance="b:2112",job="app",memtrack_backend="cuda",memtrack_ordinal="0",hw_id="GPU-bbb",otel_scope_name="github.com/memtrack/memtrack/otelmetric"}`, 0.125},
+		}},
+		{otelShare, "4m", []sample{{`{hw_id="GPU-aaa"}`, 0.5}, {`{hw_id="GPU-bbb"}`, 0.625}}},
+		{otelShareOfUsage, "4m", []sample{{`{hw_id="GPU-aaa"}`, 0.5}, {`{hw_id="GPU-bbb"}`, 0.625}}},
 		{perProcessShare, "4m", []sample{
 			{`{instance="a:2112",job="app",backend="cuda",ordinal="0",uuid="GPU-aaa"}`, 0.5},
 			{`{instance="a:2112",job="app",backend="cuda",ordinal="1",uuid="GPU-bbb"}`, 0.5},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/rendertest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -21,32 +22,6 @@ var counterNames = []string{
 	"memtrack_peak_buffers", "memtrack_alloc_bytes_total", "memtrack_freed_bytes_total",
 	"memtrack_allocs_total", "memtrack_frees_total", "memtrack_failed_allocs_total",
 	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_peak_held_bytes",
-}
-
-// setCPU puts the CPU's figures in a known state: 3 KiB allocated in two
-// buffers, one freed, one refused by a 2 KiB limit, with the given limit
-// left in place until the test ends.
-func setCPU(t *testing.T, limit int64) {
-	t.Helper()
-	cpu := memtrack.CPU()
-	require.Zero(t, cpu.MemoryAllocated(), "an earlier test left CPU buffers live")
-	require.NoError(t, cpu.SetMemoryLimit(0))
-	cpu.ResetPeakMemoryStats()
-	cpu.ResetAccumulatedMemoryStats()
-
-	a, err := cpu.Alloc(1024)
-	require.NoError(t, err)
-	b, err := cpu.Alloc(2048)
-	require.NoError(t, err)
-	require.NoError(t, a.Free())
-	require.NoError(t, cpu.SetMemoryLimit(2560))
-	_, err = cpu.Alloc(1024)
-	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
-	require.NoError(t, cpu.SetMemoryLimit(limit))
-	t.Cleanup(func() {
-		assert.NoError(t, b.Free())
-		assert.NoError(t, cpu.SetMemoryLimit(0))
-	})
 }
 
 const countersText = `
@@ -148,7 +123,7 @@ func TestCollectorCompare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			setCPU(t, tt.limit)
+			rendertest.SetCPU(t, tt.limit)
 			c := NewCollector(tt.opts...)
 			c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 			c.memInfo = tt.memInfo
@@ -167,7 +142,7 @@ func TestCollectorCompare(t *testing.T) {
 
 // TestCollectorUsedDevices scrapes the real device list and driver figures.
 func TestCollectorUsedDevices(t *testing.T) {
-	setCPU(t, 0)
+	rendertest.SetCPU(t, 0)
 	c := NewCollector()
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(cpuLabels, countersText)), counterNames...))
 
@@ -231,7 +206,7 @@ memtrack_peak_pool_used_bytes{%[1]s} 4
 // TestCollectorPool: a device whose pool answers gets the pool_* metrics;
 // one whose pool query fails (a CPU, a GPU without pools) gets none.
 func TestCollectorPool(t *testing.T) {
-	setCPU(t, 0)
+	rendertest.SetCPU(t, 0)
 	c := NewCollector()
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
@@ -281,7 +256,7 @@ func TestCollectorBadConstLabels(t *testing.T) {
 // TestWithConstLabelsCopies checks that the caller's map may change after
 // the option is made.
 func TestWithConstLabelsCopies(t *testing.T) {
-	setCPU(t, 0)
+	rendertest.SetCPU(t, 0)
 	labels := prometheus.Labels{"model": "llama"}
 	c := NewCollector(WithConstLabels(labels))
 	labels["model"] = "changed"
@@ -294,7 +269,7 @@ func TestWithConstLabelsCopies(t *testing.T) {
 // breaks its rules, so that a linter which reports nothing is not mistaken
 // for a clean exposition.
 func TestCollectorPromlint(t *testing.T) {
-	setCPU(t, 1<<20)
+	rendertest.SetCPU(t, 1<<20)
 	c := NewCollector(WithConstLabels(prometheus.Labels{"service": "llm"}))
 	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }

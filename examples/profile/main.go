@@ -39,7 +39,7 @@ func main() {
 		layers      = flag.Int("layers", 12, "layers of the model")
 		hidden      = flag.String("activation", "4MiB", "activation size of one request in one layer")
 		weights     = flag.String("weights", "64MiB", "size of the model's weights")
-		serve       = flag.String("serve", "", "serve the page (a timeline of the memory) at http://ADDR/debug/memtrack/ while it runs, e.g. localhost:6060")
+		serve       = flag.String("serve", "", "serve the page (a timeline of the memory) at http://ADDR/debug/memtrack/ and Prometheus metrics at http://ADDR/metrics while it runs, e.g. localhost:6060")
 		traceFile   = flag.String("trace", "", "write the allocation history to this file as a Chrome trace, for Perfetto UI")
 		linger      = flag.Duration("linger", 0, "with -serve, keep serving this long once done")
 		cacheBlocks = flag.Int64("cache-blocks", 4, "KV-cache blocks to allocate once the cache is sized (at most as many as the budget allows)")

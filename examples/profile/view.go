@@ -9,13 +9,17 @@ import (
 	"time"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/prom"
 	"github.com/memtrack/memtrack/trace"
 	"github.com/memtrack/memtrack/web"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // startView records the device's history (and its allocation sites) when
 // the page is served (-serve) or the trace written (-trace), and serves the
-// page at /debug/memtrack/ while the program runs. The func it returns
+// page at /debug/memtrack/ and the metrics of package prom at /metrics
+// (what dashboards/memtrack.json reads) while the program runs. The func it returns
 // writes the trace and, after linger, stops serving; calls after the first
 // do nothing.
 func startView(dev memtrack.Device, addr, traceFile string, linger time.Duration) (stop func()) {
@@ -36,9 +40,12 @@ func startViewOnce(dev memtrack.Device, addr, traceFile string, linger time.Dura
 		check(err)
 		mux := http.NewServeMux()
 		mux.Handle("/debug/memtrack/", web.Handler())
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(prom.NewCollector())
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(ln)
-		log.Printf("serving the page at http://%s/debug/memtrack/", ln.Addr())
+		log.Printf("serving the page at http://%s/debug/memtrack/ and the metrics at http://%s/metrics", ln.Addr(), ln.Addr())
 	}
 	return func() {
 		if traceFile != "" {

@@ -1,0 +1,38 @@
+package otelmetric
+
+import (
+	"errors"
+
+	"github.com/memtrack/memtrack"
+)
+
+// gpuUUID is the UUID of the fake GPU, in the form nvidia-smi prints.
+const gpuUUID = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+
+// fakeGPU is a reading of a CUDA device with every figure distinct, so that
+// a figure reported under the wrong name shows.
+func fakeGPU() reading {
+	return reading{
+		kind: memtrack.KindCUDA, ordinal: 1, name: "cuda:1",
+		stats: memtrack.Stats{
+			Tracked: 1 << 20, PeakTracked: 3 << 20, AllocBytes: 7 << 20, FreedBytes: 6 << 20,
+			Buffers: 2, PeakBuffers: 5, Allocs: 11, Frees: 9, FailedAllocs: 3, Limit: 64 << 20,
+			Held: 2 << 20, PeakHeld: 4 << 20,
+		},
+		info: memtrack.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", UUID: gpuUUID},
+		free: 60 << 30, total: 80 << 30,
+		pool: memtrack.PoolStats{PoolReserved: 32 << 20, PeakPoolReserved: 48 << 20, PoolUsed: 16 << 20, PeakPoolUsed: 24 << 20},
+	}
+}
+
+// fakeCPU is a reading of the CPU device, which has no pool and no UUID.
+func fakeCPU() reading {
+	return reading{
+		kind: memtrack.KindCPU, name: "cpu",
+		stats: memtrack.Stats{Tracked: 4096, PeakTracked: 8192, AllocBytes: 12288, FreedBytes: 8192,
+			Buffers: 1, PeakBuffers: 2, Allocs: 3, Frees: 2, Held: 4096, PeakHeld: 8192},
+		info: memtrack.DeviceInfo{Name: "Some CPU"},
+		free: 3 << 30, total: 4 << 30,
+		poolErr: errors.New("no pool"),
+	}
+}

@@ -1,0 +1,61 @@
+//go:build cuda
+
+package otelmetric
+
+import (
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/rendertest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// TestInstrumentsCUDA reads cuda:0 through Register from the driver the
+// process loads (the fake of testdata/fakecuda under scripts/test-cuda.sh):
+// the hw.gpu.memory figures are the driver's, with the GPU's UUID as hw.id
+// and its name as hw.model, and memtrack's own figures carry the same
+// hw.id. It runs in a process of its own, since using cuda:0 adds it to
+// the used devices that the other tests and the example read.
+func TestInstrumentsCUDA(t *testing.T) {
+	if !rendertest.InChild(t, "MEMTRACK_OTEL_CHILD") {
+		return
+	}
+	d, info := rendertest.CUDA0(t)
+	buf, err := d.Alloc(1 << 20)
+	require.NoError(t, err)
+	defer buf.Free()
+
+	got := collect(t, func() []reading {
+		rs := readUsed()
+		for i := range rs {
+			if rs[i].kind == memtrack.KindCPU {
+				rs = append(rs[:i], rs[i+1:]...) // the CPU is checked elsewhere
+				break
+			}
+		}
+		return rs
+	})
+	free, total, err := d.MemGetInfo()
+	require.NoError(t, err)
+	s := d.MemoryStats()
+	require.Equal(t, int64(1<<20), s.Tracked)
+
+	own := attribute.NewSet(attribute.String("memtrack.backend", "cuda"), attribute.Int("memtrack.ordinal", 0),
+		attribute.String("hw.id", info.UUID))
+	hw := attribute.NewSet(attribute.String("hw.id", info.UUID), attribute.String("hw.type", "gpu"),
+		attribute.String("hw.name", "cuda:0"), attribute.String("hw.model", info.Name),
+		attribute.String("hw.vendor", "NVIDIA"))
+	want := wantOwn(s, own)
+	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", hw, float64(total - free)}
+	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", hw, float64(total)}
+	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", hw, float64(total-free) / float64(total)}
+	if p, err := d.PoolStats(); err == nil {
+		want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", own, float64(p.PoolReserved)}
+		want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", own, float64(p.PeakPoolReserved)}
+		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.PoolUsed)}
+		want["memtrack.peak_pool_used"] = point{"By", "Gauge", own, float64(p.PeakPoolUsed)}
+	}
+	assert.Equal(t, merge(want), got)
+}

@@ -1,0 +1,310 @@
+package otelmetric
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/rendertest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// point is one observation as a reader collected it: the instrument's unit
+// and kind (read back from the data's type), the attributes and the value.
+type point struct {
+	unit  string
+	kind  string
+	attrs attribute.Set
+	value float64
+}
+
+// collect registers the instruments over source on a provider with a
+// manual reader, collects once, and returns the points by instrument name.
+func collect(t *testing.T, source func() []reading, opts ...Option) map[string][]point {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
+	reg, err := register(mp, source, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, reg.Unregister()) })
+	return read1(t, reader)
+}
+
+// read1 collects from reader once.
+func read1(t *testing.T, reader *sdkmetric.ManualReader) map[string][]point {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	got := map[string][]point{}
+	for _, sm := range rm.ScopeMetrics {
+		assert.Equal(t, ScopeName, sm.Scope.Name)
+		assert.Equal(t, "https://opentelemetry.io/schemas/1.43.0", sm.Scope.SchemaURL)
+		for _, m := range sm.Metrics {
+			add := func(kind string, attrs attribute.Set, v float64) {
+				got[m.Name] = append(got[m.Name], point{unit: m.Unit, kind: kind, attrs: attrs, value: v})
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				assert.Equal(t, metricdata.CumulativeTemporality, d.Temporality, m.Name)
+				kind := "UpDownCounter"
+				if d.IsMonotonic {
+					kind = "Counter"
+				}
+				for _, p := range d.DataPoints {
+					add(kind, p.Attributes, float64(p.Value))
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					add("Gauge", p.Attributes, float64(p.Value))
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					add("Gauge", p.Attributes, p.Value)
+				}
+			default:
+				t.Errorf("%s: unexpected data %T", m.Name, m.Data)
+			}
+		}
+	}
+	for _, ps := range got {
+		sort.Slice(ps, func(i, j int) bool {
+			return ps[i].attrs.Encoded(attribute.DefaultEncoder()) < ps[j].attrs.Encoded(attribute.DefaultEncoder())
+		})
+	}
+	return got
+}
+
+// wantOwn returns what memtrack's own instruments report for one device with
+// statistics s and attributes attrs, written out figure by figure from the
+// table in doc.go. The limit is left out where none is set.
+func wantOwn(s memtrack.Stats, attrs attribute.Set) map[string]point {
+	p := func(unit, kind string, v int64) point { return point{unit, kind, attrs, float64(v)} }
+	want := map[string]point{
+		"memtrack.tracked":       p("By", "UpDownCounter", s.Tracked),
+		"memtrack.peak_tracked":  p("By", "Gauge", s.PeakTracked),
+		"memtrack.held":          p("By", "UpDownCounter", s.Held),
+		"memtrack.peak_held":     p("By", "Gauge", s.PeakHeld),
+		"memtrack.buffers":       p("{buffer}", "UpDownCounter", s.Buffers),
+		"memtrack.peak_buffers":  p("{buffer}", "Gauge", s.PeakBuffers),
+		"memtrack.allocs":        p("{allocation}", "Counter", s.Allocs),
+		"memtrack.alloc_bytes":   p("By", "Counter", s.AllocBytes),
+		"memtrack.failed_allocs": p("{allocation}", "Counter", s.FailedAllocs),
+		"memtrack.frees":         p("{free}", "Counter", s.Frees),
+		"memtrack.freed_bytes":   p("By", "Counter", s.FreedBytes),
+	}
+	if s.Limit > 0 {
+		want["memtrack.limit"] = p("By", "UpDownCounter", s.Limit)
+	}
+	return want
+}
+
+// merge adds the points of each device into one map by name.
+func merge(devs ...map[string]point) map[string][]point {
+	out := map[string][]point{}
+	for _, d := range devs {
+		for name, p := range d {
+			out[name] = append(out[name], p)
+		}
+	}
+	for _, ps := range out {
+		sort.Slice(ps, func(i, j int) bool {
+			return ps[i].attrs.Encoded(attribute.DefaultEncoder()) < ps[j].attrs.Encoded(attribute.DefaultEncoder())
+		})
+	}
+	return out
+}
+
+// gpuAttrs are the attributes of the fake GPU: those of memtrack's own
+// instruments, and those of the hardware conventions'.
+var (
+	gpuOwn = attribute.NewSet(
+		attribute.String("memtrack.backend", "cuda"), attribute.Int("memtrack.ordinal", 1),
+		attribute.String("hw.id", gpuUUID))
+	gpuHW = attribute.NewSet(
+		attribute.String("hw.id", gpuUUID), attribute.String("hw.type", "gpu"),
+		attribute.String("hw.name", "cuda:1"), attribute.String("hw.model", "NVIDIA H100 80GB HBM3"),
+		attribute.String("hw.vendor", "NVIDIA"))
+	cpuOwn = attribute.NewSet(attribute.String("memtrack.backend", "cpu"), attribute.Int("memtrack.ordinal", 0))
+)
+
+// wantGPU is what the fake GPU reports, written out.
+func wantGPU() map[string]point {
+	want := wantOwn(fakeGPU().stats, gpuOwn)
+	want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", gpuOwn, 32 << 20}
+	want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", gpuOwn, 48 << 20}
+	want["memtrack.pool_used"] = point{"By", "UpDownCounter", gpuOwn, 16 << 20}
+	want["memtrack.peak_pool_used"] = point{"By", "Gauge", gpuOwn, 24 << 20}
+	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", gpuHW, 20 << 30}
+	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", gpuHW, 80 << 30}
+	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", gpuHW, 0.25}
+	return want
+}
+
+// wantCPU is what the fake CPU reports, written out.
+func wantCPU() map[string]point {
+	want := wantOwn(fakeCPU().stats, cpuOwn)
+	want["memtrack.device_free"] = point{"By", "UpDownCounter", cpuOwn, 3 << 30}
+	want["memtrack.device_total"] = point{"By", "UpDownCounter", cpuOwn, 4 << 30}
+	return want
+}
+
+// without returns want less the instruments named.
+func without(want map[string]point, names ...string) map[string]point {
+	for _, n := range names {
+		delete(want, n)
+	}
+	return want
+}
+
+func TestInstruments(t *testing.T) {
+	gpuNoInfo := fakeGPU()
+	gpuNoInfo.infoErr = errors.New("no identity")
+	noInfoOwn := attribute.NewSet(attribute.String("memtrack.backend", "cuda"), attribute.Int("memtrack.ordinal", 1))
+	wantNoInfo := wantGPU()
+	for name := range wantNoInfo {
+		if p := wantNoInfo[name]; p.attrs.Equals(&gpuHW) {
+			delete(wantNoInfo, name) // hw.id is required there
+		} else {
+			p.attrs = noInfoOwn
+			wantNoInfo[name] = p
+		}
+	}
+	gpuNoMem := fakeGPU()
+	gpuNoMem.memErr = errors.New("no memory figures")
+	wantNoMem := without(wantGPU(), "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization")
+	cpuNoMem := fakeCPU()
+	cpuNoMem.memErr = errors.New("no memory figures")
+	wantCPUNoMem := without(wantCPU(), "memtrack.device_free", "memtrack.device_total")
+
+	for _, tc := range []struct {
+		name string
+		devs []reading
+		want map[string][]point
+	}{
+		{"none", nil, map[string][]point{}},
+		{"gpu", []reading{fakeGPU()}, merge(wantGPU())},
+		{"cpu", []reading{fakeCPU()}, merge(wantCPU())},
+		{"cpu and gpu", []reading{fakeCPU(), fakeGPU()}, merge(wantCPU(), wantGPU())},
+		{"gpu without identity", []reading{gpuNoInfo}, merge(wantNoInfo)},
+		{"gpu without memory figures", []reading{gpuNoMem}, merge(wantNoMem)},
+		{"cpu without memory figures", []reading{cpuNoMem}, merge(wantCPUNoMem)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := collect(t, func() []reading { return tc.devs })
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestInstrumentsCPU checks every instrument against the CPU's own
+// Stats and MemGetInfo, read through Register as a program would.
+func TestInstrumentsCPU(t *testing.T) {
+	rendertest.SetCPU(t, 1<<30)
+	got := collect(t, readUsed)
+	cpu := memtrack.CPU()
+	s := cpu.MemoryStats()
+	require.Equal(t, int64(2048), s.Tracked, "setCPU left one buffer of 2 KiB")
+	require.Equal(t, int64(1), s.FailedAllocs)
+
+	_, total, err := cpu.MemGetInfo()
+	require.NoError(t, err)
+	free := got["memtrack.device_free"] // the OS's figure moves between reads
+	require.Len(t, free, 1)
+	assert.Greater(t, free[0].value, 0.0)
+	assert.LessOrEqual(t, free[0].value, float64(total))
+	want := wantOwn(s, cpuOwn)
+	want["memtrack.device_free"] = point{"By", "UpDownCounter", cpuOwn, free[0].value}
+	want["memtrack.device_total"] = point{"By", "UpDownCounter", cpuOwn, float64(total)}
+	assert.Equal(t, merge(want), got)
+}
+
+func TestWithAttributes(t *testing.T) {
+	model := attribute.String("model", "llama-3-8b")
+	got := collect(t, func() []reading { return []reading{fakeGPU()} }, WithAttributes(model))
+	require.NotEmpty(t, got)
+	for name, ps := range got {
+		for _, p := range ps {
+			v, ok := p.attrs.Value("model")
+			assert.True(t, ok && v.AsString() == "llama-3-8b", "%s has %v", name, p.attrs)
+		}
+	}
+	assert.Equal(t, 6, got["hw.gpu.memory.usage"][0].attrs.Len(), "hw.id, hw.type, hw.name, hw.model, hw.vendor and model")
+}
+
+func TestRegisterRefuses(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider()
+	defer mp.Shutdown(context.Background())
+	for _, kv := range []attribute.KeyValue{
+		attribute.String("memtrack.backend", "x"),
+		attribute.Int("memtrack.ordinal", 3),
+		attribute.String("hw.id", "x"),
+		attribute.String("hw.vendor", "x"),
+		attribute.String("", "x"),
+	} {
+		t.Run(string(kv.Key), func(t *testing.T) {
+			reg, err := Register(mp, WithAttributes(kv))
+			assert.ErrorIs(t, err, ErrAttribute)
+			assert.Nil(t, reg)
+		})
+	}
+	reg, err := Register(nil)
+	assert.Error(t, err)
+	assert.Nil(t, reg)
+}
+
+// TestReadAtCollection checks that the devices are read once per
+// collection and never in between, and not after Unregister.
+func TestReadAtCollection(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reads := 0
+	g := fakeGPU()
+	reg, err := register(mp, func() []reading { reads++; return []reading{g} }, nil)
+	require.NoError(t, err)
+	assert.Zero(t, reads, "registering reads nothing")
+
+	got := read1(t, reader)
+	assert.Equal(t, 1, reads)
+	assert.Equal(t, 1.0*(1<<20), got["memtrack.tracked"][0].value)
+
+	g.stats.Tracked = 5 << 20 // the figure changes between collections
+	got = read1(t, reader)
+	assert.Equal(t, 2, reads)
+	assert.Equal(t, 5.0*(1<<20), got["memtrack.tracked"][0].value, "each collection reads the figures anew")
+
+	require.NoError(t, reg.Unregister())
+	got = read1(t, reader)
+	assert.Equal(t, 2, reads, "an unregistered callback reads nothing")
+	assert.Empty(t, got)
+}
+
+// TestDocTable checks the tables of doc.go against the instruments: every
+// name, kind and unit, in order.
+func TestDocTable(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	var got, want []string
+	for _, line := range strings.Split(string(src), "\n") {
+		f := strings.Fields(strings.TrimPrefix(line, "//"))
+		if strings.HasPrefix(line, "//\t") && len(f) >= 3 && (strings.HasPrefix(f[0], "memtrack.") || strings.HasPrefix(f[0], "hw.")) {
+			got = append(got, strings.Join(f[:3], " "))
+		}
+	}
+	for _, in := range instruments {
+		want = append(want, in.name+" "+in.kind.String()+" "+in.unit)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	assert.Equal(t, want, got)
+}
