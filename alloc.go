@@ -23,7 +23,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	// it costs no device memory; the record checks again, exactly, after.
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(rec, size, cur, lim)
+			return nil, d.overLimit(s, rec, size, cur, lim)
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -35,7 +35,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	}
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefused(rec, size, err)
+		return nil, d.backendRefused(s, rec, size, err)
 	}
 	if err := rec.Alloc(size); err != nil {
 		return nil, d.recordRefused(s, rec, b, err)
@@ -73,13 +73,13 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	// over one costs no device memory; the records check again, exactly,
 	// after.
 	if crec.Limit() > 0 {
-		if err := c.overLimit(rec, crec, size); err != nil { // category.go
+		if err := c.overLimit(s, rec, crec, size); err != nil { // category.go
 			return nil, err
 		}
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimitIn(rec, size, cur, lim, c)
+			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
 		}
 	}
 	var b *Buffer // as Alloc makes it: the backend writes straight into it
@@ -90,7 +90,7 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	}
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefusedIn(rec, size, err, c)
+		return nil, d.backendRefusedIn(s, rec, size, err, c)
 	}
 	if err := crec.Alloc(size); err != nil {
 		rec.RecordFailure()
@@ -115,35 +115,36 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 
 // overLimit refuses size bytes that the memory limit lim does not leave
 // room for beside the cur bytes tracked.
-// c is the category the request was made in, if any, which counts the
-// failure too.
-func (d Device) overLimit(rec *tracker.Record, size, cur, lim int64) error {
-	return d.overLimitIn(rec, size, cur, lim, Category{})
+func (d Device) overLimit(s *kindState, rec *tracker.Record, size, cur, lim int64) error {
+	return d.overLimitIn(s, rec, size, cur, lim, Category{})
 }
 
-// overLimitIn is overLimit for a request in category c.
-func (d Device) overLimitIn(rec *tracker.Record, size, cur, lim int64, c Category) error {
+// overLimitIn is overLimit for a request in category c, which counts the
+// failure too.
+func (d Device) overLimitIn(s *kindState, rec *tracker.Record, size, cur, lim int64, c Category) error {
 	rec.RecordFailure()
 	c.recordFailure()
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx, c.rec()) // see history.go
-	return &OutOfMemoryError{Device: d, Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"}
+	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"})
 }
 
 // backendRefused counts and completes the error of a backend that could not
 // allocate size bytes.
-func (d Device) backendRefused(rec *tracker.Record, size int64, err error) error {
-	return d.backendRefusedIn(rec, size, err, Category{})
+func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, err error) error {
+	return d.backendRefusedIn(s, rec, size, err, Category{})
 }
 
 // backendRefusedIn is backendRefused for a request in category c.
-func (d Device) backendRefusedIn(rec *tracker.Record, size int64, err error, c Category) error {
+func (d Device) backendRefusedIn(s *kindState, rec *tracker.Record, size int64, err error, c Category) error {
 	rec.RecordFailure()
 	c.recordFailure()
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
+	err = fillError(err, d, size, rec)
 	if oom, ok := err.(*OutOfMemoryError); ok {
 		oom.Category = c.Name()
+		return d.outOfMemory(s, rec, oom)
 	}
-	return fillError(err, d, size, rec)
+	return err
 }
 
 // recordRefused gives back the memory of b, which the record refused to
@@ -163,7 +164,11 @@ func (d Device) recordRefusedIn(s *kindState, rec *tracker.Record, b *Buffer, er
 	if crec && oom.Limit > 0 {
 		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
 	}
-	if ferr := s.b.free(d.ordinal, b.size, &b.mem); ferr != nil {
+	// The memory goes back before the report reads the device and the
+	// observers run, so that neither sees it.
+	ferr := s.b.free(d.ordinal, b.size, &b.mem)
+	d.outOfMemory(s, rec, oom)
+	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
 	return oom

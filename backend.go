@@ -67,9 +67,10 @@ type kindState struct {
 	sites   siteTable // recorders of allocation sites (sites.go)
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
-	inline  bool
-	tracked addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
-	cats    recorders[categorySet]     // the devices' categories (category.go)
+	inline    bool
+	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
+	observers recorders[oomObservers]    // out-of-memory observers (oom_observer.go)
+	cats      recorders[categorySet]     // the devices' categories (category.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

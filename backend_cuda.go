@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/mumax/3/cuda/cu"
 )
 
@@ -17,7 +18,8 @@ import (
 // first call, once per process; each device's primary context is retained
 // on the first use of that device, so that buffers interoperate with code
 // that uses the CUDA runtime, which works in the same contexts. Each
-// operation is one call of ours into the driver (cuda_calls.go).
+// operation is one cgo call into the driver (internal/cudadrv); cu stays
+// the binding for initialisation, devices and the error type.
 type cudaBackend struct {
 	initOnce sync.Once
 	n        int
@@ -83,14 +85,14 @@ func (b *cudaBackend) dev(ordinal int) *cudaDevice { return &b.devs[ordinal] }
 // device memory). It fails if the device is lost.
 func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	if err := b.init(); err != nil {
-		return nil, nil, err
+		return nil, cuContext{}, err
 	}
 	if ordinal < 0 || ordinal >= b.n {
-		return nil, nil, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
+		return nil, cuContext{}, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
 	}
 	d := &b.devs[ordinal]
 	if lost := d.lost.Load(); lost != 0 {
-		return nil, nil, resultError(op, "the device was lost earlier", cu.Result(lost))
+		return nil, cuContext{}, resultError(op, "the device was lost earlier", cu.Result(lost))
 	}
 	if c := d.ctx.Load(); c != nil {
 		return d, c.ctx, nil
@@ -102,7 +104,7 @@ func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, er
 	}
 	c, res := cuRetain(ordinal)
 	if res != cu.SUCCESS {
-		return nil, nil, d.failed(op, "retaining the device's primary context", res)
+		return nil, cuContext{}, d.failed(op, "retaining the device's primary context", res)
 	}
 	d.ctx.Store(&retained{c})
 	return d, c, nil
@@ -195,3 +197,49 @@ func (d *cudaDevice) restoreFailed(op string, res cu.Result) {
 		slog.String("name", name),
 		slog.String("error", text))
 }
+
+// cuContext is a CUDA context as the driver gives it.
+type cuContext = cudadrv.Context
+
+// callResult is what one operation reports: the results of making the
+// context current, of the operation, and of restoring the previous context.
+type callResult struct {
+	enter, op, restore cu.Result
+}
+
+func resultOf(r cudadrv.Call) callResult {
+	return callResult{enter: cu.Result(r.Enter), op: cu.Result(r.Op), restore: cu.Result(r.Restore)}
+}
+
+// cuAlloc runs cuMemAlloc in ctx.
+func cuAlloc(ctx cuContext, size int64) (uintptr, callResult) {
+	p, r := cudadrv.Alloc(ctx, size)
+	return p, resultOf(r)
+}
+
+// cuFree runs cuMemFree in ctx.
+func cuFree(ctx cuContext, ptr uintptr) callResult { return resultOf(cudadrv.Free(ctx, ptr)) }
+
+// cuMemInfo runs cuMemGetInfo in ctx.
+func cuMemInfo(ctx cuContext) (free, total int64, _ callResult) {
+	f, t, r := cudadrv.MemInfo(ctx)
+	return f, t, resultOf(r)
+}
+
+// cuRetain retains the primary context of device ordinal. The backend
+// never releases it: it lives as long as the process, as the CUDA
+// runtime's does.
+func cuRetain(ordinal int) (cuContext, cu.Result) {
+	c, r := cudadrv.Retain(ordinal)
+	return c, cu.Result(r)
+}
+
+// driverErrorName returns the driver's name and description of r, or ""
+// where it cannot say.
+func driverErrorName(r cu.Result) (name, text string) { return cudadrv.ErrorName(cudadrv.Result(r)) }
+
+// sticky reports whether r leaves the context unusable (see cudadrv.Sticky).
+func sticky(r cu.Result) bool { return cudadrv.Sticky(cudadrv.Result(r)) }
+
+// cuCtx returns ctx as the cu package types it.
+func cuCtx(ctx cuContext) cu.Context { return cu.Context(ctx.Uintptr()) }

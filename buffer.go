@@ -79,6 +79,9 @@ func (b *Buffer) Free() error {
 		return nil
 	}
 	sideFree(b.Device(), b.size) // the device-side figure (cuda_stream.go)
+	if b.pooled {
+		pooledFree(b.Device(), b.size) // the pool's share of it (cuda_stream.go)
+	}
 	if b.site != nil {
 		b.site.free(b.size)
 	}

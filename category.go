@@ -411,7 +411,7 @@ func (c Category) recordFailure() {
 // overLimit refuses, before the backend is asked, size bytes that the
 // category's limit does not leave room for, counting the failure in the
 // category and on the device (rec); nil where there is room.
-func (c Category) overLimit(rec, crec *tracker.Record, size int64) error {
+func (c Category) overLimit(s *kindState, rec, crec *tracker.Record, size int64) error {
 	lim, cur := crec.Limit(), crec.Tracked()
 	if lim <= 0 || size <= lim-cur {
 		return nil
@@ -419,7 +419,7 @@ func (c Category) overLimit(rec, crec *tracker.Record, size int64) error {
 	rec.RecordFailure()
 	crec.RecordFailure()
 	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
-	return &OutOfMemoryError{Device: c.dev, Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason}
+	return c.dev.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason})
 }
 
 // freedInCategory completes the Free of a buffer of a category, whose
@@ -480,13 +480,16 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w.Flush()
 }
 
-// startCategories puts the tracked bytes of each category of cs in p, as a
-// measurement begins (after the peaks were reset), and returns their
-// records for endCategories.
-func startCategories(cs *categorySet, p *Measurement) []*tracker.Record {
+// startCategories resets the peaks of the categories of device ordinal in
+// s and puts their tracked bytes in p, as a measurement begins, and returns
+// their records for endCategories. Unlike the device's, a category's peak
+// has no scope: a measurement resets it, as ResetPeakMemoryStats does.
+func startCategories(s *kindState, ordinal int, p *Measurement) []*tracker.Record {
+	cs := s.cats.lookup(ordinal)
 	if cs == nil {
 		return nil
 	}
+	resetCategoryPeaks(s, ordinal)
 	names, recs := cs.list()
 	if len(recs) == 0 {
 		return nil
@@ -521,7 +524,7 @@ func (c Category) checked(s *kindState, rec *tracker.Record, size int64) (*track
 		return nil, err
 	}
 	if crec.Limit() > 0 {
-		if err := c.overLimit(rec, crec, size); err != nil {
+		if err := c.overLimit(s, rec, crec, size); err != nil {
 			return nil, err
 		}
 	}

@@ -206,7 +206,9 @@ func TestCategoryLimit(t *testing.T) {
 	_, err = kv.Alloc(300)
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, &OutOfMemoryError{Device: d, Requested: 300, Tracked: 800, Limit: 1000, Category: CategoryKVCache, Reason: categoryLimitReason}, oom)
+	assert.Equal(t, OutOfMemoryError{Device: d, Requested: 300, Tracked: 800, Limit: 1000, Category: CategoryKVCache, Reason: categoryLimitReason},
+		OutOfMemoryError{Device: oom.Device, Requested: oom.Requested, Tracked: oom.Tracked, Limit: oom.Limit, Category: oom.Category, Reason: oom.Reason})
+	assert.Equal(t, int64(800), oom.PeakTracked, "the report is the device's")
 	assert.Contains(t, err.Error(), `in category "kv_cache"`)
 	_, _, after := f.state(0)
 	assert.Equal(t, calls, after, "a request over the category's limit costs no device memory")

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gpuUUID is the form nvidia-smi -L gives a GPU's UUID.
-var gpuUUID = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+// gpuUUID is the form nvidia-smi -L gives a GPU's UUID, or a MIG instance's.
+var gpuUUID = regexp.MustCompile(`^(GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 func TestCUDAInfo(t *testing.T) {
 	ds := cudaDevices(t, 1)
@@ -49,6 +49,35 @@ func TestCUDAInfoFake(t *testing.T) {
 	}
 }
 
+// TestCUDAInfoMIG runs TestCUDAChildInfoMIG in a process of its own, in which
+// the fake names its device as the driver names a MIG instance.
+func TestCUDAInfoMIG(t *testing.T) {
+	runInfoChild(t, "TestCUDAChildInfoMIG", "FAKECUDA_NAME=NVIDIA H200 MIG 1g.18gb")
+}
+
+// TestCUDAChildInfoMIG: a MIG instance's UUID prints as nvidia-smi -L prints
+// it, with the prefix MIG-.
+func TestCUDAChildInfoMIG(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	info, err := d.Info()
+	require.NoError(t, err)
+	assert.Equal(t, "NVIDIA H200 MIG 1g.18gb", info.Name)
+	assert.Equal(t, "MIG-6d656d74-7261-636b-8000-000000000000", info.UUID)
+}
+
+func TestIsMIG(t *testing.T) {
+	for name, want := range map[string]bool{
+		"NVIDIA A100-SXM4-40GB MIG 1g.5gb": true,
+		"NVIDIA H200 MIG 3g.71gb":          true,
+		"NVIDIA H200":                      false,
+		"memtrack fakecuda 0":              false,
+		"NVIDIA MIGHTY 80GB":               false,
+	} {
+		assert.Equal(t, want, isMIG(name), name)
+	}
+}
+
 // TestCUDAInfoNoContext: naming a device retains no primary context, which
 // would take device memory.
 func TestCUDAInfoNoContext(t *testing.T) {
@@ -70,11 +99,16 @@ func TestCUDAInfoNoContext(t *testing.T) {
 // which the fake driver fails the first cuDeviceGetUuid with
 // CUDA_ERROR_INVALID_DEVICE (101).
 func TestCUDAInfoFault(t *testing.T) {
+	runInfoChild(t, "TestCUDAChildInfoFault", "FAKECUDA_FAIL=cuDeviceGetUuid:1:101")
+}
+
+// runInfoChild runs the test name in a process of its own, on the fake
+// driver configured by env.
+func runInfoChild(t *testing.T, name, env string) {
 	requireFake(t)
-	const name = "TestCUDAChildInfoFault"
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+name, "GORACE="+gorace, "FAKECUDA_FAIL=cuDeviceGetUuid:1:101")
+	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+name, "GORACE="+gorace, env)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "child output:\n%s", out)
 	assert.Contains(t, string(out), "--- PASS: "+name, "child output:\n%s", out)

@@ -3,108 +3,19 @@
 package memtrack
 
 // Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) on each
-// device's default memory pool, and the device-side figure: the bytes the
+// device's current memory pool, and the device-side figure: the bytes the
 // device holds for this package's buffers, in which a buffer freed with
 // FreeAsync stays until its stream has executed the free. cu has no binding
-// for these calls; each C helper below makes the device's primary context
-// current, operates and restores the thread's context, in one cgo call, so
-// that the goroutine need not be locked to its thread.
-
-/*
-#cgo CFLAGS: -I/usr/local/cuda/include
-#cgo LDFLAGS: -L/usr/local/cuda/lib64/stubs -lcuda
-#include <cuda.h>
-#include <stdint.h>
-
-#include "cuda_context.h"
-
-// memtrack_alloc_async allocates size bytes on stream from the device's
-// default pool.
-static memtrack_result memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_t handle) {
-	memtrack_result a = {0};
-	CUcontext prev;
-	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
-	a.op = cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
-	a.restore = memtrack_leave(ctx, prev);
-	return a;
-}
-
-// MEMTRACK_RETIRE_DEVICES bounds the device ordinals whose frees the host
-// function retires; FreeAsync records an event for the others.
-#define MEMTRACK_RETIRE_DEVICES 256
-
-// memtrack_retired_bytes counts, per device ordinal, the bytes of the
-// stream-ordered frees that their streams have executed, as the host
-// function below learns them. It only grows (modulo 2^64); Go reads it with
-// an atomic load and uncounts what it has not yet uncounted.
-static uint64_t memtrack_retired_bytes[MEMTRACK_RETIRE_DEVICES];
-
-// memtrack_retired_counter returns the counter of device ordinal.
-static uint64_t *memtrack_retired_counter(int ordinal) { return &memtrack_retired_bytes[ordinal]; }
-
-// memtrack_retired is the host function enqueued after a free: the token
-// packs the device ordinal (low 16 bits) and the buffer's size. It runs on
-// a thread of the driver, calls neither the driver nor Go, and only adds.
-static void CUDA_CB memtrack_retired(void *token) {
-	uintptr_t t = (uintptr_t)token;
-	__atomic_fetch_add(&memtrack_retired_bytes[t & 0xffff], (uint64_t)(t >> 16), __ATOMIC_SEQ_CST);
-}
-
-enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
-
-// memtrack_free_async frees ptr on stream and, by how, arranges to learn
-// when the stream has executed the free: with a host function that adds the
-// size to its device's memtrack_retired_bytes (token), or with event (created if NULL) recorded after the
-// free. Where neither can be enqueued, it waits for the stream and reports
-// the free retired.
-static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
-	memtrack_result a = {0};
-	CUstream stream = (CUstream)handle;
-	CUcontext prev;
-	a.event = event;
-	if ((a.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return a;
-	a.op = cuMemFreeAsync(ptr, stream);
-	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
-		CUresult r;
-		if (how == MEMTRACK_BY_HOSTFN) {
-			r = cuLaunchHostFunc(stream, memtrack_retired, (void *)token);
-		} else {
-			r = a.event ? CUDA_SUCCESS : cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
-			if (r == CUDA_SUCCESS) r = cuEventRecord(a.event, stream);
-		}
-		if (r != CUDA_SUCCESS) {
-			cuStreamSynchronize(stream);
-			a.retired = 1;
-		}
-	}
-	a.restore = memtrack_leave(ctx, prev);
-	return a;
-}
-
-// memtrack_events_reached queries the n events in ctx, in one call, and
-// writes each one's answer to out: CUDA_SUCCESS once its stream has reached
-// it, CUDA_ERROR_NOT_READY before. Where the context cannot be made current,
-// or the previous one current again, that failure is the answer of every
-// event that would have answered CUDA_SUCCESS.
-static void memtrack_events_reached(CUcontext ctx, const CUevent *events, CUresult *out, int n) {
-	CUcontext prev;
-	CUresult r = memtrack_enter(ctx, &prev);
-	for (int i = 0; i < n; i++) out[i] = r == CUDA_SUCCESS ? cuEventQuery(events[i]) : r;
-	if (r != CUDA_SUCCESS) return;
-	CUresult r2 = memtrack_leave(ctx, prev);
-	for (int i = 0; r2 != CUDA_SUCCESS && i < n; i++) {
-		if (out[i] == CUDA_SUCCESS) out[i] = r2;
-	}
-}
-*/
-import "C"
+// for these calls; each is one cgo call of internal/cudadrv, which makes
+// the stream's context current, operates and restores the thread's
+// context, so that the goroutine need not be locked to its thread.
 
 import (
 	"fmt"
 	"sync"
 	stdatomic "sync/atomic"
-	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/tracker"
 	"github.com/mumax/3/cuda/cu"
 	"go.uber.org/atomic"
@@ -112,15 +23,23 @@ import (
 
 // How FreeAsync learns that its stream has executed the free.
 const (
+	// retireByEvent, the default, records an event after the free
+	// (cuEventRecord); the figures are read after querying the pending
+	// events (cuEventQuery), as PyTorch's and CuPy's allocators learn of
+	// their frees. A query that fails (a context error: nothing will run
+	// on the device again) retires the free too.
+	retireByEvent uint32 = iota
 	// retireByHostFunc enqueues a host function after the free
 	// (cuLaunchHostFunc); the driver runs it, on a thread of its own, once
 	// the stream reaches it, and it adds the buffer's size to a counter in
 	// C memory, which the next reading or allocation on the device
-	// uncounts (catchUp): no callback into Go on the driver's thread.
-	retireByHostFunc uint32 = iota
-	// retireByEvent records an event after the free; the figures are read
-	// after querying the pending events (cuEventQuery).
-	retireByEvent
+	// uncounts (catchUp): no callback into Go on the driver's thread. The
+	// reference warns of its costs: a host function blocks the work
+	// enqueued after it on its stream, host functions of different streams
+	// may be serialized, and none is called after a context error, so that
+	// a free behind a kernel fault would stay in the device-side figure.
+	// The tests and benchmarks compare it with events.
+	retireByHostFunc
 )
 
 // deviceSide is the device-side figure of one CUDA device: what the device
@@ -129,6 +48,7 @@ const (
 // the stream has executed the free.
 type deviceSide struct {
 	held   tracker.Counter
+	pooled atomic.Int64  // the part of held that stream-ordered buffers take
 	retire atomic.Uint32 // retireBy*
 
 	// retired is the device's counter of bytes that host functions saw
@@ -136,6 +56,12 @@ type deviceSide struct {
 	// maxRetireDevices; applied is how much of it held has uncounted.
 	retired *uint64
 	applied atomic.Uint64
+	// hostPending is what frees retired by host functions still wait for;
+	// abandoned is set once the device is lost, when no host function
+	// will run again (cuLaunchHostFunc), and they are uncounted at once.
+	hostPending atomic.Int64
+	abandoned   atomic.Bool
+	abandonMu   sync.Mutex
 
 	// pending holds the frees awaiting their events: pushed by FreeAsync,
 	// taken whole by readers (so no node is ever popped alone, and a stack
@@ -144,18 +70,18 @@ type deviceSide struct {
 	npending atomic.Int64 // the nodes in pending, or about to be pushed back
 	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (0: reapBatch)
 	spareMu  sync.Mutex
-	spare    []C.CUevent // events reached, for reuse
+	spare    []cudadrv.Event // events reached, for reuse
 
 	poolOnce sync.Once
-	pool     C.CUmemoryPool
-	poolErr  error
+	poolErr  error // the device has no memory pools
 }
 
 // retireNode is one free awaiting its event.
 type retireNode struct {
-	next  *retireNode
-	event C.CUevent
-	size  int64
+	next    *retireNode
+	event   cudadrv.Event
+	size    int64
+	foreign bool // the event is of another context than the device's primary one
 }
 
 // sideTable holds the device-side figures of one CUDA device table, one
@@ -187,7 +113,7 @@ func sideOf(ordinal int) *deviceSide {
 		}
 		if !found {
 			for i := range min(len(sides), maxRetireDevices) {
-				sides[i].retired = (*uint64)(unsafe.Pointer(C.memtrack_retired_counter(C.int(i))))
+				sides[i].retired = cudadrv.RetiredCounter(i)
 				sides[i].applied.Store(stdatomic.LoadUint64(sides[i].retired))
 			}
 		}
@@ -204,8 +130,8 @@ func sideOf(ordinal int) *deviceSide {
 	return &t.sides[ordinal]
 }
 
-// maxRetireDevices is C's MEMTRACK_RETIRE_DEVICES.
-const maxRetireDevices = C.MEMTRACK_RETIRE_DEVICES
+// maxRetireDevices bounds the devices whose frees host functions retire.
+const maxRetireDevices = cudadrv.MaxRetireDevices
 
 // catchUp uncounts the frees that host functions have seen executed since
 // the last catchUp. Every figure is read after one, and so is every
@@ -213,7 +139,7 @@ const maxRetireDevices = C.MEMTRACK_RETIRE_DEVICES
 // function calling into Go at once would give, without a callback into Go
 // on the driver's thread.
 func (sd *deviceSide) catchUp() {
-	if sd.retired == nil {
+	if sd.retired == nil || sd.abandoned.Load() {
 		return
 	}
 	for {
@@ -224,6 +150,8 @@ func (sd *deviceSide) catchUp() {
 		}
 		if sd.applied.CompareAndSwap(a, r) {
 			_ = sd.held.Free(int64(r - a))
+			sd.pooled.Add(-int64(r - a)) // host functions retire stream-ordered frees only
+			sd.hostPending.Add(-int64(r - a))
 			return
 		}
 	}
@@ -237,7 +165,9 @@ func (sd *deviceSide) catchUp() {
 // figures show it would) are the frees reaped (for events, a cgo call per
 // reapBatch) before the addition that raises the peak.
 func (sd *deviceSide) count(ordinal int, size int64) {
-	if cur, peak := sd.held.Load(); size <= peak-cur && sd.held.AllocWithin(size, peak) == nil {
+	// With peak scopes open (scope.go), every addition may raise one of
+	// theirs, so the frees are reaped first.
+	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
 		return
 	}
 	sd.reap(ordinal)
@@ -258,6 +188,16 @@ func sideFree(d Device, size int64) {
 	if d.kind == KindCUDA {
 		if sd := sideOf(d.ordinal); sd != nil {
 			_ = sd.held.Free(size)
+		}
+	}
+}
+
+// pooledFree uncounts size bytes of a stream-ordered buffer that Free
+// released from the pool's share of the device-side figure.
+func pooledFree(d Device, size int64) {
+	if d.kind == KindCUDA {
+		if sd := sideOf(d.ordinal); sd != nil {
+			sd.pooled.Add(-size)
 		}
 	}
 }
@@ -295,6 +235,9 @@ func resetDevicePeaks(d Device) {
 // and keeps the others pending. A query that fails (the event or its context
 // is gone) retires the free too: nothing would ever reach it.
 func (sd *deviceSide) reap(ordinal int) {
+	if !sd.abandoned.Load() && cudaDeviceLost(ordinal) {
+		sd.abandonHostFuncs()
+	}
 	sd.catchUp()
 	n := sd.pending.Swap(nil)
 	if n == nil {
@@ -308,8 +251,8 @@ func (sd *deviceSide) reap(ordinal int) {
 		k++
 	}
 	nodes := make([]*retireNode, 0, k)
-	events := make([]C.CUevent, k)
-	answers := make([]C.CUresult, k)
+	events := make([]cudadrv.Event, k)
+	answers := make([]cudadrv.Result, k)
 	for n != nil {
 		nodes = nodes[:0]
 		for ; n != nil && len(nodes) < k; n = n.next {
@@ -317,24 +260,47 @@ func (sd *deviceSide) reap(ordinal int) {
 			nodes = append(nodes, n)
 		}
 		if err == nil {
-			C.memtrack_events_reached(ctx, &events[0], &answers[0], C.int(len(nodes)))
+			cudadrv.EventsReached(ctx, events[:len(nodes)], answers)
 		} else {
 			clear(answers) // nothing would ever reach them: retired
 		}
 		for i, m := range nodes {
-			if answers[i] == C.CUDA_ERROR_NOT_READY {
+			if answers[i] == cudadrv.NotReady {
 				sd.push(m)
 				continue
 			}
 			sd.npending.Add(-1)
 			_ = sd.held.Free(m.size)
-			if answers[i] == C.CUDA_SUCCESS {
-				sd.spareMu.Lock()
-				sd.spare = append(sd.spare, m.event)
-				sd.spareMu.Unlock()
+			sd.pooled.Add(-m.size)
+			if m.foreign {
+				cudadrv.EventDestroy(m.event)
+			} else if answers[i] == cudadrv.Success {
+				sd.putSpare(m.event)
 			}
 		}
 	}
+}
+
+// abandonHostFuncs uncounts the frees that host functions were to retire,
+// once the device is lost: the driver calls no host function after an
+// error in the context, and nothing runs on the device again.
+func (sd *deviceSide) abandonHostFuncs() {
+	sd.abandonMu.Lock()
+	defer sd.abandonMu.Unlock()
+	if sd.abandoned.Load() {
+		return
+	}
+	sd.catchUp() // what ran before
+	sd.abandoned.Store(true)
+	rest := sd.hostPending.Swap(0)
+	_ = sd.held.Free(rest)
+	sd.pooled.Add(-rest)
+}
+
+// cudaDeviceLost reports whether CUDA device ordinal met a sticky error.
+func cudaDeviceLost(ordinal int) bool {
+	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	return ok && b.init() == nil && ordinal >= 0 && ordinal < b.n && b.dev(ordinal).lost.Load() != 0
 }
 
 // reapBatch is how many events reap queries in one cgo call, and how many
@@ -350,8 +316,15 @@ func (sd *deviceSide) push(n *retireNode) {
 	}
 }
 
-// spareEvent returns an event reached before, or nil.
-func (sd *deviceSide) spareEvent() C.CUevent {
+// putSpare keeps e, an event of the device's primary context, for reuse.
+func (sd *deviceSide) putSpare(e cudadrv.Event) {
+	sd.spareMu.Lock()
+	sd.spare = append(sd.spare, e)
+	sd.spareMu.Unlock()
+}
+
+// spareEvent returns an event reached before, or the zero Event.
+func (sd *deviceSide) spareEvent() cudadrv.Event {
 	sd.spareMu.Lock()
 	defer sd.spareMu.Unlock()
 	if k := len(sd.spare); k > 0 {
@@ -359,7 +332,7 @@ func (sd *deviceSide) spareEvent() C.CUevent {
 		sd.spare = sd.spare[:k-1]
 		return e
 	}
-	return nil
+	return cudadrv.Event{}
 }
 
 // cudaDeviceOf returns the CUDA backend's state of device ordinal and its
@@ -367,34 +340,51 @@ func (sd *deviceSide) spareEvent() C.CUevent {
 func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
+		return nil, cuContext{}, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
 	}
 	return b.device(ordinal, op)
 }
 
-// cudaPool returns the device-side figure and the default memory pool of
+// cudaPool returns the device-side figure and the current memory pool of
 // CUDA device d, or an error wrapping [ErrNotSupported] where d is not a
 // CUDA device or has no memory pools.
-func cudaPool(d Device) (*deviceSide, C.CUmemoryPool, error) {
+func cudaPool(d Device) (*deviceSide, cudadrv.Pool, error) {
+	sd, err := cudaSide(d)
+	if err != nil {
+		return nil, cudadrv.Pool{}, err
+	}
+	pool, err := currentPool(d)
+	return sd, pool, err
+}
+
+// cudaSide returns the device-side figure of CUDA device d, or an error
+// wrapping [ErrNotSupported] where d is not a CUDA device or has no memory
+// pools.
+func cudaSide(d Device) (*deviceSide, error) {
 	if d.kind != KindCUDA {
-		return nil, nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
 	}
 	if _, _, err := d.resolve(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	sd := sideOf(d.ordinal)
-	sd.poolOnce.Do(func() { sd.pool, sd.poolErr = defaultPool(d) })
-	return sd, sd.pool, sd.poolErr
+	sd.poolOnce.Do(func() { sd.poolErr = poolsSupported(d) })
+	return sd, sd.poolErr
 }
 
 // AllocAsync allocates size bytes on the device in stream order: from the
-// device's default memory pool (cuMemAllocAsync), usable by work enqueued
+// device's current memory pool (cuMemAllocAsync), usable by work enqueued
 // on stream after this call. It checks, counts and fails as [Device.Alloc]
 // does: [ErrInvalidSize] for size <= 0, an [*OutOfMemoryError] when the
 // memory limit or the pool refuses it (counting one failure and nothing
 // else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
 // or whose driver has no memory pools (CUDA before 11.2, or
-// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), changing nothing.
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
+// capturing a CUDA graph (whose allocation would run at every launch);
+// with [ErrInvalidArgument] on a stream of another device, on which
+// cuMemAllocAsync would allocate. Each changes nothing. A stream of another
+// context on the device (one that another binding created) is used in its
+// own context.
 //
 // The buffer counts from AllocAsync's return, both in the tracked figure
 // ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
@@ -410,7 +400,7 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
 	}
-	sd, _, err := cudaPool(d)
+	sd, err := cudaSide(d)
 	if err != nil {
 		return nil, err
 	}
@@ -430,16 +420,26 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimitIn(rec, size, cur, lim, c)
+			// Bad input is refused before a failure is counted.
+			if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
+				return nil, refusedStream("AllocAsync", d, stream, cs)
+			}
+			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
 		}
 	}
-	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if err := dev.settle("alloc", resultOf(a)); err != nil {
-		return nil, d.backendRefusedIn(rec, size, err, c)
+	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
+	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
+		// Nothing allocated, nothing counted: cuMemAllocAsync would have
+		// allocated on the stream's device, or in the graph.
+		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
+		return nil, refusedStream("AllocAsync", d, stream, a)
+	}
+	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
+		return nil, d.backendRefusedIn(s, rec, size, err, c)
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
-	b.mem.ptr, b.pooled = uintptr(a.ptr), true
+	b.mem.ptr, b.pooled = a.Ptr, true
 	// recordRefused releases the memory with cuMemFree, which takes memory
 	// of the pool back at once.
 	if crec != nil {
@@ -452,6 +452,7 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
+	sd.pooled.Add(size)
 	b.self, b.cat = b, c.idx
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
@@ -480,9 +481,15 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // ([Stats].Held) when the stream executes the free, which the package
 // learns without blocking the caller and without a goroutine.
 //
+// A stream other than the allocation's must be ordered after it (an event
+// recorded after the allocation and cuStreamWaitEvent, or a
+// synchronization), as the stream-ordered allocator requires.
+//
 // It fails with [ErrDoubleFree] on a buffer already freed, with
-// [ErrNilBuffer] on a nil buffer and with [ErrInvalidArgument] on a buffer
-// that [Device.Alloc] allocated (free it with [Buffer.Free]). If the driver
+// [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
+// that [Device.Alloc] allocated (free it with [Buffer.Free]) or a stream of
+// another device, and with [ErrNotSupported] on a stream that is capturing
+// a CUDA graph. If the driver
 // refuses the free, the buffer stays live and counted, and FreeAsync or
 // Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error {
@@ -512,29 +519,42 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		b.state.Store(bufLive)
 		return fillError(err, d, b.size, nil)
 	}
-	how, token, event := C.int(C.MEMTRACK_BY_EVENT), C.uintptr_t(0), C.CUevent(nil)
-	if sd.retire.Load() == retireByHostFunc && b.size < 1<<47 && sd.retired != nil {
-		how, token = C.MEMTRACK_BY_HOSTFN, C.uintptr_t(uint64(b.size)<<16|uint64(b.ordinal))
+	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
+	if t, ok := cudadrv.HostFuncToken(int(b.ordinal), b.size); ok && sd.retire.Load() == retireByHostFunc && sd.retired != nil {
+		how, token = cudadrv.ByHostFunc, t
 	} else {
 		event = sd.spareEvent()
 	}
-	f := C.memtrack_free_async(ctx, C.CUdeviceptr(b.mem.ptr), C.uintptr_t(stream), how, token, event)
+	f := cudadrv.FreeAsync(ctx, b.mem.ptr, uintptr(stream), how, token, event)
+	if !event.IsZero() && f.SpareUnused {
+		sd.putSpare(event)
+		event = cudadrv.Event{}
+	}
+	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
+		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
+		if !event.IsZero() {
+			sd.putSpare(event)
+		}
+		b.state.Store(bufLive)
+		return refusedStream("FreeAsync", d, stream, f)
+	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
-	if err := dev.settle("free", resultOf(f)); err != nil {
-		if event != nil {
-			sd.spareMu.Lock()
-			sd.spare = append(sd.spare, event)
-			sd.spareMu.Unlock()
+	if err := dev.settle("free", resultOf(f.Call)); err != nil {
+		if !event.IsZero() {
+			sd.putSpare(event)
 		}
 		b.state.Store(bufLive)
 		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
-	if f.retired != 0 {
+	if f.Retired {
 		_ = sd.held.Free(b.size)
-	} else if how == C.MEMTRACK_BY_EVENT {
-		sd.push(&retireNode{event: f.event, size: b.size})
+		sd.pooled.Add(-b.size)
+	} else if how == cudadrv.ByHostFunc {
+		sd.hostPending.Add(b.size)
+	} else if how == cudadrv.ByEvent {
+		sd.push(&retireNode{event: f.Event, size: b.size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
 			// Nothing else may read the figures for a while: keep the
 			// frees waiting, and their events, bounded. The next bound is
@@ -560,6 +580,32 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	return nil
 }
 
+// refusedStream is the error of a stream-ordered call on d that c found
+// with a stream of another device, which the driver would run on that
+// device, or with a stream that is capturing a CUDA graph.
+func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) error {
+	if c.OtherDevice {
+		return fmt.Errorf("%w: %s on %v with stream %#x, which belongs to cuda:%d: a stream-ordered call runs on its stream's device; use a stream of %v",
+			ErrInvalidArgument, op, d, uintptr(stream), c.StreamDevice, d)
+	}
+	return fmt.Errorf("%w: %s on %v with stream %#x, which is capturing a CUDA graph: memtrack counts stream-ordered memory only outside capture (in a graph the allocation and the free would run at every launch); allocate before the capture begins, or after it ends",
+		ErrNotSupported, op, d, uintptr(stream))
+}
+
+// streamWait orders the work enqueued on waiter from now on after the work
+// enqueued on after so far, on CUDA device d, in one cgo call. A buffer
+// allocated on one stream and freed on another needs it (or a
+// synchronization) between the two: the stream-ordered allocator requires
+// every access of an allocation, its free included, to come after the
+// allocation in stream order. The tests and benchmarks use it.
+func streamWait(d Device, waiter, after Stream) error {
+	dev, ctx, err := cudaDeviceOf(d.ordinal, "stream wait")
+	if err != nil {
+		return err
+	}
+	return dev.settle("stream wait", resultOf(cudadrv.StreamWait(ctx, uintptr(waiter), uintptr(after))))
+}
+
 // rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
 // cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
 // makes current and restores as the tracked calls do.
@@ -567,16 +613,16 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 // (adding 0 bytes): the raw pair plus the one stream operation that
 // learning exactly when a free executes takes.
 func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
-	a := C.memtrack_alloc_async(ctx, C.size_t(size), C.uintptr_t(stream))
-	if r := resultOf(a); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
+	if r := resultOf(a.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("alloc", "", max(r.enter, r.op))
 	}
-	how := C.int(C.MEMTRACK_UNTRACKED)
+	how := cudadrv.Untracked
 	if marker {
-		how = C.MEMTRACK_BY_HOSTFN
+		how = cudadrv.ByHostFunc
 	}
-	f := C.memtrack_free_async(ctx, a.ptr, C.uintptr_t(stream), how, 0, nil)
-	if r := resultOf(f); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, 0, cudadrv.Event{})
+	if r := resultOf(f.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("free", "", max(r.enter, r.op))
 	}
 	return nil

@@ -88,8 +88,9 @@ func (d Device) SetPoolReleaseThreshold(bytes int64) error {
 	return streamsUnsupported("SetPoolReleaseThreshold", d)
 }
 
-func sideAlloc(Device, int64) {}
-func sideFree(Device, int64)  {}
+func sideAlloc(Device, int64)  {}
+func sideFree(Device, int64)   {}
+func pooledFree(Device, int64) {}
 
 func deviceHeld(_ Device, current, peak int64) (int64, int64) { return current, peak }
 

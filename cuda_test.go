@@ -452,6 +452,7 @@ func TestCUDAFaults(t *testing.T) {
 		// Item 16: the second cuMemAlloc meets a sticky error.
 		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:700"}}, // ILLEGAL_ADDRESS
 		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:719"}}, // LAUNCH_FAILED
+		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:911"}}, // EXTERNAL_DEVICE
 	}
 	for _, c := range cases {
 		t.Run(c.child+"/"+strings.Join(c.env, ","), func(t *testing.T) {
@@ -731,8 +732,10 @@ func TestCUDAChildRetainRetried(t *testing.T) {
 func TestCUDAChildDeviceLost(t *testing.T) {
 	child(t)
 	want := 700
-	if strings.Contains(os.Getenv("FAKECUDA_FAIL"), ":719") {
-		want = 719
+	for _, code := range []int{719, 911} {
+		if strings.HasSuffix(os.Getenv("FAKECUDA_FAIL"), ":"+strconv.Itoa(code)) {
+			want = code
+		}
 	}
 	d := cudaDevices(t, 1)[0]
 	b1, err := d.Alloc(1 << 20)
@@ -744,7 +747,7 @@ func TestCUDAChildDeviceLost(t *testing.T) {
 	var be *BackendError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, want, be.Code)
-	assert.Equal(t, map[int]string{700: "CUDA_ERROR_ILLEGAL_ADDRESS", 719: "CUDA_ERROR_LAUNCH_FAILED"}[want], be.Name)
+	assert.Equal(t, map[int]string{700: "CUDA_ERROR_ILLEGAL_ADDRESS", 719: "CUDA_ERROR_LAUNCH_FAILED", 911: "CUDA_ERROR_EXTERNAL_DEVICE"}[want], be.Name)
 	assert.Equal(t, d, be.Device)
 
 	before := d.MemoryStats()
@@ -776,6 +779,38 @@ func TestCUDAErrorNames(t *testing.T) {
 		require.ErrorAs(t, err, &be)
 		assert.Equal(t, name, be.Name, "code %d", code)
 		assert.Equal(t, code == 700, errors.Is(err, ErrDeviceLost), "code %d: sticky", code)
+	}
+}
+
+// TestCUDAStickyErrors: the codes that cuda.h documents as leaving the
+// process in an inconsistent state, where every later call returns the same
+// error, mark the device lost; the others do not.
+func TestCUDAStickyErrors(t *testing.T) {
+	for _, c := range []struct {
+		code   int
+		sticky bool
+	}{
+		{1, false},   // INVALID_VALUE
+		{2, false},   // OUT_OF_MEMORY
+		{201, false}, // INVALID_CONTEXT
+		{226, true},  // CONTAINED (CUDA 12.x headers)
+		{600, false}, // NOT_READY
+		{700, true},  // ILLEGAL_ADDRESS
+		{702, true},  // LAUNCH_TIMEOUT
+		{710, true},  // ASSERT
+		{714, true},  // HARDWARE_STACK_ERROR
+		{715, true},  // ILLEGAL_INSTRUCTION
+		{716, true},  // MISALIGNED_ADDRESS
+		{717, true},  // INVALID_ADDRESS_SPACE
+		{718, true},  // INVALID_PC
+		{719, true},  // LAUNCH_FAILED
+		{720, false}, // COOPERATIVE_LAUNCH_TOO_LARGE
+		{721, true},  // TENSOR_MEMORY_LEAK (CUDA 12.8 headers)
+		{810, true},  // MPS_CLIENT_TERMINATED
+		{911, true},  // EXTERNAL_DEVICE
+		{999, false}, // UNKNOWN
+	} {
+		assert.Equal(t, c.sticky, sticky(cu.Result(c.code)), "CUresult %d", c.code)
 	}
 }
 

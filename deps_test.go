@@ -23,7 +23,8 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/internal/hostmem",   // the CPU backend's host memory
 	"github.com/memtrack/memtrack/internal/addrindex", // the index of tracked addresses
 	"go.uber.org/atomic",
-	"github.com/mumax/3/cuda/cu", // under -tags cuda
+	"github.com/mumax/3/cuda/cu",                    // under -tags cuda
+	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver bindings
 }
 
 // goTool returns the go command that built the test, and skips the test

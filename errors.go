@@ -97,6 +97,14 @@ var (
 
 // OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory],
 // and [ErrLimitExceeded] too where the memory limit refused it (Limit > 0).
+//
+// Besides what refused it, an allocation refused by [Device.Alloc],
+// [Device.AllocAsync] or [Device.Track] carries a report of what was known
+// at that moment, read on the refusal path only: the device's figures as
+// the OS or driver reports them, the untracked memory, the live buffers
+// and, where allocation sites are recorded, the largest holders. Error
+// stays one line; %+v (or [OutOfMemoryError.Report]) writes the whole
+// report. The observers of [Device.OnOutOfMemory] receive it too.
 type OutOfMemoryError struct {
 	Device    Device
 	Requested int64  // bytes asked for
@@ -109,6 +117,20 @@ type OutOfMemoryError struct {
 	// or "" for none. Where its own limit refused it, Reason says so and
 	// Tracked and Limit are the category's.
 	Category string
+
+	// The report. Total and Free are 0 where the device's figures could
+	// not be read (MemInfoErr says why).
+	PeakTracked int64 // the tracked high-water mark since the last ResetPeakMemoryStats
+	Buffers     int64 // live buffers on the device
+	Total       int64 // the device's memory, as the OS or driver reports it
+	Free        int64 // its free memory, as reported
+	Untracked   int64 // Total - Free - Tracked: memory in use on the device that this package did not allocate
+	MemInfoErr  error // why Total and Free are missing; nil if they are not
+	// SitesRecorded is true where the device records allocation sites
+	// ([Device.EnableAllocationSites]); Sites then holds the largest
+	// holders among its live buffers, the largest first (at most 5).
+	SitesRecorded bool
+	Sites         []Site
 }
 
 // Error describes the refused allocation.

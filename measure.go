@@ -98,7 +98,10 @@ type Measurement struct {
 	// Categories holds, on a device with categories ([Device.Category]),
 	// each category's figures during the run, in the order the categories
 	// were made: "the activations peaked at X while the KV cache held Y"
-	// is one read. Nil on a device without categories.
+	// is one read. Nil on a device without categories. A category's peak
+	// has no scope of its own: Measure resets the categories' peaks as the
+	// run begins, so measurements of one device with categories must not
+	// nest or overlap.
 	Categories []CategoryMeasurement
 }
 
@@ -125,20 +128,19 @@ func (p Measurement) Category(name string) (CategoryMeasurement, bool) {
 }
 
 // Measure measures the memory f needs on the device, the way an inference
-// server does before it sizes its cache: it resets every peak that
-// [Device.ResetPeakMemoryStats] resets (the allocation sites' too), records the
-// tracked and reported baselines, runs f, and reads the figures again. f's
-// error is returned, wrapped, with the figures measured so far.
+// server does before it sizes its cache: it reads the tracked and
+// reported figures at the start, runs f inside a [PeakScope], and reads them
+// again at the end. f's error is returned, wrapped, with the figures
+// measured so far.
 //
 // The peak is the device's, not the caller's: allocations by other
 // goroutines during f are in the figures, which is what sizing a cache needs
-// (they compete for the same memory) and is safe under concurrency. For the
-// same reason, measurements of one device must not overlap: the peak has one
-// reset point per device, so a measurement (or any [Device.ResetPeakMemoryStats])
-// that starts while another runs moves that point, and the first measurement
-// then sees only the peak since the second began. Run measurements of one device
-// one after another, or put everything to measure into one f; measurements of
-// different devices are independent and may run at once.
+// (they compete for the same memory) and is safe under concurrency. It is
+// the peak of a scope of its own, so measurements of one device may overlap
+// and nest, and neither they nor [Device.ResetPeakMemoryStats] move each
+// other's peaks; Measure resets nothing. (The allocation sites at the
+// peak, [Device.PeakAllocationSites], are the device's: reset them with
+// ResetPeakMemoryStats before f where they should cover f alone.)
 //
 // On the CPU, Measure runs the Go garbage collector and returns the freed
 // memory to the OS before each reading of the reported figures, so that
@@ -159,18 +161,26 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
-	resetPeaks(s, r, d.ordinal)
+	// The scope opens before the start is read, so that its peaks are
+	// never below it.
+	sc, err := d.OpenPeakScope()
+	if err != nil {
+		return Measurement{Device: d}, err
+	}
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
-	cats := startCategories(s.cats.lookup(d.ordinal), &p) // category.go
+	// The categories have no peak scopes: their peaks are reset as the run
+	// begins (category.go).
+	cats := startCategories(s, d.ordinal, &p)
 
-	ferr := f()
+	ferr := runScoped(sc, f)
 
-	p.PeakTracked, p.EndTracked = r.PeakTracked(), r.Tracked()
+	p.PeakTracked, p.EndTracked = sc.PeakTracked(), r.Tracked()
 	endCategories(cats, &p)
 	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
-	p.EndHeld, p.PeakHeld = deviceHeld(d, p.EndTracked, p.PeakTracked)
+	p.EndHeld, _ = deviceHeld(d, p.EndTracked, p.EndTracked)
+	p.PeakHeld = sc.PeakHeld()
 	p.PeakHeldIncrease = p.PeakHeld - p.StartHeld
 	free, total, err = d.MemGetInfo()
 	if err != nil {
@@ -180,6 +190,13 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	p.UsedIncrease = p.EndUsed - p.StartUsed
 	p.Untracked = p.UsedIncrease - (p.EndHeld - p.StartHeld)
 	return p, wrapRun(d, ferr)
+}
+
+// runScoped runs f and closes sc, also where f panics, so that no scope is
+// left open to cost every later allocation a load per scope.
+func runScoped(sc *PeakScope, f func() error) error {
+	defer sc.Close() // Measure's own scope: closed once, here
+	return f()
 }
 
 // settle makes the reported figures of the CPU measure what stays: it runs

@@ -106,7 +106,9 @@ func (d Device) MaxMemoryAllocated() int64 {
 // ResetPeakMemoryStats sets the peaks (bytes and live buffers, the
 // device's and its categories', the device-side peak, the allocation sites at the peak where they are
 // recorded, and a CUDA memory pool's high-water marks) to their current
-// figures, so that the next peak measures what happens from now on.
+// figures, so that the next peak measures what happens from now on. The
+// peaks of open [PeakScope]s, and so of running [Device.Measure] calls, are
+// their own: it does not move them.
 func (d Device) ResetPeakMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
 		resetPeaks(s, r, d.ordinal)
@@ -115,8 +117,8 @@ func (d Device) ResetPeakMemoryStats() {
 
 // resetPeaks resets every peak of one device: its record's, its device-side
 // figure's and its memory pool's highs (cuda_stream.go) and, where they are
-// recorded, its allocation sites'. ResetPeakMemoryStats and Measure both
-// call it, so that a measurement resets what a reset resets.
+// recorded, its allocation sites'. Peak scopes (scope.go) keep their own
+// peaks, which it does not move.
 func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()
 	resetCategoryPeaks(s, ordinal)

@@ -14,7 +14,8 @@ type Stream uintptr
 // device's primary context.
 const DefaultStream Stream = 0
 
-// PoolStats are the figures of a CUDA device's default memory pool, the one
+// PoolStats are the figures of a CUDA device's current memory pool (the
+// default one unless cuDeviceSetMemPool set another), the one
 // [Device.AllocAsync] allocates from, as the driver reports them
 // (cuMemPoolGetAttribute). Reserved is what the pool holds of the device,
 // used or not: PyTorch's memory_reserved and max_memory_reserved. Used is
@@ -48,14 +49,19 @@ func (p PoolStats) String() string {
 //	PoolReserved  the pool's reserved bytes, as the driver reports them
 //
 // Held - Tracked (InFlight) is memory freed on the host and still in use on
-// the device. PoolUsed - Held (Rounding) is the driver's rounding of each
-// allocation, stream-ordered allocations made outside this package, and,
-// with a negative sign, buffers allocated with [Device.Alloc] (which are not
-// in the pool) and memory the pool reused within a stream before the free
-// was reached. PoolReserved - PoolUsed (Cached) is memory the pool keeps
-// for later allocations without anything in it, which [Device.TrimPool]
-// returns to the device. The figures are read one after another, not at one
-// instant.
+// the device. PoolUsed - Held (Rounding) counts only the stream-ordered
+// buffers of Held, those [Device.AllocAsync] took from the pool (buffers of
+// [Device.Alloc] are not in the pool): it is the driver's rounding of each
+// allocation and stream-ordered allocations made outside this package, and
+// is never negative. The driver's reference does not say when a free's
+// bytes leave the pool's used figure: when the stream executes the free, or
+// as soon as it is enqueued (memory freed on a stream may be reused at once
+// by later allocations on that stream); under the second reading PoolUsed
+// can fall below the stream-ordered part of Held by up to InFlight, and
+// Rounding, taken as 0 there, is a lower bound. PoolReserved - PoolUsed
+// (Cached) is memory the pool keeps for later allocations without anything
+// in it, which [Device.TrimPool] returns to the device. The figures are read
+// one after another, not at one instant.
 type PoolUsage struct {
 	Device       Device
 	Tracked      int64
@@ -64,13 +70,15 @@ type PoolUsage struct {
 	PoolReserved int64
 
 	InFlight int64 // Held - Tracked: freed on the host, not yet on the device
-	Rounding int64 // PoolUsed - Held: the driver's rounding and allocations outside this package
+	Rounding int64 // PoolUsed - Held of stream-ordered buffers, or 0: the driver's rounding and allocations outside this package
 	Cached   int64 // PoolReserved - PoolUsed: reserved by the pool, used by nothing
 }
 
-func poolUsage(d Device, tracked, held int64, p PoolStats) PoolUsage {
+// poolUsage puts the figures side by side; pooled is the part of held that
+// stream-ordered buffers take.
+func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
 	return PoolUsage{
 		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
-		InFlight: held - tracked, Rounding: p.PoolUsed - held, Cached: p.PoolReserved - p.PoolUsed,
+		InFlight: held - tracked, Rounding: max(0, p.PoolUsed-pooled), Cached: p.PoolReserved - p.PoolUsed,
 	}
 }

@@ -82,7 +82,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		// device's limit then refuses.
 		if lim := rec.Limit(); lim > 0 {
 			if cur := rec.Tracked(); size > lim-cur {
-				return nil, d.overLimitIn(rec, size, cur, lim, c)
+				return nil, d.overLimitIn(s, rec, size, cur, lim, c)
 			}
 		}
 	}
@@ -105,7 +105,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 			if sh != nil {
 				sh.Unlock()
 			}
-			return nil, d.refused(size, rec, err, c, true)
+			return nil, d.refused(s, size, rec, err, c, true)
 		}
 	}
 	if err := rec.Alloc(size); err != nil {
@@ -113,7 +113,7 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 			sh.Unlock()
 		}
 		c.uncount(t.crec, size)
-		return nil, d.refused(size, rec, err, c, false)
+		return nil, d.refused(s, size, rec, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
@@ -131,16 +131,16 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 
 // refused answers an allocation of size bytes that the record refused with
 // err (the record counted the failure), with the fields that say what
-// refused it, as Alloc's refusals do, in category c if it is not the zero
-// Category; byCategory says that c's record refused it.
-func (d Device) refused(size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
+// refused it and the report, as Alloc's refusals do, in category c if it
+// is not the zero Category; byCategory says that c's record refused it.
+func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
 	oom := recordRefusal(err, d, size, rec.Tracked())
 	oom.Category = c.Name()
 	if byCategory && oom.Limit > 0 {
 		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
 	}
-	return oom
+	return d.outOfMemory(s, rec, oom)
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -191,7 +191,7 @@ func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	}
 	if err := rec.Alloc(size); err != nil {
 		sh.Unlock()
-		return d.refused(size, rec, err, Category{}, false)
+		return d.refused(s, size, rec, err, Category{}, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}

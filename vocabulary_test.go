@@ -33,10 +33,11 @@ type vocabularyRule struct {
 var vocabulary = []vocabularyRule{
 	{"held", []string{
 		"Stats.Held", "Stats.PeakHeld", "PoolUsage.Held", "Measurement.StartHeld", "Measurement.PeakHeld", "Measurement.EndHeld",
-		"Measurement.PeakHeldIncrease", "metric memtrack_held_bytes", "metric memtrack_peak_held_bytes",
+		"Measurement.PeakHeldIncrease", "PeakScope.PeakHeld", "metric memtrack_held_bytes", "metric memtrack_peak_held_bytes",
 	}, "the device-side figure (Tracked plus stream-ordered frees not yet executed)"},
 	{"reserved", []string{
 		"PoolStats.PoolReserved", "PoolStats.PeakPoolReserved", "PoolUsage.PoolReserved",
+		"cudadrv.PoolAttributes.PoolReserved", "cudadrv.PoolAttributes.PeakPoolReserved",
 		"metric memtrack_pool_reserved_bytes", "metric memtrack_peak_pool_reserved_bytes",
 	}, "what a CUDA memory pool reserves"},
 	{"allocated", []string{"Device.MemoryAllocated", "Device.MaxMemoryAllocated"},
@@ -56,10 +57,10 @@ var vocabulary = []vocabularyRule{
 // peakLast: "peak" comes first in a figure's name (PeakTracked, not
 // TrackedPeak); it may end a name only where it is the whole name or "at
 // the peak" (pprof.Peak, SiteSnapshot.AtPeak).
-// The generic tracker.Counter's reading is Peak, as its other is Current;
-// ResetPeak is a verb.
+// The generic tracker.Counter's reading is Peak, as its other is Current,
+// and so is that of a peak scope on it (tracker.Scope); ResetPeak is a verb.
 var peakLastAllowed = []string{"pprof.Peak", "SiteSnapshot.AtPeak", "json maxAtPeak", "web.History.MaxAtPeak",
-	"tracker.Counter.Peak", "tracker.Counter.ResetPeak", "tracker.Record.ResetPeak"}
+	"tracker.Counter.Peak", "tracker.Scope.Peak", "tracker.Counter.ResetPeak", "tracker.Record.ResetPeak"}
 
 // violations returns, for each name that breaks the vocabulary, why.
 func violations(names []string) []string {

@@ -30,21 +30,10 @@ benchtime=${BENCHTIME:-300ms}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
-if ! git cat-file -e "$base^{commit}" 2>/dev/null; then
-	echo "bench-base.sh: $base is not a commit of this repository (a shallow clone? fetch it first)" >&2
-	exit 2
-fi
-tree=$(mktemp -d)
-trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
-git worktree add --detach --force "$tree" "$base" >/dev/null
-
-echo "== machine"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
-go version
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-echo "base: $(git log -1 --format='%h %s' "$base")"
-echo "head: $(git log -1 --format='%h %s') (and the working tree's changes)"
+script=bench-base.sh
+. scripts/bench-lib.sh
+base_tree "$base"
+machine "$base"
 echo "package: $pkg, tags: ${tags:-none}, benchmarks: $bench"
 
 (cd "$tree" && go test -c -tags "$tags" -o "$out/base.test" "$pkg")

@@ -33,6 +33,11 @@ declare -A run_cmds=(
 	['go test -fuzz FuzzRecord ./tracker/']='go test -fuzz FuzzRecord -fuzztime 50x ./tracker/'
 	# docs/categories.md: one category's figures against a sequential model.
 	["go test -run '^\$' -fuzz FuzzCategory -fuzztime 25s -fuzzminimizetime 3s ."]="go test -run '^\$' -fuzz FuzzCategory -fuzztime 50x ."
+	['go test -fuzz FuzzScope ./tracker/']='go test -fuzz FuzzScope -fuzztime 50x ./tracker/'
+	# README: an out-of-memory on purpose, dumped into a temporary directory
+	# instead of /tmp/oom, and its peak profile read.
+	['go run ./examples/oom -o /tmp/oom']='go run ./examples/oom -o "$DOCS_TMP/oom"'
+	['go tool pprof -top /tmp/oom/oom-cpu-*/peak.pb.gz']='go tool pprof -top "$DOCS_TMP"/oom/oom-cpu-*/peak.pb.gz | grep -F main.loadWeights'
 	# docs/metal.md: the Go side of the Metal backend type-checks for macOS.
 	['GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet -tags metal ./...']=''
 	# docs/integrations.md: the walk-through, writing into a temporary
@@ -57,6 +62,7 @@ declare -A skip_cmds=(
 	['./scripts/bench.sh']='by hand on a quiet machine (about 7 minutes); .ci/run runs every benchmark once with -benchtime 1x'
 	["PKG=./bench BENCH='^BenchmarkSerial/op=(pair|snapshot)/design=(atomic|Counter|Counter-limit|Record|Record-limit|mutexrecord)\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute)'
 	["PKG=./bench BENCH='^BenchmarkDevice\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	['./scripts/bench-scopes.sh']='by hand on a quiet machine (a few minutes); .ci/run runs BenchmarkScopes once with -benchtime 1x'
 	['./scripts/bench-base.sh']='by hand on a quiet machine (about a minute); .ci/run runs one round of it with -benchtime 1x where the clone holds its BASE commit'
 	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'

@@ -3,6 +3,8 @@
 # machine with an NVIDIA GPU and no Go toolchain, into out/gpu-check/:
 #
 #	memtrack.test       the root package's tests and CUDA benchmarks (-tags cuda)
+#	cudadrv.test        the driver bindings' tests: the driver rules memtrack
+#	                    relies on (internal/cudadrv/doc.go), on this driver
 #	memtrack-race.test  the same tests built with -race
 #	run.sh              runs them: the tests, the race-detector tests, the
 #	                    reconciliation table (tracked bytes against the
@@ -14,10 +16,13 @@
 #	                    benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
-# NVIDIA driver (libcuda.so.1) and about 1.6 GiB of free GPU memory, and
-# takes about a minute on one GPU. Every step runs even when an earlier one
-# fails, so that every figure is printed; run.sh exits non-zero at the end
-# if any step failed, and names them.
+# NVIDIA driver (libcuda.so.1), glibc (the oldest version the binaries run
+# with is measured here, from their symbol versions, and printed by run.sh)
+# and about 1.6 GiB of free GPU memory, and is sized to finish in under 3
+# minutes on one GPU. Every step runs even when an earlier one fails, so
+# that every figure is printed; run.sh exits non-zero at the end if any step
+# failed, and names them. On a machine with one GPU the tests that need two
+# skip; run.sh lists every test it skipped, with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,17 +34,27 @@ echo "== go test -c -tags cuda [-race] -> $dir"
 go test -c -tags cuda -o "$dir/memtrack.test" .
 go test -c -race -tags cuda -o "$dir/memtrack-race.test" .
 go test -c -tags cuda -o "$dir/cu.test" ./cu
+go test -c -tags cuda -o "$dir/cudadrv.test" ./internal/cudadrv
 go build -tags cuda -o "$dir/track" ./examples/track
+
+# The oldest glibc the binaries run with: the newest GLIBC_x.y symbol
+# version any of them needs.
+glibc=unknown
+if command -v objdump >/dev/null; then
+	glibc=$(objdump -T "$dir"/*.test "$dir/track" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n1)
+fi
+echo "== the binaries need glibc ${glibc#GLIBC_} or later"
 
 cat >"$dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs memtrack's CUDA checks on this machine's GPU (see scripts/gpu-check.sh).
-# MEMTRACK_BENCHTIME sets -test.benchtime (default 1s). Every step runs; the
-# exit status says whether all passed.
+# MEMTRACK_BENCHTIME sets -test.benchtime (default 200ms, three runs of each
+# benchmark). Every step runs; the exit status says whether all passed.
 set -uo pipefail
 cd "$(dirname "$0")"
-benchtime=${MEMTRACK_BENCHTIME:-1s}
+benchtime=${MEMTRACK_BENCHTIME:-200ms}
 failed=()
+echo "== built for glibc @GLIBC@ or later; this machine: $(getconf GNU_LIBC_VERSION 2>/dev/null || echo unknown)"
 
 # step NAME CMD...: runs one step, remembering a failure and going on.
 step() {
@@ -56,25 +71,65 @@ step() {
 # the source tree, which this folder does not carry.
 skip='^TestCoreImportsNoRenderer$'
 
-step "tests" ./memtrack.test -test.count=1 -test.v -test.timeout 90s -test.skip "$skip"
+# skipped LOG: the tests LOG skipped, each with the reason it gave.
+skipped() {
+	awk '/^=== RUN/ { why = "" }
+		/^ +[a-z_]+\.go:[0-9]+: / { why = $0; sub(/^ +[a-z_]+\.go:[0-9]+: /, "", why) }
+		/^ *--- SKIP: / { print "==   " $3 ": " why }' "$1"
+}
+tests() {
+	./memtrack.test -test.count=1 -test.v -test.timeout 90s -test.skip "$skip" >tests.log 2>&1
+	local rc=$?
+	cat tests.log
+	return $rc
+}
+step "tests" tests
+rules() {
+	./cudadrv.test -test.count=1 -test.v -test.timeout 60s >cudadrv-tests.log 2>&1
+	local rc=$?
+	cat cudadrv-tests.log
+	return $rc
+}
+step "the driver rules memtrack relies on (internal/cudadrv)" rules
 step "tests under the race detector" ./memtrack-race.test -test.count=1 -test.timeout 90s -test.skip "$skip"
 step "reconciliation: tracked bytes against the driver's used memory" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v -test.timeout 60s
 step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
+# Where the driver's reference is silent, the fake driver offers each
+# reading behind a switch; these say which one this driver follows.
+readings() {
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDA(PoolFree|AllocReuse|HostFunc|Trim)Reading$' -test.v -test.timeout 60s >readings.log 2>&1
+	local rc=$?
+	cat readings.log
+	return $rc
+}
+step "readings: which semantics this driver follows where the fake offers a choice" readings
 step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
 	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
-step "the cu drop-in's tests" ./cu.test -test.count=1 -test.short -test.v -test.timeout 90s
+cutests() {
+	./cu.test -test.count=1 -test.short -test.v -test.timeout 90s >cu-tests.log 2>&1
+	local rc=$?
+	cat cu-tests.log
+	return $rc
+}
+step "the cu drop-in's tests" cutests
 step "benchmarks: the cu drop-in's MemAlloc+MemFree against the raw cu pair" \
 	./cu.test -test.run '^$' -test.bench MemAllocFree -test.benchmem -test.benchtime "$benchtime" -test.count 3
 step "examples/track" ./track
 
+echo "== skipped on this machine (tests that need two GPUs skip on one; those that need the fake driver's fault injection skip on a GPU):"
+skipped tests.log
+skipped cudadrv-tests.log
+skipped cu-tests.log
+grep -h -o '[a-z]* reading: .*' readings.log 2>/dev/null | sed 's/^/== /'
 if ((${#failed[@]} > 0)); then
 	printf '== FAILED: %s\n' "${failed[@]}"
 	exit 1
 fi
 echo "== all steps passed"
 RUN
+sed -i "s/@GLIBC@/${glibc#GLIBC_}/" "$dir/run.sh"
 chmod +x "$dir/run.sh"
 echo "built $dir:"
 ls -l "$dir"

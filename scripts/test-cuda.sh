@@ -3,9 +3,12 @@
 # and the link stub (scripts/cuda-dev.sh, cached in .cache/cuda), build the
 # fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
 # run vet, build and the race-detector tests with -tags cuda against it.
-# Then run examples/track on it, and build the folder of scripts/gpu-check.sh
-# and run it on the fake driver, so that what a GPU machine runs is known to
-# work.
+# Then run the CUDA packages' tests again under each other reading the fake
+# offers, run examples/track on it, and build the folder of scripts/gpu-check.sh
+# and run it on the fake driver twice, so that what a GPU machine runs is
+# known to work: once as a one-GPU machine whose device bears a real GPU's
+# name (the tests then cannot tell the fake and take every branch they take
+# on a GPU), once with two devices.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -43,9 +46,20 @@ go build -tags cuda ./...
 echo "== go test -race -tags cuda ./... (fake driver)"
 go test -race -tags cuda -count=1 ./...
 
+# Where the driver's reference is silent the fake offers each reading behind
+# a switch (testdata/fakecuda/RULES.md); the figures must hold under every
+# one, not only the default.
+for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 FAKECUDA_HOSTFN_SERIAL=0 FAKECUDA_HOSTFN_DELAY_US=300; do
+	echo "== go test -tags cuda (fake driver, $reading)"
+	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
+done
+
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
 
 echo "== scripts/gpu-check.sh, run on the fake driver"
 ./scripts/gpu-check.sh
-MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+echo "== out/gpu-check/run.sh on the fake driver: one device named NVIDIA H200"
+FAKECUDA_DEVICES=1 FAKECUDA_NAME="NVIDIA H200" MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+echo "== out/gpu-check/run.sh on the fake driver: two devices"
+FAKECUDA_DEVICES=2 MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	stdatomic "sync/atomic"
+	"unsafe"
 )
 
 // MaxCount is the largest value a [Counter] holds. An Alloc that would take
@@ -29,7 +30,9 @@ const fastMax = 1 << 24
 // Alloc's is not, because its slow path needs the figure its add produced
 // as well as the size (see intendedInlining in the tests). The
 // current figure and the peak sit on cache lines of their own, so the peak
-// check is a load from a line that is only written when the peak rises.
+// check is a load from a line that is only written when the peak rises (or
+// a peak scope opens or closes: Alloc also loads the pointer to the open
+// scopes there, nil while none is open; see [Counter.OpenScope]).
 //
 // A Counter must not be copied after first use.
 type Counter struct {
@@ -37,7 +40,10 @@ type Counter struct {
 	cur  int64              // atomic
 	_    [cacheLineSize - 8]byte
 	peak int64 // atomic
-	_    [cacheLineSize - 8]byte
+	// The open peak scopes (scope.go), read by every Alloc: nil while
+	// none is open.
+	scopes scopeSet
+	_      [cacheLineSize - 8 - unsafe.Sizeof(scopeSet{})]byte
 }
 
 // Alloc adds n to the current figure and raises the peak if the result is a
@@ -47,7 +53,7 @@ func (c *Counter) Alloc(n int64) error {
 	var v int64
 	if uint64(n-1) < fastMax {
 		v = stdatomic.AddInt64(&c.cur, n)
-		if uint64(v) <= MaxCount && v <= stdatomic.LoadInt64(&c.peak) {
+		if uint64(v) <= MaxCount && v <= stdatomic.LoadInt64(&c.peak) && c.scopes.none() {
 			return nil
 		}
 	}
@@ -59,7 +65,7 @@ func (c *Counter) Alloc(n int64) error {
 func (c *Counter) allocSlow(n, v int64) error {
 	if uint64(n-1) < fastMax {
 		if uint64(v) <= MaxCount {
-			raise(&c.peak, v)
+			c.raise(v)
 			return nil
 		}
 		// Past MaxCount, or a refused Free of another goroutine is being
@@ -93,7 +99,7 @@ func (c *Counter) AllocWithin(n, limit int64) error {
 	o := stdatomic.LoadInt64(&c.cur)
 	v := o + n
 	if uint64(n-1) < fastMax && v <= limit && uint64(o) < uint64(v) && uint64(v) <= MaxCount && stdatomic.CompareAndSwapInt64(&c.cur, o, v) {
-		if v <= stdatomic.LoadInt64(&c.peak) {
+		if v <= stdatomic.LoadInt64(&c.peak) && c.scopes.none() {
 			return nil
 		}
 	} else {
@@ -106,7 +112,7 @@ func (c *Counter) AllocWithin(n, limit int64) error {
 // already set, whose peak is still to raise.
 func (c *Counter) allocWithinSlow(n, limit, v int64) error {
 	if v > 0 {
-		raise(&c.peak, v)
+		c.raise(v)
 		return nil
 	}
 	if n <= 0 {
@@ -132,7 +138,7 @@ func (c *Counter) allocWithin(n, limit int64) error {
 			return &LimitError{Requested: n, Tracked: o, Limit: limit}
 		}
 		if stdatomic.CompareAndSwapInt64(&c.cur, o, o+n) {
-			raise(&c.peak, o+n)
+			c.raise(o + n)
 			return nil
 		}
 	}
@@ -168,7 +174,7 @@ func (c *Counter) freeSlow(n int64) error {
 		// An Alloc that ran in between saw a figure too low by n and may
 		// have skipped raising the peak: raise from the restored figure.
 		if w := stdatomic.AddInt64(&c.cur, n); uint64(w) <= MaxCount {
-			raise(&c.peak, w)
+			c.raise(w)
 		}
 	}
 	for {
@@ -218,6 +224,12 @@ func (c *Counter) ResetPeak() {
 	// An Alloc that added before the load above but compared with the old,
 	// higher peak did not raise it; this second load sees its value.
 	raise(&c.peak, c.load())
+}
+
+// raise lifts the peak and the open scopes' peaks to v.
+func (c *Counter) raise(v int64) {
+	raise(&c.peak, v)
+	c.scopes.raise(v)
 }
 
 // raise lifts p to v if v is higher, with a compare-and-swap loop that starts

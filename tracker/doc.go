@@ -12,4 +12,10 @@
 // The current figure and the peak are exact under any concurrency: the peak
 // is the largest value the current figure ever held since the last reset.
 // A reader never sees a peak below the current figure.
+//
+// Peak scopes ([Scope], opened with [Record.OpenScope] or
+// [Counter.OpenScope]) keep high-water marks of their own, any number at
+// once, each from its opening to its close and independent of the others
+// and of ResetPeak. While none is open, the allocation paths pay one atomic
+// load for them.
 package tracker

@@ -86,15 +86,18 @@ func concurrently(refused func() error) (stop func() (calls, succeeded int)) {
 // refused (on the add-based fast path while it is at most fastMax).
 func refusedFree(cur, grow int64) int64 { return cur + max(grow, 0) + 1 }
 
-func seedOps(f *testing.F) {
-	enc := func(ops ...op) []byte {
-		var b []byte
-		for _, o := range ops {
-			b = append(b, o.code)
-			b = binary.LittleEndian.AppendUint64(b, uint64(o.n))
-		}
-		return b
+// encodeOps is the inverse of decodeOps, for seeds.
+func encodeOps(ops ...op) []byte {
+	var b []byte
+	for _, o := range ops {
+		b = append(b, o.code)
+		b = binary.LittleEndian.AppendUint64(b, uint64(o.n))
 	}
+	return b
+}
+
+func seedOps(f *testing.F) {
+	enc := encodeOps
 	f.Add(enc(op{0, 100}, op{0, 50}, op{1, 120}, op{2, 0}, op{1, 30}))
 	f.Add(enc(op{0, 10}, op{1, 11}, op{1, -1}, op{0, 0}))
 	f.Add(enc(op{3, 500}, op{0, 400}, op{0, 200}, op{4, 0}, op{0, 7 * (1 << 40)}))

@@ -16,13 +16,14 @@ import (
 //
 // Not listed, because their exact algorithms do not fit the budget of 80
 // (costs measured with Go 1.26, see TestIntendedInlining's log):
-//   - (*Counter).Alloc (94): its slow path needs both n and the figure its
-//     add produced (to raise the peak exactly, or to take a refused add
-//     back), and a call passing two values already costs 88 with the range
-//     check, the add and the peak check.
-//   - (*Counter).AllocWithin (118): a load, a compare-and-swap and the limit
+//   - (*Counter).Alloc (110 with the check for open peak scopes): its slow
+//     path needs both n and the figure its add produced (to raise the peak
+//     exactly, or to take a refused add back), and a call passing two
+//     values already costs 88 with the range check, the add and the peak
+//     check.
+//   - (*Counter).AllocWithin (134): a load, a compare-and-swap and the limit
 //     and range checks cost 95 before the peak check.
-//   - (*Record).Alloc (136) and (*Record).Free (121): two and three atomic
+//   - (*Record).Alloc (152) and (*Record).Free (121): two and three atomic
 //     adds on fields at a non-zero offset, their checks and one call cost
 //     111 and 101 with the peak, limit and fold checks left out.
 var intendedInlining = []string{

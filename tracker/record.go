@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	stdatomic "sync/atomic"
+	"unsafe"
 )
 
 // The bytes word holds the bytes held in its low 48 bits (MaxBytes plus
@@ -87,7 +88,9 @@ type Stats struct {
 // Larger sizes, and every Alloc while a limit is set, take a
 // compare-and-swap loop instead of the bytes add. The peaks and the limit
 // sit on a second line that is written only when a peak rises, so the peak
-// checks are plain loads. Cumulative allocation figures are derived, not
+// checks are plain loads; beside them, Alloc loads the pointer to the open
+// peak scopes from the same line ([Record.OpenScope]), nil while none is
+// open. Cumulative allocation figures are derived, not
 // counted: allocations = live + frees, allocated bytes = held + freed bytes.
 //
 // The record occupies whole cache lines of its own: records of different
@@ -103,10 +106,11 @@ type Record struct {
 	_          [cacheLineSize - 24]byte
 
 	// Read-mostly line: read by every Alloc, written when a peak rises.
-	peakBytes int64 // atomic
-	peakLive  int64 // atomic
-	limit     int64 // atomic
-	_         [cacheLineSize - 24]byte
+	peakBytes int64    // atomic
+	peakLive  int64    // atomic
+	limit     int64    // atomic
+	scopes    scopeSet // the open peak scopes (scope.go): nil while none is open
+	_         [cacheLineSize - 24 - unsafe.Sizeof(scopeSet{})]byte
 
 	// Cold line: written on folds, failures, resets and by readers.
 	foldSeq     stdatomic.Int64 // odd while a fold moves frees
@@ -136,7 +140,7 @@ func (r *Record) Alloc(n int64) error {
 		v = stdatomic.AddInt64(&r.bytes, n+tagUnit) & lowMask
 		if v <= MaxBytes {
 			l = int64(stdatomic.AddUint64(&r.counts, 1) & liveMask)
-			if l <= MaxBuffers && v <= stdatomic.LoadInt64(&r.peakBytes) && l <= stdatomic.LoadInt64(&r.peakLive) {
+			if l <= MaxBuffers && v <= stdatomic.LoadInt64(&r.peakBytes) && l <= stdatomic.LoadInt64(&r.peakLive) && r.scopes.none() {
 				return nil
 			}
 		}
@@ -242,13 +246,22 @@ func (r *Record) keep() error {
 	return nil
 }
 
+// raisePeaks lifts the peaks of the bytes (the record's and the open
+// scopes') and of the live buffers to bytes and live.
 func (r *Record) raisePeaks(bytes, live int64) {
-	if bytes > stdatomic.LoadInt64(&r.peakBytes) {
-		raise(&r.peakBytes, bytes)
-	}
+	r.raiseBytes(bytes)
 	if live > stdatomic.LoadInt64(&r.peakLive) {
 		raise(&r.peakLive, live)
 	}
+}
+
+// raiseBytes lifts the record's peak of the bytes and the open scopes'
+// peaks to bytes.
+func (r *Record) raiseBytes(bytes int64) {
+	if bytes > stdatomic.LoadInt64(&r.peakBytes) {
+		raise(&r.peakBytes, bytes)
+	}
+	r.scopes.raise(bytes)
 }
 
 // Free records the release of one buffer of n bytes. It fails with
@@ -304,9 +317,7 @@ func (r *Record) freeSlow(n, v int64, c uint64) error {
 		// with the same raise) or adds past MaxBytes (not raised); under
 		// a limit no Alloc succeeds on the fast path.
 		if w := stdatomic.AddInt64(&r.bytes, n-tagUnit) & lowMask; w <= MaxBytes {
-			if w > stdatomic.LoadInt64(&r.peakBytes) {
-				raise(&r.peakBytes, w)
-			}
+			r.raiseBytes(w)
 		}
 	}
 	return r.freeExact(n, false)

@@ -1,6 +1,7 @@
 // fakecuda is a stand-in for the NVIDIA driver (libcuda.so.1) for memtrack's
 // tests on machines without a GPU. It is test equipment, never part of the
-// library: scripts/test-cuda.sh builds it with
+// library, and a model of the driver's documented behaviour: RULES.md lists
+// each rule it follows with its source. scripts/test-cuda.sh builds it with
 //
 //	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c -lpthread
 //
@@ -22,8 +23,17 @@
 //	                           fails with CUDA_ERROR_NO_DEVICE, as the driver does
 //	FAKECUDA_CAPACITY=b[,b..]  each device's memory in bytes (default 4 GiB);
 //	                           the last value repeats for later devices
+//	FAKECUDA_NAME=s            every device's name (default "memtrack fakecuda
+//	                           N"): a real GPU's name, such as "NVIDIA H200",
+//	                           makes the tests take the branches they take on
+//	                           a real GPU, where they cannot tell the fake
 //	FAKECUDA_CONTEXT_BYTES=b   memory a context takes on its device while it
 //	                           lives (default 0), as a real one does
+//	FAKECUDA_ALLOC_REUSE=1     cuMemAlloc maps whole 2 MiB pages and hands a
+//	                           freed range out again to the next allocation
+//	                           that fits in it, whatever its size, as the
+//	                           driver may; by default addresses come from
+//	                           malloc, which reuses them less eagerly
 //	FAKECUDA_FAIL_ALLOC=n      the n-th cuMemAlloc of the process fails with
 //	                           CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE=n       the n-th cuMemFree of the process fails with
@@ -60,6 +70,7 @@ struct alloc {
 	struct alloc *next;
 	void *mem;
 	size_t size;
+	size_t extent; // FAKECUDA_ALLOC_REUSE: the 2 MiB pages mapped for it
 	int device;
 };
 
@@ -74,6 +85,9 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int ndevices = 1;
 static size_t capacity[MAX_DEVICES];
 static size_t context_bytes;
+static const char *device_name;
+static int alloc_reuse;
+static struct alloc *unmapped; // FAKECUDA_ALLOC_REUSE: freed ranges, the last freed first
 static long fail_alloc, fail_free;
 static CUresult every_call = CUDA_SUCCESS;
 static struct fault faults[MAX_FAULTS];
@@ -133,16 +147,24 @@ static void configure(void) {
 		contexts[i].primary = 1;
 	}
 	context_bytes = (size_t)env_long("FAKECUDA_CONTEXT_BYTES", 0);
+	alloc_reuse = env_long("FAKECUDA_ALLOC_REUSE", 0) != 0;
+	device_name = getenv("FAKECUDA_NAME");
+	if (device_name && !*device_name) device_name = NULL;
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
 	configure_faults(getenv("FAKECUDA_FAIL"));
 }
 
-// sticky reports whether cuda.h (11.8) says that r leaves the process in a
-// state where every later call fails with it.
+// sticky reports whether cuda.h says that r leaves the process in an
+// inconsistent state where every later call fails with it: the codes of the
+// 11.8 header by name, and those later headers add by number (226
+// CUDA_ERROR_CONTAINED, 721 CUDA_ERROR_TENSOR_MEMORY_LEAK).
 static int sticky(CUresult r) {
-	switch (r) {
+	switch ((int)r) {
+	case 226:
+	case 721:
+	case CUDA_ERROR_EXTERNAL_DEVICE:
 	case CUDA_ERROR_ILLEGAL_ADDRESS:
 	case CUDA_ERROR_LAUNCH_TIMEOUT:
 	case CUDA_ERROR_ASSERT:
@@ -234,8 +256,19 @@ static CUresult usable(CUcontext ctx) {
 // ---- shared with fakecuda_stream.c (streams, events, memory pools)
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
+CUresult fakecuda_unsafe_call(void);
 
 CUresult fakecuda_ready(const char *fn) { return ready(fn); }
+CUcontext fakecuda_current(void) { return current(); }
+
+// fakecuda_poisoned returns the sticky error the process met, or 0.
+CUresult fakecuda_poisoned(void) {
+	pthread_mutex_lock(&mu);
+	CUresult r = poisoned;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+int fakecuda_context_device(CUcontext ctx) { return ctx->device; }
 CUresult fakecuda_in_context(const char *fn, int *device) { return in_context(fn, device); }
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out) { return on_device(fn, dev, out); }
 
@@ -284,8 +317,15 @@ static const struct {
 	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
 	{CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
 	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{CUDA_ERROR_EXTERNAL_DEVICE, "CUDA_ERROR_EXTERNAL_DEVICE", "unspecified error in an external device"},
 	{CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
 	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	{CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+	{CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+	{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+	{CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"},
+	{CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"},
 	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -350,7 +390,10 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
 	CUresult r = on_device("cuDeviceGetName", dev, name);
 	if (r != CUDA_SUCCESS) return r;
 	if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
-	snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
+	if (device_name)
+		snprintf(name, (size_t)len, "%s", device_name);
+	else
+		snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
 	return CUDA_SUCCESS;
 }
 
@@ -502,10 +545,14 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 
 // ---- memory
 
+// cuMemAlloc and cuMemFree are potentially unsafe during stream capture
+// (cuThreadExchangeStreamCaptureMode): where the thread's capture mode
+// prohibits them, they fail and invalidate the captures concerned.
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	int dev;
 	CUresult r = in_context("cuMemAlloc", &dev);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
 	struct alloc *a = malloc(sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -520,7 +567,28 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	pthread_mutex_unlock(&mu);
 	// Host memory stands for device memory; malloc maps large blocks lazily,
 	// so untouched gigabytes cost no RAM.
-	a->mem = malloc(bytesize);
+	a->mem = NULL;
+	if (alloc_reuse) {
+		size_t page = (size_t)2 << 20;
+		pthread_mutex_lock(&mu);
+		for (struct alloc **q = &unmapped; *q; q = &(*q)->next) {
+			if ((*q)->extent >= bytesize) {
+				struct alloc *u = *q;
+				*q = u->next;
+				a->mem = u->mem;
+				a->extent = u->extent;
+				free(u);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&mu);
+		if (!a->mem) {
+			a->extent = (bytesize + page - 1) / page * page;
+			a->mem = malloc(a->extent);
+		}
+	} else {
+		a->mem = malloc(bytesize);
+	}
 	if (!a->mem) {
 		pthread_mutex_lock(&mu);
 		used[dev] -= bytesize;
@@ -542,6 +610,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	int dev;
 	CUresult r = in_context("cuMemFree", &dev);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&mu);
 	long n = ++nfrees;
 	struct alloc **p = &live;
@@ -557,6 +626,12 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	struct alloc *a = *p;
 	*p = a->next;
 	used[a->device] -= a->size;
+	if (alloc_reuse) {
+		a->next = unmapped;
+		unmapped = a;
+		pthread_mutex_unlock(&mu);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_unlock(&mu);
 	free(a->mem);
 	free(a);

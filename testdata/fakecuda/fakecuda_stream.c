@@ -24,6 +24,18 @@
 //	                              file path exists: a test holds every stream
 //	                              back, then creates the file to let them run
 //	FAKECUDA_POOL_ROUND=b         round each pool allocation up to b bytes (default 1)
+//	FAKECUDA_POOL_FREE=r          when a cuMemFreeAsync's bytes leave the pool's
+//	                              USED_MEM_CURRENT, which the reference does not
+//	                              settle: "executed" (default), when the stream
+//	                              executes the free; "enqueued", at once, as
+//	                              memory the pool may give to later allocations
+//	                              on the same stream
+//	FAKECUDA_TRIM_OBSERVED=r      what makes the host observe a stream's free
+//	                              complete, so that cuMemPoolTrimTo may release
+//	                              its memory: "sync" (default), a synchronize of
+//	                              the stream or of an event after the free;
+//	                              "query", also a cuEventQuery that finds such
+//	                              an event reached
 //	FAKECUDA_NO_POOLS=1           no device supports memory pools:
 //	                              CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0
 //	                              and the pool calls fail with CUDA_ERROR_NOT_SUPPORTED
@@ -31,10 +43,20 @@
 //	                              CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE_ASYNC=n    the n-th cuMemFreeAsync fails with
 //	                              CUDA_ERROR_INVALID_VALUE and frees nothing
+//	FAKECUDA_HOSTFN_DELAY_US=n    each host function waits n µs before it runs
+//	                              (the driver runs them on a thread of its own,
+//	                              later than the stream reaches them)
+//	FAKECUDA_HOSTFN_SERIAL=0      host functions of different streams run at
+//	                              once; by default one at a time, as the
+//	                              reference allows ("may be serialized")
+//	FAKECUDA_UNORDERED=allow      a cuMemFreeAsync on a stream not ordered
+//	                              after the allocation passes; by default the
+//	                              fake aborts the process, naming both streams
 #include <cuda.h>
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,8 +65,15 @@
 #define MAX_DEVICES 16
 #define GRANULE ((size_t)2 << 20)
 
+struct CUstream_st;
+static CUresult graph_alloc(struct CUstream_st *s, CUdeviceptr *dptr, size_t size);
+static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr);
+
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
+CUcontext fakecuda_current(void);
+CUresult fakecuda_poisoned(void);
+int fakecuda_context_device(CUcontext ctx);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
@@ -64,8 +93,23 @@ struct op {
 	size_t n;                 // OP_MEMSET
 };
 
+#define MAX_KNOWN 16
+
 struct CUstream_st {
 	int device;
+	CUcontext ctx;   // the context it was created in; NULL for a legacy default stream
+	int legacy;      // a device's legacy default stream
+	int nonblocking; // CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
+	long enq;        // operations enqueued so far, allocations included
+	long host_seen;  // enq when the host last saw the stream drained (a synchronize)
+	int capturing;   // CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED, or 0
+	CUstreamCaptureMode capture_mode;
+	pthread_t capture_thread; // the thread that began the capture
+	struct CUgraph_st *graph; // what the capture recorded
+	struct {         // what this stream waits for of others (cuStreamWaitEvent)
+		struct CUstream_st *stream;
+		long pos;
+	} known[MAX_KNOWN];
 	pthread_t thread;
 	pthread_cond_t cond; // signalled on a new operation for a sleeping worker, and stop
 	pthread_cond_t idle; // signalled when the stream runs dry while someone drains it
@@ -77,8 +121,26 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+	CUcontext ctx; // the context it was created in
 	long recorded; // records so far
 	long done;     // the last record its stream executed
+	struct CUstream_st *stream; // the stream of the last record
+	long pos;                   // that stream's enq at the last record
+	int captured;               // the last record was captured into a graph
+	int pending;                // records and waits enqueued, not yet executed
+	int destroyed;              // cuEventDestroy was called: freed once nothing is pending
+};
+
+// release_event frees a destroyed event once no stream operation refers to
+// it (smu held): the driver lets a destroyed event complete, and a stream
+// waiting for it still waits.
+static void release_event(struct CUevent_st *e) {
+	if (e->destroyed && e->pending == 0) free(e);
+}
+
+// A graph a capture returned: the fake keeps only how many nodes it holds.
+struct CUgraph_st {
+	long nodes;
 };
 
 struct palloc {
@@ -88,25 +150,42 @@ struct palloc {
 	size_t used; // counted in the pool: size rounded up
 	int device;
 	int freeing; // a cuMemFreeAsync of it is enqueued
+	int graph;   // a graph allocation, made during a capture: not in the pool
+	int uncounted; // its bytes already left the pool's used figure (FAKECUDA_POOL_FREE=enqueued)
+	struct CUstream_st *free_stream; // cuMemFreeAsync: its stream and its position there
+	long free_pos;
+	struct CUmemPoolHandle_st *pool;
+	struct CUstream_st *stream; // the stream it was allocated on
+	long pos;                   // that stream's enq after the allocation
 };
 
 struct CUmemPoolHandle_st {
 	int device;
+	int alive;
 	size_t reserved, reserved_high, used, used_high, threshold;
+	size_t unobserved; // freed by a stream, not yet seen complete by the host (a synchronize)
 };
 
 static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
-static int no_pools;
+static int no_pools, allow_unordered, free_enqueued, trim_query;
+static long hostfn_delay_us;
+static int hostfn_serial = 1;
+static pthread_mutex_t hostfn_mu = PTHREAD_MUTEX_INITIALIZER; // one host function at a time
 
 // smu guards everything below and in the streams, events and pools.
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER; // an event was reached
 static long nallocs_async, nfrees_async;
-static struct CUmemPoolHandle_st pools[MAX_DEVICES];
+#define MAX_POOLS (MAX_DEVICES + 16)
+// pools: each device's default pool first, then those cuMemPoolCreate made.
+static struct CUmemPoolHandle_st pools[MAX_POOLS];
+static struct CUmemPoolHandle_st *current_pool[MAX_DEVICES]; // cuDeviceSetMemPool; NULL: the default
 static struct CUstream_st *default_streams[MAX_DEVICES];
+#define MAX_STREAMS 1024
+static struct CUstream_st *all_streams[MAX_STREAMS]; // the streams created, for the legacy stream's implicit order
 static struct palloc *plive;
 
 static long senv(const char *name, long def) {
@@ -121,9 +200,17 @@ static void sconfigure(void) {
 	long r = senv("FAKECUDA_POOL_ROUND", 1);
 	pool_round = r > 0 ? (size_t)r : 1;
 	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
+	hostfn_delay_us = senv("FAKECUDA_HOSTFN_DELAY_US", 0);
+	hostfn_serial = senv("FAKECUDA_HOSTFN_SERIAL", 1) != 0;
+	const char *u = getenv("FAKECUDA_UNORDERED");
+	allow_unordered = u && strcmp(u, "allow") == 0;
 	fail_alloc_async = senv("FAKECUDA_FAIL_ALLOC_ASYNC", 0);
 	fail_free_async = senv("FAKECUDA_FAIL_FREE_ASYNC", 0);
-	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i;
+	for (int i = 0; i < MAX_DEVICES; i++) pools[i].device = i, pools[i].alive = 1;
+	const char *f = getenv("FAKECUDA_POOL_FREE");
+	free_enqueued = f && strcmp(f, "enqueued") == 0;
+	const char *tq = getenv("FAKECUDA_TRIM_OBSERVED");
+	trim_query = tq && strcmp(tq, "query") == 0;
 }
 
 // sready is the prologue of every call named fn here: fakecuda.c's checks
@@ -145,22 +232,60 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // pool_release returns the pool's reserved memory above max(keep, used) to
 // the device, in whole granules.
 static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
-	size_t want = round_up(p->used > keep ? p->used : keep, GRANULE);
+	// Frees whose completion the host has not observed can count as
+	// outstanding (cuMemPoolTrimTo): the fake keeps them reserved.
+	size_t out = p->used + p->unobserved;
+	size_t want = round_up(out > keep ? out : keep, GRANULE);
 	if (p->reserved > want) {
 		fakecuda_give(p->device, p->reserved - want);
 		p->reserved = want;
 	}
 }
 
-static void pool_free(struct palloc *a) {
-	struct CUmemPoolHandle_st *p = &pools[a->device];
+// A free a stream executed whose completion the host has not observed yet
+// (smu held): cuMemPoolTrimTo keeps its memory.
+struct unobs {
+	struct unobs *next;
+	struct CUmemPoolHandle_st *pool;
+	struct CUstream_st *stream;
+	long pos;
+	size_t bytes;
+};
+static struct unobs *unobserved_list;
+
+static void unobserved_add(struct CUmemPoolHandle_st *p, struct CUstream_st *s, long pos, size_t bytes) {
+	struct unobs *u = malloc(sizeof *u);
+	if (!u) return; // then the memory counts as observed: the fake errs on the lax side only here
+	*u = (struct unobs){.next = unobserved_list, .pool = p, .stream = s, .pos = pos, .bytes = bytes};
+	unobserved_list = u;
+	p->unobserved += bytes;
+}
+
+// observe records that the host has seen the first pos operations of s
+// complete (smu held); s NULL: every stream (a stream being destroyed).
+static void observe(struct CUstream_st *s, long pos) {
+	for (struct unobs **q = &unobserved_list; *q;) {
+		struct unobs *u = *q;
+		if ((s == NULL || u->stream == s) && u->pos <= pos) {
+			u->pool->unobserved -= u->bytes;
+			*q = u->next;
+			free(u);
+		} else {
+			q = &u->next;
+		}
+	}
+}
+
+static void pool_free(struct palloc *a, int by_stream) {
+	struct CUmemPoolHandle_st *p = a->pool ? a->pool : &pools[a->device];
 	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
 		if (*q == a) {
 			*q = a->next;
 			break;
 		}
 	}
-	p->used -= a->used;
+	if (!a->uncounted) p->used -= a->used;
+	if (by_stream) unobserved_add(p, a->free_stream, a->free_pos, a->used);
 	free(a->mem);
 	free(a);
 }
@@ -171,22 +296,37 @@ static void execute(struct CUstream_st *s, struct op *o) {
 	switch (o->kind) {
 	case OP_FREE:
 		pthread_mutex_lock(&smu);
-		pool_free(o->alloc);
+		pool_free(o->alloc, 1);
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_RECORD:
 		pthread_mutex_lock(&smu);
 		if (o->gen > o->event->done) o->event->done = o->gen;
+		o->event->pending--;
+		release_event(o->event);
 		pthread_cond_broadcast(&event_cond);
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_WAIT:
 		pthread_mutex_lock(&smu);
 		while (o->event->done < o->gen) pthread_cond_wait(&event_cond, &smu);
+		o->event->pending--;
+		release_event(o->event);
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_HOSTFN:
+		// A host function is not called after an error in the context
+		// (cuLaunchHostFunc); host functions of different streams may be
+		// serialized, and the fake serializes them unless
+		// FAKECUDA_HOSTFN_SERIAL=0; each waits FAKECUDA_HOSTFN_DELAY_US first.
+		if (fakecuda_poisoned() != CUDA_SUCCESS) break;
+		if (hostfn_delay_us > 0) {
+			struct timespec ts = {hostfn_delay_us / 1000000, (hostfn_delay_us % 1000000) * 1000};
+			nanosleep(&ts, NULL);
+		}
+		if (hostfn_serial) pthread_mutex_lock(&hostfn_mu);
 		o->fn(o->data);
+		if (hostfn_serial) pthread_mutex_unlock(&hostfn_mu);
 		break;
 	case OP_MEMSET:
 		memset(o->data, o->value, o->n);
@@ -238,6 +378,13 @@ static void *worker(void *arg) {
 static struct CUstream_st *stream_new(int device) {
 	struct CUstream_st *s = calloc(1, sizeof *s);
 	if (!s) return NULL;
+	int slot = -1;
+	for (int i = 0; i < MAX_STREAMS && slot < 0; i++)
+		if (!all_streams[i]) slot = i;
+	if (slot < 0) {
+		free(s);
+		return NULL;
+	}
 	s->device = device;
 	pthread_cond_init(&s->cond, NULL);
 	pthread_cond_init(&s->idle, NULL);
@@ -245,29 +392,95 @@ static struct CUstream_st *stream_new(int device) {
 		free(s);
 		return NULL;
 	}
+	all_streams[slot] = s;
 	return s;
 }
 
+// special reports whether h is one of the handles that name the calling
+// thread's current context's default stream.
+static int special(CUstream h) { return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD; }
+
+// stream_ctx returns the context of stream s as the handle h named it: its
+// own, or the current one for a default stream.
+static CUcontext stream_ctx(CUstream h, struct CUstream_st *s) { return special(h) ? fakecuda_current() : s->ctx; }
+
 // resolve returns the stream a handle names: the legacy default stream of
-// the current context's device for the special handles.
+// the current context's device for the special handles. It needs a current
+// context, as every call on a stream does.
 static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, int *devp) {
 	int dev;
 	CUresult r = fakecuda_in_context(fn, &dev);
 	if (r == CUDA_SUCCESS && devp) *devp = dev;
 	if (r != CUDA_SUCCESS) return r;
-	if (h != NULL && h != CU_STREAM_LEGACY && h != CU_STREAM_PER_THREAD) {
+	if (!special(h)) {
 		*out = h;
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&smu);
-	if (!default_streams[dev]) default_streams[dev] = stream_new(dev);
+	if (!default_streams[dev] && (default_streams[dev] = stream_new(dev))) default_streams[dev]->legacy = 1;
 	*out = default_streams[dev];
 	pthread_mutex_unlock(&smu);
 	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 // enqueue appends o to s (smu held).
+static void append(struct CUstream_st *s, struct op *o);
+static void implicit_order(struct CUstream_st *s);
+
 static void enqueue(struct CUstream_st *s, struct op *o) {
+	if (!s->capturing) implicit_order(s);
+	append(s, o);
+}
+
+// barrier makes the work enqueued on `to` from now on wait for the work
+// enqueued on `from` so far, with an event of the fake's own (smu held).
+static void barrier(struct CUstream_st *from, struct CUstream_st *to) {
+	struct CUevent_st *e = calloc(1, sizeof *e);
+	struct op *rec = malloc(sizeof *rec), *wait = malloc(sizeof *wait);
+	if (!e || !rec || !wait) {
+		free(e), free(rec), free(wait);
+		return;
+	}
+	e->recorded = 1;
+	e->pending = 2;
+	e->destroyed = 1; // freed once both have executed
+	*rec = (struct op){.kind = OP_RECORD, .event = e, .gen = 1};
+	*wait = (struct op){.kind = OP_WAIT, .event = e, .gen = 1};
+	append(from, rec);
+	append(to, wait);
+}
+
+// implicit_order gives work enqueued on s the order the legacy default
+// stream imposes (smu held): work on the legacy stream waits for all work
+// enqueued before on the blocking streams of its device, and work on a
+// blocking stream waits for the work enqueued before on the legacy stream
+// ("Stream synchronization behavior" of the driver API reference;
+// CU_STREAM_NON_BLOCKING streams are exempt). A stream that has run
+// everything it was given needs no barrier.
+static void implicit_order(struct CUstream_st *s) {
+	if (s->nonblocking) return;
+	if (s->legacy) {
+		for (int i = 0; i < MAX_STREAMS; i++) {
+			struct CUstream_st *t = all_streams[i];
+			if (t && t != s && !t->legacy && !t->nonblocking && !t->capturing && t->device == s->device && (t->head || t->busy))
+				barrier(t, s);
+		}
+		return;
+	}
+	struct CUstream_st *l = default_streams[s->device];
+	if (l && (l->head || l->busy)) barrier(l, s);
+}
+
+// append adds o to the end of s (smu held).
+static void append(struct CUstream_st *s, struct op *o) {
+	if (s->capturing) {
+		// Captured into the graph, not executed (cuStreamBeginCapture): a
+		// host function runs when the graph is launched, on every launch.
+		if (s->graph) s->graph->nodes++;
+		free(o);
+		return;
+	}
+	s->enq++;
 	o->next = NULL;
 	if (s->tail)
 		s->tail->next = o;
@@ -300,7 +513,10 @@ static void drain(struct CUstream_st *s) {
 // synchronized releases what the pools reserve above their thresholds, as
 // the driver does at a synchronization (smu held).
 static void synchronized(void) {
-	for (int i = 0; i < MAX_DEVICES; i++) pool_release(&pools[i], pools[i].threshold);
+	for (int i = 0; i < MAX_POOLS; i++) {
+		if (!pools[i].alive) continue;
+		pool_release(&pools[i], pools[i].threshold);
+	}
 }
 
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
@@ -309,8 +525,13 @@ CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	CUresult r = fakecuda_in_context("cuStreamCreate", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!ph) return CUDA_ERROR_INVALID_VALUE;
+	if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
 	struct CUstream_st *s = stream_new(dev);
+	pthread_mutex_unlock(&smu);
 	if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+	s->nonblocking = (flags & CU_STREAM_NON_BLOCKING) != 0;
+	s->ctx = fakecuda_current();
 	*ph = s;
 	return CUDA_SUCCESS;
 }
@@ -321,6 +542,9 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
 	drain(h);
+	observe(h, h->enq);
+	for (int i = 0; i < MAX_STREAMS; i++)
+		if (all_streams[i] == h) all_streams[i] = NULL;
 	h->stop = 1;
 	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&smu);
@@ -337,9 +561,30 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	CUresult r = resolve("cuStreamSynchronize", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
+	if (s->capturing) {
+		// Not permitted while the stream captures; it invalidates the capture.
+		s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
+	long enq = s->enq;
 	drain(s);
+	if (enq > s->host_seen) s->host_seen = enq;
+	observe(s, enq);
 	synchronized();
 	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// cuStreamGetCtx returns the context a stream was created in; for the
+// special handles, the calling thread's current context.
+CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext *pctx) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamGetCtx", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+	*pctx = stream_ctx(h, s);
 	return CUDA_SUCCESS;
 }
 
@@ -349,19 +594,46 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 	CUresult r = resolve("cuStreamQuery", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
+	if (s->capturing) {
+		s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	int idle = !s->head && !s->busy;
 	pthread_mutex_unlock(&smu);
 	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+// learn records that s waits for stream t's first pos operations (smu held).
+static void learn(struct CUstream_st *s, struct CUstream_st *t, long pos) {
+	int free_slot = -1;
+	for (int i = 0; i < MAX_KNOWN; i++) {
+		if (s->known[i].stream == t) {
+			if (pos > s->known[i].pos) s->known[i].pos = pos;
+			return;
+		}
+		if (!s->known[i].stream && free_slot < 0) free_slot = i;
+	}
+	if (free_slot < 0) free_slot = (int)(t->enq % MAX_KNOWN); // forget one: stricter, never laxer
+	s->known[free_slot].stream = t;
+	s->known[free_slot].pos = pos;
+}
+
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
+	struct CUstream_st *s;
 	sconfig();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = resolve("cuStreamWaitEvent", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	struct op *o = malloc(sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
-	long gen = e->recorded;
+	*o = (struct op){.kind = OP_WAIT, .event = e, .gen = e->recorded};
+	if (e->stream) learn(s, e->stream, e->pos);
+	if (!s->capturing) e->pending++;
+	enqueue(s, o);
 	pthread_mutex_unlock(&smu);
-	struct op o = {.kind = OP_WAIT, .event = e, .gen = gen};
-	return push("cuStreamWaitEvent", h, &o);
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
@@ -378,14 +650,155 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CU
 	return push("cuMemsetD8Async", h, &o);
 }
 
+// ---- stream capture
+
+// Each thread's capture interaction mode (cuThreadExchangeStreamCaptureMode),
+// and how many captures it began that were not relaxed.
+static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static __thread int own_strict_captures;
+static int global_captures; // captures begun in CU_STREAM_CAPTURE_MODE_GLOBAL, by any thread (smu)
+static struct CUstream_st *capturing_streams[64]; // smu
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamBeginCapture", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+	// Capture may not be initiated on the legacy default stream.
+	if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct CUgraph_st *g = calloc(1, sizeof *g);
+	if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&smu);
+	int slot = -1;
+	for (int i = 0; i < 64 && slot < 0; i++)
+		if (!capturing_streams[i]) slot = i;
+	if (s->capturing || slot < 0) {
+		// Only a stream not already capturing may begin.
+		pthread_mutex_unlock(&smu);
+		free(g);
+		return s->capturing ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	capturing_streams[slot] = s;
+	s->capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	s->capture_mode = mode;
+	s->capture_thread = pthread_self();
+	s->graph = g;
+	if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures++;
+	pthread_mutex_unlock(&smu);
+	if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures++;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *phGraph) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamEndCapture", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
+	if (!s->capturing) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->capture_thread, pthread_self())) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+	}
+	int invalidated = s->capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	if (s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures--;
+	for (int i = 0; i < 64; i++)
+		if (capturing_streams[i] == s) capturing_streams[i] = NULL;
+	struct CUgraph_st *g = s->graph;
+	s->graph = NULL;
+	s->capturing = 0;
+	CUstreamCaptureMode mode = s->capture_mode;
+	pthread_mutex_unlock(&smu);
+	if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures--;
+	if (invalidated) {
+		free(g);
+		*phGraph = NULL;
+		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	}
+	*phGraph = g;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve("cuStreamIsCapturing", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!status) return CUDA_ERROR_INVALID_VALUE;
+	*status = (CUstreamCaptureStatus)__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+	CUresult r = sready("cuThreadExchangeStreamCaptureMode");
+	if (r != CUDA_SUCCESS) return r;
+	if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+	CUstreamCaptureMode old = thread_mode;
+	thread_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+// cuGraphGetNodes reports how many nodes the graph holds; the fake gives
+// no node handles, so nodes must be NULL.
+CUresult CUDAAPI cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *numNodes) {
+	CUresult r = sready("cuGraphGetNodes");
+	if (r != CUDA_SUCCESS) return r;
+	if (!g || !numNodes) return CUDA_ERROR_INVALID_VALUE;
+	if (nodes) return CUDA_ERROR_NOT_SUPPORTED;
+	*numNodes = (size_t)g->nodes;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
+	CUresult r = sready("cuGraphDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	if (!g) return CUDA_ERROR_INVALID_VALUE;
+	free(g);
+	return CUDA_SUCCESS;
+}
+
+// fakecuda_unsafe_call is the check of a potentially unsafe call (cuMemAlloc,
+// cuMemFree) on the calling thread: prohibited, unless the thread's mode is
+// relaxed, while the thread has a capture of its own that is not relaxed,
+// or, in global mode, while any thread has a capture begun in global mode.
+// A prohibited call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+// invalidates those captures.
+CUresult fakecuda_unsafe_call(void) {
+	pthread_once(&sconfig_once, sconfigure);
+	if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+	if (own_strict_captures == 0 && (thread_mode != CU_STREAM_CAPTURE_MODE_GLOBAL || !__atomic_load_n(&global_captures, __ATOMIC_ACQUIRE)))
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&smu);
+	pthread_t self = pthread_self();
+	for (int i = 0; i < 64; i++) {
+		struct CUstream_st *s = capturing_streams[i];
+		if (!s) continue;
+		int own = pthread_equal(s->capture_thread, self) && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+		int global = s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+		if (own || global) s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	}
+	pthread_mutex_unlock(&smu);
+	return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 // ---- events
 
+// cuEventCreate creates an event in the current context.
 CUresult CUDAAPI cuEventCreate(CUevent *pe, unsigned int flags) {
-	CUresult r = sready("cuEventCreate");
+	int dev;
+	sconfig();
+	CUresult r = fakecuda_in_context("cuEventCreate", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!pe) return CUDA_ERROR_INVALID_VALUE;
 	struct CUevent_st *e = calloc(1, sizeof *e);
 	if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+	e->ctx = fakecuda_current();
 	*pe = e;
 	return CUDA_SUCCESS;
 }
@@ -394,30 +807,39 @@ CUresult CUDAAPI cuEventDestroy(CUevent e) {
 	CUresult r = sready("cuEventDestroy");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
-	// An event still to be reached by a stream stays allocated: the driver
-	// too lets a destroyed event complete.
 	pthread_mutex_lock(&smu);
-	int reached = e->done >= e->recorded;
+	e->destroyed = 1;
+	release_event(e);
 	pthread_mutex_unlock(&smu);
-	if (reached) free(e);
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
+	struct CUstream_st *s;
 	sconfig();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = resolve("cuEventRecord", h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	// The event and the stream must be of one context (cuEventRecord).
+	if (e->ctx != stream_ctx(h, s)) return CUDA_ERROR_INVALID_HANDLE;
+	struct op *o = malloc(sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
-	long gen = ++e->recorded;
-	pthread_mutex_unlock(&smu);
-	struct op o = {.kind = OP_RECORD, .event = e, .gen = gen};
-	CUresult r = push("cuEventRecord", h, &o);
-	if (r != CUDA_SUCCESS) {
-		// Nothing was enqueued: the record did not happen.
-		pthread_mutex_lock(&smu);
-		if (e->recorded == gen) e->recorded--;
+	if (s->capturing) {
+		e->captured = 1; // a node of the graph: cuEventQuery now refuses it
+		if (s->graph) s->graph->nodes++;
 		pthread_mutex_unlock(&smu);
+		free(o);
+		return CUDA_SUCCESS;
 	}
-	return r;
+	e->captured = 0;
+	*o = (struct op){.kind = OP_RECORD, .event = e, .gen = ++e->recorded};
+	e->pending++;
+	enqueue(s, o);
+	e->stream = s;
+	e->pos = s->enq;
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent e) {
@@ -425,8 +847,12 @@ CUresult CUDAAPI cuEventQuery(CUevent e) {
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
-	int reached = e->done >= e->recorded;
+	int reached = e->done >= e->recorded, captured = e->captured;
+	// FAKECUDA_TRIM_OBSERVED=query: a query that finds the event reached is
+	// an observation by the host, as a synchronize is.
+	if (reached && !captured && trim_query && e->stream) observe(e->stream, e->pos);
 	pthread_mutex_unlock(&smu);
+	if (captured) return CUDA_ERROR_CAPTURED_EVENT;
 	return reached ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -435,7 +861,13 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&smu);
+	if (e->captured) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_CAPTURED_EVENT;
+	}
 	while (e->done < e->recorded) pthread_cond_wait(&event_cond, &smu);
+	if (e->stream && e->pos > e->stream->host_seen) e->stream->host_seen = e->pos;
+	if (e->stream) observe(e->stream, e->pos);
 	synchronized();
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
@@ -465,11 +897,71 @@ CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
 	return CUDA_SUCCESS;
 }
 
+// cuDeviceGetMemPool returns the device's current pool: its default pool
+// until cuDeviceSetMemPool sets another.
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceGetMemPool", dev, pool);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&smu);
+	*pool = current_pool[dev] ? current_pool[dev] : &pools[dev];
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+	sconfig();
+	CUresult r = fakecuda_on_device("cuDeviceSetMemPool", dev, pool);
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	if (pool < &pools[0] || pool >= &pools[MAX_POOLS] || !pool->alive || pool->device != dev) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
+	current_pool[dev] = pool;
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// cuMemPoolCreate makes a pool of device memory on props->location.id.
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+	CUresult r = sready("cuMemPoolCreate");
+	if (r != CUDA_SUCCESS) return r;
+	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+	    props->location.id >= MAX_DEVICES || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	int dev = props->location.id, unused;
+	if ((r = fakecuda_on_device("cuMemPoolCreate", dev, &unused)) != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
+	struct CUmemPoolHandle_st *p = NULL;
+	for (int i = MAX_DEVICES; i < MAX_POOLS && !p; i++)
+		if (!pools[i].alive) p = &pools[i];
+	if (p) *p = (struct CUmemPoolHandle_st){.device = dev, .alive = 1};
+	pthread_mutex_unlock(&smu);
+	if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+	*pool = p;
+	return CUDA_SUCCESS;
+}
+
+// cuMemPoolDestroy: a pool current to its device stays usable until another
+// is set; the fake, like the driver, makes the default pool current again.
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool p) {
+	CUresult r = sready("cuMemPoolDestroy");
+	if (r != CUDA_SUCCESS) return r;
+	if (p < &pools[MAX_DEVICES] || p >= &pools[MAX_POOLS] || !p->alive) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&smu);
+	if (current_pool[p->device] == p) current_pool[p->device] = NULL;
+	pool_release(p, 0);
+	p->alive = 0;
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
 static CUresult valid_pool(const char *fn, CUmemoryPool p) {
 	CUresult r = sready(fn);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
-	if (p < &pools[0] || p >= &pools[MAX_DEVICES]) return CUDA_ERROR_INVALID_VALUE;
+	if (p < &pools[0] || p >= &pools[MAX_POOLS] || !p->alive) return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;
 }
 
@@ -533,14 +1025,19 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-	if (s->device != dev) return CUDA_ERROR_INVALID_CONTEXT;
+	// The allocation comes from the pool current to the stream's device,
+	// whatever the current context's device (cuMemAllocAsync).
+	dev = s->device;
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) return graph_alloc(s, dptr, size);
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	a->size = size;
 	a->used = round_up(size, pool_round);
 	a->device = dev;
-	struct CUmemPoolHandle_st *p = &pools[dev];
 	pthread_mutex_lock(&smu);
+	// From the device's current pool (cuDeviceGetMemPool).
+	struct CUmemPoolHandle_st *p = current_pool[dev] ? current_pool[dev] : &pools[dev];
+	a->pool = p;
 	long n = ++nallocs_async;
 	if (n == fail_alloc_async || a->used > SIZE_MAX - GRANULE - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
 	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, GRANULE) : 0;
@@ -569,9 +1066,41 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
 	a->next = plive;
 	plive = a;
+	a->stream = s;
+	a->pos = ++s->enq; // the allocation is an operation of the stream
 	pthread_mutex_unlock(&smu);
 	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
 	return CUDA_SUCCESS;
+}
+
+// ordered_after reports whether work enqueued on s now runs after the
+// allocation a (smu held): s is a's stream; or the host has seen a's stream
+// drained past it (cuStreamSynchronize, cuEventSynchronize); or s waits for
+// an event recorded on a's stream after it (cuStreamWaitEvent); or one of
+// the two is the legacy default stream and the other a blocking stream,
+// which the legacy stream synchronizes with.
+static int ordered_after(struct CUstream_st *s, struct palloc *a) {
+	struct CUstream_st *t = a->stream;
+	if (!t || t == s || t->host_seen >= a->pos) return 1;
+	if ((t->legacy && !s->nonblocking) || (s->legacy && !t->nonblocking)) return 1;
+	for (int i = 0; i < MAX_KNOWN; i++)
+		if (s->known[i].stream == t && s->known[i].pos >= a->pos) return 1;
+	return 0;
+}
+
+// unordered_free stops the process: the driver API's stream-ordered
+// allocator requires every access of an allocation, its free included, to
+// come between the stream executions of the allocation and the free; a free
+// on a stream not ordered after the allocation is undefined behaviour,
+// which the fake reports as a sanitizer would, unless FAKECUDA_UNORDERED=allow.
+static void unordered_free(struct CUstream_st *s, struct palloc *a) {
+	if (allow_unordered) return;
+	fprintf(stderr,
+		"fakecuda: cuMemFreeAsync of %p (allocated on stream %p) on stream %p, which is not ordered after the "
+		"allocation: record an event after it and cuStreamWaitEvent, or synchronize (undefined behaviour on a "
+		"real driver)\n",
+		a->mem, (void *)a->stream, (void *)s);
+	abort();
 }
 
 // find returns the live pool allocation at dptr (smu held).
@@ -586,6 +1115,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	sconfig();
 	CUresult r = resolve("cuMemFreeAsync", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) return graph_free(s, dptr);
 	struct op *o = calloc(1, sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
@@ -596,11 +1126,67 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 		free(o);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	if (!ordered_after(s, a)) unordered_free(s, a);
 	a->freeing = 1;
+	if (free_enqueued) {
+		// The reading where the pool counts the bytes free as soon as the
+		// free is enqueued, and may give them at once to later
+		// allocations on the same stream.
+		struct CUmemPoolHandle_st *p = a->pool ? a->pool : &pools[a->device];
+		p->used -= a->used;
+		a->uncounted = 1;
+	}
 	o->kind = OP_FREE;
 	o->alloc = a;
 	enqueue(s, o);
+	a->free_stream = s; // its position: the worker executes it only after smu is released
+	a->free_pos = s->enq;
 	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// graph_alloc is cuMemAllocAsync on a capturing stream: the driver adds an
+// allocation node to the graph and returns its address, whose memory the
+// graph takes from the pool when it runs; the pool's figures do not move.
+static CUresult graph_alloc(struct CUstream_st *s, CUdeviceptr *dptr, size_t size) {
+	struct palloc *a = calloc(1, sizeof *a);
+	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+	a->mem = malloc(size);
+	if (!a->mem) {
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->size = size;
+	a->device = s->device;
+	a->graph = 1;
+	pthread_mutex_lock(&smu);
+	a->next = plive;
+	plive = a;
+	if (s->graph) s->graph->nodes++;
+	pthread_mutex_unlock(&smu);
+	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
+	return CUDA_SUCCESS;
+}
+
+// graph_free is cuMemFreeAsync on a capturing stream: a free node, which
+// must be given the address of a graph allocation (cuMemFreeAsync).
+static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr) {
+	pthread_mutex_lock(&smu);
+	struct palloc *a = find(dptr);
+	if (!a || !a->graph) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
+		if (*q == a) {
+			*q = a->next;
+			break;
+		}
+	}
+	if (s->graph) s->graph->nodes++;
+	pthread_mutex_unlock(&smu);
+	free(a->mem);
+	free(a);
 	return CUDA_SUCCESS;
 }
 
@@ -614,7 +1200,7 @@ CUresult fakecuda_pool_free_now(CUdeviceptr dptr) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	pool_free(a);
+	pool_free(a, 0);
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
 }

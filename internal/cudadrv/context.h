@@ -1,0 +1,102 @@
+//go:build cuda
+
+// context.h: how the C helpers of this package run in a device's primary
+// context on whatever thread the goroutine is on: make the context current,
+// operate, and put the thread's previous context back, each result reported
+// apart in a memtrack_result.
+
+#ifndef MEMTRACK_CUDA_CONTEXT_H
+#define MEMTRACK_CUDA_CONTEXT_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+// memtrack_result is what one operation reports: the three results apart,
+// so that the operation's own result decides (see settle in memtrack's
+// backend_cuda.go), and what the operation produced.
+typedef struct {
+	CUresult enter;     // getting or switching the context; the operation ran only if 0
+	CUresult op;        // the operation
+	CUresult restore;   // putting the previous context back
+	CUdeviceptr ptr;    // an allocation
+	size_t free, total; // memtrack_meminfo: cuMemGetInfo
+	CUevent event;      // memtrack_free_async: the event recorded after the free
+	int retired;        // memtrack_free_async: the free is known to be executed
+	int foreign;        // the stream is of another context than ctx (memtrack_enter_stream)
+	int spare_unused;   // memtrack_free_async: the event given was not used
+	CUdevice stream_device; // the stream's device, where other_device
+	int other_device;   // the stream is of another device: the operation did not run
+	int capturing;      // the stream captures a graph: the operation did not run
+} memtrack_result;
+
+// memtrack_enter makes ctx current on the calling thread and returns in
+// *prev the context that was.
+static inline CUresult memtrack_enter(CUcontext ctx, CUcontext *prev) {
+	*prev = NULL;
+	CUresult r = cuCtxGetCurrent(prev);
+	if (r == CUDA_SUCCESS && *prev != ctx) r = cuCtxSetCurrent(ctx);
+	return r;
+}
+
+// memtrack_leave makes prev current again, where memtrack_enter changed it.
+static inline CUresult memtrack_leave(CUcontext ctx, CUcontext prev) {
+	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
+}
+
+// memtrack_enter_stream makes current, on the calling thread, the context
+// that stream belongs to (cuStreamGetCtx: ctx itself for the default
+// streams and ctx's streams), so that an event recorded on the stream is of
+// its context, as cuEventRecord requires. It returns in *prev the context
+// that was current, and reports a stream of another context in res->foreign
+// and one of another device than ctx's in res->other_device, with its
+// device in res->stream_device (nothing else should then run). Undo it with
+// memtrack_leave_stream.
+static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *res) {
+	CUresult r = memtrack_enter(ctx, prev);
+	if (r != CUDA_SUCCESS) return r;
+	CUcontext sctx = NULL;
+	r = cuStreamGetCtx(stream, &sctx);
+	if (r != CUDA_SUCCESS || sctx == ctx) {
+		if (r != CUDA_SUCCESS) memtrack_leave(ctx, *prev);
+		return r;
+	}
+	res->foreign = 1;
+	CUdevice want = 0;
+	r = cuCtxGetDevice(&want);
+	if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(sctx);
+	if (r == CUDA_SUCCESS) r = cuCtxGetDevice(&res->stream_device);
+	if (r == CUDA_SUCCESS && res->stream_device != want) res->other_device = 1;
+	if (r != CUDA_SUCCESS) cuCtxSetCurrent(*prev);
+	return r;
+}
+
+// memtrack_check_capture reports in res->capturing whether stream is
+// capturing a graph (cuStreamIsCapturing), or returns why it cannot say.
+static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *res) {
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUresult r = cuStreamIsCapturing(stream, &st);
+	if (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) res->capturing = 1;
+	return r;
+}
+
+// memtrack_relaxed sets the calling thread's stream capture mode to relaxed
+// and returns the one it had, for memtrack_unrelax: a potentially unsafe
+// call (cuMemAlloc, cuMemFree) made in between then neither fails nor
+// invalidates a capture that another thread, or this one, has begun in
+// global or thread-local mode (cuThreadExchangeStreamCaptureMode).
+static inline CUstreamCaptureMode memtrack_relaxed(void) {
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	if (cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	return m;
+}
+
+static inline void memtrack_unrelax(CUstreamCaptureMode m) {
+	if (m != CU_STREAM_CAPTURE_MODE_RELAXED) cuThreadExchangeStreamCaptureMode(&m);
+}
+
+// memtrack_leave_stream makes prev current again after memtrack_enter_stream.
+static inline CUresult memtrack_leave_stream(CUcontext ctx, CUcontext prev, const memtrack_result *res) {
+	return res->foreign ? cuCtxSetCurrent(prev) : memtrack_leave(ctx, prev);
+}
+
+#endif

@@ -1,0 +1,90 @@
+// Package cudadrv is memtrack's binding of the CUDA driver API (libcuda,
+// built with -tags cuda): the calls that github.com/mumax/3/cuda/cu does not
+// make, or makes at a cost the hot path should not pay. Each operation is
+// one C function, so one cgo transition: it makes the context it needs
+// current on the calling thread, runs the operation and puts the thread's
+// previous context back, and reports the results of the three steps apart
+// (Call), so that the operation's own result decides what memtrack reports.
+//
+// # The driver rules it relies on
+//
+// Each rule below is the driver's documented behaviour, with the page of
+// the CUDA Driver API reference (docs.nvidia.com/cuda/cuda-driver-api) or
+// the comment of cuda.h (CUDA 11.8, as scripts/cuda-dev.sh fetches it) that
+// states it. The fake driver of testdata/fakecuda follows the same rules
+// (its RULES.md), and the tests of this package check them against it.
+//
+//   - Contexts. cuDevicePrimaryCtxRetain retains a device's primary context
+//     and makes nothing current; cuCtxSetCurrent replaces the top of the
+//     calling thread's context stack, and NULL pops it (Primary Context
+//     Management; Context Management). So one call can switch to a context
+//     and back without touching what the thread had below it.
+//
+//   - Sticky errors. cuda.h documents CUDA_ERROR_ILLEGAL_ADDRESS (700),
+//     LAUNCH_TIMEOUT (702), ASSERT (710), HARDWARE_STACK_ERROR (714),
+//     ILLEGAL_INSTRUCTION (715), MISALIGNED_ADDRESS (716),
+//     INVALID_ADDRESS_SPACE (717), INVALID_PC (718), LAUNCH_FAILED (719),
+//     MPS_CLIENT_TERMINATED (810) and EXTERNAL_DEVICE (911) as leaving the
+//     process "in an inconsistent state", every later call returning the
+//     same error; later headers add CONTAINED (226, CUDA 12.x) and
+//     TENSOR_MEMORY_LEAK (721, CUDA 12.8) in the same words. [Sticky] lists
+//     them by number, so a newer driver's codes are known whatever header
+//     memtrack was built with.
+//
+//   - Stream-ordered allocation. cuMemAllocAsync: "The allocation comes from
+//     the memory pool current to the stream's device"; the current pool is
+//     the default one until cuDeviceSetMemPool sets another
+//     (cuDeviceGetMemPool). All accesses of an allocation, its free
+//     included, must come between the stream executions of the allocation
+//     and the free (Stream Ordered Memory Allocator, overview): a free on
+//     another stream needs an event dependency (cuStreamWaitEvent) or a
+//     synchronization first, which [StreamWait] makes.
+//
+//   - Pools. The USED_MEM_HIGH and RESERVED_MEM_HIGH attributes accept only
+//     0, which resets them (cuMemPoolSetAttribute). The release threshold
+//     defaults to 0: at each synchronization the pool returns its unused
+//     memory to the OS (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD). cuMemPoolTrimTo
+//     cannot release memory backing outstanding allocations, and "allocations
+//     that have been asynchronously freed but whose completion has not been
+//     observed on the host (eg. by a synchronize) can count as outstanding".
+//     When a free's bytes leave USED_MEM_CURRENT, at its execution or as soon
+//     as it is enqueued, the reference does not say.
+//
+//   - Events. cuEventRecord: "hEvent and hStream must be from the same
+//     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the
+//     context it was created in (cuStreamGetCtx). FreeAsync therefore runs
+//     in the stream's context and records an event of that context.
+//
+//   - Host functions. cuLaunchHostFunc: the function "will block work added
+//     after it"; "host functions without a mandated order (such as in
+//     independent streams) execute in undefined order and may be
+//     serialized"; it must make no CUDA call; and "the function will not be
+//     called in the event of an error in the CUDA context". memtrack's host
+//     function only adds to a counter in C memory ([RetiredCounter]); events
+//     are memtrack's default way of learning of a free, as PyTorch's and
+//     CuPy's allocators use them.
+//
+//   - Stream capture. During cuStreamBeginCapture, the work pushed into the
+//     stream is captured into a graph, not executed; capture may not begin
+//     on CU_STREAM_LEGACY; cuStreamEndCapture of a capture not begun in
+//     relaxed mode must come from the same thread, and returns no graph if
+//     the capture was invalidated (cuStreamBeginCapture, cuStreamEndCapture).
+//     cuThreadExchangeStreamCaptureMode: in global mode, while the thread has
+//     a capture not begun in relaxed mode, or any thread has one begun in
+//     global mode, the thread "is prohibited from potentially unsafe API
+//     calls" such as cuMemAlloc; in relaxed mode it is not. cuEventQuery of
+//     an event last recorded in a capture fails with CUDA_ERROR_CAPTURED_EVENT
+//     (cuda.h). [Alloc] and [Free] run in relaxed mode, as PyTorch's caching
+//     allocator wraps cudaMalloc, so that they never invalidate anyone's
+//     capture; [AllocAsync] and [FreeAsync] ask cuStreamIsCapturing and run
+//     nothing on a capturing stream.
+//
+//   - The legacy default stream waits for the work enqueued before on every
+//     blocking stream of its context, and a blocking stream's work waits for
+//     the legacy stream's (Stream synchronization behavior;
+//     CU_STREAM_NON_BLOCKING streams are exempt).
+//
+//   - Device identity. cuDeviceGetUuid_v2 returns, for a device in MIG mode,
+//     the MIG instance's UUID, which nvidia-smi -L prints as MIG-… (NVIDIA
+//     Multi-Instance GPU User Guide).
+package cudadrv
