@@ -54,23 +54,100 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	return b, nil
 }
 
+// alloc is Alloc through category c (see category.go): the category is
+// counted before the device, so that its limit refuses exactly, and a
+// device that then refuses takes it back (tracker.Record.Cancel). Alloc
+// keeps its own path, without the category's steps, so that an allocation
+// outside categories costs what it would without them; the two must
+// otherwise stay alike (category_test.go checks that both count the same).
+func (d Device) alloc(size int64, c Category) (*Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
+	}
+	s, rec, err := d.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if c.set.state != s {
+		return nil, c.gone()
+	}
+	crec := &c.set.recs[c.idx-1]
+	// The limits are checked before the backend is asked, so that a request
+	// over one costs no device memory; the records check again, exactly,
+	// after.
+	if crec.Limit() > 0 {
+		if err := c.overLimit(s, rec, crec, size); err != nil { // category.go
+			return nil, err
+		}
+	}
+	if lim := rec.Limit(); lim > 0 {
+		if cur := rec.Tracked(); size > lim-cur {
+			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
+		}
+	}
+	var b *Buffer // as Alloc makes it: the backend writes straight into it
+	if s.inline && size <= cpuInlineMax {
+		b = newSmallCPUBuffer(size)
+	} else {
+		b = new(Buffer)
+	}
+	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
+	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
+		return nil, d.backendRefusedIn(s, rec, size, err, c)
+	}
+	if err := crec.Alloc(size); err != nil {
+		rec.RecordFailure()
+		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
+	}
+	if err := rec.Alloc(size); err != nil {
+		_ = crec.Cancel(size) // cannot fail: it holds size
+		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
+	}
+	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
+	b.self, b.cat = b, c.idx
+	if sr := s.sites.lookup(d.ordinal); sr != nil {
+		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
+	}
+	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
+		h.allocIn(size, b.site, rec, 0, c.idx, crec) // see history.go
+	}
+	if dl := s.leaks.on.lookup(d.ordinal); dl != nil {
+		watchNewBuffer(dl, s, b) // see leak.go
+	}
+	return b, nil
+}
+
 // The refusals of Alloc, kept out of its fast path.
 
 // overLimit refuses size bytes that the memory limit lim does not leave
 // room for beside the cur bytes tracked.
 func (d Device) overLimit(s *kindState, rec *tracker.Record, size, cur, lim int64) error {
+	return d.overLimitIn(s, rec, size, cur, lim, Category{})
+}
+
+// overLimitIn is overLimit for a request in category c, which counts the
+// failure too.
+func (d Device) overLimitIn(s *kindState, rec *tracker.Record, size, cur, lim int64, c Category) error {
 	rec.RecordFailure()
-	tables[d.kind].history.refused(d.ordinal, size, rec, nil) // see history.go
-	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"})
+	c.recordFailure()
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx, c.rec()) // see history.go
+	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"})
 }
 
 // backendRefused counts and completes the error of a backend that could not
 // allocate size bytes.
 func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, err error) error {
+	return d.backendRefusedIn(s, rec, size, err, Category{})
+}
+
+// backendRefusedIn is backendRefused for a request in category c.
+func (d Device) backendRefusedIn(s *kindState, rec *tracker.Record, size int64, err error, c Category) error {
 	rec.RecordFailure()
-	tables[d.kind].history.refused(d.ordinal, size, rec, err)
+	c.recordFailure()
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
 	err = fillError(err, d, size, rec)
 	if oom, ok := err.(*OutOfMemoryError); ok {
+		oom.Category = c.Name()
 		return d.outOfMemory(s, rec, oom)
 	}
 	return err
@@ -78,10 +155,21 @@ func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, er
 
 // recordRefused gives back the memory of b, which the record refused to
 // count (a concurrent allocation took the room under the limit, or the
-// record is full); the record counted the failure.
+// record is full); the record counted the failure. c is the category of
+// the request, if any, and err its record's refusal where crec is true.
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
-	tables[d.kind].history.refused(d.ordinal, b.size, rec, err)
+	return d.recordRefusedIn(s, rec, b, err, Category{}, false)
+}
+
+// recordRefusedIn is recordRefused for a request in category c; err is
+// the refusal of c's record where crec is true.
+func (d Device) recordRefusedIn(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
+	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx, c.rec())
 	oom := recordRefusal(err, d, b.size, rec.Tracked())
+	oom.Category = c.Name()
+	if crec && oom.Limit > 0 {
+		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
+	}
 	// The memory goes back before the report reads the device and the
 	// observers run, so that neither sees it.
 	ferr := s.b.free(d.ordinal, b.size, &b.mem)

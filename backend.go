@@ -71,6 +71,7 @@ type kindState struct {
 	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
 	observers recorders[oomObservers]    // out-of-memory observers (oom.go)
 	leaks     leakTable                  // watching for leaks (leak.go)
+	cats      recorders[categorySet]     // the devices' categories (category.go)
 }
 
 // tables holds one kindState per kind, created on first use, and the

@@ -35,6 +35,7 @@ type Buffer struct {
 	ordinal int32         // the device, which locates the backend and the record
 	kind    Kind
 	pooled  bool   // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
+	cat     uint8  // its category (category.go), 1-based; 0 for none; in the padding
 	wslot   uint32 // its entry while its device is watched for leaks (leak.go), or 0; in the padding
 }
 
@@ -61,7 +62,7 @@ func (b *Buffer) Free() error {
 	if !claimWatched(b) { // freed as a leak (leak.go)
 		return b.refuseFree()
 	}
-	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled)
+	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled, b.cat)
 	if !released {
 		b.state.Store(bufLive)
 		unclaimWatched(b)
@@ -80,8 +81,9 @@ func (b *Buffer) Free() error {
 // Free, and of the freeing of a leak (leak.go). released reports whether
 // the backend released the memory; if it did, err is the record's refusal
 // to uncount it, if any. pooled says that the memory came from the
-// device's pool (Device.AllocAsync).
-func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, pooled bool) (released bool, err error) {
+// device's pool (Device.AllocAsync); cat is its category (category.go),
+// 1-based, or 0 for none.
+func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, pooled bool, cat uint8) (released bool, err error) {
 	var rec *tracker.Record
 	if s != nil {
 		rec = s.records.Lookup(d.ordinal)
@@ -95,6 +97,12 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if err := rec.Free(size); err != nil {
 		return true, err
 	}
+	var crec *tracker.Record
+	if cat != 0 {
+		if crec = s.categoryOf(d.ordinal, cat); crec != nil {
+			_ = crec.Free(size) // cannot fail: the category holds the buffer
+		}
+	}
 	sideFree(d, size) // the device-side figure (cuda_stream.go)
 	if pooled {
 		pooledFree(d, size) // the pool's share of it (cuda_stream.go)
@@ -103,7 +111,7 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 		st.free(size)
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.free(size, st, rec, 0) // see history.go
+		h.freeIn(size, st, rec, 0, cat, crec) // see history.go
 	}
 	return true, nil
 }

@@ -392,6 +392,12 @@ func cudaSide(d Device) (*deviceSide, error) {
 // Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
 // that uses it is done.
 func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	return d.allocAsync(size, stream, Category{})
+}
+
+// allocAsync is AllocAsync, through category c unless it is the zero
+// Category, which is counted as Device.alloc counts it (category.go).
+func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
 	}
@@ -407,13 +413,19 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, fillError(err, d, size, rec)
 	}
+	var crec *tracker.Record
+	if c.set != nil { // kept out of the path of an allocation without one
+		if crec, err = c.checked(s, rec, size); err != nil { // category.go
+			return nil, err
+		}
+	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
 			// Bad input is refused before a failure is counted.
-			if c := cudadrv.CheckStream(ctx, uintptr(stream)); c.Enter == cudadrv.Success && (c.OtherDevice || c.Capturing) {
-				return nil, refusedStream("AllocAsync", d, stream, c)
+			if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
+				return nil, refusedStream("AllocAsync", d, stream, cs)
 			}
-			return nil, d.overLimit(s, rec, size, cur, lim)
+			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
 		}
 	}
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
@@ -424,27 +436,44 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 		return nil, refusedStream("AllocAsync", d, stream, a)
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
-		return nil, d.backendRefused(s, rec, size, err)
+		return nil, d.backendRefusedIn(s, rec, size, err, c)
 	}
 	b := new(Buffer)
 	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
 	b.mem.ptr, b.pooled = a.Ptr, true
+	// recordRefused releases the memory with cuMemFree, which takes memory
+	// of the pool back at once.
+	if crec != nil {
+		if err := c.count(rec, crec, size); err != nil {
+			return nil, d.recordRefusedIn(s, rec, b, err, c, true)
+		}
+	}
 	if err := rec.Alloc(size); err != nil {
-		// recordRefused releases the memory with cuMemFree, which takes
-		// memory of the pool back at once.
-		return nil, d.recordRefused(s, rec, b, err)
+		c.uncount(crec, size)
+		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	sd.pooled.Add(size)
-	b.self = b
+	b.self, b.cat = b, c.idx
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size) // see sites.go
+		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, b.site, rec, stream) // see history.go
+		h.allocIn(size, b.site, rec, stream, c.idx, crec) // see history.go
 	}
 	watchBuffer(s, b) // see leak.go
 	return b, nil
+}
+
+// AllocAsync allocates size bytes in stream order on the category's device,
+// as [Device.AllocAsync] does, and counts them in the category besides, as
+// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
+// in both.
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if c.set == nil {
+		return nil, fmt.Errorf("%w: AllocAsync of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
+	}
+	return c.dev.allocAsync(size, stream, c)
 }
 
 // FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
@@ -545,11 +574,15 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	if err := rec.Free(b.size); err != nil {
 		return b.uncountFailed(err)
 	}
+	var crec *tracker.Record
+	if b.cat != 0 {
+		crec = b.uncountCategory(s)
+	}
 	if b.site != nil {
 		b.site.free(b.size)
 	}
 	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.free(b.size, b.site, rec, stream) // see history.go
+		h.freeIn(b.size, b.site, rec, stream, b.cat, crec) // see history.go
 	}
 	return nil
 }

@@ -34,6 +34,17 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	return nil, streamsUnsupported("AllocAsync", d)
 }
 
+// AllocAsync allocates size bytes in stream order on the category's device
+// and counts them in the category, as [Device.AllocAsync] does on the
+// device; in a build without -tags cuda it fails as Device.AllocAsync does
+// (with [ErrInvalidCategory] for the zero Category), counting nothing.
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if c.set == nil {
+		return nil, fmt.Errorf("%w: AllocAsync of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
+	}
+	return nil, streamsUnsupported("AllocAsync", c.dev)
+}
+
 // FreeAsync frees a buffer of [Device.AllocAsync] in stream order
 // (cuMemFreeAsync). It fails with [ErrDoubleFree] on a buffer already freed,
 // with [ErrNilBuffer] on a nil buffer and with [ErrInvalidArgument] on a

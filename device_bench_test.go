@@ -1,6 +1,11 @@
 package memtrack
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/memtrack/memtrack/internal/interleave"
+	"github.com/memtrack/memtrack/tracker"
+)
 
 // noopBackend hands out no memory at all, so that a benchmark over it
 // measures only the Device layer: the checks, the counters and the Buffer.
@@ -70,4 +75,48 @@ func BenchmarkCPUPair(b *testing.B) {
 			sinkBytes = make([]byte, size)
 		}
 	})
+}
+
+// BenchmarkCategoryLayer measures, over the backend that does nothing, an
+// Alloc+Free through a category against the same pair on the device
+// without one, in alternating blocks of one run, and a third block: the
+// device's pair followed by a bare tracker.Record Alloc+Free, which is
+// "one more record update" by construction. It reports the three pairs' ns
+// and the ratios category/device and onemore/device.
+func BenchmarkCategoryLayer(b *testing.B) {
+	useBackend(b, KindCUDA, noopBackend{})
+	d := Device{kind: KindCUDA}
+	c, err := d.Category("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const block = 64
+	pair := func(alloc func(int64) (*Buffer, error)) {
+		for range block {
+			buf, err := alloc(1 << 20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := buf.Free(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var extra tracker.Record
+	oneMore := func(n int64) (*Buffer, error) {
+		buf, err := d.Alloc(n)
+		if err == nil {
+			err = extra.Alloc(n)
+		}
+		if err == nil {
+			err = extra.Free(n)
+		}
+		return buf, err
+	}
+	took, n := interleave.Run(b, block, func() { pair(d.Alloc) }, func() { pair(c.Alloc) }, func() { pair(oneMore) })
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(n), "device-ns/pair")
+	b.ReportMetric(float64(took[1].Nanoseconds())/float64(n), "category-ns/pair")
+	b.ReportMetric(float64(took[2].Nanoseconds())/float64(n), "onemore-ns/pair")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "category/device")
+	b.ReportMetric(float64(took[2])/float64(took[0]), "onemore/device")
 }

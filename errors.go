@@ -113,6 +113,10 @@ type OutOfMemoryError struct {
 	Capacity  int64  // the device's memory that refused it (for the CPU, the machine's or its cgroup's); 0 if it was not the cause
 	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
 	Reason    string // what refused it, in words
+	// Category is the category the request was made in ([Category.Alloc]),
+	// or "" for none. Where its own limit refused it, Reason says so and
+	// Tracked and Limit are the category's.
+	Category string
 
 	// The report. Total and Free are 0 where the device's figures could
 	// not be read (MemInfoErr says why).
@@ -131,7 +135,11 @@ type OutOfMemoryError struct {
 
 // Error describes the refused allocation.
 func (e *OutOfMemoryError) Error() string {
-	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested, %d tracked", e.Device, e.Requested, e.Tracked)
+	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested", e.Device, e.Requested)
+	if e.Category != "" {
+		s += fmt.Sprintf(" in category %q", e.Category)
+	}
+	s += fmt.Sprintf(", %d tracked", e.Tracked)
 	if e.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", e.Limit)
 	}

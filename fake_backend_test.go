@@ -18,6 +18,7 @@ type fakeBackend struct {
 	initErr   error   // returned by devices
 	allocErrs []error // returned by the next alloc calls, in order
 	freeErrs  []error // returned by the next free calls, in order
+	onAlloc   func()  // called by every alloc before it allocates, if set
 }
 
 func newFakeBackend(devices int, capacity int64) *fakeBackend {
@@ -32,6 +33,9 @@ func (f *fakeBackend) devices() (int, error) {
 }
 
 func (f *fakeBackend) alloc(ordinal int, size int64, m *memory) error {
+	if f.onAlloc != nil {
+		f.onAlloc()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++

@@ -78,6 +78,12 @@ type HistoryEvent struct {
 	// Stream is the stream of a stream-ordered event ([Device.AllocAsync],
 	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
 	Stream uintptr
+	// Category is the category of the buffer or the request
+	// ([Category.Alloc]), or "" for none, and CategoryTracked the
+	// category's tracked bytes read just after the event (as Tracked is
+	// the device's); 0 for none.
+	Category        string
+	CategoryTracked int64
 }
 
 // HistoryGap is a run of events missing between two recorded ones: a viewer
@@ -142,14 +148,15 @@ func (d Device) DisableMemoryHistory() {
 // of one device take turns, so that no reader leaves out an event that
 // another is reading.
 func (d Device) MemoryHistory() (History, error) {
-	if _, _, err := d.resolve(); err != nil {
+	s, _, err := d.resolve()
+	if err != nil {
 		return History{Device: d}, err
 	}
 	h := tables[d.kind].history.lookup(d.ordinal)
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
-	hist := h.snapshot()
+	hist := h.snapshotIn(s.cats.lookup(d.ordinal))
 	hist.Device = d
 	return hist, nil
 }
@@ -168,14 +175,15 @@ func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
 	if f == nil {
 		return History{Device: d}, fmt.Errorf("%w: RangeMemoryHistory of %v: nil function", ErrInvalidArgument, d)
 	}
-	if _, _, err := d.resolve(); err != nil {
+	s, _, err := d.resolve()
+	if err != nil {
 		return History{Device: d}, err
 	}
 	h := tables[d.kind].history.lookup(d.ordinal)
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
-	hist := h.each(nil, f)
+	hist := h.each(s.cats.lookup(d.ordinal), nil, f)
 	hist.Device = d
 	return hist, nil
 }
@@ -203,6 +211,12 @@ func (t *historyTable) disable(i int) {
 // or nil for memtrack's own check of the limit), an *OutOfMemoryError or
 // another failure.
 func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error) {
+	t.refusedIn(i, size, rec, err, 0, nil)
+}
+
+// refusedIn is refused for a request in category cat (1-based) whose
+// record is crec, or 0 and nil for none.
+func (t *historyTable) refusedIn(i int, size int64, rec *tracker.Record, err error, cat uint8, crec *tracker.Record) {
 	h := t.lookup(i)
 	if h == nil {
 		return
@@ -215,7 +229,7 @@ func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		a = HistoryOutOfMemory
 	}
-	h.record(a, size, rec.Tracked(), nil, 0)
+	h.recordIn(a, size, rec.Tracked(), nil, 0, cat, trackedOf(crec))
 }
 
 // The states of a history slot, in the low bits of its sequence word; the
@@ -257,8 +271,10 @@ type historySlot struct {
 	size   int64
 	cur    int64
 	stream uintptr
+	ccur   int64 // the category's tracked bytes
 	action HistoryAction
-	_      [64 - 41]byte
+	cat    uint8 // the category, 1-based; 0 for none
+	_      [64 - 50]byte
 }
 
 func newHistory(n int) *history {
@@ -276,21 +292,46 @@ func newHistory(n int) *history {
 // alloc records an allocation; s is its site, if recorded, and stream the
 // stream of a stream-ordered allocation.
 func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.record(HistoryAlloc, size, rec.Tracked(), s, stream)
+	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, 0, 0)
 }
 
 // free records a free; s is the buffer's site, if recorded, and stream the
 // stream of a stream-ordered free.
 func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.record(HistoryFree, size, rec.Tracked(), s, stream)
+	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, 0, 0)
 }
 
-// record writes one event into the ring, or counts it lost.
+// allocIn and freeIn are alloc and free in category cat (1-based; 0 for
+// none) whose record is crec (nil for none).
+func (h *history) allocIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
+	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+}
+
+func (h *history) freeIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
+	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+}
+
+// trackedOf returns the bytes r tracks, or 0 for nil.
+func trackedOf(r *tracker.Record) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.Tracked()
+}
+
+// record writes one event without a category into the ring, or counts it
+// lost.
 func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream) {
+	h.recordIn(a, size, cur, s, stream, 0, 0)
+}
+
+// recordIn writes one event of category cat (0: none), which tracks ccur
+// bytes after it, into the ring, or counts it lost.
+func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action = nanos, size, cur, uintptr(stream), a
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur = nanos, size, cur, uintptr(stream), a, cat, ccur
 		if p := h.sites.Load(); p != nil {
 			(*p)[t%uint64(len(h.slots))] = s
 		} else if s != nil {
@@ -327,9 +368,12 @@ func (h *history) claim(t uint64) *historySlot {
 
 // snapshot copies the events still in the ring, the oldest first, and the
 // gaps between them.
-func (h *history) snapshot() History {
+func (h *history) snapshot() History { return h.snapshotIn(nil) }
+
+// snapshotIn is snapshot, with the events' categories named from cats.
+func (h *history) snapshotIn(cats *categorySet) History {
 	var events []HistoryEvent
-	out := h.each(func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
+	out := h.each(cats, func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
 		events = append(events, e)
 		return true
 	})
@@ -342,8 +386,8 @@ func (h *history) snapshot() History {
 // many slots it will read. It returns the history without its events: the
 // gaps between those f was given, and the counts. Each event's slot is
 // claimed while it is copied and let go before f runs; readers take turns
-// for the whole read.
-func (h *history) each(begin func(slots uint64), f func(HistoryEvent) bool) History {
+// for the whole read. cats names the events' categories (nil names none).
+func (h *history) each(cats *categorySet, begin func(slots uint64), f func(HistoryEvent) bool) History {
 	h.readMu.Lock()
 	defer h.readMu.Unlock()
 	head := h.head.Load()
@@ -367,12 +411,14 @@ func (h *history) each(begin func(slots uint64), f func(HistoryEvent) bool) Hist
 			continue // being written, lapped, or dropped
 		}
 		e := HistoryEvent{
-			Seq:     t,
-			Time:    h.start.Add(time.Duration(sl.nanos)),
-			Action:  sl.action,
-			Size:    sl.size,
-			Tracked: sl.cur,
-			Stream:  sl.stream,
+			Seq:             t,
+			Time:            h.start.Add(time.Duration(sl.nanos)),
+			Action:          sl.action,
+			Size:            sl.size,
+			Tracked:         sl.cur,
+			Stream:          sl.stream,
+			Category:        cats.name(sl.cat),
+			CategoryTracked: sl.ccur,
 		}
 		var s *site
 		if sites != nil {

@@ -253,9 +253,10 @@ type watched struct {
 	slot     uint32
 	epoch    uint32
 	tracked  bool
-	pooled   bool // from the device's pool (Device.AllocAsync)
-	reported bool // listed by a LeakCheck; under dl.mu
-	freed    bool // a leak whose memory was freed; under dl.mu
+	pooled   bool  // from the device's pool (Device.AllocAsync)
+	cat      uint8 // its category (category.go), 1-based, or 0
+	reported bool  // listed by a LeakCheck; under dl.mu
+	freed    bool  // a leak whose memory was freed; under dl.mu
 	seq      uint64
 	size     int64
 	mem      memory
@@ -282,8 +283,8 @@ func (dl *deviceLeaks) switchOff() {
 // watch makes the entry of a buffer or handle of size bytes just counted
 // on the device of s, and registers its cleanup on obj. It returns the
 // entry's slot.
-func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory, st *site, tracked, pooled, collectable bool) uint32 {
-	w := &watched{dl: dl, s: s, owner: uintptr(unsafe.Pointer(obj)), tracked: tracked, pooled: pooled, size: size, mem: mem, site: st, born: time.Now()}
+func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory, st *site, tracked, pooled bool, cat uint8, collectable bool) uint32 {
+	w := &watched{dl: dl, s: s, owner: uintptr(unsafe.Pointer(obj)), tracked: tracked, pooled: pooled, cat: cat, size: size, mem: mem, site: st, born: time.Now()}
 	if s.kind == KindCPU && size < mmapThreshold {
 		// Go heap memory, which may share the Buffer's own allocation:
 		// the cleanup must not hold it, and needs nothing to free it.
@@ -363,7 +364,7 @@ func watchBuffer(s *kindState, b *Buffer) {
 }
 
 func watchNewBuffer(dl *deviceLeaks, s *kindState, b *Buffer) {
-	b.wslot = watch(dl, s, b, b.size, b.mem, b.site, false, b.pooled, true)
+	b.wslot = watch(dl, s, b, b.size, b.mem, b.site, false, b.pooled, b.cat, true)
 }
 
 // claimWatched claims the entry of b for a free that has just moved b to
@@ -448,7 +449,7 @@ func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 // collected, so no cleanup is registered for it.
 func watchTracked(s *kindState, t *Tracked) {
 	if dl := s.leaks.on.lookup(t.dev.ordinal); dl != nil {
-		t.wslot = watch(dl, s, t, t.size, memory{ptr: t.ptr}, t.site, true, false, t.ptr == 0)
+		t.wslot = watch(dl, s, t, t.size, memory{ptr: t.ptr}, t.site, true, false, t.cat, t.ptr == 0)
 	}
 }
 
@@ -483,7 +484,7 @@ func collected(w *watched) {
 	released := false
 	if cfg != nil && cfg.FreeLeaks && !w.tracked {
 		var err error
-		released, err = releaseMemory(w.s, Device{kind: w.s.kind, ordinal: dl.ordinal}, w.size, &w.mem, w.site, w.pooled)
+		released, err = releaseMemory(w.s, Device{kind: w.s.kind, ordinal: dl.ordinal}, w.size, &w.mem, w.site, w.pooled, w.cat)
 		l.Freed, l.Err = released && err == nil, err
 	}
 	// The entry goes, its slot marked for good; a LeakCheck in progress

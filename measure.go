@@ -94,6 +94,37 @@ type Measurement struct {
 	// driver still counts them, as the device-side figure does). It can be
 	// negative where others released memory during the run.
 	Untracked int64
+
+	// Categories holds, on a device with categories ([Device.Category]),
+	// each category's figures during the run, in the order the categories
+	// were made: "the activations peaked at X while the KV cache held Y"
+	// is one read. Nil on a device without categories. A category's peak
+	// has no scope of its own: Measure resets the categories' peaks as the
+	// run begins, so measurements of one device with categories must not
+	// nest or overlap.
+	Categories []CategoryMeasurement
+}
+
+// CategoryMeasurement is what [Device.Measure] measured of one category:
+// its tracked bytes when the run began and ended, and its own peak during
+// the run (which need not fall at the moment of the device's).
+type CategoryMeasurement struct {
+	Category            string
+	StartTracked        int64
+	PeakTracked         int64
+	EndTracked          int64
+	PeakTrackedIncrease int64 // PeakTracked - StartTracked
+}
+
+// Category returns the measurement of the category called name, and
+// whether the device had it when the run began.
+func (p Measurement) Category(name string) (CategoryMeasurement, bool) {
+	for _, c := range p.Categories {
+		if c.Category == name {
+			return c, true
+		}
+	}
+	return CategoryMeasurement{}, false
 }
 
 // Measure measures the memory f needs on the device, the way an inference
@@ -121,7 +152,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if f == nil {
 		return Measurement{Device: d}, fmt.Errorf("%w: measurement of %v: nil function", ErrInvalidArgument, d)
 	}
-	_, r, err := d.resolve()
+	s, r, err := d.resolve()
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
@@ -138,10 +169,14 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
+	// The categories have no peak scopes: their peaks are reset as the run
+	// begins (category.go).
+	cats := startCategories(s, d.ordinal, &p)
 
 	ferr := runScoped(sc, f)
 
 	p.PeakTracked, p.EndTracked = sc.PeakTracked(), r.Tracked()
+	endCategories(cats, &p)
 	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
 	p.EndHeld, _ = deviceHeld(d, p.EndTracked, p.EndTracked)
@@ -210,10 +245,17 @@ type Budget struct {
 	Utilization float64 // the fraction of the device's memory given
 	Requested   int64   // Utilization × Total: what the device may be filled to (vLLM's requested_memory)
 
-	// Weights is, for Budget, the tracked growth from the baseline to the
-	// start of the measured pass (the weights, vLLM's weights_memory); 0 for
-	// SharedBudget.
+	// Weights is, for Budget, the weights (vLLM's weights_memory): the
+	// tracked bytes of the category [CategoryWeights] when the measured
+	// pass began, where the device has one; otherwise the tracked growth
+	// from the baseline to the start of the pass. 0 for SharedBudget.
 	Weights int64
+	// OtherTracked is, for Budget on a device with a [CategoryWeights]
+	// category, the rest of the tracked growth from the baseline to the
+	// start of the pass (StartTracked - Baseline.Tracked - Weights: other
+	// categories' and uncategorised buffers allocated before the pass); 0
+	// otherwise.
+	OtherTracked int64
 	// StartUsed is, for SharedBudget, everything in use on the device when
 	// the measured pass began, by anyone ([Measurement].StartUsed); 0 for
 	// Budget, which leaves other processes' memory out.
@@ -232,8 +274,9 @@ type Budget struct {
 	// stream-ordered frees were in flight at the end are not in it: the
 	// device still held them, and PeakIncrease counts them already.
 	UntrackedIncrease int64
-	// SetAside is Weights + StartUsed + PeakIncrease + UntrackedIncrease:
-	// the memory that is not the cache's (vLLM's non_kv_cache_memory).
+	// SetAside is Weights + OtherTracked + StartUsed + PeakIncrease +
+	// UntrackedIncrease: the memory that is not the cache's (vLLM's
+	// non_kv_cache_memory).
 	SetAside int64
 
 	Available int64 // Requested - SetAside, or 0 where that is negative
@@ -246,12 +289,14 @@ type Budget struct {
 // created and the measurement of one forward pass:
 //
 //	Requested         = utilization × Total                          (requested_memory)
-//	Weights           = Measurement.StartTracked - Baseline.Tracked  (weights_memory)
+//	Weights           = Measurement.StartTracked - Baseline.Tracked  (weights_memory;
+//	                    the weights category's StartTracked where there is one,
+//	                    and the rest of that growth is OtherTracked)
 //	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
 //	                    PeakHeldIncrease where stream-ordered frees raised that higher)
 //	UntrackedIncrease = (EndUsed - EndHeld) - (Baseline.Used - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
-//	Available         = Requested - (Weights + PeakIncrease + UntrackedIncrease)
+//	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
 //
 // The tracked bytes stand for the memory of PyTorch's allocator and the
 // reported used memory for cudaMemGetInfo's. Memory that other processes held
@@ -287,6 +332,9 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
 		UntrackedIncrease: (p.EndUsed - p.EndTracked - p.inFlight()) - (base.Used - base.Tracked),
 		BlockSize:         blockSize,
+	}
+	if w, ok := p.Category(CategoryWeights); ok {
+		b.Weights, b.OtherTracked = w.StartTracked, b.Weights-w.StartTracked
 	}
 	return b.fill(), nil
 }
@@ -325,7 +373,7 @@ func (p Measurement) inFlight() int64 { return max(p.EndHeld-p.EndTracked, 0) }
 
 // fill sums what is set aside and counts the blocks.
 func (b Budget) fill() Budget {
-	b.SetAside = b.Weights + b.StartUsed + b.PeakIncrease + b.UntrackedIncrease
+	b.SetAside = b.Weights + b.OtherTracked + b.StartUsed + b.PeakIncrease + b.UntrackedIncrease
 	b.Available = max(b.Requested-b.SetAside, 0)
 	b.Blocks = b.Available / b.BlockSize
 	return b

@@ -231,3 +231,33 @@ func TestMetalInfo(t *testing.T) {
 	assert.Regexp(t, `^0x[0-9a-f]+$`, info.UUID)
 	t.Logf("%v: %q, registry ID %s", d, info.Name, info.UUID)
 }
+
+// TestMetalCategories allocates through categories on the Metal GPU: each
+// counts its own buffers, the device all of them, and a category's limit
+// refuses before the GPU is asked.
+func TestMetalCategories(t *testing.T) {
+	d := metalDevice(t)
+	w, err := d.Category("metal weights")
+	require.NoError(t, err)
+	kv, err := d.Category("metal kv_cache")
+	require.NoError(t, err)
+	before := d.MemoryStats()
+	b, err := w.Alloc(1 << 20)
+	require.NoError(t, err)
+	assert.Len(t, b.Bytes(), 1<<20, "shared storage, as through the device")
+	require.NoError(t, kv.SetMemoryLimit(4096))
+	_, err = kv.Alloc(8192)
+	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
+	k, err := kv.Alloc(4096)
+	require.NoError(t, err)
+	assert.Equal(t, before.Tracked+1<<20+4096, d.MemoryAllocated())
+	assert.Equal(t, int64(1<<20), w.Stats().Tracked)
+	assert.Equal(t, memtrack.CategoryStats{Device: d, Category: "metal kv_cache", Tracked: 4096, PeakTracked: 4096, AllocBytes: 4096,
+		Buffers: 1, PeakBuffers: 1, Allocs: 1, FailedAllocs: 1, Limit: 4096}, kv.Stats())
+	require.NoError(t, b.Free())
+	require.NoError(t, k.Free())
+	assert.Zero(t, w.Stats().Tracked)
+	assert.Zero(t, kv.Stats().Tracked)
+	assert.Equal(t, before.Tracked, d.MemoryAllocated())
+	require.NoError(t, kv.SetMemoryLimit(0))
+}

@@ -35,9 +35,12 @@ const (
 )
 
 // callerSkip is what runtime.Callers skips in siteRecorder.allocSampled:
-// Callers itself, allocSampled, siteRecorder.alloc and Device.Alloc, so that
-// the first frame kept is the caller of Device.Alloc. (Callers counts
-// inlined frames as frames.)
+// Callers itself, allocSampled, siteRecorder.alloc and the exported
+// function that allocates (Device.TrackAddr), so that the first frame kept
+// is the caller of that function. Where the exported function calls an
+// internal one that records (Device.Alloc and Category.Alloc call
+// Device.alloc), siteRecorder.alloc is told to skip one more. (Callers
+// counts inlined frames as frames.)
 const callerSkip = 4
 
 // SiteStats describes the recording of allocation sites on one device.
@@ -148,6 +151,10 @@ type Site struct {
 	Stack   []uintptr
 	Buffers int64 // live buffers allocated from the stack (scaled)
 	Bytes   int64 // their bytes (scaled)
+	// Category is the category the buffers were allocated through
+	// ([Category.Alloc]), or "" for none: one stack that allocates in two
+	// categories is two sites.
+	Category string
 }
 
 // SiteSnapshot is the allocation sites of one device at one moment, the
@@ -282,6 +289,7 @@ type stack struct {
 	hash uint64
 	next *stack
 	pcs  []uintptr // nil for "memtrack.other"; never modified
+	cat  string    // the category's name; "" for none
 
 	// Guarded by rec.mu.
 	live                   int64 // live samples
@@ -318,6 +326,18 @@ func (r *siteRecorder) alloc(size int64) *site {
 	return r.allocSampled(size, w, 0)
 }
 
+// allocIn is alloc for an allocation in category cat, from a caller that
+// wants skip more frames left out of the stack (the internal function
+// between the exported one and the recorder). It has alloc's frames, so
+// that callerSkip holds.
+func (r *siteRecorder) allocIn(size int64, skip int, cat string) *site {
+	w, ok := sample(size, r.rate.Load(), rand.Uint64())
+	if !ok {
+		return nil
+	}
+	return r.allocSampledIn(size, w, skip, cat)
+}
+
 // allocFrom is alloc for a caller that wants skip more frames left out
 // of the stack: those of a binding between the code that allocated and
 // the caller of allocFrom. It has alloc's frames, so that callerSkip holds.
@@ -337,6 +357,14 @@ func (r *siteRecorder) allocFrom(size int64, skip int) *site {
 func (r *siteRecorder) allocSampled(size int64, w float64, skip int) *site {
 	var buf [MaxSiteDepth]uintptr
 	return r.record(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w)
+}
+
+// allocSampledIn is allocSampled in category cat.
+//
+//go:noinline
+func (r *siteRecorder) allocSampledIn(size int64, w float64, skip int, cat string) *site {
+	var buf [MaxSiteDepth]uintptr
+	return r.recordIn(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w, cat)
 }
 
 // sample decides, with rnd a uniform random number, whether an allocation of
@@ -363,19 +391,25 @@ func sample(size, rate int64, rnd uint64) (w float64, ok bool) {
 	return 1 / p, true
 }
 
-// record counts an allocation of size bytes and weight w from the stack pcs.
+// record counts an allocation of size bytes and weight w from the stack
+// pcs, in no category.
 func (r *siteRecorder) record(pcs []uintptr, size int64, w float64) *site {
+	return r.recordIn(pcs, size, w, "")
+}
+
+// recordIn is record in category cat.
+func (r *siteRecorder) recordIn(pcs []uintptr, size int64, w float64, cat string) *site {
 	h := hashStack(pcs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sites[h]
-	for s != nil && !slices.Equal(s.pcs, pcs) {
+	for s != nil && (s.cat != cat || !slices.Equal(s.pcs, pcs)) {
 		s = s.next
 	}
 	switch {
 	case s != nil:
 	case r.n < r.maxSites:
-		s = &stack{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...)}
+		s = &stack{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...), cat: cat}
 		r.sites[h] = s
 		r.n++
 	default:
@@ -519,7 +553,7 @@ func (r *siteRecorder) snapshot(atPeak bool) ([]Site, SiteStats) {
 			o, b = s.atPeak()
 		}
 		if o != 0 || b != 0 {
-			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: int64(math.Round(o)), Bytes: int64(math.Round(b))})
+			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: int64(math.Round(o)), Bytes: int64(math.Round(b)), Category: s.cat})
 		}
 	}
 	for _, s := range r.sites {

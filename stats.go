@@ -71,6 +71,7 @@ func (d Device) MemorySummary() string {
 	fmt.Fprintf(w, "tracked bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Tracked), formatBytes(s.PeakTracked), formatBytes(s.AllocBytes), formatBytes(s.FreedBytes))
 	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Buffers, s.PeakBuffers, s.Allocs, s.Frees)
 	w.Flush()
+	writeCategories(&buf, d.CategoryStats()) // category.go
 	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
 		fmt.Fprintf(&buf, "held: %s, peak held %s (stream-ordered frees not yet executed: %s)\n",
 			formatBytes(s.Held), formatBytes(s.PeakHeld), formatBytes(s.Held-s.Tracked))
@@ -116,7 +117,7 @@ func (d Device) MaxMemoryAllocated() int64 {
 }
 
 // ResetPeakMemoryStats sets the peaks (bytes and live buffers, the
-// device-side peak, the allocation sites at the peak where they are
+// device's and its categories', the device-side peak, the allocation sites at the peak where they are
 // recorded, and a CUDA memory pool's high-water marks) to their current
 // figures, so that the next peak measures what happens from now on. The
 // peaks of open [PeakScope]s, and so of running [Device.Measure] calls, are
@@ -133,6 +134,7 @@ func (d Device) ResetPeakMemoryStats() {
 // peaks, which it does not move.
 func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()
+	resetCategoryPeaks(s, ordinal)
 	resetDevicePeaks(Device{kind: s.kind, ordinal: ordinal})
 	if sr := s.sites.lookup(ordinal); sr != nil {
 		sr.resetPeak()
@@ -140,10 +142,11 @@ func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 }
 
 // ResetAccumulatedMemoryStats sets the cumulative figures (allocations,
-// frees, their bytes, failures, leaks) back to zero; current figures and
-// peaks stay.
+// frees, their bytes, failures, leaks) back to zero, the device's and its
+// categories'; current figures and peaks stay.
 func (d Device) ResetAccumulatedMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
+		resetCategoryAccumulated(s, d.ordinal)
 		r.ResetAccumulated()
 		s.leaks.resetAccumulated(d.ordinal)
 	}

@@ -34,8 +34,10 @@ type Tracked struct {
 	rec   *tracker.Record
 	addrs *addrindex.Index[addrEntry] // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
-	wslot uint32 // its entry while its device is watched for leaks (leak.go), or 0; in the padding
-	site  *site  // where it was tracked, if recorded (sites.go)
+	wslot uint32          // its entry while its device is watched for leaks (leak.go), or 0; in the padding
+	site  *site           // where it was tracked, if recorded (sites.go)
+	crec  *tracker.Record // its category's record (category.go); nil for none
+	cat   uint8           // its category, 1-based; 0 for none
 }
 
 // Track counts size bytes that other code allocated on the device, with the
@@ -60,6 +62,12 @@ type Tracked struct {
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
+	return d.track(size, ptr, Category{})
+}
+
+// track is Track, through category c unless it is the zero Category, which
+// is counted as [Device.alloc] counts it.
+func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
 	}
@@ -67,7 +75,19 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec}
+	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
+	if c.set != nil {
+		if t.crec, err = c.checked(s, rec, size); err != nil {
+			return nil, err
+		}
+		// As Alloc does, so that the category rarely counts what the
+		// device's limit then refuses.
+		if lim := rec.Limit(); lim > 0 {
+			if cur := rec.Tracked(); size > lim-cur {
+				return nil, d.overLimitIn(s, rec, size, cur, lim, c)
+			}
+		}
+	}
 	var sh *addrindex.Shard[addrEntry]
 	var slot int
 	if ptr != 0 {
@@ -82,18 +102,27 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 			return nil, err
 		}
 	}
+	if t.crec != nil {
+		if err := c.count(rec, t.crec, size); err != nil {
+			if sh != nil {
+				sh.Unlock()
+			}
+			return nil, d.refused(s, size, rec, err, c, true)
+		}
+	}
 	if err := rec.Alloc(size); err != nil {
 		if sh != nil {
 			sh.Unlock()
 		}
-		return nil, d.refused(s, size, rec, err)
+		c.uncount(t.crec, size)
+		return nil, d.refused(s, size, rec, err, c, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		t.site = sr.alloc(size) // see sites.go: the first frame is Track's caller
+		t.site = sr.allocIn(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, t.site, rec, 0) // see history.go
+		h.allocIn(size, t.site, rec, 0, c.idx, t.crec) // see history.go
 	}
 	watchTracked(s, t) // see leak.go
 	if sh != nil {
@@ -105,10 +134,16 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 
 // refused answers an allocation of size bytes that the record refused with
 // err (the record counted the failure), with the fields that say what
-// refused it and the report, as Alloc's refusals do.
-func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error) error {
-	tables[d.kind].history.refused(d.ordinal, size, rec, err) // see history.go
-	return d.outOfMemory(s, rec, recordRefusal(err, d, size, rec.Tracked()))
+// refused it and the report, as Alloc's refusals do, in category c if it
+// is not the zero Category; byCategory says that c's record refused it.
+func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
+	oom := recordRefusal(err, d, size, rec.Tracked())
+	oom.Category = c.Name()
+	if byCategory && oom.Limit > 0 {
+		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
+	}
+	return d.outOfMemory(s, rec, oom)
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -159,7 +194,7 @@ func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	}
 	if err := rec.Alloc(size); err != nil {
 		sh.Unlock()
-		return d.refused(s, size, rec, err)
+		return d.refused(s, size, rec, err, Category{}, false)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
@@ -226,7 +261,7 @@ func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err err
 			return true, err
 		}
 	}
-	e.uncount(Device{kind: k, ordinal: e.ordinal})
+	e.uncount(Device{kind: k, ordinal: e.ordinal}, 0, nil)
 	return true, nil
 }
 
@@ -334,11 +369,15 @@ func (t *Tracked) uncount() {
 		}
 		sh.Unlock()
 	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev)
+	if t.crec != nil {
+		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
+	}
+	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.crec)
 }
 
-// uncount takes the entry's bytes from the figures of d.
-func (e addrEntry) uncount(d Device) {
+// uncount takes the entry's bytes from the figures of d; cat and crec are
+// the category of its handle and its record, for the history.
+func (e addrEntry) uncount(d Device, cat uint8, crec *tracker.Record) {
 	// Cannot fail: the entry's bytes are part of what the record holds.
 	_ = e.rec.Free(e.size)
 	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
@@ -346,7 +385,7 @@ func (e addrEntry) uncount(d Device) {
 		e.site.free(e.size)
 	}
 	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.free(e.size, e.site, e.rec, 0) // see history.go
+		h.freeIn(e.size, e.site, e.rec, 0, cat, crec) // see history.go
 	}
 }
 

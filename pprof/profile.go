@@ -9,6 +9,12 @@
 //	...
 //	pprof.WriteProfile(f, dev, pprof.Peak)
 //	// go tool pprof -top peak.pb.gz
+//
+// Every sample has the label device ("cuda:0"), and a sample of buffers
+// allocated through a category ([memtrack.Category]) the label category,
+// so that a profile is cut by category with pprof's tag filters:
+//
+//	go tool pprof -tagfocus category=kv_cache -top peak.pb.gz
 package pprof
 
 import (
@@ -118,10 +124,14 @@ func build(snap memtrack.SiteSnapshot) *profile.Profile {
 				locs = append(locs, l)
 			}
 		}
+		labels := map[string][]string{"device": {d.String()}}
+		if s.Category != "" {
+			labels["category"] = []string{s.Category}
+		}
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: locs,
 			Value:    []int64{s.Buffers, s.Bytes},
-			Label:    map[string][]string{"device": {d.String()}},
+			Label:    labels,
 		})
 	}
 	return p

@@ -31,6 +31,26 @@
 //	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
 //	memtrack_peak_pool_used_bytes       gauge    its high-water mark
 //
+// A device with categories ([memtrack.Device.Category]) has, besides, the
+// figures of each category with the label category (its name, or
+// "uncategorised" for the memory outside every category), named as the
+// device's with category_ after memtrack_:
+//
+//	memtrack_category_tracked_bytes          gauge    bytes the category's live buffers hold
+//	memtrack_category_peak_tracked_bytes     gauge    its high-water mark (not for "uncategorised")
+//	memtrack_category_buffers                gauge    the category's live buffers
+//	memtrack_category_peak_buffers           gauge    their high-water mark (not for "uncategorised")
+//	memtrack_category_alloc_bytes_total      counter  bytes allocated in the category
+//	memtrack_category_freed_bytes_total      counter  bytes freed in it
+//	memtrack_category_allocs_total           counter  allocations in it
+//	memtrack_category_frees_total            counter  frees in it
+//	memtrack_category_failed_allocs_total    counter  requests in it refused or failed
+//	memtrack_category_limit_bytes            gauge    the category's memory limit, where one is set
+//
+// The categories' rows add up to the device's figures:
+// sum by (backend, ordinal) (memtrack_category_tracked_bytes) is
+// memtrack_tracked_bytes.
+//
 // memtrack_device_info names the device: uuid is the GPU's UUID as
 // nvidia-smi and dcgm-exporter print it ("GPU-…"), a Metal device's
 // registryID ("0x…"), or empty for the CPU; name is the model name. Join it
@@ -64,12 +84,14 @@ type Collector struct {
 	info                                       *prometheus.Desc
 	held, peakHeld                             *prometheus.Desc
 	poolReserved, poolUsed                     [2]*prometheus.Desc // current, peak
+	cat                                        categoryDescs
 
 	// Seams for tests; the package's functions otherwise.
 	devices   func() []memtrack.Device
 	memInfo   func(memtrack.Device) (free, total int64, err error)
 	devInfo   func(memtrack.Device) (memtrack.DeviceInfo, error)
 	poolStats func(memtrack.Device) (memtrack.PoolStats, error)
+	catStats  func(memtrack.Device) []memtrack.CategoryStats
 }
 
 // Option configures a [Collector].
@@ -127,10 +149,12 @@ func NewCollector(opts ...Option) *Collector {
 			desc("pool_used_bytes", "Bytes in use in the device's CUDA memory pool, as the driver reports them."),
 			desc("peak_pool_used_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
 		},
+		cat:       newCategoryDescs(cfg.constLabels),
 		devices:   memtrack.UsedDevices,
 		memInfo:   memtrack.Device.MemGetInfo,
 		devInfo:   memtrack.Device.Info,
 		poolStats: memtrack.Device.PoolStats,
+		catStats:  memtrack.Device.CategoryStats,
 	}
 }
 
@@ -142,22 +166,27 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
+	return append([]*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
 		c.allocs, c.frees, c.failedAllocs, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
-		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}
+		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}, c.cat.all()...)
+}
+
+// sender returns a function that sends one metric with the labels.
+func sender(ch chan<- prometheus.Metric, labels []string) func(*prometheus.Desc, prometheus.ValueType, int64) {
+	return func(desc *prometheus.Desc, t prometheus.ValueType, v int64) {
+		m, err := prometheus.NewConstMetric(desc, t, float64(v), labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(desc, err)
+		}
+		ch <- m
+	}
 }
 
 // Collect reads the figures of every used device and sends them.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.devices() {
 		labels := []string{d.Kind().String(), strconv.Itoa(d.Ordinal())}
-		send := func(desc *prometheus.Desc, t prometheus.ValueType, v int64) {
-			m, err := prometheus.NewConstMetric(desc, t, float64(v), labels...)
-			if err != nil {
-				m = prometheus.NewInvalidMetric(desc, err)
-			}
-			ch <- m
-		}
+		send := sender(ch, labels)
 		s := d.MemoryStats()
 		send(c.tracked, prometheus.GaugeValue, s.Tracked)
 		send(c.peakTracked, prometheus.GaugeValue, s.PeakTracked)
@@ -192,5 +221,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			send(c.poolUsed[0], prometheus.GaugeValue, p.PoolUsed)
 			send(c.poolUsed[1], prometheus.GaugeValue, p.PeakPoolUsed)
 		}
+		c.cat.collect(ch, labels, c.catStats(d))
 	}
 }

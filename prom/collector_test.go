@@ -285,6 +285,7 @@ func TestCollectorPromlint(t *testing.T) {
 	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
 		return memtrack.PoolStats{Device: d, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
 	}
+	c.catStats = fixedCategories
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()

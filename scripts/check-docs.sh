@@ -31,6 +31,8 @@ declare -A run_cmds=(
 	# run until stopped.
 	['go test -fuzz FuzzCounter ./tracker/']='go test -fuzz FuzzCounter -fuzztime 50x ./tracker/'
 	['go test -fuzz FuzzRecord ./tracker/']='go test -fuzz FuzzRecord -fuzztime 50x ./tracker/'
+	# docs/categories.md: one category's figures against a sequential model.
+	["go test -run '^\$' -fuzz FuzzCategory -fuzztime 25s -fuzzminimizetime 3s ."]="go test -run '^\$' -fuzz FuzzCategory -fuzztime 50x ."
 	['go test -fuzz FuzzScope ./tracker/']='go test -fuzz FuzzScope -fuzztime 50x ./tracker/'
 	# README: an out-of-memory on purpose, dumped into a temporary directory
 	# instead of /tmp/oom, and its peak profile read.
@@ -72,6 +74,9 @@ declare -A skip_cmds=(
 	['go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da old.txt new.txt']='by hand, after the two runs above (it fetches benchstat)'
 	['./scripts/bench-leaks.sh']='by hand on a quiet machine (under a minute); .ci/run runs every root benchmark once with -benchtime 1x'
 	['TAGS=cuda ./scripts/bench-leaks.sh']='by hand in scripts/test-cuda.sh'"'"'s environment (it needs cuda.h and a driver)'
+	["go test -run '^\$' -bench CategoryLayer -count 10 -benchtime 20000x ."]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -run '^\$' -bench CategoryAllocFree -count 10 -benchtime 2000x ./bench"]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
+	["BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCPUPair/design=tracked\$' BASE=3b0b79e ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -12,6 +12,14 @@
 // track over each run of events the history lost, so that the counter's
 // line across it is not taken for data.
 //
+// A history with events in categories ([memtrack.Category]) has a second
+// counter, "by category", with one series per category and one,
+// "uncategorised", for the rest of the tracked bytes, which viewers stack:
+// each category's series is its tracked bytes after its latest event
+// ([memtrack.HistoryEvent].CategoryTracked), so a category whose buffers
+// predate the history and have had no event since counts as
+// uncategorised until its first event.
+//
 //	h, _ := dev.MemoryHistory()
 //	f, _ := os.Create("memtrack.json")
 //	trace.Write(f, h)
@@ -92,7 +100,14 @@ func Events(hs ...memtrack.History) []Event {
 			Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tidGaps, Args: map[string]any{"name": "gaps"}},
 		)
 		high := -1 // the highest figure of the history
+		byCat := categorised(h)
 		for j, e := range h.Events {
+			if byCat != nil && e.Category != "" {
+				byCat[e.Category] = e.CategoryTracked
+			}
+			if byCat != nil && !e.Action.Refused() {
+				evs = append(evs, Event{Name: "by category", Ph: "C", Ts: us(e.Time), Pid: pid, Args: stacked(byCat, e.Tracked)})
+			}
 			if e.Action.Refused() {
 				evs = append(evs, Event{Name: refusalName(e.Action), Cat: "memtrack", Ph: "i", S: "p", Ts: us(e.Time), Pid: pid, Tid: tidEvents,
 					Args: map[string]any{"requested": e.Size, "allocated": e.Tracked, "seq": e.Seq}})
@@ -120,6 +135,30 @@ func Events(hs ...memtrack.History) []Event {
 		}
 	}
 	return evs
+}
+
+// categorised returns an empty map of the categories' bytes if any event of
+// h is in a category, and nil if none is.
+func categorised(h memtrack.History) map[string]int64 {
+	for _, e := range h.Events {
+		if e.Category != "" {
+			return map[string]int64{}
+		}
+	}
+	return nil
+}
+
+// stacked returns the series of the "by category" counter: each category's
+// bytes, and the rest of tracked as uncategorised (at least 0).
+func stacked(byCat map[string]int64, tracked int64) map[string]any {
+	args := make(map[string]any, len(byCat)+1)
+	rest := tracked
+	for c, n := range byCat {
+		args[c] = n
+		rest -= n
+	}
+	args[memtrack.Uncategorised] = max(rest, 0)
+	return args
 }
 
 func refusalName(a memtrack.HistoryAction) string {

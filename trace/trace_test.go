@@ -205,3 +205,37 @@ func TestWriteError(t *testing.T) {
 	err := trace.Write(failWriter{}, history(time.Now()))
 	assert.ErrorContains(t, err, "memtrack: writing the trace: disk full")
 }
+
+// TestByCategory: a history with events in categories has the counter "by
+// category", whose series add up to the tracked bytes after each event.
+func TestByCategory(t *testing.T) {
+	start := time.Now()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	h := memtrack.History{
+		Device: memtrack.CPU(), MaxEntries: 16, Start: start,
+		Events: []memtrack.HistoryEvent{
+			{Seq: 0, Time: at(1), Action: memtrack.HistoryAlloc, Size: 100, Tracked: 100, Category: "weights", CategoryTracked: 100},
+			{Seq: 1, Time: at(2), Action: memtrack.HistoryAlloc, Size: 50, Tracked: 150},
+			{Seq: 2, Time: at(3), Action: memtrack.HistoryAlloc, Size: 30, Tracked: 180, Category: "kv_cache", CategoryTracked: 30},
+			{Seq: 3, Time: at(4), Action: memtrack.HistoryLimit, Size: 900, Tracked: 180, Category: "kv_cache", CategoryTracked: 30},
+			{Seq: 4, Time: at(5), Action: memtrack.HistoryFree, Size: 100, Tracked: 80, Category: "weights"},
+		},
+	}
+	var got []map[string]any
+	for _, e := range trace.Events(h) {
+		if e.Name == "by category" {
+			assert.Equal(t, "C", e.Ph)
+			got = append(got, e.Args)
+		}
+	}
+	assert.Equal(t, []map[string]any{
+		{"weights": int64(100), "uncategorised": int64(0)},
+		{"weights": int64(100), "uncategorised": int64(50)},
+		{"weights": int64(100), "kv_cache": int64(30), "uncategorised": int64(50)},
+		{"weights": int64(0), "kv_cache": int64(30), "uncategorised": int64(50)},
+	}, got, "one point per allocation or free, none for the refusal")
+
+	for _, e := range trace.Events(history(start)) {
+		assert.NotEqual(t, "by category", e.Name, "no such counter without categories")
+	}
+}

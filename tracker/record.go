@@ -119,6 +119,9 @@ type Record struct {
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
 	limitGen    int64           // the last non-zero generation; under limitMu
 	genCycle    int64           // how many non-zero generations there are; 0 means 31 (tests set 1)
+	// Cancelled allocations (cancel.go): counted in the counts word and
+	// the freed bytes as frees, and taken out of the cumulative figures.
+	cancels, cancelledBytes stdatomic.Int64
 	// The bases are the figures at the last ResetAccumulated, written
 	// under baseSeq (odd while they change).
 	baseSeq                                                           stdatomic.Int64
@@ -317,6 +320,14 @@ func (r *Record) freeSlow(n, v int64, c uint64) error {
 			r.raiseBytes(w)
 		}
 	}
+	return r.freeExact(n, false)
+}
+
+// freeExact is the exact path of Free, and of Cancel where cancel is set:
+// a compare-and-swap loop on a consistent state. A cancel's figures are
+// written beside the freed bytes, between the bytes and the counts, where
+// readers load them (see absolute).
+func (r *Record) freeExact(n int64, cancel bool) error {
 	for {
 		o, cs := r.load()
 		held := o & heldMask
@@ -324,6 +335,11 @@ func (r *Record) freeSlow(n, v int64, c uint64) error {
 			return freeExceeds(n, held)
 		}
 		if stdatomic.CompareAndSwapInt64(&r.bytes, o, o-n+tagUnit) {
+			if cancel {
+				r.cancels.Add(1)
+				r.cancelledBytes.Add(n)
+				r.failed.Add(1)
+			}
 			stdatomic.AddInt64(&r.freedBytes, n)
 			r.foldIfDue(stdatomic.AddUint64(&r.counts, freeDelta))
 			return nil
@@ -473,12 +489,13 @@ func (r *Record) Snapshot() Stats {
 // bytes' tag matching the counts, the freed bytes are those of the same
 // state.
 func (r *Record) absolute() Stats {
-	var b, freed, folded int64
+	var b, freed, folded, cancels, cancelled int64
 	var c uint64
 	for {
 		seq := r.foldSeq.Load()
 		if seq&1 == 0 {
 			c = stdatomic.LoadUint64(&r.counts)
+			cancels, cancelled = r.cancels.Load(), r.cancelledBytes.Load()
 			freed = stdatomic.LoadInt64(&r.freedBytes)
 			b = stdatomic.LoadInt64(&r.bytes)
 			folded = r.foldedFrees.Load()
@@ -488,7 +505,8 @@ func (r *Record) absolute() Stats {
 		}
 		runtime.Gosched()
 	}
-	frees := folded + int64(c>>32)
+	frees := folded + int64(c>>32) - cancels
+	freed -= cancelled
 	live := int64(c & liveMask)
 	cur := b & heldMask
 	return Stats{

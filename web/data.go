@@ -42,6 +42,9 @@ type Device struct {
 	InfoError string   `json:"infoError,omitempty"`
 	Sites     bool     `json:"sites"` // allocation sites are recorded
 	History   *History `json:"history,omitempty"`
+	// Categories are the figures of the device's categories and of the
+	// memory outside them (category.go); absent without categories.
+	Categories []Category `json:"categories,omitempty"`
 }
 
 // History is a device's history as the plot draws it: times in
@@ -66,6 +69,10 @@ type History struct {
 	// the largest sites at the peak (by the innermost function that
 	// allocated), one value per point; the last is the rest.
 	Sites []SiteSeries `json:"sites,omitempty"`
+	// Categories, when the history has events in categories, are each
+	// category's tracked bytes at each point, the last "uncategorised"
+	// (category.go).
+	Categories []SiteSeries `json:"categories,omitempty"`
 }
 
 // Gap is a run of lost events: no line is drawn across it.
@@ -100,6 +107,7 @@ func Read() Page {
 func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
 	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
+	out.Categories = categories(d) // category.go
 	var err error
 	if out.Free, out.Total, err = d.MemGetInfo(); err != nil {
 		out.InfoError = err.Error()

@@ -48,6 +48,14 @@ type plotter struct {
 	names  []string         // by site id
 	nameID map[string]int
 
+	// The categories' figures at the kept points, computed as the sites'
+	// sums are (category.go): cats holds each category's bytes after its
+	// latest event, catLog the open bucket's changes to them.
+	cats     []int64
+	catLog   []siteEvent
+	catNames []string
+	catID    map[string]int
+
 	prev      memtrack.HistoryEvent // the previous event
 	prevPoint bool                  // it was a point (not a refusal)
 	started   bool                  // an event was read
@@ -59,10 +67,11 @@ type plotter struct {
 
 // point is one plotted event.
 type point struct {
-	seq uint64
-	t   time.Time
-	cur int64
-	vec []int64 // by site id: what the events up to this one added; nil until the bucket closes
+	seq  uint64
+	t    time.Time
+	cur  int64
+	vec  []int64 // by site id: what the events up to this one added; nil until the bucket closes
+	cvec []int64 // by category id: the categories' bytes after this event; set with vec
 }
 
 // bucket is a run of events and the points it keeps: lo and hi once it
@@ -119,6 +128,9 @@ func (p *plotter) add(e memtrack.HistoryEvent) bool {
 		}
 		p.run[id] += d
 		p.log = append(p.log, siteEvent{seq: e.Seq, id: id, bytes: d})
+	}
+	if e.Category != "" {
+		p.categoryEvent(e) // category.go
 	}
 	pt := point{seq: e.Seq, t: e.Time, cur: e.Tracked}
 	p.last = pt
@@ -192,6 +204,7 @@ func (p *plotter) close() {
 			q.vec = slices.Clone(work)
 		}
 	}
+	p.closeCategories(need) // category.go
 	p.need, p.work, p.log = need[:0], work[:0], p.log[:0]
 }
 
@@ -297,6 +310,7 @@ func (p *plotter) finish(h memtrack.History, peak int64, now map[string]int64) *
 		}
 	}
 	out.Max, out.MaxT, out.MaxAtPeak = p.max.cur, ms(p.max.t), p.max.cur == peak
+	out.Categories = p.categorySeries(pts) // category.go
 	if now == nil {
 		return out
 	}

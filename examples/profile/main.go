@@ -12,6 +12,9 @@
 // The forward pass is simulated: the weights are allocated once, then several
 // goroutines (the requests of a batch) each allocate and free the
 // activations of every layer, the way a framework's allocator is driven.
+// The weights, the activations and the KV cache (a few of the blocks the
+// budget allows, -cache-blocks) are allocated in categories of their own,
+// and the program ends with each category's figures.
 package main
 
 import (
@@ -39,6 +42,7 @@ func main() {
 		serve       = flag.String("serve", "", "serve the page (a timeline of the memory) at http://ADDR/debug/memtrack/ and Prometheus metrics at http://ADDR/metrics while it runs, e.g. localhost:6060")
 		traceFile   = flag.String("trace", "", "write the allocation history to this file as a Chrome trace, for Perfetto UI")
 		linger      = flag.Duration("linger", 0, "with -serve, keep serving this long once done")
+		cacheBlocks = flag.Int64("cache-blocks", 4, "KV-cache blocks to allocate once the cache is sized (at most as many as the budget allows)")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -57,18 +61,19 @@ func main() {
 	check(err)
 	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
 	defer stopView()
+	weightsCat, kvCache, activations := categories(dev) // categories.go
 
 	// The baseline, before anything of the instance is on the device.
 	base, err := dev.Baseline()
 	check(err)
 	// The weights stay allocated for the server's lifetime.
-	weightBuf, err := dev.Alloc(w)
+	weightBuf, err := weightsCat.Alloc(w)
 	check(err)
 	defer weightBuf.Free()
 	touch(weightBuf) // loading writes them, so that they are resident as real weights are
 
 	// Measure one forward pass: the peak measures only what it adds.
-	p, err := dev.Measure(func() error { return forwardPass(dev, *workers, *layers, act) })
+	p, err := dev.Measure(func() error { return forwardPass(activations, *workers, *layers, act) })
 	check(err)
 
 	// Each figure is named once, for what it is (docs/glossary.md).
@@ -78,13 +83,16 @@ func main() {
 	// difference.
 	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
 	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
-	fmt.Printf("  weights (tracked):             %s\n", size(p.StartTracked-base.Tracked))
+	wm, _ := p.Category(memtrack.CategoryWeights)
+	fmt.Printf("  weights (tracked):             %s\n", size(wm.StartTracked))
 	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
 	fmt.Printf("  peak tracked:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
+	am, _ := p.Category(memtrack.CategoryActivations)
+	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
 	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
 	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
 
-	blocks := int64(0)
+	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
 	if b, err := p.Budget(base, *utilization, block); err != nil {
 		if !errors.Is(err, memtrack.ErrOutOfMemory) {
@@ -94,6 +102,7 @@ func main() {
 	} else {
 		printBudget(b, "weights", "untracked growth since the baseline")
 		blocks += b.Blocks
+		vllmBlocks = b.Blocks
 	}
 	fmt.Printf("KV cache on a shared device (Measurement.SharedBudget):\n")
 	b, err := p.SharedBudget(*utilization, block)
@@ -103,6 +112,13 @@ func main() {
 	if blocks == 0 {
 		os.Exit(1)
 	}
+	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block) // categories.go
+	check(err)
+	defer freeAll(cache)
+	printCategories(dev)
+	// The page lingers, and the trace ends, with the weights and the cache
+	// still allocated, so that they show the split.
+	stopView()
 }
 
 // printBudget writes how a budget was reached; held and grown name its
@@ -110,15 +126,20 @@ func main() {
 // measure differently.
 func printBudget(b memtrack.Budget, held, grown string) {
 	fmt.Printf("  requested: %.2f x total = %s\n", b.Utilization, size(b.Requested))
-	fmt.Printf("  set aside: %s = %s %s + %s peak tracked increase + %s %s\n",
-		size(b.SetAside), size(b.Weights+b.StartUsed), held, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
+	other := ""
+	if b.OtherTracked != 0 {
+		other = " + " + size(b.OtherTracked) + " other tracked"
+	}
+	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s\n",
+		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
 	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }
 
-// forwardPass runs workers requests through layers layers at once. Each layer
+// forwardPass runs workers requests through layers layers at once, with
+// their activations in the category dev. Each layer
 // allocates its output, and frees its input once the output exists; the
 // residual stream stays live for the whole pass, as in a transformer.
-func forwardPass(dev memtrack.Device, workers, layers int, act int64) error {
+func forwardPass(dev memtrack.Category, workers, layers int, act int64) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for range workers {
@@ -135,7 +156,7 @@ func forwardPass(dev memtrack.Device, workers, layers int, act int64) error {
 	return <-errs
 }
 
-func request(dev memtrack.Device, layers int, act int64) error {
+func request(dev memtrack.Category, layers int, act int64) error {
 	residual, err := dev.Alloc(act)
 	if err != nil {
 		return err

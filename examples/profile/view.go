@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/memtrack/memtrack"
@@ -19,8 +20,15 @@ import (
 // the page is served (-serve) or the trace written (-trace), and serves the
 // page at /debug/memtrack/ and the metrics of package prom at /metrics
 // (what dashboards/memtrack.json reads) while the program runs. The func it returns
-// writes the trace and, after linger, stops serving.
+// writes the trace and, after linger, stops serving; calls after the first
+// do nothing.
 func startView(dev memtrack.Device, addr, traceFile string, linger time.Duration) (stop func()) {
+	first := startViewOnce(dev, addr, traceFile, linger)
+	var once sync.Once
+	return func() { once.Do(first) }
+}
+
+func startViewOnce(dev memtrack.Device, addr, traceFile string, linger time.Duration) (stop func()) {
 	if addr == "" && traceFile == "" {
 		return func() {}
 	}

@@ -6,7 +6,17 @@
   const SVG = "http://www.w3.org/2000/svg";
   const W = 960, H = 320, ML = 80, MR = 24, MT = 28, MB = 40;
   const SITE_COLORS = ["#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#e0e0e0"];
+  const CATEGORY_COLORS = ["#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#e7cb94", "#c6dbef"];
   const refresh = Number(document.body.dataset.refresh || 0);
+  // The plot stacks the allocation sites, or the categories with
+  // ?stack=categories (and wherever no sites are recorded).
+  const stackBy = new URLSearchParams(location.search).get("stack") === "categories" ? "categories" : "sites";
+  function stackOf(h) {
+    if (h.categories && (stackBy === "categories" || !h.sites)) {
+      return { by: "categories", series: h.categories, colors: CATEGORY_COLORS };
+    }
+    return { by: "sites", series: h.sites || [], colors: SITE_COLORS };
+  }
 
   // fmtBytes writes n as package web's table does (internal/bytesize):
   // three significant figures, the unit chosen after rounding, so that
@@ -66,6 +76,7 @@
     sec.appendChild(html("h2", {}, dev.name));
     if (!h) {
       sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.EnableMemoryHistory to see the timeline."));
+      if (dev.categories) sec.appendChild(categoryTable(dev.categories));
       return sec;
     }
     const n = h.t.length;
@@ -131,14 +142,17 @@
       return d;
     }
 
-    // The largest sites, stacked.
+    // The largest sites, or the categories, stacked.
     const legend = html("div", { "class": "legend" });
-    if (h.sites && n) {
+    const stack = stackOf(h);
+    if (stack.series.length && n) {
       let base = new Array(n).fill(0);
-      h.sites.forEach((s, k) => {
+      stack.series.forEach((s, k) => {
         const top = base.map((b, i) => b + s.bytes[i]);
-        const color = SITE_COLORS[Math.min(k, SITE_COLORS.length - 1)];
-        const p = el("path", { "class": "site", "data-site": s.name, d: steps(top, base), fill: color, stroke: "none" });
+        const color = stack.colors[Math.min(k, stack.colors.length - 1)];
+        const p = el("path", stack.by === "sites"
+          ? { "class": "site", "data-site": s.name, d: steps(top, base), fill: color, stroke: "none" }
+          : { "class": "category", "data-category": s.name, d: steps(top, base), fill: color, stroke: "none" });
         p.appendChild(el("title", {}, s.name));
         svg.appendChild(p);
         const item = html("span", {});
@@ -188,7 +202,34 @@
     if (h.lost) notes.push(`${h.lost} lost`);
     if (n < h.events - (h.refusals || []).length) notes.push(`${n} points plotted`);
     sec.appendChild(html("p", { "class": "note" }, notes.join(" · ")));
+    if (h.categories && h.sites) {
+      const other = stack.by === "sites" ? "categories" : "sites";
+      const p = html("p", { "class": "note" });
+      p.appendChild(html("a", { href: "?stack=" + other }, "stack by " + other));
+      sec.appendChild(p);
+    }
+    if (dev.categories) sec.appendChild(categoryTable(dev.categories));
     return sec;
+  }
+
+  // categoryTable lists a device's categories and the memory outside them.
+  function categoryTable(cats) {
+    const t = html("table", { "class": "categories" });
+    const head = html("tr", {});
+    for (const c of ["category", "tracked", "peak tracked", "buffers", "failed allocs", "limit"]) head.appendChild(html("th", {}, c));
+    t.appendChild(html("thead", {})).appendChild(head);
+    const body = t.appendChild(html("tbody", {}));
+    for (const c of cats) {
+      const tr = html("tr", { "data-category": c.name });
+      tr.appendChild(cell(c.name));
+      tr.appendChild(cell(fmtBytes(c.tracked), c.tracked + " B"));
+      tr.appendChild(c.name === "uncategorised" ? cell("-", "no peak is kept of the memory outside the categories") : cell(fmtBytes(c.peakTracked), c.peakTracked + " B"));
+      tr.appendChild(cell(String(c.buffers)));
+      tr.appendChild(cell(String(c.failedAllocs)));
+      tr.appendChild(c.limit ? cell(fmtBytes(c.limit), c.limit + " B") : cell("none"));
+      body.appendChild(tr);
+    }
+    return t;
   }
 
   function cell(text, title) {

@@ -1,0 +1,535 @@
+package memtrack
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
+)
+
+const (
+	// MaxCategories is the most categories one device has.
+	MaxCategories = 16
+
+	// MaxCategoryName is the longest name of a category, in bytes.
+	MaxCategoryName = 64
+)
+
+// The names of the usual categories of an inference server, for
+// [Device.Category]. Any other name of up to [MaxCategoryName] bytes may be
+// used; [Measurement.Budget] reads the one named CategoryWeights.
+const (
+	CategoryWeights     = "weights"     // the model's weights
+	CategoryKVCache     = "kv_cache"    // the KV cache
+	CategoryActivations = "activations" // activations of a forward pass
+	CategoryWorkspace   = "workspace"   // libraries' and kernels' workspaces
+
+	// Uncategorised names the row of the memory allocated outside any
+	// category, in [Device.CategoryStats], the summary and the renderings.
+	// No category may take the name.
+	Uncategorised = "uncategorised"
+)
+
+var (
+	// ErrInvalidCategory: a category name that is empty, longer than
+	// [MaxCategoryName] bytes, not UTF-8, holds a control character or is
+	// [Uncategorised]; or a zero [Category], or one whose device table is
+	// gone.
+	ErrInvalidCategory = errors.New("memtrack: invalid category")
+
+	// ErrTooManyCategories: a device has [MaxCategories] categories
+	// already, and [Device.Category] was asked for another.
+	ErrTooManyCategories = errors.New("memtrack: too many categories")
+)
+
+// Category is a named share of one device's memory: the model's weights,
+// the KV cache, the activations, a library's workspace. Memory allocated or
+// tracked through a Category counts on its device as [Device.Alloc] and
+// [Device.Track] count it, and in the category's own figures besides:
+// Tracked, PeakTracked, Buffers, PeakBuffers and the cumulative figures,
+// exact and lock-free as the device's are, and an optional limit of its own.
+//
+// Obtain one once, with [Device.Category], and allocate through it:
+//
+//	kv, err := dev.Category(memtrack.CategoryKVCache)
+//	...
+//	b, err := kv.Alloc(n)
+//
+// A Category is a small comparable value bound to its device: it allocates
+// only there, and the same name on another device is another category with
+// figures of its own. A buffer stays in the category it was allocated
+// through until its Free, which uncounts it there: a buffer is never freed
+// through another category. The zero Category is no category; its methods
+// fail with [ErrInvalidCategory].
+type Category struct {
+	set *categorySet
+	idx uint8 // 1 to MaxCategories; 0 in the zero Category
+	dev Device
+}
+
+// categorySet holds one device's categories: their names, in the order
+// they were made, and their records. Names are written under mu before n
+// publishes them, and never change.
+type categorySet struct {
+	mu    sync.Mutex
+	n     atomic.Int32
+	state *kindState // the device table the set belongs to
+	names [MaxCategories]string
+	recs  [MaxCategories]tracker.Record
+}
+
+// Category returns the device's category called name, making it on first
+// use: every call with one name on one device returns the same Category.
+// A name is 1 to [MaxCategoryName] bytes of UTF-8 without control
+// characters, and not [Uncategorised]; anything else fails with
+// [ErrInvalidCategory]. A device has at most [MaxCategories] categories:
+// past them it fails with [ErrTooManyCategories], naming those it has.
+// Nothing changes where it fails.
+func (d Device) Category(name string) (Category, error) {
+	if err := checkCategoryName(name); err != nil {
+		return Category{}, fmt.Errorf("%w on %v: %v", ErrInvalidCategory, d, err)
+	}
+	s, _, err := d.resolve()
+	if err != nil {
+		return Category{}, err
+	}
+	var cs *categorySet
+	s.cats.update(d.ordinal, func(old *categorySet) *categorySet {
+		if old == nil {
+			old = &categorySet{state: s}
+		}
+		cs = old
+		return old
+	})
+	return cs.category(d, name)
+}
+
+// checkCategoryName says what is wrong with a category's name, if anything.
+func checkCategoryName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty category name")
+	case len(name) > MaxCategoryName:
+		return fmt.Errorf("category name of %d bytes, longer than %d", len(name), MaxCategoryName)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("category name %q is not UTF-8", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("category name %q holds a control character", name)
+	case name == Uncategorised:
+		return fmt.Errorf("%q names the memory outside every category", name)
+	}
+	return nil
+}
+
+// category returns the category called name, making it if there is room.
+func (cs *categorySet) category(d Device, name string) (Category, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := int(cs.n.Load())
+	for i, have := range cs.names[:n] {
+		if have == name {
+			return Category{set: cs, idx: uint8(i + 1), dev: d}, nil
+		}
+	}
+	if n == MaxCategories {
+		return Category{}, fmt.Errorf("%w: %v has %d categories (%s); %q would be one more",
+			ErrTooManyCategories, d, n, strings.Join(cs.names[:n], ", "), name)
+	}
+	cs.names[n] = name
+	cs.n.Store(int32(n + 1))
+	return Category{set: cs, idx: uint8(n + 1), dev: d}, nil
+}
+
+// list returns the categories' names and records, in the order they were
+// made.
+func (cs *categorySet) list() ([]string, []*tracker.Record) {
+	n := int(cs.n.Load())
+	recs := make([]*tracker.Record, n)
+	for i := range recs {
+		recs[i] = &cs.recs[i]
+	}
+	return cs.names[:n:n], recs
+}
+
+// name returns the name of category idx (1-based), or "" for 0.
+func (cs *categorySet) name(idx uint8) string {
+	if cs == nil || idx == 0 {
+		return ""
+	}
+	return cs.names[idx-1]
+}
+
+// Categories returns the device's categories, in the order they were made.
+func (d Device) Categories() []Category {
+	cs := d.peekCategories()
+	if cs == nil {
+		return nil
+	}
+	out := make([]Category, cs.n.Load())
+	for i := range out {
+		out[i] = Category{set: cs, idx: uint8(i + 1), dev: d}
+	}
+	return out
+}
+
+// Name returns the category's name ("" for the zero Category).
+func (c Category) Name() string { return c.set.name(c.idx) }
+
+// Device returns the device the category belongs to.
+func (c Category) Device() Device { return c.dev }
+
+// String returns the device and the name: "cuda:0/kv_cache".
+func (c Category) String() string {
+	if c.set == nil {
+		return "no category"
+	}
+	return c.dev.String() + "/" + c.Name()
+}
+
+// record returns the category's record, checking that the category is one
+// of the device table s of its device: a zero Category is not, nor one
+// kept from a device table that was replaced (in tests).
+func (c Category) record(s *kindState) (*tracker.Record, error) {
+	if c.set == nil {
+		return nil, fmt.Errorf("%w: the zero Category; obtain one with Device.Category", ErrInvalidCategory)
+	}
+	if c.set.state != s {
+		return nil, c.gone()
+	}
+	return &c.set.recs[c.idx-1], nil
+}
+
+// gone says that the category belongs to a device table that was replaced.
+func (c Category) gone() error {
+	return fmt.Errorf("%w: %v belongs to a device table that is gone", ErrInvalidCategory, c)
+}
+
+// zeroCategory is the error of a method called on the zero Category.
+func zeroCategory(op string, size int64) error {
+	return fmt.Errorf("%w: %s of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, op, size)
+}
+
+// Alloc allocates size bytes on the category's device and counts them
+// there and in the category. It fails as [Device.Alloc] does, and with an
+// [*OutOfMemoryError] naming the category where the category's limit
+// ([Category.SetMemoryLimit]) refuses it, counting one failure in the
+// category and one on the device. Free the buffer with [Buffer.Free], which
+// uncounts it in both.
+func (c Category) Alloc(size int64) (*Buffer, error) {
+	if c.set == nil {
+		return nil, zeroCategory("Alloc", size)
+	}
+	return c.dev.alloc(size, c)
+}
+
+// Track counts size bytes that other code allocated at ptr on the
+// category's device, as [Device.Track] does, and in the category besides.
+// It fails as Track does, and as [Category.Alloc] does where the category's
+// limit refuses it. [Tracked.Release] and [Tracked.FreeWith] uncount it in
+// both.
+func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
+	if c.set == nil {
+		return nil, zeroCategory("Track", size)
+	}
+	return c.dev.track(size, ptr, c)
+}
+
+// SetMemoryLimit caps the bytes the category's live buffers may hold, as
+// [Device.SetMemoryLimit] caps the device's: an allocation through the
+// category that would pass it fails with an [*OutOfMemoryError]. Zero
+// removes the limit; a negative limit is an [ErrInvalidSize] error. The
+// device's limit holds as well: an allocation must fit both.
+func (c Category) SetMemoryLimit(limit int64) error {
+	if c.set == nil {
+		return fmt.Errorf("%w: SetMemoryLimit of the zero Category; obtain one with Device.Category", ErrInvalidCategory)
+	}
+	if limit < 0 {
+		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, c)
+	}
+	s, _, err := c.dev.resolve()
+	if err != nil {
+		return err
+	}
+	r, err := c.record(s)
+	if err != nil {
+		return err
+	}
+	return r.SetLimit(limit)
+}
+
+// MemoryLimit returns the category's memory limit, or 0 if none is set.
+func (c Category) MemoryLimit() int64 {
+	if c.set == nil {
+		return 0
+	}
+	return c.set.recs[c.idx-1].Limit()
+}
+
+// CategoryStats is a snapshot of one category's figures on a device, named
+// as [Stats]' are. The figures of a category are exact as the device's are.
+//
+// The row of the memory outside every category ([Uncategorised]) is the
+// device's figures less its categories', read one after the other: exact
+// whenever no allocation or free runs meanwhile. Memory outside categories
+// costs nothing more than it did before categories, so that row keeps no
+// peaks of its own: its PeakTracked and PeakBuffers are 0, and no limit.
+type CategoryStats struct {
+	Device                 Device
+	Category               string // the category's name, or Uncategorised
+	Tracked, PeakTracked   int64
+	AllocBytes, FreedBytes int64
+	Buffers, PeakBuffers   int64
+	Allocs, Frees          int64
+	FailedAllocs           int64
+	Limit                  int64 // 0: none
+}
+
+func categoryStatsOf(d Device, name string, s tracker.Stats) CategoryStats {
+	return CategoryStats{
+		Device: d, Category: name,
+		Tracked: s.Tracked, PeakTracked: s.PeakTracked,
+		AllocBytes: s.AllocBytes, FreedBytes: s.FreedBytes,
+		Buffers: s.Buffers, PeakBuffers: s.PeakBuffers,
+		Allocs: s.Allocs, Frees: s.Frees,
+		FailedAllocs: s.FailedAllocs, Limit: s.Limit,
+	}
+}
+
+// Stats returns a snapshot of the category's figures.
+func (c Category) Stats() CategoryStats {
+	if c.set == nil {
+		return CategoryStats{}
+	}
+	return categoryStatsOf(c.dev, c.Name(), c.set.recs[c.idx-1].Snapshot())
+}
+
+// CategoryStats returns the figures of each of the device's categories, in
+// the order they were made, and last the row of the memory outside them
+// ([Uncategorised]); nil for a device without categories.
+func (d Device) CategoryStats() []CategoryStats {
+	r := d.peek()
+	if r == nil {
+		return nil
+	}
+	return categoryRows(d, d.peekCategories(), r)
+}
+
+// peekCategories returns the device's categories where it has any, as peek
+// reads: registering nothing and starting no backend.
+func (d Device) peekCategories() *categorySet {
+	if d.kind == 0 || d.kind >= numKinds {
+		return nil
+	}
+	if s := tables[d.kind].p.Load(); s != nil {
+		return s.cats.lookup(d.ordinal)
+	}
+	return nil
+}
+
+// categoryRows reads the categories of cs, then the device's record r, and
+// puts the row of the uncategorised memory after them.
+func categoryRows(d Device, cs *categorySet, r *tracker.Record) []CategoryStats {
+	if cs == nil || cs.n.Load() == 0 {
+		return nil
+	}
+	names, recs := cs.list()
+	out := make([]CategoryStats, 0, len(names)+1)
+	rest := CategoryStats{Device: d, Category: Uncategorised}
+	for i, rec := range recs {
+		c := categoryStatsOf(d, names[i], rec.Snapshot())
+		out = append(out, c)
+		rest.Tracked -= c.Tracked
+		rest.AllocBytes -= c.AllocBytes
+		rest.FreedBytes -= c.FreedBytes
+		rest.Buffers -= c.Buffers
+		rest.Allocs -= c.Allocs
+		rest.Frees -= c.Frees
+		rest.FailedAllocs -= c.FailedAllocs
+	}
+	all := r.Snapshot()
+	rest.Tracked = max(rest.Tracked+all.Tracked, 0)
+	rest.AllocBytes = max(rest.AllocBytes+all.AllocBytes, 0)
+	rest.FreedBytes = max(rest.FreedBytes+all.FreedBytes, 0)
+	rest.Buffers = max(rest.Buffers+all.Buffers, 0)
+	rest.Allocs = max(rest.Allocs+all.Allocs, 0)
+	rest.Frees = max(rest.Frees+all.Frees, 0)
+	rest.FailedAllocs = max(rest.FailedAllocs+all.FailedAllocs, 0)
+	return append(out, rest)
+}
+
+// categoryOf returns the record of category idx (1-based) of device
+// ordinal in s, or nil for 0 or where the device table was replaced.
+func (s *kindState) categoryOf(ordinal int, idx uint8) *tracker.Record {
+	if idx == 0 {
+		return nil
+	}
+	if cs := s.cats.lookup(ordinal); cs != nil {
+		return &cs.recs[idx-1]
+	}
+	return nil
+}
+
+// resetCategoryPeaks and resetCategoryAccumulated reset the figures of
+// every category of device ordinal in s, with the device's.
+func resetCategoryPeaks(s *kindState, ordinal int) {
+	if cs := s.cats.lookup(ordinal); cs != nil {
+		_, recs := cs.list()
+		for _, r := range recs {
+			r.ResetPeak()
+		}
+	}
+}
+
+func resetCategoryAccumulated(s *kindState, ordinal int) {
+	if cs := s.cats.lookup(ordinal); cs != nil {
+		_, recs := cs.list()
+		for _, r := range recs {
+			r.ResetAccumulated()
+		}
+	}
+}
+
+// categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
+// that its category's limit refused; its Tracked and Limit are then the
+// category's.
+const categoryLimitReason = "the category's memory limit"
+
+// recordFailure counts a refused request in the category, if it is one.
+func (c Category) recordFailure() {
+	if c.set != nil {
+		c.set.recs[c.idx-1].RecordFailure()
+	}
+}
+
+// overLimit refuses, before the backend is asked, size bytes that the
+// category's limit does not leave room for, counting the failure in the
+// category and on the device (rec); nil where there is room.
+func (c Category) overLimit(s *kindState, rec, crec *tracker.Record, size int64) error {
+	lim, cur := crec.Limit(), crec.Tracked()
+	if lim <= 0 || size <= lim-cur {
+		return nil
+	}
+	rec.RecordFailure()
+	crec.RecordFailure()
+	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
+	return c.dev.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason})
+}
+
+// uncountCategory takes the freed buffer from its category's figures, and
+// returns the category's record; s is the device table that counted it.
+func (b *Buffer) uncountCategory(s *kindState) *tracker.Record {
+	r := s.categoryOf(int(b.ordinal), b.cat)
+	if r != nil {
+		_ = r.Free(b.size) // cannot fail: the category holds the buffer
+	}
+	return r
+}
+
+// rec returns the category's record, or nil for the zero Category.
+func (c Category) rec() *tracker.Record {
+	if c.set == nil {
+		return nil
+	}
+	return &c.set.recs[c.idx-1]
+}
+
+// writeCategories writes the rows of [Device.CategoryStats] as a table of
+// [Device.MemorySummary], or nothing for a device without categories.
+func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
+	if len(rows) == 0 {
+		return
+	}
+	w := tabwriter.NewWriter(buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "category\ttracked\tpeak tracked\tbuffers\tallocs\tfrees\tfailed allocs\tlimit\t\n")
+	for _, c := range rows {
+		peak, limit := formatBytes(c.PeakTracked), "none"
+		if c.Category == Uncategorised {
+			peak = "-"
+		}
+		if c.Limit > 0 {
+			limit = formatBytes(c.Limit)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", c.Category, formatBytes(c.Tracked), peak, c.Buffers, c.Allocs, c.Frees, c.FailedAllocs, limit)
+	}
+	w.Flush()
+}
+
+// startCategories resets the peaks of the categories of device ordinal in
+// s and puts their tracked bytes in p, as a measurement begins, and returns
+// their records for endCategories. Unlike the device's, a category's peak
+// has no scope: a measurement resets it, as ResetPeakMemoryStats does.
+func startCategories(s *kindState, ordinal int, p *Measurement) []*tracker.Record {
+	cs := s.cats.lookup(ordinal)
+	if cs == nil {
+		return nil
+	}
+	resetCategoryPeaks(s, ordinal)
+	names, recs := cs.list()
+	if len(recs) == 0 {
+		return nil
+	}
+	p.Categories = make([]CategoryMeasurement, len(recs))
+	for i, r := range recs {
+		p.Categories[i] = CategoryMeasurement{Category: names[i], StartTracked: r.Tracked()}
+	}
+	return recs
+}
+
+// endCategories completes the categories of p as a measurement ends.
+func endCategories(recs []*tracker.Record, p *Measurement) {
+	for i, r := range recs {
+		c := &p.Categories[i]
+		c.PeakTracked, c.EndTracked = r.PeakTracked(), r.Tracked()
+		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
+	}
+}
+
+// checked returns the category's record, checking, as Device.alloc does
+// before the backend is asked, that the category belongs to the device
+// table s and that its limit leaves room for size bytes (rec is the
+// device's record, which counts a refusal too); nil for the zero
+// Category.
+func (c Category) checked(s *kindState, rec *tracker.Record, size int64) (*tracker.Record, error) {
+	if c.set == nil {
+		return nil, nil
+	}
+	crec, err := c.record(s)
+	if err != nil {
+		return nil, err
+	}
+	if crec.Limit() > 0 {
+		if err := c.overLimit(s, rec, crec, size); err != nil {
+			return nil, err
+		}
+	}
+	return crec, nil
+}
+
+// count counts size bytes in the category's record crec (nil for none)
+// before the device's record rec counts them; a refusal is counted on the
+// device too.
+func (c Category) count(rec, crec *tracker.Record, size int64) error {
+	if crec == nil {
+		return nil
+	}
+	if err := crec.Alloc(size); err != nil {
+		rec.RecordFailure()
+		return err
+	}
+	return nil
+}
+
+// uncount takes back what count counted, where the device's record then
+// refused the bytes.
+func (c Category) uncount(crec *tracker.Record, size int64) {
+	if crec != nil {
+		_ = crec.Cancel(size) // cannot fail: it holds size
+	}
+}
