@@ -2,7 +2,11 @@
 
 package memtrack
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/memtrack/memtrack/tracker"
+)
 
 // Stream-ordered allocation and memory pools are CUDA's. In a build without
 // -tags cuda these calls keep the contract of the CUDA build for every
@@ -95,3 +99,15 @@ func pooledFree(Device, int64) {}
 func deviceHeld(_ Device, current, peak int64) (int64, int64) { return current, peak }
 
 func resetDevicePeaks(Device) {}
+
+// Without -tags cuda the device-side figure is the tracked one: a
+// PeakScope needs no scope of its own for it.
+
+func openHeldScope(Device) *tracker.Scope { return nil }
+
+func heldScopePeak(_ Device, sc *tracker.Scope) int64 { return sc.Peak() }
+
+func closeHeldScope(_ Device, sc *tracker.Scope) error {
+	_, err := sc.Close()
+	return err
+}
