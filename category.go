@@ -461,32 +461,36 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w.Flush()
 }
 
-// startCategories resets the peaks of the categories of device ordinal in
-// s and puts their tracked bytes in p, as a measurement begins, and returns
-// their records for endCategories. Unlike the device's, a category's peak
-// has no scope: a measurement resets it, as ResetPeakMemoryStats does.
-func startCategories(s *kindState, ordinal int, p *Measurement) []*tracker.Record {
+// startCategories opens a peak scope on each category of the device as a
+// measurement begins, before it reads their starting figures, and records
+// those in p; it returns the scopes and the categories' records, in the
+// order of p.Categories, or nils for a device without categories. Nothing
+// is reset: measurements nest.
+func startCategories(s *kindState, ordinal int, p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
 	cs := s.cats.lookup(ordinal)
 	if cs == nil {
-		return nil
+		return nil, nil
 	}
-	resetCategoryPeaks(s, ordinal)
 	names, recs := cs.list()
 	if len(recs) == 0 {
-		return nil
+		return nil, nil
 	}
+	scopes := make([]*tracker.Scope, len(recs))
 	p.Categories = make([]CategoryMeasurement, len(recs))
 	for i, r := range recs {
+		scopes[i] = r.OpenScope()
 		p.Categories[i] = CategoryMeasurement{Category: names[i], StartTracked: r.Tracked()}
 	}
-	return recs
+	return scopes, recs
 }
 
-// endCategories completes the categories of p as a measurement ends.
-func endCategories(recs []*tracker.Record, p *Measurement) {
-	for i, r := range recs {
+// endCategories completes the categories of p as a measurement ends, from
+// the scopes startCategories opened, which it closes.
+func endCategories(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
+	for i, sc := range scopes {
 		c := &p.Categories[i]
-		c.PeakTracked, c.EndTracked = r.PeakTracked(), r.Tracked()
+		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again
+		c.EndTracked = recs[i].Tracked()
 		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
 	}
 }

@@ -72,3 +72,41 @@ func TestMeasureCategories(t *testing.T) {
 		require.NoError(t, x.Free())
 	}
 }
+
+// TestMeasureCategoriesNested: measurements of a device with categories
+// nest as the device's do. The inner measurement moves none of the outer
+// one's category peaks, nor the category's own PeakTracked.
+func TestMeasureCategoriesNested(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	act, err := d.Category(CategoryActivations)
+	require.NoError(t, err)
+	var inner Measurement
+	outer, err := d.Measure(func() error {
+		a, err := act.Alloc(8 << 10)
+		require.NoError(t, err)
+		require.NoError(t, a.Free())
+		inner, err = d.Measure(func() error {
+			b, err := act.Alloc(3 << 10)
+			require.NoError(t, err)
+			return b.Free()
+		})
+		return err
+	})
+	require.NoError(t, err)
+	o, ok := outer.Category(CategoryActivations)
+	require.True(t, ok)
+	i, ok := inner.Category(CategoryActivations)
+	require.True(t, ok)
+	assert.Equal(t, int64(8<<10), o.PeakTrackedIncrease, "the inner measurement hid the outer one's peak")
+	assert.Equal(t, int64(3<<10), i.PeakTrackedIncrease)
+	assert.Equal(t, int64(8<<10), act.Stats().PeakTracked, "a measurement reset the category's peak")
+
+	// A panicking pass leaves no category scope open.
+	_, _, err = d.resolve()
+	require.NoError(t, err)
+	assert.Panics(t, func() {
+		_, _ = d.Measure(func() error { panic("f failed") })
+	})
+	assert.False(t, act.rec().HasOpenScopes(), "the category's scope of the panicking measurement is still open")
+}

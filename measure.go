@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+
+	"github.com/memtrack/memtrack/tracker"
 )
 
 // MemGetInfo returns the free and total memory of the device as the OS or
@@ -98,10 +100,10 @@ type Measurement struct {
 	// Categories holds, on a device with categories ([Device.Category]),
 	// each category's figures during the run, in the order the categories
 	// were made: "the activations peaked at X while the KV cache held Y"
-	// is one read. Nil on a device without categories. A category's peak
-	// has no scope of its own: Measure resets the categories' peaks as the
-	// run begins, so measurements of one device with categories must not
-	// nest or overlap.
+	// is one read. Nil on a device without categories. Each category's
+	// peak is taken by a scope of its own, as the device's is, so
+	// measurements with categories nest and overlap too. A category made
+	// during the run is not in it.
 	Categories []CategoryMeasurement
 }
 
@@ -169,14 +171,13 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
-	// The categories have no peak scopes: their peaks are reset as the run
-	// begins (category.go).
-	cats := startCategories(s, d.ordinal, &p)
+	// Each category gets a scope of its own too (category.go).
+	catScopes, cats := startCategories(s, d.ordinal, &p)
 
-	ferr := runScoped(sc, f)
+	ferr := runScoped(sc, catScopes, f)
 
 	p.PeakTracked, p.EndTracked = sc.PeakTracked(), r.Tracked()
-	endCategories(cats, &p)
+	endCategories(catScopes, cats, &p)
 	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
 	p.EndHeld, _ = deviceHeld(d, p.EndTracked, p.EndTracked)
@@ -192,10 +193,16 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	return p, wrapRun(d, ferr)
 }
 
-// runScoped runs f and closes sc, also where f panics, so that no scope is
-// left open to cost every later allocation a load per scope.
-func runScoped(sc *PeakScope, f func() error) error {
-	defer sc.Close() // Measure's own scope: closed once, here
+// runScoped runs f and closes sc and the categories' scopes cats, also
+// where f panics, so that no scope is left open to cost every later
+// allocation a load per scope.
+func runScoped(sc *PeakScope, cats []*tracker.Scope, f func() error) error {
+	defer func() {
+		sc.Close() // Measure's own scope: closed once, here
+		for _, c := range cats {
+			c.Close() // closed once, here; endCategories reads the peak again
+		}
+	}()
 	return f()
 }
 
