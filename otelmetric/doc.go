@@ -53,6 +53,25 @@
 // with the attributes memtrack.backend ("cpu", "cuda", "metal"),
 // memtrack.ordinal and, for a GPU, hw.id, so that each series joins the
 // hw.gpu ones and dcgm-exporter's on the GPU's UUID without an info metric.
+//
+// A device with categories ([memtrack.Device.Category]) has, besides, the
+// figures of each row of [memtrack.Device.CategoryStats], named as the
+// device's with category_ after memtrack. and package prom's
+// memtrack_category_* through the exporter, with the attributes above and
+// memtrack.category (the category's name, or "uncategorised" for the
+// memory outside every category):
+//
+//	memtrack.category_tracked        UpDownCounter  By            bytes tracked in the category
+//	memtrack.category_peak_tracked   Gauge          By            its high-water mark (not for "uncategorised")
+//	memtrack.category_buffers        UpDownCounter  {buffer}      the category's live buffers
+//	memtrack.category_peak_buffers   Gauge          {buffer}      their high-water mark (not for "uncategorised")
+//	memtrack.category_alloc_bytes    Counter        By            bytes allocated in the category
+//	memtrack.category_freed_bytes    Counter        By            bytes freed in it
+//	memtrack.category_allocs         Counter        {allocation}  allocations in it
+//	memtrack.category_frees          Counter        {free}        frees in it
+//	memtrack.category_failed_allocs  Counter        {allocation}  requests in it refused or failed
+//	memtrack.category_limit          UpDownCounter  By            the category's memory limit, where one is set
+//
 // The pool figures are left out for a device without a CUDA memory pool,
 // the device ones for a device whose query fails. The counters restart from
 // zero after [memtrack.Device.ResetAccumulatedMemoryStats] and the peaks

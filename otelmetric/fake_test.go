@@ -22,10 +22,19 @@ func fakeGPU() reading {
 		info: memtrack.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", UUID: gpuUUID},
 		free: 60 << 30, total: 80 << 30,
 		pool: memtrack.PoolStats{PoolReserved: 32 << 20, PeakPoolReserved: 48 << 20, PoolUsed: 16 << 20, PeakPoolUsed: 24 << 20},
+		cats: []memtrack.CategoryStats{
+			{Category: "kv_cache", Tracked: 1 << 19, PeakTracked: 1 << 21, Buffers: 1, PeakBuffers: 3,
+				AllocBytes: 5 << 19, FreedBytes: 4 << 19, Allocs: 7, Frees: 6, FailedAllocs: 2, Limit: 32 << 20},
+			{Category: "weights", Tracked: 1 << 18, PeakTracked: 1 << 20, Buffers: 1, PeakBuffers: 1,
+				AllocBytes: 1 << 18, Allocs: 1},
+			{Category: memtrack.Uncategorised, Tracked: 1 << 18, Buffers: 0, AllocBytes: 3 << 18, FreedBytes: 2 << 18,
+				Allocs: 3, Frees: 3, FailedAllocs: 1},
+		},
 	}
 }
 
-// fakeCPU is a reading of the CPU device, which has no pool and no UUID.
+// fakeCPU is a reading of the CPU device, which has no pool, no UUID and
+// no categories.
 func fakeCPU() reading {
 	return reading{
 		kind: memtrack.KindCPU, name: "cpu",

@@ -45,17 +45,23 @@ const (
 	// cpu: the OS's figures of the CPU device (the machine or its cgroup),
 	// under memtrack's names, with the attributes of own.
 	cpu
+	// category: the figures of each of a device's categories
+	// ([memtrack.Device.CategoryStats]), one point per row, with the
+	// attributes of own and memtrack.category.
+	category
 )
 
 // instrument is one instrument: its name, unit, kind and description, and
-// how a reading gives its value. Exactly one of value and ratio is set;
-// either reports false where the device has no such figure.
+// how a reading gives its value. Exactly one of value, ratio and row is
+// set (row for the family category, which gives a category row's value);
+// each reports false where the device or row has no such figure.
 type instrument struct {
 	name, unit, desc string
 	kind             kind
 	family           family
 	value            func(r *reading) (int64, bool)
 	ratio            func(r *reading) (float64, bool)
+	row              func(c *memtrack.CategoryStats) (int64, bool)
 }
 
 // always wraps a figure every device has.
@@ -66,6 +72,18 @@ func always(f func(s *memtrack.Stats) int64) func(r *reading) (int64, bool) {
 // pool wraps a figure of a CUDA memory pool.
 func pool(f func(p *memtrack.PoolStats) int64) func(r *reading) (int64, bool) {
 	return func(r *reading) (int64, bool) { return f(&r.pool), r.poolErr == nil }
+}
+
+// every wraps a figure every category row has, the uncategorised one
+// included.
+func every(f func(c *memtrack.CategoryStats) int64) func(c *memtrack.CategoryStats) (int64, bool) {
+	return func(c *memtrack.CategoryStats) (int64, bool) { return f(c), true }
+}
+
+// named wraps a figure only the named categories have: the uncategorised
+// row has no peaks.
+func named(f func(c *memtrack.CategoryStats) int64) func(c *memtrack.CategoryStats) (int64, bool) {
+	return func(c *memtrack.CategoryStats) (int64, bool) { return f(c), c.Category != memtrack.Uncategorised }
 }
 
 // The driver's figures of a device: what it reports in use (total - free),
@@ -155,4 +173,34 @@ var instruments = []instrument{
 	{name: hwconv.GpuMemoryUtilizationObservable{}.Name(), unit: hwconv.GpuMemoryUtilizationObservable{}.Unit(), kind: gauge, family: gpu,
 		desc:  "Fraction of GPU memory used, as the driver reports it.",
 		ratio: deviceUtilization},
+	{name: "memtrack.category_tracked", unit: "By", kind: upDownCounter, family: category,
+		desc: "Bytes memtrack tracks in the category on the device (category uncategorised: outside every category).",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.Tracked })},
+	{name: "memtrack.category_peak_tracked", unit: "By", kind: gauge, family: category,
+		desc: "High-water mark of memtrack.category_tracked since the last peak reset; absent for uncategorised.",
+		row:  named(func(c *memtrack.CategoryStats) int64 { return c.PeakTracked })},
+	{name: "memtrack.category_buffers", unit: "{buffer}", kind: upDownCounter, family: category,
+		desc: "Live buffers and tracked handles in the category on the device.",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.Buffers })},
+	{name: "memtrack.category_peak_buffers", unit: "{buffer}", kind: gauge, family: category,
+		desc: "High-water mark of memtrack.category_buffers since the last peak reset; absent for uncategorised.",
+		row:  named(func(c *memtrack.CategoryStats) int64 { return c.PeakBuffers })},
+	{name: "memtrack.category_alloc_bytes", unit: "By", kind: counter, family: category,
+		desc: "Bytes allocated in the category (requested sizes) since the last reset of the cumulative figures.",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.AllocBytes })},
+	{name: "memtrack.category_freed_bytes", unit: "By", kind: counter, family: category,
+		desc: "Bytes freed in the category since the last reset of the cumulative figures.",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.FreedBytes })},
+	{name: "memtrack.category_allocs", unit: "{allocation}", kind: counter, family: category,
+		desc: "Allocations in the category since the last reset of the cumulative figures.",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.Allocs })},
+	{name: "memtrack.category_frees", unit: "{free}", kind: counter, family: category,
+		desc: "Frees in the category since the last reset of the cumulative figures.",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.Frees })},
+	{name: "memtrack.category_failed_allocs", unit: "{allocation}", kind: counter, family: category,
+		desc: "Requests in the category refused by a memory limit or failed in the backend since the last reset of the cumulative figures.",
+		row:  every(func(c *memtrack.CategoryStats) int64 { return c.FailedAllocs })},
+	{name: "memtrack.category_limit", unit: "By", kind: upDownCounter, family: category,
+		desc: "Memory limit on memtrack.category_tracked; absent where none is set.",
+		row:  func(c *memtrack.CategoryStats) (int64, bool) { return c.Limit, c.Limit > 0 }},
 }

@@ -105,32 +105,45 @@ func TestPrometheusExporter(t *testing.T) {
 
 	const (
 		own = "hw_id=" + gpuUUID + ",memtrack_backend=cuda,memtrack_ordinal=1"
+		kv  = "hw_id=" + gpuUUID + ",memtrack_backend=cuda,memtrack_category=kv_cache,memtrack_ordinal=1"
+		un  = "hw_id=" + gpuUUID + ",memtrack_backend=cuda,memtrack_category=uncategorised,memtrack_ordinal=1"
+		wt  = "hw_id=" + gpuUUID + ",memtrack_backend=cuda,memtrack_category=weights,memtrack_ordinal=1"
 		hw  = "hw_id=" + gpuUUID + ",hw_model=NVIDIA H100 80GB HBM3,hw_name=cuda:1,hw_type=gpu,hw_vendor=NVIDIA"
 		G   = dto.MetricType_GAUGE
 		C   = dto.MetricType_COUNTER
 	)
 	want := map[string][]series{
-		"memtrack_tracked_bytes":            {{G, own, 1 << 20}},
-		"memtrack_peak_tracked_bytes":       {{G, own, 3 << 20}},
-		"memtrack_held_bytes":               {{G, own, 2 << 20}},
-		"memtrack_peak_held_bytes":          {{G, own, 4 << 20}},
-		"memtrack_limit_bytes":              {{G, own, 64 << 20}},
-		"memtrack_pool_reserved_bytes":      {{G, own, 32 << 20}},
-		"memtrack_peak_pool_reserved_bytes": {{G, own, 48 << 20}},
-		"memtrack_pool_used_bytes":          {{G, own, 16 << 20}},
-		"memtrack_peak_pool_used_bytes":     {{G, own, 24 << 20}},
-		"memtrack_buffers":                  {{G, own, 2}},
-		"memtrack_peak_buffers":             {{G, own, 5}},
-		"memtrack_allocs_total":             {{C, own, 11}},
-		"memtrack_alloc_bytes_total":        {{C, own, 7 << 20}},
-		"memtrack_failed_allocs_total":      {{C, own, 3}},
-		"memtrack_leaks_total":              {{C, own, 13}},
-		"memtrack_leaked_bytes_total":       {{C, own, 5 << 20}},
-		"memtrack_frees_total":              {{C, own, 9}},
-		"memtrack_freed_bytes_total":        {{C, own, 6 << 20}},
-		"hw_gpu_memory_usage_bytes":         {{G, hw, 20 << 30}},
-		"hw_gpu_memory_limit_bytes":         {{G, hw, 80 << 30}},
-		"hw_gpu_memory_utilization_ratio":   {{G, hw, 0.25}},
+		"memtrack_tracked_bytes":                {{G, own, 1 << 20}},
+		"memtrack_peak_tracked_bytes":           {{G, own, 3 << 20}},
+		"memtrack_held_bytes":                   {{G, own, 2 << 20}},
+		"memtrack_peak_held_bytes":              {{G, own, 4 << 20}},
+		"memtrack_limit_bytes":                  {{G, own, 64 << 20}},
+		"memtrack_pool_reserved_bytes":          {{G, own, 32 << 20}},
+		"memtrack_peak_pool_reserved_bytes":     {{G, own, 48 << 20}},
+		"memtrack_pool_used_bytes":              {{G, own, 16 << 20}},
+		"memtrack_peak_pool_used_bytes":         {{G, own, 24 << 20}},
+		"memtrack_buffers":                      {{G, own, 2}},
+		"memtrack_peak_buffers":                 {{G, own, 5}},
+		"memtrack_allocs_total":                 {{C, own, 11}},
+		"memtrack_alloc_bytes_total":            {{C, own, 7 << 20}},
+		"memtrack_failed_allocs_total":          {{C, own, 3}},
+		"memtrack_leaks_total":                  {{C, own, 13}},
+		"memtrack_leaked_bytes_total":           {{C, own, 5 << 20}},
+		"memtrack_frees_total":                  {{C, own, 9}},
+		"memtrack_freed_bytes_total":            {{C, own, 6 << 20}},
+		"memtrack_category_tracked_bytes":       {{G, kv, 1 << 19}, {G, un, 1 << 18}, {G, wt, 1 << 18}},
+		"memtrack_category_peak_tracked_bytes":  {{G, kv, 1 << 21}, {G, wt, 1 << 20}},
+		"memtrack_category_buffers":             {{G, kv, 1}, {G, un, 0}, {G, wt, 1}},
+		"memtrack_category_peak_buffers":        {{G, kv, 3}, {G, wt, 1}},
+		"memtrack_category_alloc_bytes_total":   {{C, kv, 5 << 19}, {C, un, 3 << 18}, {C, wt, 1 << 18}},
+		"memtrack_category_freed_bytes_total":   {{C, kv, 4 << 19}, {C, un, 2 << 18}, {C, wt, 0}},
+		"memtrack_category_allocs_total":        {{C, kv, 7}, {C, un, 3}, {C, wt, 1}},
+		"memtrack_category_frees_total":         {{C, kv, 6}, {C, un, 3}, {C, wt, 0}},
+		"memtrack_category_failed_allocs_total": {{C, kv, 2}, {C, un, 1}, {C, wt, 0}},
+		"memtrack_category_limit_bytes":         {{G, kv, 32 << 20}},
+		"hw_gpu_memory_usage_bytes":             {{G, hw, 20 << 30}},
+		"hw_gpu_memory_limit_bytes":             {{G, hw, 80 << 30}},
+		"hw_gpu_memory_utilization_ratio":       {{G, hw, 0.25}},
 	}
 	assert.Equal(t, want, seriesOf(t, families))
 	assert.Contains(t, families, "target_info", "the exporter's resource")
@@ -157,9 +170,7 @@ func TestPrometheusNamesAsCollector(t *testing.T) {
 	for d := range ch {
 		name := strings.SplitN(strings.TrimPrefix(d.String(), `Desc{fqName: "`), `"`, 2)[0]
 		require.True(t, strings.HasPrefix(name, "memtrack_"), "read the name of %v", d)
-		// The categories' figures (memtrack_category_*) are package prom's
-		// only: this package does not report categories.
-		if name != "memtrack_device_info" && !strings.HasPrefix(name, "memtrack_category_") {
+		if name != "memtrack_device_info" {
 			collector = append(collector, name)
 		}
 	}

@@ -20,6 +20,8 @@ type reading struct {
 
 	pool    memtrack.PoolStats
 	poolErr error
+
+	cats []memtrack.CategoryStats // nil for a device without categories
 }
 
 // read reads device d.
@@ -28,6 +30,7 @@ func read(d memtrack.Device) reading {
 	r.info, r.infoErr = d.Info()
 	r.free, r.total, r.memErr = d.MemGetInfo()
 	r.pool, r.poolErr = d.PoolStats()
+	r.cats = d.CategoryStats()
 	return r
 }
 

@@ -24,6 +24,10 @@ const (
 	// process numbers it (CUDA_VISIBLE_DEVICES renumbers GPUs; hw.id does
 	// not change).
 	OrdinalKey = attribute.Key("memtrack.ordinal")
+	// CategoryKey names the category of a category instrument's point
+	// ([memtrack.Device.Category]), or "uncategorised" for the memory
+	// outside every category.
+	CategoryKey = attribute.Key("memtrack.category")
 )
 
 // ErrAttribute is matched by the error [Register] returns for an attribute
@@ -40,7 +44,8 @@ type config struct {
 
 // WithAttributes adds attributes with fixed values to every observation,
 // such as the name of the model a process serves. A key the instruments
-// set themselves (memtrack.backend, memtrack.ordinal, any hw.* key) makes
+// set themselves (memtrack.backend, memtrack.ordinal, memtrack.category,
+// any hw.* key) makes
 // [Register] fail with an error matching [ErrAttribute]. Attributes that
 // describe the process or host belong in the provider's resource instead.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
@@ -72,7 +77,7 @@ func register(mp metric.MeterProvider, source func() []reading, opts []Option) (
 		if !kv.Valid() {
 			return nil, fmt.Errorf("%w %q: empty key or no value", ErrAttribute, kv.Key)
 		}
-		if kv.Key == BackendKey || kv.Key == OrdinalKey || strings.HasPrefix(string(kv.Key), "hw.") {
+		if kv.Key == BackendKey || kv.Key == OrdinalKey || kv.Key == CategoryKey || strings.HasPrefix(string(kv.Key), "hw.") {
 			return nil, fmt.Errorf("%w %q: the instruments set it themselves", ErrAttribute, kv.Key)
 		}
 	}
@@ -122,6 +127,7 @@ type collection struct {
 func (c *collection) observe(_ context.Context, o metric.Observer) error {
 	for _, r := range c.source() {
 		own, hw, isGPU := c.attributes(&r)
+		rows := rowAttributes(own, r.cats)
 		for i, in := range instruments {
 			set := own
 			switch in.family {
@@ -134,6 +140,9 @@ func (c *collection) observe(_ context.Context, o metric.Observer) error {
 				if r.kind != memtrack.KindCPU {
 					continue
 				}
+			case category:
+				observeRows(o, c.obs[i].(metric.Int64Observable), in, r.cats, rows)
+				continue
 			}
 			if in.ratio != nil {
 				if v, ok := in.ratio(&r); ok {
@@ -145,6 +154,26 @@ func (c *collection) observe(_ context.Context, o metric.Observer) error {
 		}
 	}
 	return nil
+}
+
+// rowAttributes returns the attribute set of each of a device's category
+// rows: the device's own and the row's memtrack.category.
+func rowAttributes(own attribute.Set, rows []memtrack.CategoryStats) []attribute.Set {
+	sets := make([]attribute.Set, len(rows))
+	for j, row := range rows {
+		sets[j] = attribute.NewSet(append(own.ToSlice(), CategoryKey.String(row.Category))...)
+	}
+	return sets
+}
+
+// observeRows observes instrument in, of the family category, for each
+// category row that has its figure, with the row's attributes sets[j].
+func observeRows(o metric.Observer, ob metric.Int64Observable, in instrument, rows []memtrack.CategoryStats, sets []attribute.Set) {
+	for j := range rows {
+		if v, ok := in.row(&rows[j]); ok {
+			o.ObserveInt64(ob, v, metric.WithAttributeSet(sets[j]))
+		}
+	}
 }
 
 // attributes returns the attribute sets of one device: own for memtrack's

@@ -110,6 +110,49 @@ func wantOwn(s memtrack.Stats, attrs attribute.Set) map[string]point {
 	return want
 }
 
+// wantCategories returns what the category instruments report for a
+// device's category rows, whose device attributes are own, written out
+// figure by figure from the table in doc.go: one point per row, with
+// memtrack.category; no peaks for the uncategorised row, no limit where
+// none is set.
+func wantCategories(rows []memtrack.CategoryStats, own attribute.Set) map[string][]point {
+	want := map[string][]point{}
+	for _, r := range rows {
+		attrs := attribute.NewSet(append(own.ToSlice(), attribute.String("memtrack.category", r.Category))...)
+		add := func(name, unit, kind string, v int64) {
+			want[name] = append(want[name], point{unit, kind, attrs, float64(v)})
+		}
+		add("memtrack.category_tracked", "By", "UpDownCounter", r.Tracked)
+		add("memtrack.category_buffers", "{buffer}", "UpDownCounter", r.Buffers)
+		add("memtrack.category_alloc_bytes", "By", "Counter", r.AllocBytes)
+		add("memtrack.category_freed_bytes", "By", "Counter", r.FreedBytes)
+		add("memtrack.category_allocs", "{allocation}", "Counter", r.Allocs)
+		add("memtrack.category_frees", "{free}", "Counter", r.Frees)
+		add("memtrack.category_failed_allocs", "{allocation}", "Counter", r.FailedAllocs)
+		if r.Category != memtrack.Uncategorised {
+			add("memtrack.category_peak_tracked", "By", "Gauge", r.PeakTracked)
+			add("memtrack.category_peak_buffers", "{buffer}", "Gauge", r.PeakBuffers)
+		}
+		if r.Limit > 0 {
+			add("memtrack.category_limit", "By", "UpDownCounter", r.Limit)
+		}
+	}
+	return withRows(map[string][]point{}, want) // sorted as read1 sorts
+}
+
+// withRows returns want with the points of rows added.
+func withRows(want map[string][]point, rows map[string][]point) map[string][]point {
+	for name, ps := range rows {
+		want[name] = append(want[name], ps...)
+	}
+	for _, ps := range want {
+		sort.Slice(ps, func(i, j int) bool {
+			return ps[i].attrs.Encoded(attribute.DefaultEncoder()) < ps[j].attrs.Encoded(attribute.DefaultEncoder())
+		})
+	}
+	return want
+}
+
 // merge adds the points of each device into one map by name.
 func merge(devs ...map[string]point) map[string][]point {
 	out := map[string][]point{}
@@ -181,6 +224,10 @@ func TestInstruments(t *testing.T) {
 			wantNoInfo[name] = p
 		}
 	}
+	noInfoRows := wantCategories(gpuNoInfo.cats, noInfoOwn)
+	gpuNoCats := fakeGPU()
+	gpuNoCats.cats = nil
+	gpuRows := wantCategories(fakeGPU().cats, gpuOwn)
 	gpuNoMem := fakeGPU()
 	gpuNoMem.memErr = errors.New("no memory figures")
 	wantNoMem := without(wantGPU(), "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization")
@@ -194,11 +241,12 @@ func TestInstruments(t *testing.T) {
 		want map[string][]point
 	}{
 		{"none", nil, map[string][]point{}},
-		{"gpu", []reading{fakeGPU()}, merge(wantGPU())},
+		{"gpu", []reading{fakeGPU()}, withRows(merge(wantGPU()), gpuRows)},
+		{"gpu without categories", []reading{gpuNoCats}, merge(wantGPU())},
 		{"cpu", []reading{fakeCPU()}, merge(wantCPU())},
-		{"cpu and gpu", []reading{fakeCPU(), fakeGPU()}, merge(wantCPU(), wantGPU())},
-		{"gpu without identity", []reading{gpuNoInfo}, merge(wantNoInfo)},
-		{"gpu without memory figures", []reading{gpuNoMem}, merge(wantNoMem)},
+		{"cpu and gpu", []reading{fakeCPU(), fakeGPU()}, withRows(merge(wantCPU(), wantGPU()), gpuRows)},
+		{"gpu without identity", []reading{gpuNoInfo}, withRows(merge(wantNoInfo), noInfoRows)},
+		{"gpu without memory figures", []reading{gpuNoMem}, withRows(merge(wantNoMem), gpuRows)},
 		{"cpu without memory figures", []reading{cpuNoMem}, merge(wantCPUNoMem)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,6 +278,55 @@ func TestInstrumentsCPU(t *testing.T) {
 	assert.Equal(t, merge(want), got)
 }
 
+// TestInstrumentsCategories checks every category instrument against the
+// CPU's CategoryStats, read through Register as a program would: one point
+// per row with memtrack.category, the uncategorised row without peaks,
+// the limit only where one is set. It runs in a process of its own, since
+// categories, once made, stay on the device that the other tests read.
+func TestInstrumentsCategories(t *testing.T) {
+	if !rendertest.InChild(t, "MEMTRACK_OTEL_CHILD") {
+		return
+	}
+	cpu := memtrack.CPU()
+	kv, err := cpu.Category("kv_cache")
+	require.NoError(t, err)
+	weights, err := cpu.Category("weights")
+	require.NoError(t, err)
+	require.NoError(t, kv.SetMemoryLimit(3000))
+	a, err := kv.Alloc(2048)
+	require.NoError(t, err)
+	defer a.Free()
+	b, err := kv.Alloc(512)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	_, err = kv.Alloc(1024)
+	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
+	w, err := weights.Alloc(4096)
+	require.NoError(t, err)
+	defer w.Free()
+	u, err := cpu.Alloc(100)
+	require.NoError(t, err)
+	defer u.Free()
+
+	got := collect(t, readUsed)
+	rows := cpu.CategoryStats()
+	require.Len(t, rows, 3, "kv_cache, weights, uncategorised")
+	require.Equal(t, memtrack.CategoryStats{Device: cpu, Category: "kv_cache", Tracked: 2048, PeakTracked: 2560,
+		Buffers: 1, PeakBuffers: 2, AllocBytes: 2560, FreedBytes: 512, Allocs: 2, Frees: 1, FailedAllocs: 1, Limit: 3000}, rows[0])
+	want := wantCategories(rows, cpuOwn)
+	for name, ps := range got {
+		if strings.HasPrefix(name, "memtrack.category_") {
+			assert.Equal(t, want[name], ps, name)
+			delete(want, name)
+		}
+	}
+	assert.Empty(t, want, "category instruments not reported")
+	kvAttrs := attribute.NewSet(append(cpuOwn.ToSlice(), attribute.String("memtrack.category", "kv_cache"))...)
+	assert.Equal(t, []point{{"By", "UpDownCounter", kvAttrs, 3000}}, got["memtrack.category_limit"], "only kv_cache has a limit")
+	assert.Len(t, got["memtrack.category_peak_tracked"], 2, "no peak for uncategorised")
+	assert.Len(t, got["memtrack.category_tracked"], 3)
+}
+
 func TestWithAttributes(t *testing.T) {
 	model := attribute.String("model", "llama-3-8b")
 	got := collect(t, func() []reading { return []reading{fakeGPU()} }, WithAttributes(model))
@@ -249,6 +346,7 @@ func TestRegisterRefuses(t *testing.T) {
 	for _, kv := range []attribute.KeyValue{
 		attribute.String("memtrack.backend", "x"),
 		attribute.Int("memtrack.ordinal", 3),
+		attribute.String("memtrack.category", "x"),
 		attribute.String("hw.id", "x"),
 		attribute.String("hw.vendor", "x"),
 		attribute.String("", "x"),
