@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -461,4 +462,54 @@ func TestCategoryAllocAsyncOnCPU(t *testing.T) {
 	_, err = c.AllocAsync(64, DefaultStream)
 	assert.Error(t, err)
 	assert.Equal(t, before, c.Stats(), "nothing counted")
+}
+
+// TestExpvarCategories reads Expvar's JSON as a reader of /debug/vars
+// would: a device with categories has their rows beside its Stats' fields,
+// the uncategorised one last; a device without has no Categories field, and
+// every device's object still decodes into a Stats as before.
+func TestExpvarCategories(t *testing.T) {
+	_, ds := fakeCUDA(t, 2, 1<<30)
+	kv, err := ds[0].Category("kv_cache")
+	require.NoError(t, err)
+	require.NoError(t, kv.SetMemoryLimit(1<<20))
+	a, err := kv.Alloc(4096)
+	require.NoError(t, err)
+	defer a.Free()
+	_, err = kv.Alloc(1 << 20)
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	u, err := ds[0].Alloc(100)
+	require.NoError(t, err)
+	defer u.Free()
+	w, err := ds[1].Alloc(512)
+	require.NoError(t, err)
+	defer w.Free()
+
+	v := Expvar().String()
+	var withCats map[string]struct {
+		Stats
+		Categories []CategoryStats
+	}
+	require.NoError(t, json.Unmarshal([]byte(v), &withCats), "not JSON: %s", v)
+	require.Contains(t, withCats, "cuda:0")
+	require.Contains(t, withCats, "cuda:1")
+	assert.Equal(t, ds[0].MemoryStats(), withCats["cuda:0"].Stats)
+	assert.Equal(t, []CategoryStats{
+		{Device: ds[0], Category: "kv_cache", Tracked: 4096, PeakTracked: 4096, Buffers: 1, PeakBuffers: 1,
+			AllocBytes: 4096, Allocs: 1, FailedAllocs: 1, Limit: 1 << 20},
+		{Device: ds[0], Category: Uncategorised, Tracked: 100, Buffers: 1, AllocBytes: 100, Allocs: 1},
+	}, withCats["cuda:0"].Categories)
+	assert.Equal(t, ds[0].CategoryStats(), withCats["cuda:0"].Categories)
+	assert.Equal(t, ds[1].MemoryStats(), withCats["cuda:1"].Stats)
+	assert.Nil(t, withCats["cuda:1"].Categories)
+
+	var raw map[string]map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(v), &raw))
+	assert.Contains(t, raw["cuda:0"], "Categories")
+	assert.NotContains(t, raw["cuda:1"], "Categories", "a device without categories is written as before")
+
+	var stats map[string]Stats // as readers decoded it before categories
+	require.NoError(t, json.Unmarshal([]byte(v), &stats))
+	assert.Equal(t, ds[0].MemoryStats(), stats["cuda:0"])
+	assert.Equal(t, ds[1].MemoryStats(), stats["cuda:1"])
 }

@@ -221,16 +221,33 @@ func formatBytes(n int64) string { return bytesize.Format(n) }
 
 // Expvar returns an [expvar.Var] whose String is a JSON object that maps each
 // used device's name ([Device.String]) to its [Stats], read when the variable
-// is read. Nothing is published by this package; publish it under a name of
-// your choice:
+// is read. A device with categories ([Device.Category]) has besides, beside
+// the fields of Stats, a field Categories: the rows of
+// [Device.CategoryStats], the uncategorised one last. Decode a device's
+// object into a Stats, or into
+//
+//	struct {
+//		memtrack.Stats
+//		Categories []memtrack.CategoryStats
+//	}
+//
+// for its categories as well. Nothing is published by this package; publish
+// it under a name of your choice:
 //
 //	expvar.Publish("memtrack", memtrack.Expvar())
 func Expvar() expvar.Var {
 	return expvar.Func(func() any {
-		m := make(map[string]Stats)
+		m := make(map[string]expvarDevice)
 		rangeUsed(func(d Device, r *tracker.Record) {
-			m[d.String()] = statsOf(d, r.Snapshot())
+			m[d.String()] = expvarDevice{Stats: statsOf(d, r.Snapshot()), Categories: categoryRows(d, d.peekCategories(), r)}
 		})
 		return m
 	})
+}
+
+// expvarDevice is one device's value in [Expvar]: the fields of its Stats
+// and, where it has categories, their rows.
+type expvarDevice struct {
+	Stats
+	Categories []CategoryStats `json:",omitempty"`
 }
