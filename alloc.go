@@ -7,173 +7,243 @@ import (
 	"github.com/memtrack/memtrack/tracker"
 )
 
+// The allocation path. Every way memory is counted (Device.Alloc,
+// Category.Alloc, Device.AllocAsync, Category.AllocAsync, Device.Track,
+// Category.Track, Device.TrackAddr) takes the same steps, in this order:
+//
+//  1. admit: bad input first (the size, the device, the category), then
+//     the category's limit and the device's, read before the backend is
+//     asked, so that a request over one costs no device memory;
+//  2. the backend allocates (Device.Track and TrackAddr claim the address
+//     instead);
+//  3. commit counts the bytes, in the category's record first, so that its
+//     limit refuses exactly, then in the device's;
+//  4. the features: the device-side figure (a backend's capability,
+//     kindState.held), then the hook set of the device (hooks), one atomic
+//     load while every feature is off.
+//
+// A refusal at any step goes through one builder, Device.refuse. The
+// category and the stream are fields of the request, not reasons for
+// another copy of the path. Every free takes one path back too:
+// kindState.uncount.
+
+// request is what flows through the allocation path.
+type request struct {
+	size   int64
+	cat    Category // the zero Category for none
+	stream Stream   // the stream of a stream-ordered allocation, else 0
+	async  bool     // stream-ordered (AllocAsync)
+	skip   int      // frames to leave out of the site above the exported function's caller
+}
+
+// admitted is a request that admit let through: the device's table and
+// record, and the category's record (nil for none).
+type admitted struct {
+	s    *kindState
+	rec  *tracker.Record
+	crec *tracker.Record
+}
+
+// admit checks r's input: its size, the device and its category. what
+// names the request in the error of a bad size ("requested", "tracked").
+func (d Device) admit(r *request, what string) (admitted, error) {
+	if r.size <= 0 {
+		return admitted{}, fmt.Errorf("%w: %d bytes %s on %v", ErrInvalidSize, r.size, what, d)
+	}
+	s, rec, err := d.resolve()
+	if err != nil {
+		return admitted{}, err
+	}
+	a := admitted{s: s, rec: rec}
+	if r.cat.set != nil {
+		if a.crec, err = r.cat.record(s); err != nil {
+			return admitted{}, err
+		}
+	}
+	return a, nil
+}
+
+// limitHit is the limit that refused a request before the backend was
+// asked: the figure it was held against and the limit, and whether it is
+// the category's.
+type limitHit struct {
+	cur, lim   int64
+	byCategory bool
+}
+
+// overLimit checks the category's limit, then the device's, for size
+// bytes; it reports the one that leaves no room.
+func (a *admitted) overLimit(size int64) (limitHit, bool) {
+	if a.crec != nil {
+		if lim := a.crec.Limit(); lim > 0 {
+			if cur := a.crec.Tracked(); size > lim-cur {
+				return limitHit{cur: cur, lim: lim, byCategory: true}, true
+			}
+		}
+	}
+	if lim := a.rec.Limit(); lim > 0 {
+		if cur := a.rec.Tracked(); size > lim-cur {
+			return limitHit{cur: cur, lim: lim}, true
+		}
+	}
+	return limitHit{}, false
+}
+
+// commit counts size bytes in the category's record, then in the
+// device's; where the device's refuses, the category's takes them back.
+// byCategory says which record refused; each counted its failure, and a
+// category's refusal counts one on the device too.
+func (a *admitted) commit(size int64) (byCategory bool, err error) {
+	if a.crec != nil {
+		if err := a.crec.Alloc(size); err != nil {
+			a.rec.RecordFailure()
+			return true, err
+		}
+	}
+	if err := a.rec.Alloc(size); err != nil {
+		if a.crec != nil {
+			_ = a.crec.Cancel(size) // cannot fail: it holds size
+		}
+		return false, err
+	}
+	return false, nil
+}
+
 // Alloc allocates size bytes on the device and counts them. It fails with
 // [ErrInvalidSize] for size <= 0 (counting nothing) and with an
 // [*OutOfMemoryError] when the memory limit or the device refuses it (adding
 // one to FailedAllocs and nothing else). Free the buffer with [Buffer.Free].
 func (d Device) Alloc(size int64) (*Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
-	}
-	s, rec, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	// A limit is checked before the backend is asked, so that a request over
-	// it costs no device memory; the record checks again, exactly, after.
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(s, rec, size, cur, lim)
-		}
-	}
-	// The backend writes straight into the buffer (see backend).
-	var b *Buffer
-	if s.inline && size <= cpuInlineMax {
-		b = newSmallCPUBuffer(size)
-	} else {
-		b = new(Buffer)
-	}
-	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
-	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefused(s, rec, size, err)
-	}
-	if err := rec.Alloc(size); err != nil {
-		return nil, d.recordRefused(s, rec, b, err)
-	}
-	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	b.self = b
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.alloc(size) // see sites.go
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, b.site, rec, 0) // see history.go
-	}
-	if dl := s.leaks.on.lookup(d.ordinal); dl != nil {
-		watchNewBuffer(dl, s, b) // see leak.go
-	}
-	return b, nil
+	return d.allocate(request{size: size})
 }
 
-// alloc is Alloc through category c (see category.go): the category is
-// counted before the device, so that its limit refuses exactly, and a
-// device that then refuses takes it back (tracker.Record.Cancel). Alloc
-// keeps its own path, without the category's steps, so that an allocation
-// outside categories costs what it would without them; the two must
-// otherwise stay alike (category_test.go checks that both count the same).
-func (d Device) alloc(size int64, c Category) (*Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
-	}
-	s, rec, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	if c.set.state != s {
-		return nil, c.gone()
-	}
-	crec := &c.set.recs[c.idx-1]
-	// The limits are checked before the backend is asked, so that a request
-	// over one costs no device memory; the records check again, exactly,
-	// after.
-	if crec.Limit() > 0 {
-		if err := c.overLimit(s, rec, crec, size); err != nil { // category.go
+// allocate is the allocation path of a [Buffer]: Alloc, AllocAsync and
+// their categories'.
+func (d Device) allocate(r request) (*Buffer, error) {
+	if r.async && r.size > 0 {
+		if err := d.streamsSupported(); err != nil {
 			return nil, err
 		}
 	}
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
+	a, err := d.admit(&r, "requested")
+	if err != nil {
+		return nil, err
+	}
+	var sb streamBackend
+	if r.async {
+		if sb, err = a.s.streams(d); err != nil {
+			return nil, err
 		}
 	}
-	var b *Buffer // as Alloc makes it: the backend writes straight into it
-	if s.inline && size <= cpuInlineMax {
-		b = newSmallCPUBuffer(size)
+	if hit, over := a.overLimit(r.size); over {
+		if sb != nil {
+			// Bad input is refused before a failure is counted.
+			if err := sb.checkStream(d.ordinal, r.stream); err != nil {
+				return nil, err
+			}
+		}
+		return nil, d.refuseLimit(a, &r, hit)
+	}
+	// The backend writes straight into the buffer (see backend).
+	var b *Buffer
+	if a.s.inline && r.size <= cpuInlineMax {
+		b = newSmallCPUBuffer(r.size)
 	} else {
 		b = new(Buffer)
 	}
-	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
-	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
-		return nil, d.backendRefusedIn(s, rec, size, err, c)
+	b.size, b.ordinal, b.kind = r.size, int32(d.ordinal), d.kind
+	if sb == nil {
+		err = a.s.b.alloc(d.ordinal, r.size, &b.mem)
+	} else {
+		b.pooled = true
+		err = sb.allocAsync(d.ordinal, r.size, r.stream, &b.mem)
+		if u, ok := err.(uncounted); ok {
+			return nil, u.err // bad input, or nothing asked of the device: nothing counted
+		}
 	}
-	if err := crec.Alloc(size); err != nil {
-		rec.RecordFailure()
-		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
+	if err != nil {
+		return nil, d.refuse(a, &r, refusal{err: err, byBackend: true})
 	}
-	if err := rec.Alloc(size); err != nil {
-		_ = crec.Cancel(size) // cannot fail: it holds size
-		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
+	if byCat, err := a.commit(r.size); err != nil {
+		// The memory goes back before the report reads the device and the
+		// observers run, so that neither sees it (cuMemFree takes the
+		// memory of a pool back at once).
+		return nil, d.refuse(a, &r, refusal{err: err, byCategory: byCat, mem: &b.mem})
 	}
-	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	b.self, b.cat = b, c.idx
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
+	if a.s.held != nil {
+		a.s.held.heldAlloc(d.ordinal, r.size, b.pooled)
 	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.allocIn(size, b.site, rec, 0, c.idx, crec) // see history.go
-	}
-	if dl := s.leaks.on.lookup(d.ordinal); dl != nil {
-		watchNewBuffer(dl, s, b) // see leak.go
+	b.self, b.cat = b, r.cat.idx
+	if h := a.s.hooksOf(d.ordinal); h != nil {
+		b.site = h.alloc(&r, a.rec, a.crec)
+		if h.leaks != nil {
+			watchNewBuffer(h.leaks, a.s, b) // leak.go
+		}
 	}
 	return b, nil
 }
 
-// The refusals of Alloc, kept out of its fast path.
-
-// overLimit refuses size bytes that the memory limit lim does not leave
-// room for beside the cur bytes tracked.
-func (d Device) overLimit(s *kindState, rec *tracker.Record, size, cur, lim int64) error {
-	return d.overLimitIn(s, rec, size, cur, lim, Category{})
+// refusal says what refused a request after admit: the backend
+// (byBackend), else the device's record or, byCategory, the category's;
+// err is the refusal. mem is the memory the backend allocated, which goes
+// back, or nil.
+type refusal struct {
+	oom        *OutOfMemoryError // a limit's refusal, built by refuseLimit
+	err        error
+	byBackend  bool
+	byCategory bool
+	mem        *memory
 }
 
-// overLimitIn is overLimit for a request in category c, which counts the
-// failure too.
-func (d Device) overLimitIn(s *kindState, rec *tracker.Record, size, cur, lim int64, c Category) error {
-	rec.RecordFailure()
-	c.recordFailure()
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx, c.rec()) // see history.go
-	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"})
-}
-
-// backendRefused counts and completes the error of a backend that could not
-// allocate size bytes.
-func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, err error) error {
-	return d.backendRefusedIn(s, rec, size, err, Category{})
-}
-
-// backendRefusedIn is backendRefused for a request in category c.
-func (d Device) backendRefusedIn(s *kindState, rec *tracker.Record, size int64, err error, c Category) error {
-	rec.RecordFailure()
-	c.recordFailure()
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
-	err = fillError(err, d, size, rec)
-	if oom, ok := err.(*OutOfMemoryError); ok {
-		oom.Category = c.Name()
-		return d.outOfMemory(s, rec, oom)
+// refuseLimit refuses a request over the limit hit, before the backend
+// is asked: the refusal counts on the device and in the category.
+func (d Device) refuseLimit(a admitted, r *request, hit limitHit) error {
+	a.rec.RecordFailure()
+	if a.crec != nil {
+		a.crec.RecordFailure()
 	}
-	return err
-}
-
-// recordRefused gives back the memory of b, which the record refused to
-// count (a concurrent allocation took the room under the limit, or the
-// record is full); the record counted the failure. c is the category of
-// the request, if any, and err its record's refusal where crec is true.
-func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
-	return d.recordRefusedIn(s, rec, b, err, Category{}, false)
-}
-
-// recordRefusedIn is recordRefused for a request in category c; err is
-// the refusal of c's record where crec is true.
-func (d Device) recordRefusedIn(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx, c.rec())
-	oom := recordRefusal(err, d, b.size, rec.Tracked())
-	oom.Category = c.Name()
-	if crec && oom.Limit > 0 {
-		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
+	oom := &OutOfMemoryError{Requested: r.size, Tracked: hit.cur, Limit: hit.lim, Category: r.cat.Name(), Reason: "memory limit"}
+	if hit.byCategory {
+		oom.Reason = categoryLimitReason
 	}
-	// The memory goes back before the report reads the device and the
-	// observers run, so that neither sees it.
-	ferr := s.b.free(d.ordinal, b.size, &b.mem)
-	d.outOfMemory(s, rec, oom)
+	return d.refuse(a, r, refusal{oom: oom})
+}
+
+// refuse is the one builder of the refusals of the allocation path: it
+// counts what refusal f says is not counted yet, records it in the history,
+// gives back memory the backend allocated, builds the error and runs the
+// report and the observers (Device.outOfMemory).
+func (d Device) refuse(a admitted, r *request, f refusal) error {
+	if h := a.s.hooksOf(d.ordinal); h != nil {
+		h.refused(r, a.rec, a.crec, f.err)
+	}
+	var oom *OutOfMemoryError
+	switch {
+	case f.oom != nil:
+		oom = f.oom
+	case f.byBackend:
+		a.rec.RecordFailure()
+		if a.crec != nil {
+			a.crec.RecordFailure()
+		}
+		err := fillError(f.err, d, r.size, a.rec)
+		var ok bool
+		if oom, ok = err.(*OutOfMemoryError); !ok {
+			return err
+		}
+		oom.Category = r.cat.Name()
+	default:
+		oom = recordRefusal(f.err, d, r.size, a.rec.Tracked())
+		oom.Category = r.cat.Name()
+		if f.byCategory && oom.Limit > 0 {
+			oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
+		}
+	}
+	var ferr error
+	if f.mem != nil {
+		ferr = a.s.b.free(d.ordinal, r.size, f.mem)
+	}
+	d.outOfMemory(a.s, a.rec, oom)
 	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
@@ -204,6 +274,45 @@ func fillError(err error, d Device, size int64, rec *tracker.Record) error {
 		e.Device = d
 	}
 	return err
+}
+
+// release is what the release path uncounts: the bytes of one buffer,
+// handle or address, and where they were counted.
+type release struct {
+	size    int64
+	rec     *tracker.Record // the device's record
+	crec    *tracker.Record // the category's, or nil
+	cat     uint8           // the category, 1-based; 0 for none
+	site    *site           // the allocation site, if recorded
+	stream  Stream          // the stream of a stream-ordered free, else 0
+	ordinal int
+	// held: the device-side figure drops now (not for Buffer.FreeAsync,
+	// whose stream has yet to execute the free); pooled: it is a
+	// stream-ordered buffer's, whose share of that figure drops too.
+	held, pooled bool
+}
+
+// uncount is the one release path: it takes f's bytes from the device's
+// record, then from the category's, the device-side figure and the site,
+// and records the free in the history. It fails, changing nothing, where
+// the device's record refuses (it holds less than f.size).
+func (s *kindState) uncount(f *release) error {
+	if err := f.rec.Free(f.size); err != nil {
+		return err
+	}
+	if f.crec != nil {
+		_ = f.crec.Free(f.size) // cannot fail: the category holds the bytes
+	}
+	if f.held && s.held != nil {
+		s.held.heldFree(f.ordinal, f.size, f.pooled)
+	}
+	if f.site != nil {
+		f.site.free(f.size)
+	}
+	if h := s.hooksOf(f.ordinal); h != nil {
+		h.free(f)
+	}
+	return nil
 }
 
 // SetMemoryLimit caps the bytes the device's live buffers may hold: an Alloc

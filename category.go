@@ -226,7 +226,7 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Alloc", size)
 	}
-	return c.dev.alloc(size, c)
+	return c.dev.allocate(request{size: size, cat: c})
 }
 
 // Track counts size bytes that other code allocated at ptr on the
@@ -238,7 +238,7 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Track", size)
 	}
-	return c.dev.track(size, ptr, c)
+	return c.dev.track(request{size: size, cat: c}, ptr)
 }
 
 // SetMemoryLimit caps the bytes the category's live buffers may hold, as
@@ -401,45 +401,6 @@ func resetCategoryAccumulated(s *kindState, ordinal int) {
 // category's.
 const categoryLimitReason = "the category's memory limit"
 
-// recordFailure counts a refused request in the category, if it is one.
-func (c Category) recordFailure() {
-	if c.set != nil {
-		c.set.recs[c.idx-1].RecordFailure()
-	}
-}
-
-// overLimit refuses, before the backend is asked, size bytes that the
-// category's limit does not leave room for, counting the failure in the
-// category and on the device (rec); nil where there is room.
-func (c Category) overLimit(s *kindState, rec, crec *tracker.Record, size int64) error {
-	lim, cur := crec.Limit(), crec.Tracked()
-	if lim <= 0 || size <= lim-cur {
-		return nil
-	}
-	rec.RecordFailure()
-	crec.RecordFailure()
-	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
-	return c.dev.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason})
-}
-
-// uncountCategory takes the freed buffer from its category's figures, and
-// returns the category's record; s is the device table that counted it.
-func (b *Buffer) uncountCategory(s *kindState) *tracker.Record {
-	r := s.categoryOf(int(b.ordinal), b.cat)
-	if r != nil {
-		_ = r.Free(b.size) // cannot fail: the category holds the buffer
-	}
-	return r
-}
-
-// rec returns the category's record, or nil for the zero Category.
-func (c Category) rec() *tracker.Record {
-	if c.set == nil {
-		return nil
-	}
-	return &c.set.recs[c.idx-1]
-}
-
 // writeCategories writes the rows of [Device.CategoryStats] as a table of
 // [Device.MemorySummary], or nothing for a device without categories.
 func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
@@ -492,48 +453,5 @@ func endCategories(scopes []*tracker.Scope, recs []*tracker.Record, p *Measureme
 		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again
 		c.EndTracked = recs[i].Tracked()
 		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
-	}
-}
-
-// checked returns the category's record, checking, as Device.alloc does
-// before the backend is asked, that the category belongs to the device
-// table s and that its limit leaves room for size bytes (rec is the
-// device's record, which counts a refusal too); nil for the zero
-// Category.
-func (c Category) checked(s *kindState, rec *tracker.Record, size int64) (*tracker.Record, error) {
-	if c.set == nil {
-		return nil, nil
-	}
-	crec, err := c.record(s)
-	if err != nil {
-		return nil, err
-	}
-	if crec.Limit() > 0 {
-		if err := c.overLimit(s, rec, crec, size); err != nil {
-			return nil, err
-		}
-	}
-	return crec, nil
-}
-
-// count counts size bytes in the category's record crec (nil for none)
-// before the device's record rec counts them; a refusal is counted on the
-// device too.
-func (c Category) count(rec, crec *tracker.Record, size int64) error {
-	if crec == nil {
-		return nil
-	}
-	if err := crec.Alloc(size); err != nil {
-		rec.RecordFailure()
-		return err
-	}
-	return nil
-}
-
-// uncount takes back what count counted, where the device's record then
-// refused the bytes.
-func (c Category) uncount(crec *tracker.Record, size int64) {
-	if crec != nil {
-		_ = crec.Cancel(size) // cannot fail: it holds size
 	}
 }

@@ -2,11 +2,7 @@
 
 package memtrack
 
-import (
-	"fmt"
-
-	"github.com/memtrack/memtrack/tracker"
-)
+import "fmt"
 
 // Stream-ordered allocation and memory pools are CUDA's. In a build without
 // -tags cuda these calls keep the contract of the CUDA build for every
@@ -24,29 +20,6 @@ func streamsUnsupported(op string, d Device) error {
 		return fmt.Errorf("%w: %s on %v needs the CUDA backend, compiled only with -tags cuda", ErrBackendNotBuilt, op, d)
 	}
 	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
-}
-
-// AllocAsync allocates size bytes on a CUDA device in stream order: from the
-// device's default memory pool (cuMemAllocAsync), usable by work enqueued on
-// stream after this call. It checks, counts and fails as [Device.Alloc]
-// does, and fails with [ErrNotSupported] on a device that is not a CUDA GPU
-// (the CPU and Metal devices never support it) or whose driver has no memory
-// pools, changing nothing. Release the buffer with [Buffer.FreeAsync], or
-// with [Buffer.Free] once the work that uses it is done. Only a build with
-// -tags cuda has CUDA devices; see docs/streams.md.
-func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	return nil, streamsUnsupported("AllocAsync", d)
-}
-
-// AllocAsync allocates size bytes in stream order on the category's device
-// and counts them in the category, as [Device.AllocAsync] does on the
-// device; in a build without -tags cuda it fails as Device.AllocAsync does
-// (with [ErrInvalidCategory] for the zero Category), counting nothing.
-func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	if c.set == nil {
-		return nil, fmt.Errorf("%w: AllocAsync of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
-	}
-	return nil, streamsUnsupported("AllocAsync", c.dev)
 }
 
 // FreeAsync frees a buffer of [Device.AllocAsync] in stream order
@@ -90,24 +63,4 @@ func (d Device) TrimPool(keep int64) error {
 // where the device has no memory pool.
 func (d Device) SetPoolReleaseThreshold(bytes int64) error {
 	return streamsUnsupported("SetPoolReleaseThreshold", d)
-}
-
-func sideAlloc(Device, int64)  {}
-func sideFree(Device, int64)   {}
-func pooledFree(Device, int64) {}
-
-func deviceHeld(_ Device, current, peak int64) (int64, int64) { return current, peak }
-
-func resetDevicePeaks(Device) {}
-
-// Without -tags cuda the device-side figure is the tracked one: a
-// PeakScope needs no scope of its own for it.
-
-func openHeldScope(Device) *tracker.Scope { return nil }
-
-func heldScopePeak(_ Device, sc *tracker.Scope) int64 { return sc.Peak() }
-
-func closeHeldScope(_ Device, sc *tracker.Scope) error {
-	_, err := sc.Close()
-	return err
 }

@@ -125,18 +125,23 @@ func (d Device) EnableMemoryHistory(maxEntries int) error {
 	if maxEntries < 1 || maxEntries > MaxHistoryEntries {
 		return fmt.Errorf("%w: history of %d events on %v: want 1 to %d", ErrInvalidArgument, maxEntries, d, MaxHistoryEntries)
 	}
-	if _, _, err := d.resolve(); err != nil {
+	s, _, err := d.resolve()
+	if err != nil {
 		return err
 	}
-	tables[d.kind].history.enable(d.ordinal, maxEntries)
+	s.setHooks(d.ordinal, func(h *hooks) {
+		if h.history == nil || len(h.history.slots) != maxEntries {
+			h.history = newHistory(maxEntries)
+		}
+	})
 	return nil
 }
 
 // DisableMemoryHistory stops recording the device's history and drops what
 // was recorded. Recording that is off stays off.
 func (d Device) DisableMemoryHistory() {
-	if _, _, err := d.resolve(); err == nil {
-		tables[d.kind].history.disable(d.ordinal)
+	if s, _, err := d.resolve(); err == nil {
+		s.setHooks(d.ordinal, func(h *hooks) { h.history = nil })
 	}
 }
 
@@ -152,7 +157,7 @@ func (d Device) MemoryHistory() (History, error) {
 	if err != nil {
 		return History{Device: d}, err
 	}
-	h := tables[d.kind].history.lookup(d.ordinal)
+	h := s.historyOf(d.ordinal)
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
@@ -179,7 +184,7 @@ func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
 	if err != nil {
 		return History{Device: d}, err
 	}
-	h := tables[d.kind].history.lookup(d.ordinal)
+	h := s.historyOf(d.ordinal)
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
 	}
@@ -188,39 +193,20 @@ func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
 	return hist, nil
 }
 
-// historyTable holds the histories of one kind's devices, by ordinal.
-type historyTable struct {
-	recorders[history]
-}
-
-func (t *historyTable) enable(i, n int) {
-	t.update(i, func(old *history) *history {
-		if old != nil && len(old.slots) == n {
-			return old
-		}
-		return newHistory(n)
-	})
-}
-
-func (t *historyTable) disable(i int) {
-	t.update(i, func(*history) *history { return nil })
-}
-
-// refused records a refused allocation of size bytes on device i, if its
-// history is recorded. err is the refusal: a limit (tracker.ErrLimitExceeded,
-// or nil for memtrack's own check of the limit), an *OutOfMemoryError or
-// another failure.
-func (t *historyTable) refused(i int, size int64, rec *tracker.Record, err error) {
-	t.refusedIn(i, size, rec, err, 0, nil)
-}
-
-// refusedIn is refused for a request in category cat (1-based) whose
-// record is crec, or 0 and nil for none.
-func (t *historyTable) refusedIn(i int, size int64, rec *tracker.Record, err error, cat uint8, crec *tracker.Record) {
-	h := t.lookup(i)
-	if h == nil {
-		return
+// historyOf returns the history of device ordinal, or nil if it records
+// none.
+func (s *kindState) historyOf(ordinal int) *history {
+	if h := s.hooksOf(ordinal); h != nil {
+		return h.history
 	}
+	return nil
+}
+
+// refused records a refused allocation of size bytes in category cat
+// (1-based; 0 for none) whose record is crec (nil for none). err is the
+// refusal: a limit (tracker.ErrLimitExceeded, or nil for memtrack's own
+// check of the limit), an *OutOfMemoryError or another failure.
+func (h *history) refused(size int64, rec *tracker.Record, err error, cat uint8, crec *tracker.Record) {
 	var oom *OutOfMemoryError
 	a := HistoryFailed
 	switch {
@@ -289,20 +275,10 @@ func newHistory(n int) *history {
 	return h
 }
 
-// alloc records an allocation; s is its site, if recorded, and stream the
-// stream of a stream-ordered allocation.
-func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, 0, 0)
-}
-
-// free records a free; s is the buffer's site, if recorded, and stream the
-// stream of a stream-ordered free.
-func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream) {
-	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, 0, 0)
-}
-
-// allocIn and freeIn are alloc and free in category cat (1-based; 0 for
-// none) whose record is crec (nil for none).
+// allocIn and freeIn record an allocation and a free in category cat
+// (1-based; 0 for none) whose record is crec (nil for none); s is the
+// buffer's site, if recorded, and stream the stream of a stream-ordered
+// allocation or free.
 func (h *history) allocIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
 	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
 }

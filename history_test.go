@@ -55,7 +55,7 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableMemoryHistory(tc.n), tc.err)
-			assert.Nil(t, tables[KindCPU].history.recs.Load(), "the CPU table stays off")
+			assert.Nil(t, stateOf(KindCPU).hooks.recs.Load(), "the CPU table stays off")
 		})
 	}
 	_, err := CPU().MemoryHistory()
@@ -66,27 +66,27 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 
 func TestHistoryEnableDisable(t *testing.T) {
 	_, ds := fakeCUDA(t, 2, 1<<20)
-	tab := &tables[KindCUDA].history
-	require.Nil(t, tab.recs.Load(), "off before the test enables it")
+	tab := stateOf(KindCUDA)
+	require.Nil(t, tab.hooks.recs.Load(), "off before the test enables it")
 
 	require.NoError(t, ds[1].EnableMemoryHistory(4))
 	t.Cleanup(ds[1].DisableMemoryHistory)
-	assert.Nil(t, tab.lookup(0))
-	h := tab.lookup(1)
+	assert.Nil(t, tab.historyOf(0))
+	h := tab.historyOf(1)
 	require.NotNil(t, h)
 	b := allocOK(t)(ds[1].Alloc(10))
 
 	require.NoError(t, ds[1].EnableMemoryHistory(4))
-	assert.Same(t, h, tab.lookup(1), "the same size keeps the ring")
+	assert.Same(t, h, tab.historyOf(1), "the same size keeps the ring")
 	require.NoError(t, ds[1].EnableMemoryHistory(5))
-	assert.NotSame(t, h, tab.lookup(1), "another size starts a new one")
+	assert.NotSame(t, h, tab.historyOf(1), "another size starts a new one")
 	hist, err := ds[1].MemoryHistory()
 	require.NoError(t, err)
 	assert.Empty(t, hist.Events)
 	assert.Equal(t, 5, hist.MaxEntries)
 
 	ds[1].DisableMemoryHistory()
-	assert.Nil(t, tab.recs.Load(), "no device records: one nil load again")
+	assert.Nil(t, tab.hooks.recs.Load(), "no device records: one nil load again")
 	require.NoError(t, b.Free(), "a buffer allocated while recording frees after")
 	ds[1].DisableMemoryHistory() // off stays off
 	_, err = ds[1].MemoryHistory()
@@ -148,7 +148,7 @@ func TestHistoryRecordsEveryEvent(t *testing.T) {
 func TestHistoryRefusalKinds(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1000)
 	historyOn(t, ds[0], 8)
-	tab := &tables[KindCUDA].history
+	tab := stateOf(KindCUDA)
 	rec, err := stateOf(KindCUDA).record(0)
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -162,7 +162,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 		{&BackendError{Op: "alloc"}, HistoryFailed},
 		{errors.New("anything else"), HistoryFailed},
 	} {
-		tab.refused(0, 1, rec, tc.err)
+		tab.historyOf(0).refused(1, rec, tc.err, 0, nil)
 		h, err := ds[0].MemoryHistory()
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, h.Events[len(h.Events)-1].Action, "%v", tc.err)
@@ -569,13 +569,13 @@ func BenchmarkHistoryRecord(b *testing.B) {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.alloc(64, nil, &rec, 0)
+				h.allocIn(64, nil, &rec, 0, 0, nil)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.alloc(64, nil, &rec, 0)
+					h.allocIn(64, nil, &rec, 0, 0, nil)
 				}
 			})
 		})
@@ -635,7 +635,7 @@ func TestRangeMemoryHistory(t *testing.T) {
 		require.NoError(t, b.Free())
 	}
 	// A reader's claim on one slot, as a writer arrives: a gap.
-	h := tables[d.kind].history.lookup(d.ordinal)
+	h := stateOf(d.kind).historyOf(d.ordinal)
 	sl := &h.slots[h.head.Load()%4096] // the next event's
 	old := sl.seq.Load()
 	require.True(t, sl.seq.CompareAndSwap(old, old&^slotMask|slotReading))

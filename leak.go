@@ -94,7 +94,7 @@ func (d Device) EnableLeakWatch(w LeakWatch) error {
 	if err != nil {
 		return err
 	}
-	dl := s.leaks.device(d.ordinal)
+	dl := s.leaks.device(s, d.ordinal)
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	cfg := w
@@ -161,17 +161,16 @@ func (d Device) LeakStats() LeakStats {
 
 // leakTable holds the leak bookkeeping of one kind's devices: all, by
 // ordinal, the bookkeeping of every device ever watched (it outlives
-// watching, since buffers keep an entry of it); on, published while a
-// device is watched, so that the allocation path pays one atomic load
-// while none is.
+// watching, since buffers keep an entry of it). A device's bookkeeping is
+// in its hook set (kindState.hooks) while it is watched, so that the
+// allocation path pays nothing more while none is.
 type leakTable struct {
 	mu  sync.Mutex // serialises the creation of entries in all
 	all recorders[deviceLeaks]
-	on  recorders[deviceLeaks]
 }
 
-// device returns the bookkeeping of ordinal i, creating it.
-func (t *leakTable) device(i int) *deviceLeaks {
+// device returns the bookkeeping of ordinal i of s, creating it.
+func (t *leakTable) device(s *kindState, i int) *deviceLeaks {
 	if dl := t.all.lookup(i); dl != nil {
 		return dl
 	}
@@ -180,7 +179,7 @@ func (t *leakTable) device(i int) *deviceLeaks {
 	var dl *deviceLeaks
 	t.all.update(i, func(old *deviceLeaks) *deviceLeaks {
 		if old == nil {
-			old = &deviceLeaks{table: t, ordinal: i}
+			old = &deviceLeaks{state: s, ordinal: i}
 		}
 		dl = old
 		return old
@@ -217,7 +216,7 @@ const (
 // slots (a buffer holds its slot's index, never 0), the watch's settings and
 // the leak figures.
 type deviceLeaks struct {
-	table   *leakTable
+	state   *kindState // the device table it belongs to
 	ordinal int
 
 	leaks, leakedBytes atomic.Int64
@@ -267,7 +266,7 @@ type watched struct {
 
 // switchOn publishes the device as watched. dl.mu is held.
 func (dl *deviceLeaks) switchOn() {
-	dl.table.on.update(dl.ordinal, func(*deviceLeaks) *deviceLeaks { return dl })
+	dl.state.setHooks(dl.ordinal, func(h *hooks) { h.leaks = dl })
 }
 
 // switchOff stops watching the device once neither EnableLeakWatch nor a
@@ -276,7 +275,7 @@ func (dl *deviceLeaks) switchOff() {
 	if dl.userOn || dl.checks > 0 {
 		return
 	}
-	dl.table.on.update(dl.ordinal, func(*deviceLeaks) *deviceLeaks { return nil })
+	dl.state.setHooks(dl.ordinal, func(h *hooks) { h.leaks = nil })
 	dl.epoch++
 }
 
@@ -354,15 +353,8 @@ func watchedEntry(s *kindState, o int32, slot uint32) *watched {
 	return dl.entry(slot).w
 }
 
-// watchBuffer watches b, just allocated and counted on the device of s,
-// if the device is watched: Alloc and AllocAsync call it last. Unwatched,
-// it is one atomic load and a branch, inlined.
-func watchBuffer(s *kindState, b *Buffer) {
-	if dl := s.leaks.on.lookup(int(b.ordinal)); dl != nil {
-		watchNewBuffer(dl, s, b)
-	}
-}
-
+// watchNewBuffer watches b, just allocated and counted on the device of s,
+// which dl watches: the allocation path calls it last.
 func watchNewBuffer(dl *deviceLeaks, s *kindState, b *Buffer) {
 	b.wslot = watch(dl, s, b, b.size, b.mem, b.site, false, b.pooled, b.cat, true)
 }
@@ -444,13 +436,11 @@ func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 	dl.mu.Unlock()
 }
 
-// watchTracked watches t, just counted on the device of s, if the device is
-// watched. A handle indexed by address is listed by LeakChecks but never
+// watchTracked watches t, just counted on the device of s, which dl
+// watches. A handle indexed by address is listed by LeakChecks but never
 // collected, so no cleanup is registered for it.
-func watchTracked(s *kindState, t *Tracked) {
-	if dl := s.leaks.on.lookup(t.dev.ordinal); dl != nil {
-		t.wslot = watch(dl, s, t, t.size, memory{ptr: t.ptr}, t.site, true, false, t.cat, t.ptr == 0)
-	}
+func watchTracked(dl *deviceLeaks, s *kindState, t *Tracked) {
+	t.wslot = watch(dl, s, t, t.size, memory{ptr: t.ptr}, t.site, true, false, t.cat, t.ptr == 0)
 }
 
 // unwatchTracked forgets the entry of t, released; the caller keeps t
@@ -548,11 +538,10 @@ type LeakCheck struct {
 	dl   *deviceLeaks
 	mark uint64 // the entries made before the check
 
-	// What End puts back: whether the check turned sites on, and the rate
-	// it replaced (as siteTable.rates holds it).
-	sitesOn  bool
+	// What End puts back of the recording of sites, where the check
+	// changed it (sitesSet).
+	sites    siteOverride
 	sitesSet bool
-	rate     int64
 	ended    bool
 }
 
@@ -563,20 +552,9 @@ func (d Device) StartLeakCheck() (*LeakCheck, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &LeakCheck{dev: d, s: s, dl: s.leaks.device(d.ordinal)}
+	c := &LeakCheck{dev: d, s: s, dl: s.leaks.device(s, d.ordinal)}
 	if sitesBuilt {
-		t := &s.sites
-		t.mu.Lock()
-		if d.ordinal < len(t.rates) {
-			c.rate = t.rates[d.ordinal]
-		}
-		t.mu.Unlock()
-		c.sitesSet = true
-		if t.lookup(d.ordinal) == nil {
-			c.sitesOn = true
-			s.sites.enable(d.ordinal, leakCheckDepth)
-		}
-		s.sites.setRate(d.ordinal, 1)
+		c.sites, c.sitesSet = s.recordEverySite(d.ordinal, leakCheckDepth), true
 	}
 	dl := c.dl
 	dl.mu.Lock()
@@ -640,17 +618,6 @@ func (c *LeakCheck) End() {
 	dl.switchOff()
 	dl.mu.Unlock()
 	if c.sitesSet {
-		t := &c.s.sites
-		t.mu.Lock()
-		if c.dev.ordinal < len(t.rates) {
-			t.rates[c.dev.ordinal] = c.rate
-		}
-		if r := t.recorders.lookup(c.dev.ordinal); r != nil {
-			r.rate.Store(t.rate(c.dev.ordinal))
-		}
-		t.mu.Unlock()
-		if c.sitesOn {
-			c.s.sites.disable(c.dev.ordinal)
-		}
+		c.s.restoreSites(c.sites)
 	}
 }

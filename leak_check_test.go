@@ -47,7 +47,7 @@ func TestLeakCheckListsWhatItsRunLeftLive(t *testing.T) {
 	c.End()
 	c.End() // again: nothing
 	assert.False(t, d.AllocationSiteStats().Enabled, "sites off again")
-	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0), "watching off again")
+	assert.Nil(t, leaksOn(KindCUDA, 0), "watching off again")
 	assert.Equal(t, LeakStats{Leaks: 1, LeakedBytes: 400}, d.LeakStats(), "the collected one is counted")
 
 	require.NoError(t, kept.Free())
@@ -125,5 +125,14 @@ func TestUserWatchOffDuringACheck(t *testing.T) {
 	require.Len(t, ls, 1)
 	assert.True(t, ls[0].Collected)
 	c.End()
-	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0))
+	assert.Nil(t, leaksOn(KindCUDA, 0))
+}
+
+// leaksOn returns the leak watch in the hook set of device ordinal of kind
+// k, or nil while it is not watched.
+func leaksOn(k Kind, ordinal int) *deviceLeaks {
+	if h := tables[k].p.Load().hooksOf(ordinal); h != nil {
+		return h.leaks
+	}
+	return nil
 }

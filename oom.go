@@ -29,7 +29,7 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
+	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		e.SitesRecorded = true
 		sites, _ := sr.snapshot(false)
 		e.Sites = sites[:min(len(sites), maxReportSites)]

@@ -81,7 +81,7 @@ func (d Device) EnableAllocationSites(depth int) error {
 	if !sitesBuilt {
 		return fmt.Errorf("%w on %v: this binary was built with -tags memtrack_nosites; rebuild without it", ErrSitesNotRecorded, d)
 	}
-	s.sites.enable(d.ordinal, depth)
+	s.enableSites(d.ordinal, depth)
 	return nil
 }
 
@@ -91,7 +91,7 @@ func (d Device) EnableAllocationSites(depth int) error {
 // stays off.
 func (d Device) DisableAllocationSites() {
 	if s, _, err := d.resolve(); err == nil {
-		s.sites.disable(d.ordinal)
+		s.disableSites(d.ordinal)
 	}
 }
 
@@ -123,7 +123,7 @@ func (d Device) SetAllocationSiteRate(rate int64) error {
 	if rate == 0 {
 		rate = DefaultSiteRate
 	}
-	s.sites.setRate(d.ordinal, rate)
+	s.setSiteRate(d.ordinal, rate)
 	return nil
 }
 
@@ -133,7 +133,7 @@ func (d Device) AllocationSiteStats() SiteStats {
 	if d.peek() == nil {
 		return SiteStats{}
 	}
-	if r := tables[d.kind].p.Load().sites.lookup(d.ordinal); r != nil {
+	if r := tables[d.kind].p.Load().siteRecorderOf(d.ordinal); r != nil {
 		return r.stats()
 	}
 	return SiteStats{}
@@ -195,17 +195,17 @@ func (d Device) recorder() (*siteRecorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r := s.sites.lookup(d.ordinal); r != nil {
+	if r := s.siteRecorderOf(d.ordinal); r != nil {
 		return r, nil
 	}
 	return nil, fmt.Errorf("%w on %v: call Device.EnableAllocationSites first", ErrSitesNotRecorded, d)
 }
 
-// siteTable holds the recorders of allocation sites of one kind's devices,
-// by ordinal, and the sampling rates set for them.
+// siteTable holds the sampling rates set for one kind's devices, by
+// ordinal; their recorders are in the devices' hook sets (kindState.hooks).
 type siteTable struct {
-	recorders[siteRecorder]
-	rates []int64 // by ordinal, the rates set; 0: DefaultSiteRate; under mu
+	mu    sync.Mutex // serialises the changes of rates and recorders
+	rates []int64    // by ordinal, the rates set; 0: DefaultSiteRate
 }
 
 // rate returns the sampling rate of ordinal i. t.mu must be held.
@@ -216,39 +216,100 @@ func (t *siteTable) rate(i int) int64 {
 	return DefaultSiteRate
 }
 
+// setRate sets the rate of ordinal i (0: DefaultSiteRate). t.mu must be
+// held.
 func (t *siteTable) setRate(i int, rate int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if i >= len(t.rates) {
 		t.rates = append(t.rates, make([]int64, i+1-len(t.rates))...)
 	}
 	t.rates[i] = rate
-	if r := t.recorders.lookup(i); r != nil {
-		r.rate.Store(rate)
-	}
 }
 
-// lookup returns the recorder of ordinal i, or nil if it records nothing
-// (always nil under -tags memtrack_nosites).
-func (t *siteTable) lookup(i int) *siteRecorder {
-	if !sitesBuilt {
-		return nil
+// siteRecorderOf returns the recorder of device ordinal, or nil if it
+// records nothing (always nil under -tags memtrack_nosites).
+func (s *kindState) siteRecorderOf(ordinal int) *siteRecorder {
+	if h := s.hooksOf(ordinal); h != nil {
+		return h.sites
 	}
-	return t.recorders.lookup(i)
+	return nil
 }
 
-func (t *siteTable) enable(i, depth int) {
-	t.update(i, func(old *siteRecorder) *siteRecorder {
-		if old != nil {
-			old.depth.Store(int32(depth))
-			return old
+// enableSites makes device ordinal record its allocation sites at depth,
+// or changes the depth of the recorder it has.
+func (s *kindState) enableSites(ordinal, depth int) {
+	t := &s.sites
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.setHooks(ordinal, func(h *hooks) {
+		if h.sites != nil {
+			h.sites.depth.Store(int32(depth))
+			return
 		}
-		return newSiteRecorder(depth, t.rate(i), MaxAllocationSites) // t.mu is held
+		h.sites = newSiteRecorder(depth, t.rate(ordinal), MaxAllocationSites)
 	})
 }
 
-func (t *siteTable) disable(i int) {
-	t.update(i, func(*siteRecorder) *siteRecorder { return nil })
+// disableSites stops the recording of device ordinal's sites.
+func (s *kindState) disableSites(ordinal int) {
+	t := &s.sites
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.setHooks(ordinal, func(h *hooks) { h.sites = nil })
+}
+
+// setSiteRate sets the sampling rate of device ordinal (0:
+// DefaultSiteRate), for its recorder too if it has one.
+func (s *kindState) setSiteRate(ordinal int, rate int64) {
+	t := &s.sites
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setRate(ordinal, rate)
+	if r := s.siteRecorderOf(ordinal); r != nil {
+		r.rate.Store(t.rate(ordinal))
+	}
+}
+
+// siteOverride is the recording of sites as it was before a [LeakCheck]
+// made device ordinal record every allocation, to put back when it ends.
+type siteOverride struct {
+	ordinal int
+	rate    int64 // the rate that was set (0: none)
+	enabled bool  // the check enabled the recording
+}
+
+// recordEverySite makes device ordinal record the site of every
+// allocation, enabling its recording at depth if it is off, and returns
+// what restoreSites puts back.
+func (s *kindState) recordEverySite(ordinal, depth int) siteOverride {
+	t := &s.sites
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := siteOverride{ordinal: ordinal}
+	if ordinal < len(t.rates) {
+		o.rate = t.rates[ordinal]
+	}
+	t.setRate(ordinal, 1)
+	if r := s.siteRecorderOf(ordinal); r != nil {
+		r.rate.Store(1)
+		return o
+	}
+	o.enabled = true
+	s.setHooks(ordinal, func(h *hooks) { h.sites = newSiteRecorder(depth, 1, MaxAllocationSites) })
+	return o
+}
+
+// restoreSites puts back the recording of sites that recordEverySite
+// changed.
+func (s *kindState) restoreSites(o siteOverride) {
+	t := &s.sites
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setRate(o.ordinal, o.rate)
+	if o.enabled {
+		s.setHooks(o.ordinal, func(h *hooks) { h.sites = nil })
+	} else if r := s.siteRecorderOf(o.ordinal); r != nil {
+		r.rate.Store(t.rate(o.ordinal))
+	}
 }
 
 // siteRecorder holds one device's allocation sites: per call stack, the

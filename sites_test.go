@@ -109,7 +109,7 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.EnableAllocationSites(tc.depth), tc.err)
 			assert.Equal(t, SiteStats{}, tc.d.AllocationSiteStats(), "nothing is recorded")
-			assert.Nil(t, stateOf(KindCPU).sites.recs.Load(), "the CPU table stays off")
+			assert.Nil(t, stateOf(KindCPU).hooks.recs.Load(), "the CPU table stays off")
 		})
 	}
 }
@@ -118,17 +118,17 @@ func TestEnableDisable(t *testing.T) {
 	needSites(t)
 	d := CPU()
 	s := stateOf(KindCPU)
-	require.Nil(t, s.sites.recs.Load(), "off before any test enables it")
+	require.Nil(t, s.hooks.recs.Load(), "off before any test enables it")
 
 	require.NoError(t, d.EnableAllocationSites(4))
-	r := s.sites.lookup(0)
+	r := s.siteRecorderOf(0)
 	require.NotNil(t, r)
 	require.NoError(t, d.EnableAllocationSites(16))
-	assert.Same(t, r, s.sites.lookup(0), "enabling again keeps the recorder")
+	assert.Same(t, r, s.siteRecorderOf(0), "enabling again keeps the recorder")
 	assert.Equal(t, 16, d.AllocationSiteStats().Depth)
 
 	d.DisableAllocationSites()
-	assert.Nil(t, s.sites.recs.Load(), "the table is nil again: the off path is one nil load")
+	assert.Nil(t, s.hooks.recs.Load(), "the table is nil again: the off path is one nil load")
 	d.DisableAllocationSites() // off stays off
 	assert.Equal(t, SiteStats{}, d.AllocationSiteStats())
 
@@ -145,7 +145,7 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 	before := allocOK(t)(allocFromA(d, 1000))
 
 	require.NoError(t, d.EnableAllocationSites(8))
-	first := stateOf(KindCPU).sites.lookup(0)
+	first := stateOf(KindCPU).siteRecorderOf(0)
 	during := allocOK(t)(allocFromB(d, 300))
 	require.NoError(t, before.Free())
 	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Buffers: 1, Bytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
@@ -153,7 +153,7 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 
 	d.DisableAllocationSites()
 	require.NoError(t, d.EnableAllocationSites(8))
-	assert.NotSame(t, first, stateOf(KindCPU).sites.lookup(0), "re-enabling starts afresh")
+	assert.NotSame(t, first, stateOf(KindCPU).siteRecorderOf(0), "re-enabling starts afresh")
 	require.NoError(t, during.Free())
 	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1}, d.AllocationSiteStats(),
 		"the free of a buffer recorded by the old recorder leaves the new one alone")
@@ -352,7 +352,7 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	<-toggled
 	defer d.DisableAllocationSites()
 
-	final := stateOf(KindCPU).sites.lookup(0)
+	final := stateOf(KindCPU).siteRecorderOf(0)
 	require.NotNil(t, final)
 	// Every kept buffer is either unrecorded or counted by exactly the
 	// recorder it points to; sum them per recorder.
@@ -422,7 +422,7 @@ func TestAllocationSitesErrors(t *testing.T) {
 func TestAllocationSitesFoldIntoOther(t *testing.T) {
 	needSites(t)
 	d := recording(t, 32)
-	stateOf(KindCPU).sites.lookup(0).maxSites = 1 // no allocation yet: nothing reads it
+	stateOf(KindCPU).siteRecorderOf(0).maxSites = 1 // no allocation yet: nothing reads it
 	a := allocOK(t)(allocFromA(d, 100))
 	b := allocOK(t)(allocFromB(d, 200))
 	defer freeAll(t, a, b)

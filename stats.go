@@ -128,15 +128,18 @@ func (d Device) ResetPeakMemoryStats() {
 	}
 }
 
-// resetPeaks resets every peak of one device: its record's, its device-side
-// figure's and its memory pool's highs (cuda_stream.go) and, where they are
+// resetPeaks resets every peak of one device: its record's, its
+// categories', its device-side figure's and its memory pool's highs
+// (heldFigure) and, where they are
 // recorded, its allocation sites'. Peak scopes (scope.go) keep their own
 // peaks, which it does not move.
 func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()
 	resetCategoryPeaks(s, ordinal)
-	resetDevicePeaks(Device{kind: s.kind, ordinal: ordinal})
-	if sr := s.sites.lookup(ordinal); sr != nil {
+	if s.held != nil {
+		s.held.resetHeldPeak(ordinal)
+	}
+	if sr := s.siteRecorderOf(ordinal); sr != nil {
 		sr.resetPeak()
 	}
 }

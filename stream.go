@@ -14,6 +14,40 @@ type Stream uintptr
 // device's primary context.
 const DefaultStream Stream = 0
 
+// AllocAsync allocates size bytes on the device in stream order: from the
+// device's current memory pool (cuMemAllocAsync), usable by work enqueued
+// on stream after this call. It checks, counts and fails as [Device.Alloc]
+// does: [ErrInvalidSize] for size <= 0, an [*OutOfMemoryError] when the
+// memory limit or the pool refuses it (counting one failure and nothing
+// else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
+// or whose driver has no memory pools (CUDA before 11.2, or
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
+// capturing a CUDA graph (whose allocation would run at every launch);
+// with [ErrInvalidArgument] on a stream of another device, on which
+// cuMemAllocAsync would allocate. Each changes nothing. A stream of another
+// context on the device (one that another binding created) is used in its
+// own context. Only a build with -tags cuda has CUDA devices; see
+// docs/streams.md.
+//
+// The buffer counts from AllocAsync's return, both in the tracked figure
+// ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
+// Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
+// that uses it is done.
+func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	return d.allocate(request{size: size, stream: stream, async: true})
+}
+
+// AllocAsync allocates size bytes in stream order on the category's device,
+// as [Device.AllocAsync] does, and counts them in the category besides, as
+// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
+// in both.
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if c.set == nil {
+		return nil, zeroCategory("AllocAsync", size)
+	}
+	return c.dev.allocate(request{size: size, cat: c, stream: stream, async: true})
+}
+
 // PoolStats are the figures of a CUDA device's current memory pool (the
 // default one unless cuDeviceSetMemPool set another), the one
 // [Device.AllocAsync] allocates from, as the driver reports them

@@ -34,9 +34,9 @@ type Tracked struct {
 	rec   *tracker.Record
 	addrs *addrindex.Index[addrEntry] // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
-	wslot uint32          // its entry while its device is watched for leaks (leak.go), or 0; in the padding
-	site  *site           // where it was tracked, if recorded (sites.go)
-	crec  *tracker.Record // its category's record (category.go); nil for none
+	wslot uint32          // its entry while its device is watched for leaks (deviceLeaks), or 0; in the padding
+	site  *site           // where it was tracked, if recorded (siteRecorder)
+	crec  *tracker.Record // its Category's record; nil for none
 	cat   uint8           // its category, 1-based; 0 for none
 }
 
@@ -62,88 +62,76 @@ type Tracked struct {
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
-	return d.track(size, ptr, Category{})
+	return d.track(request{size: size}, ptr)
 }
 
-// track is Track, through category c unless it is the zero Category, which
-// is counted as [Device.alloc] counts it.
-func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
-	}
-	s, rec, err := d.resolve()
+// track is Track and Category.Track: the allocation path of a [Tracked]
+// handle.
+func (d Device) track(r request, ptr uintptr) (*Tracked, error) {
+	a, err := d.admit(&r, "tracked")
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
-	if c.set != nil {
-		if t.crec, err = c.checked(s, rec, size); err != nil {
-			return nil, err
-		}
-		// As Alloc does, so that the category rarely counts what the
-		// device's limit then refuses.
-		if lim := rec.Limit(); lim > 0 {
-			if cur := rec.Tracked(); size > lim-cur {
-				return nil, d.overLimitIn(s, rec, size, cur, lim, c)
-			}
-		}
-	}
-	var sh *addrindex.Shard[addrEntry]
-	var slot int
+	t := &Tracked{dev: d, size: r.size, ptr: ptr, rec: a.rec, crec: a.crec, cat: r.cat.idx}
 	if ptr != 0 {
-		t.addrs = &s.tracked
-		sh = t.addrs.Shard(ptr)
-		// The shard stays locked until the handle is counted and indexed,
-		// so that a concurrent Track of the address sees it.
-		sh.Lock()
-		var err error
-		if slot, err = claim(sh, d, ptr); err != nil {
-			sh.Unlock()
-			return nil, err
-		}
+		t.addrs = &a.s.tracked
 	}
-	if t.crec != nil {
-		if err := c.count(rec, t.crec, size); err != nil {
-			if sh != nil {
-				sh.Unlock()
-			}
-			return nil, d.refused(s, size, rec, err, c, true)
-		}
-	}
-	if err := rec.Alloc(size); err != nil {
-		if sh != nil {
-			sh.Unlock()
-		}
-		c.uncount(t.crec, size)
-		return nil, d.refused(s, size, rec, err, c, false)
-	}
-	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		t.site = sr.allocIn(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.allocIn(size, t.site, rec, 0, c.idx, t.crec) // see history.go
-	}
-	watchTracked(s, t) // see leak.go
-	if sh != nil {
-		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
-		sh.Unlock()
+	if err := d.count(a, &r, ptr, t); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
 
-// refused answers an allocation of size bytes that the record refused with
-// err (the record counted the failure), with the fields that say what
-// refused it and the report, as Alloc's refusals do, in category c if it
-// is not the zero Category; byCategory says that c's record refused it.
-func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
-	oom := recordRefusal(err, d, size, rec.Tracked())
-	oom.Category = c.Name()
-	if byCategory && oom.Limit > 0 {
-		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
+// count is the rest of the allocation path of tracked memory, after admit:
+// in place of the backend's allocation, it claims the address ptr (unless
+// it is 0) in the device's index, then counts, runs the features and
+// indexes the count at ptr, with handle t (nil for TrackAddr, which makes
+// none). The address's shard stays locked from the claim until the count
+// is indexed, so that a concurrent Track of the address sees it; a refusal
+// is built once the shard is unlocked.
+func (d Device) count(a admitted, r *request, ptr uintptr, t *Tracked) error {
+	r.skip++ // count's own frame, which Device.allocate's path has not
+	var sh *addrindex.Shard[addrEntry]
+	var slot int
+	if ptr != 0 {
+		sh = a.s.tracked.Shard(ptr)
+		sh.Lock()
+		var err error
+		if slot, err = claim(sh, d, ptr); err != nil {
+			sh.Unlock()
+			return err // bad input: nothing counted
+		}
 	}
-	return d.outOfMemory(s, rec, oom)
+	if hit, over := a.overLimit(r.size); over {
+		if sh != nil {
+			sh.Unlock()
+		}
+		return d.refuseLimit(a, r, hit)
+	}
+	if byCat, err := a.commit(r.size); err != nil {
+		if sh != nil {
+			sh.Unlock()
+		}
+		return d.refuse(a, r, refusal{err: err, byCategory: byCat})
+	}
+	if a.s.held != nil {
+		a.s.held.heldAlloc(d.ordinal, r.size, false)
+	}
+	var st *site
+	if h := a.s.hooksOf(d.ordinal); h != nil {
+		st = h.alloc(r, a.rec, a.crec)
+		if t != nil {
+			t.site = st
+			if h.leaks != nil {
+				watchTracked(h.leaks, a.s, t) // leak.go
+			}
+		}
+	}
+	if sh != nil {
+		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: a.rec, site: st, size: r.size, ordinal: d.ordinal})
+		sh.Unlock()
+	}
+	return nil
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -155,7 +143,7 @@ func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error
 // allocation sites and the memory history are off. It fails as Track
 // does, and with [ErrInvalidAddress] for ptr == 0.
 func (d Device) TrackAddr(size int64, ptr uintptr) error {
-	return d.trackAddr(size, ptr, 1)
+	return d.trackAddr(size, ptr, 0)
 }
 
 // TrackAddrSkip is [Device.TrackAddr] for a binding that wraps it: the
@@ -169,11 +157,11 @@ func (d Device) TrackAddrSkip(skip int, size int64, ptr uintptr) error {
 	if skip < 0 {
 		return fmt.Errorf("%w: TrackAddrSkip of %d frames on %v", ErrInvalidArgument, skip, d)
 	}
-	return d.trackAddr(size, ptr, 1+skip)
+	return d.trackAddr(size, ptr, skip)
 }
 
 // trackAddr is TrackAddr and TrackAddrSkip, whose site leaves out skip
-// frames above trackAddr's caller (1: the exported function's own).
+// frames above the exported function's caller.
 func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	if size <= 0 {
 		return fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
@@ -181,32 +169,12 @@ func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	if ptr == 0 {
 		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidAddress, size, d)
 	}
-	s, rec, err := d.resolve()
+	r := request{size: size, skip: skip}
+	a, err := d.admit(&r, "tracked")
 	if err != nil {
 		return err
 	}
-	sh := s.tracked.Shard(ptr)
-	sh.Lock()
-	slot, err := claim(sh, d, ptr)
-	if err != nil {
-		sh.Unlock()
-		return err
-	}
-	if err := rec.Alloc(size); err != nil {
-		sh.Unlock()
-		return d.refused(s, size, rec, err, Category{}, false)
-	}
-	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		e.site = sr.allocFrom(size, skip) // see sites.go: the first frame is skip frames above trackAddr's caller
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, e.site, rec, 0) // see history.go
-	}
-	sh.InsertAt(slot, ptr, e)
-	sh.Unlock()
-	return nil
+	return d.count(a, &r, ptr, nil)
 }
 
 // UntrackAddr frees the memory tracked at address ptr on a device of kind
@@ -261,7 +229,7 @@ func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err err
 			return true, err
 		}
 	}
-	e.uncount(Device{kind: k, ordinal: e.ordinal}, 0, nil)
+	e.uncount(k, 0, nil)
 	return true, nil
 }
 
@@ -369,24 +337,15 @@ func (t *Tracked) uncount() {
 		}
 		sh.Unlock()
 	}
-	if t.crec != nil {
-		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
-	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.crec)
+	addrEntry{rec: t.rec, site: t.site, size: t.size, ordinal: t.dev.ordinal}.uncount(t.dev.kind, t.cat, t.crec)
 }
 
-// uncount takes the entry's bytes from the figures of d; cat and crec are
-// the category of its handle and its record, for the history.
-func (e addrEntry) uncount(d Device, cat uint8, crec *tracker.Record) {
+// uncount takes the entry's bytes from the figures of its device, of kind
+// k; cat and crec are the category of its handle and its record.
+func (e addrEntry) uncount(k Kind, cat uint8, crec *tracker.Record) {
+	f := release{size: e.size, rec: e.rec, crec: crec, cat: cat, site: e.site, ordinal: e.ordinal, held: true}
 	// Cannot fail: the entry's bytes are part of what the record holds.
-	_ = e.rec.Free(e.size)
-	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
-	if e.site != nil {
-		e.site.free(e.size)
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.freeIn(e.size, e.site, e.rec, 0, cat, crec) // see history.go
-	}
+	_ = tables[k].p.Load().uncount(&f)
 }
 
 // Size returns the bytes tracked (0 for a nil handle).
