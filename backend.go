@@ -147,9 +147,9 @@ type kindState struct {
 	n       int
 	err     error
 	records tracker.Table
-	held    heldFigure                // the backend's device-side figure, or nil
-	hooks   recorders[hooks]          // the features that observe allocations (hooks.go)
-	sites   siteTable                 // the sampling rates of allocation sites (sites.go)
+	held    heldFigure       // the backend's device-side figure, or nil
+	hooks   recorders[hooks] // the features that observe allocations (hooks.go)
+	sites   siteTable        // the sampling rates of allocation sites (sites.go)
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline    bool

@@ -614,6 +614,15 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 	return poolUsage(d, st.Tracked, st.Held, pooled, p), nil
 }
 
+// poolUsage puts the figures side by side; pooled is the part of held that
+// stream-ordered buffers take.
+func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
+	return PoolUsage{
+		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
+		InFlight: held - tracked, Rounding: max(0, p.PoolUsed-pooled), Cached: p.PoolReserved - p.PoolUsed,
+	}
+}
+
 // TrimPool returns to the device the memory the pool reserves beyond
 // max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
 // torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB

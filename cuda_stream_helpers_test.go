@@ -44,4 +44,3 @@ func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) er
 	}
 	return nil
 }
-

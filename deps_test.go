@@ -33,6 +33,7 @@ var coreDeps = []string{
 // working directory.
 func goTool(t *testing.T) string {
 	t.Helper()
+	//lint:ignore SA1019 the toolchain that built this test binary is the one to run
 	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := exec.LookPath(gotool); err != nil {
 		t.Skipf("no go command at %s to list the dependencies with: %v", gotool, err)

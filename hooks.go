@@ -30,7 +30,7 @@ const hookSkip = 2
 // it is on.
 func (h *hooks) alloc(r *request, rec, crec *tracker.Record) (st *site) {
 	if h.sites != nil {
-		st = h.sites.allocIn(r.size, hookSkip+r.skip, r.cat.Name())
+		st = h.sites.alloc(r.size, hookSkip+r.skip, r.cat.Name())
 	}
 	if h.history != nil {
 		h.history.allocIn(r.size, st, rec, r.stream, r.cat.idx, crec)

@@ -36,11 +36,10 @@ const (
 
 // callerSkip is what runtime.Callers skips in siteRecorder.allocSampled:
 // Callers itself, allocSampled, siteRecorder.alloc and the exported
-// function that allocates (Device.TrackAddr), so that the first frame kept
-// is the caller of that function. Where the exported function calls an
-// internal one that records (Device.Alloc and Category.Alloc call
-// Device.alloc), siteRecorder.alloc is told to skip one more. (Callers
-// counts inlined frames as frames.)
+// function that allocates, so that the first frame kept is the caller of
+// that function. The frames between the exported function and
+// siteRecorder.alloc (Device.allocate and hooks.alloc, for one) are told
+// to it as skip (hookSkip). Callers counts inlined frames as frames.
 const callerSkip = 4
 
 // SiteStats describes the recording of allocation sites on one device.
@@ -376,38 +375,18 @@ func newSiteRecorder(depth int, rate int64, maxSites int) *siteRecorder {
 	return r
 }
 
-// alloc samples an allocation of size bytes; if it is sampled, it records
-// the stack of the caller of Device.Alloc and returns the buffer's site,
-// and nil if not. Not sampled, it costs one random number.
-func (r *siteRecorder) alloc(size int64) *site {
+// alloc samples an allocation of size bytes in category cat ("" for
+// none); if it is sampled, it records the stack of the caller of the
+// exported function that allocates and returns the buffer's site, and nil
+// if not. Not sampled, it costs one random number. skip is the frames
+// between the exported function and alloc's caller, which the stack
+// leaves out (see callerSkip).
+func (r *siteRecorder) alloc(size int64, skip int, cat string) *site {
 	w, ok := sample(size, r.rate.Load(), rand.Uint64())
 	if !ok {
 		return nil
 	}
-	return r.allocSampled(size, w, 0)
-}
-
-// allocIn is alloc for an allocation in category cat, from a caller that
-// wants skip more frames left out of the stack (the internal function
-// between the exported one and the recorder). It has alloc's frames, so
-// that callerSkip holds.
-func (r *siteRecorder) allocIn(size int64, skip int, cat string) *site {
-	w, ok := sample(size, r.rate.Load(), rand.Uint64())
-	if !ok {
-		return nil
-	}
-	return r.allocSampledIn(size, w, skip, cat)
-}
-
-// allocFrom is alloc for a caller that wants skip more frames left out
-// of the stack: those of a binding between the code that allocated and
-// the caller of allocFrom. It has alloc's frames, so that callerSkip holds.
-func (r *siteRecorder) allocFrom(size int64, skip int) *site {
-	w, ok := sample(size, r.rate.Load(), rand.Uint64())
-	if !ok {
-		return nil
-	}
-	return r.allocSampled(size, w, skip)
+	return r.allocSampled(size, w, skip, cat)
 }
 
 // allocSampled records a sampled allocation of weight w, leaving out skip
@@ -415,15 +394,7 @@ func (r *siteRecorder) allocFrom(size int64, skip int) *site {
 // allocation not sampled stays short.
 //
 //go:noinline
-func (r *siteRecorder) allocSampled(size int64, w float64, skip int) *site {
-	var buf [MaxSiteDepth]uintptr
-	return r.record(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w)
-}
-
-// allocSampledIn is allocSampled in category cat.
-//
-//go:noinline
-func (r *siteRecorder) allocSampledIn(size int64, w float64, skip int, cat string) *site {
+func (r *siteRecorder) allocSampled(size int64, w float64, skip int, cat string) *site {
 	var buf [MaxSiteDepth]uintptr
 	return r.recordIn(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w, cat)
 }
@@ -452,13 +423,8 @@ func sample(size, rate int64, rnd uint64) (w float64, ok bool) {
 	return 1 / p, true
 }
 
-// record counts an allocation of size bytes and weight w from the stack
-// pcs, in no category.
-func (r *siteRecorder) record(pcs []uintptr, size int64, w float64) *site {
-	return r.recordIn(pcs, size, w, "")
-}
-
-// recordIn is record in category cat.
+// recordIn counts an allocation of size bytes and weight w from the stack
+// pcs, in category cat ("" for none).
 func (r *siteRecorder) recordIn(pcs []uintptr, size int64, w float64, cat string) *site {
 	h := hashStack(pcs)
 	r.mu.Lock()

@@ -230,7 +230,7 @@ func TestSitesMatchModel(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 5 || len(bufs) == 0:
 				k, n := uintptr(1+rng.IntN(8)), int64(1+rng.IntN(100))
-				bufs = append(bufs, live{k, n, r.record([]uintptr{k}, n, 1)})
+				bufs = append(bufs, live{k, n, r.recordIn([]uintptr{k}, n, 1, "")})
 				m.alloc(k, n)
 			case op < 9:
 				i := rng.IntN(len(bufs))
@@ -267,11 +267,11 @@ func TestSitesMatchModel(t *testing.T) {
 // are counted; freed sites make room again.
 func TestSiteCapFoldsIntoOther(t *testing.T) {
 	r := newSiteRecorder(1, 1, 2)
-	a := r.record([]uintptr{1}, 10, 1)
-	b := r.record([]uintptr{2}, 20, 1)
-	c := r.record([]uintptr{3}, 30, 1)
-	d := r.record([]uintptr{4}, 40, 1)
-	e := r.record([]uintptr{1}, 5, 1)
+	a := r.recordIn([]uintptr{1}, 10, 1, "")
+	b := r.recordIn([]uintptr{2}, 20, 1, "")
+	c := r.recordIn([]uintptr{3}, 30, 1, "")
+	d := r.recordIn([]uintptr{4}, 40, 1, "")
+	e := r.recordIn([]uintptr{1}, 5, 1, "")
 	assert.Same(t, r.other, c.st)
 	assert.Same(t, r.other, d.st)
 	assert.Same(t, a.st, e.st, "a known stack still has its site")
@@ -281,7 +281,7 @@ func TestSiteCapFoldsIntoOther(t *testing.T) {
 	b.free(20)
 	r.resetPeak() // b's site held figures at the old peak; now it can go
 	assert.Equal(t, 1, r.stats().Sites)
-	f := r.record([]uintptr{5}, 50, 1)
+	f := r.recordIn([]uintptr{5}, 50, 1, "")
 	assert.NotSame(t, r.other, f.st, "a freed site makes room for a new stack")
 	for _, x := range []struct {
 		s *site
@@ -536,7 +536,7 @@ func TestSampledSitesAtThePeak(t *testing.T) {
 		var out []*site
 		for range n {
 			if w, ok := sample(size, rate, rng.Uint64()); ok {
-				out = append(out, r.record([]uintptr{k}, size, w))
+				out = append(out, r.recordIn([]uintptr{k}, size, w, ""))
 			}
 		}
 		return out

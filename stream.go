@@ -107,12 +107,3 @@ type PoolUsage struct {
 	Rounding int64 // PoolUsed - Held of stream-ordered buffers, or 0: the driver's rounding and allocations outside this package
 	Cached   int64 // PoolReserved - PoolUsed: reserved by the pool, used by nothing
 }
-
-// poolUsage puts the figures side by side; pooled is the part of held that
-// stream-ordered buffers take.
-func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
-	return PoolUsage{
-		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
-		InFlight: held - tracked, Rounding: max(0, p.PoolUsed-pooled), Cached: p.PoolReserved - p.PoolUsed,
-	}
-}

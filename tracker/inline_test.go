@@ -35,12 +35,14 @@ var intendedInlining = []string{
 // inlinable, as the Go compiler's test of the same name does for the
 // standard library.
 func TestIntendedInlining(t *testing.T) {
+	//lint:ignore SA1019 the toolchain that built this test binary is the one to run
 	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(gotool); err != nil {
 		t.Skipf("no go tool at %s: %v", gotool, err)
 	}
 	// A test binary of another architecture (GOARCH=386 under qemu) cannot
 	// run this toolchain, whose tools are built for the host.
+	//lint:ignore SA1019 the toolchain that built this test binary is the one to run
 	if _, err := os.Stat(filepath.Join(runtime.GOROOT(), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH)); err != nil {
 		t.Skipf("the go tool is not built for %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
