@@ -576,11 +576,12 @@ func currentPool(d Device) (cudadrv.Pool, error) {
 	return p, nil
 }
 
-// PoolStats returns the figures of the device's current memory pool (the
+// Stats returns the figures of the device's current memory pool (the
 // default pool, unless cuDeviceSetMemPool set another) as the driver
 // reports them. It fails with [ErrNotSupported] on a device that is
 // not a CUDA GPU or has no memory pools.
-func (d Device) PoolStats() (PoolStats, error) {
+func (p Pool) Stats() (PoolStats, error) {
+	d := p.dev
 	_, pool, err := cudaPool(d)
 	if err != nil {
 		return PoolStats{Device: d}, err
@@ -599,19 +600,20 @@ func (d Device) PoolStats() (PoolStats, error) {
 	}, nil
 }
 
-// PoolUsage returns the tracked and device-side figures of the device beside
+// Usage returns the tracked and device-side figures of the device beside
 // its memory pool's; see [PoolUsage] for how to read their differences.
-func (d Device) PoolUsage() (PoolUsage, error) {
+func (p Pool) Usage() (PoolUsage, error) {
+	d := p.dev
 	st := d.MemoryStats()
 	var pooled int64
 	if sd := sideOf(d.ordinal); d.kind == KindCUDA && sd != nil {
 		pooled = sd.pooled.Load()
 	}
-	p, err := d.PoolStats()
+	ps, err := p.Stats()
 	if err != nil {
 		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
 	}
-	return poolUsage(d, st.Tracked, st.Held, pooled, p), nil
+	return poolUsage(d, st.Tracked, st.Held, pooled, ps), nil
 }
 
 // poolUsage puts the figures side by side; pooled is the part of held that
@@ -623,7 +625,7 @@ func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
 	}
 }
 
-// TrimPool returns to the device the memory the pool reserves beyond
+// Trim returns to the device the memory the pool reserves beyond
 // max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
 // torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
 // reserved with 2 MiB in use holds, after TrimPool(0), the 2 MiB (rounded
@@ -636,7 +638,8 @@ func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
 // return less than [PoolUsage].Cached suggests; synchronize the streams
 // first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
-func (d Device) TrimPool(keep int64) error {
+func (p Pool) Trim(keep int64) error {
+	d := p.dev
 	if keep < 0 {
 		return fmt.Errorf("%w: TrimPool(%d) on %v: want the bytes to keep, >= 0", ErrInvalidSize, keep, d)
 	}
@@ -650,7 +653,7 @@ func (d Device) TrimPool(keep int64) error {
 	return nil
 }
 
-// SetPoolReleaseThreshold sets how much reserved memory the pool keeps at
+// SetReleaseThreshold sets how much reserved memory the pool keeps at
 // each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): with the
 // driver's default of 0, the pool returns everything unused to the device
 // whenever a stream, event or context is synchronized; with a threshold, it
@@ -659,7 +662,8 @@ func (d Device) TrimPool(keep int64) error {
 // after the next synchronization. It fails with [ErrInvalidSize] for a
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.
-func (d Device) SetPoolReleaseThreshold(bytes int64) error {
+func (p Pool) SetReleaseThreshold(bytes int64) error {
+	d := p.dev
 	if bytes < 0 {
 		return fmt.Errorf("%w: release threshold %d on %v: want bytes >= 0", ErrInvalidSize, bytes, d)
 	}

@@ -34,33 +34,37 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.Device())
 }
 
-// PoolStats returns the figures of a CUDA device's default memory pool as
+// Stats returns the figures of a CUDA device's default memory pool as
 // the driver reports them. It fails with [ErrNotSupported] on a device that
 // is not a CUDA GPU or has no memory pools.
-func (d Device) PoolStats() (PoolStats, error) {
+func (p Pool) Stats() (PoolStats, error) {
+	d := p.dev
 	return PoolStats{Device: d}, streamsUnsupported("PoolStats", d)
 }
 
-// PoolUsage returns the tracked and device-side figures of a CUDA device
+// Usage returns the tracked and device-side figures of a CUDA device
 // beside its memory pool's; see [PoolUsage] for how to read their
-// differences. It fails as [Device.PoolStats] does.
-func (d Device) PoolUsage() (PoolUsage, error) {
+// differences. It fails as [Pool.Stats] does.
+func (p Pool) Usage() (PoolUsage, error) {
+	d := p.dev
 	return PoolUsage{Device: d}, streamsUnsupported("PoolUsage", d)
 }
 
-// TrimPool returns to a CUDA device the memory its pool reserves beyond
+// Trim returns to a CUDA device the memory its pool reserves beyond
 // max(keep, what is in use) (cuMemPoolTrimTo), the counterpart of
 // torch.cuda.empty_cache for stream-ordered memory. It fails with
 // [ErrInvalidSize] for keep < 0 and with [ErrNotSupported] where the device
 // has no memory pool.
-func (d Device) TrimPool(keep int64) error {
+func (p Pool) Trim(keep int64) error {
+	d := p.dev
 	return streamsUnsupported("TrimPool", d)
 }
 
-// SetPoolReleaseThreshold sets how much reserved memory a CUDA device's pool
+// SetReleaseThreshold sets how much reserved memory a CUDA device's pool
 // keeps at each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD). It fails
 // with [ErrInvalidSize] for a negative threshold and with [ErrNotSupported]
 // where the device has no memory pool.
-func (d Device) SetPoolReleaseThreshold(bytes int64) error {
+func (p Pool) SetReleaseThreshold(bytes int64) error {
+	d := p.dev
 	return streamsUnsupported("SetPoolReleaseThreshold", d)
 }

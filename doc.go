@@ -69,11 +69,11 @@
 //
 // # Allocation sites
 //
-// [Device.EnableAllocationSites] records the call stack of later
+// [SiteRecorder.Enable] records the call stack of later
 // allocations on a device, sampled as Go's heap profiler samples
-// ([Device.SetAllocationSiteRate]; rate 1 records every one);
-// [Device.AllocationSites] and
-// [Device.PeakAllocationSites] return the live buffers, and those live at the
+// ([SiteRecorder.SetRate]; rate 1 records every one);
+// [SiteRecorder.Snapshot] and
+// [SiteRecorder.PeakSnapshot] return the live buffers, and those live at the
 // latest peak, by call stack as a [SiteSnapshot]. Package
 // [github.com/memtrack/memtrack/pprof] writes them as profiles for go tool
 // pprof and serves them over HTTP.
@@ -82,7 +82,7 @@
 //
 // A [Buffer] that becomes unreachable without [Buffer.Free] is collected by
 // the garbage collector, and its device memory is never freed.
-// [Device.EnableLeakWatch] watches a device's later allocations: one that
+// [LeakWatcher.Enable] watches a device's later allocations: one that
 // the collector finds unreachable without a free is counted in
 // [Stats].Leaks, reported to a handler (by default a [LeakLogger]: one slog
 // warning per allocation site at a bounded rate) and, if asked, freed.

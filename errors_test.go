@@ -59,7 +59,7 @@ func TestOnePrefix(t *testing.T) {
 		{"second Release", released.Release, ErrAlreadyReleased},
 		{"nil Release", (*Tracked)(nil).Release, ErrNilTracked},
 		{"nil Free", (*Buffer)(nil).Free, ErrNilBuffer},
-		{"negative site rate", func() error { return d.SetAllocationSiteRate(-1) }, ErrInvalidArgument},
+		{"negative site rate", func() error { return d.Sites().SetRate(-1) }, ErrInvalidArgument},
 		{"zero Device", func() error { _, err := Device{}.Alloc(8); return err }, ErrInvalidDevice},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/atomic"
 )
 
-// MaxHistoryEntries is the most events [Device.EnableMemoryHistory] keeps
+// MaxHistoryEntries is the most events [HistoryRecorder.Enable] keeps
 // per device: 4 Mi events, 256 MiB of ring at 64 bytes an event (and 32 MiB
 // more once allocation sites are recorded).
 const MaxHistoryEntries = 1 << 22
@@ -63,8 +63,8 @@ type HistoryEvent struct {
 	// device held at some moment between the event and its recording.
 	Tracked int64
 	// Stack is the allocation site of the buffer, innermost frame first, as
-	// [Site].Stack, when [Device.EnableAllocationSites] recorded it (only
-	// sampled allocations have one, unless [Device.SetAllocationSiteRate]
+	// [Site].Stack, when [SiteRecorder.Enable] recorded it (only
+	// sampled allocations have one, unless [SiteRecorder.SetRate]
 	// set the rate to 1); nil otherwise. Events of one site share the slice: do not modify it.
 	Stack []uintptr
 	// SiteBytes is what the event added to (an allocation) or took from (a
@@ -73,7 +73,7 @@ type HistoryEvent struct {
 	// rate 1), rounded to the byte; 0 where the buffer has no recorded
 	// site. An event whose site is [OtherSite] has a SiteBytes and no
 	// Stack. Undoing the events' SiteBytes from the newest walks the
-	// figures of [Device.AllocationSites] back in time.
+	// figures of [SiteRecorder.Snapshot] back in time.
 	SiteBytes int64
 	// Stream is the stream of a stream-ordered event ([Device.AllocAsync],
 	// [Buffer.FreeAsync]); 0, the default stream, for every other event.
@@ -110,18 +110,30 @@ type History struct {
 	Overwritten, Lost uint64
 }
 
-// EnableMemoryHistory starts recording every allocation, free and refused
+// HistoryRecorder is the memory history of one device: its controls and
+// its reads. Obtain it with [Device.History]; it is a small comparable
+// value, as [Device] is.
+type HistoryRecorder struct{ dev Device }
+
+// History returns the recorder of the device's memory history.
+func (d Device) History() HistoryRecorder { return HistoryRecorder{dev: d} }
+
+// Device returns the device whose history it records.
+func (r HistoryRecorder) Device() Device { return r.dev }
+
+// Enable starts recording every allocation, free and refused
 // allocation on the device into a ring of maxEntries events (1 <=
 // maxEntries <= [MaxHistoryEntries]): once full, each event replaces the
 // oldest. The ring takes 64 bytes an event, allocated and touched now, holding no
 // pointer (so the garbage collector does not scan it), and 8 bytes more an
 // event once an event has an allocation site; recording adds no lock and no
 // allocation to Alloc and Free. Read it with
-// [Device.MemoryHistory]. On a device already recording with the same
+// [HistoryRecorder.Snapshot]. On a device already recording with the same
 // maxEntries it changes nothing; with another it starts a new, empty ring.
 // Recording is the model of PyTorch's
 // torch.cuda.memory._record_memory_history(max_entries=...).
-func (d Device) EnableMemoryHistory(maxEntries int) error {
+func (r HistoryRecorder) Enable(maxEntries int) error {
+	d := r.dev
 	if maxEntries < 1 || maxEntries > MaxHistoryEntries {
 		return fmt.Errorf("%w: history of %d events on %v: want 1 to %d", ErrInvalidArgument, maxEntries, d, MaxHistoryEntries)
 	}
@@ -137,37 +149,39 @@ func (d Device) EnableMemoryHistory(maxEntries int) error {
 	return nil
 }
 
-// DisableMemoryHistory stops recording the device's history and drops what
+// Disable stops recording the device's history and drops what
 // was recorded. Recording that is off stays off.
-func (d Device) DisableMemoryHistory() {
+func (r HistoryRecorder) Disable() {
+	d := r.dev
 	if s, _, err := d.resolve(); err == nil {
 		s.setHooks(d.ordinal, func(h *hooks) { h.history = nil })
 	}
 }
 
-// MemoryHistory returns the device's recorded events, the oldest first,
+// Snapshot returns the device's recorded events, the oldest first,
 // with the gaps between them. It fails with an error matching
-// [ErrHistoryNotRecorded] unless [Device.EnableMemoryHistory] was called.
+// [ErrHistoryNotRecorded] unless [HistoryRecorder.Enable] was called.
 // Reading does not stop recording; an event being written as it reads is
 // left out (and, if newer events were read, reported as a gap). Readers
 // of one device take turns, so that no reader leaves out an event that
 // another is reading.
-func (d Device) MemoryHistory() (History, error) {
+func (r HistoryRecorder) Snapshot() (History, error) {
+	d := r.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return History{Device: d}, err
 	}
 	h := s.historyOf(d.ordinal)
 	if h == nil {
-		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
+		return History{Device: d}, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
 	}
 	hist := h.snapshotIn(s.cats.lookup(d.ordinal))
 	hist.Device = d
 	return hist, nil
 }
 
-// RangeMemoryHistory gives f the device's recorded events one by one, the
-// oldest first, as [Device.MemoryHistory] returns them, until f returns
+// Range gives f the device's recorded events one by one, the
+// oldest first, as [HistoryRecorder.Snapshot] returns them, until f returns
 // false, and returns the history without its Events: its Gaps (between the
 // events f was given), Overwritten and Lost. It reads the ring in place, so
 // that a reader that keeps little of each event needs memory for what it
@@ -176,7 +190,8 @@ func (d Device) MemoryHistory() (History, error) {
 // way). Recording goes on while it reads, as with MemoryHistory; readers
 // of one device take turns for the whole read, so f must not read the
 // device's history itself. It fails as MemoryHistory does, calling f never.
-func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
+func (r HistoryRecorder) Range(f func(HistoryEvent) bool) (History, error) {
+	d := r.dev
 	if f == nil {
 		return History{Device: d}, fmt.Errorf("%w: RangeMemoryHistory of %v: nil function", ErrInvalidArgument, d)
 	}
@@ -186,7 +201,7 @@ func (d Device) RangeMemoryHistory(f func(HistoryEvent) bool) (History, error) {
 	}
 	h := s.historyOf(d.ordinal)
 	if h == nil {
-		return History{Device: d}, fmt.Errorf("%w on %v: call Device.EnableMemoryHistory first", ErrHistoryNotRecorded, d)
+		return History{Device: d}, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
 	}
 	hist := h.each(s.cats.lookup(d.ordinal), nil, f)
 	hist.Device = d

@@ -19,8 +19,8 @@ import (
 // when the test ends.
 func historyOn(t testing.TB, d Device, n int) {
 	t.Helper()
-	require.NoError(t, d.EnableMemoryHistory(n))
-	t.Cleanup(d.DisableMemoryHistory)
+	require.NoError(t, d.History().Enable(n))
+	t.Cleanup(d.History().Disable)
 }
 
 // step is an event as the tests expect it: what the clock and the stacks
@@ -54,13 +54,13 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.ErrorIs(t, tc.d.EnableMemoryHistory(tc.n), tc.err)
+			assert.ErrorIs(t, tc.d.History().Enable(tc.n), tc.err)
 			assert.Nil(t, stateOf(KindCPU).hooks.recs.Load(), "the CPU table stays off")
 		})
 	}
-	_, err := CPU().MemoryHistory()
+	_, err := CPU().History().Snapshot()
 	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
-	_, err = Device{kind: numKinds}.MemoryHistory()
+	_, err = Device{kind: numKinds}.History().Snapshot()
 	assert.ErrorIs(t, err, ErrInvalidDevice)
 }
 
@@ -69,27 +69,27 @@ func TestHistoryEnableDisable(t *testing.T) {
 	tab := stateOf(KindCUDA)
 	require.Nil(t, tab.hooks.recs.Load(), "off before the test enables it")
 
-	require.NoError(t, ds[1].EnableMemoryHistory(4))
-	t.Cleanup(ds[1].DisableMemoryHistory)
+	require.NoError(t, ds[1].History().Enable(4))
+	t.Cleanup(ds[1].History().Disable)
 	assert.Nil(t, tab.historyOf(0))
 	h := tab.historyOf(1)
 	require.NotNil(t, h)
 	b := allocOK(t)(ds[1].Alloc(10))
 
-	require.NoError(t, ds[1].EnableMemoryHistory(4))
+	require.NoError(t, ds[1].History().Enable(4))
 	assert.Same(t, h, tab.historyOf(1), "the same size keeps the ring")
-	require.NoError(t, ds[1].EnableMemoryHistory(5))
+	require.NoError(t, ds[1].History().Enable(5))
 	assert.NotSame(t, h, tab.historyOf(1), "another size starts a new one")
-	hist, err := ds[1].MemoryHistory()
+	hist, err := ds[1].History().Snapshot()
 	require.NoError(t, err)
 	assert.Empty(t, hist.Events)
 	assert.Equal(t, 5, hist.MaxEntries)
 
-	ds[1].DisableMemoryHistory()
+	ds[1].History().Disable()
 	assert.Nil(t, tab.hooks.recs.Load(), "no device records: one nil load again")
 	require.NoError(t, b.Free(), "a buffer allocated while recording frees after")
-	ds[1].DisableMemoryHistory() // off stays off
-	_, err = ds[1].MemoryHistory()
+	ds[1].History().Disable() // off stays off
+	_, err = ds[1].History().Snapshot()
 	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
 }
 
@@ -118,7 +118,7 @@ func TestHistoryRecordsEveryEvent(t *testing.T) {
 	require.NoError(t, b.Free())
 	after := time.Now()
 
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Equal(t, []step{
 		{0, HistoryAlloc, 100, 100},
@@ -163,7 +163,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 		{errors.New("anything else"), HistoryFailed},
 	} {
 		tab.historyOf(0).refused(1, rec, tc.err, 0, nil)
-		h, err := ds[0].MemoryHistory()
+		h, err := ds[0].History().Snapshot()
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, h.Events[len(h.Events)-1].Action, "%v", tc.err)
 		assert.True(t, tc.want.Refused())
@@ -182,7 +182,7 @@ func TestHistoryWrapsAround(t *testing.T) {
 		b := allocOK(t)(d.Alloc(i + 1))
 		require.NoError(t, b.Free())
 	}
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Equal(t, []step{
 		{6, HistoryAlloc, 4, 4},
@@ -199,18 +199,18 @@ func TestHistoryCarriesSites(t *testing.T) {
 	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
-	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: exact stacks
-	require.NoError(t, d.EnableAllocationSites(8))
-	t.Cleanup(d.DisableAllocationSites)
+	require.NoError(t, d.Sites().SetRate(1)) // every allocation: exact stacks
+	require.NoError(t, d.Sites().Enable(8))
+	t.Cleanup(d.Sites().Disable)
 	historyOn(t, d, 8)
 	a := allocOK(t)(allocFromA(d, 10))
 	b := allocOK(t)(allocFromB(d, 20))
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, snap.Sites, 2)
 	freeAll(t, a, b)
 
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, h.Events, 4)
 	wantB, wantA := snap.Sites[0].Stack, snap.Sites[1].Stack // the largest first
@@ -234,7 +234,7 @@ func TestHistoryCarriesSites(t *testing.T) {
 	}
 
 	// Sampled: an event adds its scaled bytes, what its site's figure gained.
-	require.NoError(t, d.SetAllocationSiteRate(1<<20))
+	require.NoError(t, d.Sites().SetRate(1<<20))
 	var c *Buffer
 	for c == nil || c.site == nil {
 		if c != nil {
@@ -242,10 +242,10 @@ func TestHistoryCarriesSites(t *testing.T) {
 		}
 		c = allocOK(t)(allocFromA(d, 4096))
 	}
-	snap, err = d.AllocationSites()
+	snap, err = d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.NoError(t, c.Free())
-	h, err = d.MemoryHistory()
+	h, err = d.History().Snapshot()
 	require.NoError(t, err)
 	alloc, free := h.Events[len(h.Events)-2], h.Events[len(h.Events)-1]
 	assert.Equal(t, snap.Sites[0].Bytes, alloc.SiteBytes, "the site's bytes are the one sampled buffer's")
@@ -342,7 +342,7 @@ func TestHistoryConcurrentWriters(t *testing.T) {
 			start.Done()
 			done.Wait()
 
-			h, err := d.MemoryHistory()
+			h, err := d.History().Snapshot()
 			require.NoError(t, err)
 			total := uint64(writers * pairs * 2)
 			first := total - min(total, uint64(tc.n))
@@ -421,7 +421,7 @@ func TestHistoryReadWhileWriting(t *testing.T) {
 				return
 			default:
 			}
-			h, err := d.MemoryHistory()
+			h, err := d.History().Snapshot()
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -447,7 +447,7 @@ func TestHistoryReadWhileWriting(t *testing.T) {
 	close(stop)
 	t.Logf("%d reads while writing", <-reads)
 
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	require.NotEmpty(t, h.Events)
 	assert.Equal(t, uint64(writers*pairs*2-1), h.Events[len(h.Events)-1].Seq)
@@ -603,7 +603,7 @@ func TestHistoryConcurrentReaders(t *testing.T) {
 			defer done.Done()
 			start.Wait()
 			for range reads {
-				h, err := d.MemoryHistory()
+				h, err := d.History().Snapshot()
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -623,10 +623,10 @@ func TestHistoryConcurrentReaders(t *testing.T) {
 func TestRangeMemoryHistory(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<40)
 	d := ds[0]
-	_, err := d.RangeMemoryHistory(func(HistoryEvent) bool { return true })
+	_, err := d.History().Range(func(HistoryEvent) bool { return true })
 	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
 	historyOn(t, d, 4096)
-	_, err = d.RangeMemoryHistory(nil)
+	_, err = d.History().Range(nil)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 
 	for i := range 3000 {
@@ -644,25 +644,25 @@ func TestRangeMemoryHistory(t *testing.T) {
 	require.NoError(t, b.Free())
 	sl.seq.Store(old)
 
-	want, err := d.MemoryHistory()
+	want, err := d.History().Snapshot()
 	require.NoError(t, err)
 	require.NotEmpty(t, want.Gaps)
 	var events []HistoryEvent
-	got, err := d.RangeMemoryHistory(func(e HistoryEvent) bool { events = append(events, e); return true })
+	got, err := d.History().Range(func(e HistoryEvent) bool { events = append(events, e); return true })
 	require.NoError(t, err)
 	assert.Nil(t, got.Events)
 	got.Events = events
 	assert.Equal(t, want, got)
 
 	var n int
-	part, err := d.RangeMemoryHistory(func(HistoryEvent) bool { n++; return n < 10 })
+	part, err := d.History().Range(func(HistoryEvent) bool { n++; return n < 10 })
 	require.NoError(t, err)
 	assert.Equal(t, 10, n, "stops where f says")
 	assert.Empty(t, part.Gaps)
 
 	var sum int64
 	allocs := testing.AllocsPerRun(5, func() {
-		d.RangeMemoryHistory(func(e HistoryEvent) bool { sum += e.Size; return true })
+		d.History().Range(func(e HistoryEvent) bool { sum += e.Size; return true })
 	})
 	assert.LessOrEqual(t, allocs, 8.0, "a read of 4096 events allocates for the read, not for the events")
 }

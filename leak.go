@@ -15,7 +15,7 @@ import (
 )
 
 // LeakWatch configures the watching of a device's buffers for leaks; see
-// [Device.EnableLeakWatch].
+// [LeakWatcher.Enable].
 type LeakWatch struct {
 	// Handler receives each leak the garbage collector finds. It runs on
 	// the runtime's cleanup goroutines, which may run several at once, and
@@ -35,7 +35,7 @@ type LeakWatch struct {
 
 // Leak is a buffer that was never freed: one that the garbage collector
 // found unreachable without [Buffer.Free] while its device was watched
-// ([Device.EnableLeakWatch]), or one that a [LeakCheck] found still live
+// ([LeakWatcher.Enable]), or one that a [LeakCheck] found still live
 // when it ended.
 type Leak struct {
 	Device    Device
@@ -45,7 +45,7 @@ type Leak struct {
 	// Stack is where it was allocated, innermost first, as
 	// [runtime.Callers] writes it (read it with [runtime.CallersFrames]);
 	// nil where the device did not record the buffer's allocation site
-	// ([Device.EnableAllocationSites]; a [LeakCheck] records every site).
+	// ([SiteRecorder.Enable]; a [LeakCheck] records every site).
 	Stack []uintptr
 	// Tracked is true for a [Tracked] handle, false for a [Buffer].
 	Tracked bool
@@ -66,7 +66,18 @@ type LeakStats struct {
 	LeakedBytes int64 // their bytes
 }
 
-// EnableLeakWatch starts watching the buffers and tracked handles that are
+// LeakWatcher is the leak watch of one device: its controls, its figures
+// and its checks. Obtain it with [Device.Leaks]; it is a small comparable
+// value, as [Device] is.
+type LeakWatcher struct{ dev Device }
+
+// Leaks returns the device's leak watch.
+func (d Device) Leaks() LeakWatcher { return LeakWatcher{dev: d} }
+
+// Device returns the device the watch is of.
+func (lw LeakWatcher) Device() Device { return lw.dev }
+
+// Enable starts watching the buffers and tracked handles that are
 // allocated on the device from now on: one that the garbage collector finds
 // unreachable before [Buffer.Free] (or [Tracked.Release]) is a leak, counted
 // in [Stats].Leaks and [Stats].LeakedBytes, reported to w.Handler and, if
@@ -77,7 +88,7 @@ type LeakStats struct {
 // A leak is found by the garbage cycle after the buffer became unreachable
 // ([runtime.AddCleanup]), so some time after; a program that never collects
 // finds none. The allocation site is reported where the device records
-// sites ([Device.EnableAllocationSites]).
+// sites ([SiteRecorder.Enable]).
 //
 // A tracked handle with an address stays reachable through the index of
 // addresses ([Kind.TrackedAt] finds it), so the collector never finds it; a
@@ -89,7 +100,8 @@ type LeakStats struct {
 // mutex, and as much again to undo them at the free (docs/leaks.md has the
 // figures); a device not watched pays one atomic load per allocation, as
 // for allocation sites.
-func (d Device) EnableLeakWatch(w LeakWatch) error {
+func (lw LeakWatcher) Enable(w LeakWatch) error {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -109,14 +121,15 @@ func (d Device) EnableLeakWatch(w LeakWatch) error {
 	return nil
 }
 
-// DisableLeakWatch stops watching the device: later allocations are not
+// Disable stops watching the device: later allocations are not
 // watched, and the buffers watched before are no longer reported, counted
 // or freed when they are collected. A [LeakCheck] in progress keeps the
 // device watched until it ends: the leaks the collector finds meanwhile are
 // counted and listed by the check, but neither reported to a handler nor
 // freed. Watching that is off stays off; enabling it again watches the
 // allocations that follow only.
-func (d Device) DisableLeakWatch() {
+func (lw LeakWatcher) Disable() {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return
@@ -135,9 +148,10 @@ func (d Device) DisableLeakWatch() {
 	dl.switchOff()
 }
 
-// LeakWatchEnabled reports whether [Device.EnableLeakWatch] is in effect
+// Enabled reports whether [LeakWatcher.Enable] is in effect
 // on the device.
-func (d Device) LeakWatchEnabled() bool {
+func (lw LeakWatcher) Enabled() bool {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return false
@@ -150,8 +164,9 @@ func (d Device) LeakWatchEnabled() bool {
 	return false
 }
 
-// LeakStats returns the device's leak figures, as [Stats] holds them.
-func (d Device) LeakStats() LeakStats {
+// Stats returns the device's leak figures, as [Stats] holds them.
+func (lw LeakWatcher) Stats() LeakStats {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return LeakStats{}
@@ -525,9 +540,9 @@ const leakCheckDepth = 32
 // since it started that are not freed yet: what a test leaks. Package
 // [github.com/memtrack/memtrack/memtest] runs one per device around a test.
 //
-// While a check runs, its device is watched for leaks ([Device.EnableLeakWatch]
+// While a check runs, its device is watched for leaks ([LeakWatcher.Enable]
 // without a handler, if it was not watched) and records the allocation
-// site of every buffer ([Device.EnableAllocationSites] at rate 1); [LeakCheck.End]
+// site of every buffer ([SiteRecorder.Enable] at rate 1); [LeakCheck.End]
 // puts both back as they were. The device's figures are process-wide: a
 // check sees every goroutine's allocations, so checks of one device must
 // not overlap unless one is inside the other (a check started and ended
@@ -545,9 +560,10 @@ type LeakCheck struct {
 	ended    bool
 }
 
-// StartLeakCheck starts a [LeakCheck] of the device. It fails where the
+// StartCheck starts a [LeakCheck] of the device. It fails where the
 // device does not exist.
-func (d Device) StartLeakCheck() (*LeakCheck, error) {
+func (lw LeakWatcher) StartCheck() (*LeakCheck, error) {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultLeakLogInterval is the least time between two warnings about one
-// allocation site from the [LeakLogger] that [Device.EnableLeakWatch] uses
+// allocation site from the [LeakLogger] that [LeakWatcher.Enable] uses
 // when no handler is given.
 const DefaultLeakLogInterval = time.Minute
 

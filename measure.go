@@ -141,7 +141,7 @@ func (p Measurement) Category(name string) (CategoryMeasurement, bool) {
 // the peak of a scope of its own, so measurements of one device may overlap
 // and nest, and neither they nor [Device.ResetPeakMemoryStats] move each
 // other's peaks; Measure resets nothing. (The allocation sites at the
-// peak, [Device.PeakAllocationSites], are the device's: reset them with
+// peak, [SiteRecorder.PeakSnapshot], are the device's: reset them with
 // ResetPeakMemoryStats before f where they should cover f alone.)
 //
 // On the CPU, Measure runs the Go garbage collector and returns the freed

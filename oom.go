@@ -118,7 +118,7 @@ func (e *OutOfMemoryError) tryThis() []string {
 		t = append(t, "free buffers that are no longer needed, or allocate less (smaller batches, shorter sequences)")
 	}
 	if !e.SitesRecorded {
-		t = append(t, "record allocation sites (Device.EnableAllocationSites) to see who holds the memory")
+		t = append(t, "record allocation sites (Device.Sites().Enable) to see who holds the memory")
 	}
 	return t
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const (
-	// MaxSiteDepth is the deepest call stack [Device.EnableAllocationSites]
+	// MaxSiteDepth is the deepest call stack [SiteRecorder.Enable]
 	// records.
 	MaxSiteDepth = 128
 
@@ -27,7 +27,7 @@ const (
 	OtherSite = "memtrack.other"
 
 	// DefaultSiteRate is the sampling rate of allocation sites unless
-	// [Device.SetAllocationSiteRate] sets another: on average one sample
+	// [SiteRecorder.SetRate] sets another: on average one sample
 	// per 512 KiB allocated, the default of Go's heap profiler
 	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
 	// they are nearly all recorded; a small buffer costs one random number.
@@ -57,19 +57,31 @@ type SiteStats struct {
 	PeakBytes int64 // high-water mark of Bytes since enabling or the last ResetPeakMemoryStats
 }
 
-// EnableAllocationSites starts recording, for later [Device.Alloc] calls on
+// SiteRecorder is the recording of one device's allocation sites: its
+// controls and what it recorded. Obtain it with [Device.Sites]; it is a
+// small comparable value, as [Device] is.
+type SiteRecorder struct{ dev Device }
+
+// Sites returns the recorder of the device's allocation sites.
+func (d Device) Sites() SiteRecorder { return SiteRecorder{dev: d} }
+
+// Device returns the device whose sites it records.
+func (r SiteRecorder) Device() Device { return r.dev }
+
+// Enable starts recording, for later [Device.Alloc] calls on
 // the device, the call stack that asked for the memory (at most depth
 // frames above memtrack, 1 <= depth <= [MaxSiteDepth]; 32 is usual), so
-// that [Device.AllocationSites] and [Device.PeakAllocationSites] attribute
+// that [SiteRecorder.Snapshot] and [SiteRecorder.PeakSnapshot] attribute
 // the live buffers, and those live at the latest peak, to their callers
 // (package [github.com/memtrack/memtrack/pprof] writes them for go tool
 // pprof). Buffers allocated before are not recorded.
 //
 // Allocations are sampled at the device's rate, [DefaultSiteRate] unless
-// [Device.SetAllocationSiteRate] sets another, so that recording can stay
+// [SiteRecorder.SetRate] sets another, so that recording can stay
 // on in production. On a device already recording, it changes the depth
 // for later allocations and keeps what is recorded.
-func (d Device) EnableAllocationSites(depth int) error {
+func (r SiteRecorder) Enable(depth int) error {
+	d := r.dev
 	if depth < 1 || depth > MaxSiteDepth {
 		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidArgument, depth, d, MaxSiteDepth)
 	}
@@ -84,17 +96,18 @@ func (d Device) EnableAllocationSites(depth int) error {
 	return nil
 }
 
-// DisableAllocationSites stops recording allocation sites on the device and
+// Disable stops recording allocation sites on the device and
 // drops what was recorded. Buffers recorded before may still be freed; they
 // are not counted again if recording is enabled anew. Recording that is off
 // stays off.
-func (d Device) DisableAllocationSites() {
+func (r SiteRecorder) Disable() {
+	d := r.dev
 	if s, _, err := d.resolve(); err == nil {
 		s.disableSites(d.ordinal)
 	}
 }
 
-// SetAllocationSiteRate sets the rate at which the device's allocation sites
+// SetRate sets the rate at which the device's allocation sites
 // are sampled, with the semantics of Go's heap profiler
 // ([runtime.MemProfileRate]): on average one sample per rate bytes
 // allocated, an allocation of n bytes being recorded with probability
@@ -104,11 +117,12 @@ func (d Device) DisableAllocationSites() {
 // restores [DefaultSiteRate]; a negative rate fails with [ErrInvalidArgument].
 //
 // The rate holds for the device's later allocations, whether or not it
-// records now, and across [Device.DisableAllocationSites]; buffers already
+// records now, and across [SiteRecorder.Disable]; buffers already
 // recorded keep the weight they were recorded with. The sampled figures at
 // the peak are those at the peak of the sampled (scaled) bytes, which is
 // the device's peak only approximately where small allocations make it.
-func (d Device) SetAllocationSiteRate(rate int64) error {
+func (r SiteRecorder) SetRate(rate int64) error {
+	d := r.dev
 	if rate < 0 {
 		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidArgument, rate, d)
 	}
@@ -126,9 +140,10 @@ func (d Device) SetAllocationSiteRate(rate int64) error {
 	return nil
 }
 
-// AllocationSiteStats returns the state of the recording of allocation
+// Stats returns the state of the recording of allocation
 // sites on the device; the zero SiteStats if recording is off.
-func (d Device) AllocationSiteStats() SiteStats {
+func (r SiteRecorder) Stats() SiteStats {
+	d := r.dev
 	if d.peek() == nil {
 		return SiteStats{}
 	}
@@ -140,7 +155,7 @@ func (d Device) AllocationSiteStats() SiteStats {
 
 // Site is one call stack that allocated recorded buffers, with the figures
 // of its live buffers, now or at the latest peak. The figures are scaled by
-// the sampling ([Device.SetAllocationSiteRate]): each sampled buffer counts
+// the sampling ([SiteRecorder.SetRate]): each sampled buffer counts
 // as the buffers and bytes it stands for, so they estimate the stack's true
 // figures without bias, and equal them at rate 1.
 type Site struct {
@@ -162,21 +177,27 @@ type SiteSnapshot struct {
 	Device Device
 	Stats  SiteStats
 	// AtPeak is true for the figures at the latest peak of the recorded bytes
-	// ([Device.PeakAllocationSites]), false for the live buffers now.
+	// ([SiteRecorder.PeakSnapshot]), false for the live buffers now.
 	AtPeak bool
 	Sites  []Site
 }
 
-// AllocationSites returns the device's recorded live buffers by allocation
+// Snapshot returns the device's recorded live buffers by allocation
 // site, the largest first. It fails with an error matching
-// [ErrSitesNotRecorded] unless [Device.EnableAllocationSites] was called.
-func (d Device) AllocationSites() (SiteSnapshot, error) { return d.siteSnapshot(false) }
+// [ErrSitesNotRecorded] unless [SiteRecorder.Enable] was called.
+func (r SiteRecorder) Snapshot() (SiteSnapshot, error) {
+	d := r.dev
+	return d.siteSnapshot(false)
+}
 
-// PeakAllocationSites returns the recorded buffers that were live at the
+// PeakSnapshot returns the recorded buffers that were live at the
 // latest peak of the recorded bytes (since recording began or the last
 // [Device.ResetPeakMemoryStats]), by allocation site, the largest first. It
-// fails as [Device.AllocationSites] does.
-func (d Device) PeakAllocationSites() (SiteSnapshot, error) { return d.siteSnapshot(true) }
+// fails as [SiteRecorder.Snapshot] does.
+func (r SiteRecorder) PeakSnapshot() (SiteSnapshot, error) {
+	d := r.dev
+	return d.siteSnapshot(true)
+}
 
 func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
 	r, err := d.recorder()
@@ -197,7 +218,7 @@ func (d Device) recorder() (*siteRecorder, error) {
 	if r := s.siteRecorderOf(d.ordinal); r != nil {
 		return r, nil
 	}
-	return nil, fmt.Errorf("%w on %v: call Device.EnableAllocationSites first", ErrSitesNotRecorded, d)
+	return nil, fmt.Errorf("%w on %v: call Device.Sites().Enable first", ErrSitesNotRecorded, d)
 }
 
 // siteTable holds the sampling rates set for one kind's devices, by

@@ -55,14 +55,14 @@ func TestSitesCompiledOut(t *testing.T) {
 		t.Skip("allocation sites are compiled in; run with -tags memtrack_nosites")
 	}
 	d := CPU()
-	err := d.EnableAllocationSites(8)
+	err := d.Sites().Enable(8)
 	require.ErrorIs(t, err, ErrSitesNotRecorded)
 	assert.Contains(t, err.Error(), "rebuild without it")
-	assert.ErrorIs(t, d.SetAllocationSiteRate(1), ErrSitesNotRecorded)
+	assert.ErrorIs(t, d.Sites().SetRate(1), ErrSitesNotRecorded)
 	b, err := d.Alloc(64)
 	require.NoError(t, err)
 	require.NoError(t, b.Free())
-	_, err = d.AllocationSites()
+	_, err = d.Sites().Snapshot()
 	assert.ErrorIs(t, err, ErrSitesNotRecorded)
 }
 
@@ -72,8 +72,8 @@ func recording(t *testing.T, depth int) Device {
 	t.Helper()
 	needSites(t)
 	d := exactSites(t)
-	require.NoError(t, d.EnableAllocationSites(depth))
-	t.Cleanup(d.DisableAllocationSites)
+	require.NoError(t, d.Sites().Enable(depth))
+	t.Cleanup(d.Sites().Disable)
 	return d
 }
 
@@ -82,8 +82,8 @@ func recording(t *testing.T, depth int) Device {
 func exactSites(t *testing.T) Device {
 	t.Helper()
 	d := CPU()
-	require.NoError(t, d.SetAllocationSiteRate(1))
-	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
+	require.NoError(t, d.Sites().SetRate(1))
+	t.Cleanup(func() { require.NoError(t, d.Sites().SetRate(0)) })
 	return d
 }
 
@@ -107,8 +107,8 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 8, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.ErrorIs(t, tc.d.EnableAllocationSites(tc.depth), tc.err)
-			assert.Equal(t, SiteStats{}, tc.d.AllocationSiteStats(), "nothing is recorded")
+			assert.ErrorIs(t, tc.d.Sites().Enable(tc.depth), tc.err)
+			assert.Equal(t, SiteStats{}, tc.d.Sites().Stats(), "nothing is recorded")
 			assert.Nil(t, stateOf(KindCPU).hooks.recs.Load(), "the CPU table stays off")
 		})
 	}
@@ -120,17 +120,17 @@ func TestEnableDisable(t *testing.T) {
 	s := stateOf(KindCPU)
 	require.Nil(t, s.hooks.recs.Load(), "off before any test enables it")
 
-	require.NoError(t, d.EnableAllocationSites(4))
+	require.NoError(t, d.Sites().Enable(4))
 	r := s.siteRecorderOf(0)
 	require.NotNil(t, r)
-	require.NoError(t, d.EnableAllocationSites(16))
+	require.NoError(t, d.Sites().Enable(16))
 	assert.Same(t, r, s.siteRecorderOf(0), "enabling again keeps the recorder")
-	assert.Equal(t, 16, d.AllocationSiteStats().Depth)
+	assert.Equal(t, 16, d.Sites().Stats().Depth)
 
-	d.DisableAllocationSites()
+	d.Sites().Disable()
 	assert.Nil(t, s.hooks.recs.Load(), "the table is nil again: the off path is one nil load")
-	d.DisableAllocationSites() // off stays off
-	assert.Equal(t, SiteStats{}, d.AllocationSiteStats())
+	d.Sites().Disable() // off stays off
+	assert.Equal(t, SiteStats{}, d.Sites().Stats())
 
 	b := allocOK(t)(allocFromA(d, 100))
 	assert.Nil(t, b.site, "nothing recorded while off")
@@ -144,24 +144,24 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 	d := exactSites(t)
 	before := allocOK(t)(allocFromA(d, 1000))
 
-	require.NoError(t, d.EnableAllocationSites(8))
+	require.NoError(t, d.Sites().Enable(8))
 	first := stateOf(KindCPU).siteRecorderOf(0)
 	during := allocOK(t)(allocFromB(d, 300))
 	require.NoError(t, before.Free())
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Buffers: 1, Bytes: 300, PeakBytes: 300}, d.AllocationSiteStats(),
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Buffers: 1, Bytes: 300, PeakBytes: 300}, d.Sites().Stats(),
 		"the free of a buffer allocated before enabling changes nothing")
 
-	d.DisableAllocationSites()
-	require.NoError(t, d.EnableAllocationSites(8))
+	d.Sites().Disable()
+	require.NoError(t, d.Sites().Enable(8))
 	assert.NotSame(t, first, stateOf(KindCPU).siteRecorderOf(0), "re-enabling starts afresh")
 	require.NoError(t, during.Free())
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1}, d.AllocationSiteStats(),
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1}, d.Sites().Stats(),
 		"the free of a buffer recorded by the old recorder leaves the new one alone")
 	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, PeakBytes: 300}, first.stats(),
 		"the old recorder forgot the buffer, keeping its site for the peak")
 	first.resetPeak()
 	assert.Equal(t, 0, first.stats().Sites, "no site left behind")
-	d.DisableAllocationSites()
+	d.Sites().Disable()
 }
 
 func TestFirstFrameIsTheCaller(t *testing.T) {
@@ -336,21 +336,21 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 			select {
 			case <-workersDone:
 				if i >= toggles {
-					assert.NoError(t, d.EnableAllocationSites(4))
+					assert.NoError(t, d.Sites().Enable(4))
 					return
 				}
 			default:
 			}
-			assert.NoError(t, d.EnableAllocationSites(1+i%8))
+			assert.NoError(t, d.Sites().Enable(1+i%8))
 			d.ResetPeakMemoryStats()
-			d.DisableAllocationSites()
+			d.Sites().Disable()
 		}
 	}()
 	close(start)
 	wg.Wait()
 	close(workersDone)
 	<-toggled
-	defer d.DisableAllocationSites()
+	defer d.Sites().Disable()
 
 	final := stateOf(KindCPU).siteRecorderOf(0)
 	require.NotNil(t, final)
@@ -408,7 +408,7 @@ func TestAllocationSitesErrors(t *testing.T) {
 		{"bad ordinal", Device{kind: KindCPU, ordinal: 1}, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, get := range []func() (SiteSnapshot, error){tc.d.AllocationSites, tc.d.PeakAllocationSites} {
+			for _, get := range []func() (SiteSnapshot, error){tc.d.Sites().Snapshot, tc.d.Sites().PeakSnapshot} {
 				snap, err := get()
 				assert.ErrorIs(t, err, tc.err)
 				assert.Empty(t, snap.Sites)
@@ -426,7 +426,7 @@ func TestAllocationSitesFoldIntoOther(t *testing.T) {
 	a := allocOK(t)(allocFromA(d, 100))
 	b := allocOK(t)(allocFromB(d, 200))
 	defer freeAll(t, a, b)
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, snap.Sites, 2)
 	assert.Nil(t, snap.Sites[0].Stack, "the folded site, the largest")
@@ -440,7 +440,7 @@ func TestAllocationSitesFoldIntoOther(t *testing.T) {
 func TestSetAllocationSiteRate(t *testing.T) {
 	needSites(t)
 	d := CPU()
-	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
+	t.Cleanup(func() { require.NoError(t, d.Sites().SetRate(0)) })
 	for _, tc := range []struct {
 		name string
 		d    Device
@@ -452,21 +452,21 @@ func TestSetAllocationSiteRate(t *testing.T) {
 		{"bad ordinal", Device{kind: KindCPU, ordinal: 3}, 1, ErrInvalidOrdinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.ErrorIs(t, tc.d.SetAllocationSiteRate(tc.rate), tc.err)
+			assert.ErrorIs(t, tc.d.Sites().SetRate(tc.rate), tc.err)
 		})
 	}
 
-	require.NoError(t, d.EnableAllocationSites(4))
-	assert.Equal(t, int64(DefaultSiteRate), d.AllocationSiteStats().Rate, "the default")
-	require.NoError(t, d.SetAllocationSiteRate(1))
-	assert.Equal(t, int64(1), d.AllocationSiteStats().Rate, "set while recording")
-	d.DisableAllocationSites()
-	require.NoError(t, d.SetAllocationSiteRate(4096))
-	require.NoError(t, d.EnableAllocationSites(4))
-	assert.Equal(t, int64(4096), d.AllocationSiteStats().Rate, "set while not recording, kept for the next recording")
-	require.NoError(t, d.SetAllocationSiteRate(0))
-	assert.Equal(t, int64(DefaultSiteRate), d.AllocationSiteStats().Rate, "0 restores the default")
-	d.DisableAllocationSites()
+	require.NoError(t, d.Sites().Enable(4))
+	assert.Equal(t, int64(DefaultSiteRate), d.Sites().Stats().Rate, "the default")
+	require.NoError(t, d.Sites().SetRate(1))
+	assert.Equal(t, int64(1), d.Sites().Stats().Rate, "set while recording")
+	d.Sites().Disable()
+	require.NoError(t, d.Sites().SetRate(4096))
+	require.NoError(t, d.Sites().Enable(4))
+	assert.Equal(t, int64(4096), d.Sites().Stats().Rate, "set while not recording, kept for the next recording")
+	require.NoError(t, d.Sites().SetRate(0))
+	assert.Equal(t, int64(DefaultSiteRate), d.Sites().Stats().Rate, "0 restores the default")
+	d.Sites().Disable()
 }
 
 // sampleStats returns the expected number of samples of an allocation of n
@@ -574,10 +574,10 @@ func TestSampledAllocationSites(t *testing.T) {
 	needSites(t)
 	const rate, size, n = 4096, 64, 16384
 	d := CPU()
-	require.NoError(t, d.SetAllocationSiteRate(rate))
-	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
-	require.NoError(t, d.EnableAllocationSites(1))
-	defer d.DisableAllocationSites()
+	require.NoError(t, d.Sites().SetRate(rate))
+	t.Cleanup(func() { require.NoError(t, d.Sites().SetRate(0)) })
+	require.NoError(t, d.Sites().Enable(1))
+	defer d.Sites().Disable()
 
 	bufs := make([]*Buffer, 0, n)
 	sampled := 0
@@ -588,7 +588,7 @@ func TestSampledAllocationSites(t *testing.T) {
 		}
 		bufs = append(bufs, b)
 	}
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, snap.Sites, 1)
 	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(snap.Sites[0].Stack[0]))
@@ -600,5 +600,5 @@ func TestSampledAllocationSites(t *testing.T) {
 
 	freeAll(t, bufs...)
 	d.ResetPeakMemoryStats()
-	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: rate}, d.AllocationSiteStats())
+	assert.Equal(t, SiteStats{Enabled: true, Depth: 1, Rate: rate}, d.Sites().Stats())
 }

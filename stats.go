@@ -32,7 +32,7 @@ type Stats struct {
 	Held, PeakHeld int64
 	// Leaks is the buffers and tracked handles that the garbage collector
 	// found unreachable without a free while the device was watched
-	// ([Device.EnableLeakWatch]), and LeakedBytes their bytes; cumulative.
+	// ([LeakWatcher.Enable]), and LeakedBytes their bytes; cumulative.
 	// A leak stays counted in Tracked unless [LeakWatch].FreeLeaks freed
 	// it, which counts it in Frees too.
 	Leaks, LeakedBytes int64
@@ -76,7 +76,7 @@ func (d Device) MemorySummary() string {
 		fmt.Fprintf(&buf, "held: %s, peak held %s (stream-ordered frees not yet executed: %s)\n",
 			formatBytes(s.Held), formatBytes(s.PeakHeld), formatBytes(s.Held-s.Tracked))
 	}
-	if p, err := d.PoolStats(); err == nil {
+	if p, err := d.Pool().Stats(); err == nil {
 		fmt.Fprintf(&buf, "memory pool: reserved %s (peak %s), used %s (peak %s)\n",
 			formatBytes(p.PoolReserved), formatBytes(p.PeakPoolReserved), formatBytes(p.PoolUsed), formatBytes(p.PeakPoolUsed))
 	}

@@ -48,6 +48,19 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	return c.dev.allocate(request{size: size, cat: c, stream: stream, async: true})
 }
 
+// Pool is the current memory pool of one CUDA device, the one
+// [Device.AllocAsync] allocates from: its figures and controls. Obtain it
+// with [Device.Pool]; it is a small comparable value, as [Device] is. On a
+// device that is not a CUDA GPU, or has no memory pools, its methods fail
+// with [ErrNotSupported].
+type Pool struct{ dev Device }
+
+// Pool returns the device's current memory pool.
+func (d Device) Pool() Pool { return Pool{dev: d} }
+
+// Device returns the device of the pool.
+func (p Pool) Device() Device { return p.dev }
+
 // PoolStats are the figures of a CUDA device's current memory pool (the
 // default one unless cuDeviceSetMemPool set another), the one
 // [Device.AllocAsync] allocates from, as the driver reports them
@@ -94,7 +107,7 @@ func (p PoolStats) String() string {
 // can fall below the stream-ordered part of Held by up to InFlight, and
 // Rounding, taken as 0 there, is a lower bound. PoolReserved - PoolUsed
 // (Cached) is memory the pool keeps for later allocations without anything
-// in it, which [Device.TrimPool] returns to the device. The figures are read
+// in it, which [Pool.Trim] returns to the device. The figures are read
 // one after another, not at one instant.
 type PoolUsage struct {
 	Device       Device

@@ -246,8 +246,8 @@ func TestFormatBytes(t *testing.T) {
 func TestPageReadMemoryFollowsPoints(t *testing.T) {
 	d := memtrack.CPU()
 	measure := func(events int) uint64 {
-		require.NoError(t, d.EnableMemoryHistory(events))
-		defer d.DisableMemoryHistory()
+		require.NoError(t, d.History().Enable(events))
+		defer d.History().Disable()
 		for range events / 2 {
 			b, err := d.Alloc(64)
 			require.NoError(t, err)
