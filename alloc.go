@@ -46,6 +46,8 @@ type admitted struct {
 
 // admit checks r's input: its size, the device and its category. what
 // names the request in the error of a bad size ("requested", "tracked").
+// For a request of a size > 0 without a category it is Device.resolve,
+// which the allocation paths call themselves then.
 func (d Device) admit(r *request, what string) (admitted, error) {
 	if r.size <= 0 {
 		return admitted{}, fmt.Errorf("%w: %d bytes %s on %v", ErrInvalidSize, r.size, what, d)
@@ -55,10 +57,13 @@ func (d Device) admit(r *request, what string) (admitted, error) {
 		return admitted{}, err
 	}
 	a := admitted{s: s, rec: rec}
-	if r.cat.set != nil {
-		if a.crec, err = r.cat.record(s); err != nil {
-			return admitted{}, err
+	if c := r.cat; c.set != nil {
+		// Category.record, inlined by hand: the exported functions have
+		// refused the zero Category already.
+		if c.set.state != s {
+			return admitted{}, c.gone()
 		}
+		a.crec = &c.set.recs[c.idx-1]
 	}
 	return a, nil
 }
@@ -69,6 +74,12 @@ func (d Device) admit(r *request, what string) (admitted, error) {
 type limitHit struct {
 	cur, lim   int64
 	byCategory bool
+}
+
+// limited reports whether a limit may refuse: the category's record
+// or the device's has one. The path calls overLimit only then.
+func (a *admitted) limited() bool {
+	return a.crec != nil && a.crec.Limit() > 0 || a.rec.Limit() > 0
 }
 
 // overLimit checks the category's limit, then the device's, for size
@@ -92,18 +103,15 @@ func (a *admitted) overLimit(size int64) (limitHit, bool) {
 // commit counts size bytes in the category's record, then in the
 // device's; where the device's refuses, the category's takes them back.
 // byCategory says which record refused; each counted its failure, and a
-// category's refusal counts one on the device too.
+// category's refusal counts one on the device too. The path calls the
+// device's record itself where there is no category.
 func (a *admitted) commit(size int64) (byCategory bool, err error) {
-	if a.crec != nil {
-		if err := a.crec.Alloc(size); err != nil {
-			a.rec.RecordFailure()
-			return true, err
-		}
+	if err := a.crec.Alloc(size); err != nil {
+		a.rec.RecordFailure()
+		return true, err
 	}
 	if err := a.rec.Alloc(size); err != nil {
-		if a.crec != nil {
-			_ = a.crec.Cancel(size) // cannot fail: it holds size
-		}
+		_ = a.crec.Cancel(size) // cannot fail: it holds size
 		return false, err
 	}
 	return false, nil
@@ -120,29 +128,36 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 // allocate is the allocation path of a [Buffer]: Alloc, AllocAsync and
 // their categories'.
 func (d Device) allocate(r request) (*Buffer, error) {
-	if r.async && r.size > 0 {
-		if err := d.streamsSupported(); err != nil {
+	var a admitted
+	var err error
+	var sb streamBackend
+	switch {
+	case r.size > 0 && r.cat.set == nil && !r.async:
+		a.s, a.rec, err = d.resolve() // admit's path for a plain request, inlined by hand
+	case r.async && r.size > 0:
+		if err = d.streamsSupported(); err != nil {
 			return nil, err
 		}
+		fallthrough
+	default:
+		a, err = d.admit(&r, "requested")
+		if err == nil && r.async {
+			sb, err = a.s.streams(d)
+		}
 	}
-	a, err := d.admit(&r, "requested")
 	if err != nil {
 		return nil, err
 	}
-	var sb streamBackend
-	if r.async {
-		if sb, err = a.s.streams(d); err != nil {
-			return nil, err
-		}
-	}
-	if hit, over := a.overLimit(r.size); over {
-		if sb != nil {
-			// Bad input is refused before a failure is counted.
-			if err := sb.checkStream(d.ordinal, r.stream); err != nil {
-				return nil, err
+	if a.limited() {
+		if hit, over := a.overLimit(r.size); over {
+			if sb != nil {
+				// Bad input is refused before a failure is counted.
+				if err := sb.checkStream(d.ordinal, r.stream); err != nil {
+					return nil, err
+				}
 			}
+			return nil, d.refuseLimit(a, &r, hit)
 		}
-		return nil, d.refuseLimit(a, &r, hit)
 	}
 	// The backend writes straight into the buffer (see backend).
 	var b *Buffer
@@ -164,7 +179,13 @@ func (d Device) allocate(r request) (*Buffer, error) {
 	if err != nil {
 		return nil, d.refuse(a, &r, refusal{err: err, byBackend: true})
 	}
-	if byCat, err := a.commit(r.size); err != nil {
+	var byCat bool
+	if a.crec == nil {
+		err = a.rec.Alloc(r.size)
+	} else {
+		byCat, err = a.commit(r.size)
+	}
+	if err != nil {
 		// The memory goes back before the report reads the device and the
 		// observers run, so that neither sees it (cuMemFree takes the
 		// memory of a pool back at once).
@@ -276,41 +297,49 @@ func fillError(err error, d Device, size int64, rec *tracker.Record) error {
 	return err
 }
 
-// release is what the release path uncounts: the bytes of one buffer,
-// handle or address, and where they were counted.
-type release struct {
-	size    int64
-	rec     *tracker.Record // the device's record
-	crec    *tracker.Record // the category's, or nil
-	cat     uint8           // the category, 1-based; 0 for none
-	site    *site           // the allocation site, if recorded
-	stream  Stream          // the stream of a stream-ordered free, else 0
-	ordinal int
-	// held: the device-side figure drops now (not for Buffer.FreeAsync,
-	// whose stream has yet to execute the free); pooled: it is a
-	// stream-ordered buffer's, whose share of that figure drops too.
-	held, pooled bool
+// releaseHow says how the device-side figure takes a release: releaseHeld,
+// it drops now (not for Buffer.FreeAsync, whose stream has yet to execute
+// the free); releasePooled, the bytes are a stream-ordered buffer's, whose
+// share of that figure drops too.
+type releaseHow uint8
+
+const (
+	releaseHeld releaseHow = 1 << iota
+	releasePooled
+)
+
+// uncount is the one release path: it takes size bytes of device ordinal
+// from its record rec, then from the category's record crec (nil for none;
+// cat is the category, 1-based, or 0), the device-side figure and the site
+// st, if recorded, and records the free in the history (of stream, for a
+// stream-ordered free). It fails, changing nothing, where rec refuses (it
+// holds less than size). The arguments are separate, not a struct, so that
+// they pass in registers; where there is nothing but the record to
+// uncount, nothing needs them after its Free.
+func (s *kindState) uncount(rec, crec *tracker.Record, size int64, st *site, stream Stream, ordinal int, cat uint8, how releaseHow) error {
+	if crec == nil && st == nil && (how&releaseHeld == 0 || s.held == nil) && s.hooks.recs.Load() == nil {
+		return rec.Free(size)
+	}
+	return s.uncountObserved(rec, crec, size, st, stream, ordinal, cat, how)
 }
 
-// uncount is the one release path: it takes f's bytes from the device's
-// record, then from the category's, the device-side figure and the site,
-// and records the free in the history. It fails, changing nothing, where
-// the device's record refuses (it holds less than f.size).
-func (s *kindState) uncount(f *release) error {
-	if err := f.rec.Free(f.size); err != nil {
+// uncountObserved is uncount where a category, a site, the device-side
+// figure or a hook set of the kind has a part in the release.
+func (s *kindState) uncountObserved(rec, crec *tracker.Record, size int64, st *site, stream Stream, ordinal int, cat uint8, how releaseHow) error {
+	if err := rec.Free(size); err != nil {
 		return err
 	}
-	if f.crec != nil {
-		_ = f.crec.Free(f.size) // cannot fail: the category holds the bytes
+	if crec != nil {
+		_ = crec.Free(size) // cannot fail: the category holds the bytes
 	}
-	if f.held && s.held != nil {
-		s.held.heldFree(f.ordinal, f.size, f.pooled)
+	if how&releaseHeld != 0 && s.held != nil {
+		s.held.heldFree(ordinal, size, how&releasePooled != 0)
 	}
-	if f.site != nil {
-		f.site.free(f.size)
+	if st != nil {
+		st.free(size)
 	}
-	if h := s.hooksOf(f.ordinal); h != nil {
-		h.free(f)
+	if h := s.hooksOf(ordinal); h != nil && h.history != nil {
+		h.history.freeIn(size, st, rec, stream, cat, crec)
 	}
 	return nil
 }

@@ -94,8 +94,15 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if err := s.b.free(d.ordinal, size, mem); err != nil {
 		return false, err
 	}
-	f := release{size: size, rec: rec, crec: s.categoryOf(d.ordinal, cat), cat: cat, site: st, ordinal: d.ordinal, held: true, pooled: pooled}
-	return true, s.uncount(&f)
+	var crec *tracker.Record
+	if cat != 0 {
+		crec = s.categoryOf(d.ordinal, cat)
+	}
+	how := releaseHeld
+	if pooled {
+		how |= releasePooled
+	}
+	return true, s.uncount(rec, crec, size, st, 0, d.ordinal, cat, how)
 }
 
 // refuseFree says why Free refused b: nil, not from Alloc, or freed.

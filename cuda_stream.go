@@ -529,8 +529,8 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		}
 	}
 	unwatchBuffer(b)
-	r := release{size: b.size, rec: rec, crec: s.categoryOf(int(b.ordinal), b.cat), cat: b.cat, site: b.site, stream: stream, ordinal: int(b.ordinal)}
-	if err := s.uncount(&r); err != nil {
+	// The device-side figure drops once the stream executes the free.
+	if err := s.uncount(rec, s.categoryOf(int(b.ordinal), b.cat), b.size, b.site, stream, int(b.ordinal), b.cat, 0); err != nil {
 		return b.uncountFailed(err)
 	}
 	return nil

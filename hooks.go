@@ -45,13 +45,6 @@ func (h *hooks) refused(r *request, rec, crec *tracker.Record, err error) {
 	}
 }
 
-// free records a free in the history, if it is on.
-func (h *hooks) free(f *release) {
-	if h.history != nil {
-		h.history.freeIn(f.size, f.site, f.rec, f.stream, f.cat, f.crec)
-	}
-}
-
 // setHooks replaces the hook set of device ordinal by f applied to a copy
 // of it; the set published is nil when f leaves every feature off.
 func (s *kindState) setHooks(ordinal int, f func(*hooks)) {

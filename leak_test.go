@@ -293,7 +293,7 @@ func TestLeakWatchToggledWithLiveBuffers(t *testing.T) {
 	leakFrom(t, d, 11) // watched, then watching goes off before collection
 	d.Leaks().Disable()
 	d.Leaks().Disable() // off stays off
-	leakFrom(t, d, 12)   // never watched
+	leakFrom(t, d, 12)  // never watched
 	sink.none(t)
 	require.NoError(t, kept.Free(), "a buffer watched before stays freeable")
 

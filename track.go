@@ -68,7 +68,13 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 // track is Track and Category.Track: the allocation path of a [Tracked]
 // handle.
 func (d Device) track(r request, ptr uintptr) (*Tracked, error) {
-	a, err := d.admit(&r, "tracked")
+	var a admitted
+	var err error
+	if r.size > 0 && r.cat.set == nil {
+		a.s, a.rec, err = d.resolve() // admit's path for a plain request, inlined by hand
+	} else {
+		a, err = d.admit(&r, "tracked")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -102,13 +108,22 @@ func (d Device) count(a admitted, r *request, ptr uintptr, t *Tracked) error {
 			return err // bad input: nothing counted
 		}
 	}
-	if hit, over := a.overLimit(r.size); over {
-		if sh != nil {
-			sh.Unlock()
+	if a.limited() {
+		if hit, over := a.overLimit(r.size); over {
+			if sh != nil {
+				sh.Unlock()
+			}
+			return d.refuseLimit(a, r, hit)
 		}
-		return d.refuseLimit(a, r, hit)
 	}
-	if byCat, err := a.commit(r.size); err != nil {
+	var byCat bool
+	var err error
+	if a.crec == nil {
+		err = a.rec.Alloc(r.size)
+	} else {
+		byCat, err = a.commit(r.size)
+	}
+	if err != nil {
 		if sh != nil {
 			sh.Unlock()
 		}
@@ -170,7 +185,9 @@ func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidAddress, size, d)
 	}
 	r := request{size: size, skip: skip}
-	a, err := d.admit(&r, "tracked")
+	var a admitted
+	var err error
+	a.s, a.rec, err = d.resolve() // admit, whose size check is done and which has no category to check
 	if err != nil {
 		return err
 	}
@@ -343,9 +360,8 @@ func (t *Tracked) uncount() {
 // uncount takes the entry's bytes from the figures of its device, of kind
 // k; cat and crec are the category of its handle and its record.
 func (e addrEntry) uncount(k Kind, cat uint8, crec *tracker.Record) {
-	f := release{size: e.size, rec: e.rec, crec: crec, cat: cat, site: e.site, ordinal: e.ordinal, held: true}
 	// Cannot fail: the entry's bytes are part of what the record holds.
-	_ = tables[k].p.Load().uncount(&f)
+	_ = tables[k].p.Load().uncount(e.rec, crec, e.size, e.site, 0, e.ordinal, cat, releaseHeld)
 }
 
 // Size returns the bytes tracked (0 for a nil handle).
