@@ -628,20 +628,20 @@ func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
 // Trim returns to the device the memory the pool reserves beyond
 // max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
 // torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
-// reserved with 2 MiB in use holds, after TrimPool(0), the 2 MiB (rounded
+// reserved with 2 MiB in use holds, after Pool().Trim(0), the 2 MiB (rounded
 // up to the driver's granularity); [PoolStats] shows the figures before and
 // after. The driver trims only memory whose frees the host has observed
 // complete, "eg. by a synchronize": a buffer freed with [Buffer.FreeAsync]
 // whose stream has not been synchronized may stay reserved even once the
 // device-side figure no longer counts it (FreeAsync learns of executed
-// frees by event queries, which the driver need not count), so TrimPool can
+// frees by event queries, which the driver need not count), so Pool().Trim can
 // return less than [PoolUsage].Cached suggests; synchronize the streams
 // first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
 func (p Pool) Trim(keep int64) error {
 	d := p.dev
 	if keep < 0 {
-		return fmt.Errorf("%w: TrimPool(%d) on %v: want the bytes to keep, >= 0", ErrInvalidSize, keep, d)
+		return fmt.Errorf("%w: Pool().Trim(%d) on %v: want the bytes to keep, >= 0", ErrInvalidSize, keep, d)
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {

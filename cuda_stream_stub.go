@@ -57,7 +57,7 @@ func (p Pool) Usage() (PoolUsage, error) {
 // has no memory pool.
 func (p Pool) Trim(keep int64) error {
 	d := p.dev
-	return streamsUnsupported("TrimPool", d)
+	return streamsUnsupported("Pool().Trim", d)
 }
 
 // SetReleaseThreshold sets how much reserved memory a CUDA device's pool
@@ -66,5 +66,5 @@ func (p Pool) Trim(keep int64) error {
 // where the device has no memory pool.
 func (p Pool) SetReleaseThreshold(bytes int64) error {
 	d := p.dev
-	return streamsUnsupported("SetPoolReleaseThreshold", d)
+	return streamsUnsupported("Pool().SetReleaseThreshold", d)
 }

@@ -212,7 +212,7 @@ func TestCUDAAllocAsyncErrors(t *testing.T) {
 }
 
 // TestCUDAPoolTrimAndThreshold: with a release threshold the pool keeps its
-// reserve across a synchronization; TrimPool returns it; with the threshold
+// reserve across a synchronization; Pool().Trim returns it; with the threshold
 // back at 0 a synchronization returns it.
 func TestCUDAPoolTrimAndThreshold(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
@@ -958,7 +958,7 @@ func TestCUDAAllocReuseReading(t *testing.T) {
 // synchronize" (cuMemPoolTrimTo); whether an event query that finds an event
 // after the free reached counts, the reference does not say (the fake offers
 // both, FAKECUDA_TRIM_OBSERVED). Once the device-side figure no longer
-// counts the buffer (FreeAsync learns it by an event query), TrimPool keeps
+// counts the buffer (FreeAsync learns it by an event query), Pool().Trim keeps
 // the memory where only a synchronize counts; after a synchronize it
 // returns all of it.
 func TestCUDATrimAfterEventRetirement(t *testing.T) {
@@ -966,7 +966,7 @@ func TestCUDATrimAfterEventRetirement(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
 	withRetire(t, d, retireByEvent)
-	keepPoolReserved(t, d) // so that only TrimPool returns memory
+	keepPoolReserved(t, d) // so that only Pool().Trim returns memory
 	before := d.MemoryStats()
 	b, err := d.AllocAsync(4<<20, s)
 	require.NoError(t, err)
@@ -1014,9 +1014,9 @@ func TestCUDATrimReading(t *testing.T) {
 	}
 	require.NoError(t, d.Pool().Trim(0))
 	if poolStats(t, d).PoolReserved < size {
-		t.Log("trim reading: query (TrimPool released a free the host learned of by an event query)")
+		t.Log("trim reading: query (Pool().Trim released a free the host learned of by an event query)")
 	} else {
-		t.Log("trim reading: sync (TrimPool kept a free the host learned of by an event query only)")
+		t.Log("trim reading: sync (Pool().Trim kept a free the host learned of by an event query only)")
 	}
 	syncStream(t, d, s)
 	require.NoError(t, d.Pool().Trim(0))

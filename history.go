@@ -193,7 +193,7 @@ func (r HistoryRecorder) Snapshot() (History, error) {
 func (r HistoryRecorder) Range(f func(HistoryEvent) bool) (History, error) {
 	d := r.dev
 	if f == nil {
-		return History{Device: d}, fmt.Errorf("%w: RangeMemoryHistory of %v: nil function", ErrInvalidArgument, d)
+		return History{Device: d}, fmt.Errorf("%w: History().Range of %v: nil function", ErrInvalidArgument, d)
 	}
 	s, _, err := d.resolve()
 	if err != nil {

@@ -617,7 +617,7 @@ func TestHistoryConcurrentReaders(t *testing.T) {
 	done.Wait()
 }
 
-// TestRangeMemoryHistory: RangeMemoryHistory gives the events
+// TestRangeMemoryHistory: History().Range gives the events
 // MemoryHistory returns, with the same gaps and counts, stops where f
 // says, and allocates nothing for the events it reads.
 func TestRangeMemoryHistory(t *testing.T) {

@@ -238,7 +238,7 @@ type deviceLeaks struct {
 	cfg                atomic.Pointer[LeakWatch] // nil unless userOn
 
 	mu     sync.Mutex
-	userOn bool        // EnableLeakWatch is in effect
+	userOn bool        // Leaks().Enable is in effect
 	checks int         // LeakChecks in progress
 	epoch  uint32      // changes each time watching goes off: older entries are not reported
 	seq    uint64      // entries made, for LeakCheck's marks
@@ -284,7 +284,7 @@ func (dl *deviceLeaks) switchOn() {
 	dl.state.setHooks(dl.ordinal, func(h *hooks) { h.leaks = dl })
 }
 
-// switchOff stops watching the device once neither EnableLeakWatch nor a
+// switchOff stops watching the device once neither Leaks().Enable nor a
 // LeakCheck wants it. dl.mu is held.
 func (dl *deviceLeaks) switchOff() {
 	if dl.userOn || dl.checks > 0 {

@@ -109,7 +109,7 @@ func TestNestedLeakChecksListALeakOnce(t *testing.T) {
 	require.NoError(t, b.Free())
 }
 
-// TestUserWatchOffDuringACheck: DisableLeakWatch during a check keeps the
+// TestUserWatchOffDuringACheck: Leaks().Disable during a check keeps the
 // device watched for the check, silently.
 func TestUserWatchOffDuringACheck(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// feed gives the plotter the events, as RangeMemoryHistory would, and
+// feed gives the plotter the events, as History().Range would, and
 // returns the history to finish with.
 func feed(p *plotter, start time.Time, events []memtrack.HistoryEvent) memtrack.History {
 	h := memtrack.History{MaxEntries: len(events), Start: start}
