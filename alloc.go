@@ -336,7 +336,7 @@ func (s *kindState) uncountObserved(rec, crec *tracker.Record, size int64, st *s
 		s.held.heldFree(ordinal, size, how&releasePooled != 0)
 	}
 	if st != nil {
-		st.free(size)
+		st.Free()
 	}
 	if h := s.hooksOf(ordinal); h != nil && h.history != nil {
 		h.history.freeIn(size, st, rec, stream, cat, crec)

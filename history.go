@@ -391,7 +391,7 @@ func (h *history) each(cats *categorySet, begin func(slots uint64), f func(Histo
 	if begin != nil {
 		begin(head - first)
 	}
-	stacks := make(map[*stack][]uintptr) // one copy of each site's stack
+	stacks := make(map[*uintptr][]uintptr) // one copy of each site's stack, by its first frame
 	sites := h.sites.Load()
 	var prev HistoryEvent
 	read := false
@@ -419,15 +419,15 @@ func (h *history) each(cats *categorySet, begin func(slots uint64), f func(Histo
 		}
 		sl.seq.Store(done)
 		if s != nil {
-			e.SiteBytes = int64(math.Round(s.bytes))
-		}
-		if s != nil && s.st != nil && s.st.pcs != nil {
-			st, ok := stacks[s.st]
-			if !ok {
-				st = append([]uintptr(nil), s.st.pcs...)
-				stacks[s.st] = st
+			e.SiteBytes = int64(math.Round(s.Bytes()))
+			if pcs := s.Stack(); len(pcs) > 0 {
+				st, ok := stacks[&pcs[0]]
+				if !ok {
+					st = append([]uintptr(nil), pcs...)
+					stacks[&pcs[0]] = st
+				}
+				e.Stack = st
 			}
-			e.Stack = st
 		}
 		if read && e.Seq != prev.Seq+1 {
 			out.Gaps = append(out.Gaps, HistoryGap{After: prev.Seq, Before: e.Seq, Missing: e.Seq - prev.Seq - 1, From: prev.Time, To: e.Time})

@@ -1,6 +1,9 @@
 package memtrack
 
-import "github.com/memtrack/memtrack/tracker"
+import (
+	"github.com/memtrack/memtrack/internal/siterec"
+	"github.com/memtrack/memtrack/tracker"
+)
 
 // hooks is the set of features that observe one device's allocations and
 // frees: its recorder of allocation sites, its memory history and its leak
@@ -13,9 +16,9 @@ import "github.com/memtrack/memtrack/tracker"
 // Each feature owns its state: a hooks value holds only the features'
 // values, and a feature reaches no other's state through it.
 type hooks struct {
-	sites   *siteRecorder // sites.go
-	history *history      // history.go
-	leaks   *deviceLeaks  // leak.go
+	sites   *siterec.Recorder // sites.go
+	history *history          // history.go
+	leaks   *deviceLeaks      // leak.go
 }
 
 // hookSkip is the frames between the exported function that allocates and
@@ -30,7 +33,7 @@ const hookSkip = 2
 // it is on.
 func (h *hooks) alloc(r *request, rec, crec *tracker.Record) (st *site) {
 	if h.sites != nil {
-		st = h.sites.alloc(r.size, hookSkip+r.skip, r.cat.Name())
+		st = h.sites.Alloc(r.size, hookSkip+r.skip, r.cat.Name())
 	}
 	if h.history != nil {
 		h.history.allocIn(r.size, st, rec, r.stream, r.cat.idx, crec)

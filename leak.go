@@ -514,8 +514,8 @@ func (w *watched) leak(now time.Time, collected bool) Leak {
 		Tracked:   w.tracked,
 		Collected: collected,
 	}
-	if w.site != nil && w.site.st.pcs != nil {
-		l.Stack = slices.Clone(w.site.st.pcs)
+	if w.site != nil && w.site.Stack() != nil {
+		l.Stack = slices.Clone(w.site.Stack())
 	}
 	return l
 }

@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"context"
+	"github.com/memtrack/memtrack/internal/siterec"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -60,7 +61,7 @@ func NewLeakLogger(l *slog.Logger, every time.Duration) *LeakLogger {
 func (g *LeakLogger) Handle(l Leak) {
 	key := leakSiteKey{dev: l.Device}
 	if l.Stack != nil {
-		key.hash = hashStack(l.Stack)
+		key.hash = siterec.HashStack(l.Stack)
 	}
 	now := g.now()
 	g.mu.Lock()

@@ -31,7 +31,8 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	}
 	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		e.SitesRecorded = true
-		sites, _ := sr.snapshot(false)
+		es, _ := sr.Snapshot(false)
+		sites := sitesOf(es)
 		e.Sites = sites[:min(len(sites), maxReportSites)]
 	}
 	s.observersOf(d.ordinal, false).notify(e)

@@ -1,15 +1,10 @@
 package memtrack
 
 import (
-	"cmp"
 	"fmt"
-	"math"
-	"math/rand/v2"
-	"runtime"
-	"slices"
 	"sync"
 
-	"go.uber.org/atomic"
+	"github.com/memtrack/memtrack/internal/siterec"
 )
 
 const (
@@ -34,13 +29,27 @@ const (
 	DefaultSiteRate = 512 << 10
 )
 
-// callerSkip is what runtime.Callers skips in siteRecorder.allocSampled:
-// Callers itself, allocSampled, siteRecorder.alloc and the exported
-// function that allocates, so that the first frame kept is the caller of
-// that function. The frames between the exported function and
-// siteRecorder.alloc (Device.allocate and hooks.alloc, for one) are told
-// to it as skip (hookSkip). Callers counts inlined frames as frames.
-const callerSkip = 4
+// The recorder of one device's sites is a siterec.Recorder, in the
+// device's hook set; a recorded Buffer or Tracked handle keeps its
+// siterec.Site.
+type site = siterec.Site
+
+// The deepest stack is the recorder's (siterec.MaxDepth).
+const _ = uint(MaxSiteDepth-siterec.MaxDepth) + uint(siterec.MaxDepth-MaxSiteDepth)
+
+// siteStats returns the SiteStats of a recorder's figures.
+func siteStats(st siterec.Stats) SiteStats {
+	return SiteStats{Enabled: true, Depth: st.Depth, Rate: st.Rate, Sites: st.Sites, Folded: st.Folded, Buffers: st.Buffers, Bytes: st.Bytes, PeakBytes: st.PeakBytes}
+}
+
+// sitesOf returns the Sites of a recorder's entries.
+func sitesOf(es []siterec.Entry) []Site {
+	out := make([]Site, len(es))
+	for i, e := range es {
+		out[i] = Site{Stack: e.Stack, Buffers: e.Buffers, Bytes: e.Bytes, Category: e.Category}
+	}
+	return out
+}
 
 // SiteStats describes the recording of allocation sites on one device.
 // The figures cover the buffers allocated while recording was on; Buffers,
@@ -148,7 +157,7 @@ func (r SiteRecorder) Stats() SiteStats {
 		return SiteStats{}
 	}
 	if r := tables[d.kind].p.Load().siteRecorderOf(d.ordinal); r != nil {
-		return r.stats()
+		return siteStats(r.Stats())
 	}
 	return SiteStats{}
 }
@@ -204,13 +213,13 @@ func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
 	if err != nil {
 		return SiteSnapshot{Device: d, AtPeak: atPeak}, err
 	}
-	sites, st := r.snapshot(atPeak)
-	return SiteSnapshot{Device: d, Stats: st, AtPeak: atPeak, Sites: sites}, nil
+	es, st := r.Snapshot(atPeak)
+	return SiteSnapshot{Device: d, Stats: siteStats(st), AtPeak: atPeak, Sites: sitesOf(es)}, nil
 }
 
 // recorder returns the device's recorder of allocation sites, or an error
 // matching ErrSitesNotRecorded.
-func (d Device) recorder() (*siteRecorder, error) {
+func (d Device) recorder() (*siterec.Recorder, error) {
 	s, _, err := d.resolve()
 	if err != nil {
 		return nil, err
@@ -247,7 +256,7 @@ func (t *siteTable) setRate(i int, rate int64) {
 
 // siteRecorderOf returns the recorder of device ordinal, or nil if it
 // records nothing (always nil under -tags memtrack_nosites).
-func (s *kindState) siteRecorderOf(ordinal int) *siteRecorder {
+func (s *kindState) siteRecorderOf(ordinal int) *siterec.Recorder {
 	if h := s.hooksOf(ordinal); h != nil {
 		return h.sites
 	}
@@ -262,10 +271,10 @@ func (s *kindState) enableSites(ordinal, depth int) {
 	defer t.mu.Unlock()
 	s.setHooks(ordinal, func(h *hooks) {
 		if h.sites != nil {
-			h.sites.depth.Store(int32(depth))
+			h.sites.SetDepth(depth)
 			return
 		}
-		h.sites = newSiteRecorder(depth, t.rate(ordinal), MaxAllocationSites)
+		h.sites = siterec.New(depth, t.rate(ordinal), MaxAllocationSites)
 	})
 }
 
@@ -285,7 +294,7 @@ func (s *kindState) setSiteRate(ordinal int, rate int64) {
 	defer t.mu.Unlock()
 	t.setRate(ordinal, rate)
 	if r := s.siteRecorderOf(ordinal); r != nil {
-		r.rate.Store(t.rate(ordinal))
+		r.SetRate(t.rate(ordinal))
 	}
 }
 
@@ -310,11 +319,11 @@ func (s *kindState) recordEverySite(ordinal, depth int) siteOverride {
 	}
 	t.setRate(ordinal, 1)
 	if r := s.siteRecorderOf(ordinal); r != nil {
-		r.rate.Store(1)
+		r.SetRate(1)
 		return o
 	}
 	o.enabled = true
-	s.setHooks(ordinal, func(h *hooks) { h.sites = newSiteRecorder(depth, 1, MaxAllocationSites) })
+	s.setHooks(ordinal, func(h *hooks) { h.sites = siterec.New(depth, 1, MaxAllocationSites) })
 	return o
 }
 
@@ -328,298 +337,6 @@ func (s *kindState) restoreSites(o siteOverride) {
 	if o.enabled {
 		s.setHooks(o.ordinal, func(h *hooks) { h.sites = nil })
 	} else if r := s.siteRecorderOf(o.ordinal); r != nil {
-		r.rate.Store(t.rate(o.ordinal))
+		r.SetRate(t.rate(o.ordinal))
 	}
-}
-
-// siteRecorder holds one device's allocation sites: per call stack, the
-// live sampled buffers allocated from it and their scaled figures, and the
-// same figures as they stood at the latest peak of the recorded bytes.
-//
-// The figures at the peak are kept lazily, at a constant cost per
-// allocation and free: a new peak (or a reset) starts a new generation, at
-// which moment every stack's figures at the peak are its current figures;
-// a stack saves its figures the first time it changes in a generation. So
-// a stack's figure at the peak is the saved one if it was saved in the
-// current generation, and its current one if not.
-//
-// The scaled figures are float64: sums of whole weights (rate 1) are exact
-// up to 2^53, and a stack or recorder with no live sample is set to zero
-// exactly, so that rounding never leaves a residue behind.
-type siteRecorder struct {
-	depth    atomic.Int32
-	rate     atomic.Int64
-	maxSites int
-
-	mu      sync.Mutex
-	sites   map[uint64]*stack // by stack hash; collisions chain through stack.next
-	n       int               // stacks in the map
-	other   *stack            // allocations past maxSites
-	folded  int64
-	live    int64   // live samples
-	objects float64 // their scaled count
-	bytes   float64 // their scaled bytes
-	peak    float64
-	gen     uint64
-	pending []*stack // emptied stacks kept for their figures at the peak
-}
-
-// stack is one call stack and the sampled buffers allocated from it.
-type stack struct {
-	rec  *siteRecorder
-	hash uint64
-	next *stack
-	pcs  []uintptr // nil for "memtrack.other"; never modified
-	cat  string    // the category's name; "" for none
-
-	// Guarded by rec.mu.
-	live                   int64 // live samples
-	objects, bytes         float64
-	peakObjects, peakBytes float64 // the figures at the peak, if savedGen == rec.gen
-	savedGen               uint64  // generation of peakObjects and peakBytes
-	pending                bool    // in rec.pending
-}
-
-// site is what a recorded [Buffer] keeps: its stack and the scaled figures
-// it added there, which its free takes away again whatever the rate is by
-// then.
-type site struct {
-	st             *stack
-	objects, bytes float64
-}
-
-func newSiteRecorder(depth int, rate int64, maxSites int) *siteRecorder {
-	r := &siteRecorder{maxSites: maxSites, sites: make(map[uint64]*stack), gen: 1}
-	r.depth.Store(int32(depth))
-	r.rate.Store(rate)
-	r.other = &stack{rec: r}
-	return r
-}
-
-// alloc samples an allocation of size bytes in category cat ("" for
-// none); if it is sampled, it records the stack of the caller of the
-// exported function that allocates and returns the buffer's site, and nil
-// if not. Not sampled, it costs one random number. skip is the frames
-// between the exported function and alloc's caller, which the stack
-// leaves out (see callerSkip).
-func (r *siteRecorder) alloc(size int64, skip int, cat string) *site {
-	w, ok := sample(size, r.rate.Load(), rand.Uint64())
-	if !ok {
-		return nil
-	}
-	return r.allocSampled(size, w, skip, cat)
-}
-
-// allocSampled records a sampled allocation of weight w, leaving out skip
-// frames more than callerSkip. Kept out of alloc so that the path of an
-// allocation not sampled stays short.
-//
-//go:noinline
-func (r *siteRecorder) allocSampled(size int64, w float64, skip int, cat string) *site {
-	var buf [MaxSiteDepth]uintptr
-	return r.recordIn(buf[:runtime.Callers(callerSkip+skip, buf[:r.depth.Load()])], size, w, cat)
-}
-
-// sample decides, with rnd a uniform random number, whether an allocation of
-// size bytes is recorded at the rate, and returns its weight: the number of
-// allocations the sample stands for. At rate 1 every allocation is, with
-// weight 1. Otherwise, as in Go's heap profiler, the allocated bytes are
-// sampled by a Poisson process of one point per rate bytes on average: an
-// allocation is recorded if a point falls in it, with probability
-// p = 1 - exp(-size/rate), and weighs 1/p, so that the scaled figures are
-// unbiased. As p <= size/rate, most allocations not sampled are refused
-// with one multiplication.
-func sample(size, rate int64, rnd uint64) (w float64, ok bool) {
-	if rate <= 1 {
-		return 1, true
-	}
-	u := float64(rnd>>11) * 0x1p-53 // uniform in [0, 1)
-	if u*float64(rate) >= float64(size) {
-		return 0, false
-	}
-	p := -math.Expm1(-float64(size) / float64(rate))
-	if u >= p {
-		return 0, false
-	}
-	return 1 / p, true
-}
-
-// recordIn counts an allocation of size bytes and weight w from the stack
-// pcs, in category cat ("" for none).
-func (r *siteRecorder) recordIn(pcs []uintptr, size int64, w float64, cat string) *site {
-	h := hashStack(pcs)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.sites[h]
-	for s != nil && (s.cat != cat || !slices.Equal(s.pcs, pcs)) {
-		s = s.next
-	}
-	switch {
-	case s != nil:
-	case r.n < r.maxSites:
-		s = &stack{rec: r, hash: h, next: r.sites[h], pcs: append([]uintptr(nil), pcs...), cat: cat}
-		r.sites[h] = s
-		r.n++
-	default:
-		s = r.other
-		r.folded++
-	}
-	b := &site{st: s, objects: w, bytes: w * float64(size)}
-	s.save()
-	s.live++
-	s.objects += b.objects
-	s.bytes += b.bytes
-	r.live++
-	r.objects += b.objects
-	r.bytes += b.bytes
-	if r.bytes > r.peak {
-		r.peak = r.bytes
-		r.newGen()
-	}
-	return b
-}
-
-// free forgets the buffer of the site. It may run after the recorder was
-// disabled, on the recorder that counted the buffer. The size is the
-// buffer's; the site knows what it added.
-func (b *site) free(int64) {
-	s := b.st
-	r := s.rec
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s.save()
-	s.live--
-	s.objects -= b.objects
-	s.bytes -= b.bytes
-	r.live--
-	r.objects -= b.objects
-	r.bytes -= b.bytes
-	if r.live == 0 {
-		r.objects, r.bytes = 0, 0
-	}
-	if s.live > 0 {
-		return
-	}
-	s.objects, s.bytes = 0, 0
-	if s == r.other {
-		return
-	}
-	if s.peakObjects == 0 {
-		r.remove(s)
-	} else if !s.pending {
-		// Empty, but live at the peak: kept until the next generation.
-		s.pending = true
-		r.pending = append(r.pending, s)
-	}
-}
-
-// save keeps the stack's figures at the peak before its first change in the
-// current generation.
-func (s *stack) save() {
-	if g := s.rec.gen; s.savedGen != g {
-		s.peakObjects, s.peakBytes, s.savedGen = s.objects, s.bytes, g
-	}
-}
-
-// atPeak returns the stack's figures at the latest peak.
-func (s *stack) atPeak() (objects, bytes float64) {
-	if s.savedGen == s.rec.gen {
-		return s.peakObjects, s.peakBytes
-	}
-	return s.objects, s.bytes
-}
-
-// newGen starts a generation: the figures at the peak become the current
-// ones, and the empty stacks kept for the old peak go.
-func (r *siteRecorder) newGen() {
-	r.gen++
-	for _, s := range r.pending {
-		s.pending = false
-		if s.live == 0 {
-			r.remove(s)
-		}
-	}
-	clear(r.pending)
-	r.pending = r.pending[:0]
-}
-
-func (r *siteRecorder) remove(s *stack) {
-	p := r.sites[s.hash]
-	if p == s {
-		if s.next == nil {
-			delete(r.sites, s.hash)
-		} else {
-			r.sites[s.hash] = s.next
-		}
-	} else {
-		for p.next != s {
-			p = p.next
-		}
-		p.next = s.next
-	}
-	s.next = nil
-	r.n--
-}
-
-// resetPeak sets the peak to the recorded bytes now, as
-// Device.ResetPeakMemoryStats does for the device's own peak.
-func (r *siteRecorder) resetPeak() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.peak = r.bytes
-	r.newGen()
-}
-
-func (r *siteRecorder) stats() SiteStats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.statsLocked()
-}
-
-func (r *siteRecorder) statsLocked() SiteStats {
-	return SiteStats{
-		Enabled:   true,
-		Depth:     int(r.depth.Load()),
-		Rate:      r.rate.Load(),
-		Sites:     r.n,
-		Folded:    r.folded,
-		Buffers:   int64(math.Round(r.objects)),
-		Bytes:     int64(math.Round(r.bytes)),
-		PeakBytes: int64(math.Round(r.peak)),
-	}
-}
-
-// snapshot returns the sites with live buffers, now or at the peak, the
-// largest first, and the recorder's state.
-func (r *siteRecorder) snapshot(atPeak bool) ([]Site, SiteStats) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Site, 0, r.n+1)
-	add := func(s *stack) {
-		o, b := s.objects, s.bytes
-		if atPeak {
-			o, b = s.atPeak()
-		}
-		if o != 0 || b != 0 {
-			out = append(out, Site{Stack: slices.Clone(s.pcs), Buffers: int64(math.Round(o)), Bytes: int64(math.Round(b)), Category: s.cat})
-		}
-	}
-	for _, s := range r.sites {
-		for ; s != nil; s = s.next {
-			add(s)
-		}
-	}
-	add(r.other)
-	slices.SortFunc(out, func(a, b Site) int { return cmp.Compare(b.Bytes, a.Bytes) })
-	return out, r.statsLocked()
-}
-
-// hashStack hashes a stack (FNV-1a over the program counters).
-func hashStack(pcs []uintptr) uint64 {
-	h := uint64(14695981039346656037)
-	for _, pc := range pcs {
-		h ^= uint64(pc)
-		h *= 1099511628211
-	}
-	return h
 }

@@ -140,7 +140,7 @@ func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 		s.held.resetHeldPeak(ordinal)
 	}
 	if sr := s.siteRecorderOf(ordinal); sr != nil {
-		sr.resetPeak()
+		sr.ResetPeak()
 	}
 }
 
