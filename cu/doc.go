@@ -41,8 +41,12 @@
 //   - Changed in all 86 files that import mumax's cu (test files
 //     included), mumax3 and its tests build.
 //   - Changed only in the 4 files that allocate and free (cuda/alloc.go,
-//     cuda/slice.go, cuda/buffer.go, cuda/bytes.go), they build too, and
-//     every allocation of mumax3 is counted.
+//     cuda/slice.go, cuda/buffer.go, cuda/bytes.go), they build too.
+//     These hold every MemAlloc, MemFree and Free call of mumax3 outside
+//     cu itself and the tests (cufft's test allocates with cu), so each
+//     allocation mumax3 makes through cu is counted;
+//     the work areas cuFFT allocates for its plans are not (count them
+//     with memtrack's Device.Track).
 //   - The build needs -tags cuda (without it the first error is
 //     "undefined: cu.DevicePtr" in cuda/cufft), and memtrack's go line
 //     (go 1.26.0, which go mod tidy writes; with mumax3's own, go build
@@ -62,9 +66,9 @@
 // from the rest, allocate the pool's buffers through a
 // [memtrack.Category]: with Category.Alloc, or, for memory the pool
 // allocates with mumax's cu, with Category.Track of the pointer and
-// [memtrack.Tracked.FreeWith] to free it (the example of Category in
-// package memtrack shows such a pool). The drop-in's MemAlloc counts
-// outside every category.
+// [memtrack.Tracked.FreeWith] to free it, as this package's pool example
+// does (package memtrack's Category example shows one over Category.Alloc).
+// The drop-in's MemAlloc counts outside every category.
 //
 // # What each call does
 //

@@ -19,7 +19,8 @@
 #     instead of this module's, the build fails.
 #  4. The import changed only in the files that allocate and free
 #     (cuda/alloc.go, slice.go, buffer.go, bytes.go): mumax3 and its tests
-#     build; testdata/mumax3pool then runs on the fake driver
+#     build, and no other non-test file outside cuda/cu calls MemAlloc,
+#     MemFree or Free of mumax's cu; testdata/mumax3pool then runs on the fake driver
 #     (.cache/fakecuda/libcuda.so.1, built by scripts/test-cuda.sh, which
 #     runs this script) with the cufft stub standing in for libcufft at run
 #     time (it calls no cufft function), and checks that memory mumax3's
@@ -163,6 +164,13 @@ four=$(copy four)
 (cd "$four" && grep -lF "$mumax_cu" "${alloc_files[@]}" >/dev/null) || fail "the allocating files do not import mumax's cu"
 use_drop_in "$four" "${alloc_files[@]/#/$four/}"
 builds "$four" "${alloc_files[*]}"
+# No other file of mumax3 outside cu itself (tests aside) allocates or frees
+# with mumax's cu.
+others=$(cd "$four" && go list -tags cuda -f '{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}} {{end}}{{range .CgoFiles}}{{$d}}/{{.}} {{end}}' ./... |
+	tr ' ' '\n' | grep . | grep -v "^$four/cuda/cu/" | xargs -r grep -lF "$mumax_cu" |
+	xargs -r grep -nE 'cu\.(MemAlloc|MemFree)\(|cu\.DevicePtr\(.*\)\.Free\(\)' || true)
+[[ -z $others ]] || fail "files other than ${alloc_files[*]} allocate or free with mumax's cu: $others"
+echo "no other non-test file outside cuda/cu allocates or frees with mumax's cu"
 
 fake=$root/.cache/fakecuda/libcuda.so.1
 if [[ ! -f $fake ]]; then
