@@ -153,8 +153,8 @@ func (d Device) String() string {
 	return d.kind.String() + ":" + strconv.Itoa(d.ordinal)
 }
 
-// resolve returns the device's table and record. Its fast path, for a
-// device whose record exists, is small enough to inline into Alloc.
+// resolve returns the device's table and record. Its fast path is for a
+// device whose record exists; resolveSlow makes the table and the record.
 func (d Device) resolve() (*kindState, *tracker.Record, error) {
 	if d.kind < numKinds {
 		if s := tables[d.kind].p.Load(); s != nil && s.err == nil {

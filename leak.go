@@ -377,7 +377,8 @@ func watchNewBuffer(dl *deviceLeaks, s *kindState, b *Buffer) {
 // claimWatched claims the entry of b for a free that has just moved b to
 // bufFreed; it reports false if b's memory was freed as a leak (which only
 // a test can arrange, since a leak is unreachable), and the free must not
-// go on. Unwatched (b.wslot == 0), it is a branch, inlined.
+// go on. Unwatched (b.wslot == 0), it is a branch, inlined into Free
+// (TestIntendedInlining).
 func claimWatched(b *Buffer) bool {
 	return b.wslot == 0 || claimEntry(b)
 }
