@@ -23,6 +23,7 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/internal/hostmem",   // the CPU backend's host memory
 	"github.com/memtrack/memtrack/internal/addrindex", // the index of tracked addresses
 	"github.com/memtrack/memtrack/internal/siterec",   // the recorder of allocation sites
+	"github.com/memtrack/memtrack/internal/slots",     // the leak watch's table of entries
 	"go.uber.org/atomic",
 	"github.com/mumax/3/cuda/cu",                    // under -tags cuda
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver bindings

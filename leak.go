@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/slots"
 	"go.uber.org/atomic"
 )
 
@@ -238,22 +239,14 @@ type deviceLeaks struct {
 	cfg                atomic.Pointer[LeakWatch] // nil unless userOn
 
 	mu     sync.Mutex
-	userOn bool        // Leaks().Enable is in effect
-	checks int         // LeakChecks in progress
-	epoch  uint32      // changes each time watching goes off: older entries are not reported
-	seq    uint64      // entries made, for LeakCheck's marks
-	slots  []watchSlot // slots[0] is never used
-	free   []uint32    // free slots
+	userOn bool                 // Leaks().Enable is in effect
+	checks int                  // LeakChecks in progress
+	epoch  uint32               // changes each time watching goes off: older entries are not reported
+	seq    uint64               // entries made, for LeakCheck's marks
+	slots  slots.Table[watched] // the entries, by slot
 	// leaksSeen holds the leaks the collector found while a LeakCheck was
 	// in progress, which their slots no longer hold.
 	leaksSeen []*watched
-}
-
-// watchSlot is one slot of a device's entries: the entry, or leakGone
-// for a leak freed, and the address of the buffer or handle it is for.
-type watchSlot struct {
-	w     *watched
-	owner uintptr
 }
 
 // watched is the entry of one watched buffer or handle. It holds what the
@@ -307,31 +300,13 @@ func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory,
 	dl.mu.Lock()
 	dl.seq++
 	w.seq, w.epoch = dl.seq, dl.epoch
-	if n := len(dl.free); n > 0 {
-		w.slot = dl.free[n-1]
-		dl.free = dl.free[:n-1]
-		dl.slots[w.slot] = watchSlot{w, w.owner}
-	} else {
-		if len(dl.slots) == 0 {
-			dl.slots = append(dl.slots, watchSlot{})
-		}
-		w.slot = uint32(len(dl.slots))
-		dl.slots = append(dl.slots, watchSlot{w, w.owner})
-	}
+	w.slot = dl.slots.Put(w, w.owner)
 	slot := w.slot
 	if collectable {
 		w.cleanup = runtime.AddCleanup(obj, collected, w)
 	}
 	dl.mu.Unlock()
 	return slot
-}
-
-// entry returns the entry in slot i. dl.mu is held.
-func (dl *deviceLeaks) entry(i uint32) watchSlot {
-	if int(i) < len(dl.slots) {
-		return dl.slots[i]
-	}
-	return watchSlot{}
 }
 
 // leakGone is what the slot of a leak holds for good, with the buffer's
@@ -344,12 +319,11 @@ var leakGone = &watched{}
 // if it is a leak. dl.mu is held.
 func (dl *deviceLeaks) remove(w *watched) {
 	leaked := w.state.Load() == watchLeaked && w.epoch == dl.epoch
-	if dl.entry(w.slot).w == w {
+	if v, _ := dl.slots.At(w.slot); v == w {
 		if leaked {
-			dl.slots[w.slot] = watchSlot{leakGone, w.owner}
+			dl.slots.Keep(w.slot, leakGone)
 		} else {
-			dl.slots[w.slot] = watchSlot{}
-			dl.free = append(dl.free, w.slot)
+			dl.slots.Free(w.slot)
 		}
 	}
 	if leaked && dl.checks > 0 {
@@ -365,7 +339,8 @@ func watchedEntry(s *kindState, o int32, slot uint32) *watched {
 	}
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return dl.entry(slot).w
+	w, _ := dl.slots.At(slot)
+	return w
 }
 
 // watchNewBuffer watches b, just allocated and counted on the device of s,
@@ -405,8 +380,8 @@ func ownEntry(k Kind, o int32, slot uint32, owner uintptr) *watched {
 	}
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	if sl := dl.entry(slot); sl.owner == owner {
-		return sl.w
+	if w, o := dl.slots.At(slot); o == owner {
+		return w
 	}
 	return nil
 }
@@ -443,8 +418,7 @@ func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 		return
 	}
 	dl.mu.Lock()
-	sl := dl.entry(slot)
-	if w := sl.w; w != nil && w != leakGone && sl.owner == owner && (w.state.Load() == watchFreed || w.tracked) {
+	if w, o := dl.slots.At(slot); w != nil && w != leakGone && o == owner && (w.state.Load() == watchFreed || w.tracked) {
 		w.state.Store(watchFreed)
 		w.cleanup.Stop()
 		dl.remove(w)
@@ -601,9 +575,7 @@ func (c *LeakCheck) Leaks() []Leak {
 			ws = append(ws, w)
 		}
 	}
-	for _, sl := range dl.slots {
-		take(sl.w)
-	}
+	dl.slots.Each(take)
 	for _, w := range dl.leaksSeen {
 		take(w)
 	}

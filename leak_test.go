@@ -112,11 +112,11 @@ func liveEntries(d Device) int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	n := 0
-	for _, sl := range dl.slots {
-		if sl.w != nil && sl.w != leakGone {
+	dl.slots.Each(func(w *watched) {
+		if w != leakGone {
 			n++
 		}
-	}
+	})
 	return n
 }
 
