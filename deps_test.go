@@ -22,6 +22,7 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/tracker",
 	"github.com/memtrack/memtrack/internal/hostmem",   // the CPU backend's host memory
 	"github.com/memtrack/memtrack/internal/addrindex", // the index of tracked addresses
+	"github.com/memtrack/memtrack/internal/histring",  // the ring of the memory history
 	"github.com/memtrack/memtrack/internal/siterec",   // the recorder of allocation sites
 	"github.com/memtrack/memtrack/internal/slots",     // the leak watch's table of entries
 	"go.uber.org/atomic",

@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/histring"
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // MaxHistoryEntries is the most events [HistoryRecorder.Enable] keeps
@@ -142,7 +140,7 @@ func (r HistoryRecorder) Enable(maxEntries int) error {
 		return err
 	}
 	s.setHooks(d.ordinal, func(h *hooks) {
-		if h.history == nil || len(h.history.slots) != maxEntries {
+		if h.history == nil || h.history.ring.Len() != maxEntries {
 			h.history = newHistory(maxEntries)
 		}
 	})
@@ -233,62 +231,13 @@ func (h *history) refused(size int64, rec *tracker.Record, err error, cat uint8,
 	h.recordIn(a, size, rec.Tracked(), nil, 0, cat, trackedOf(crec))
 }
 
-// The states of a history slot, in the low bits of its sequence word; the
-// high bits hold the event's number plus one (0: never written).
-const (
-	slotWriting uint64 = 1 // a writer owns the slot
-	slotDone    uint64 = 2 // the slot holds the event
-	slotReading uint64 = 3 // a reader is copying the event
-	slotMask    uint64 = 3
-)
-
-// history is one device's ring of events. Writers take a ticket (the
-// event's number) with one atomic add and own slot ticket%len(slots) while
-// they write it: they claim it with a compare-and-swap from an older,
-// finished event, write the plain fields, and publish with a store. A writer
-// never waits: if the slot is held (by a reader, or by a lapped writer still
-// writing), or already holds a newer event, the event is dropped and counted
-// as lost. Readers claim each slot the same way while they copy it, one
-// reader at a time (readMu): a reader that met another's claim could not
-// tell it from a writer's. The claims order the plain writes and reads, so
-// the race detector agrees.
-//
-// The slots hold no pointer, so that the garbage collector need not scan a
-// ring of millions of events; the events' sites are kept beside them, by
-// slot, in an array made on the first event that has a site.
+// history is one device's ring of events (histring.Ring), whose sites
+// are the allocation sites of the events' buffers.
 type history struct {
-	head   atomic.Uint64 // the next event's number
-	lost   atomic.Uint64 // events dropped by writers
-	readMu sync.Mutex    // readers take turns; writers never take it
-	start  time.Time     // the clock of the events' times
-	slots  []historySlot
-	sites  atomic.Pointer[[]*site] // by slot; written and read as the slot is
+	ring *histring.Ring[site]
 }
 
-// historySlot is one event in the ring, 64 bytes.
-type historySlot struct {
-	seq    atomic.Uint64 // (number+1)<<2 | state
-	nanos  int64         // since start
-	size   int64
-	cur    int64
-	stream uintptr
-	ccur   int64 // the category's tracked bytes
-	action HistoryAction
-	cat    uint8 // the category, 1-based; 0 for none
-	_      [64 - 50]byte
-}
-
-func newHistory(n int) *history {
-	h := &history{start: time.Now(), slots: make([]historySlot, n)}
-	// Touch every page now, so that the OS maps them at enabling rather
-	// than in a page fault on the allocation path the first time round.
-	const perPage = 4096 / int(unsafe.Sizeof(historySlot{}))
-	for i := 0; i < n; i += perPage {
-		h.slots[i].nanos = -1
-		h.slots[i].nanos = 0
-	}
-	return h
-}
+func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 
 // allocIn and freeIn record an allocation and a free in category cat
 // (1-based; 0 for none) whose record is crec (nil for none); s is the
@@ -310,58 +259,14 @@ func trackedOf(r *tracker.Record) int64 {
 	return r.Tracked()
 }
 
-// record writes one event without a category into the ring, or counts it
-// lost.
-func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream) {
-	h.recordIn(a, size, cur, s, stream, 0, 0)
-}
-
 // recordIn writes one event of category cat (0: none), which tracks ccur
 // bytes after it, into the ring, or counts it lost.
 func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
-	nanos := int64(time.Since(h.start))
-	t := h.head.Add(1) - 1
-	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur = nanos, size, cur, uintptr(stream), a, cat, ccur
-		if p := h.sites.Load(); p != nil {
-			(*p)[t%uint64(len(h.slots))] = s
-		} else if s != nil {
-			(*h.makeSites())[t%uint64(len(h.slots))] = s
-		}
-		sl.seq.Store((t+1)<<2 | slotDone)
-	}
+	h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur)
 }
 
-// makeSites makes the array of the events' sites, once.
-func (h *history) makeSites() *[]*site {
-	p := new([]*site)
-	*p = make([]*site, len(h.slots))
-	if h.sites.CompareAndSwap(nil, p) {
-		return p
-	}
-	return h.sites.Load()
-}
-
-// claim makes the writer of event t the owner of its slot, or counts the
-// event lost and returns nil: if a reader or another writer holds the slot,
-// or it already holds a newer event. The owner publishes the event by
-// storing (t+1)<<2|slotDone into the slot's seq.
-func (h *history) claim(t uint64) *historySlot {
-	sl := &h.slots[t%uint64(len(h.slots))]
-	old := sl.seq.Load()
-	if st := old & slotMask; st == slotWriting || st == slotReading || old>>2 > t ||
-		!sl.seq.CompareAndSwap(old, (t+1)<<2|slotWriting) {
-		h.lost.Inc()
-		return nil
-	}
-	return sl
-}
-
-// snapshot copies the events still in the ring, the oldest first, and the
-// gaps between them.
-func (h *history) snapshot() History { return h.snapshotIn(nil) }
-
-// snapshotIn is snapshot, with the events' categories named from cats.
+// snapshotIn copies the events still in the ring, the oldest first, and
+// the gaps between them, with the events' categories named from cats.
 func (h *history) snapshotIn(cats *categorySet) History {
 	var events []HistoryEvent
 	out := h.each(cats, func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
@@ -379,46 +284,20 @@ func (h *history) snapshotIn(cats *categorySet) History {
 // claimed while it is copied and let go before f runs; readers take turns
 // for the whole read. cats names the events' categories (nil names none).
 func (h *history) each(cats *categorySet, begin func(slots uint64), f func(HistoryEvent) bool) History {
-	h.readMu.Lock()
-	defer h.readMu.Unlock()
-	head := h.head.Load()
-	n := uint64(len(h.slots))
-	first := uint64(0)
-	if head > n {
-		first = head - n
-	}
-	out := History{MaxEntries: len(h.slots), Start: h.start, Overwritten: first}
-	if begin != nil {
-		begin(head - first)
-	}
+	out := History{MaxEntries: h.ring.Len(), Start: h.ring.Start()}
 	stacks := make(map[*uintptr][]uintptr) // one copy of each site's stack, by its first frame
-	sites := h.sites.Load()
-	var prev HistoryEvent
-	read := false
-	for t := first; t < head; t++ {
-		sl := &h.slots[t%n]
-		done := (t+1)<<2 | slotDone
-		if sl.seq.Load() != done || !sl.seq.CompareAndSwap(done, (t+1)<<2|slotReading) {
-			continue // being written, lapped, or dropped
-		}
+	gaps, overwritten, lost := h.ring.Read(begin, func(re histring.Event[site]) bool {
 		e := HistoryEvent{
-			Seq:             t,
-			Time:            h.start.Add(time.Duration(sl.nanos)),
-			Action:          sl.action,
-			Size:            sl.size,
-			Tracked:         sl.cur,
-			Stream:          sl.stream,
-			Category:        cats.name(sl.cat),
-			CategoryTracked: sl.ccur,
+			Seq:             re.Seq,
+			Time:            re.Time,
+			Action:          HistoryAction(re.Action),
+			Size:            re.Size,
+			Tracked:         re.Tracked,
+			Stream:          re.Stream,
+			Category:        cats.name(re.Category),
+			CategoryTracked: re.CategoryTracked,
 		}
-		var s *site
-		if sites != nil {
-			s = (*sites)[t%n]
-		} else if sites = h.sites.Load(); sites != nil { // made since
-			s = (*sites)[t%n]
-		}
-		sl.seq.Store(done)
-		if s != nil {
+		if s := re.Site; s != nil {
 			e.SiteBytes = int64(math.Round(s.Bytes()))
 			if pcs := s.Stack(); len(pcs) > 0 {
 				st, ok := stacks[&pcs[0]]
@@ -429,14 +308,11 @@ func (h *history) each(cats *categorySet, begin func(slots uint64), f func(Histo
 				e.Stack = st
 			}
 		}
-		if read && e.Seq != prev.Seq+1 {
-			out.Gaps = append(out.Gaps, HistoryGap{After: prev.Seq, Before: e.Seq, Missing: e.Seq - prev.Seq - 1, From: prev.Time, To: e.Time})
-		}
-		prev, read = e, true
-		if !f(e) {
-			break
-		}
+		return f(e)
+	})
+	for _, g := range gaps {
+		out.Gaps = append(out.Gaps, HistoryGap{After: g.After, Before: g.Before, Missing: g.Before - g.After - 1, From: g.From, To: g.To})
 	}
-	out.Lost = h.lost.Load()
+	out.Overwritten, out.Lost = overwritten, lost
 	return out
 }
