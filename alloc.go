@@ -198,7 +198,7 @@ func (d Device) allocate(r request) (*Buffer, error) {
 	if h := a.s.hooksOf(d.ordinal); h != nil {
 		b.site = h.alloc(&r, a.rec, a.crec)
 		if h.leaks != nil {
-			watchNewBuffer(h.leaks, a.s, b) // leak.go
+			watchNewBuffer(h.leaks, a.s, b)
 		}
 	}
 	return b, nil

@@ -148,15 +148,15 @@ type kindState struct {
 	err     error
 	records tracker.Table
 	held    heldFigure       // the backend's device-side figure, or nil
-	hooks   recorders[hooks] // the features that observe allocations (hooks.go)
-	sites   siteTable        // the sampling rates of allocation sites (sites.go)
+	hooks   recorders[hooks] // the features that observe allocations (hooks)
+	sites   siteTable        // the sampling rates of allocation sites (SiteRecorder)
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline    bool
-	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
-	observers recorders[oomObservers]    // out-of-memory observers (oom.go)
-	leaks     leakTable                  // watching for leaks (leak.go)
-	cats      recorders[categorySet]     // the devices' categories (category.go)
+	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (Device.Track, Device.TrackAddr)
+	observers recorders[oomObservers]    // out-of-memory observers (Device.OnOutOfMemory)
+	leaks     leakTable                  // watching for leaks (LeakWatcher)
+	cats      recorders[categorySet]     // the devices' categories (Device.Category)
 }
 
 // tables holds one kindState per kind, created on first use. These and the

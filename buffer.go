@@ -78,7 +78,7 @@ func (b *Buffer) Free() error {
 
 // releaseMemory releases the memory of a buffer of size bytes on device
 // d of table s through its backend and then uncounts it (kindState.uncount):
-// the body of Free, and of the freeing of a leak (leak.go). released
+// the body of Free, and of the freeing of a leak (collected). released
 // reports whether the backend released the memory; if it did, err is the
 // record's refusal to uncount it, if any. pooled says that the memory came
 // from the device's pool (Device.AllocAsync); cat is its category, 1-based,

@@ -150,7 +150,7 @@ func (sd *deviceSide) catchUp() {
 // figures show it would) are the frees reaped (for events, a cgo call per
 // reapBatch) before the addition that raises the peak.
 func (sd *deviceSide) count(ordinal int, size int64) {
-	// With peak scopes open (scope.go), every addition may raise one of
+	// With peak scopes open (PeakScope), every addition may raise one of
 	// theirs, so the frees are reaped first.
 	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
 		return
@@ -463,7 +463,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	if !b.state.CompareAndSwap(bufLive, bufFreed) || !claimWatched(b) {
 		return b.refuseFree()
 	}
-	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (leak.go)
+	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (unwatchBuffer)
 	// The device's table and record, looked up as Free does.
 	s := tables[b.kind].p.Load()
 	var rec *tracker.Record
@@ -549,7 +549,7 @@ func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) err
 }
 
 // The figures and controls of each CUDA device's current memory pool, the
-// one AllocAsync allocates from (cuda_stream.go): cuMemAllocAsync takes
+// one AllocAsync allocates from: cuMemAllocAsync takes
 // memory from the pool current to the stream's device (cuDeviceGetMemPool),
 // which is the default pool unless cuDeviceSetMemPool set another, so the
 // pool is looked up at every reading.

@@ -257,10 +257,10 @@ func rangeUsed(f func(Device, *tracker.Record)) {
 	}
 }
 
-// recorders publishes the optional recorders of one kind's devices by
-// ordinal: the allocation sites (sites.go) and the memory history
-// (history.go). While no device of the kind records, the published slice
-// is nil, so that the allocation path pays one atomic load and a branch.
+// recorders publishes a value per device of one kind, by ordinal: the
+// devices' hook sets (hooks), categories, out-of-memory observers and leak
+// bookkeeping. While no device of the kind has one, the published slice is
+// nil, so that the allocation path pays one atomic load and a branch.
 type recorders[T any] struct {
 	mu   sync.Mutex // serialises changes
 	recs atomic.Pointer[[]*T]

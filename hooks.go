@@ -16,9 +16,9 @@ import (
 // Each feature owns its state: a hooks value holds only the features'
 // values, and a feature reaches no other's state through it.
 type hooks struct {
-	sites   *siterec.Recorder // sites.go
-	history *history          // history.go
-	leaks   *deviceLeaks      // leak.go
+	sites   *siterec.Recorder // SiteRecorder
+	history *history          // HistoryRecorder
+	leaks   *deviceLeaks      // LeakWatcher
 }
 
 // hookSkip is the frames between the exported function that allocates and

@@ -261,7 +261,7 @@ type watched struct {
 	epoch    uint32
 	tracked  bool
 	pooled   bool  // from the device's pool (Device.AllocAsync)
-	cat      uint8 // its category (category.go), 1-based, or 0
+	cat      uint8 // its Category, 1-based, or 0
 	reported bool  // listed by a LeakCheck; under dl.mu
 	freed    bool  // a leak whose memory was freed; under dl.mu
 	seq      uint64

@@ -171,7 +171,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
-	// Each category gets a scope of its own too (category.go).
+	// Each category gets a scope of its own too (startCategories).
 	catScopes, cats := startCategories(s, d.ordinal, &p)
 
 	ferr := runScoped(sc, catScopes, f)

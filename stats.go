@@ -71,7 +71,7 @@ func (d Device) MemorySummary() string {
 	fmt.Fprintf(w, "tracked bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Tracked), formatBytes(s.PeakTracked), formatBytes(s.AllocBytes), formatBytes(s.FreedBytes))
 	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Buffers, s.PeakBuffers, s.Allocs, s.Frees)
 	w.Flush()
-	writeCategories(&buf, d.CategoryStats()) // category.go
+	writeCategories(&buf, d.CategoryStats())
 	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
 		fmt.Fprintf(&buf, "held: %s, peak held %s (stream-ordered frees not yet executed: %s)\n",
 			formatBytes(s.Held), formatBytes(s.PeakHeld), formatBytes(s.Held-s.Tracked))
@@ -131,7 +131,7 @@ func (d Device) ResetPeakMemoryStats() {
 // resetPeaks resets every peak of one device: its record's, its
 // categories', its device-side figure's and its memory pool's highs
 // (heldFigure) and, where they are
-// recorded, its allocation sites'. Peak scopes (scope.go) keep their own
+// recorded, its allocation sites'. Peak scopes (PeakScope) keep their own
 // peaks, which it does not move.
 func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()

@@ -138,7 +138,7 @@ func (d Device) count(a admitted, r *request, ptr uintptr, t *Tracked) error {
 		if t != nil {
 			t.site = st
 			if h.leaks != nil {
-				watchTracked(h.leaks, a.s, t) // leak.go
+				watchTracked(h.leaks, a.s, t)
 			}
 		}
 	}
