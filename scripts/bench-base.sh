@@ -17,7 +17,7 @@
 # layer without sites), COUNT (rounds, default 10), BENCHTIME (default
 # 300ms), OVERLAY (test files of this tree copied into the base's before it
 # is built, for a benchmark the base lacks that uses only what both have,
-# as BenchmarkPair in pair_bench_test.go does; default none), OUT (a
+# as BenchmarkPair in alloc_bench_test.go does; default none), OUT (a
 # directory for the results; default a new temporary one). The benchmark
 # must exist under the same name at both commits, or come in OVERLAY.
 set -euo pipefail

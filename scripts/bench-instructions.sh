@@ -13,7 +13,7 @@
 # matching the benchmarks to count, each counted alone; default the pairs
 # of BenchmarkPair), N1 and N2 (default 20000 and 120000), OVERLAY (test
 # files of this tree copied into the base's before it is built, for
-# benchmarks the base lacks; default pair_bench_test.go), OUT (a directory
+# benchmarks the base lacks; default alloc_bench_test.go), OUT (a directory
 # for the results; default a new temporary one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ base=${BASE:?set BASE to the commit to compare with}
 bench=${BENCH:-^BenchmarkPair$}
 n1=${N1:-20000}
 n2=${N2:-120000}
-overlay=${OVERLAY-pair_bench_test.go}
+overlay=${OVERLAY-alloc_bench_test.go}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is not installed (Debian: apt-get install valgrind)" >&2; exit 2; }

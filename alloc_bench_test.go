@@ -7,7 +7,7 @@ import "testing"
 // same 4 KiB pair through a category, and a Track+Release of 4 KiB with an
 // address and without one. It uses only the exported API, so that
 // scripts/bench-base.sh and scripts/bench-instructions.sh can run it at a
-// base commit that lacks it (OVERLAY=pair_bench_test.go).
+// base commit that lacks it (OVERLAY=alloc_bench_test.go).
 func BenchmarkPair(b *testing.B) {
 	d := CPU()
 	for _, sz := range []struct {
