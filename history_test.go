@@ -251,7 +251,6 @@ func TestHistoryCarriesSites(t *testing.T) {
 	assert.Equal(t, alloc.SiteBytes, free.SiteBytes, "the free takes back what the allocation added")
 }
 
-
 // TestHistoryConcurrentWriters starts writers together on a barrier and
 // checks, once they are done, every event: in a ring large enough for all,
 // none is lost; in a small one, exactly the newest fill it (or are counted
@@ -416,8 +415,6 @@ func countMissing(h History) uint64 {
 	}
 	return n
 }
-
-
 
 // BenchmarkHistoryRecord measures the recording of one event alone (a
 // pair records two), in a ring of 1 Ki events (in cache) and of 1 Mi
