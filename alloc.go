@@ -57,13 +57,11 @@ func (d Device) admit(r *request, what string) (admitted, error) {
 		return admitted{}, err
 	}
 	a := admitted{s: s, rec: rec}
-	if c := r.cat; c.set != nil {
-		// Category.record, inlined by hand: the exported functions have
-		// refused the zero Category already.
-		if c.set.state != s {
-			return admitted{}, c.gone()
+	if r.cat.set != nil {
+		// The exported functions have refused the zero Category already.
+		if a.crec, err = r.cat.recordOf(s); err != nil {
+			return admitted{}, err
 		}
-		a.crec = &c.set.recs[c.idx-1]
 	}
 	return a, nil
 }
@@ -132,8 +130,12 @@ func (d Device) allocate(r request) (*Buffer, error) {
 	var err error
 	var sb streamBackend
 	switch {
-	case r.size > 0 && r.cat.set == nil && !r.async:
-		a.s, a.rec, err = d.resolve() // admit's path for a plain request, inlined by hand
+	case r.size > 0 && !r.async:
+		// admit, inlined by hand: the exported functions have refused the
+		// zero Category already.
+		if a.s, a.rec, err = d.resolve(); err == nil && r.cat.set != nil {
+			a.crec, err = r.cat.recordOf(a.s)
+		}
 	case r.async && r.size > 0:
 		if err = d.streamsSupported(); err != nil {
 			return nil, err

@@ -10,7 +10,8 @@ import (
 // allocation and release paths rely on to cost what they do with every
 // feature off: the exported wrappers of the paths, so that they add no
 // call (Device.Alloc, Device.Track); the reads of the hook set and of the
-// limits (kindState.hooksOf, admitted.limited); and the leak watch's
+// limits and of a category's record (kindState.hooksOf, admitted.limited,
+// Category.recordOf); and the leak watch's
 // checks on Free of an unwatched buffer (claimWatched, unwatchBuffer).
 //
 // Not listed, because they do not fit the budget of 80 (costs in the test's
@@ -21,6 +22,7 @@ var intendedInlining = []string{
 	"Device.Track",
 	"(*kindState).hooksOf",
 	"(*admitted).limited",
+	"Category.recordOf",
 	"claimWatched",
 	"unwatchBuffer",
 }

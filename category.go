@@ -200,6 +200,12 @@ func (c Category) record(s *kindState) (*tracker.Record, error) {
 	if c.set == nil {
 		return nil, fmt.Errorf("%w: the zero Category; obtain one with Device.Category", ErrInvalidCategory)
 	}
+	return c.recordOf(s)
+}
+
+// recordOf is record for a Category that is not the zero one, small enough
+// to inline into the allocation path (TestIntendedInlining).
+func (c Category) recordOf(s *kindState) (*tracker.Record, error) {
 	if c.set.state != s {
 		return nil, c.gone()
 	}

@@ -70,8 +70,11 @@ func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
 func (d Device) track(r request, ptr uintptr) (*Tracked, error) {
 	var a admitted
 	var err error
-	if r.size > 0 && r.cat.set == nil {
-		a.s, a.rec, err = d.resolve() // admit's path for a plain request, inlined by hand
+	if r.size > 0 {
+		// admit, inlined by hand, as Device.allocate does.
+		if a.s, a.rec, err = d.resolve(); err == nil && r.cat.set != nil {
+			a.crec, err = r.cat.recordOf(a.s)
+		}
 	} else {
 		a, err = d.admit(&r, "tracked")
 	}
