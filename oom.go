@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -186,8 +187,8 @@ type oomObservers struct {
 // refused, after the refusal is counted and with no lock of this package
 // held, so it may read the device's figures, write profiles or allocate;
 // package [github.com/memtrack/memtrack/oomdump] is such an observer,
-// ready-made. f receives a copy of the error: changing it changes nothing
-// the caller sees.
+// ready-made. f receives a copy of the error, its Sites and their stacks
+// included: changing it changes nothing the caller sees.
 //
 // The rules, each tested:
 //   - Observers run in the order they were registered. Each call is a
@@ -299,9 +300,13 @@ func (obs *oomObservers) notify(e *OutOfMemoryError) {
 	}
 }
 
-// run calls the observer with its own copy of the error, recovering a
-// panic.
+// run calls the observer with its own copy of the error, its sites and
+// their stacks included, recovering a panic.
 func (o *OutOfMemoryObserver) run(e OutOfMemoryError) {
+	e.Sites = slices.Clone(e.Sites)
+	for i := range e.Sites {
+		e.Sites[i].Stack = slices.Clone(e.Sites[i].Stack)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			slog.Error("memtrack: an out-of-memory observer panicked; the allocation's error is returned as it was",

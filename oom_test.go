@@ -370,3 +370,30 @@ func TestOnOutOfMemoryAfterRelease(t *testing.T) {
 	assert.Equal(t, int64(1000), usedSeen, "the observer ran while the refused memory was still held")
 	assert.Equal(t, int64(math.MaxInt64)-2000, oom.Free, "the report read the device before the memory went back")
 }
+
+// TestOnOutOfMemoryObserverEditsSites: an observer that edits the sites of
+// its error (their figures, their stacks, the slice) changes nothing the
+// caller sees: it receives a copy, down to the stacks.
+func TestOnOutOfMemoryObserverEditsSites(t *testing.T) {
+	d := recording(t, 8)
+	a := allocOK(t)(allocFromA(d, 300<<10))
+	defer a.Free()
+	obs, err := d.OnOutOfMemory(func(e *OutOfMemoryError) {
+		for i := range e.Sites {
+			e.Sites[i].Bytes, e.Sites[i].Buffers, e.Sites[i].Category = -1, -1, "edited"
+			for j := range e.Sites[i].Stack {
+				e.Sites[i].Stack[j] = 0
+			}
+		}
+		e.Sites = append(e.Sites[:0], Site{Bytes: -2})
+	})
+	require.NoError(t, err)
+	defer obs.Remove()
+	oom := refuse(t, d)
+	require.Len(t, oom.Sites, 1)
+	assert.Equal(t, int64(300<<10), oom.Sites[0].Bytes)
+	assert.Equal(t, int64(1), oom.Sites[0].Buffers)
+	assert.Equal(t, "", oom.Sites[0].Category)
+	require.NotEmpty(t, oom.Sites[0].Stack)
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(oom.Sites[0].Stack[0]))
+}
