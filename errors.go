@@ -203,7 +203,7 @@ func (e *BackendError) Error() string {
 		s += fmt.Sprintf(" (code %d)", e.Code)
 	}
 	if e.Err != nil {
-		s += ": " + e.Err.Error()
+		s += ": " + reason(e.Err) // one prefix, however the cause is written
 	}
 	return s
 }
