@@ -491,9 +491,9 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
 // that [Device.Alloc] allocated (free it with [Buffer.Free]) or a stream of
 // another device, and with [ErrNotSupported] on a stream that is capturing
-// a CUDA graph. If the driver
-// refuses the free, the buffer stays live and counted, and FreeAsync or
-// Free may be called again.
+// a CUDA graph. Where it refuses the stream, or the driver refuses the
+// free, the buffer stays live and counted (and watched, on a device watched
+// for leaks), and FreeAsync or Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error {
 	if !b.valid() {
 		return b.refuseFree()
@@ -514,14 +514,12 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	}
 	sd := sideOf(int(b.ordinal))
 	if rec == nil || sd == nil { // only where a test replaced the device table
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
 	}
 	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
 	if err != nil {
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, d, b.size, nil)
 	}
 	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
@@ -540,7 +538,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.state.Store(bufLive)
+		b.unclaim()
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
@@ -549,8 +547,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
