@@ -363,7 +363,7 @@ func cudaPool(d Device) (*deviceSide, cudadrv.Pool, error) {
 // pools.
 func cudaSide(d Device) (*deviceSide, error) {
 	if d.kind != KindCUDA {
-		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+		return nil, notCUDA("a CUDA memory pool", d)
 	}
 	if _, _, err := d.resolve(); err != nil {
 		return nil, err
@@ -398,8 +398,8 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // allocAsync is AllocAsync, through category c unless it is the zero
 // Category, which is counted as Device.alloc counts it (category.go).
 func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
+	if err := checkAsyncSize(size, d); err != nil {
+		return nil, err
 	}
 	sd, err := cudaSide(d)
 	if err != nil {
@@ -750,8 +750,8 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 // first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
 func (d Device) TrimPool(keep int64) error {
-	if keep < 0 {
-		return fmt.Errorf("%w: TrimPool(%d) on %v: want the bytes to keep, >= 0", ErrInvalidSize, keep, d)
+	if err := checkPoolBytes("TrimPool", "bytes to keep", keep, d); err != nil {
+		return err
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {
@@ -773,8 +773,8 @@ func (d Device) TrimPool(keep int64) error {
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.
 func (d Device) SetPoolReleaseThreshold(bytes int64) error {
-	if bytes < 0 {
-		return fmt.Errorf("%w: release threshold %d on %v: want bytes >= 0", ErrInvalidSize, bytes, d)
+	if err := checkPoolBytes("SetPoolReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
+		return err
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {
