@@ -194,11 +194,12 @@ func (c Category) String() string {
 }
 
 // record returns the category's record, checking that the category is one
-// of the device table s of its device: a zero Category is not, nor one
-// kept from a device table that was replaced (in tests).
+// of the device table s of its device, which one kept from a device table
+// that was replaced (in tests) is not; nil for the zero Category, which is
+// no category (its exported methods refuse it before they get here).
 func (c Category) record(s *kindState) (*tracker.Record, error) {
 	if c.set == nil {
-		return nil, fmt.Errorf("%w: the zero Category; obtain one with Device.Category", ErrInvalidCategory)
+		return nil, nil
 	}
 	if c.set.state != s {
 		return nil, c.gone()
@@ -408,20 +409,6 @@ func (c Category) recordFailure() {
 	}
 }
 
-// overLimit refuses, before the backend is asked, size bytes that the
-// category's limit does not leave room for, counting the failure in the
-// category and on the device (rec); nil where there is room.
-func (c Category) overLimit(s *kindState, rec, crec *tracker.Record, size int64) error {
-	lim, cur := crec.Limit(), crec.Tracked()
-	if lim <= 0 || size <= lim-cur {
-		return nil
-	}
-	rec.RecordFailure()
-	crec.RecordFailure()
-	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
-	return c.dev.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason})
-}
-
 // uncountCategory takes the freed buffer from its category's figures, and
 // returns the category's record; s is the device table that counted it.
 func (b *Buffer) uncountCategory(s *kindState) *tracker.Record {
@@ -493,27 +480,6 @@ func endCategories(scopes []*tracker.Scope, recs []*tracker.Record, p *Measureme
 		c.EndTracked = recs[i].Tracked()
 		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
 	}
-}
-
-// checked returns the category's record, checking, as Device.alloc does
-// before the backend is asked, that the category belongs to the device
-// table s and that its limit leaves room for size bytes (rec is the
-// device's record, which counts a refusal too); nil for the zero
-// Category.
-func (c Category) checked(s *kindState, rec *tracker.Record, size int64) (*tracker.Record, error) {
-	if c.set == nil {
-		return nil, nil
-	}
-	crec, err := c.record(s)
-	if err != nil {
-		return nil, err
-	}
-	if crec.Limit() > 0 {
-		if err := c.overLimit(s, rec, crec, size); err != nil {
-			return nil, err
-		}
-	}
-	return crec, nil
 }
 
 // count counts size bytes in the category's record crec (nil for none)

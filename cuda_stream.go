@@ -383,7 +383,9 @@ func cudaSide(d Device) (*deviceSide, error) {
 // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
 // capturing a CUDA graph (whose allocation would run at every launch);
 // with [ErrInvalidArgument] on a stream of another device, on which
-// cuMemAllocAsync would allocate. Each changes nothing. A stream of another
+// cuMemAllocAsync would allocate. Each changes nothing, and is refused
+// before the limits: a bad stream counts no failure whatever limit the
+// request passes. A stream of another
 // context on the device (one that another binding created) is used in its
 // own context.
 //
@@ -413,20 +415,16 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	if err != nil {
 		return nil, fillError(err, d, size, rec)
 	}
-	var crec *tracker.Record
-	if c.set != nil { // kept out of the path of an allocation without one
-		if crec, err = c.checked(s, rec, size); err != nil { // category.go
-			return nil, err
-		}
+	crec, err := c.record(s) // nil for the zero Category
+	if err != nil {
+		return nil, err
 	}
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Tracked(); size > lim-cur {
-			// Bad input is refused before a failure is counted.
-			if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
-				return nil, refusedStream("AllocAsync", d, stream, cs)
-			}
-			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
+	if e := limitRefusal(rec, crec, size); e != nil {
+		// The stream is bad input, refused before a failure is counted.
+		if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
+			return nil, refusedStream("AllocAsync", d, stream, cs)
 		}
+		return nil, d.refuse(s, rec, c, e)
 	}
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
@@ -443,10 +441,8 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	b.mem.ptr, b.pooled = a.Ptr, true
 	// recordRefused releases the memory with cuMemFree, which takes memory
 	// of the pool back at once.
-	if crec != nil {
-		if err := c.count(rec, crec, size); err != nil {
-			return nil, d.recordRefusedIn(s, rec, b, err, c, true)
-		}
+	if err := c.count(rec, crec, size); err != nil {
+		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
 	}
 	if err := rec.Alloc(size); err != nil {
 		c.uncount(crec, size)

@@ -16,12 +16,19 @@ import (
 // maxReportSites is how many allocation sites an [OutOfMemoryError] lists.
 const maxReportSites = 5
 
-// outOfMemory completes the report of e, an allocation of the device
-// refused by the limit, the tracker's capacity or the backend, with what is
-// known at this moment, and runs the device's observers.
+// outOfMemory completes the report of e, an allocation of the device in
+// category c (the zero Category for none) refused by a limit, the tracker's
+// capacity or the backend, with what is known at this moment, and runs the
+// device's observers.
 // It runs on the refusal path only.
-func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError) *OutOfMemoryError {
+func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError, c Category) *OutOfMemoryError {
 	e.Device = d
+	if crec := c.rec(); crec != nil {
+		e.Category = c.Name()
+		if e.Reason != categoryLimitReason {
+			e.CategoryTracked = crec.Tracked() // the category's limit's refusal has the figure it was held against
+		}
+	}
 	st := rec.Snapshot()
 	e.Buffers, e.PeakTracked = st.Buffers, st.PeakTracked
 	if free, total, err := s.b.memInfo(d.ordinal); err == nil {
@@ -78,13 +85,20 @@ func (e *OutOfMemoryError) Report() string {
 		fmt.Fprintf(&b, "  device:         figures unavailable: %v\n", e.MemInfoErr)
 	}
 	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Tracked), buffers(e.Buffers, "live buffer"), exactBytes(e.PeakTracked))
-	if e.Limit > 0 {
+	if e.Limit > 0 && !e.byCategoryLimit() {
 		fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
 	}
 	if e.Capacity > 0 {
 		fmt.Fprintf(&b, ", capacity %s", exactBytes(e.Capacity))
 	}
 	b.WriteString("\n")
+	if e.Category != "" {
+		fmt.Fprintf(&b, "  category:       %q: %s tracked", e.Category, exactBytes(e.CategoryTracked))
+		if e.byCategoryLimit() {
+			fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
+		}
+		b.WriteString("\n")
+	}
 	switch {
 	case e.Total > 0 && e.Untracked >= 0:
 		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(e.Untracked))
@@ -106,7 +120,10 @@ func (e *OutOfMemoryError) Report() string {
 // tryThis returns what to try, most likely first.
 func (e *OutOfMemoryError) tryThis() []string {
 	var t []string
-	if e.Limit > 0 {
+	switch {
+	case e.byCategoryLimit():
+		t = append(t, fmt.Sprintf("raise the memory limit of the category %q (Category.SetMemoryLimit, now %s) or free its buffers", e.Category, formatBytes(e.Limit)))
+	case e.Limit > 0:
 		t = append(t, fmt.Sprintf("raise the memory limit (Device.SetMemoryLimit, now %s) or free buffers", formatBytes(e.Limit)))
 	}
 	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Tracked && e.Untracked > e.Requested {

@@ -58,7 +58,8 @@ type Tracked struct {
 // Track fails with [ErrInvalidSize] for size <= 0 and with
 // [ErrAlreadyTracked], changing no figure, and with an [*OutOfMemoryError]
 // when the memory limit refuses it, adding one to FailedAllocs and nothing
-// else. The limit can refuse Track, and so hold what a program allocates
+// else. Bad input is refused first: an address tracked already fails with
+// ErrAlreadyTracked whatever the limit. The limit can refuse Track, and so hold what a program allocates
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
@@ -77,15 +78,8 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	}
 	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
 	if c.set != nil {
-		if t.crec, err = c.checked(s, rec, size); err != nil {
+		if t.crec, err = c.record(s); err != nil {
 			return nil, err
-		}
-		// As Alloc does, so that the category rarely counts what the
-		// device's limit then refuses.
-		if lim := rec.Limit(); lim > 0 {
-			if cur := rec.Tracked(); size > lim-cur {
-				return nil, d.overLimitIn(s, rec, size, cur, lim, c)
-			}
 		}
 	}
 	var sh *addrindex.Shard[addrEntry]
@@ -97,23 +91,28 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		// so that a concurrent Track of the address sees it.
 		sh.Lock()
 		var err error
-		if slot, err = claim(sh, d, ptr); err != nil {
+		if slot, err = claim(sh, d, ptr); err != nil { // bad input: before the limits
 			sh.Unlock()
 			return nil, err
 		}
 	}
-	if t.crec != nil {
-		if err := c.count(rec, t.crec, size); err != nil {
-			if sh != nil {
-				sh.Unlock()
-			}
-			return nil, d.refused(s, size, rec, err, c, true)
-		}
-	}
-	if err := rec.Alloc(size); err != nil {
+	unlock := func() {
 		if sh != nil {
 			sh.Unlock()
 		}
+	}
+	// The limits, as Alloc checks them; the refusal is answered (and the
+	// observers run) once the shard is unlocked.
+	if e := limitRefusal(rec, t.crec, size); e != nil {
+		unlock()
+		return nil, d.refuse(s, rec, c, e)
+	}
+	if err := c.count(rec, t.crec, size); err != nil {
+		unlock()
+		return nil, d.refused(s, size, rec, err, c, true)
+	}
+	if err := rec.Alloc(size); err != nil {
+		unlock()
 		c.uncount(t.crec, size)
 		return nil, d.refused(s, size, rec, err, c, false)
 	}
@@ -132,18 +131,12 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	return t, nil
 }
 
-// refused answers an allocation of size bytes that the record refused with
+// refused answers an allocation of size bytes that a record refused with
 // err (the record counted the failure), with the fields that say what
 // refused it and the report, as Alloc's refusals do, in category c if it
 // is not the zero Category; byCategory says that c's record refused it.
 func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
-	oom := recordRefusal(err, d, size, rec.Tracked())
-	oom.Category = c.Name()
-	if byCategory && oom.Limit > 0 {
-		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
-	}
-	return d.outOfMemory(s, rec, oom)
+	return d.outOfMemory(s, rec, d.recordRefusalIn(size, rec, err, c, byCategory), c)
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
