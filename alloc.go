@@ -52,7 +52,7 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 
 // alloc is Alloc through category c (see category.go): the category is
 // counted before the device, so that its limit refuses exactly, and a
-// device that then refuses takes it back (tracker.Record.Cancel). Alloc
+// device that then refuses takes it back (Category.count). Alloc
 // keeps its own path, without the category's steps, so that an allocation
 // outside categories costs what it would without them; the two share their
 // checks (limitRefusal) and refusals, and must otherwise stay alike
@@ -82,12 +82,8 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
 		return nil, d.backendRefusedIn(s, rec, size, err, c)
 	}
-	if err := c.count(rec, crec, size); err != nil {
-		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
-	}
-	if err := rec.Alloc(size); err != nil {
-		c.uncount(crec, size)
-		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
+	if byCategory, err := c.count(rec, crec, size); err != nil { // category_count.go
+		return nil, d.recordRefusedIn(s, rec, b, err, c, byCategory)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	b.self, b.cat = b, c.idx
@@ -142,8 +138,7 @@ func limitsRefusal(rec, crec *tracker.Record, size int64) *OutOfMemoryError {
 // in the category, records it in the history, completes the report and
 // runs the observers.
 func (d Device) refuse(s *kindState, rec *tracker.Record, c Category, e *OutOfMemoryError) error {
-	rec.RecordFailure()
-	c.recordFailure()
+	c.countFailure(rec)
 	tables[d.kind].history.refusedIn(d.ordinal, e.Requested, rec, nil, c.idx, c.rec()) // see history.go
 	return d.outOfMemory(s, rec, e, c)
 }
@@ -156,8 +151,7 @@ func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, er
 
 // backendRefusedIn is backendRefused for a request in category c.
 func (d Device) backendRefusedIn(s *kindState, rec *tracker.Record, size int64, err error, c Category) error {
-	rec.RecordFailure()
-	c.recordFailure()
+	c.countFailure(rec)
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
 	err = fillError(err, d, size, rec)
 	if oom, ok := err.(*OutOfMemoryError); ok {

@@ -102,14 +102,9 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if err := s.b.free(d.ordinal, size, mem); err != nil {
 		return false, err
 	}
-	if err := rec.Free(size); err != nil {
+	crec, err := s.uncountIn(d.ordinal, cat, rec, size) // with its category's (category_count.go)
+	if err != nil {
 		return true, err
-	}
-	var crec *tracker.Record
-	if cat != 0 {
-		if crec = s.categoryOf(d.ordinal, cat); crec != nil {
-			_ = crec.Free(size) // cannot fail: the category holds the buffer
-		}
 	}
 	sideFree(d, size) // the device-side figure (cuda_stream.go)
 	if pooled {

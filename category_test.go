@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	stdatomic "sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -637,5 +638,73 @@ func TestCategoryTrackBadInputFirst(t *testing.T) {
 				runs = 0
 			}
 		})
+	}
+}
+
+// TestCategoryResetUnderTraffic: ResetAccumulatedMemoryStats while a
+// goroutine allocates, frees, tracks, releases and is refused through a
+// category: every operation counts wholly before or after each reset, in
+// the category and on the device alike. The traffic is the category's
+// only, so that at rest the category's cumulative figures are the device's
+// and the uncategorised row is zero. Traffic and resets meet at a barrier
+// after each round of resets, and the figures are checked there. The
+// category is the first of MaxCategories, so that a reset's window between
+// it and the device is as long as it can be.
+func TestCategoryResetUnderTraffic(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	for i := 1; i < MaxCategories; i++ {
+		_, err := d.Category(fmt.Sprintf("idle %d", i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, kv.SetMemoryLimit(1000))
+	rounds := 300
+	if testing.Short() {
+		rounds = 50
+	}
+	var pause stdatomic.Bool
+	run, paused := make(chan struct{}), make(chan struct{})
+	go func() {
+		for range run {
+			for !pause.Load() { // assert, not require: this is not the test's goroutine
+				b, err := kv.Alloc(100)
+				assert.NoError(t, err)
+				_, err = kv.Alloc(2000) // over the category's limit
+				assert.ErrorIs(t, err, ErrLimitExceeded)
+				h, err := kv.Track(50, 0x7e57000)
+				assert.NoError(t, err)
+				assert.NoError(t, b.Free())
+				assert.NoError(t, h.Release())
+			}
+			paused <- struct{}{}
+		}
+	}()
+	defer close(run)
+	for r := range rounds {
+		pause.Store(false)
+		run <- struct{}{}
+		for range 4 {
+			d.ResetAccumulatedMemoryStats()
+			runtime.Gosched()
+		}
+		pause.Store(true)
+		<-paused
+
+		dev, cat, rest := d.MemoryStats(), kv.Stats(), rowOf(t, d, Uncategorised)
+		for _, f := range []struct {
+			name     string
+			dev, cat int64
+		}{
+			{"Allocs", dev.Allocs, cat.Allocs},
+			{"Frees", dev.Frees, cat.Frees},
+			{"AllocBytes", dev.AllocBytes, cat.AllocBytes},
+			{"FreedBytes", dev.FreedBytes, cat.FreedBytes},
+			{"FailedAllocs", dev.FailedAllocs, cat.FailedAllocs},
+		} {
+			require.Equal(t, f.dev, f.cat, "round %d: %s of the category and of the device", r, f.name)
+		}
+		require.Equal(t, CategoryStats{Device: d, Category: Uncategorised}, rest, "round %d: nothing uncategorised", r)
 	}
 }

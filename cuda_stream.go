@@ -441,12 +441,8 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	b.mem.ptr, b.pooled = a.Ptr, true
 	// recordRefused releases the memory with cuMemFree, which takes memory
 	// of the pool back at once.
-	if err := c.count(rec, crec, size); err != nil {
-		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
-	}
-	if err := rec.Alloc(size); err != nil {
-		c.uncount(crec, size)
-		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
+	if byCategory, err := c.count(rec, crec, size); err != nil { // category_count.go
+		return nil, d.recordRefusedIn(s, rec, b, err, c, byCategory)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	sd.pooled.Add(size)
@@ -564,12 +560,9 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		}
 	}
 	unwatchBuffer(b)
-	if err := rec.Free(b.size); err != nil {
+	crec, err := s.uncountIn(int(b.ordinal), b.cat, rec, b.size) // with its category's (category_count.go)
+	if err != nil {
 		return b.uncountFailed(err)
-	}
-	var crec *tracker.Record
-	if b.cat != 0 {
-		crec = b.uncountCategory(s)
 	}
 	if b.site != nil {
 		b.site.free(b.size)

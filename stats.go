@@ -146,8 +146,7 @@ func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 // categories'; current figures and peaks stay.
 func (d Device) ResetAccumulatedMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
-		resetCategoryAccumulated(s, d.ordinal)
-		r.ResetAccumulated()
+		resetAccumulated(s, r, d.ordinal) // with its categories' (category_count.go)
 		s.leaks.resetAccumulated(d.ordinal)
 	}
 }

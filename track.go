@@ -37,6 +37,7 @@ type Tracked struct {
 	wslot uint32          // its entry while its device is watched for leaks (leak.go), or 0; in the padding
 	site  *site           // where it was tracked, if recorded (sites.go)
 	crec  *tracker.Record // its category's record (category.go); nil for none
+	cset  *categorySet    // the categories crec is one of; nil for none
 	cat   uint8           // its category, 1-based; 0 for none
 }
 
@@ -77,11 +78,10 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		return nil, err
 	}
 	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
-	if c.set != nil {
-		if t.crec, err = c.record(s); err != nil {
-			return nil, err
-		}
+	if t.crec, err = c.record(s); err != nil {
+		return nil, err
 	}
+	t.cset = c.set
 	var sh *addrindex.Shard[addrEntry]
 	var slot int
 	if ptr != 0 {
@@ -107,14 +107,9 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		unlock()
 		return nil, d.refuse(s, rec, c, e)
 	}
-	if err := c.count(rec, t.crec, size); err != nil {
+	if byCategory, err := c.count(rec, t.crec, size); err != nil { // category_count.go
 		unlock()
-		return nil, d.refused(s, size, rec, err, c, true)
-	}
-	if err := rec.Alloc(size); err != nil {
-		unlock()
-		c.uncount(t.crec, size)
-		return nil, d.refused(s, size, rec, err, c, false)
+		return nil, d.refused(s, size, rec, err, c, byCategory)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
@@ -362,17 +357,19 @@ func (t *Tracked) uncount() {
 		}
 		sh.Unlock()
 	}
-	if t.crec != nil {
-		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
-	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.crec)
+	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.cset)
 }
 
-// uncount takes the entry's bytes from the figures of d; cat and crec are
-// the category of its handle and its record, for the history.
-func (e addrEntry) uncount(d Device, cat uint8, crec *tracker.Record) {
-	// Cannot fail: the entry's bytes are part of what the record holds.
-	_ = e.rec.Free(e.size)
+// uncount takes the entry's bytes from the figures of d and, where cs is
+// not nil, of its handle's category cat among cs.
+func (e addrEntry) uncount(d Device, cat uint8, cs *categorySet) {
+	// Cannot fail: the entry's bytes are part of what the records hold.
+	var crec *tracker.Record
+	if cs != nil {
+		crec, _ = cs.uncount(cat, e.rec, e.size) // with the device's, as one operation (category_count.go)
+	} else {
+		_ = e.rec.Free(e.size)
+	}
 	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
 	if e.site != nil {
 		e.site.free(e.size)
