@@ -126,7 +126,8 @@ type OutOfMemoryError struct {
 	Buffers     int64 // live buffers on the device
 	Total       int64 // the device's memory, as the OS or driver reports it
 	Free        int64 // its free memory, as reported
-	Untracked   int64 // Total - Free - Tracked: memory in use on the device that this package did not allocate
+	NotResident int64 // on the CPU, the tracked bytes not resident yet, which Total - Free leaves out ([Usage].NotResident)
+	Untracked   int64 // Total - Free + NotResident - Tracked, or 0: memory in use on the device that this package did not allocate
 	MemInfoErr  error // why Total and Free are missing; nil if they are not
 	// SitesRecorded is true where the device records allocation sites
 	// ([Device.EnableAllocationSites]); Sites then holds the largest

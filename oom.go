@@ -33,7 +33,8 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	e.Buffers, e.PeakTracked = st.Buffers, st.PeakTracked
 	if free, total, err := s.b.memInfo(d.ordinal); err == nil {
 		e.Total, e.Free = total, free
-		e.Untracked = max(total-free, 0) - e.Tracked
+		e.NotResident = s.notResident(d.ordinal)
+		e.Untracked = untracked(max(total-free, 0), e.NotResident, e.Tracked)
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
@@ -99,11 +100,11 @@ func (e *OutOfMemoryError) Report() string {
 		}
 		b.WriteString("\n")
 	}
-	switch {
-	case e.Total > 0 && e.Untracked >= 0:
-		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(e.Untracked))
-	case e.Total > 0:
-		fmt.Fprintf(&b, "  not tracked:    none: the device reports %s less in use than is tracked (on the CPU, memory not yet touched is not resident)\n", exactBytes(-e.Untracked))
+	if e.Total > 0 {
+		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(max(e.Untracked, 0)))
+	}
+	if e.NotResident > 0 {
+		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
 	}
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")

@@ -55,11 +55,13 @@ func TestOutOfMemoryReport(t *testing.T) {
 	} {
 		assert.Contains(t, report, want)
 	}
-	// A device that reports less in use than is tracked (the CPU's
-	// untouched pages) has nothing untracked; the report says why.
+	// Tracked bytes not resident yet (the CPU's pages never written) are
+	// named apart; Untracked is never negative.
 	less := *oom
-	less.Untracked = -3000
-	assert.Contains(t, less.Report(), "not tracked:    none: the device reports 2.93 KiB (3000 B) less in use than is tracked")
+	less.NotResident = 3000
+	assert.Contains(t, less.Report(), "not resident:   2.93 KiB (3000 B) of the tracked bytes not written yet")
+	less.Untracked = -3000 // as no refusal writes it
+	assert.Contains(t, less.Report(), "not tracked:    0 B in use")
 
 	// An error without a report (as Budget makes) reports its one line.
 	bare := &OutOfMemoryError{Device: d, Requested: 10, Reason: "budget"}

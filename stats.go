@@ -92,6 +92,9 @@ func (d Device) MemorySummary() string {
 	if u, err := d.Usage(); err == nil {
 		fmt.Fprintf(&buf, "device (reported): %s used of %s, %s free; tracked %s, untracked %s\n",
 			formatBytes(u.Used), formatBytes(u.Total), formatBytes(u.Free), formatBytes(u.Tracked), formatBytes(u.Untracked))
+		if u.NotResident > 0 {
+			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", formatBytes(u.NotResident))
+		}
 	} else {
 		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
 	}
