@@ -109,23 +109,25 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 // is always checked first. The records check again, exactly, when they
 // count.
 func limitRefusal(rec, crec *tracker.Record, size int64) *OutOfMemoryError {
-	if crec == nil && rec.Limit() <= 0 {
-		return nil // no limit: one load, inlined into Alloc
+	if (crec == nil || crec.Limit() <= 0) && rec.Limit() <= 0 {
+		return nil // no limit: a load or two, inlined
 	}
 	return limitsRefusal(rec, crec, size)
 }
 
 func limitsRefusal(rec, crec *tracker.Record, size int64) *OutOfMemoryError {
-	var inCategory int64
 	if crec != nil {
-		inCategory = crec.Tracked()
-		if lim := crec.Limit(); lim > 0 && size > lim-inCategory {
-			return &OutOfMemoryError{Requested: size, Tracked: rec.Tracked(), CategoryTracked: inCategory, Limit: lim, Reason: categoryLimitReason}
+		if lim, cur := crec.Limit(), crec.Tracked(); lim > 0 && size > lim-cur {
+			return &OutOfMemoryError{Requested: size, Tracked: rec.Tracked(), CategoryTracked: cur, Limit: lim, Reason: categoryLimitReason}
 		}
 	}
 	if lim := rec.Limit(); lim > 0 {
 		if cur := rec.Tracked(); size > lim-cur {
-			return &OutOfMemoryError{Requested: size, Tracked: cur, CategoryTracked: inCategory, Limit: lim, Reason: "memory limit"}
+			e := &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
+			if crec != nil {
+				e.CategoryTracked = crec.Tracked()
+			}
+			return e
 		}
 	}
 	return nil

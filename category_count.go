@@ -91,16 +91,14 @@ func (c Category) count(rec, crec *tracker.Record, size int64) (byCategory bool,
 	}
 	g := &c.set.gate
 	g.enter()
-	defer g.leave()
-	if err := crec.Alloc(size); err != nil {
+	if err = crec.Alloc(size); err != nil {
 		rec.RecordFailure()
-		return true, err
-	}
-	if err := rec.Alloc(size); err != nil {
+		byCategory = true
+	} else if err = rec.Alloc(size); err != nil {
 		_ = crec.Cancel(size) // cannot fail: it holds size
-		return false, err
 	}
-	return false, nil
+	g.leave()
+	return byCategory, err
 }
 
 // countFailure counts a refused request on the device (rec) and in the
@@ -136,10 +134,10 @@ func (s *kindState) uncountIn(ordinal int, cat uint8, rec *tracker.Record, size 
 func (cs *categorySet) uncount(cat uint8, rec *tracker.Record, size int64) (*tracker.Record, error) {
 	crec := &cs.recs[cat-1]
 	cs.gate.enter()
-	defer cs.gate.leave()
-	if err := rec.Free(size); err != nil {
-		return crec, err
+	err := rec.Free(size)
+	if err == nil {
+		_ = crec.Free(size) // cannot fail: the category holds the bytes
 	}
-	_ = crec.Free(size) // cannot fail: the category holds the bytes
-	return crec, nil
+	cs.gate.leave()
+	return crec, err
 }
