@@ -27,21 +27,21 @@ import (
 // runs. A reset waits for the operations under way to leave, which hold
 // no lock and call nothing that could wait in turn.
 type resetGate struct {
-	ops       atomic.Int64 // operations under way
-	resetting atomic.Bool  // a reset is waiting for them, or running
-	mu        sync.Mutex   // held by the reset from before resetting is set until it is cleared
+	ops  atomic.Int64                  // operations under way
+	done atomic.Pointer[chan struct{}] // while a reset waits or runs, closed when it ends; nil otherwise
+	mu   sync.Mutex                    // serialises the resets
 }
 
 // enter lets an operation in, waiting while a reset runs.
 func (g *resetGate) enter() {
 	for {
 		g.ops.Inc()
-		if !g.resetting.Load() {
+		p := g.done.Load()
+		if p == nil {
 			return
 		}
 		g.ops.Dec()
-		g.mu.Lock() // wait for the reset to end
-		g.mu.Unlock()
+		<-*p // wait for the reset to end
 	}
 }
 
@@ -53,12 +53,14 @@ func (g *resetGate) leave() { g.ops.Dec() }
 func (g *resetGate) reset(f func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.resetting.Store(true)
+	done := make(chan struct{})
+	g.done.Store(&done)
 	for g.ops.Load() != 0 {
 		runtime.Gosched() // an operation under way is a few atomic updates from leaving
 	}
 	f()
-	g.resetting.Store(false)
+	g.done.Store(nil)
+	close(done)
 }
 
 // resetAccumulated resets the cumulative figures of device ordinal in s,
