@@ -66,53 +66,47 @@ func (d Device) admit(r *request, what string) (admitted, error) {
 	return a, nil
 }
 
-// limitHit is the limit that refused a request before the backend was
-// asked: the figure it was held against and the limit, and whether it is
-// the category's.
-type limitHit struct {
-	cur, lim   int64
-	byCategory bool
-}
-
-// limited reports whether a limit may refuse: the category's record
-// or the device's has one. The path calls overLimit only then.
+// limited reports whether a limit may refuse: the category's record or
+// the device's has one, a load or two, inlined (TestIntendedInlining). The
+// paths call limitRefusal only then.
 func (a *admitted) limited() bool {
 	return a.crec != nil && a.crec.Limit() > 0 || a.rec.Limit() > 0
 }
 
-// overLimit checks the category's limit, then the device's, for size
-// bytes; it reports the one that leaves no room.
-func (a *admitted) overLimit(size int64) (limitHit, bool) {
-	if a.crec != nil {
-		if lim := a.crec.Limit(); lim > 0 {
-			if cur := a.crec.Tracked(); size > lim-cur {
-				return limitHit{cur: cur, lim: lim, byCategory: true}, true
+// limitRefusal is the one check of the memory limits, made by every
+// allocation path before it asks the backend (and after it has refused its
+// bad input), so that a request over a limit costs no device memory: it
+// returns the refusal of size bytes that the limit of the category (crec;
+// nil for none) or else the device's (rec) does not leave room for, and
+// nil where both do. It counts nothing: the caller gives the refusal to
+// Device.refuse. The records check again, exactly, when they count.
+func limitRefusal(rec, crec *tracker.Record, size int64) *OutOfMemoryError {
+	if crec != nil {
+		if lim, cur := crec.Limit(), crec.Tracked(); lim > 0 && size > lim-cur {
+			return &OutOfMemoryError{Requested: size, Tracked: rec.Tracked(), CategoryTracked: cur, Limit: lim, Reason: categoryLimitReason}
+		}
+	}
+	if lim := rec.Limit(); lim > 0 {
+		if cur := rec.Tracked(); size > lim-cur {
+			e := &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
+			if crec != nil {
+				e.CategoryTracked = crec.Tracked()
 			}
+			return e
 		}
 	}
-	if lim := a.rec.Limit(); lim > 0 {
-		if cur := a.rec.Tracked(); size > lim-cur {
-			return limitHit{cur: cur, lim: lim}, true
-		}
-	}
-	return limitHit{}, false
+	return nil
 }
 
 // commit counts size bytes in the category's record, then in the
-// device's; where the device's refuses, the category's takes them back.
-// byCategory says which record refused; each counted its failure, and a
-// category's refusal counts one on the device too. The path calls the
-// device's record itself where there is no category.
-func (a *admitted) commit(size int64) (byCategory bool, err error) {
-	if err := a.crec.Alloc(size); err != nil {
-		a.rec.RecordFailure()
-		return true, err
+// device's, as one operation for the resets of the cumulative figures
+// (Category.count); the path calls the device's record itself where there
+// is no category.
+func (a *admitted) commit(r *request) (byCategory bool, err error) {
+	if a.crec == nil {
+		return false, a.rec.Alloc(r.size)
 	}
-	if err := a.rec.Alloc(size); err != nil {
-		_ = a.crec.Cancel(size) // cannot fail: it holds size
-		return false, err
-	}
-	return false, nil
+	return r.cat.count(a.rec, a.crec, r.size)
 }
 
 // Alloc allocates size bytes on the device and counts them. It fails with
@@ -151,14 +145,14 @@ func (d Device) allocate(r request) (*Buffer, error) {
 		return nil, err
 	}
 	if a.limited() {
-		if hit, over := a.overLimit(r.size); over {
+		if e := limitRefusal(a.rec, a.crec, r.size); e != nil {
 			if sb != nil {
-				// Bad input is refused before a failure is counted.
+				// The stream is bad input, refused before a failure is counted.
 				if err := sb.checkStream(d.ordinal, r.stream); err != nil {
 					return nil, err
 				}
 			}
-			return nil, d.refuseLimit(a, &r, hit)
+			return nil, d.refuse(a, &r, refusal{oom: e})
 		}
 	}
 	// The backend writes straight into the buffer (see backend).
@@ -185,7 +179,7 @@ func (d Device) allocate(r request) (*Buffer, error) {
 	if a.crec == nil {
 		err = a.rec.Alloc(r.size)
 	} else {
-		byCat, err = a.commit(r.size)
+		byCat, err = a.commit(&r)
 	}
 	if err != nil {
 		// The memory goes back before the report reads the device and the
@@ -211,29 +205,17 @@ func (d Device) allocate(r request) (*Buffer, error) {
 // err is the refusal. mem is the memory the backend allocated, which goes
 // back, or nil.
 type refusal struct {
-	oom        *OutOfMemoryError // a limit's refusal, built by refuseLimit
+	oom        *OutOfMemoryError // a limit's refusal, built by limitRefusal
 	err        error
 	byBackend  bool
 	byCategory bool
 	mem        *memory
 }
 
-// refuseLimit refuses a request over the limit hit, before the backend
-// is asked: the refusal counts on the device and in the category.
-func (d Device) refuseLimit(a admitted, r *request, hit limitHit) error {
-	a.rec.RecordFailure()
-	if a.crec != nil {
-		a.crec.RecordFailure()
-	}
-	oom := &OutOfMemoryError{Requested: r.size, Tracked: hit.cur, Limit: hit.lim, Category: r.cat.Name(), Reason: "memory limit"}
-	if hit.byCategory {
-		oom.Reason = categoryLimitReason
-	}
-	return d.refuse(a, r, refusal{oom: oom})
-}
-
 // refuse is the one builder of the refusals of the allocation path: it
-// counts what refusal f says is not counted yet, records it in the history,
+// counts what refusal f says is not counted yet (on the device and in the
+// category, as one operation for the resets: Category.countFailure),
+// records it in the history,
 // gives back memory the backend allocated, builds the error and runs the
 // report and the observers (Device.outOfMemory).
 func (d Device) refuse(a admitted, r *request, f refusal) error {
@@ -243,30 +225,27 @@ func (d Device) refuse(a admitted, r *request, f refusal) error {
 	var oom *OutOfMemoryError
 	switch {
 	case f.oom != nil:
+		r.cat.countFailure(a.rec)
 		oom = f.oom
 	case f.byBackend:
-		a.rec.RecordFailure()
-		if a.crec != nil {
-			a.crec.RecordFailure()
-		}
+		r.cat.countFailure(a.rec)
 		err := fillError(f.err, d, r.size, a.rec)
 		var ok bool
 		if oom, ok = err.(*OutOfMemoryError); !ok {
 			return err
 		}
-		oom.Category = r.cat.Name()
 	default:
 		oom = recordRefusal(f.err, d, r.size, a.rec.Tracked())
-		oom.Category = r.cat.Name()
 		if f.byCategory && oom.Limit > 0 {
-			oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
+			// The category's limit: its LimitError holds the category's figure.
+			oom.CategoryTracked, oom.Tracked, oom.Reason = oom.Tracked, a.rec.Tracked(), categoryLimitReason
 		}
 	}
 	var ferr error
 	if f.mem != nil {
 		ferr = a.s.b.free(d.ordinal, r.size, f.mem)
 	}
-	d.outOfMemory(a.s, a.rec, oom)
+	d.outOfMemory(a.s, a.rec, oom, r.cat)
 	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
@@ -311,28 +290,31 @@ const (
 )
 
 // uncount is the one release path: it takes size bytes of device ordinal
-// from its record rec, then from the category's record crec (nil for none;
-// cat is the category, 1-based, or 0), the device-side figure and the site
+// from its record rec and from category cat (1-based) of cs (nil for
+// none), then from the device-side figure and the site
 // st, if recorded, and records the free in the history (of stream, for a
 // stream-ordered free). It fails, changing nothing, where rec refuses (it
 // holds less than size). The arguments are separate, not a struct, so that
 // they pass in registers; where there is nothing but the record to
 // uncount, nothing needs them after its Free.
-func (s *kindState) uncount(rec, crec *tracker.Record, size int64, st *site, stream Stream, ordinal int, cat uint8, how releaseHow) error {
-	if crec == nil && st == nil && (how&releaseHeld == 0 || s.held == nil) && s.hooks.recs.Load() == nil {
+func (s *kindState) uncount(rec *tracker.Record, cs *categorySet, size int64, st *site, stream Stream, ordinal int, cat uint8, how releaseHow) error {
+	if cs == nil && st == nil && (how&releaseHeld == 0 || s.held == nil) && s.hooks.recs.Load() == nil {
 		return rec.Free(size)
 	}
-	return s.uncountObserved(rec, crec, size, st, stream, ordinal, cat, how)
+	return s.uncountObserved(rec, cs, size, st, stream, ordinal, cat, how)
 }
 
 // uncountObserved is uncount where a category, a site, the device-side
 // figure or a hook set of the kind has a part in the release.
-func (s *kindState) uncountObserved(rec, crec *tracker.Record, size int64, st *site, stream Stream, ordinal int, cat uint8, how releaseHow) error {
-	if err := rec.Free(size); err != nil {
+func (s *kindState) uncountObserved(rec *tracker.Record, cs *categorySet, size int64, st *site, stream Stream, ordinal int, cat uint8, how releaseHow) error {
+	var crec *tracker.Record
+	if cs != nil {
+		var err error
+		if crec, err = cs.uncount(cat, rec, size); err != nil { // with the device's, as one operation for the resets
+			return err
+		}
+	} else if err := rec.Free(size); err != nil {
 		return err
-	}
-	if crec != nil {
-		_ = crec.Free(size) // cannot fail: the category holds the bytes
 	}
 	if how&releaseHeld != 0 && s.held != nil {
 		s.held.heldFree(ordinal, size, how&releasePooled != 0)

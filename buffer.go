@@ -64,8 +64,7 @@ func (b *Buffer) Free() error {
 	}
 	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled, b.cat)
 	if !released {
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, b.Device(), b.size, nil)
 	}
 	unwatchBuffer(b)
@@ -74,6 +73,15 @@ func (b *Buffer) Free() error {
 		return b.uncountFailed(err)
 	}
 	return nil
+}
+
+// unclaim gives b back after a free that claimed it (its state, and its
+// leak watch's entry) and then did not happen: b is live and watched as
+// before, and may be freed again. Every refusal of Free and FreeAsync that
+// comes after the claim goes through it.
+func (b *Buffer) unclaim() {
+	b.state.Store(bufLive)
+	unclaimWatched(b)
 }
 
 // releaseMemory releases the memory of a buffer of size bytes on device
@@ -94,15 +102,15 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if err := s.b.free(d.ordinal, size, mem); err != nil {
 		return false, err
 	}
-	var crec *tracker.Record
+	var cs *categorySet
 	if cat != 0 {
-		crec = s.categoryOf(d.ordinal, cat)
+		cs = s.cats.lookup(d.ordinal)
 	}
 	how := releaseHeld
 	if pooled {
 		how |= releasePooled
 	}
-	return true, s.uncount(rec, crec, size, st, 0, d.ordinal, cat, how)
+	return true, s.uncount(rec, cs, size, st, 0, d.ordinal, cat, how)
 }
 
 // refuseFree says why Free refused b: nil, not from Alloc, or freed.

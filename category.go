@@ -83,6 +83,7 @@ type categorySet struct {
 	state *kindState // the device table the set belongs to
 	names [MaxCategories]string
 	recs  [MaxCategories]tracker.Record
+	gate  resetGate // orders the category operations with the resets (resetAccumulated)
 }
 
 // Category returns the device's category called name, making it on first
@@ -194,13 +195,22 @@ func (c Category) String() string {
 }
 
 // record returns the category's record, checking that the category is one
-// of the device table s of its device: a zero Category is not, nor one
-// kept from a device table that was replaced (in tests).
+// of the device table s of its device, which one kept from a device table
+// that was replaced (in tests) is not; nil for the zero Category, which is
+// no category (its exported methods refuse it before they get here).
 func (c Category) record(s *kindState) (*tracker.Record, error) {
 	if c.set == nil {
-		return nil, fmt.Errorf("%w: the zero Category; obtain one with Device.Category", ErrInvalidCategory)
+		return nil, nil
 	}
 	return c.recordOf(s)
+}
+
+// rec returns the category's record, or nil for the zero Category.
+func (c Category) rec() *tracker.Record {
+	if c.set == nil {
+		return nil
+	}
+	return &c.set.recs[c.idx-1]
 }
 
 // recordOf is record for a Category that is not the zero one, small enough
@@ -370,34 +380,13 @@ func categoryRows(d Device, cs *categorySet, r *tracker.Record) []CategoryStats 
 	return append(out, rest)
 }
 
-// categoryOf returns the record of category idx (1-based) of device
-// ordinal in s, or nil for 0 or where the device table was replaced.
-func (s *kindState) categoryOf(ordinal int, idx uint8) *tracker.Record {
-	if idx == 0 {
-		return nil
-	}
-	if cs := s.cats.lookup(ordinal); cs != nil {
-		return &cs.recs[idx-1]
-	}
-	return nil
-}
-
-// resetCategoryPeaks and resetCategoryAccumulated reset the figures of
-// every category of device ordinal in s, with the device's.
+// resetCategoryPeaks resets the peaks of every category of device ordinal
+// in s, with the device's.
 func resetCategoryPeaks(s *kindState, ordinal int) {
 	if cs := s.cats.lookup(ordinal); cs != nil {
 		_, recs := cs.list()
 		for _, r := range recs {
 			r.ResetPeak()
-		}
-	}
-}
-
-func resetCategoryAccumulated(s *kindState, ordinal int) {
-	if cs := s.cats.lookup(ordinal); cs != nil {
-		_, recs := cs.list()
-		for _, r := range recs {
-			r.ResetAccumulated()
 		}
 	}
 }

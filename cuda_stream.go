@@ -371,7 +371,7 @@ func cudaPool(d Device) (*deviceSide, cudadrv.Pool, error) {
 // pools.
 func cudaSide(d Device) (*deviceSide, error) {
 	if d.kind != KindCUDA {
-		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+		return nil, notCUDA("a CUDA memory pool", d)
 	}
 	s, _, err := d.resolve()
 	if err != nil {
@@ -449,9 +449,9 @@ func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memo
 // [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
 // that [Device.Alloc] allocated (free it with [Buffer.Free]) or a stream of
 // another device, and with [ErrNotSupported] on a stream that is capturing
-// a CUDA graph. If the driver
-// refuses the free, the buffer stays live and counted, and FreeAsync or
-// Free may be called again.
+// a CUDA graph. Where it refuses the stream, or the driver refuses the
+// free, the buffer stays live and counted (and watched, on a device watched
+// for leaks), and FreeAsync or Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error {
 	if !b.valid() {
 		return b.refuseFree()
@@ -472,14 +472,12 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	}
 	sd := sideOf(int(b.ordinal))
 	if rec == nil || sd == nil { // only where a test replaced the device table
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
 	}
 	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
 	if err != nil {
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, d, b.size, nil)
 	}
 	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
@@ -498,7 +496,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.state.Store(bufLive)
+		b.unclaim()
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
@@ -507,8 +505,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
@@ -530,7 +527,11 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	}
 	unwatchBuffer(b)
 	// The device-side figure drops once the stream executes the free.
-	if err := s.uncount(rec, s.categoryOf(int(b.ordinal), b.cat), b.size, b.site, stream, int(b.ordinal), b.cat, 0); err != nil {
+	var cs *categorySet
+	if b.cat != 0 {
+		cs = s.cats.lookup(int(b.ordinal))
+	}
+	if err := s.uncount(rec, cs, b.size, b.site, stream, int(b.ordinal), b.cat, 0); err != nil {
 		return b.uncountFailed(err)
 	}
 	return nil
@@ -640,8 +641,8 @@ func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
 // [ErrNotSupported] where the device has no memory pool.
 func (p Pool) Trim(keep int64) error {
 	d := p.dev
-	if keep < 0 {
-		return fmt.Errorf("%w: Pool().Trim(%d) on %v: want the bytes to keep, >= 0", ErrInvalidSize, keep, d)
+	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, d); err != nil {
+		return err
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {
@@ -664,8 +665,8 @@ func (p Pool) Trim(keep int64) error {
 // memory pool.
 func (p Pool) SetReleaseThreshold(bytes int64) error {
 	d := p.dev
-	if bytes < 0 {
-		return fmt.Errorf("%w: release threshold %d on %v: want bytes >= 0", ErrInvalidSize, bytes, d)
+	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
+		return err
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {

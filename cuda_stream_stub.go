@@ -13,13 +13,10 @@ import "fmt"
 // streamsUnsupported is the error of a stream-ordered call or pool query on
 // d in a build without CUDA.
 func streamsUnsupported(op string, d Device) error {
-	switch d.kind {
-	case 0:
-		return errZeroDevice(d)
-	case KindCUDA:
+	if d.kind == KindCUDA {
 		return fmt.Errorf("%w: %s on %v needs the CUDA backend, compiled only with -tags cuda", ErrBackendNotBuilt, op, d)
 	}
-	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
+	return notCUDA(op, d)
 }
 
 // FreeAsync frees a buffer of [Device.AllocAsync] in stream order
@@ -57,6 +54,9 @@ func (p Pool) Usage() (PoolUsage, error) {
 // has no memory pool.
 func (p Pool) Trim(keep int64) error {
 	d := p.dev
+	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, d); err != nil {
+		return err
+	}
 	return streamsUnsupported("Pool().Trim", d)
 }
 
@@ -66,5 +66,8 @@ func (p Pool) Trim(keep int64) error {
 // where the device has no memory pool.
 func (p Pool) SetReleaseThreshold(bytes int64) error {
 	d := p.dev
+	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
+		return err
+	}
 	return streamsUnsupported("Pool().SetReleaseThreshold", d)
 }

@@ -104,7 +104,7 @@ func (s *PeakScope) Close() error {
 		herr = s.hf.closeHeldScope(s.dev.ordinal, s.held)
 	}
 	if _, err := s.tracked.Close(); err != nil {
-		return fmt.Errorf("memtrack: peak scope of %v: %w", s.dev, err)
+		return wrapf(err, "peak scope of %v", s.dev)
 	}
 	if herr != nil && !errors.Is(herr, ErrScopeClosed) {
 		return herr

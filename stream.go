@@ -14,6 +14,34 @@ type Stream uintptr
 // device's primary context.
 const DefaultStream Stream = 0
 
+// The stream-ordered calls ([Device.AllocAsync], [Category.AllocAsync]) and
+// the pool calls ([Pool.Stats], [Pool.Usage], [Pool.Trim],
+// [Pool.SetReleaseThreshold]) check in one order in every build, with
+// or without -tags cuda, as [Device.Alloc] does: their argument first
+// (ErrInvalidSize for a size, keep or threshold out of range), then the
+// device (ErrInvalidDevice for the zero Device, ErrBackendNotBuilt for a
+// CUDA device in a build without the tag, ErrNotSupported for a device that
+// is not a CUDA GPU or has no memory pools), then the stream.
+
+// checkPoolBytes is the argument check of a pool call given a number of
+// bytes, what, that must not be negative.
+func checkPoolBytes(op, what string, n int64, d Device) error {
+	if n < 0 {
+		return fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, d, what)
+	}
+	return nil
+}
+
+// notCUDA is the error of a stream-ordered or pool call on d, which is not
+// a CUDA device: the zero Device is no device, and a CPU or Metal device
+// never has CUDA's pools.
+func notCUDA(op string, d Device) error {
+	if d.kind == 0 || d.kind >= numKinds {
+		return errZeroDevice(d)
+	}
+	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
+}
+
 // AllocAsync allocates size bytes on the device in stream order: from the
 // device's current memory pool (cuMemAllocAsync), usable by work enqueued
 // on stream after this call. It checks, counts and fails as [Device.Alloc]
@@ -24,7 +52,9 @@ const DefaultStream Stream = 0
 // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
 // capturing a CUDA graph (whose allocation would run at every launch);
 // with [ErrInvalidArgument] on a stream of another device, on which
-// cuMemAllocAsync would allocate. Each changes nothing. A stream of another
+// cuMemAllocAsync would allocate. Each changes nothing, and is refused
+// before the limits: a bad stream counts no failure whatever limit the
+// request passes. A stream of another
 // context on the device (one that another binding created) is used in its
 // own context. Only a build with -tags cuda has CUDA devices; see
 // docs/streams.md.

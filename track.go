@@ -37,6 +37,7 @@ type Tracked struct {
 	wslot uint32          // its entry while its device is watched for leaks (deviceLeaks), or 0; in the padding
 	site  *site           // where it was tracked, if recorded (siteRecorder)
 	crec  *tracker.Record // its Category's record; nil for none
+	cset  *categorySet    // the categories crec is one of; nil for none
 	cat   uint8           // its category, 1-based; 0 for none
 }
 
@@ -58,7 +59,8 @@ type Tracked struct {
 // Track fails with [ErrInvalidSize] for size <= 0 and with
 // [ErrAlreadyTracked], changing no figure, and with an [*OutOfMemoryError]
 // when the memory limit refuses it, adding one to FailedAllocs and nothing
-// else. The limit can refuse Track, and so hold what a program allocates
+// else. Bad input is refused first: an address tracked already fails with
+// ErrAlreadyTracked whatever the limit. The limit can refuse Track, and so hold what a program allocates
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
@@ -81,7 +83,7 @@ func (d Device) track(r request, ptr uintptr) (*Tracked, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracked{dev: d, size: r.size, ptr: ptr, rec: a.rec, crec: a.crec, cat: r.cat.idx}
+	t := &Tracked{dev: d, size: r.size, ptr: ptr, rec: a.rec, crec: a.crec, cset: r.cat.set, cat: r.cat.idx}
 	if ptr != 0 {
 		t.addrs = &a.s.tracked
 	}
@@ -111,12 +113,14 @@ func (d Device) count(a admitted, r *request, ptr uintptr, t *Tracked) error {
 			return err // bad input: nothing counted
 		}
 	}
+	// The limits, after the bad input; the refusal is answered (and the
+	// observers run) once the shard is unlocked.
 	if a.limited() {
-		if hit, over := a.overLimit(r.size); over {
+		if e := limitRefusal(a.rec, a.crec, r.size); e != nil {
 			if sh != nil {
 				sh.Unlock()
 			}
-			return d.refuseLimit(a, r, hit)
+			return d.refuse(a, r, refusal{oom: e})
 		}
 	}
 	var byCat bool
@@ -124,7 +128,7 @@ func (d Device) count(a admitted, r *request, ptr uintptr, t *Tracked) error {
 	if a.crec == nil {
 		err = a.rec.Alloc(r.size)
 	} else {
-		byCat, err = a.commit(r.size)
+		byCat, err = a.commit(r)
 	}
 	if err != nil {
 		if sh != nil {
@@ -357,14 +361,14 @@ func (t *Tracked) uncount() {
 		}
 		sh.Unlock()
 	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size, ordinal: t.dev.ordinal}.uncount(t.dev.kind, t.cat, t.crec)
+	addrEntry{rec: t.rec, site: t.site, size: t.size, ordinal: t.dev.ordinal}.uncount(t.dev.kind, t.cat, t.cset)
 }
 
 // uncount takes the entry's bytes from the figures of its device, of kind
-// k; cat and crec are the category of its handle and its record.
-func (e addrEntry) uncount(k Kind, cat uint8, crec *tracker.Record) {
+// k, and, where cs is not nil, of its handle's category cat among cs.
+func (e addrEntry) uncount(k Kind, cat uint8, cs *categorySet) {
 	// Cannot fail: the entry's bytes are part of what the record holds.
-	_ = tables[k].p.Load().uncount(e.rec, crec, e.size, e.site, 0, e.ordinal, cat, releaseHeld)
+	_ = tables[k].p.Load().uncount(e.rec, cs, e.size, e.site, 0, e.ordinal, cat, releaseHeld)
 }
 
 // Size returns the bytes tracked (0 for a nil handle).
