@@ -323,7 +323,7 @@ func (s *kindState) uncountObserved(rec *tracker.Record, cs *categorySet, size i
 		st.Free()
 	}
 	if h := s.hooksOf(ordinal); h != nil && h.history != nil {
-		h.history.freeIn(size, st, rec, stream, cat, crec)
+		h.history.free(size, st, rec, stream, cat, crec)
 	}
 	return nil
 }

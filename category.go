@@ -167,6 +167,14 @@ func (cs *categorySet) name(idx uint8) string {
 	return cs.names[idx-1]
 }
 
+// categoryNamer returns the function that names the categories of device
+// ordinal in s by their 1-based index ("" for 0), for the readers of what
+// keeps only the index (the memory history); a category made later is
+// named too, since a name never changes once its index is published.
+func (s *kindState) categoryNamer(ordinal int) func(idx uint8) string {
+	return s.cats.lookup(ordinal).name // nil names every index ""
+}
+
 // Categories returns the device's categories, in the order they were made.
 func (d Device) Categories() []Category {
 	cs := d.peekCategories()

@@ -173,7 +173,7 @@ func (r HistoryRecorder) Snapshot() (History, error) {
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
 	}
-	hist := h.snapshotIn(s.cats.lookup(d.ordinal))
+	hist := h.snapshot(s.categoryNamer(d.ordinal))
 	hist.Device = d
 	return hist, nil
 }
@@ -201,7 +201,7 @@ func (r HistoryRecorder) Range(f func(HistoryEvent) bool) (History, error) {
 	if h == nil {
 		return History{Device: d}, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
 	}
-	hist := h.each(s.cats.lookup(d.ordinal), nil, f)
+	hist := h.each(s.categoryNamer(d.ordinal), nil, f)
 	hist.Device = d
 	return hist, nil
 }
@@ -228,7 +228,7 @@ func (h *history) refused(size int64, rec *tracker.Record, err error, cat uint8,
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		a = HistoryOutOfMemory
 	}
-	h.recordIn(a, size, rec.Tracked(), nil, 0, cat, trackedOf(crec))
+	h.record(a, size, rec.Tracked(), nil, 0, cat, trackedOf(crec))
 }
 
 // history is one device's ring of events (histring.Ring), whose sites
@@ -239,16 +239,16 @@ type history struct {
 
 func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 
-// allocIn and freeIn record an allocation and a free in category cat
+// alloc and free record an allocation and a free in category cat
 // (1-based; 0 for none) whose record is crec (nil for none); s is the
 // buffer's site, if recorded, and stream the stream of a stream-ordered
 // allocation or free.
-func (h *history) allocIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
-	h.recordIn(HistoryAlloc, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
+	h.record(HistoryAlloc, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
 }
 
-func (h *history) freeIn(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
-	h.recordIn(HistoryFree, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
+	h.record(HistoryFree, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
 }
 
 // trackedOf returns the bytes r tracks, or 0 for nil.
@@ -259,17 +259,17 @@ func trackedOf(r *tracker.Record) int64 {
 	return r.Tracked()
 }
 
-// recordIn writes one event of category cat (0: none), which tracks ccur
+// record writes one event of category cat (0: none), which tracks ccur
 // bytes after it, into the ring, or counts it lost.
-func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
+func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
 	h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur)
 }
 
-// snapshotIn copies the events still in the ring, the oldest first, and
-// the gaps between them, with the events' categories named from cats.
-func (h *history) snapshotIn(cats *categorySet) History {
+// snapshot copies the events still in the ring, the oldest first, and
+// the gaps between them, with the events' categories named by name.
+func (h *history) snapshot(name func(idx uint8) string) History {
 	var events []HistoryEvent
-	out := h.each(cats, func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
+	out := h.each(name, func(n uint64) { events = make([]HistoryEvent, 0, n) }, func(e HistoryEvent) bool {
 		events = append(events, e)
 		return true
 	})
@@ -282,8 +282,8 @@ func (h *history) snapshotIn(cats *categorySet) History {
 // many slots it will read. It returns the history without its events: the
 // gaps between those f was given, and the counts. Each event's slot is
 // claimed while it is copied and let go before f runs; readers take turns
-// for the whole read. cats names the events' categories (nil names none).
-func (h *history) each(cats *categorySet, begin func(slots uint64), f func(HistoryEvent) bool) History {
+// for the whole read. name names the events' categories by their index.
+func (h *history) each(name func(idx uint8) string, begin func(slots uint64), f func(HistoryEvent) bool) History {
 	out := History{MaxEntries: h.ring.Len(), Start: h.ring.Start()}
 	stacks := make(map[*uintptr][]uintptr) // one copy of each site's stack, by its first frame
 	gaps, overwritten, lost := h.ring.Read(begin, func(re histring.Event[site]) bool {
@@ -294,7 +294,7 @@ func (h *history) each(cats *categorySet, begin func(slots uint64), f func(Histo
 			Size:            re.Size,
 			Tracked:         re.Tracked,
 			Stream:          re.Stream,
-			Category:        cats.name(re.Category),
+			Category:        name(re.Category),
 			CategoryTracked: re.CategoryTracked,
 		}
 		if s := re.Site; s != nil {

@@ -425,13 +425,13 @@ func BenchmarkHistoryRecord(b *testing.B) {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.allocIn(64, nil, &rec, 0, 0, nil)
+				h.alloc(64, nil, &rec, 0, 0, nil)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.allocIn(64, nil, &rec, 0, 0, nil)
+					h.alloc(64, nil, &rec, 0, 0, nil)
 				}
 			})
 		})

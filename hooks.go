@@ -36,7 +36,7 @@ func (h *hooks) alloc(r *request, rec, crec *tracker.Record) (st *site) {
 		st = h.sites.Alloc(r.size, hookSkip+r.skip, r.cat.Name())
 	}
 	if h.history != nil {
-		h.history.allocIn(r.size, st, rec, r.stream, r.cat.idx, crec)
+		h.history.alloc(r.size, st, rec, r.stream, r.cat.idx, crec)
 	}
 	return st
 }
