@@ -84,6 +84,7 @@ declare -A skip_cmds=(
 	["OVERLAY=alloc_bench_test.go BASE=e14c725 BENCH='^BenchmarkPair\$' COUNT=10 BENCHTIME=200ms ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
 	['BASE=fef912d ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	['BASE=e14c725 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
+	['BASE=f206511 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
