@@ -98,14 +98,14 @@ func (f *fakeBackend) state(ordinal int) (used int64, live, calls int) {
 func useBackend(t testing.TB, k Kind, b backend) {
 	t.Helper()
 	tb := &tables[k]
+	if held := liveBytes(tb.p.Load()); held != "" {
+		t.Fatalf("useBackend: the %v table to be replaced holds memory (%s); free it before the test replaces the table", k, held)
+	}
 	tb.mu.Lock()
 	old := tb.p.Load()
 	s := newKindState(k, b)
 	tb.p.Store(s)
 	tb.mu.Unlock()
-	if held := liveBytes(old); held != "" {
-		t.Fatalf("useBackend: the %v table being replaced holds memory (%s); free it before the test replaces the table", k, held)
-	}
 	t.Cleanup(func() {
 		if held := liveBytes(s); held != "" {
 			t.Errorf("useBackend: the test's %v table still holds memory at its end (%s); free it in the test", k, held)
