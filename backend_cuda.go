@@ -28,6 +28,7 @@ type cudaBackend struct {
 	n        int
 	initErr  error
 	devs     []cudaDevice // one per device
+	nvml     nvmlState    // the driver's per-process figures (nvml_cuda.go)
 }
 
 // cudaDevice is the backend's state of one device.

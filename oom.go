@@ -29,6 +29,7 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
+	readProcesses(s, d).setOutOfMemory(e) // process.go
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
 		e.SitesRecorded = true
 		sites, _ := sr.snapshot(false)
@@ -89,6 +90,9 @@ func (e *OutOfMemoryError) Report() string {
 		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(e.Untracked))
 	case e.Total > 0:
 		fmt.Fprintf(&b, "  not tracked:    none: the device reports %s less in use than is tracked (on the CPU, memory not yet touched is not resident)\n", exactBytes(-e.Untracked))
+	}
+	for _, l := range e.processLines() { // process.go
+		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")

@@ -27,8 +27,20 @@ mkdir -p "$fake"
 echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
 	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c -lpthread
-# The fake, not a driver the machine may have, answers every test.
-export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The fake NVML (testdata/fakenvml) beside it, against NVIDIA's nvml.h as
+# go-nvml ships it. go-nvml's own cgo build includes the whole header, whose
+# deprecated declarations would each print a warning.
+export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
+nvml_include=$(go list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/gen/nvml
+fakenvml=$root/.cache/fakenvml
+mkdir -p "$fakenvml"
+echo "== gcc testdata/fakenvml/fakenvml.c -> $fakenvml/libnvidia-ml.so.1"
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$nvml_include" -Itestdata/fakecuda \
+	-o "$fakenvml/libnvidia-ml.so.1" testdata/fakenvml/fakenvml.c -ldl -lpthread
+# The fakes, not a driver the machine may have, answer every test. The
+# tests that run a process without NVML drop FAKENVML_DIR from its path.
+export LD_LIBRARY_PATH=$fake:$fakenvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export FAKENVML_DIR=$fakenvml
 # One test runs a process on the real link stub, which must fail to init.
 stubdir=$root/.cache/cudastub
 mkdir -p "$stubdir"
