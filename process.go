@@ -163,3 +163,25 @@ func (e *OutOfMemoryError) processLines() []string {
 	}
 	return lines
 }
+
+// processSummary writes MemorySummary's lines of the driver's per-process
+// figures: this process's, each other process's, or why there are none on
+// a device that should have them; nothing on a device without them.
+func (u Usage) processSummary() string {
+	if !u.PerProcess {
+		if u.PerProcessErr == nil {
+			return ""
+		}
+		return fmt.Sprintf("processes (NVML): unavailable: %v\n", u.PerProcessErr)
+	}
+	s := fmt.Sprintf("processes (NVML): this process %s (untracked %s); other processes %s in %d\n",
+		formatBytes(u.ProcessUsed), formatBytes(u.ProcessUntracked), formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
+	for _, p := range u.OtherProcesses {
+		name := p.Name
+		if name == "" {
+			name = "(name unknown)"
+		}
+		s += fmt.Sprintf("  process %d %s: %s\n", p.PID, name, formatBytes(p.Used))
+	}
+	return s
+}

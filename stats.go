@@ -92,6 +92,7 @@ func (d Device) MemorySummary() string {
 	if u, err := d.Usage(); err == nil {
 		fmt.Fprintf(&buf, "device (reported): %s used of %s, %s free; tracked %s, untracked %s\n",
 			formatBytes(u.Used), formatBytes(u.Total), formatBytes(u.Free), formatBytes(u.Tracked), formatBytes(u.Untracked))
+		buf.WriteString(u.processSummary()) // process.go
 	} else {
 		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
 	}
