@@ -362,3 +362,68 @@ func TestNVMLOutOfMemoryReport(t *testing.T) {
 	assert.Contains(t, v.Report, fmt.Sprintf("process %d (", b.pid))
 	assert.Contains(t, v.Report, fmt.Sprintf("has %s in use", exactBytes(3<<30+fakeContextBytes)))
 }
+
+// TestNVMLReconcile prints, on the device this process runs on, NVML's
+// figure of this process beside the tracked bytes, cuMemGetInfo's used
+// memory and the pool's reserved bytes, for buffers of 1 KiB to 1 GiB
+// allocated with cuMemAlloc and from the pool: what each figure includes,
+// measured. scripts/gpu-check.sh runs it on a GPU.
+func TestNVMLReconcile(t *testing.T) {
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	u, err := d.Usage()
+	require.NoError(t, err)
+	if !u.PerProcess {
+		t.Skipf("no per-process figures here: %v", u.PerProcessErr)
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "device %v: tracked %s, cuMemGetInfo used %s, NVML: this process %s (untracked %s), other processes %s in %d\n",
+		d, formatBytes(u.Tracked), formatBytes(u.Used), formatBytes(u.ProcessUsed), formatBytes(u.ProcessUntracked),
+		formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
+	fmt.Fprintf(&out, "%10s %-10s %12s %14s %16s %15s %14s\n", "size", "how", "tracked Δ", "meminfo used Δ", "NVML process Δ", "pool reserved Δ", "NVML after free Δ")
+	reserved := func() int64 {
+		p, err := d.PoolStats()
+		require.NoError(t, err)
+		return p.PoolReserved
+	}
+	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 1 << 30} {
+		for _, how := range []string{"cuMemAlloc", "pool"} {
+			syncStream(t, d, s)
+			require.NoError(t, d.TrimPool(0))
+			before, err := d.Usage()
+			require.NoError(t, err)
+			r0 := reserved()
+			var b *Buffer
+			if how == "pool" {
+				b, err = d.AllocAsync(size, s)
+				syncStream(t, d, s)
+			} else {
+				b, err = d.Alloc(size)
+			}
+			require.NoError(t, err, "allocating %s", formatBytes(size))
+			during, err := d.Usage()
+			require.NoError(t, err)
+			r1 := reserved()
+			if how == "pool" {
+				require.NoError(t, b.FreeAsync(s))
+				syncStream(t, d, s)
+				require.NoError(t, d.TrimPool(0))
+			} else {
+				require.NoError(t, b.Free())
+			}
+			after, err := d.Usage()
+			require.NoError(t, err)
+			require.True(t, before.PerProcess && during.PerProcess && after.PerProcess)
+			used, proc := during.Used-before.Used, during.ProcessUsed-before.ProcessUsed
+			if onFake() {
+				assert.Equal(t, used, proc, "alone on the device, NVML's figure of this process moves as cuMemGetInfo's")
+			}
+			fmt.Fprintf(&out, "%10s %-10s %12d %14d %16d %15d %14d\n", formatBytes(size), how,
+				during.Tracked-before.Tracked, used, proc, r1-r0, after.ProcessUsed-before.ProcessUsed)
+		}
+	}
+	t.Log("\n" + out.String())
+}

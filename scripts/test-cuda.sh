@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks, on any Linux machine, GPU or not: fetch cuda.h
 # and the link stub (scripts/cuda-dev.sh, cached in .cache/cuda), build the
-# fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
-# run vet, build and the race-detector tests with -tags cuda against it.
+# fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1 and the
+# fake NVML of testdata/fakenvml into .cache/fakenvml/libnvidia-ml.so.1, and
+# run vet, build and the race-detector tests with -tags cuda against them.
+# Then run scripts/two-instances.sh (two instances sharing one fake GPU).
 # Then run the CUDA packages' tests again under each other reading the fake
 # offers, run examples/track on it, and build the folder of scripts/gpu-check.sh
 # and run it on the fake driver twice, so that what a GPU machine runs is
@@ -65,6 +67,9 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
+
+echo "== scripts/two-instances.sh (fake driver and NVML)"
+./scripts/two-instances.sh
 
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
