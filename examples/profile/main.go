@@ -71,7 +71,7 @@ func main() {
 	check(err)
 	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
 	defer stopView()
-	weightsCat, kvCache, activations := categories(dev) // categories.go
+	weightsCat, kvCache, activations := categories(dev)               // categories.go
 	line := barrier{dir: *barrierDir, name: *instance, peers: *peers} // instances.go
 
 	// The baseline, before anything of the instance is on the device.
