@@ -3,7 +3,8 @@
 # cache by vLLM's formula (Measurement.Budget): builds the main job
 # (examples/profile) with -tags cuda, runs two instances at once, lined up
 # step by step (both take their baseline, both load their weights, both
-# measure a forward pass), then each alone; prints each instance's budget
+# measure a forward pass of one request, whose peak is the same in every
+# run), then each alone; prints each instance's budget
 # from the per-process figures (NVML) and from the device-wide ones
 # (cuMemGetInfo), and what NVML reported. Exits non-zero where an
 # instance's budget with the other running differs from its budget alone by
@@ -49,7 +50,7 @@ run() {
 	local pids=()
 	for name in "$@"; do
 		FAKECUDA_MACHINE=$work/$r.machine "$profile" -device "$device" -weights "$weights" \
-			-utilization "$utilization" -block-size "$block" -cache-blocks 0 \
+			-utilization "$utilization" -block-size "$block" -cache-blocks 0 -workers 1 \
 			-barrier "$work/$r.barrier" -instance "$name" -peers $# >"$work/$r.$name.out" 2>&1 &
 		pids+=($!)
 	done
