@@ -427,3 +427,26 @@ func TestNVMLReconcile(t *testing.T) {
 	}
 	t.Log("\n" + out.String())
 }
+
+// Nothing of NVML is on the allocation path: a thousand allocations and
+// frees make no NVML call (the fake NVML writes each call to a trace), and
+// a reading of Usage makes the calls it needs.
+func TestNVMLNotOnAllocationPath(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace")
+	i := startInstance(t, machineFile(t), "FAKENVML_TRACE="+trace)
+	require.True(t, i.do("usage").Usage.PerProcess)
+	calls := func() int {
+		b, err := os.ReadFile(trace)
+		require.NoError(t, err)
+		return strings.Count(string(b), "\n")
+	}
+	before := calls()
+	require.NotZero(t, before, "the reading called NVML")
+	for range 1000 {
+		require.Empty(t, i.do("alloc 4096").Err)
+	}
+	require.Empty(t, i.do("free").Err)
+	assert.Equal(t, before, calls(), "no NVML call while allocating and freeing")
+	i.do("usage")
+	assert.Greater(t, calls(), before, "the next reading calls NVML again")
+}

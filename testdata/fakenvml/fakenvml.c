@@ -34,14 +34,20 @@
 //	                          f (its full name, such as
 //	                          nvmlDeviceGetComputeRunningProcesses_v3) fails
 //	                          with code and does nothing
+//	FAKENVML_TRACE=path       every call appends its function's name and a
+//	                          newline to the file path, so that a test can
+//	                          count the calls a program makes (none on its
+//	                          allocation path)
 #define NVML_NO_UNVERSIONED_FUNC_DEFS 1
 #include <nvml.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "machine.h"
 
@@ -67,6 +73,7 @@ static nvmlReturn_t every_call = NVML_SUCCESS;
 static struct fault faults[MAX_FAULTS];
 static int nfaults;
 static int refcount; // nvmlInit_v2 and nvmlShutdown
+static int trace_fd = -1; // FAKENVML_TRACE
 
 // The driver's accessors (machine.h), found at nvmlInit_v2.
 static fakecuda_machine_fn drv_machine;
@@ -88,6 +95,8 @@ static void configure(void) {
 	used_na = u && strcmp(u, "na") == 0;
 	privileged = env_long("FAKENVML_PRIVILEGED", 0) != 0;
 	every_call = (nvmlReturn_t)env_long("FAKENVML_ERROR", NVML_SUCCESS);
+	const char *trace = getenv("FAKENVML_TRACE");
+	if (trace && *trace) trace_fd = open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	const char *s = getenv("FAKENVML_FAIL");
 	while (s && *s && nfaults < MAX_FAULTS) {
 		struct fault *f = &faults[nfaults];
@@ -112,6 +121,11 @@ static void configure(void) {
 // the fault injected into this call, if any.
 static nvmlReturn_t enter(const char *fn) {
 	pthread_once(&config_once, configure);
+	if (trace_fd >= 0) {
+		char line[80];
+		int n = snprintf(line, sizeof line, "%s\n", fn);
+		if (write(trace_fd, line, (size_t)n) != n) abort();
+	}
 	if (every_call != NVML_SUCCESS) return every_call;
 	nvmlReturn_t r = NVML_SUCCESS;
 	pthread_mutex_lock(&mu);
