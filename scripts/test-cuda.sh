@@ -37,7 +37,7 @@ nvml_include=$(go list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/gen/nvml
 fakenvml=$root/.cache/fakenvml
 mkdir -p "$fakenvml"
 echo "== gcc testdata/fakenvml/fakenvml.c -> $fakenvml/libnvidia-ml.so.1"
-gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$nvml_include" -Itestdata/fakecuda \
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$nvml_include" \
 	-o "$fakenvml/libnvidia-ml.so.1" testdata/fakenvml/fakenvml.c -ldl -lpthread
 # The fakes, not a driver the machine may have, answer every test. The
 # tests that run a process without NVML drop FAKENVML_DIR from its path.

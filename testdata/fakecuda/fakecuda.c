@@ -68,11 +68,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "faults.h"
 #include "machine.h"
 
 #define MAX_DEVICES MACHINE_DEVICES
 #define MAX_CREATED 64
-#define MAX_FAULTS 16
 #define STACK_DEPTH 32
 
 struct CUctx_st {
@@ -89,12 +89,6 @@ struct alloc {
 	int device;
 };
 
-struct fault {
-	char name[64];
-	long n;
-	CUresult code;
-	long calls;
-};
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int ndevices = 1;
@@ -248,22 +242,6 @@ static void count_context(int dev, int delta) {
 	machine_unlock();
 }
 
-static void configure_faults(const char *s) {
-	while (s && *s && nfaults < MAX_FAULTS) {
-		struct fault *f = &faults[nfaults];
-		const char *colon = strchr(s, ':');
-		if (!colon || (size_t)(colon - s) >= sizeof f->name) break;
-		memcpy(f->name, s, (size_t)(colon - s));
-		f->name[colon - s] = 0;
-		char *end;
-		f->n = strtol(colon + 1, &end, 0);
-		if (*end != ':') break;
-		f->code = (CUresult)strtol(end + 1, &end, 0);
-		nfaults++;
-		s = *end == ',' ? end + 1 : NULL;
-	}
-}
-
 static void configure(void) {
 	ndevices = (int)env_long("FAKECUDA_DEVICES", 1);
 	if (ndevices < 0) ndevices = 0;
@@ -287,7 +265,7 @@ static void configure(void) {
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
-	configure_faults(getenv("FAKECUDA_FAIL"));
+	nfaults = parse_faults(getenv("FAKECUDA_FAIL"), faults);
 	machine_setup();
 }
 
@@ -331,7 +309,7 @@ static CUresult enter(const char *fn) {
 		for (int i = 0; i < nfaults; i++) {
 			struct fault *f = &faults[i];
 			if (strcmp(f->name, fn) == 0 && ++f->calls == f->n) {
-				r = f->code;
+				r = (CUresult)f->code;
 				if (sticky(r)) poisoned = r;
 			}
 		}

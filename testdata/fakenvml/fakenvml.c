@@ -4,7 +4,7 @@
 // the library, and a model of NVML's documented behaviour: RULES.md lists
 // each rule it follows with its source. scripts/test-cuda.sh builds it with
 //
-//	gcc -shared -fPIC -I<go-nvml's gen/nvml> -I../fakecuda -o libnvidia-ml.so.1 fakenvml.c -ldl
+//	gcc -shared -fPIC -I<go-nvml's gen/nvml> -o libnvidia-ml.so.1 fakenvml.c -ldl -lpthread
 //
 // against NVIDIA's nvml.h as github.com/NVIDIA/go-nvml, the binding
 // memtrack uses, ships it (gen/nvml, from which the binding is generated),
@@ -49,20 +49,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "machine.h"
-
-#define MAX_FAULTS 16
+#include "../fakecuda/faults.h"
+#include "../fakecuda/machine.h"
 
 struct nvmlDevice_st {
 	int index;
 	int mig; // a MIG device handle (nvmlDeviceGetHandleByUUID of a MIG- UUID)
-};
-
-struct fault {
-	char name[64];
-	long n;
-	nvmlReturn_t code;
-	long calls;
 };
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -97,20 +89,7 @@ static void configure(void) {
 	every_call = (nvmlReturn_t)env_long("FAKENVML_ERROR", NVML_SUCCESS);
 	const char *trace = getenv("FAKENVML_TRACE");
 	if (trace && *trace) trace_fd = open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	const char *s = getenv("FAKENVML_FAIL");
-	while (s && *s && nfaults < MAX_FAULTS) {
-		struct fault *f = &faults[nfaults];
-		const char *colon = strchr(s, ':');
-		if (!colon || (size_t)(colon - s) >= sizeof f->name) break;
-		memcpy(f->name, s, (size_t)(colon - s));
-		f->name[colon - s] = 0;
-		char *end;
-		f->n = strtol(colon + 1, &end, 0);
-		if (*end != ':') break;
-		f->code = (nvmlReturn_t)strtol(end + 1, &end, 0);
-		nfaults++;
-		s = *end == ',' ? end + 1 : NULL;
-	}
+	nfaults = parse_faults(getenv("FAKENVML_FAIL"), faults);
 	for (int i = 0; i < MACHINE_DEVICES; i++) {
 		devices[i].index = mig_devices[i].index = i;
 		mig_devices[i].mig = 1;
@@ -131,7 +110,7 @@ static nvmlReturn_t enter(const char *fn) {
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < nfaults; i++) {
 		struct fault *f = &faults[i];
-		if (strcmp(f->name, fn) == 0 && ++f->calls == f->n) r = f->code;
+		if (strcmp(f->name, fn) == 0 && ++f->calls == f->n) r = (nvmlReturn_t)f->code;
 	}
 	pthread_mutex_unlock(&mu);
 	return r;
