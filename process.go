@@ -93,7 +93,7 @@ func (f processFigures) setUsage(u *Usage) {
 	if !f.ok() {
 		return
 	}
-	u.ProcessUsed, u.ProcessUntracked = f.processUsed, f.processUsed-u.Tracked
+	u.ProcessUsed, u.ProcessUntracked = f.processUsed, max(f.processUsed-u.Tracked, 0)
 	u.OtherProcessesUsed, u.OtherProcesses = f.otherProcessesUsed, f.otherProcesses
 }
 

@@ -46,6 +46,9 @@ var vocabulary = []vocabularyRule{
 		"no figure: the current value of a figure is the figure (Tracked, Held, ...)"},
 	{"active", nil, "nothing: the count of live buffers is Buffers"},
 	{"live", nil, "nothing: the count of live buffers is Buffers, their bytes Tracked"},
+	{"resident", []string{"Usage.NotResident", "Measurement.StartNotResident", "Measurement.EndNotResident", "OutOfMemoryError.NotResident",
+		"hostmem.Mappings.NotResident"},
+		"the tracked bytes of the CPU's mapped buffers not resident yet, NotResident"},
 	{"baseline", []string{"Device.Baseline"},
 		"the Usage before the weights; a Measurement's first reading is Start"},
 	{"process", []string{
