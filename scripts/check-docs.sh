@@ -55,6 +55,7 @@ declare -A skip_cmds=(
 	['eval "$(./scripts/cuda-dev.sh)"']='scripts/test-cuda.sh runs it (the first run downloads about 800 MB)'
 	['go build -tags cuda ./...']='scripts/test-cuda.sh builds with -tags cuda after scripts/cuda-dev.sh (it needs cuda.h)'
 	['./scripts/gpu-check.sh']='scripts/test-cuda.sh runs it, and its run.sh on the fake driver'
+	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (docs/devices.md); .ci/run runs every root benchmark once with -benchtime 1x'
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs cuda.h and the fakes)'
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
