@@ -28,6 +28,7 @@ type cudaBackend struct {
 	n        int
 	initErr  error
 	devs     []cudaDevice // one per device
+	sides    []deviceSide // the device-side figure of each device (heldFigure)
 	nvml     nvmlState    // the driver's per-process figures (nvml_cuda.go)
 }
 
@@ -70,6 +71,7 @@ func (b *cudaBackend) init() error {
 		for i := range b.devs {
 			b.devs[i].ordinal = i
 		}
+		b.sides = newSides(b.n)
 	})
 	return b.initErr
 }

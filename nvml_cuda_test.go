@@ -385,14 +385,14 @@ func TestNVMLReconcile(t *testing.T) {
 		formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
 	fmt.Fprintf(&out, "%10s %-10s %12s %14s %16s %15s %14s\n", "size", "how", "tracked Δ", "meminfo used Δ", "NVML process Δ", "pool reserved Δ", "NVML after free Δ")
 	reserved := func() int64 {
-		p, err := d.PoolStats()
+		p, err := d.Pool().Stats()
 		require.NoError(t, err)
 		return p.PoolReserved
 	}
 	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 1 << 30} {
 		for _, how := range []string{"cuMemAlloc", "pool"} {
 			syncStream(t, d, s)
-			require.NoError(t, d.TrimPool(0))
+			require.NoError(t, d.Pool().Trim(0))
 			before, err := d.Usage()
 			require.NoError(t, err)
 			r0 := reserved()
@@ -410,7 +410,7 @@ func TestNVMLReconcile(t *testing.T) {
 			if how == "pool" {
 				require.NoError(t, b.FreeAsync(s))
 				syncStream(t, d, s)
-				require.NoError(t, d.TrimPool(0))
+				require.NoError(t, d.Pool().Trim(0))
 			} else {
 				require.NoError(t, b.Free())
 			}

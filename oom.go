@@ -39,9 +39,10 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
 	readProcesses(s, d).setOutOfMemory(e) // process.go
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
+	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		e.SitesRecorded = true
-		sites, _ := sr.snapshot(false)
+		es, _ := sr.Snapshot(false)
+		sites := sitesOf(es)
 		e.Sites = sites[:min(len(sites), maxReportSites)]
 	}
 	s.observersOf(d.ordinal, false).notify(e)
@@ -141,7 +142,7 @@ func (e *OutOfMemoryError) tryThis() []string {
 		t = append(t, "free buffers that are no longer needed, or allocate less (smaller batches, shorter sequences)")
 	}
 	if !e.SitesRecorded {
-		t = append(t, "record allocation sites (Device.EnableAllocationSites) to see who holds the memory")
+		t = append(t, "record allocation sites (Device.Sites().Enable) to see who holds the memory")
 	}
 	return t
 }

@@ -79,6 +79,13 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench CategoryLayer -count 10 -benchtime 20000x ."]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench CategoryAllocFree -count 10 -benchtime 2000x ./bench"]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCPUPair/design=tracked\$' BASE=3b0b79e ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	# docs/devices.md: the cost of reading NotResident.
+	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (seconds)'
+	# docs/performance.md: the one allocation path against the commits before it.
+	["OVERLAY=alloc_bench_test.go BASE=fef912d BENCH='^BenchmarkPair\$' COUNT=10 BENCHTIME=200ms ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	["OVERLAY=alloc_bench_test.go BASE=e14c725 BENCH='^BenchmarkPair\$' COUNT=10 BENCHTIME=200ms ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	['BASE=fef912d ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
+	['BASE=e14c725 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -1,5 +1,5 @@
 // Package trace writes memtrack's allocation histories
-// ([memtrack.Device.MemoryHistory]) as Chrome Trace Event Format JSON, the
+// ([memtrack.HistoryRecorder.Snapshot]) as Chrome Trace Event Format JSON, the
 // format Perfetto UI (ui.perfetto.dev) and chrome://tracing open.
 //
 // Each device is a process of the trace, named "memtrack <device>", with a
@@ -20,7 +20,7 @@
 // predate the history and have had no event since counts as
 // uncategorised until its first event.
 //
-//	h, _ := dev.MemoryHistory()
+//	h, _ := dev.History().Snapshot()
 //	f, _ := os.Create("memtrack.json")
 //	trace.Write(f, h)
 //	f.Close()
@@ -79,7 +79,7 @@ type File struct {
 
 // Events returns the trace events of the histories: for history i, process
 // i+1. Times count from the earliest start of a recorded history; a
-// history with no start (the one [memtrack.Device.MemoryHistory] returns
+// history with no start (the one [memtrack.HistoryRecorder.Snapshot] returns
 // with its error for a device that does not record) is an empty process.
 func Events(hs ...memtrack.History) []Event {
 	var origin time.Time

@@ -34,9 +34,9 @@ func main() {
 
 	// Record what a post-mortem needs: who allocated (every allocation)
 	// and what happened before.
-	check(dev.SetAllocationSiteRate(1))
-	check(dev.EnableAllocationSites(32))
-	check(dev.EnableMemoryHistory(4096))
+	check(dev.Sites().SetRate(1))
+	check(dev.Sites().Enable(32))
+	check(dev.History().Enable(4096))
 	dumper, err := oomdump.Install(dev, *dir, oomdump.Options{})
 	check(err)
 	defer dumper.Remove()

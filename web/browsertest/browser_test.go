@@ -184,12 +184,12 @@ const readView = `(() => {
 func TestPageInChromium(t *testing.T) {
 	exe := chromium(t)
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(10000))
-	defer d.DisableMemoryHistory()
-	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: the stacked sites are exact
-	defer d.SetAllocationSiteRate(0)
-	require.NoError(t, d.EnableAllocationSites(16))
-	defer d.DisableAllocationSites()
+	require.NoError(t, d.History().Enable(10000))
+	defer d.History().Disable()
+	require.NoError(t, d.Sites().SetRate(1)) // every allocation: the stacked sites are exact
+	defer d.Sites().SetRate(0)
+	require.NoError(t, d.Sites().Enable(16))
+	defer d.Sites().Disable()
 	require.Zero(t, d.MemoryAllocated(), "the test starts with nothing allocated")
 
 	const limit = 28 << 20
@@ -265,7 +265,7 @@ func TestPageInChromium(t *testing.T) {
 	b, err := d.Alloc(1 << 20)
 	require.NoError(t, err)
 	defer b.Free()
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	want := fmt.Sprintf("%d B, %d events of 10000", d.MemoryAllocated(), len(h.Events))
 	cur := `(() => { const r = document.querySelector('#devices tbody tr[data-device="cpu"]'); return r.cells[1].title + ", " + r.cells[8].textContent; })()`
