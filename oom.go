@@ -38,6 +38,7 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
+	readProcesses(s, d).setOutOfMemory(e) // process.go
 	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		e.SitesRecorded = true
 		es, _ := sr.Snapshot(false)
@@ -106,6 +107,9 @@ func (e *OutOfMemoryError) Report() string {
 	}
 	if e.NotResident > 0 {
 		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
+	}
+	for _, l := range e.processLines() { // process.go
+		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")

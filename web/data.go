@@ -45,6 +45,15 @@ type Device struct {
 	// Categories are the figures of the device's categories and of the
 	// memory outside them (category.go); absent without categories.
 	Categories []Category `json:"categories,omitempty"`
+	// The driver's per-process figures ([memtrack.Usage]), on a CUDA GPU
+	// where NVML gives them (PerProcess); PerProcessError says why not
+	// where it does not (process.go).
+	PerProcess         bool      `json:"perProcess"`
+	ProcessUsed        int64     `json:"processUsed"`
+	ProcessUntracked   int64     `json:"processUntracked"`
+	OtherProcessesUsed int64     `json:"otherProcessesUsed"`
+	OtherProcesses     []Process `json:"otherProcesses,omitempty"`
+	PerProcessError    string    `json:"perProcessError,omitempty"`
 }
 
 // History is a device's history as the plot draws it: times in
@@ -108,9 +117,11 @@ func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
 	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
 	out.Categories = categories(d) // category.go
-	var err error
-	if out.Free, out.Total, err = d.MemGetInfo(); err != nil {
+	if u, err := d.Usage(); err != nil {
 		out.InfoError = err.Error()
+	} else {
+		out.Free, out.Total = u.Free, u.Total
+		processes(&out, u) // process.go
 	}
 	out.Sites = d.Sites().Stats().Enabled
 	p := newPlotter(MaxPoints)

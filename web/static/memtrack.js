@@ -77,6 +77,7 @@
     if (!h) {
       sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.History().Enable to see the timeline."));
       if (dev.categories) sec.appendChild(categoryTable(dev.categories));
+      processNote(sec, dev);
       return sec;
     }
     const n = h.t.length;
@@ -209,7 +210,34 @@
       sec.appendChild(p);
     }
     if (dev.categories) sec.appendChild(categoryTable(dev.categories));
+    processNote(sec, dev);
     return sec;
+  }
+
+  // processNote adds the driver's per-process figures (NVML) to a device's
+  // section: this process's, and each other process's; or why there are
+  // none, on a device that should have them.
+  function processNote(sec, dev) {
+    if (!dev.perProcess) {
+      if (dev.perProcessError) sec.appendChild(html("p", { "class": "note processes" }, "per process (NVML): unavailable: " + dev.perProcessError));
+      return;
+    }
+    const t = html("table", { "class": "processes" });
+    const head = html("tr", {});
+    for (const c of ["process (NVML)", "used", "untracked"]) head.appendChild(html("th", {}, c));
+    t.appendChild(html("thead", {})).appendChild(head);
+    const body = t.appendChild(html("tbody", {}));
+    const row = (name, used, untracked) => {
+      const tr = html("tr", {});
+      tr.appendChild(cell(name));
+      tr.appendChild(cell(fmtBytes(used), used + " B"));
+      tr.appendChild(untracked === null ? cell("-") : cell(fmtBytes(untracked), untracked + " B"));
+      body.appendChild(tr);
+    };
+    row("this process", dev.processUsed, dev.processUntracked);
+    for (const p of dev.otherProcesses || []) row(`${p.pid} ${p.name || "(name unknown)"}`, p.used, null);
+    if (dev.otherProcesses) row("other processes", dev.otherProcessesUsed, null);
+    sec.appendChild(t);
   }
 
   // categoryTable lists a device's categories and the memory outside them.
