@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
@@ -113,19 +111,10 @@ func (d Device) Category(name string) (Category, error) {
 
 // checkCategoryName says what is wrong with a category's name, if anything.
 func checkCategoryName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty category name")
-	case len(name) > MaxCategoryName:
-		return fmt.Errorf("category name of %d bytes, longer than %d", len(name), MaxCategoryName)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("category name %q is not UTF-8", name)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("category name %q holds a control character", name)
-	case name == Uncategorised:
+	if name == Uncategorised {
 		return fmt.Errorf("%q names the memory outside every category", name)
 	}
-	return nil
+	return checkName("category", name, MaxCategoryName) // mark.go
 }
 
 // category returns the category called name, making it if there is room.

@@ -27,6 +27,9 @@ const (
 	HistoryLimit                                // an allocation was refused by the memory limit
 	HistoryOutOfMemory                          // an allocation was refused by the device (or the record's capacity)
 	HistoryFailed                               // an allocation failed in the backend for another reason
+	HistoryMark                                 // a named instant (Device.Mark, mark.go)
+	HistoryBegin                                // the start of a named span (Device.BeginSpan)
+	HistoryEnd                                  // the end of a span (Span.End)
 )
 
 var historyActionNames = [...]string{
@@ -35,9 +38,13 @@ var historyActionNames = [...]string{
 	HistoryLimit:       "limit",
 	HistoryOutOfMemory: "oom",
 	HistoryFailed:      "failed",
+	HistoryMark:        "mark",
+	HistoryBegin:       "begin",
+	HistoryEnd:         "end",
 }
 
-// String returns "alloc", "free", "limit", "oom" or "failed".
+// String returns "alloc", "free", "limit", "oom", "failed", "mark",
+// "begin" or "end".
 func (a HistoryAction) String() string {
 	if int(a) < len(historyActionNames) && historyActionNames[a] != "" {
 		return historyActionNames[a]
@@ -49,7 +56,8 @@ func (a HistoryAction) String() string {
 // [HistoryLimit], [HistoryOutOfMemory] or [HistoryFailed].
 func (a HistoryAction) Refused() bool { return a >= HistoryLimit && a <= HistoryFailed }
 
-// HistoryEvent is one allocation, free or refused allocation on a device.
+// HistoryEvent is one allocation, free or refused allocation on a device,
+// or one of its marks ([Device.Mark], [Device.BeginSpan]).
 type HistoryEvent struct {
 	// Seq numbers the device's events from 0, in the order they took their
 	// place in the history; a number missing between two events is a gap.
@@ -84,6 +92,13 @@ type HistoryEvent struct {
 	// the device's); 0 for none.
 	Category        string
 	CategoryTracked int64
+	// Mark is the name of a mark ([HistoryMark], [HistoryBegin],
+	// [HistoryEnd]); "" for every other event. Span pairs a span's begin
+	// and end: it is the Seq of the span's [HistoryBegin], in both; 0 for
+	// every other event. A mark's Size is 0 and its Tracked the device's
+	// tracked bytes at the mark.
+	Mark string
+	Span uint64
 }
 
 // HistoryGap is a run of events missing between two recorded ones: a viewer
@@ -262,6 +277,7 @@ type history struct {
 	start  time.Time     // the clock of the events' times
 	slots  []historySlot
 	sites  atomic.Pointer[[]*site] // by slot; written and read as the slot is
+	marks  markNames               // the names of its marks (mark.go)
 }
 
 // historySlot is one event in the ring, 64 bytes.
@@ -273,8 +289,9 @@ type historySlot struct {
 	stream uintptr
 	ccur   int64 // the category's tracked bytes
 	action HistoryAction
-	cat    uint8 // the category, 1-based; 0 for none
-	_      [64 - 50]byte
+	cat    uint8  // the category, 1-based; 0 for none
+	mark   uint32 // the mark's name in the history's names (mark.go), 1-based; 0 for none
+	_      [64 - 56]byte
 }
 
 func newHistory(n int) *history {
@@ -328,10 +345,16 @@ func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Strea
 // recordIn writes one event of category cat (0: none), which tracks ccur
 // bytes after it, into the ring, or counts it lost.
 func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
+	h.put(a, size, cur, s, stream, cat, ccur, 0)
+}
+
+// put writes one event into the ring, or counts it lost, and returns its
+// number; mark is a mark's name (mark.go), 0 for none.
+func (h *history) put(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64, mark uint32) uint64 {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur = nanos, size, cur, uintptr(stream), a, cat, ccur
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur, sl.mark = nanos, size, cur, uintptr(stream), a, cat, ccur, mark
 		if p := h.sites.Load(); p != nil {
 			(*p)[t%uint64(len(h.slots))] = s
 		} else if s != nil {
@@ -339,6 +362,7 @@ func (h *history) recordIn(a HistoryAction, size, cur int64, s *site, stream Str
 		}
 		sl.seq.Store((t+1)<<2 | slotDone)
 	}
+	return t
 }
 
 // makeSites makes the array of the events' sites, once.
@@ -419,6 +443,9 @@ func (h *history) each(cats *categorySet, begin func(slots uint64), f func(Histo
 			Stream:          sl.stream,
 			Category:        cats.name(sl.cat),
 			CategoryTracked: sl.ccur,
+		}
+		if sl.mark != 0 {
+			h.readMark(&e, sl.mark) // mark.go
 		}
 		var s *site
 		if sites != nil {
