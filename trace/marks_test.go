@@ -51,7 +51,7 @@ func TestWriteMarks(t *testing.T) {
 		ev(2, 3, memtrack.HistoryEnd, "load weights", 0, 100),
 		ev(3, 4, memtrack.HistoryBegin, "pass", 3, 100),
 		ev(4, 5, memtrack.HistoryMark, "halfway", 0, 100),
-		ev(5, 6, memtrack.HistoryBegin, "layer", 5, 100), // nests in pass
+		ev(5, 6, memtrack.HistoryBegin, "layer", 5, 100),   // nests in pass
 		ev(6, 7, memtrack.HistoryBegin, "overlap", 6, 100), // ends after pass: another lane
 		ev(7, 8, memtrack.HistoryEnd, "layer", 5, 100),
 		ev(8, 9, memtrack.HistoryEnd, "pass", 3, 100),
