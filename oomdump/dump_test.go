@@ -65,8 +65,14 @@ func TestDump(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)}
 	du.now = clk.now
 
+	load, err := d.BeginSpan("load weights")
+	require.NoError(t, err)
 	w := holdWeights(t, d, 768<<10)
 	defer w.Free()
+	require.NoError(t, load.End())
+	pass, err := d.BeginSpan("pass") // open when the refusal is dumped
+	require.NoError(t, err)
+	defer pass.End()
 	_, err = d.Alloc(512 << 10)
 	var oom *memtrack.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
@@ -106,6 +112,20 @@ func TestDump(t *testing.T) {
 	tr, err := os.ReadFile(filepath.Join(dumps[0], "trace.json"))
 	require.NoError(t, err)
 	assert.Contains(t, string(tr), `"ph":"C"`)
+	var parsed struct {
+		TraceEvents []struct {
+			Name, Ph, Cat string
+			Args         map[string]any
+		}
+	}
+	require.NoError(t, json.Unmarshal(tr, &parsed))
+	spans := map[string]bool{} // by name: open
+	for _, e := range parsed.TraceEvents {
+		if e.Cat == "memtrack.span" && e.Ph == "X" {
+			spans[e.Name] = e.Args["open"] == true
+		}
+	}
+	assert.Equal(t, map[string]bool{"load weights": false, "pass": true}, spans, "the phases in the dump's trace, the refused one open")
 
 	// Within the interval: no dump. Past it: a second one.
 	_, err = d.Alloc(512 << 10)
