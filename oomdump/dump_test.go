@@ -115,7 +115,7 @@ func TestDump(t *testing.T) {
 	var parsed struct {
 		TraceEvents []struct {
 			Name, Ph, Cat string
-			Args         map[string]any
+			Args          map[string]any
 		}
 	}
 	require.NoError(t, json.Unmarshal(tr, &parsed))
