@@ -13,8 +13,11 @@ import (
 )
 
 const (
-	// MaxCategories is the most categories one device has.
-	MaxCategories = 16
+	// MaxCategories is the most categories one device has: 255, what the
+	// one byte that names a buffer's category holds (in the Buffer and in
+	// each event of the history). A device's categories take about 96 KiB,
+	// allocated when its first category is made.
+	MaxCategories = 255
 
 	// MaxCategoryName is the longest name of a category, in bytes.
 	MaxCategoryName = 64

@@ -131,6 +131,9 @@ type OutOfMemoryError struct {
 	// holders among its live buffers, the largest first (at most 5).
 	SitesRecorded bool
 	Sites         []Site
+	// Categories are the rows of [Device.CategoryStats] at the refusal
+	// (the uncategorised one last), nil for a device without categories.
+	Categories []CategoryStats
 }
 
 // Error describes the refused allocation.

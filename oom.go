@@ -34,6 +34,7 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 		sites, _ := sr.snapshot(false)
 		e.Sites = sites[:min(len(sites), maxReportSites)]
 	}
+	e.Categories = categoryRows(d, s.cats.lookup(d.ordinal), rec) // category.go
 	s.observersOf(d.ordinal, false).notify(e)
 	return e
 }
@@ -96,6 +97,7 @@ func (e *OutOfMemoryError) Report() string {
 			fmt.Fprintf(&b, "    %s in %s: %s\n", exactBytes(s.Bytes), buffers(s.Buffers, "buffer"), siteName(s.Stack))
 		}
 	}
+	writeReportCategories(&b, e) // oom_category.go
 	for _, t := range e.tryThis() {
 		fmt.Fprintf(&b, "  try: %s\n", t)
 	}
