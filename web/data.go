@@ -77,8 +77,9 @@ type History struct {
 	// allocated), one value per point; the last is the rest.
 	Sites []SiteSeries `json:"sites,omitempty"`
 	// Categories, when the history has events in categories, are each
-	// category's tracked bytes at each point, the last "uncategorised"
-	// (category.go).
+	// category's tracked bytes at each point (past TopCategories, those
+	// that track the most at the highest point, then the others as
+	// OtherCategories), the last "uncategorised" (category.go).
 	Categories []SiteSeries `json:"categories,omitempty"`
 }
 

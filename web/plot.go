@@ -322,7 +322,7 @@ func (p *plotter) finish(h memtrack.History, peak int64, now map[string]int64) *
 		}
 	}
 	out.Max, out.MaxT, out.MaxAtPeak = p.max.cur, ms(p.max.t), p.max.cur == peak
-	out.Categories = p.categorySeries(pts) // category.go
+	out.Categories = p.categorySeries(pts, atMax) // category.go
 	if now == nil {
 		return out
 	}

@@ -8,7 +8,7 @@
   const SITE_COLORS = ["#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#e0e0e0"];
   const MARK_COLORS = ["#8c6bb1", "#41ab5d", "#ef6548", "#4292c6", "#fe9929", "#807dba", "#969696"];
   const BAND = 16; // the height of a row of marks' labels
-  const CATEGORY_COLORS = ["#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#e7cb94", "#c6dbef"];
+  const CATEGORY_COLORS = ["#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#e7cb94", "#c6dbef", "#d9d9d9"];
   const refresh = Number(document.body.dataset.refresh || 0);
   // The plot stacks the allocation sites, or the categories with
   // ?stack=categories (and wherever no sites are recorded).
