@@ -23,7 +23,7 @@
 # uncategorised pair and the categorised pair), N (default 200000), EXTRA
 # (files of the working tree copied into the base's tree before it is
 # built, for a benchmark the base lacks; default the categorised pair's
-# benchmark file). A benchmark missing at one side is reported as such.
+# benchmark file; EXTRA= copies none). A benchmark missing at one side is reported as such.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +32,7 @@ pkg=${PKG:-.}
 tags=${TAGS:-}
 benches=${BENCH:-'^BenchmarkDeviceLayer/sites=off$ ^BenchmarkCategoryPair/category=first$ ^BenchmarkCategoryPair/category=last$'}
 n=${N:-200000}
-extra=${EXTRA:-category_bench_test.go}
+extra=${EXTRA-category_bench_test.go}
 command -v valgrind >/dev/null || { echo "bench-callgrind.sh: needs valgrind (apt-get install -y valgrind)" >&2; exit 2; }
 
 script=bench-callgrind.sh
