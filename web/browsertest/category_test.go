@@ -1,8 +1,12 @@
 package browsertest
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +64,68 @@ func TestCategoriesInChromium(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"weights", "activations", "uncategorised"}, v.Stacked, "the categories stacked, then the rest")
 	assert.Equal(t, []string{"weights 8388608 B", "activations 0 B", "uncategorised 1048576 B"}, v.Rows)
+	assert.Empty(t, consoleErrors(), "the page logs no error")
+}
+
+// TestHundredCategoriesInChromium opens the page of a device with 100
+// categories, stacked by category: the plot stacks web.TopCategories of
+// them, the others as one and the rest, with a legend of as many; the
+// table lists every one; the page logs no error.
+func TestHundredCategoriesInChromium(t *testing.T) {
+	exe := chromium(t)
+	if os.Getenv("MEMTRACK_BROWSER_CHILD") == "" {
+		// The categories stay on the CPU for the life of the process: run
+		// in a process of its own, so that the other tests' pages do not
+		// show them.
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHundredCategoriesInChromium$", "-test.v", "-test.count=1", "-screenshot="+*screenshot)
+		cmd.Env = append(os.Environ(), "MEMTRACK_BROWSER_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child output:\n%s", out)
+		assert.Contains(t, string(out), "--- PASS: TestHundredCategoriesInChromium", "child output:\n%s", out)
+		return
+	}
+	d := memtrack.CPU()
+	require.NoError(t, d.EnableMemoryHistory(1000))
+	defer d.DisableMemoryHistory()
+	for i := range 100 {
+		c, err := d.Category(fmt.Sprintf("layer%03d", i))
+		require.NoError(t, err)
+		b, err := c.Alloc(int64(i+1) << 16)
+		require.NoError(t, err)
+		defer b.Free()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/debug/memtrack/", web.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, consoleErrors := browser(t, exe)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/debug/memtrack/?stack=categories"),
+		chromedp.WaitVisible(chromedp.CSS(`table.categories`)),
+	))
+	type shown struct {
+		Stacked []string `json:"stacked"`
+		Legend  int      `json:"legend"`
+		Rows    int      `json:"rows"`
+	}
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[shown](`(() => ({
+  stacked: [...document.querySelectorAll('section[data-device="cpu"] svg.plot path.category')].map(e => e.getAttribute('data-category')),
+  legend: document.querySelectorAll('section[data-device="cpu"] .legend > span').length,
+  rows: document.querySelectorAll('section[data-device="cpu"] table.categories tbody tr').length,
+}))()`))
+	require.NoError(t, err)
+	var want []string
+	for i := 100 - web.TopCategories; i < 100; i++ {
+		want = append(want, fmt.Sprintf("layer%03d", i))
+	}
+	want = append(want, web.OtherCategories, memtrack.Uncategorised)
+	assert.Equal(t, want, v.Stacked)
+	assert.Equal(t, len(want), v.Legend)
+	assert.Equal(t, 101, v.Rows)
+	if *screenshot != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(strings.TrimSuffix(*screenshot, ".png")+"-categories.png", png, 0o644))
+	}
 	assert.Empty(t, consoleErrors(), "the page logs no error")
 }
