@@ -1,10 +1,12 @@
 package memtrack
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -292,4 +294,97 @@ func BenchmarkMark(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestMarksTakeNoLock: without a history, marks complete while the locks
+// of the device's tables are held; with one, a mark of a name the history
+// knows completes while the history's readers' lock and its names' lock
+// are held.
+func TestMarksTakeNoLock(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	// finishes runs f on another goroutine and reports whether it returned
+	// while the test holds its locks (a guard against a hang, not a wait
+	// the test relies on: f takes no lock, so it returns at once).
+	finishes := func(f func()) bool {
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+			return true
+		case <-time.After(10 * time.Second):
+			return false
+		}
+	}
+	marks := func() {
+		assert.NoError(t, d.Mark("phase"))
+		sp, err := d.BeginSpan("phase")
+		assert.NoError(t, err)
+		assert.NoError(t, sp.End())
+	}
+	tab := &tables[KindCUDA]
+	tab.mu.Lock()
+	tab.history.mu.Lock()
+	ok := finishes(marks)
+	tab.history.mu.Unlock()
+	tab.mu.Unlock()
+	require.True(t, ok, "a mark without a history waited for a lock")
+
+	historyOn(t, d, 64)
+	marks() // the name's first use takes the names' lock
+	h := tab.history.lookup(d.ordinal)
+	h.readMu.Lock()
+	h.marks.mu.Lock()
+	tab.mu.Lock()
+	tab.history.mu.Lock()
+	ok = finishes(marks)
+	tab.history.mu.Unlock()
+	tab.mu.Unlock()
+	h.marks.mu.Unlock()
+	h.readMu.Unlock()
+	require.True(t, ok, "a mark with a history waited for a lock")
+	got, err := d.MemoryHistory()
+	require.NoError(t, err)
+	assert.Len(t, got.Events, 6)
+}
+
+// FuzzMarkNames numbers the names of a sequence against a plain model: a
+// name's number is one more than the names seen before it, the same every
+// time, and past MaxMarkNames a new name is refused and changes nothing.
+func FuzzMarkNames(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 1, 3})
+	f.Add([]byte{255, 255, 7})
+	f.Add(append(bytes.Repeat([]byte{250}, MaxMarkNames+2), 3, 250)) // past MaxMarkNames
+	f.Fuzz(func(t *testing.T, seq []byte) {
+		var m markNames
+		model := map[string]uint32{}
+		for i, b := range seq {
+			// Few names, so that repeats are common, and a name per
+			// position past 200, so that long inputs pass MaxMarkNames.
+			name := fmt.Sprint("n", b%16)
+			if b >= 200 {
+				name = fmt.Sprint("p", i, "/", b)
+			}
+			id, err := m.id(name, CPU())
+			want, known := model[name]
+			switch {
+			case known:
+				require.NoError(t, err)
+				require.Equal(t, want, id)
+			case len(model) == MaxMarkNames:
+				require.ErrorIs(t, err, ErrTooManyMarkNames)
+				require.Zero(t, id)
+			default:
+				require.NoError(t, err)
+				want = uint32(len(model) + 1)
+				require.Equal(t, want, id)
+				model[name] = id
+			}
+			if err == nil {
+				require.Equal(t, name, m.name(id))
+			}
+		}
+		require.Equal(t, "", m.name(0))
+		require.Equal(t, "", m.name(uint32(len(model)+1)))
+	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/memtrack/memtrack"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // laid is a span as the tests expect it: times in ms from the start.
@@ -61,4 +62,72 @@ func TestPairer(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// FuzzPairer pairs begins and ends in the order the input gives them,
+// with times that may repeat, and checks the spans against a plain model:
+// one span per begin, ended by its own end where the input has one, one
+// per end without its begin, and within each lane any two spans either
+// nest or do not overlap.
+func FuzzPairer(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 1, 2, 3})
+	f.Add([]byte{0, 4, 0, 1, 5, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		start := time.Now()
+		var p Pairer
+		var open []uint64             // begun, not ended, by Seq
+		ended := map[uint64]uint64{}  // begin Seq -> end Seq
+		lostEnds := map[uint64]bool{} // end Seq of an end without its begin
+		begins := map[uint64]bool{}
+		ms := 0
+		for i, op := range ops {
+			seq := uint64(i)
+			ms += int(op>>4) % 3 // times repeat, and move on
+			at := start.Add(time.Duration(ms) * time.Millisecond)
+			switch op % 3 {
+			case 0:
+				begins[seq] = true
+				open = append(open, seq)
+				p.Add(memtrack.HistoryEvent{Seq: seq, Time: at, Action: memtrack.HistoryBegin, Mark: "s", Span: seq})
+			case 1: // ends an open span, the one the input picks
+				if len(open) == 0 {
+					continue
+				}
+				k := int(op>>2) % len(open)
+				b := open[k]
+				open = append(open[:k], open[k+1:]...)
+				ended[b] = seq
+				p.Add(memtrack.HistoryEvent{Seq: seq, Time: at, Action: memtrack.HistoryEnd, Mark: "s", Span: b})
+			case 2: // an end whose begin the ring let go
+				lostEnds[seq] = true
+				p.Add(memtrack.HistoryEvent{Seq: seq, Time: at, Action: memtrack.HistoryEnd, Mark: "s", Span: 1 << 40})
+			}
+		}
+		got := p.Spans()
+		require.Len(t, got, len(begins)+len(lostEnds))
+		for _, s := range got {
+			require.False(t, s.To.Before(s.From))
+			switch {
+			case s.BeginLost:
+				require.True(t, lostEnds[s.End], "%+v", s)
+			default:
+				require.True(t, begins[s.Begin])
+				end, ok := ended[s.Begin]
+				require.Equal(t, !ok, s.Open)
+				if ok {
+					require.Equal(t, end, s.End)
+				}
+			}
+		}
+		for i, a := range got {
+			for _, b := range got[i+1:] {
+				if a.Lane != b.Lane {
+					continue
+				}
+				disjoint := !a.To.After(b.From) || !b.To.After(a.From)
+				nested := !a.From.After(b.From) && !a.To.Before(b.To) || !b.From.After(a.From) && !b.To.Before(a.To)
+				require.True(t, disjoint || nested, "lane %d: %+v and %+v overlap", a.Lane, a, b)
+			}
+		}
+	})
 }
