@@ -24,6 +24,52 @@
 // passed to code that still imports mumax's cu, convert it explicitly
 // (the compiler asks for it, so no free goes uncounted unnoticed).
 //
+// # In mumax3
+//
+// scripts/try-mumax3.sh checks each of these on mumax3's own source (the
+// version memtrack's go.mod requires) with -tags cuda, a require and a
+// replace directive for memtrack in mumax3's go.mod, and go mod tidy:
+//
+//   - The import changed in only some files does not compile where a
+//     DevicePtr of this package reaches code still on mumax's cu. Changed
+//     in mumax3's cuda/ but not in its cufft binding (cuda/cufft), the
+//     build stops with 4 errors, two in cuda/fft3dc2r.go and two in
+//     cuda/fft3dr2c.go: "cannot use cu.DevicePtr(...) (value of uintptr
+//     type "github.com/memtrack/memtrack/cu".DevicePtr) as
+//     "github.com/mumax/3/cuda/cu".DevicePtr value in argument to
+//     p.handle.ExecC2R" (ExecR2C). Convert there, or change cufft too.
+//   - Changed in all 86 files that import mumax's cu (test files
+//     included), mumax3 and its tests build.
+//   - Changed only in the 4 files that allocate and free (cuda/alloc.go,
+//     cuda/slice.go, cuda/buffer.go, cuda/bytes.go), they build too.
+//     These hold every MemAlloc, MemFree and Free call of mumax3 outside
+//     cu itself and the tests (cufft's test allocates with cu), so each
+//     allocation mumax3 makes through cu is counted;
+//     the work areas cuFFT allocates for its plans are not (count them
+//     with memtrack's Device.Track).
+//   - The build needs -tags cuda (without it the first error is
+//     "undefined: cu.DevicePtr" in cuda/cufft), and memtrack's go line
+//     (go 1.26.0, which go mod tidy writes; with mumax3's own, go build
+//     stops at "go: updates to go.mod needed").
+//   - mumax3's cufft and curand bindings need cufft.h and curand.h to
+//     compile, and a program that imports them links libcufft.so and
+//     libcurand.so: on Debian without the toolkit, scripts/cuda-dev.sh
+//     provides them, with cuda.h and libcuda.so, from the nvidia-cuda-dev
+//     package.
+//
+// Memory that a program's own pool keeps is not freed, so it stays
+// counted: after mumax3's cuda.Recycle the buffer pool still holds the
+// buffers, and memtrack's figures (Tracked, Buffers, the peaks, the memory
+// limit) count them until cuda.FreeBuffers frees them; a buffer handed out
+// again from the pool is no new allocation. The script runs this on the
+// fake driver (testdata/mumax3pool). To count what a pool holds apart
+// from the rest, allocate the pool's buffers through a
+// [memtrack.Category]: with Category.Alloc, or, for memory the pool
+// allocates with mumax's cu, with Category.Track of the pointer and
+// [memtrack.Tracked.FreeWith] to free it, as this package's pool example
+// does (package memtrack's Category example shows one over Category.Alloc).
+// The drop-in's MemAlloc counts outside every category.
+//
 // # What each call does
 //
 // MemAlloc allocates with cuMemAlloc and names the device of the current

@@ -4,7 +4,8 @@
 # fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
 # run vet, build and the race-detector tests with -tags cuda against it.
 # Then run the CUDA packages' tests again under each other reading the fake
-# offers, run examples/track on it, and build the folder of scripts/gpu-check.sh
+# offers, run examples/track on it, try package cu on mumax3 itself
+# (scripts/try-mumax3.sh), and build the folder of scripts/gpu-check.sh
 # and run it on the fake driver twice, so that what a GPU machine runs is
 # known to work: once as a one-GPU machine whose device bears a real GPU's
 # name (the tests then cannot tell the fake and take every branch they take
@@ -13,14 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+if ! command -v gcc >/dev/null; then
+	apt-get install -y -qq gcc >/dev/null
+fi
 eval "$(./scripts/cuda-dev.sh)"
 include=/usr/local/cuda/include
 if [[ -n ${CGO_CFLAGS:-} ]]; then
 	include=${CGO_CFLAGS#-I}
-fi
-
-if ! command -v gcc >/dev/null; then
-	apt-get install -y -qq gcc >/dev/null
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
@@ -56,6 +56,9 @@ done
 
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
+
+echo "== scripts/try-mumax3.sh: package cu as a drop-in on mumax3, and its buffer pool on the fake driver"
+./scripts/try-mumax3.sh
 
 echo "== scripts/gpu-check.sh, run on the fake driver"
 ./scripts/gpu-check.sh
