@@ -5,14 +5,13 @@
 # under callgrind at two -test.benchtime counts, N and 2N iterations, with
 # GOGC=off GODEBUG=asyncpreemptoff=1, and the difference of the two
 # instruction counts divided by N is what one operation costs, the start-up
-# and the benchmark's set-up cancelled out. Two figures per side: the
+# and the benchmark's set-up cancelled out; -test.cpu 1, so that no idle P
+# spins in the scheduler meanwhile. Two figures per side: the
 # instructions of the library's own functions (memtrack/op: the functions
 # of the packages of github.com/memtrack/memtrack, the benchmark's own
-# loop left out), which repeat to the instruction, and the program's
-# (total/op), which adds the benchmark's loop and the runtime's: the
-# allocations, and a scheduler whose work follows the wall-clock time
-# (timers, the system monitor's preemptions), so that it varies by several
-# percent from run to run under valgrind.
+# loop left out) and the program's (total/op: with the loop and the
+# runtime's, the allocations among them). Both repeat to the instruction
+# from run to run.
 #
 #	./scripts/bench-callgrind.sh                          # the defaults below
 #	BASE=fef912d BENCH='^BenchmarkDeviceLayer/sites=off$' ./scripts/bench-callgrind.sh
@@ -50,7 +49,7 @@ go test -c -tags "$tags" -o "$out/head.test" "$pkg"
 # the module's functions', then the program's.
 count() {
 	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-		"$1" -test.run '^$' -test.bench "$2" -test.benchtime "${3}x" -test.count 1 >"$out/run.txt" 2>"$out/vg.txt"
+		"$1" -test.run '^$' -test.bench "$2" -test.benchtime "${3}x" -test.count 1 -test.cpu 1 >"$out/run.txt" 2>"$out/vg.txt"
 	if ! grep -q '^Benchmark' "$out/run.txt"; then
 		echo missing
 		return
