@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,8 @@ func TestCategoriesInChromium(t *testing.T) {
 // TestHundredCategoriesInChromium opens the page of a device with 100
 // categories, stacked by category: the plot stacks web.TopCategories of
 // them, the others as one and the rest, with a legend of as many; the
-// table lists every one; the page logs no error.
+// table, folded under its summary, opens on a click and lists every one;
+// the page logs no error.
 func TestHundredCategoriesInChromium(t *testing.T) {
 	exe := chromium(t)
 	if os.Getenv("MEMTRACK_BROWSER_CHILD") == "" {
@@ -100,9 +102,32 @@ func TestHundredCategoriesInChromium(t *testing.T) {
 	defer srv.Close()
 	ctx, consoleErrors := browser(t, exe)
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/debug/memtrack/?stack=categories"),
+		chromedp.Navigate(srv.URL+"/debug/memtrack/?stack=categories&refresh=1"),
+		chromedp.WaitVisible(chromedp.CSS(`details.categories > summary`)),
+	))
+	// The table is folded under its summary, and opens on a click.
+	folded, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const d = document.querySelector('details.categories'); return d.open + " " + d.querySelector('summary').textContent; })()`))
+	require.NoError(t, err)
+	assert.Equal(t, "false 100 categories and the memory outside them", folded)
+	rendered := func() int {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.rendered`))
+		require.NoError(t, err)
+		v, err := strconv.Atoi(n)
+		require.NoError(t, err)
+		return v
+	}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`details.categories > summary`)),
 		chromedp.WaitVisible(chromedp.CSS(`table.categories`)),
 	))
+	// It stays open when the page reads its figures again (every second
+	// here).
+	after := rendered() + 1
+	_, err = chromedp.Run(ctx, chromedp.Poll[chromedp.Void](fmt.Sprintf("Number(document.body.dataset.rendered) >= %d", after), chromedp.WithPollingTimeout(15*time.Second)))
+	require.NoError(t, err, "the page did not refresh")
+	reopened, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('details.categories').open`))
+	require.NoError(t, err)
+	assert.True(t, reopened, "the table stays open across a refresh")
 	type shown struct {
 		Stacked []string `json:"stacked"`
 		Legend  int      `json:"legend"`

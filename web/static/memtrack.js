@@ -8,6 +8,8 @@
   const SITE_COLORS = ["#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#e0e0e0"];
   const MARK_COLORS = ["#8c6bb1", "#41ab5d", "#ef6548", "#4292c6", "#fe9929", "#807dba", "#969696"];
   const BAND = 16; // the height of a row of marks' labels
+  const FOLD_CATEGORIES = 17; // more rows than this: the category table is folded
+  const openCategories = new Set(); // the devices whose folded category table was opened
   const CATEGORY_COLORS = ["#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#e7cb94", "#c6dbef", "#d9d9d9"];
   const refresh = Number(document.body.dataset.refresh || 0);
   // The plot stacks the allocation sites, or the categories with
@@ -78,7 +80,7 @@
     sec.appendChild(html("h2", {}, dev.name));
     if (!h) {
       sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.EnableMemoryHistory to see the timeline."));
-      if (dev.categories) sec.appendChild(categoryTable(dev.categories));
+      if (dev.categories) sec.appendChild(categoryTable(dev.name, dev.categories));
       return sec;
     }
     const n = h.t.length;
@@ -219,7 +221,7 @@
       p.appendChild(html("a", { href: "?stack=" + other }, "stack by " + other));
       sec.appendChild(p);
     }
-    if (dev.categories) sec.appendChild(categoryTable(dev.categories));
+    if (dev.categories) sec.appendChild(categoryTable(dev.name, dev.categories));
     return sec;
   }
 
@@ -262,7 +264,7 @@
   }
 
   // categoryTable lists a device's categories and the memory outside them.
-  function categoryTable(cats) {
+  function categoryTable(name, cats) {
     const t = html("table", { "class": "categories" });
     const head = html("tr", {});
     for (const c of ["category", "tracked", "peak tracked", "buffers", "failed allocs", "limit"]) head.appendChild(html("th", {}, c));
@@ -278,7 +280,16 @@
       tr.appendChild(c.limit ? cell(fmtBytes(c.limit), c.limit + " B") : cell("none"));
       body.appendChild(tr);
     }
-    return t;
+    if (cats.length <= FOLD_CATEGORIES) return t;
+    // Many categories (a category per layer): the table folded, so that the
+    // next device's plot stays near.
+    // A refresh draws it anew, open where it was opened.
+    const d = html("details", { "class": "categories" });
+    d.open = openCategories.has(name);
+    d.addEventListener("toggle", () => { if (d.open) openCategories.add(name); else openCategories.delete(name); });
+    d.appendChild(html("summary", {}, `${cats.length - 1} categories and the memory outside them`));
+    d.appendChild(t);
+    return d;
   }
 
   function cell(text, title) {
