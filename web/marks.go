@@ -6,7 +6,9 @@ import (
 	"github.com/memtrack/memtrack"
 )
 
-// MaxMarks is the most marks and spans a device's plot gets: the newest.
+// MaxMarks is the most marks and spans a device's plot gets: the newest
+// (and the spans still open). A read keeps about twice as many of each, the
+// spans still open besides, however many the history holds.
 const MaxMarks = 1000
 
 // Mark is one of the history's marks (memtrack.Device.Mark), drawn as a
@@ -37,6 +39,11 @@ func (p *plotter) mark(e memtrack.HistoryEvent) {
 	p.markEvents++
 	if e.Action == memtrack.HistoryMark {
 		p.instants = append(p.instants, instant{t: e.Time, name: e.Mark})
+		if len(p.instants) >= 2*MaxMarks { // keep the newest: memory for what is sent
+			n := copy(p.instants, p.instants[len(p.instants)-MaxMarks:])
+			p.instantsDropped += len(p.instants) - n
+			p.instants = p.instants[:n]
+		}
 	}
 	if p.started && e.Seq == p.prev.Seq+1 {
 		p.prev.Seq = e.Seq
@@ -59,9 +66,10 @@ func (p *plotter) markList(ms func(time.Time) float64) ([]Mark, int) {
 	for ; i < len(p.instants); i++ {
 		out = append(out, Mark{Name: p.instants[i].name, T: ms(p.instants[i].t)})
 	}
+	dropped := p.pairs.Dropped + p.instantsDropped
 	if len(out) == 0 {
-		return nil, 0
+		return nil, dropped
 	}
 	left := max(len(out)-MaxMarks, 0)
-	return out[left:], left
+	return out[left:], left + dropped
 }

@@ -99,3 +99,25 @@ func TestReadMarks(t *testing.T) {
 	assert.Equal(t, Mark{Name: "loaded", T: dev.History.Marks[1].T}, dev.History.Marks[1])
 	assert.Len(t, dev.History.T, 1, "one point: the allocation")
 }
+
+// TestPlotterManyMarks: a history of many more marks and spans than
+// MaxMarks keeps memory for about MaxMarks of each, and sends the newest.
+func TestPlotterManyMarks(t *testing.T) {
+	start := time.Now()
+	p := newPlotter(MaxPoints)
+	var events []memtrack.HistoryEvent
+	for i := range 20 * MaxMarks {
+		seq := uint64(3 * i)
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		events = append(events,
+			memtrack.HistoryEvent{Seq: seq, Time: at, Action: memtrack.HistoryMark, Mark: "m"},
+			memtrack.HistoryEvent{Seq: seq + 1, Time: at, Action: memtrack.HistoryBegin, Mark: "s", Span: seq + 1},
+			memtrack.HistoryEvent{Seq: seq + 2, Time: at, Action: memtrack.HistoryEnd, Mark: "s", Span: seq + 1})
+	}
+	h := feed(p, start, events)
+	assert.Less(t, len(p.instants), 2*MaxMarks)
+	out := p.finish(h, 0, nil)
+	require.Len(t, out.Marks, MaxMarks)
+	assert.Equal(t, 2*20*MaxMarks-MaxMarks, out.MarksLeftOut)
+	assert.Equal(t, float64(20*MaxMarks-1), out.Marks[len(out.Marks)-1].T, "the newest are sent")
+}

@@ -65,9 +65,10 @@ type plotter struct {
 	last      point                 // the newest point, in the open bucket
 	refusals  []refusal
 
-	pairs      spans.Pairer // the spans (marks.go)
-	instants   []instant    // the marks that are no span
-	markEvents int
+	pairs           spans.Pairer // the spans (marks.go)
+	instants        []instant    // the marks that are no span, the newest (marks.go)
+	instantsDropped int
+	markEvents      int
 }
 
 // point is one plotted event.
@@ -103,7 +104,7 @@ type refusal struct {
 }
 
 func newPlotter(limit int) *plotter {
-	return &plotter{limit: max(limit, 4), w: 1, ids: make(map[*uintptr]int), nameID: make(map[string]int)}
+	return &plotter{limit: max(limit, 4), w: 1, ids: make(map[*uintptr]int), nameID: make(map[string]int), pairs: spans.Pairer{Max: MaxMarks}}
 }
 
 // add takes the next event.

@@ -23,10 +23,15 @@ type Span struct {
 }
 
 // Pairer pairs the begins and ends of a history's spans, given the
-// history's events one at a time, the oldest first.
+// history's events one at a time, the oldest first. With Max set it keeps
+// at most about 2*Max spans whatever the history's length: the spans still
+// open, and of the others the Max begun last (Dropped counts the others).
 type Pairer struct {
+	Max     int
+	Dropped int
+
 	spans       []Span
-	at          map[uint64]int // by the begin's Seq
+	at          map[uint64]int // by the begin's Seq: the open spans
 	first, last time.Time
 	started     bool
 }
@@ -45,6 +50,7 @@ func (p *Pairer) Add(e memtrack.HistoryEvent) {
 		}
 		p.at[e.Span] = len(p.spans)
 		p.spans = append(p.spans, Span{Name: e.Mark, From: e.Time, Begin: e.Span, Open: true})
+		p.trim()
 	case memtrack.HistoryEnd:
 		if i, ok := p.at[e.Span]; ok {
 			s := &p.spans[i]
@@ -53,7 +59,30 @@ func (p *Pairer) Add(e memtrack.HistoryEvent) {
 			return
 		}
 		p.spans = append(p.spans, Span{Name: e.Mark, From: p.first, To: e.Time, Begin: e.Span, End: e.Seq, BeginLost: true})
+		p.trim()
 	}
+}
+
+// trim drops, once there are 2*Max spans, the ended spans begun before the
+// Max begun last.
+func (p *Pairer) trim() {
+	if p.Max <= 0 || len(p.spans) < 2*p.Max {
+		return
+	}
+	cut := len(p.spans) - p.Max
+	kept := p.spans[:0]
+	for i, s := range p.spans {
+		if i < cut && !s.Open {
+			p.Dropped++
+			continue
+		}
+		if s.Open {
+			p.at[s.Begin] = len(kept)
+		}
+		kept = append(kept, s)
+	}
+	clear(p.spans[len(kept):])
+	p.spans = kept
 }
 
 // Spans returns the spans, sorted by their start (those of one start in

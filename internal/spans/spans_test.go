@@ -131,3 +131,27 @@ func FuzzPairer(f *testing.F) {
 		}
 	})
 }
+
+// TestPairerMax: a pairer with Max keeps the open spans and the Max ended
+// spans begun last, however many it is given.
+func TestPairerMax(t *testing.T) {
+	start := time.Now()
+	p := Pairer{Max: 10}
+	at := func(i int) time.Time { return start.Add(time.Duration(i) * time.Millisecond) }
+	p.Add(memtrack.HistoryEvent{Seq: 0, Time: at(0), Action: memtrack.HistoryBegin, Mark: "long", Span: 0})
+	seq := uint64(1)
+	for i := range 1000 {
+		p.Add(memtrack.HistoryEvent{Seq: seq, Time: at(i + 1), Action: memtrack.HistoryBegin, Mark: "step", Span: seq})
+		p.Add(memtrack.HistoryEvent{Seq: seq + 1, Time: at(i + 1), Action: memtrack.HistoryEnd, Mark: "step", Span: seq})
+		seq += 2
+		assert.LessOrEqual(t, len(p.spans), 2*p.Max)
+	}
+	p.Add(memtrack.HistoryEvent{Seq: seq, Time: at(2000), Action: memtrack.HistoryEnd, Mark: "long", Span: 0})
+	got := p.Spans()
+	require.GreaterOrEqual(t, len(got), 11)
+	assert.Equal(t, "long", got[0].Name, "the open span is kept, and ended by its end")
+	assert.False(t, got[0].Open)
+	assert.Equal(t, 1000-(len(got)-1), p.Dropped)
+	last := got[len(got)-1]
+	assert.Equal(t, seq-2, last.Begin, "the newest are kept")
+}
