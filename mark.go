@@ -29,9 +29,9 @@ var ErrTooManyMarkNames = errors.New("memtrack: too many mark names")
 // [Device.EnableMemoryHistory] records one: a [HistoryEvent] of action
 // [HistoryMark] with the device's tracked bytes at that moment, which
 // package trace and the page draw on the timeline. Where no history is
-// recorded it does nothing: no allocation, no lock. With a history it takes
-// no lock either, except the first time a name is used in it; it allocates
-// nothing.
+// recorded it does nothing: no allocation, no lock. With a history it
+// takes no lock and allocates nothing either, except the first time a name
+// is used in it, which numbers the name.
 //
 // A name is 1 to [MaxMarkName] bytes of UTF-8 without control characters;
 // anything else fails with [ErrInvalidArgument], with or without a
