@@ -117,7 +117,7 @@ func checkCategoryName(name string) error {
 	if name == Uncategorised {
 		return fmt.Errorf("%q names the memory outside every category", name)
 	}
-	return checkName("category", name, MaxCategoryName) // mark.go
+	return checkName("category", name, MaxCategoryName) // name.go
 }
 
 // category returns the category called name, making it if there is room.
