@@ -19,12 +19,8 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A limit is checked before the backend is asked, so that a request over
-	// it costs no device memory; the record checks again, exactly, after.
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimit(s, rec, size, cur, lim)
-		}
+	if e := limitRefusal(rec, nil, size); e != nil {
+		return nil, d.refuse(s, rec, Category{}, e)
 	}
 	// The backend writes straight into the buffer (see backend).
 	var b *Buffer
@@ -56,10 +52,11 @@ func (d Device) Alloc(size int64) (*Buffer, error) {
 
 // alloc is Alloc through category c (see category.go): the category is
 // counted before the device, so that its limit refuses exactly, and a
-// device that then refuses takes it back (tracker.Record.Cancel). Alloc
+// device that then refuses takes it back (Category.count). Alloc
 // keeps its own path, without the category's steps, so that an allocation
-// outside categories costs what it would without them; the two must
-// otherwise stay alike (category_test.go checks that both count the same).
+// outside categories costs what it would without them; the two share their
+// checks (limitRefusal) and refusals, and must otherwise stay alike
+// (category_test.go checks that both count the same).
 func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
@@ -68,22 +65,12 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.set.state != s {
-		return nil, c.gone()
+	crec, err := c.record(s)
+	if err != nil {
+		return nil, err
 	}
-	crec := &c.set.recs[c.idx-1]
-	// The limits are checked before the backend is asked, so that a request
-	// over one costs no device memory; the records check again, exactly,
-	// after.
-	if crec.Limit() > 0 {
-		if err := c.overLimit(s, rec, crec, size); err != nil { // category.go
-			return nil, err
-		}
-	}
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Tracked(); size > lim-cur {
-			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
-		}
+	if e := limitRefusal(rec, crec, size); e != nil {
+		return nil, d.refuse(s, rec, c, e)
 	}
 	var b *Buffer // as Alloc makes it: the backend writes straight into it
 	if s.inline && size <= cpuInlineMax {
@@ -95,13 +82,8 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	if err := s.b.alloc(d.ordinal, size, &b.mem); err != nil {
 		return nil, d.backendRefusedIn(s, rec, size, err, c)
 	}
-	if err := crec.Alloc(size); err != nil {
-		rec.RecordFailure()
-		return nil, d.recordRefusedIn(s, rec, b, err, c, true)
-	}
-	if err := rec.Alloc(size); err != nil {
-		_ = crec.Cancel(size) // cannot fail: it holds size
-		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
+	if byCategory, err := c.count(rec, crec, size); err != nil { // category_count.go
+		return nil, d.recordRefusedIn(s, rec, b, err, c, byCategory)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	b.self, b.cat = b, c.idx
@@ -117,21 +99,50 @@ func (d Device) alloc(size int64, c Category) (*Buffer, error) {
 	return b, nil
 }
 
-// The refusals of Alloc, kept out of its fast path.
-
-// overLimit refuses size bytes that the memory limit lim does not leave
-// room for beside the cur bytes tracked.
-func (d Device) overLimit(s *kindState, rec *tracker.Record, size, cur, lim int64) error {
-	return d.overLimitIn(s, rec, size, cur, lim, Category{})
+// limitRefusal is the one check of the memory limits, made by every
+// allocation path (Alloc, AllocAsync and Track, through a category or not)
+// before it asks the backend, so that a request over a limit costs no
+// device memory: it returns the refusal of size bytes that the limit of
+// the category (crec; nil for none) or else the device's (rec) does not
+// leave room for, and nil where both do. It counts nothing: the caller
+// gives the refusal to refuse, after it has refused its bad input, which
+// is always checked first. The records check again, exactly, when they
+// count.
+func limitRefusal(rec, crec *tracker.Record, size int64) *OutOfMemoryError {
+	if (crec == nil || crec.Limit() <= 0) && rec.Limit() <= 0 {
+		return nil // no limit: a load or two, inlined
+	}
+	return limitsRefusal(rec, crec, size)
 }
 
-// overLimitIn is overLimit for a request in category c, which counts the
-// failure too.
-func (d Device) overLimitIn(s *kindState, rec *tracker.Record, size, cur, lim int64, c Category) error {
-	rec.RecordFailure()
-	c.recordFailure()
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, nil, c.idx, c.rec()) // see history.go
-	return d.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: "memory limit"})
+func limitsRefusal(rec, crec *tracker.Record, size int64) *OutOfMemoryError {
+	if crec != nil {
+		if lim, cur := crec.Limit(), crec.Tracked(); lim > 0 && size > lim-cur {
+			return &OutOfMemoryError{Requested: size, Tracked: rec.Tracked(), CategoryTracked: cur, Limit: lim, Reason: categoryLimitReason}
+		}
+	}
+	if lim := rec.Limit(); lim > 0 {
+		if cur := rec.Tracked(); size > lim-cur {
+			e := &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
+			if crec != nil {
+				e.CategoryTracked = crec.Tracked()
+			}
+			return e
+		}
+	}
+	return nil
+}
+
+// The refusals of the allocation paths, kept out of their fast paths.
+
+// refuse answers e, a request that limitRefusal refused, in category c
+// (the zero Category for none): it counts the failure on the device and
+// in the category, records it in the history, completes the report and
+// runs the observers.
+func (d Device) refuse(s *kindState, rec *tracker.Record, c Category, e *OutOfMemoryError) error {
+	c.countFailure(rec)
+	tables[d.kind].history.refusedIn(d.ordinal, e.Requested, rec, nil, c.idx, c.rec()) // see history.go
+	return d.outOfMemory(s, rec, e, c)
 }
 
 // backendRefused counts and completes the error of a backend that could not
@@ -142,42 +153,47 @@ func (d Device) backendRefused(s *kindState, rec *tracker.Record, size int64, er
 
 // backendRefusedIn is backendRefused for a request in category c.
 func (d Device) backendRefusedIn(s *kindState, rec *tracker.Record, size int64, err error, c Category) error {
-	rec.RecordFailure()
-	c.recordFailure()
+	c.countFailure(rec)
 	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec())
 	err = fillError(err, d, size, rec)
 	if oom, ok := err.(*OutOfMemoryError); ok {
-		oom.Category = c.Name()
-		return d.outOfMemory(s, rec, oom)
+		return d.outOfMemory(s, rec, oom, c)
 	}
 	return err
 }
 
 // recordRefused gives back the memory of b, which the record refused to
 // count (a concurrent allocation took the room under the limit, or the
-// record is full); the record counted the failure. c is the category of
-// the request, if any, and err its record's refusal where crec is true.
+// record is full); the record counted the failure.
 func (d Device) recordRefused(s *kindState, rec *tracker.Record, b *Buffer, err error) error {
 	return d.recordRefusedIn(s, rec, b, err, Category{}, false)
 }
 
 // recordRefusedIn is recordRefused for a request in category c; err is
-// the refusal of c's record where crec is true.
-func (d Device) recordRefusedIn(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, crec bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, b.size, rec, err, c.idx, c.rec())
-	oom := recordRefusal(err, d, b.size, rec.Tracked())
-	oom.Category = c.Name()
-	if crec && oom.Limit > 0 {
-		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
-	}
+// the refusal of c's record where byCategory is true.
+func (d Device) recordRefusedIn(s *kindState, rec *tracker.Record, b *Buffer, err error, c Category, byCategory bool) error {
+	oom := d.recordRefusalIn(b.size, rec, err, c, byCategory)
 	// The memory goes back before the report reads the device and the
 	// observers run, so that neither sees it.
 	ferr := s.b.free(d.ordinal, b.size, &b.mem)
-	d.outOfMemory(s, rec, oom)
+	d.outOfMemory(s, rec, oom, c)
 	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
 	return oom
+}
+
+// recordRefusalIn records in the history, and describes, an allocation of
+// size bytes in category c that a record refused with err (the record
+// counted the failure): the device's record, or c's where byCategory is
+// true, whose [*tracker.LimitError] holds the category's figure.
+func (d Device) recordRefusalIn(size int64, rec *tracker.Record, err error, c Category, byCategory bool) *OutOfMemoryError {
+	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
+	e := recordRefusal(err, d, size, rec.Tracked())
+	if byCategory && e.Limit > 0 {
+		e.CategoryTracked, e.Tracked, e.Reason = e.Tracked, rec.Tracked(), categoryLimitReason
+	}
+	return e
 }
 
 // recordRefusal describes an allocation that the device's record refused,

@@ -50,6 +50,26 @@ func (m *memory) hostBytes(size int64) []byte {
 	return unsafe.Slice((*byte)(m.host), size)
 }
 
+// residencyReporter is a backend whose device's reported use leaves out
+// memory of its own buffers that is not resident yet (the CPU backend,
+// whose Used is the resident set): notResident returns those bytes, read
+// with the figures, never on the allocation path.
+type residencyReporter interface {
+	notResident(ordinal int) (int64, error)
+}
+
+// notResident returns the bytes of device ordinal's buffers that its
+// reported use leaves out, for a backend that has any; 0 for the others
+// and where they cannot be read.
+func (s *kindState) notResident(ordinal int) int64 {
+	if r, ok := s.b.(residencyReporter); ok {
+		if n, err := r.notResident(ordinal); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
 // recordUser is a backend that reads the figures of its device table (the
 // CPU backend, which checks requests against what its device holds).
 type recordUser interface {

@@ -44,6 +44,10 @@ type cpuBackend struct {
 
 	modelMu sync.Mutex
 	model   *string // the CPU's model name, once read (package hostmem)
+
+	// maps holds the buffers mapped from the OS (from mmapThreshold), so
+	// that the figures can say how much of them is not resident yet.
+	maps hostmem.Mappings
 }
 
 func newCPUBackend() backend { return newCPUBackendOver(hostCapacity, time.Now) }
@@ -129,7 +133,7 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	if err := c.admit(size); err != nil {
 		return err
 	}
-	b, err := hostmem.Map(size)
+	b, err := c.maps.Map(size)
 	if err != nil {
 		return &OutOfMemoryError{Reason: "mmap: " + err.Error()}
 	}
@@ -172,11 +176,11 @@ func newSmallCPUBuffer(size int64) *Buffer {
 	}
 }
 
-func (*cpuBackend) free(_ int, size int64, m *memory) error {
+func (c *cpuBackend) free(_ int, size int64, m *memory) error {
 	if size < mmapThreshold {
 		return nil // Go heap memory: the garbage collector takes it back
 	}
-	if err := hostmem.Unmap(m.hostBytes(size)); err != nil {
+	if err := c.maps.Unmap(m.hostBytes(size)); err != nil {
 		return &BackendError{Op: "free", Err: fmt.Errorf("munmap: %w", err)}
 	}
 	return nil
@@ -196,6 +200,18 @@ func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 		free = max(total-used, 0)
 	}
 	return free, total, nil
+}
+
+// notResident returns the bytes of the buffers mapped from the OS that are
+// not resident (pages never written), which the process's resident set
+// leaves out; it is read with the figures, never on the allocation path.
+// Buffers under mmapThreshold come from the Go heap and are not in it.
+func (c *cpuBackend) notResident(int) (int64, error) {
+	n, err := c.maps.NotResident()
+	if err != nil {
+		return 0, &BackendError{Op: "meminfo", Err: err}
+	}
+	return n, nil
 }
 
 // info names the CPU by its model, read once it reads without error; the

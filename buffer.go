@@ -64,8 +64,7 @@ func (b *Buffer) Free() error {
 	}
 	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled, b.cat)
 	if !released {
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, b.Device(), b.size, nil)
 	}
 	unwatchBuffer(b)
@@ -74,6 +73,15 @@ func (b *Buffer) Free() error {
 		return b.uncountFailed(err)
 	}
 	return nil
+}
+
+// unclaim gives b back after a free that claimed it (its state, and its
+// leak watch's entry) and then did not happen: b is live and watched as
+// before, and may be freed again. Every refusal of Free and FreeAsync that
+// comes after the claim goes through it.
+func (b *Buffer) unclaim() {
+	b.state.Store(bufLive)
+	unclaimWatched(b)
 }
 
 // releaseMemory releases the memory of a buffer of size bytes on device
@@ -94,14 +102,9 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if err := s.b.free(d.ordinal, size, mem); err != nil {
 		return false, err
 	}
-	if err := rec.Free(size); err != nil {
+	crec, err := s.uncountIn(d.ordinal, cat, rec, size) // with its category's (category_count.go)
+	if err != nil {
 		return true, err
-	}
-	var crec *tracker.Record
-	if cat != 0 {
-		if crec = s.categoryOf(d.ordinal, cat); crec != nil {
-			_ = crec.Free(size) // cannot fail: the category holds the buffer
-		}
 	}
 	sideFree(d, size) // the device-side figure (cuda_stream.go)
 	if pooled {

@@ -84,6 +84,7 @@ type categorySet struct {
 	state *kindState // the device table the set belongs to
 	names [MaxCategories]string
 	recs  [MaxCategories]tracker.Record
+	gate  resetGate // orders the category operations with the resets (category_count.go)
 }
 
 // Category returns the device's category called name, making it on first
@@ -186,11 +187,12 @@ func (c Category) String() string {
 }
 
 // record returns the category's record, checking that the category is one
-// of the device table s of its device: a zero Category is not, nor one
-// kept from a device table that was replaced (in tests).
+// of the device table s of its device, which one kept from a device table
+// that was replaced (in tests) is not; nil for the zero Category, which is
+// no category (its exported methods refuse it before they get here).
 func (c Category) record(s *kindState) (*tracker.Record, error) {
 	if c.set == nil {
-		return nil, fmt.Errorf("%w: the zero Category; obtain one with Device.Category", ErrInvalidCategory)
+		return nil, nil
 	}
 	if c.set.state != s {
 		return nil, c.gone()
@@ -356,20 +358,8 @@ func categoryRows(d Device, cs *categorySet, r *tracker.Record) []CategoryStats 
 	return append(out, rest)
 }
 
-// categoryOf returns the record of category idx (1-based) of device
-// ordinal in s, or nil for 0 or where the device table was replaced.
-func (s *kindState) categoryOf(ordinal int, idx uint8) *tracker.Record {
-	if idx == 0 {
-		return nil
-	}
-	if cs := s.cats.lookup(ordinal); cs != nil {
-		return &cs.recs[idx-1]
-	}
-	return nil
-}
-
-// resetCategoryPeaks and resetCategoryAccumulated reset the figures of
-// every category of device ordinal in s, with the device's.
+// resetCategoryPeaks resets the peaks of every category of device ordinal
+// in s, with the device's.
 func resetCategoryPeaks(s *kindState, ordinal int) {
 	if cs := s.cats.lookup(ordinal); cs != nil {
 		_, recs := cs.list()
@@ -379,50 +369,10 @@ func resetCategoryPeaks(s *kindState, ordinal int) {
 	}
 }
 
-func resetCategoryAccumulated(s *kindState, ordinal int) {
-	if cs := s.cats.lookup(ordinal); cs != nil {
-		_, recs := cs.list()
-		for _, r := range recs {
-			r.ResetAccumulated()
-		}
-	}
-}
-
 // categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
 // that its category's limit refused; its Tracked and Limit are then the
 // category's.
 const categoryLimitReason = "the category's memory limit"
-
-// recordFailure counts a refused request in the category, if it is one.
-func (c Category) recordFailure() {
-	if c.set != nil {
-		c.set.recs[c.idx-1].RecordFailure()
-	}
-}
-
-// overLimit refuses, before the backend is asked, size bytes that the
-// category's limit does not leave room for, counting the failure in the
-// category and on the device (rec); nil where there is room.
-func (c Category) overLimit(s *kindState, rec, crec *tracker.Record, size int64) error {
-	lim, cur := crec.Limit(), crec.Tracked()
-	if lim <= 0 || size <= lim-cur {
-		return nil
-	}
-	rec.RecordFailure()
-	crec.RecordFailure()
-	tables[c.dev.kind].history.refusedIn(c.dev.ordinal, size, rec, nil, c.idx, crec) // see history.go
-	return c.dev.outOfMemory(s, rec, &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Category: c.Name(), Reason: categoryLimitReason})
-}
-
-// uncountCategory takes the freed buffer from its category's figures, and
-// returns the category's record; s is the device table that counted it.
-func (b *Buffer) uncountCategory(s *kindState) *tracker.Record {
-	r := s.categoryOf(int(b.ordinal), b.cat)
-	if r != nil {
-		_ = r.Free(b.size) // cannot fail: the category holds the buffer
-	}
-	return r
-}
 
 // rec returns the category's record, or nil for the zero Category.
 func (c Category) rec() *tracker.Record {
@@ -484,48 +434,5 @@ func endCategories(scopes []*tracker.Scope, recs []*tracker.Record, p *Measureme
 		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again
 		c.EndTracked = recs[i].Tracked()
 		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
-	}
-}
-
-// checked returns the category's record, checking, as Device.alloc does
-// before the backend is asked, that the category belongs to the device
-// table s and that its limit leaves room for size bytes (rec is the
-// device's record, which counts a refusal too); nil for the zero
-// Category.
-func (c Category) checked(s *kindState, rec *tracker.Record, size int64) (*tracker.Record, error) {
-	if c.set == nil {
-		return nil, nil
-	}
-	crec, err := c.record(s)
-	if err != nil {
-		return nil, err
-	}
-	if crec.Limit() > 0 {
-		if err := c.overLimit(s, rec, crec, size); err != nil {
-			return nil, err
-		}
-	}
-	return crec, nil
-}
-
-// count counts size bytes in the category's record crec (nil for none)
-// before the device's record rec counts them; a refusal is counted on the
-// device too.
-func (c Category) count(rec, crec *tracker.Record, size int64) error {
-	if crec == nil {
-		return nil
-	}
-	if err := crec.Alloc(size); err != nil {
-		rec.RecordFailure()
-		return err
-	}
-	return nil
-}
-
-// uncount takes back what count counted, where the device's record then
-// refused the bytes.
-func (c Category) uncount(crec *tracker.Record, size int64) {
-	if crec != nil {
-		_ = crec.Cancel(size) // cannot fail: it holds size
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	stdatomic "sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -512,4 +513,198 @@ func TestExpvarCategories(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(v), &stats))
 	assert.Equal(t, ds[0].MemoryStats(), stats["cuda:0"])
 	assert.Equal(t, ds[1].MemoryStats(), stats["cuda:1"])
+}
+
+// TestCategoryLimitReport: where a category's limit refuses a request on a
+// device that holds more outside the category, the report is the
+// device's: Tracked, Untracked and "this process" are the device's
+// figures, the category's own are named apart, and the advice names the
+// limit that refused it, the category's.
+func TestCategoryLimitReport(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	require.NoError(t, kv.SetMemoryLimit(1<<20))
+	outside := mustAlloc(t, d, 64<<20)
+	defer outside.Free()
+	inside, err := kv.Alloc(512 << 10)
+	require.NoError(t, err)
+	defer inside.Free()
+
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"Alloc", func() error { _, err := kv.Alloc(1 << 20); return err }},
+		{"Track", func() error { _, err := kv.Track(1<<20, 0x5ca1e000); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			var oom *OutOfMemoryError
+			require.ErrorAs(t, err, &oom)
+			assert.Equal(t, CategoryKVCache, oom.Category)
+			assert.Equal(t, categoryLimitReason, oom.Reason)
+			assert.Equal(t, int64(64<<20+512<<10), oom.Tracked, "the device's tracked bytes")
+			assert.Equal(t, int64(512<<10), oom.CategoryTracked, "the category's")
+			assert.Equal(t, int64(1<<20), oom.Limit, "the limit that refused it")
+			assert.ErrorIs(t, err, ErrLimitExceeded)
+			assert.Equal(t, int64(1000), oom.Untracked, "the fake's context: nothing else is untracked")
+			report := oom.Report()
+			for _, want := range []string{
+				"this process:   64.5 MiB (67633152 B) tracked in 2 live buffers, peak 64.5 MiB (67633152 B)\n",
+				`category:       "kv_cache": 512 KiB (524288 B) tracked, memory limit 1.00 MiB (1048576 B)`,
+				"not tracked:    1000 B in use on the device",
+				`try: raise the memory limit of the category "kv_cache" (Category.SetMemoryLimit, now 1.00 MiB) or free its buffers`,
+			} {
+				assert.Contains(t, report, want)
+			}
+			assert.NotContains(t, report, "Device.SetMemoryLimit", "the device has no limit")
+		})
+	}
+
+	// The device's limit refusing a request in the category: the advice is
+	// the device's.
+	require.NoError(t, d.SetMemoryLimit(65<<20))
+	defer d.SetMemoryLimit(0)
+	require.NoError(t, kv.SetMemoryLimit(0))
+	_, err = kv.Alloc(1 << 20)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, "memory limit", oom.Reason)
+	assert.Equal(t, int64(65<<20), oom.Limit)
+	assert.Equal(t, int64(64<<20+512<<10), oom.Tracked)
+	assert.Equal(t, int64(512<<10), oom.CategoryTracked)
+	assert.Contains(t, oom.Report(), "try: raise the memory limit (Device.SetMemoryLimit, now 65.0 MiB) or free buffers")
+	assert.NotContains(t, oom.Report(), "Category.SetMemoryLimit")
+}
+
+// TestCategoryTrackBadInputFirst: Category.Track of an address tracked
+// already fails with ErrAlreadyTracked, as Device.Track does, whatever the
+// limits: over the category's or the device's, it changes no figure,
+// records no refusal and runs no observer.
+func TestCategoryTrackBadInputFirst(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	held, err := d.Track(100, 0xa11000)
+	require.NoError(t, err)
+	defer held.Release()
+	runs := 0
+	obs, err := d.OnOutOfMemory(func(*OutOfMemoryError) { runs++ })
+	require.NoError(t, err)
+	defer obs.Remove()
+	require.NoError(t, d.EnableMemoryHistory(64))
+	defer d.DisableMemoryHistory()
+	historyOf := func(t *testing.T, d Device) []HistoryEvent {
+		h, err := d.MemoryHistory()
+		require.NoError(t, err)
+		return h.Events
+	}
+
+	for _, tc := range []struct {
+		name       string
+		catLimit   int64
+		devLimit   int64
+		wantLimits bool
+	}{{"no limit", 0, 0, false}, {"over the category's limit", 10, 0, true}, {"over the device's limit", 0, 110, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, kv.SetMemoryLimit(tc.catLimit))
+			require.NoError(t, d.SetMemoryLimit(tc.devLimit))
+			defer func() {
+				require.NoError(t, kv.SetMemoryLimit(0))
+				require.NoError(t, d.SetMemoryLimit(0))
+			}()
+			before, cbefore := d.MemoryStats(), kv.Stats()
+			events := len(historyOf(t, d))
+			for _, track := range []func() error{
+				func() error { _, err := kv.Track(50, 0xa11000); return err },
+				func() error { _, err := d.Track(50, 0xa11000); return err },
+			} {
+				err := track()
+				assert.ErrorIs(t, err, ErrAlreadyTracked)
+				assert.NotErrorIs(t, err, ErrOutOfMemory)
+			}
+			assert.Equal(t, before, d.MemoryStats(), "no figure moves")
+			assert.Equal(t, cbefore, kv.Stats())
+			assert.Zero(t, runs, "no observer runs")
+			assert.Len(t, historyOf(t, d), events, "no refusal recorded")
+			if tc.wantLimits {
+				// A new address over the limit is refused by it.
+				_, err := kv.Track(50, 0xb22000)
+				assert.ErrorIs(t, err, ErrLimitExceeded)
+				assert.Equal(t, 1, runs)
+				runs = 0
+			}
+		})
+	}
+}
+
+// TestCategoryResetUnderTraffic: ResetAccumulatedMemoryStats while a
+// goroutine allocates, frees, tracks, releases and is refused through a
+// category: every operation counts wholly before or after each reset, in
+// the category and on the device alike. The traffic is the category's
+// only, so that at rest the category's cumulative figures are the device's
+// and the uncategorised row is zero. Traffic and resets meet at a barrier
+// after each round of resets, and the figures are checked there. The
+// category is the first of MaxCategories, so that a reset's window between
+// it and the device is as long as it can be.
+func TestCategoryResetUnderTraffic(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<40)
+	d := ds[0]
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	for i := 1; i < MaxCategories; i++ {
+		_, err := d.Category(fmt.Sprintf("idle %d", i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, kv.SetMemoryLimit(1000))
+	rounds := 300
+	if testing.Short() {
+		rounds = 50
+	}
+	var pause stdatomic.Bool
+	run, paused := make(chan struct{}), make(chan struct{})
+	go func() {
+		for range run {
+			for !pause.Load() { // assert, not require: this is not the test's goroutine
+				b, err := kv.Alloc(100)
+				assert.NoError(t, err)
+				_, err = kv.Alloc(2000) // over the category's limit
+				assert.ErrorIs(t, err, ErrLimitExceeded)
+				h, err := kv.Track(50, 0x7e57000)
+				assert.NoError(t, err)
+				assert.NoError(t, b.Free())
+				assert.NoError(t, h.Release())
+			}
+			paused <- struct{}{}
+		}
+	}()
+	defer close(run)
+	for r := range rounds {
+		pause.Store(false)
+		run <- struct{}{}
+		for range 4 {
+			d.ResetAccumulatedMemoryStats()
+			runtime.Gosched()
+		}
+		pause.Store(true)
+		<-paused
+
+		dev, cat, rest := d.MemoryStats(), kv.Stats(), rowOf(t, d, Uncategorised)
+		for _, f := range []struct {
+			name     string
+			dev, cat int64
+		}{
+			{"Allocs", dev.Allocs, cat.Allocs},
+			{"Frees", dev.Frees, cat.Frees},
+			{"AllocBytes", dev.AllocBytes, cat.AllocBytes},
+			{"FreedBytes", dev.FreedBytes, cat.FreedBytes},
+			{"FailedAllocs", dev.FailedAllocs, cat.FailedAllocs},
+		} {
+			require.Equal(t, f.dev, f.cat, "round %d: %s of the category and of the device", r, f.name)
+		}
+		require.Equal(t, CategoryStats{Device: d, Category: Uncategorised}, rest, "round %d: nothing uncategorised", r)
+	}
 }

@@ -98,3 +98,41 @@ func TestCUDACategoryAllocAsync(t *testing.T) {
 	_, err = zero.AllocAsync(1, s)
 	assert.ErrorIs(t, err, ErrInvalidCategory)
 }
+
+// TestCUDACategoryAllocAsyncOtherDeviceStream: a stream of another device
+// is bad input, refused first whatever limit the request passes, the
+// category's or the device's: no failure is counted, no observer runs, and
+// the pool gives nothing.
+func TestCUDACategoryAllocAsyncOtherDeviceStream(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	d := ds[0]
+	s1 := newStream(t, ds[1])
+	kv, err := d.Category("cuda async other stream")
+	require.NoError(t, err)
+	runs := 0
+	obs, err := d.OnOutOfMemory(func(*OutOfMemoryError) { runs++ })
+	require.NoError(t, err)
+	defer obs.Remove()
+	for _, tc := range []struct {
+		name               string
+		catLimit, devLimit int64
+	}{{"no limit", 0, 0}, {"over the category's limit", 1 << 10, 0}, {"over the device's limit", 0, d.MemoryAllocated() + 1<<10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, kv.SetMemoryLimit(tc.catLimit))
+			require.NoError(t, d.SetMemoryLimit(tc.devLimit))
+			defer func() {
+				require.NoError(t, kv.SetMemoryLimit(0))
+				require.NoError(t, d.SetMemoryLimit(0))
+			}()
+			before, cbefore, pool := d.MemoryStats(), kv.Stats(), poolStats(t, d)
+			b, err := kv.AllocAsync(1<<20, s1)
+			assert.Nil(t, b)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.NotErrorIs(t, err, ErrOutOfMemory)
+			assert.Equal(t, before, d.MemoryStats(), "no figure moves")
+			assert.Equal(t, cbefore, kv.Stats())
+			assert.Zero(t, runs, "no observer runs")
+			assert.Equal(t, pool.PoolUsed, poolStats(t, d).PoolUsed, "the pool gave nothing")
+		})
+	}
+}

@@ -363,7 +363,7 @@ func cudaPool(d Device) (*deviceSide, cudadrv.Pool, error) {
 // pools.
 func cudaSide(d Device) (*deviceSide, error) {
 	if d.kind != KindCUDA {
-		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+		return nil, notCUDA("a CUDA memory pool", d)
 	}
 	if _, _, err := d.resolve(); err != nil {
 		return nil, err
@@ -383,7 +383,9 @@ func cudaSide(d Device) (*deviceSide, error) {
 // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
 // capturing a CUDA graph (whose allocation would run at every launch);
 // with [ErrInvalidArgument] on a stream of another device, on which
-// cuMemAllocAsync would allocate. Each changes nothing. A stream of another
+// cuMemAllocAsync would allocate. Each changes nothing, and is refused
+// before the limits: a bad stream counts no failure whatever limit the
+// request passes. A stream of another
 // context on the device (one that another binding created) is used in its
 // own context.
 //
@@ -398,8 +400,8 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // allocAsync is AllocAsync, through category c unless it is the zero
 // Category, which is counted as Device.alloc counts it (category.go).
 func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
+	if err := checkAsyncSize(size, d); err != nil {
+		return nil, err
 	}
 	sd, err := cudaSide(d)
 	if err != nil {
@@ -413,20 +415,16 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	if err != nil {
 		return nil, fillError(err, d, size, rec)
 	}
-	var crec *tracker.Record
-	if c.set != nil { // kept out of the path of an allocation without one
-		if crec, err = c.checked(s, rec, size); err != nil { // category.go
-			return nil, err
-		}
+	crec, err := c.record(s) // nil for the zero Category
+	if err != nil {
+		return nil, err
 	}
-	if lim := rec.Limit(); lim > 0 {
-		if cur := rec.Tracked(); size > lim-cur {
-			// Bad input is refused before a failure is counted.
-			if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
-				return nil, refusedStream("AllocAsync", d, stream, cs)
-			}
-			return nil, d.overLimitIn(s, rec, size, cur, lim, c)
+	if e := limitRefusal(rec, crec, size); e != nil {
+		// The stream is bad input, refused before a failure is counted.
+		if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
+			return nil, refusedStream("AllocAsync", d, stream, cs)
 		}
+		return nil, d.refuse(s, rec, c, e)
 	}
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
@@ -443,14 +441,8 @@ func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, erro
 	b.mem.ptr, b.pooled = a.Ptr, true
 	// recordRefused releases the memory with cuMemFree, which takes memory
 	// of the pool back at once.
-	if crec != nil {
-		if err := c.count(rec, crec, size); err != nil {
-			return nil, d.recordRefusedIn(s, rec, b, err, c, true)
-		}
-	}
-	if err := rec.Alloc(size); err != nil {
-		c.uncount(crec, size)
-		return nil, d.recordRefusedIn(s, rec, b, err, c, false)
+	if byCategory, err := c.count(rec, crec, size); err != nil { // category_count.go
+		return nil, d.recordRefusedIn(s, rec, b, err, c, byCategory)
 	}
 	sd.count(d.ordinal, size) // the peak leaves out what is known freed
 	sd.pooled.Add(size)
@@ -491,9 +483,9 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
 // that [Device.Alloc] allocated (free it with [Buffer.Free]) or a stream of
 // another device, and with [ErrNotSupported] on a stream that is capturing
-// a CUDA graph. If the driver
-// refuses the free, the buffer stays live and counted, and FreeAsync or
-// Free may be called again.
+// a CUDA graph. Where it refuses the stream, or the driver refuses the
+// free, the buffer stays live and counted (and watched, on a device watched
+// for leaks), and FreeAsync or Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error {
 	if !b.valid() {
 		return b.refuseFree()
@@ -514,14 +506,12 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	}
 	sd := sideOf(int(b.ordinal))
 	if rec == nil || sd == nil { // only where a test replaced the device table
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
 	}
 	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
 	if err != nil {
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, d, b.size, nil)
 	}
 	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
@@ -540,7 +530,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.state.Store(bufLive)
+		b.unclaim()
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
@@ -549,8 +539,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.state.Store(bufLive)
-		unclaimWatched(b)
+		b.unclaim()
 		return fillError(err, d, b.size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
@@ -571,12 +560,9 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		}
 	}
 	unwatchBuffer(b)
-	if err := rec.Free(b.size); err != nil {
+	crec, err := s.uncountIn(int(b.ordinal), b.cat, rec, b.size) // with its category's (category_count.go)
+	if err != nil {
 		return b.uncountFailed(err)
-	}
-	var crec *tracker.Record
-	if b.cat != 0 {
-		crec = b.uncountCategory(s)
 	}
 	if b.site != nil {
 		b.site.free(b.size)
@@ -753,8 +739,8 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 // first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
 func (d Device) TrimPool(keep int64) error {
-	if keep < 0 {
-		return fmt.Errorf("%w: TrimPool(%d) on %v: want the bytes to keep, >= 0", ErrInvalidSize, keep, d)
+	if err := checkPoolBytes("TrimPool", "bytes to keep", keep, d); err != nil {
+		return err
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {
@@ -776,8 +762,8 @@ func (d Device) TrimPool(keep int64) error {
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.
 func (d Device) SetPoolReleaseThreshold(bytes int64) error {
-	if bytes < 0 {
-		return fmt.Errorf("%w: release threshold %d on %v: want bytes >= 0", ErrInvalidSize, bytes, d)
+	if err := checkPoolBytes("SetPoolReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
+		return err
 	}
 	_, pool, err := cudaPool(d)
 	if err != nil {

@@ -17,13 +17,10 @@ import (
 // streamsUnsupported is the error of a stream-ordered call or pool query on
 // d in a build without CUDA.
 func streamsUnsupported(op string, d Device) error {
-	switch d.kind {
-	case 0:
-		return errZeroDevice(d)
-	case KindCUDA:
+	if d.kind == KindCUDA {
 		return fmt.Errorf("%w: %s on %v needs the CUDA backend, compiled only with -tags cuda", ErrBackendNotBuilt, op, d)
 	}
-	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
+	return notCUDA(op, d)
 }
 
 // AllocAsync allocates size bytes on a CUDA device in stream order: from the
@@ -35,6 +32,9 @@ func streamsUnsupported(op string, d Device) error {
 // with [Buffer.Free] once the work that uses it is done. Only a build with
 // -tags cuda has CUDA devices; see docs/streams.md.
 func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if err := checkAsyncSize(size, d); err != nil {
+		return nil, err
+	}
 	return nil, streamsUnsupported("AllocAsync", d)
 }
 
@@ -46,7 +46,7 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if c.set == nil {
 		return nil, fmt.Errorf("%w: AllocAsync of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
 	}
-	return nil, streamsUnsupported("AllocAsync", c.dev)
+	return c.dev.AllocAsync(size, stream)
 }
 
 // FreeAsync frees a buffer of [Device.AllocAsync] in stream order
@@ -81,6 +81,9 @@ func (d Device) PoolUsage() (PoolUsage, error) {
 // [ErrInvalidSize] for keep < 0 and with [ErrNotSupported] where the device
 // has no memory pool.
 func (d Device) TrimPool(keep int64) error {
+	if err := checkPoolBytes("TrimPool", "bytes to keep", keep, d); err != nil {
+		return err
+	}
 	return streamsUnsupported("TrimPool", d)
 }
 
@@ -89,6 +92,9 @@ func (d Device) TrimPool(keep int64) error {
 // with [ErrInvalidSize] for a negative threshold and with [ErrNotSupported]
 // where the device has no memory pool.
 func (d Device) SetPoolReleaseThreshold(bytes int64) error {
+	if err := checkPoolBytes("SetPoolReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
+		return err
+	}
 	return streamsUnsupported("SetPoolReleaseThreshold", d)
 }
 

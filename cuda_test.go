@@ -102,7 +102,11 @@ func TestCUDADevices(t *testing.T) {
 		}
 	}
 	if onFake() {
-		assert.Equal(t, 2, n, "FAKECUDA_DEVICES")
+		// The count the fake was configured with: TestMain's default
+		// unless the environment set another.
+		want, err := strconv.Atoi(os.Getenv("FAKECUDA_DEVICES"))
+		require.NoError(t, err, "FAKECUDA_DEVICES")
+		assert.Equal(t, want, n, "FAKECUDA_DEVICES")
 	}
 	p, err := ParseDevice("cuda:" + strconv.Itoa(n-1))
 	require.NoError(t, err)
@@ -751,11 +755,15 @@ func TestCUDAChildDeviceLost(t *testing.T) {
 	assert.Equal(t, d, be.Device)
 
 	before := d.MemoryStats()
-	_, err = d.Alloc(1 << 10)
-	assert.ErrorIs(t, err, ErrDeviceLost, "a later Alloc")
-	assert.ErrorIs(t, b1.Free(), ErrDeviceLost, "a later Free")
-	_, _, err = d.MemGetInfo()
-	assert.ErrorIs(t, err, ErrDeviceLost, "a later MemGetInfo")
+	_, err2 := d.Alloc(1 << 10)
+	assert.ErrorIs(t, err2, ErrDeviceLost, "a later Alloc")
+	err3 := b1.Free()
+	assert.ErrorIs(t, err3, ErrDeviceLost, "a later Free")
+	_, _, err4 := d.MemGetInfo()
+	assert.ErrorIs(t, err4, ErrDeviceLost, "a later MemGetInfo")
+	for _, e := range []error{err, err2, err3, err4} {
+		assert.Equal(t, 1, strings.Count(e.Error(), "memtrack: "), "one prefix: %v", e)
+	}
 	assert.False(t, b1.Freed(), "the buffer stays live")
 	want2 := before
 	want2.FailedAllocs++

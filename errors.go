@@ -109,14 +109,16 @@ type OutOfMemoryError struct {
 	Device    Device
 	Requested int64  // bytes asked for
 	Tracked   int64  // bytes tracked on the device when it was refused
-	Limit     int64  // the memory limit that refused it; 0 if it was not the cause
+	Limit     int64  // the memory limit that refused it (the device's or the category's); 0 if it was not the cause
 	Capacity  int64  // the device's memory that refused it (for the CPU, the machine's or its cgroup's); 0 if it was not the cause
 	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
 	Reason    string // what refused it, in words
 	// Category is the category the request was made in ([Category.Alloc]),
-	// or "" for none. Where its own limit refused it, Reason says so and
-	// Tracked and Limit are the category's.
-	Category string
+	// or "" for none, and CategoryTracked the bytes tracked in it when it
+	// was refused. Where the category's own limit refused it, Reason says
+	// so and Limit is the category's; Tracked is the device's either way.
+	Category        string
+	CategoryTracked int64
 
 	// The report. Total and Free are 0 where the device's figures could
 	// not be read (MemInfoErr says why).
@@ -124,7 +126,8 @@ type OutOfMemoryError struct {
 	Buffers     int64 // live buffers on the device
 	Total       int64 // the device's memory, as the OS or driver reports it
 	Free        int64 // its free memory, as reported
-	Untracked   int64 // Total - Free - Tracked: memory in use on the device that this package did not allocate
+	NotResident int64 // on the CPU, the tracked bytes not resident yet, which Total - Free leaves out ([Usage].NotResident)
+	Untracked   int64 // Total - Free + NotResident - Tracked, or 0: memory in use on the device that this package did not allocate
 	MemInfoErr  error // why Total and Free are missing; nil if they are not
 	// SitesRecorded is true where the device records allocation sites
 	// ([Device.EnableAllocationSites]); Sites then holds the largest
@@ -140,10 +143,12 @@ type OutOfMemoryError struct {
 func (e *OutOfMemoryError) Error() string {
 	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested", e.Device, e.Requested)
 	if e.Category != "" {
-		s += fmt.Sprintf(" in category %q", e.Category)
+		s += fmt.Sprintf(" in category %q (%d tracked there)", e.Category, e.CategoryTracked)
 	}
 	s += fmt.Sprintf(", %d tracked", e.Tracked)
-	if e.Limit > 0 {
+	if e.byCategoryLimit() {
+		s += fmt.Sprintf(", category limit %d", e.Limit)
+	} else if e.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", e.Limit)
 	}
 	if e.Capacity > 0 {
@@ -156,6 +161,12 @@ func (e *OutOfMemoryError) Error() string {
 		s += fmt.Sprintf(" (code %d)", e.Code)
 	}
 	return s
+}
+
+// byCategoryLimit reports whether the limit of the request's category
+// refused it (Limit is then the category's).
+func (e *OutOfMemoryError) byCategoryLimit() bool {
+	return e.Category != "" && e.Limit > 0 && e.Reason == categoryLimitReason
 }
 
 // Is reports whether target is [ErrOutOfMemory], or [ErrLimitExceeded] where
@@ -206,7 +217,7 @@ func (e *BackendError) Error() string {
 		s += fmt.Sprintf(" (code %d)", e.Code)
 	}
 	if e.Err != nil {
-		s += ": " + e.Err.Error()
+		s += ": " + reason(e.Err) // one prefix, however the cause is written
 	}
 	return s
 }

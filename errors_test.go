@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -41,6 +42,9 @@ func TestOnePrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, released.Release())
 	defer live.Release()
+	closed, err := d.OpenPeakScope()
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
 
 	for _, tc := range []struct {
 		name string
@@ -61,6 +65,13 @@ func TestOnePrefix(t *testing.T) {
 		{"nil Free", (*Buffer)(nil).Free, ErrNilBuffer},
 		{"negative site rate", func() error { return d.SetAllocationSiteRate(-1) }, ErrInvalidArgument},
 		{"zero Device", func() error { _, err := Device{}.Alloc(8); return err }, ErrInvalidDevice},
+		{"second PeakScope.Close", closed.Close, ErrScopeClosed},
+		// As the CUDA backend writes a sticky error (resultError), which
+		// TestCUDAChildDeviceLost checks on the driver.
+		{"BackendError of a lost device", func() error {
+			return &BackendError{Device: d, Op: "free", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS",
+				Err: fmt.Errorf("%w: an illegal memory access was encountered", ErrDeviceLost)}
+		}, ErrDeviceLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()

@@ -49,6 +49,9 @@ type Leak struct {
 	Stack []uintptr
 	// Tracked is true for a [Tracked] handle, false for a [Buffer].
 	Tracked bool
+	// Category is the category it was allocated or tracked through
+	// ([Category.Alloc], [Category.Track]), or "" for none.
+	Category string
 	// Collected is true where the garbage collector found it unreachable;
 	// false for a buffer still reachable when a LeakCheck ended.
 	Collected bool
@@ -507,6 +510,7 @@ func (w *watched) leak(now time.Time, collected bool) Leak {
 		AllocTime: w.born,
 		Age:       now.Sub(w.born),
 		Tracked:   w.tracked,
+		Category:  w.s.cats.lookup(w.dl.ordinal).name(w.cat),
 		Collected: collected,
 	}
 	if w.site != nil && w.site.st.pcs != nil {

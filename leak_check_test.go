@@ -127,3 +127,45 @@ func TestUserWatchOffDuringACheck(t *testing.T) {
 	c.End()
 	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0))
 }
+
+// TestLeakNamesItsCategory: a leak says the category its buffer or handle
+// was allocated or tracked through, whether a LeakCheck lists it or the
+// collector finds it; "" for none.
+func TestLeakNamesItsCategory(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<30)
+	d := ds[0]
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	w, err := d.Category(CategoryWeights)
+	require.NoError(t, err)
+	c, err := d.StartLeakCheck()
+	require.NoError(t, err)
+	defer c.End()
+
+	kept, err := kv.Alloc(100)
+	require.NoError(t, err)
+	tr, err := w.Track(200, 0xca7000)
+	require.NoError(t, err)
+	plain := keepFrom(t, d, 300)
+	leakThrough(t, kv, 400) // found by the collector
+	drainCleanups(t)
+
+	ls := c.Leaks()
+	require.Len(t, ls, 4)
+	got := map[int64]string{}
+	for _, l := range ls {
+		got[l.Size] = l.Category
+	}
+	assert.Equal(t, map[int64]string{100: CategoryKVCache, 200: CategoryWeights, 300: "", 400: CategoryKVCache}, got)
+	require.NoError(t, kept.Free())
+	require.NoError(t, tr.Release())
+	require.NoError(t, plain.Free())
+}
+
+// leakThrough allocates size bytes through c and drops the buffer.
+//
+//go:noinline
+func leakThrough(t testing.TB, c Category, size int64) {
+	_, err := c.Alloc(size)
+	require.NoError(t, err)
+}

@@ -93,3 +93,39 @@ func TestCUDALeakOfAStreamOrderedBuffer(t *testing.T) {
 	sink.none(t)
 	syncStream(t, d, s)
 }
+
+// TestCUDARefusedFreeAsyncOfAWatchedBuffer: a FreeAsync refused for a
+// stream of another device leaves a watched buffer as it leaves an
+// unwatched one: live, counted, watched, and freed by the next FreeAsync
+// or Free, after which a LeakCheck lists nothing.
+func TestCUDARefusedFreeAsyncOfAWatchedBuffer(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	d := ds[0]
+	s0, s1 := newStream(t, d), newStream(t, ds[1])
+	for _, free := range []string{"FreeAsync", "Free"} {
+		t.Run(free, func(t *testing.T) {
+			check, err := d.StartLeakCheck()
+			require.NoError(t, err)
+			defer check.End()
+			before := d.MemoryStats()
+			b, err := d.AllocAsync(1<<20, s0)
+			require.NoError(t, err)
+			mid := d.MemoryStats()
+			assert.ErrorIs(t, b.FreeAsync(s1), ErrInvalidArgument)
+			assert.False(t, b.Freed())
+			assert.Equal(t, mid, d.MemoryStats(), "no figure moves")
+			if free == "FreeAsync" {
+				require.NoError(t, b.FreeAsync(s0), "the buffer may be freed again")
+			} else {
+				syncStream(t, d, s0)
+				require.NoError(t, b.Free(), "the buffer may be freed again")
+			}
+			syncStream(t, d, s0)
+			after := d.MemoryStats()
+			assert.Equal(t, before.Tracked, after.Tracked)
+			assert.Equal(t, before.Held, after.Held)
+			assert.Equal(t, before.Frees+1, after.Frees)
+			assert.Empty(t, check.Leaks(), "freed: not a leak")
+		})
+	}
+}

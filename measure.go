@@ -38,13 +38,25 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // driver's rounding of each allocation; on the CPU it holds the rest of the
 // process (the Go heap, stacks, code), and of its cgroup where a cgroup
 // limit applies.
+//
+// On the CPU, buffers from 1 MiB are mapped from the OS, and their pages
+// are resident only once written: Used (the process's resident set) leaves
+// out what is not written yet. NotResident counts those bytes, so that
+// Untracked is what the device has in use that this package did not count
+// whether or not the buffers were written.
 type Usage struct {
-	Device    Device
-	Tracked   int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
-	Total     int64 // the device's memory, as reported
-	Free      int64 // free memory, as reported
-	Used      int64 // Total - Free: memory in use on the device, by anyone
-	Untracked int64 // Used - Tracked: memory in use that this package did not allocate
+	Device  Device
+	Tracked int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
+	Total   int64 // the device's memory, as reported
+	Free    int64 // free memory, as reported
+	Used    int64 // Total - Free: memory in use on the device, by anyone
+	// NotResident is, on the CPU, the bytes of this package's buffers
+	// mapped from the OS that are not resident (pages never written, or
+	// swapped out), which Used leaves out; 0 on other devices. It is read
+	// with the figures (mincore(2) over each mapped buffer, on Linux),
+	// never on the allocation path.
+	NotResident int64
+	Untracked   int64 // Used + NotResident - Tracked, or 0 where that is negative: memory in use that this package did not allocate
 }
 
 // Usage returns the tracked figure and the reported figures of the device
@@ -56,7 +68,28 @@ func (d Device) Usage() (Usage, error) {
 		return Usage{Device: d, Tracked: tracked}, err
 	}
 	used := max(total-free, 0)
-	return Usage{Device: d, Tracked: tracked, Total: total, Free: free, Used: used, Untracked: used - tracked}, nil
+	nr := d.notResident()
+	return Usage{Device: d, Tracked: tracked, Total: total, Free: free, Used: used, NotResident: nr, Untracked: untracked(used, nr, tracked)}, nil
+}
+
+// untracked is the memory in use that this package did not count: used,
+// as reported, with the tracked bytes that are not resident (and so not in
+// it) added, less the tracked bytes; never negative.
+func untracked(used, notResident, tracked int64) int64 {
+	return max(used+notResident-tracked, 0)
+}
+
+// notResident returns the bytes of the device's buffers that its reported
+// use leaves out (see [Usage].NotResident), or 0 where the device has not
+// been used.
+func (d Device) notResident() int64 {
+	if d.kind == 0 || d.kind >= numKinds {
+		return 0
+	}
+	if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
+		return s.notResident(d.ordinal)
+	}
+	return 0
 }
 
 // Measurement is what [Device.Measure] measured on a device while a function ran:
@@ -90,11 +123,18 @@ type Measurement struct {
 	EndUsed      int64 // memory in use on the device when the run ended, as reported
 	UsedIncrease int64 // EndUsed - StartUsed
 
-	// Untracked is UsedIncrease - (EndHeld - StartHeld): the reported
-	// growth that tracked buffers do not account for, those whose
-	// stream-ordered frees were still in flight at the end included (the
-	// driver still counts them, as the device-side figure does). It can be
-	// negative where others released memory during the run.
+	// StartNotResident and EndNotResident are [Usage].NotResident when the
+	// run began and ended: on the CPU, the tracked bytes not yet written,
+	// which Used leaves out.
+	StartNotResident, EndNotResident int64
+
+	// Untracked is UsedIncrease + (EndNotResident - StartNotResident) -
+	// (EndHeld - StartHeld): the reported growth that tracked buffers do
+	// not account for, those whose stream-ordered frees were still in
+	// flight at the end included (the driver still counts them, as the
+	// device-side figure does), and those not yet written left out (the
+	// OS does not count them). It can be negative where others released
+	// memory during the run.
 	Untracked int64
 
 	// Categories holds, on a device with categories ([Device.Category]),
@@ -169,7 +209,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if err != nil {
 		return Measurement{Device: d}, err
 	}
-	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0)}
+	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0), StartNotResident: s.notResident(d.ordinal)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
 	// Each category gets a scope of its own too (category.go).
 	catScopes, cats := startCategories(s, d.ordinal, &p)
@@ -187,9 +227,9 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if err != nil {
 		return p, errors.Join(wrapRun(d, ferr), err)
 	}
-	p.Total, p.EndUsed = total, max(total-free, 0)
+	p.Total, p.EndUsed, p.EndNotResident = total, max(total-free, 0), s.notResident(d.ordinal)
 	p.UsedIncrease = p.EndUsed - p.StartUsed
-	p.Untracked = p.UsedIncrease - (p.EndHeld - p.StartHeld)
+	p.Untracked = p.UsedIncrease + (p.EndNotResident - p.StartNotResident) - (p.EndHeld - p.StartHeld)
 	return p, wrapRun(d, ferr)
 }
 
@@ -301,12 +341,16 @@ type Budget struct {
 //	                    and the rest of that growth is OtherTracked)
 //	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
 //	                    PeakHeldIncrease where stream-ordered frees raised that higher)
-//	UntrackedIncrease = (EndUsed - EndHeld) - (Baseline.Used - Baseline.Tracked)
+//	UntrackedIncrease = (EndUsed + EndNotResident - EndHeld)
+//	                  - (Baseline.Used + Baseline.NotResident - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
 //	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
 //
 // The tracked bytes stand for the memory of PyTorch's allocator and the
-// reported used memory for cudaMemGetInfo's. Memory that other processes held
+// reported used memory for cudaMemGetInfo's. On the CPU, the tracked bytes
+// not yet written (NotResident), which the OS does not count as used, are
+// added back, so that the weights are set aside whether or not they were
+// written. Memory that other processes held
 // at the baseline is not set aside: the request is a share of the whole
 // device, and as vLLM does, Budget refuses it, with an [*OutOfMemoryError]
 // (matching [ErrOutOfMemory]), where the device had less than Requested free
@@ -337,7 +381,7 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 		Requested:         requested,
 		Weights:           p.StartTracked - base.Tracked,
 		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
-		UntrackedIncrease: (p.EndUsed - p.EndTracked - p.inFlight()) - (base.Used - base.Tracked),
+		UntrackedIncrease: (p.EndUsed + p.EndNotResident - p.EndTracked - p.inFlight()) - (base.Used + base.NotResident - base.Tracked),
 		BlockSize:         blockSize,
 	}
 	if w, ok := p.Category(CategoryWeights); ok {

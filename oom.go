@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -15,17 +16,25 @@ import (
 // maxReportSites is how many allocation sites an [OutOfMemoryError] lists.
 const maxReportSites = 5
 
-// outOfMemory completes the report of e, an allocation of the device
-// refused by the limit, the tracker's capacity or the backend, with what is
-// known at this moment, and runs the device's observers.
+// outOfMemory completes the report of e, an allocation of the device in
+// category c (the zero Category for none) refused by a limit, the tracker's
+// capacity or the backend, with what is known at this moment, and runs the
+// device's observers.
 // It runs on the refusal path only.
-func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError) *OutOfMemoryError {
+func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError, c Category) *OutOfMemoryError {
 	e.Device = d
+	if crec := c.rec(); crec != nil {
+		e.Category = c.Name()
+		if e.Reason != categoryLimitReason {
+			e.CategoryTracked = crec.Tracked() // the category's limit's refusal has the figure it was held against
+		}
+	}
 	st := rec.Snapshot()
 	e.Buffers, e.PeakTracked = st.Buffers, st.PeakTracked
 	if free, total, err := s.b.memInfo(d.ordinal); err == nil {
 		e.Total, e.Free = total, free
-		e.Untracked = max(total-free, 0) - e.Tracked
+		e.NotResident = s.notResident(d.ordinal)
+		e.Untracked = untracked(max(total-free, 0), e.NotResident, e.Tracked)
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
@@ -78,18 +87,25 @@ func (e *OutOfMemoryError) Report() string {
 		fmt.Fprintf(&b, "  device:         figures unavailable: %v\n", e.MemInfoErr)
 	}
 	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Tracked), buffers(e.Buffers, "live buffer"), exactBytes(e.PeakTracked))
-	if e.Limit > 0 {
+	if e.Limit > 0 && !e.byCategoryLimit() {
 		fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
 	}
 	if e.Capacity > 0 {
 		fmt.Fprintf(&b, ", capacity %s", exactBytes(e.Capacity))
 	}
 	b.WriteString("\n")
-	switch {
-	case e.Total > 0 && e.Untracked >= 0:
-		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(e.Untracked))
-	case e.Total > 0:
-		fmt.Fprintf(&b, "  not tracked:    none: the device reports %s less in use than is tracked (on the CPU, memory not yet touched is not resident)\n", exactBytes(-e.Untracked))
+	if e.Category != "" {
+		fmt.Fprintf(&b, "  category:       %q: %s tracked", e.Category, exactBytes(e.CategoryTracked))
+		if e.byCategoryLimit() {
+			fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
+		}
+		b.WriteString("\n")
+	}
+	if e.Total > 0 {
+		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(max(e.Untracked, 0)))
+	}
+	if e.NotResident > 0 {
+		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
 	}
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")
@@ -107,7 +123,10 @@ func (e *OutOfMemoryError) Report() string {
 // tryThis returns what to try, most likely first.
 func (e *OutOfMemoryError) tryThis() []string {
 	var t []string
-	if e.Limit > 0 {
+	switch {
+	case e.byCategoryLimit():
+		t = append(t, fmt.Sprintf("raise the memory limit of the category %q (Category.SetMemoryLimit, now %s) or free its buffers", e.Category, formatBytes(e.Limit)))
+	case e.Limit > 0:
 		t = append(t, fmt.Sprintf("raise the memory limit (Device.SetMemoryLimit, now %s) or free buffers", formatBytes(e.Limit)))
 	}
 	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Tracked && e.Untracked > e.Requested {
@@ -188,8 +207,8 @@ type oomObservers struct {
 // refused, after the refusal is counted and with no lock of this package
 // held, so it may read the device's figures, write profiles or allocate;
 // package [github.com/memtrack/memtrack/oomdump] is such an observer,
-// ready-made. f receives a copy of the error: changing it changes nothing
-// the caller sees.
+// ready-made. f receives a copy of the error, its Sites and their stacks
+// included: changing it changes nothing the caller sees.
 //
 // The rules, each tested:
 //   - Observers run in the order they were registered. Each call is a
@@ -301,9 +320,13 @@ func (obs *oomObservers) notify(e *OutOfMemoryError) {
 	}
 }
 
-// run calls the observer with its own copy of the error, recovering a
-// panic.
+// run calls the observer with its own copy of the error, its sites and
+// their stacks included, recovering a panic.
 func (o *OutOfMemoryObserver) run(e OutOfMemoryError) {
+	e.Sites = slices.Clone(e.Sites)
+	for i := range e.Sites {
+		e.Sites[i].Stack = slices.Clone(e.Sites[i].Stack)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			slog.Error("memtrack: an out-of-memory observer panicked; the allocation's error is returned as it was",

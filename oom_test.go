@@ -55,11 +55,13 @@ func TestOutOfMemoryReport(t *testing.T) {
 	} {
 		assert.Contains(t, report, want)
 	}
-	// A device that reports less in use than is tracked (the CPU's
-	// untouched pages) has nothing untracked; the report says why.
+	// Tracked bytes not resident yet (the CPU's pages never written) are
+	// named apart; Untracked is never negative.
 	less := *oom
-	less.Untracked = -3000
-	assert.Contains(t, less.Report(), "not tracked:    none: the device reports 2.93 KiB (3000 B) less in use than is tracked")
+	less.NotResident = 3000
+	assert.Contains(t, less.Report(), "not resident:   2.93 KiB (3000 B) of the tracked bytes not written yet")
+	less.Untracked = -3000 // as no refusal writes it
+	assert.Contains(t, less.Report(), "not tracked:    0 B in use")
 
 	// An error without a report (as Budget makes) reports its one line.
 	bare := &OutOfMemoryError{Device: d, Requested: 10, Reason: "budget"}
@@ -369,4 +371,31 @@ func TestOnOutOfMemoryAfterRelease(t *testing.T) {
 	assert.Contains(t, oom.Reason, "capacity")
 	assert.Equal(t, int64(1000), usedSeen, "the observer ran while the refused memory was still held")
 	assert.Equal(t, int64(math.MaxInt64)-2000, oom.Free, "the report read the device before the memory went back")
+}
+
+// TestOnOutOfMemoryObserverEditsSites: an observer that edits the sites of
+// its error (their figures, their stacks, the slice) changes nothing the
+// caller sees: it receives a copy, down to the stacks.
+func TestOnOutOfMemoryObserverEditsSites(t *testing.T) {
+	d := recording(t, 8)
+	a := allocOK(t)(allocFromA(d, 300<<10))
+	defer a.Free()
+	obs, err := d.OnOutOfMemory(func(e *OutOfMemoryError) {
+		for i := range e.Sites {
+			e.Sites[i].Bytes, e.Sites[i].Buffers, e.Sites[i].Category = -1, -1, "edited"
+			for j := range e.Sites[i].Stack {
+				e.Sites[i].Stack[j] = 0
+			}
+		}
+		e.Sites = append(e.Sites[:0], Site{Bytes: -2})
+	})
+	require.NoError(t, err)
+	defer obs.Remove()
+	oom := refuse(t, d)
+	require.Len(t, oom.Sites, 1)
+	assert.Equal(t, int64(300<<10), oom.Sites[0].Bytes)
+	assert.Equal(t, int64(1), oom.Sites[0].Buffers)
+	assert.Equal(t, "", oom.Sites[0].Category)
+	require.NotEmpty(t, oom.Sites[0].Stack)
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(oom.Sites[0].Stack[0]))
 }

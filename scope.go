@@ -98,7 +98,7 @@ func (s *PeakScope) Close() error {
 		herr = closeHeldScope(s.dev, s.held)
 	}
 	if _, err := s.tracked.Close(); err != nil {
-		return fmt.Errorf("memtrack: peak scope of %v: %w", s.dev, err)
+		return wrapf(err, "peak scope of %v", s.dev)
 	}
 	if herr != nil && !errors.Is(herr, ErrScopeClosed) {
 		return herr

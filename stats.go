@@ -92,6 +92,9 @@ func (d Device) MemorySummary() string {
 	if u, err := d.Usage(); err == nil {
 		fmt.Fprintf(&buf, "device (reported): %s used of %s, %s free; tracked %s, untracked %s\n",
 			formatBytes(u.Used), formatBytes(u.Total), formatBytes(u.Free), formatBytes(u.Tracked), formatBytes(u.Untracked))
+		if u.NotResident > 0 {
+			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", formatBytes(u.NotResident))
+		}
 	} else {
 		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
 	}
@@ -146,8 +149,7 @@ func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 // categories'; current figures and peaks stay.
 func (d Device) ResetAccumulatedMemoryStats() {
 	if s, r, err := d.resolve(); err == nil {
-		resetCategoryAccumulated(s, d.ordinal)
-		r.ResetAccumulated()
+		resetAccumulated(s, r, d.ordinal) // with its categories' (category_count.go)
 		s.leaks.resetAccumulated(d.ordinal)
 	}
 }

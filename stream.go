@@ -14,6 +14,42 @@ type Stream uintptr
 // device's primary context.
 const DefaultStream Stream = 0
 
+// The stream-ordered calls ([Device.AllocAsync], [Category.AllocAsync]) and
+// the pool calls ([Device.PoolStats], [Device.PoolUsage], [Device.TrimPool],
+// [Device.SetPoolReleaseThreshold]) check in one order in every build, with
+// or without -tags cuda, as [Device.Alloc] does: their argument first
+// (ErrInvalidSize for a size, keep or threshold out of range), then the
+// device (ErrInvalidDevice for the zero Device, ErrBackendNotBuilt for a
+// CUDA device in a build without the tag, ErrNotSupported for a device that
+// is not a CUDA GPU or has no memory pools), then the stream.
+
+// checkAsyncSize is the argument check of a stream-ordered allocation.
+func checkAsyncSize(size int64, d Device) error {
+	if size <= 0 {
+		return fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
+	}
+	return nil
+}
+
+// checkPoolBytes is the argument check of a pool call given a number of
+// bytes, what, that must not be negative.
+func checkPoolBytes(op, what string, n int64, d Device) error {
+	if n < 0 {
+		return fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, d, what)
+	}
+	return nil
+}
+
+// notCUDA is the error of a stream-ordered or pool call on d, which is not
+// a CUDA device: the zero Device is no device, and a CPU or Metal device
+// never has CUDA's pools.
+func notCUDA(op string, d Device) error {
+	if d.kind == 0 || d.kind >= numKinds {
+		return errZeroDevice(d)
+	}
+	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
+}
+
 // PoolStats are the figures of a CUDA device's current memory pool (the
 // default one unless cuDeviceSetMemPool set another), the one
 // [Device.AllocAsync] allocates from, as the driver reports them

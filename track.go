@@ -37,6 +37,7 @@ type Tracked struct {
 	wslot uint32          // its entry while its device is watched for leaks (leak.go), or 0; in the padding
 	site  *site           // where it was tracked, if recorded (sites.go)
 	crec  *tracker.Record // its category's record (category.go); nil for none
+	cset  *categorySet    // the categories crec is one of; nil for none
 	cat   uint8           // its category, 1-based; 0 for none
 }
 
@@ -58,7 +59,8 @@ type Tracked struct {
 // Track fails with [ErrInvalidSize] for size <= 0 and with
 // [ErrAlreadyTracked], changing no figure, and with an [*OutOfMemoryError]
 // when the memory limit refuses it, adding one to FailedAllocs and nothing
-// else. The limit can refuse Track, and so hold what a program allocates
+// else. Bad input is refused first: an address tracked already fails with
+// ErrAlreadyTracked whatever the limit. The limit can refuse Track, and so hold what a program allocates
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
@@ -76,18 +78,10 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		return nil, err
 	}
 	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
-	if c.set != nil {
-		if t.crec, err = c.checked(s, rec, size); err != nil {
-			return nil, err
-		}
-		// As Alloc does, so that the category rarely counts what the
-		// device's limit then refuses.
-		if lim := rec.Limit(); lim > 0 {
-			if cur := rec.Tracked(); size > lim-cur {
-				return nil, d.overLimitIn(s, rec, size, cur, lim, c)
-			}
-		}
+	if t.crec, err = c.record(s); err != nil {
+		return nil, err
 	}
+	t.cset = c.set
 	var sh *addrindex.Shard[addrEntry]
 	var slot int
 	if ptr != 0 {
@@ -97,25 +91,25 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 		// so that a concurrent Track of the address sees it.
 		sh.Lock()
 		var err error
-		if slot, err = claim(sh, d, ptr); err != nil {
+		if slot, err = claim(sh, d, ptr); err != nil { // bad input: before the limits
 			sh.Unlock()
 			return nil, err
 		}
 	}
-	if t.crec != nil {
-		if err := c.count(rec, t.crec, size); err != nil {
-			if sh != nil {
-				sh.Unlock()
-			}
-			return nil, d.refused(s, size, rec, err, c, true)
-		}
-	}
-	if err := rec.Alloc(size); err != nil {
+	unlock := func() {
 		if sh != nil {
 			sh.Unlock()
 		}
-		c.uncount(t.crec, size)
-		return nil, d.refused(s, size, rec, err, c, false)
+	}
+	// The limits, as Alloc checks them; the refusal is answered (and the
+	// observers run) once the shard is unlocked.
+	if e := limitRefusal(rec, t.crec, size); e != nil {
+		unlock()
+		return nil, d.refuse(s, rec, c, e)
+	}
+	if byCategory, err := c.count(rec, t.crec, size); err != nil { // category_count.go
+		unlock()
+		return nil, d.refused(s, size, rec, err, c, byCategory)
 	}
 	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
 	if sr := s.sites.lookup(d.ordinal); sr != nil {
@@ -132,18 +126,12 @@ func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
 	return t, nil
 }
 
-// refused answers an allocation of size bytes that the record refused with
+// refused answers an allocation of size bytes that a record refused with
 // err (the record counted the failure), with the fields that say what
 // refused it and the report, as Alloc's refusals do, in category c if it
 // is not the zero Category; byCategory says that c's record refused it.
 func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
-	tables[d.kind].history.refusedIn(d.ordinal, size, rec, err, c.idx, c.rec()) // see history.go
-	oom := recordRefusal(err, d, size, rec.Tracked())
-	oom.Category = c.Name()
-	if byCategory && oom.Limit > 0 {
-		oom.Reason = categoryLimitReason // the category's, not the tracker's capacity
-	}
-	return d.outOfMemory(s, rec, oom)
+	return d.outOfMemory(s, rec, d.recordRefusalIn(size, rec, err, c, byCategory), c)
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -369,17 +357,19 @@ func (t *Tracked) uncount() {
 		}
 		sh.Unlock()
 	}
-	if t.crec != nil {
-		_ = t.crec.Free(t.size) // cannot fail: the category holds the handle
-	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.crec)
+	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.cset)
 }
 
-// uncount takes the entry's bytes from the figures of d; cat and crec are
-// the category of its handle and its record, for the history.
-func (e addrEntry) uncount(d Device, cat uint8, crec *tracker.Record) {
-	// Cannot fail: the entry's bytes are part of what the record holds.
-	_ = e.rec.Free(e.size)
+// uncount takes the entry's bytes from the figures of d and, where cs is
+// not nil, of its handle's category cat among cs.
+func (e addrEntry) uncount(d Device, cat uint8, cs *categorySet) {
+	// Cannot fail: the entry's bytes are part of what the records hold.
+	var crec *tracker.Record
+	if cs != nil {
+		crec, _ = cs.uncount(cat, e.rec, e.size) // with the device's, as one operation (category_count.go)
+	} else {
+		_ = e.rec.Free(e.size)
+	}
 	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
 	if e.site != nil {
 		e.site.free(e.size)

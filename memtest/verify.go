@@ -34,8 +34,10 @@ func Devices(ds ...memtrack.Device) Option {
 
 // IgnoreIf ignores the buffers for which f returns true: memory a test
 // allocates on purpose for later tests, a pool warmed once. It is the
-// general form of the other Ignore options; once buffers carry categories,
-// a category is one more field of [memtrack.Leak] for f to test.
+// general form of the other Ignore options; a buffer's category is a field
+// of [memtrack.Leak] for f to test:
+//
+//	memtest.IgnoreIf(func(l memtrack.Leak) bool { return l.Category == memtrack.CategoryWeights })
 func IgnoreIf(f func(memtrack.Leak) bool) Option {
 	return func(c *config) { c.ignore = append(c.ignore, f) }
 }
@@ -190,6 +192,9 @@ func describe(leaks []memtrack.Leak, when string) string {
 			what = "tracked handle"
 		}
 		fn, file := l.Site()
+		if l.Category != "" {
+			what += fmt.Sprintf(" in category %q", l.Category)
+		}
 		fmt.Fprintf(&b, "\n\t%d bytes on %v, %s allocated at %s", l.Size, l.Device, what, fn)
 		if file != "" {
 			fmt.Fprintf(&b, " (%s)", file)

@@ -207,3 +207,25 @@ func TestVerifyTestMain(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyNoneIgnoresACategory: IgnoreIf filters leaks by their
+// category, and the failure names the category of the others.
+func TestVerifyNoneIgnoresACategory(t *testing.T) {
+	d := memtrack.CPU()
+	w, err := d.Category(memtrack.CategoryWeights)
+	require.NoError(t, err)
+	kv, err := d.Category(memtrack.CategoryKVCache)
+	require.NoError(t, err)
+	f := newFakeTB(t, t.Name())
+	VerifyNone(f, cpuOnly, IgnoreIf(func(l memtrack.Leak) bool { return l.Category == memtrack.CategoryWeights }))
+	a, err := w.Alloc(7)
+	require.NoError(t, err)
+	b, err := kv.Alloc(11)
+	require.NoError(t, err)
+	f.end()
+	require.Len(t, f.errors, 1)
+	assert.Contains(t, f.errors[0], "memtest: 1 buffer (11 bytes)")
+	assert.Contains(t, f.errors[0], `buffer in category "kv_cache" allocated at`)
+	require.NoError(t, a.Free())
+	require.NoError(t, b.Free())
+}

@@ -102,9 +102,10 @@ type config struct {
 }
 
 // WithConstLabels adds labels with fixed values to every metric, such as the
-// name of the model a process serves. Names that clash with backend,
-// ordinal, uuid or name, or are not valid label names, make registration
-// fail.
+// name of the model a process serves. Names that clash with the metrics'
+// own labels (backend, ordinal, uuid, name, and category on the
+// memtrack_category_* metrics), or are not valid label names, make
+// registration fail.
 func WithConstLabels(labels prometheus.Labels) Option {
 	return func(c *config) {
 		for k, v := range labels {

@@ -2,6 +2,10 @@ package prom
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -258,6 +262,39 @@ func TestCollectorBadConstLabels(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
 			assert.Error(t, reg.Register(NewCollector(WithConstLabels(tt.labels))))
 		})
+	}
+}
+
+// TestConstLabelsClashDocumented: every variable label of the collector's
+// metrics (read from their descriptions) makes a constant label of that
+// name fail to register, and WithConstLabels' doc names it.
+func TestConstLabelsClashDocumented(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "collector.go", nil, parser.ParseComments)
+	require.NoError(t, err)
+	var doc string
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "WithConstLabels" {
+			doc = fn.Doc.Text()
+		}
+	}
+	require.NotEmpty(t, doc)
+	ch := make(chan *prometheus.Desc, 256)
+	NewCollector().Describe(ch)
+	close(ch)
+	labels := map[string]bool{}
+	re := regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+	for d := range ch {
+		m := re.FindStringSubmatch(d.String())
+		require.NotNil(t, m, d.String())
+		for _, l := range strings.Split(m[1], ",") {
+			labels[strings.TrimSpace(l)] = true
+		}
+	}
+	require.Contains(t, labels, "category", "the category metrics are described")
+	for l := range labels {
+		reg := prometheus.NewPedanticRegistry()
+		assert.Error(t, reg.Register(NewCollector(WithConstLabels(prometheus.Labels{l: "x"}))), l)
+		assert.Regexp(t, `\b`+l+`\b`, doc, "WithConstLabels' doc names %q among the labels that clash", l)
 	}
 }
 
