@@ -81,6 +81,7 @@ declare -A skip_cmds=(
 	["BASE=main EXTRA= BENCH='^BenchmarkMark/history=false/op=mark\$ ^BenchmarkMark/history=false/op=span\$ ^BenchmarkMark/history=true/op=mark\$ ^BenchmarkMark/history=true/op=span\$' ./scripts/bench-callgrind.sh"]='by hand (valgrind; about a minute): instruction counts, docs/timeline.md'
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
 	['BASE=c6f5143 N=100000 ./scripts/bench-callgrind.sh']='by hand (valgrind; about a minute): instruction counts, docs/performance.md'
+	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (docs/devices.md); .ci/run runs every benchmark once with -benchtime 1x'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
