@@ -76,6 +76,86 @@ type recordUser interface {
 	useRecords(t *tracker.Table)
 }
 
+// heldFigure is a backend that keeps a device-side figure apart from the
+// tracked one: CUDA's, where memory freed in stream order stays held until
+// its stream executes the free. newKindState finds it once, in
+// kindState.held; for the other backends the device-side figure is the
+// tracked one.
+type heldFigure interface {
+	// heldAlloc and heldFree count and uncount size bytes of device
+	// ordinal; pooled says they are a stream-ordered buffer's.
+	heldAlloc(ordinal int, size int64, pooled bool)
+	heldFree(ordinal int, size int64, pooled bool)
+	// held returns the figure and its peak, after learning which
+	// stream-ordered frees have executed.
+	held(ordinal int) (cur, peak int64)
+	// resetHeldPeak sets the peak to the figure, and a memory pool's
+	// high-water marks to its figures.
+	resetHeldPeak(ordinal int)
+	// openHeldScope opens a peak scope on the figure; heldScopePeak and
+	// closeHeldScope read and close it, after learning which frees have
+	// executed.
+	openHeldScope(ordinal int) *tracker.Scope
+	heldScopePeak(ordinal int, sc *tracker.Scope) int64
+	closeHeldScope(ordinal int, sc *tracker.Scope) error
+}
+
+// deviceHeld returns the device-side figure of d and its peak: the
+// backend's, where it keeps one (heldFigure), and otherwise the tracked
+// figures current and peak, which are the same.
+func deviceHeld(d Device, current, peak int64) (int64, int64) {
+	if d.kind < numKinds {
+		if s := tables[d.kind].p.Load(); s != nil && s.held != nil {
+			return s.held.held(d.ordinal)
+		}
+	}
+	return current, peak
+}
+
+// streamBackend is a backend that allocates in stream order from a
+// device's memory pool (CUDA's, Device.AllocAsync).
+type streamBackend interface {
+	// poolsSupported fails, wrapping ErrNotSupported, where device
+	// ordinal has no memory pools.
+	poolsSupported(ordinal int) error
+	// checkStream fails where stream cannot be used on device ordinal
+	// (bad input: a stream of another device, or one capturing a graph).
+	checkStream(ordinal int, stream Stream) error
+	// allocAsync allocates size bytes on device ordinal in stream order
+	// and describes them in *m. An error that is bad input, or that
+	// comes before anything was asked of the device, is uncounted.
+	allocAsync(ordinal int, size int64, stream Stream, m *memory) error
+}
+
+// uncounted is an error of a backend that counts no failed allocation:
+// bad input, or a refusal before the device was asked.
+type uncounted struct{ err error }
+
+func (u uncounted) Error() string { return u.err.Error() }
+func (u uncounted) Unwrap() error { return u.err }
+
+// streams returns the stream-ordered allocator of device d of s, or an
+// error wrapping [ErrNotSupported] where it has none.
+func (s *kindState) streams(d Device) (streamBackend, error) {
+	sb, ok := s.b.(streamBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+	}
+	if err := sb.poolsSupported(d.ordinal); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// streamsSupported fails where d is not a device that stream-ordered
+// allocation is for: only CUDA devices are.
+func (d Device) streamsSupported() error {
+	if d.kind == KindCUDA {
+		return nil
+	}
+	return notCUDA("AllocAsync", d)
+}
+
 // kindState is the device table of one kind: its backend, the number of its
 // devices (or why there are none) and the per-ordinal records.
 type kindState struct {
@@ -84,24 +164,23 @@ type kindState struct {
 	n       int
 	err     error
 	records tracker.Table
-	sites   siteTable // recorders of allocation sites (sites.go)
+	held    heldFigure       // the backend's device-side figure, or nil
+	hooks   recorders[hooks] // the features that observe allocations (hooks)
+	sites   siteTable        // the sampling rates of allocation sites (SiteRecorder)
 	// inline: the backend is the CPU's, whose buffers of at most
 	// cpuInlineMax bytes Alloc allocates together with their memory.
 	inline    bool
-	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (track.go)
-	observers recorders[oomObservers]    // out-of-memory observers (oom.go)
-	leaks     leakTable                  // watching for leaks (leak.go)
-	cats      recorders[categorySet]     // the devices' categories (category.go)
+	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (Device.Track, Device.TrackAddr)
+	observers recorders[oomObservers]    // out-of-memory observers (Device.OnOutOfMemory)
+	leaks     leakTable                  // watching for leaks (LeakWatcher)
+	cats      recorders[categorySet]     // the devices' categories (Device.Category)
 }
 
-// tables holds one kindState per kind, created on first use, and the
-// kind's recorded histories (history.go), which outlive a kindState so that
-// Free reaches them in one load. These and the records inside are the
-// package's only global state.
+// tables holds one kindState per kind, created on first use. These and the
+// records inside are the package's only global state.
 var tables [numKinds]struct {
-	mu      sync.Mutex
-	p       atomic.Pointer[kindState]
-	history historyTable
+	mu sync.Mutex
+	p  atomic.Pointer[kindState]
 }
 
 // stateOf returns the device table of k, creating it (and so initialising
@@ -127,6 +206,7 @@ func newKindState(k Kind, b backend) *kindState {
 		u.useRecords(&s.records)
 	}
 	_, s.inline = b.(*cpuBackend)
+	s.held, _ = b.(heldFigure)
 	s.n, s.err = b.devices()
 	if s.err != nil {
 		s.n = 0

@@ -28,6 +28,7 @@ type cudaBackend struct {
 	n        int
 	initErr  error
 	devs     []cudaDevice // one per device
+	sides    []deviceSide // the device-side figure of each device (heldFigure)
 }
 
 // cudaDevice is the backend's state of one device.
@@ -69,6 +70,7 @@ func (b *cudaBackend) init() error {
 		for i := range b.devs {
 			b.devs[i].ordinal = i
 		}
+		b.sides = newSides(b.n)
 	})
 	return b.initErr
 }

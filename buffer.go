@@ -30,13 +30,13 @@ type Buffer struct {
 	self    *Buffer
 	size    int64
 	mem     memory
-	site    *site         // where it was allocated, if recorded (sites.go)
+	site    *site         // where it was allocated, if recorded (siteRecorder)
 	state   atomic.Uint32 // sync/atomic's, 4 bytes, so that wslot fits in the padding
 	ordinal int32         // the device, which locates the backend and the record
 	kind    Kind
-	pooled  bool   // allocated in stream order from a CUDA memory pool (cuda_stream.go); in the padding
-	cat     uint8  // its category (category.go), 1-based; 0 for none; in the padding
-	wslot   uint32 // its entry while its device is watched for leaks (leak.go), or 0; in the padding
+	pooled  bool   // allocated in stream order from a CUDA memory pool (Device.AllocAsync); in the padding
+	cat     uint8  // its Category, 1-based; 0 for none; in the padding
+	wslot   uint32 // its entry while its device is watched for leaks (deviceLeaks), or 0; in the padding
 }
 
 // noCopy makes go vet's copylocks check report a copy of the struct that
@@ -59,7 +59,7 @@ func (b *Buffer) Free() error {
 	if b == nil || b.self != b || !b.state.CompareAndSwap(bufLive, bufFreed) {
 		return b.refuseFree()
 	}
-	if !claimWatched(b) { // freed as a leak (leak.go)
+	if !claimWatched(b) { // freed as a leak
 		return b.refuseFree()
 	}
 	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled, b.cat)
@@ -85,12 +85,12 @@ func (b *Buffer) unclaim() {
 }
 
 // releaseMemory releases the memory of a buffer of size bytes on device
-// d of table s through its backend and then uncounts it: the body of
-// Free, and of the freeing of a leak (leak.go). released reports whether
-// the backend released the memory; if it did, err is the record's refusal
-// to uncount it, if any. pooled says that the memory came from the
-// device's pool (Device.AllocAsync); cat is its category (category.go),
-// 1-based, or 0 for none.
+// d of table s through its backend and then uncounts it (kindState.uncount):
+// the body of Free, and of the freeing of a leak (collected). released
+// reports whether the backend released the memory; if it did, err is the
+// record's refusal to uncount it, if any. pooled says that the memory came
+// from the device's pool (Device.AllocAsync); cat is its category, 1-based,
+// or 0 for none.
 func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, pooled bool, cat uint8) (released bool, err error) {
 	var rec *tracker.Record
 	if s != nil {
@@ -102,21 +102,15 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if err := s.b.free(d.ordinal, size, mem); err != nil {
 		return false, err
 	}
-	crec, err := s.uncountIn(d.ordinal, cat, rec, size) // with its category's (category_count.go)
-	if err != nil {
-		return true, err
+	var cs *categorySet
+	if cat != 0 {
+		cs = s.cats.lookup(d.ordinal)
 	}
-	sideFree(d, size) // the device-side figure (cuda_stream.go)
+	how := releaseHeld
 	if pooled {
-		pooledFree(d, size) // the pool's share of it (cuda_stream.go)
+		how |= releasePooled
 	}
-	if st != nil {
-		st.free(size)
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.freeIn(size, st, rec, 0, cat, crec) // see history.go
-	}
-	return true, nil
+	return true, s.uncount(rec, cs, size, st, 0, d.ordinal, cat, how)
 }
 
 // refuseFree says why Free refused b: nil, not from Alloc, or freed.

@@ -84,7 +84,7 @@ type categorySet struct {
 	state *kindState // the device table the set belongs to
 	names [MaxCategories]string
 	recs  [MaxCategories]tracker.Record
-	gate  resetGate // orders the category operations with the resets (category_count.go)
+	gate  resetGate // orders the category operations with the resets (resetAccumulated)
 }
 
 // Category returns the device's category called name, making it on first
@@ -159,6 +159,14 @@ func (cs *categorySet) name(idx uint8) string {
 	return cs.names[idx-1]
 }
 
+// categoryNamer returns the function that names the categories of device
+// ordinal in s by their 1-based index ("" for 0), for the readers of what
+// keeps only the index (the memory history); a category made later is
+// named too, since a name never changes once its index is published.
+func (s *kindState) categoryNamer(ordinal int) func(idx uint8) string {
+	return s.cats.lookup(ordinal).name // nil names every index ""
+}
+
 // Categories returns the device's categories, in the order they were made.
 func (d Device) Categories() []Category {
 	cs := d.peekCategories()
@@ -194,6 +202,20 @@ func (c Category) record(s *kindState) (*tracker.Record, error) {
 	if c.set == nil {
 		return nil, nil
 	}
+	return c.recordOf(s)
+}
+
+// rec returns the category's record, or nil for the zero Category.
+func (c Category) rec() *tracker.Record {
+	if c.set == nil {
+		return nil
+	}
+	return &c.set.recs[c.idx-1]
+}
+
+// recordOf is record for a Category that is not the zero one, small enough
+// to inline into the allocation path (TestIntendedInlining).
+func (c Category) recordOf(s *kindState) (*tracker.Record, error) {
 	if c.set.state != s {
 		return nil, c.gone()
 	}
@@ -220,7 +242,7 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Alloc", size)
 	}
-	return c.dev.alloc(size, c)
+	return c.dev.allocate(request{size: size, cat: c})
 }
 
 // Track counts size bytes that other code allocated at ptr on the
@@ -232,7 +254,7 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Track", size)
 	}
-	return c.dev.track(size, ptr, c)
+	return c.dev.track(request{size: size, cat: c}, ptr)
 }
 
 // SetMemoryLimit caps the bytes the category's live buffers may hold, as
@@ -373,14 +395,6 @@ func resetCategoryPeaks(s *kindState, ordinal int) {
 // that its category's limit refused; its Tracked and Limit are then the
 // category's.
 const categoryLimitReason = "the category's memory limit"
-
-// rec returns the category's record, or nil for the zero Category.
-func (c Category) rec() *tracker.Record {
-	if c.set == nil {
-		return nil
-	}
-	return &c.set.recs[c.idx-1]
-}
 
 // writeCategories writes the rows of [Device.CategoryStats] as a table of
 // [Device.MemorySummary], or nothing for a device without categories.

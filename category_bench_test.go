@@ -7,7 +7,7 @@ import (
 
 // BenchmarkCategoryPair measures an Alloc+Free through a category over the
 // backend that does nothing, and nothing else in its loop, so that
-// instruction counts (scripts/bench-callgrind.sh) give the categorised
+// instruction counts (scripts/bench-instructions.sh, OVERLAY=category_bench_test.go) give the categorised
 // pair's own cost: through the first category of the device
 // (category=first) and, where the device has MaxCategories, through the
 // last (category=last), which costs the same.

@@ -117,22 +117,10 @@ func (c Category) countFailure(rec *tracker.Record) {
 	g.leave()
 }
 
-// uncountIn uncounts size bytes freed from the device's record rec and,
-// where cat is not 0, from category cat of device ordinal in s, as one
-// operation for the resets; it returns the category's record (nil for
-// none). The category is not uncounted where the device's record refuses.
-func (s *kindState) uncountIn(ordinal int, cat uint8, rec *tracker.Record, size int64) (*tracker.Record, error) {
-	var cs *categorySet
-	if cat != 0 {
-		cs = s.cats.lookup(ordinal)
-	}
-	if cs == nil {
-		return nil, rec.Free(size)
-	}
-	return cs.uncount(cat, rec, size)
-}
-
-// uncount is uncountIn for category cat of the set.
+// uncount uncounts size bytes freed from the device's record rec and from
+// category cat of the set, as one operation for the resets; it returns the
+// category's record. The category is not uncounted where the device's
+// record refuses.
 func (cs *categorySet) uncount(cat uint8, rec *tracker.Record, size int64) (*tracker.Record, error) {
 	crec := &cs.recs[cat-1]
 	cs.gate.enter()

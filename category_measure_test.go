@@ -108,5 +108,5 @@ func TestMeasureCategoriesNested(t *testing.T) {
 	assert.Panics(t, func() {
 		_, _ = d.Measure(func() error { panic("f failed") })
 	})
-	assert.False(t, act.rec().HasOpenScopes(), "the category's scope of the panicking measurement is still open")
+	assert.False(t, act.set.recs[act.idx-1].HasOpenScopes(), "the category's scope of the panicking measurement is still open")
 }

@@ -417,11 +417,11 @@ func TestCategoryConcurrent(t *testing.T) {
 func TestCategoryHistoryAndSites(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	require.NoError(t, d.EnableMemoryHistory(16))
-	t.Cleanup(d.DisableMemoryHistory) // the history outlives the fake device table
+	require.NoError(t, d.History().Enable(16))
+	t.Cleanup(d.History().Disable) // the history outlives the fake device table
 	needSites(t)
-	require.NoError(t, d.EnableAllocationSites(8))
-	require.NoError(t, d.SetAllocationSiteRate(1))
+	require.NoError(t, d.Sites().Enable(8))
+	require.NoError(t, d.Sites().SetRate(1))
 	kv, err := d.Category(CategoryKVCache)
 	require.NoError(t, err)
 	require.NoError(t, kv.SetMemoryLimit(100))
@@ -432,7 +432,7 @@ func TestCategoryHistoryAndSites(t *testing.T) {
 	_, err = kv.Alloc(64)
 	require.Error(t, err)
 
-	sites, err := d.AllocationSites()
+	sites, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	cats := map[string]int64{}
 	for _, s := range sites.Sites {
@@ -444,7 +444,7 @@ func TestCategoryHistoryAndSites(t *testing.T) {
 
 	require.NoError(t, b.Free())
 	require.NoError(t, p.Free())
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	var got []string
 	for _, e := range h.Events {
@@ -595,10 +595,10 @@ func TestCategoryTrackBadInputFirst(t *testing.T) {
 	obs, err := d.OnOutOfMemory(func(*OutOfMemoryError) { runs++ })
 	require.NoError(t, err)
 	defer obs.Remove()
-	require.NoError(t, d.EnableMemoryHistory(64))
-	defer d.DisableMemoryHistory()
+	require.NoError(t, d.History().Enable(64))
+	defer d.History().Disable()
 	historyOf := func(t *testing.T, d Device) []HistoryEvent {
-		h, err := d.MemoryHistory()
+		h, err := d.History().Snapshot()
 		require.NoError(t, err)
 		return h.Events
 	}

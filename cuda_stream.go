@@ -85,50 +85,34 @@ type retireNode struct {
 	foreign bool // the event is of another context than the device's primary one
 }
 
-// sideTable holds the device-side figures of one CUDA device table, one
-// per device, and links to the tables of the device tables used before.
-type sideTable struct {
-	state *kindState
-	sides []deviceSide
-	prev  *sideTable
-}
-
-// cudaSides is the side table of the CUDA device table, made when first
-// needed. A process has one CUDA device table; tests install others, and
-// then put the first back, which finds its figures again down the chain.
-var cudaSides atomic.Pointer[sideTable]
-
-// sideOf returns the device-side figure of CUDA device ordinal, or nil if
-// there is no such device.
+// sideOf returns the device-side figure of CUDA device ordinal, or nil
+// where the CUDA backend is not the driver's or has no such device.
 func sideOf(ordinal int) *deviceSide {
-	s := stateOf(KindCUDA)
-	t := cudaSides.Load()
-	for t == nil || t.state != s {
-		sides := make([]deviceSide, s.n)
-		found := false
-		for o := t; o != nil; o = o.prev {
-			if o.state == s {
-				sides, found = o.sides, true
-				break
-			}
-		}
-		if !found {
-			for i := range min(len(sides), maxRetireDevices) {
-				sides[i].retired = cudadrv.RetiredCounter(i)
-				sides[i].applied.Store(stdatomic.LoadUint64(sides[i].retired))
-			}
-		}
-		nt := &sideTable{state: s, sides: sides, prev: t}
-		if cudaSides.CompareAndSwap(t, nt) {
-			t = nt
-			break
-		}
-		t = cudaSides.Load()
-	}
-	if ordinal < 0 || ordinal >= len(t.sides) {
+	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	if !ok {
 		return nil
 	}
-	return &t.sides[ordinal]
+	return b.side(ordinal)
+}
+
+// side returns the device-side figure of device ordinal, or nil if there
+// is no such device.
+func (b *cudaBackend) side(ordinal int) *deviceSide {
+	if b.init() != nil || ordinal < 0 || ordinal >= len(b.sides) {
+		return nil
+	}
+	return &b.sides[ordinal]
+}
+
+// newSides makes the device-side figures of n devices, as the backend
+// initialises.
+func newSides(n int) []deviceSide {
+	sides := make([]deviceSide, n)
+	for i := range min(n, maxRetireDevices) {
+		sides[i].retired = cudadrv.RetiredCounter(i)
+		sides[i].applied.Store(stdatomic.LoadUint64(sides[i].retired))
+	}
+	return sides
 }
 
 // maxRetireDevices bounds the devices whose frees host functions retire.
@@ -166,7 +150,7 @@ func (sd *deviceSide) catchUp() {
 // figures show it would) are the frees reaped (for events, a cgo call per
 // reapBatch) before the addition that raises the peak.
 func (sd *deviceSide) count(ordinal int, size int64) {
-	// With peak scopes open (scope.go), every addition may raise one of
+	// With peak scopes open (PeakScope), every addition may raise one of
 	// theirs, so the frees are reaped first.
 	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
 		return
@@ -175,61 +159,85 @@ func (sd *deviceSide) count(ordinal int, size int64) {
 	_ = sd.held.Alloc(size) // cannot fail: the record already holds size
 }
 
-// sideAlloc counts size bytes allocated on d in its device-side figure.
-func sideAlloc(d Device, size int64) {
-	if d.kind == KindCUDA {
-		if sd := sideOf(d.ordinal); sd != nil {
-			sd.count(d.ordinal, size)
+// The device-side figure is the CUDA backend's capability (heldFigure),
+// which kindState.held holds.
+
+func (b *cudaBackend) heldAlloc(ordinal int, size int64, pooled bool) {
+	if sd := b.side(ordinal); sd != nil {
+		sd.count(ordinal, size) // the peak leaves out what is known freed
+		if pooled {
+			sd.pooled.Add(size)
 		}
 	}
 }
 
-// sideFree uncounts size bytes that the device no longer holds.
-func sideFree(d Device, size int64) {
-	if d.kind == KindCUDA {
-		if sd := sideOf(d.ordinal); sd != nil {
-			_ = sd.held.Free(size)
-		}
-	}
-}
-
-// pooledFree uncounts size bytes of a stream-ordered buffer that Free
-// released from the pool's share of the device-side figure.
-func pooledFree(d Device, size int64) {
-	if d.kind == KindCUDA {
-		if sd := sideOf(d.ordinal); sd != nil {
+func (b *cudaBackend) heldFree(ordinal int, size int64, pooled bool) {
+	if sd := b.side(ordinal); sd != nil {
+		_ = sd.held.Free(size)
+		if pooled {
 			sd.pooled.Add(-size)
 		}
 	}
 }
 
-// deviceHeld returns the device-side figure of d and its peak: for CUDA
-// devices, after learning which stream-ordered frees have executed; for the
-// others, the tracked figures current and peak, which are the same.
-func deviceHeld(d Device, current, peak int64) (int64, int64) {
-	if d.kind != KindCUDA {
-		return current, peak
-	}
-	sd := sideOf(d.ordinal)
+func (b *cudaBackend) held(ordinal int) (cur, peak int64) {
+	sd := b.side(ordinal)
 	if sd == nil {
-		return current, peak
+		return 0, 0
 	}
-	sd.reap(d.ordinal)
+	sd.reap(ordinal)
 	return sd.held.Load()
 }
 
-// resetDevicePeaks sets the device-side peak of d to its current figure,
-// and the high-water marks of its memory pool, where it has one, to the
-// pool's current figures.
-func resetDevicePeaks(d Device) {
-	if d.kind != KindCUDA {
-		return
-	}
-	if sd := sideOf(d.ordinal); sd != nil {
-		sd.reap(d.ordinal)
+// resetHeldPeak sets the device-side peak of device ordinal to its current
+// figure, and the high-water marks of its memory pool, where it has one, to
+// the pool's current figures.
+func (b *cudaBackend) resetHeldPeak(ordinal int) {
+	if sd := b.side(ordinal); sd != nil {
+		sd.reap(ordinal)
 		sd.held.ResetPeak()
-		sd.resetPoolHighs(d)
+		sd.resetPoolHighs(Device{kind: KindCUDA, ordinal: ordinal})
 	}
+}
+
+// openHeldScope opens a peak scope on the device-side figure, after
+// uncounting the stream-ordered frees known to have executed, so that it
+// starts from the figure the device holds.
+func (b *cudaBackend) openHeldScope(ordinal int) *tracker.Scope {
+	sd := b.side(ordinal)
+	if sd == nil {
+		return nil
+	}
+	sd.reap(ordinal)
+	return sd.held.OpenScope()
+}
+
+// heldScopePeak reads the peak of a scope of openHeldScope after learning
+// which stream-ordered frees have executed, as held does.
+func (b *cudaBackend) heldScopePeak(ordinal int, sc *tracker.Scope) int64 {
+	if sc == nil {
+		return 0
+	}
+	if !sc.Closed() {
+		if sd := b.side(ordinal); sd != nil {
+			sd.reap(ordinal)
+		}
+	}
+	return sc.Peak()
+}
+
+// closeHeldScope closes a scope of openHeldScope.
+func (b *cudaBackend) closeHeldScope(ordinal int, sc *tracker.Scope) error {
+	if sc == nil {
+		return nil
+	}
+	if !sc.Closed() {
+		if sd := b.side(ordinal); sd != nil {
+			sd.reap(ordinal)
+		}
+	}
+	_, err := sc.Close()
+	return err
 }
 
 // reap uncounts the pending frees whose events their streams have reached,
@@ -365,107 +373,65 @@ func cudaSide(d Device) (*deviceSide, error) {
 	if d.kind != KindCUDA {
 		return nil, notCUDA("a CUDA memory pool", d)
 	}
-	if _, _, err := d.resolve(); err != nil {
+	s, _, err := d.resolve()
+	if err != nil {
 		return nil, err
 	}
-	sd := sideOf(d.ordinal)
-	sd.poolOnce.Do(func() { sd.poolErr = poolsSupported(d) })
-	return sd, sd.poolErr
+	sb, err := s.streams(d)
+	if err != nil {
+		return nil, err
+	}
+	return sb.(*cudaBackend).side(d.ordinal), nil
 }
 
-// AllocAsync allocates size bytes on the device in stream order: from the
-// device's current memory pool (cuMemAllocAsync), usable by work enqueued
-// on stream after this call. It checks, counts and fails as [Device.Alloc]
-// does: [ErrInvalidSize] for size <= 0, an [*OutOfMemoryError] when the
-// memory limit or the pool refuses it (counting one failure and nothing
-// else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
-// or whose driver has no memory pools (CUDA before 11.2, or
-// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
-// capturing a CUDA graph (whose allocation would run at every launch);
-// with [ErrInvalidArgument] on a stream of another device, on which
-// cuMemAllocAsync would allocate. Each changes nothing, and is refused
-// before the limits: a bad stream counts no failure whatever limit the
-// request passes. A stream of another
-// context on the device (one that another binding created) is used in its
-// own context.
-//
-// The buffer counts from AllocAsync's return, both in the tracked figure
-// ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
-// Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
-// that uses it is done.
-func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	return d.allocAsync(size, stream, Category{})
+// Stream-ordered allocation is the CUDA backend's capability
+// (streamBackend), which Device.allocate uses for AllocAsync.
+
+// poolsSupported fails where device ordinal has no memory pools; it asks
+// the driver once per device.
+func (b *cudaBackend) poolsSupported(ordinal int) error {
+	sd := b.side(ordinal)
+	if sd == nil {
+		return fmt.Errorf("%w: cuda:%d has no CUDA memory pool", ErrNotSupported, ordinal)
+	}
+	sd.poolOnce.Do(func() { sd.poolErr = poolsSupported(Device{kind: KindCUDA, ordinal: ordinal}) })
+	return sd.poolErr
 }
 
-// allocAsync is AllocAsync, through category c unless it is the zero
-// Category, which is counted as Device.alloc counts it (category.go).
-func (d Device) allocAsync(size int64, stream Stream, c Category) (*Buffer, error) {
-	if err := checkAsyncSize(size, d); err != nil {
-		return nil, err
-	}
-	sd, err := cudaSide(d)
+// checkStream fails where stream belongs to another device or is
+// capturing a CUDA graph, and where the device cannot be reached.
+func (b *cudaBackend) checkStream(ordinal int, stream Stream) error {
+	d := Device{kind: KindCUDA, ordinal: ordinal}
+	_, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return nil, err
+		return fillError(err, d, 0, nil)
 	}
-	s, rec, err := d.resolve()
+	if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
+		return refusedStream("AllocAsync", d, stream, cs)
+	}
+	return nil
+}
+
+// allocAsync allocates size bytes on device ordinal from its current pool
+// in stream order (cuMemAllocAsync).
+func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memory) error {
+	d := Device{kind: KindCUDA, ordinal: ordinal}
+	dev, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return nil, err
-	}
-	dev, ctx, err := cudaDeviceOf(d.ordinal, "alloc")
-	if err != nil {
-		return nil, fillError(err, d, size, rec)
-	}
-	crec, err := c.record(s) // nil for the zero Category
-	if err != nil {
-		return nil, err
-	}
-	if e := limitRefusal(rec, crec, size); e != nil {
-		// The stream is bad input, refused before a failure is counted.
-		if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
-			return nil, refusedStream("AllocAsync", d, stream, cs)
-		}
-		return nil, d.refuse(s, rec, c, e)
+		return uncounted{fillError(err, d, size, nil)}
 	}
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
 		// Nothing allocated, nothing counted: cuMemAllocAsync would have
 		// allocated on the stream's device, or in the graph.
 		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
-		return nil, refusedStream("AllocAsync", d, stream, a)
+		return uncounted{refusedStream("AllocAsync", d, stream, a)}
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
-		return nil, d.backendRefusedIn(s, rec, size, err, c)
+		return err
 	}
-	b := new(Buffer)
-	b.size, b.ordinal, b.kind = size, int32(d.ordinal), d.kind
-	b.mem.ptr, b.pooled = a.Ptr, true
-	// recordRefused releases the memory with cuMemFree, which takes memory
-	// of the pool back at once.
-	if byCategory, err := c.count(rec, crec, size); err != nil { // category_count.go
-		return nil, d.recordRefusedIn(s, rec, b, err, c, byCategory)
-	}
-	sd.count(d.ordinal, size) // the peak leaves out what is known freed
-	sd.pooled.Add(size)
-	b.self, b.cat = b, c.idx
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		b.site = sr.allocIn(size, 1, c.Name()) // see sites.go
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.allocIn(size, b.site, rec, stream, c.idx, crec) // see history.go
-	}
-	watchBuffer(s, b) // see leak.go
-	return b, nil
-}
-
-// AllocAsync allocates size bytes in stream order on the category's device,
-// as [Device.AllocAsync] does, and counts them in the category besides, as
-// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
-// in both.
-func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	if c.set == nil {
-		return nil, fmt.Errorf("%w: AllocAsync of %d bytes through the zero Category; obtain one with Device.Category", ErrInvalidCategory, size)
-	}
-	return c.dev.allocAsync(size, stream, c)
+	m.ptr = a.Ptr
+	return nil
 }
 
 // FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
@@ -497,7 +463,7 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 	if !b.state.CompareAndSwap(bufLive, bufFreed) || !claimWatched(b) {
 		return b.refuseFree()
 	}
-	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (leak.go)
+	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (unwatchBuffer)
 	// The device's table and record, looked up as Free does.
 	s := tables[b.kind].p.Load()
 	var rec *tracker.Record
@@ -560,15 +526,13 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		}
 	}
 	unwatchBuffer(b)
-	crec, err := s.uncountIn(int(b.ordinal), b.cat, rec, b.size) // with its category's (category_count.go)
-	if err != nil {
+	// The device-side figure drops once the stream executes the free.
+	var cs *categorySet
+	if b.cat != 0 {
+		cs = s.cats.lookup(int(b.ordinal))
+	}
+	if err := s.uncount(rec, cs, b.size, b.site, stream, int(b.ordinal), b.cat, 0); err != nil {
 		return b.uncountFailed(err)
-	}
-	if b.site != nil {
-		b.site.free(b.size)
-	}
-	if h := tables[b.kind].history.lookup(int(b.ordinal)); h != nil {
-		h.freeIn(b.size, b.site, rec, stream, b.cat, crec) // see history.go
 	}
 	return nil
 }
@@ -585,82 +549,8 @@ func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) err
 		ErrNotSupported, op, d, uintptr(stream))
 }
 
-// streamWait orders the work enqueued on waiter from now on after the work
-// enqueued on after so far, on CUDA device d, in one cgo call. A buffer
-// allocated on one stream and freed on another needs it (or a
-// synchronization) between the two: the stream-ordered allocator requires
-// every access of an allocation, its free included, to come after the
-// allocation in stream order. The tests and benchmarks use it.
-func streamWait(d Device, waiter, after Stream) error {
-	dev, ctx, err := cudaDeviceOf(d.ordinal, "stream wait")
-	if err != nil {
-		return err
-	}
-	return dev.settle("stream wait", resultOf(cudadrv.StreamWait(ctx, uintptr(waiter), uintptr(after))))
-}
-
-// rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
-// cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
-// makes current and restores as the tracked calls do.
-// With marker, the free is followed by the host function FreeAsync enqueues
-// (adding 0 bytes): the raw pair plus the one stream operation that
-// learning exactly when a free executes takes.
-func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
-	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
-	if r := resultOf(a.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
-		return resultError("alloc", "", max(r.enter, r.op))
-	}
-	how := cudadrv.Untracked
-	if marker {
-		how = cudadrv.ByHostFunc
-	}
-	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, 0, cudadrv.Event{})
-	if r := resultOf(f.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
-		return resultError("free", "", max(r.enter, r.op))
-	}
-	return nil
-}
-
-// openHeldScope opens a peak scope on the device-side figure of a CUDA
-// device, after uncounting the stream-ordered frees known to have executed,
-// so that it starts from the figure the device holds; nil for other
-// devices.
-func openHeldScope(d Device) *tracker.Scope {
-	if d.kind != KindCUDA {
-		return nil
-	}
-	sd := sideOf(d.ordinal)
-	if sd == nil {
-		return nil
-	}
-	sd.reap(d.ordinal)
-	return sd.held.OpenScope()
-}
-
-// heldScopePeak reads the peak of a scope of openHeldScope after learning
-// which stream-ordered frees have executed, as deviceHeld does.
-func heldScopePeak(d Device, sc *tracker.Scope) int64 {
-	if !sc.Closed() {
-		if sd := sideOf(d.ordinal); sd != nil {
-			sd.reap(d.ordinal)
-		}
-	}
-	return sc.Peak()
-}
-
-// closeHeldScope closes a scope of openHeldScope.
-func closeHeldScope(d Device, sc *tracker.Scope) error {
-	if !sc.Closed() {
-		if sd := sideOf(d.ordinal); sd != nil {
-			sd.reap(d.ordinal)
-		}
-	}
-	_, err := sc.Close()
-	return err
-}
-
 // The figures and controls of each CUDA device's current memory pool, the
-// one AllocAsync allocates from (cuda_stream.go): cuMemAllocAsync takes
+// one AllocAsync allocates from: cuMemAllocAsync takes
 // memory from the pool current to the stream's device (cuDeviceGetMemPool),
 // which is the default pool unless cuDeviceSetMemPool set another, so the
 // pool is looked up at every reading.
@@ -687,11 +577,12 @@ func currentPool(d Device) (cudadrv.Pool, error) {
 	return p, nil
 }
 
-// PoolStats returns the figures of the device's current memory pool (the
+// Stats returns the figures of the device's current memory pool (the
 // default pool, unless cuDeviceSetMemPool set another) as the driver
 // reports them. It fails with [ErrNotSupported] on a device that is
 // not a CUDA GPU or has no memory pools.
-func (d Device) PoolStats() (PoolStats, error) {
+func (p Pool) Stats() (PoolStats, error) {
+	d := p.dev
 	_, pool, err := cudaPool(d)
 	if err != nil {
 		return PoolStats{Device: d}, err
@@ -710,36 +601,47 @@ func (d Device) PoolStats() (PoolStats, error) {
 	}, nil
 }
 
-// PoolUsage returns the tracked and device-side figures of the device beside
+// Usage returns the tracked and device-side figures of the device beside
 // its memory pool's; see [PoolUsage] for how to read their differences.
-func (d Device) PoolUsage() (PoolUsage, error) {
+func (p Pool) Usage() (PoolUsage, error) {
+	d := p.dev
 	st := d.MemoryStats()
 	var pooled int64
 	if sd := sideOf(d.ordinal); d.kind == KindCUDA && sd != nil {
 		pooled = sd.pooled.Load()
 	}
-	p, err := d.PoolStats()
+	ps, err := p.Stats()
 	if err != nil {
 		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
 	}
-	return poolUsage(d, st.Tracked, st.Held, pooled, p), nil
+	return poolUsage(d, st.Tracked, st.Held, pooled, ps), nil
 }
 
-// TrimPool returns to the device the memory the pool reserves beyond
+// poolUsage puts the figures side by side; pooled is the part of held that
+// stream-ordered buffers take.
+func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
+	return PoolUsage{
+		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
+		InFlight: held - tracked, Rounding: max(0, p.PoolUsed-pooled), Cached: p.PoolReserved - p.PoolUsed,
+	}
+}
+
+// Trim returns to the device the memory the pool reserves beyond
 // max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
 // torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
-// reserved with 2 MiB in use holds, after TrimPool(0), the 2 MiB (rounded
+// reserved with 2 MiB in use holds, after Pool().Trim(0), the 2 MiB (rounded
 // up to the driver's granularity); [PoolStats] shows the figures before and
 // after. The driver trims only memory whose frees the host has observed
 // complete, "eg. by a synchronize": a buffer freed with [Buffer.FreeAsync]
 // whose stream has not been synchronized may stay reserved even once the
 // device-side figure no longer counts it (FreeAsync learns of executed
-// frees by event queries, which the driver need not count), so TrimPool can
+// frees by event queries, which the driver need not count), so Pool().Trim can
 // return less than [PoolUsage].Cached suggests; synchronize the streams
 // first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
-func (d Device) TrimPool(keep int64) error {
-	if err := checkPoolBytes("TrimPool", "bytes to keep", keep, d); err != nil {
+func (p Pool) Trim(keep int64) error {
+	d := p.dev
+	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, d); err != nil {
 		return err
 	}
 	_, pool, err := cudaPool(d)
@@ -752,7 +654,7 @@ func (d Device) TrimPool(keep int64) error {
 	return nil
 }
 
-// SetPoolReleaseThreshold sets how much reserved memory the pool keeps at
+// SetReleaseThreshold sets how much reserved memory the pool keeps at
 // each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): with the
 // driver's default of 0, the pool returns everything unused to the device
 // whenever a stream, event or context is synchronized; with a threshold, it
@@ -761,8 +663,9 @@ func (d Device) TrimPool(keep int64) error {
 // after the next synchronization. It fails with [ErrInvalidSize] for a
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.
-func (d Device) SetPoolReleaseThreshold(bytes int64) error {
-	if err := checkPoolBytes("SetPoolReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
+func (p Pool) SetReleaseThreshold(bytes int64) error {
+	d := p.dev
+	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
 		return err
 	}
 	_, pool, err := cudaPool(d)

@@ -16,15 +16,15 @@ import (
 // back when tb ends.
 func keepPoolReserved(tb testing.TB, d Device) {
 	tb.Helper()
-	p, err := d.PoolStats()
+	p, err := d.Pool().Stats()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := d.SetPoolReleaseThreshold(math.MaxInt64); err != nil {
+	if err := d.Pool().SetReleaseThreshold(math.MaxInt64); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		if err := d.SetPoolReleaseThreshold(p.ReleaseThreshold); err != nil {
+		if err := d.Pool().SetReleaseThreshold(p.ReleaseThreshold); err != nil {
 			tb.Error(err)
 		}
 	})

@@ -34,8 +34,8 @@ func TestStreamsWithoutCUDA(t *testing.T) {
 				assert.NotErrorIs(t, err, ErrBackendNotBuilt)
 				assert.NotContains(t, err.Error(), "-tags", "a rebuild would not help")
 			}
-			for _, err := range []error{err, func() error { _, err := tc.dev.PoolStats(); return err }(),
-				func() error { _, err := tc.dev.PoolUsage(); return err }(), tc.dev.TrimPool(0), tc.dev.SetPoolReleaseThreshold(0)} {
+			for _, err := range []error{err, func() error { _, err := tc.dev.Pool().Stats(); return err }(),
+				func() error { _, err := tc.dev.Pool().Usage(); return err }(), tc.dev.Pool().Trim(0), tc.dev.Pool().SetReleaseThreshold(0)} {
 				assert.ErrorIs(t, err, tc.want)
 				assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), err.Error())
 			}

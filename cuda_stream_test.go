@@ -66,7 +66,7 @@ func withRetire(t testing.TB, d Device, mode uint32) {
 
 func poolStats(t testing.TB, d Device) PoolStats {
 	t.Helper()
-	p, err := d.PoolStats()
+	p, err := d.Pool().Stats()
 	require.NoError(t, err)
 	return p
 }
@@ -74,8 +74,8 @@ func poolStats(t testing.TB, d Device) PoolStats {
 func TestCUDAAllocFreeAsync(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
-	require.NoError(t, d.EnableMemoryHistory(64))
-	t.Cleanup(d.DisableMemoryHistory)
+	require.NoError(t, d.History().Enable(64))
+	t.Cleanup(d.History().Disable)
 	for _, m := range retireModes {
 		t.Run(m.name, func(t *testing.T) {
 			withRetire(t, d, m.mode)
@@ -108,7 +108,7 @@ func TestCUDAAllocFreeAsync(t *testing.T) {
 				assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
 				assert.Equal(t, before.FailedAllocs, after.FailedAllocs)
 
-				h, err := d.MemoryHistory()
+				h, err := d.History().Snapshot()
 				require.NoError(t, err)
 				require.GreaterOrEqual(t, len(h.Events), 2)
 				last := h.Events[len(h.Events)-2:]
@@ -200,26 +200,26 @@ func TestCUDAAllocAsyncErrors(t *testing.T) {
 		b, err := CPU().AllocAsync(1<<10, DefaultStream)
 		assert.Nil(t, b)
 		assert.ErrorIs(t, err, ErrNotSupported)
-		_, err = CPU().PoolStats()
+		_, err = CPU().Pool().Stats()
 		assert.ErrorIs(t, err, ErrNotSupported)
-		assert.ErrorIs(t, CPU().TrimPool(0), ErrNotSupported)
+		assert.ErrorIs(t, CPU().Pool().Trim(0), ErrNotSupported)
 		assert.Equal(t, before, CPU().MemoryStats())
 	})
 	t.Run("negative pool figures", func(t *testing.T) {
-		assert.ErrorIs(t, d.TrimPool(-1), ErrInvalidSize)
-		assert.ErrorIs(t, d.SetPoolReleaseThreshold(-1), ErrInvalidSize)
+		assert.ErrorIs(t, d.Pool().Trim(-1), ErrInvalidSize)
+		assert.ErrorIs(t, d.Pool().SetReleaseThreshold(-1), ErrInvalidSize)
 	})
 }
 
 // TestCUDAPoolTrimAndThreshold: with a release threshold the pool keeps its
-// reserve across a synchronization; TrimPool returns it; with the threshold
+// reserve across a synchronization; Pool().Trim returns it; with the threshold
 // back at 0 a synchronization returns it.
 func TestCUDAPoolTrimAndThreshold(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
 	const size, n = 3 << 20, 10
-	require.NoError(t, d.SetPoolReleaseThreshold(1<<30))
-	defer func() { require.NoError(t, d.SetPoolReleaseThreshold(0)) }()
+	require.NoError(t, d.Pool().SetReleaseThreshold(1<<30))
+	defer func() { require.NoError(t, d.Pool().SetReleaseThreshold(0)) }()
 	assert.Equal(t, int64(1<<30), poolStats(t, d).ReleaseThreshold)
 
 	round := func() {
@@ -241,14 +241,14 @@ func TestCUDAPoolTrimAndThreshold(t *testing.T) {
 		assert.Equal(t, int64(size*n), kept.PoolReserved, "30 MiB is 15 granules of 2 MiB")
 		assert.Zero(t, kept.PoolUsed)
 	}
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 	trimmed := poolStats(t, d)
 	assert.Less(t, trimmed.PoolReserved, kept.PoolReserved)
 	if onFake() {
 		assert.Zero(t, trimmed.PoolReserved)
 	}
 
-	require.NoError(t, d.SetPoolReleaseThreshold(0))
+	require.NoError(t, d.Pool().SetReleaseThreshold(0))
 	round()
 	if onFake() {
 		assert.Zero(t, poolStats(t, d).PoolReserved, "with threshold 0 a synchronization releases the reserve")
@@ -457,7 +457,7 @@ func TestCUDAStreamChildLag(t *testing.T) {
 	assert.Equal(t, int64(7<<20), st.Held, "a is freed on the host only")
 	assert.Equal(t, int64(6<<20), st.PeakTracked)
 	assert.Equal(t, int64(7<<20), st.PeakHeld)
-	u, err := d.PoolUsage()
+	u, err := d.Pool().Usage()
 	require.NoError(t, err)
 	assert.Equal(t, int64(4<<20), u.InFlight)
 	assert.Zero(t, u.Rounding)
@@ -510,7 +510,7 @@ func TestCUDAStreamChildRounding(t *testing.T) {
 		require.NoError(t, err)
 		bufs = append(bufs, b)
 	}
-	u, err := d.PoolUsage()
+	u, err := d.Pool().Usage()
 	require.NoError(t, err)
 	assert.Equal(t, int64(3000), u.Held)
 	assert.Equal(t, int64(3*4096), u.PoolUsed)
@@ -578,10 +578,10 @@ func TestCUDAStreamChildNoPools(t *testing.T) {
 	assert.Nil(t, b)
 	require.ErrorIs(t, err, ErrNotSupported)
 	assert.Contains(t, err.Error(), "MEMORY_POOLS_SUPPORTED")
-	_, err = d.PoolStats()
+	_, err = d.Pool().Stats()
 	assert.ErrorIs(t, err, ErrNotSupported)
-	assert.ErrorIs(t, d.TrimPool(0), ErrNotSupported)
-	assert.ErrorIs(t, d.SetPoolReleaseThreshold(0), ErrNotSupported)
+	assert.ErrorIs(t, d.Pool().Trim(0), ErrNotSupported)
+	assert.ErrorIs(t, d.Pool().SetReleaseThreshold(0), ErrNotSupported)
 	assert.Equal(t, before, d.MemoryStats())
 	assert.NotContains(t, d.MemorySummary(), "memory pool:")
 
@@ -602,7 +602,7 @@ func busyStream(t *testing.T) (d Device, s Stream, blockerSize int64, keepBusy f
 		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
 	}
 	d = cudaDevices(t, 1)[0]
-	if _, err := d.PoolStats(); err != nil {
+	if _, err := d.Pool().Stats(); err != nil {
 		t.Skip(err)
 	}
 	s = newStream(t, d)
@@ -636,7 +636,7 @@ func TestCUDAStreamReconcile(t *testing.T) {
 	fmt.Fprintf(&out, "%10s %12s %14s %12s %12s %14s %14s\n", "size", "tracked pk", "device-side pk", "pool used hi", "pool rsv hi", "held at free", "tracked at free")
 	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 256 << 20} {
 		syncStream(t, d, s)
-		require.NoError(t, d.TrimPool(0))
+		require.NoError(t, d.Pool().Trim(0))
 		d.ResetPeakMemoryStats()
 		keepBusy()
 		a, err := d.AllocAsync(size, s)
@@ -715,7 +715,7 @@ func TestCUDAKeepPoolReserved(t *testing.T) {
 		assert.GreaterOrEqual(t, p.PoolReserved, int64(4<<20), "the synchronization returned nothing")
 	})
 	assert.Equal(t, old, poolStats(t, d).ReleaseThreshold, "put back")
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 }
 
 // TestCUDAAllocAsyncOtherDeviceStream: cuMemAllocAsync allocates from the
@@ -827,7 +827,7 @@ func TestCUDAStreamChildPoisoned(t *testing.T) {
 // it, not the default pool.
 func TestCUDAPoolIsCurrent(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
-	if _, err := d.PoolStats(); err != nil {
+	if _, err := d.Pool().Stats(); err != nil {
 		t.Skip(err)
 	}
 	s := newStream(t, d)
@@ -854,7 +854,7 @@ func TestCUDAPoolIsCurrent(t *testing.T) {
 // never negative.
 func TestCUDAPoolUsageWithAlloc(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
-	if _, err := d.PoolStats(); err != nil {
+	if _, err := d.Pool().Stats(); err != nil {
 		t.Skip(err)
 	}
 	s := newStream(t, d)
@@ -864,17 +864,17 @@ func TestCUDAPoolUsageWithAlloc(t *testing.T) {
 	b, err := d.AllocAsync(1<<20, s)
 	require.NoError(t, err)
 	syncStream(t, d, s)
-	u, err := d.PoolUsage()
+	u, err := d.Pool().Usage()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, u.Rounding, int64(0))
 	if onFake() {
 		assert.Zero(t, u.Rounding, "the fake rounds nothing")
 	}
 	require.NoError(t, b.Free())
-	u, err = d.PoolUsage()
+	u, err = d.Pool().Usage()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, u.Rounding, int64(0), "after Free of the stream-ordered buffer")
-	require.NoError(t, d.TrimPool(0)) // what the free left reserved
+	require.NoError(t, d.Pool().Trim(0)) // what the free left reserved
 }
 
 // TestCUDAStreamChildPoolFreeEnqueued: under the reading where the pool
@@ -888,14 +888,14 @@ func TestCUDAStreamChildPoolFreeEnqueued(t *testing.T) {
 	b, err := d.AllocAsync(1<<20, s)
 	require.NoError(t, err)
 	require.NoError(t, b.FreeAsync(s))
-	u, err := d.PoolUsage()
+	u, err := d.Pool().Usage()
 	require.NoError(t, err)
 	assert.Zero(t, u.PoolUsed, "the pool counted the free at once")
 	assert.Equal(t, int64(1<<20), u.InFlight)
 	assert.Zero(t, u.Rounding)
 	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
 	syncStream(t, d, s)
-	u, err = d.PoolUsage()
+	u, err = d.Pool().Usage()
 	require.NoError(t, err)
 	assert.Zero(t, u.InFlight)
 	assert.Zero(t, u.Rounding)
@@ -958,7 +958,7 @@ func TestCUDAAllocReuseReading(t *testing.T) {
 // synchronize" (cuMemPoolTrimTo); whether an event query that finds an event
 // after the free reached counts, the reference does not say (the fake offers
 // both, FAKECUDA_TRIM_OBSERVED). Once the device-side figure no longer
-// counts the buffer (FreeAsync learns it by an event query), TrimPool keeps
+// counts the buffer (FreeAsync learns it by an event query), Pool().Trim keeps
 // the memory where only a synchronize counts; after a synchronize it
 // returns all of it.
 func TestCUDATrimAfterEventRetirement(t *testing.T) {
@@ -966,7 +966,7 @@ func TestCUDATrimAfterEventRetirement(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
 	withRetire(t, d, retireByEvent)
-	keepPoolReserved(t, d) // so that only TrimPool returns memory
+	keepPoolReserved(t, d) // so that only Pool().Trim returns memory
 	before := d.MemoryStats()
 	b, err := d.AllocAsync(4<<20, s)
 	require.NoError(t, err)
@@ -974,17 +974,17 @@ func TestCUDATrimAfterEventRetirement(t *testing.T) {
 	for d.MemoryStats().Held != before.Held { // the event query sees the free run
 		runtime.Gosched()
 	}
-	u, err := d.PoolUsage()
+	u, err := d.Pool().Usage()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, u.Cached, int64(4<<20))
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 	if os.Getenv("FAKECUDA_TRIM_OBSERVED") == "query" {
 		assert.Zero(t, poolStats(t, d).PoolReserved, "the query observed the free: trimmed")
 	} else {
 		assert.GreaterOrEqual(t, poolStats(t, d).PoolReserved, int64(4<<20), "not yet observed by the host: kept")
 	}
 	syncStream(t, d, s)
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 	assert.Zero(t, poolStats(t, d).PoolReserved, "after the synchronize, trimmed")
 }
 
@@ -996,14 +996,14 @@ func TestCUDATrimReading(t *testing.T) {
 		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
 	}
 	d := cudaDevices(t, 1)[0]
-	if _, err := d.PoolStats(); err != nil {
+	if _, err := d.Pool().Stats(); err != nil {
 		t.Skip(err)
 	}
 	s := newStream(t, d)
 	withRetire(t, d, retireByEvent)
 	keepPoolReserved(t, d)
 	syncStream(t, d, s)
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 	const size = 64 << 20
 	before := d.MemoryStats()
 	b, err := d.AllocAsync(size, s)
@@ -1012,14 +1012,14 @@ func TestCUDATrimReading(t *testing.T) {
 	for d.MemoryStats().Held != before.Held { // an event query finds the free run
 		runtime.Gosched()
 	}
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 	if poolStats(t, d).PoolReserved < size {
-		t.Log("trim reading: query (TrimPool released a free the host learned of by an event query)")
+		t.Log("trim reading: query (Pool().Trim released a free the host learned of by an event query)")
 	} else {
-		t.Log("trim reading: sync (TrimPool kept a free the host learned of by an event query only)")
+		t.Log("trim reading: sync (Pool().Trim kept a free the host learned of by an event query only)")
 	}
 	syncStream(t, d, s)
-	require.NoError(t, d.TrimPool(0))
+	require.NoError(t, d.Pool().Trim(0))
 }
 
 // TestCUDAHostFuncReading says whether the driver runs host functions of
@@ -1058,7 +1058,7 @@ func FuzzCUDAStreamFigures(f *testing.F) {
 	if err != nil {
 		f.Skip(err)
 	}
-	if _, err := d.PoolStats(); err != nil {
+	if _, err := d.Pool().Stats(); err != nil {
 		f.Skip(err)
 	}
 	streams := []Stream{DefaultStream, newStream(f, d), newStream(f, d)}
@@ -1121,7 +1121,7 @@ func FuzzCUDAStreamFigures(f *testing.F) {
 		syncAll(t)
 		st := d.MemoryStats()
 		assert.Equal(t, st.Tracked, st.Held, "after the synchronization the figures meet")
-		u, err := d.PoolUsage()
+		u, err := d.Pool().Usage()
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, u.Rounding, int64(0))
 		if onFake() {

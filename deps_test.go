@@ -22,6 +22,9 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/tracker",
 	"github.com/memtrack/memtrack/internal/hostmem",   // the CPU backend's host memory
 	"github.com/memtrack/memtrack/internal/addrindex", // the index of tracked addresses
+	"github.com/memtrack/memtrack/internal/histring",  // the ring of the memory history
+	"github.com/memtrack/memtrack/internal/siterec",   // the recorder of allocation sites
+	"github.com/memtrack/memtrack/internal/slots",     // the leak watch's table of entries
 	"go.uber.org/atomic",
 	"github.com/mumax/3/cuda/cu",                    // under -tags cuda
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver bindings
@@ -33,6 +36,7 @@ var coreDeps = []string{
 // working directory.
 func goTool(t *testing.T) string {
 	t.Helper()
+	//lint:ignore SA1019 the toolchain that built this test binary is the one to run
 	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := exec.LookPath(gotool); err != nil {
 		t.Skipf("no go command at %s to list the dependencies with: %v", gotool, err)

@@ -153,8 +153,8 @@ func (d Device) String() string {
 	return d.kind.String() + ":" + strconv.Itoa(d.ordinal)
 }
 
-// resolve returns the device's table and record. Its fast path, for a
-// device whose record exists, is small enough to inline into Alloc.
+// resolve returns the device's table and record. Its fast path is for a
+// device whose record exists; resolveSlow makes the table and the record.
 func (d Device) resolve() (*kindState, *tracker.Record, error) {
 	if d.kind < numKinds {
 		if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
@@ -257,10 +257,10 @@ func rangeUsed(f func(Device, *tracker.Record)) {
 	}
 }
 
-// recorders publishes the optional recorders of one kind's devices by
-// ordinal: the allocation sites (sites.go) and the memory history
-// (history.go). While no device of the kind records, the published slice
-// is nil, so that the allocation path pays one atomic load and a branch.
+// recorders publishes a value per device of one kind, by ordinal: the
+// devices' hook sets (hooks), categories, out-of-memory observers and leak
+// bookkeeping. While no device of the kind has one, the published slice is
+// nil, so that the allocation path pays one atomic load and a branch.
 type recorders[T any] struct {
 	mu   sync.Mutex // serialises changes
 	recs atomic.Pointer[[]*T]

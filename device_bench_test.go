@@ -26,7 +26,7 @@ func BenchmarkDeviceLayer(b *testing.B) {
 		name := "sites=off"
 		if sites {
 			name = "sites=on"
-			if err := d.EnableAllocationSites(8); err != nil {
+			if err := d.Sites().Enable(8); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -43,7 +43,7 @@ func BenchmarkDeviceLayer(b *testing.B) {
 			}
 		})
 	}
-	d.DisableAllocationSites()
+	d.Sites().Disable()
 }
 
 // sinkBytes keeps the baseline's slice escaping to the heap, as a tracked

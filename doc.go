@@ -37,6 +37,33 @@
 // allocation path takes no lock and two devices never contend. Counted are
 // the sizes asked for, of buffers allocated through [Device.Alloc]; what the
 // driver reports beside them is in [Device.MemGetInfo] and [Device.Usage].
+// [Device.MemoryStats] returns them all as [Stats], and
+// [Device.MemorySummary] as a table.
+//
+// # Peaks and measurements
+//
+// [Device.OpenPeakScope] opens a [PeakScope], a high-water mark of its own
+// from its opening to its close, which [Device.ResetPeakMemoryStats] does
+// not move, so that measurements nest; [Device.Measure] runs a function in
+// one and returns a [Measurement] with the driver's figures, and
+// [Measurement.Budget] sizes a KV cache from it (docs/measuring.md).
+//
+// # Categories
+//
+// [Device.Category] names a share of a device's memory (the weights, the KV
+// cache, the activations): a [Category] allocates and tracks as the device
+// does ([Category.Alloc], [Category.AllocAsync], [Category.Track]) and keeps
+// figures and a limit of its own ([Category.Stats], [Device.CategoryStats]),
+// which a [Measurement] and the renderers report (docs/categories.md).
+//
+// # Stream-ordered allocation and pools
+//
+// On CUDA devices, [Device.AllocAsync] and [Buffer.FreeAsync] allocate and
+// free in stream order from the device's memory pool; the device-side
+// figure, [Stats].Held, keeps a buffer freed so until its stream executes
+// the free. [Device.Pool] returns the [Pool]: its figures ([Pool.Stats],
+// [Pool.Usage]) and controls ([Pool.Trim], [Pool.SetReleaseThreshold])
+// (docs/streams.md).
 //
 // # Errors
 //
@@ -44,11 +71,14 @@
 // the last device, a second Free. Refused allocations return an
 // [*OutOfMemoryError] and add one to FailedAllocs, and nothing else.
 //
-// # Observability
+// # Out of memory
 //
-// [Expvar] publishes every used device's [Stats] as JSON, [Stats] logs as a
-// slog group, and package [github.com/memtrack/memtrack/prom] exports the
-// figures as Prometheus metrics.
+// A refused allocation returns an [*OutOfMemoryError] whose %+v is a report
+// in the manner of PyTorch's: what was asked, what the device and the
+// process hold, who holds the most, what to try. [Device.OnOutOfMemory]
+// runs a function at each refusal; package
+// [github.com/memtrack/memtrack/oomdump] writes the report, the profiles
+// and the history to a directory there.
 //
 // # Memory allocated elsewhere
 //
@@ -67,27 +97,60 @@
 // Both share one address index: [Kind.TrackedAt] finds the handle of an
 // address counted either way, and an address is counted at most once.
 //
+// # Features that observe allocations
+//
+// Allocation sites, the memory history and the leak watch observe every
+// allocation and free of a device once switched on, each through a small
+// value the device returns: [Device.Sites], [Device.History],
+// [Device.Leaks]. Every way of counting memory ([Device.Alloc],
+// [Category.Alloc], [Device.AllocAsync], [Device.Track],
+// [Device.TrackAddr]) takes one allocation path, which reaches them through
+// one hook set per device: with all of them off an allocation pays one
+// atomic load for them (docs/performance.md has the figures).
+//
 // # Allocation sites
 //
-// [Device.EnableAllocationSites] records the call stack of later
+// [SiteRecorder.Enable] records the call stack of later
 // allocations on a device, sampled as Go's heap profiler samples
-// ([Device.SetAllocationSiteRate]; rate 1 records every one);
-// [Device.AllocationSites] and
-// [Device.PeakAllocationSites] return the live buffers, and those live at the
+// ([SiteRecorder.SetRate]; rate 1 records every one);
+// [SiteRecorder.Snapshot] and
+// [SiteRecorder.PeakSnapshot] return the live buffers, and those live at the
 // latest peak, by call stack as a [SiteSnapshot]. Package
 // [github.com/memtrack/memtrack/pprof] writes them as profiles for go tool
 // pprof and serves them over HTTP.
+//
+// # Memory history
+//
+// [HistoryRecorder.Enable] records every allocation, free and refusal of a
+// device into a ring without a lock, the model of PyTorch's
+// _record_memory_history; [HistoryRecorder.Snapshot] and
+// [HistoryRecorder.Range] read it as [HistoryEvent] values. Package
+// [github.com/memtrack/memtrack/trace] writes it for Perfetto, and package
+// [github.com/memtrack/memtrack/web] plots it on a page (docs/timeline.md).
 //
 // # Leaks
 //
 // A [Buffer] that becomes unreachable without [Buffer.Free] is collected by
 // the garbage collector, and its device memory is never freed.
-// [Device.EnableLeakWatch] watches a device's later allocations: one that
+// [LeakWatcher.Enable] watches a device's later allocations: one that
 // the collector finds unreachable without a free is counted in
 // [Stats].Leaks, reported to a handler (by default a [LeakLogger]: one slog
 // warning per allocation site at a bounded rate) and, if asked, freed.
 // [LeakCheck] lists what was allocated since it started and is not freed;
 // package [github.com/memtrack/memtrack/memtest] runs one around a test
 // (VerifyNone, VerifyTestMain) and reports a benchmark's device memory per
-// operation (ReportMemory).
+// operation (ReportMemory) (docs/leaks.md).
+//
+// # Renderings
+//
+// Each rendering is a package over the core's plain values: [Expvar]
+// publishes every used device's [Stats] as JSON and [Stats] logs as a slog
+// group; [github.com/memtrack/memtrack/prom] exports the figures as
+// Prometheus metrics and [github.com/memtrack/memtrack/otelmetric] as
+// OpenTelemetry instruments; [github.com/memtrack/memtrack/pprof] writes
+// allocation sites as profiles; [github.com/memtrack/memtrack/trace] and
+// [github.com/memtrack/memtrack/web] render the history;
+// [github.com/memtrack/memtrack/oomdump] dumps an out-of-memory
+// (docs/integrations.md). Package [github.com/memtrack/memtrack/cu] is a
+// drop-in for mumax's CUDA binding that counts what it allocates.
 package memtrack

@@ -71,7 +71,7 @@ var (
 	ErrLimitExceeded = tracker.ErrLimitExceeded
 
 	// ErrSitesNotRecorded: allocation sites were asked of a device that does
-	// not record them; see [Device.EnableAllocationSites].
+	// not record them; see [SiteRecorder.Enable].
 	ErrSitesNotRecorded = errors.New("memtrack: allocation sites not recorded")
 
 	// ErrNotSupported: the device or its driver lacks what the call needs,
@@ -80,7 +80,7 @@ var (
 	ErrNotSupported = errors.New("memtrack: not supported")
 
 	// ErrHistoryNotRecorded: a history was asked of a device that does not
-	// record one ([Device.EnableMemoryHistory]).
+	// record one ([HistoryRecorder.Enable]).
 	ErrHistoryNotRecorded = errors.New("memtrack: memory history not recorded")
 
 	// ErrInvalidArgument: an argument outside what the function accepts,
@@ -130,7 +130,7 @@ type OutOfMemoryError struct {
 	Untracked   int64 // Total - Free + NotResident - Tracked, or 0: memory in use on the device that this package did not allocate
 	MemInfoErr  error // why Total and Free are missing; nil if they are not
 	// SitesRecorded is true where the device records allocation sites
-	// ([Device.EnableAllocationSites]); Sites then holds the largest
+	// ([SiteRecorder.Enable]); Sites then holds the largest
 	// holders among its live buffers, the largest first (at most 5).
 	SitesRecorded bool
 	Sites         []Site

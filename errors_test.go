@@ -63,7 +63,7 @@ func TestOnePrefix(t *testing.T) {
 		{"second Release", released.Release, ErrAlreadyReleased},
 		{"nil Release", (*Tracked)(nil).Release, ErrNilTracked},
 		{"nil Free", (*Buffer)(nil).Free, ErrNilBuffer},
-		{"negative site rate", func() error { return d.SetAllocationSiteRate(-1) }, ErrInvalidArgument},
+		{"negative site rate", func() error { return d.Sites().SetRate(-1) }, ErrInvalidArgument},
 		{"zero Device", func() error { _, err := Device{}.Alloc(8); return err }, ErrInvalidDevice},
 		{"second PeakScope.Close", closed.Close, ErrScopeClosed},
 		// As the CUDA backend writes a sticky error (resultError), which

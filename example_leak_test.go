@@ -24,17 +24,17 @@ func loadScratch(d memtrack.Device) {
 // unreachable without Free is reported (here by the default logger, one
 // warning per site per interval, on stdout without its time, age, file
 // and stack) and, with Free, freed.
-func ExampleDevice_EnableLeakWatch() {
+func ExampleLeakWatcher_Enable() {
 	d := memtrack.CPU()
 	// Sites name the leak's allocation site; rate 1 records every one.
-	if err := d.SetAllocationSiteRate(1); err != nil {
+	if err := d.Sites().SetRate(1); err != nil {
 		log.Fatal(err)
 	}
-	defer d.SetAllocationSiteRate(0)
-	if err := d.EnableAllocationSites(8); err != nil {
+	defer d.Sites().SetRate(0)
+	if err := d.Sites().Enable(8); err != nil {
 		log.Fatal(err)
 	}
-	defer d.DisableAllocationSites()
+	defer d.Sites().Disable()
 
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
@@ -47,7 +47,7 @@ func ExampleDevice_EnableLeakWatch() {
 	}))
 	warnings := memtrack.NewLeakLogger(logger, memtrack.DefaultLeakLogInterval)
 	found := make(chan struct{})
-	err := d.EnableLeakWatch(memtrack.LeakWatch{
+	err := d.Leaks().Enable(memtrack.LeakWatch{
 		Handler: func(l memtrack.Leak) {
 			warnings.Handle(l)
 			close(found)
@@ -57,7 +57,7 @@ func ExampleDevice_EnableLeakWatch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer d.DisableLeakWatch()
+	defer d.Leaks().Disable()
 
 	loadScratch(d)
 	for waiting := true; waiting; { // the next garbage cycle finds it

@@ -9,15 +9,15 @@ import (
 // A program names its phases in the device's history: a span around
 // loading the weights and a mark once they are loaded. Package trace and
 // the page draw them on the timeline; without a history they do nothing.
-func ExampleDevice_BeginSpan() {
+func ExampleHistoryRecorder_BeginSpan() {
 	dev := memtrack.CPU()
-	if err := dev.EnableMemoryHistory(64); err != nil {
+	if err := dev.History().Enable(64); err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer dev.DisableMemoryHistory()
+	defer dev.History().Disable()
 
-	load, err := dev.BeginSpan("load weights")
+	load, err := dev.History().BeginSpan("load weights")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -29,9 +29,9 @@ func ExampleDevice_BeginSpan() {
 	}
 	defer weights.Free()
 	load.End()
-	dev.Mark("weights loaded")
+	dev.History().Mark("weights loaded")
 
-	h, err := dev.MemoryHistory()
+	h, err := dev.History().Snapshot()
 	if err != nil {
 		fmt.Println(err)
 		return

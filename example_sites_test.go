@@ -18,24 +18,24 @@ import (
 // site's innermost frame is the function that called Alloc. Package
 // github.com/memtrack/memtrack/pprof writes the same figures for go tool
 // pprof.
-func ExampleDevice_PeakAllocationSites() {
+func ExampleSiteRecorder_PeakSnapshot() {
 	d := memtrack.CPU()
 	// Record every allocation, for exact figures; the default rate samples
 	// (on average one sample per 512 KiB) and scales its figures.
-	if err := d.SetAllocationSiteRate(1); err != nil {
+	if err := d.Sites().SetRate(1); err != nil {
 		log.Fatal(err)
 	}
-	defer d.SetAllocationSiteRate(0)
-	if err := d.EnableAllocationSites(32); err != nil {
+	defer d.Sites().SetRate(0)
+	if err := d.Sites().Enable(32); err != nil {
 		log.Fatal(err)
 	}
-	defer d.DisableAllocationSites()
+	defer d.Sites().Disable()
 
 	w := loadWeights(d)
 	defer w.Free()
 	scratch(d)
 
-	snap, err := d.PeakAllocationSites()
+	snap, err := d.Sites().PeakSnapshot()
 	if err != nil {
 		log.Fatal(err)
 	}

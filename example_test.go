@@ -226,12 +226,12 @@ func scratch(d memtrack.Device) {
 // does, then read every allocation, free and refusal back, each with the
 // figure after it. Package github.com/memtrack/memtrack/trace writes the
 // history for Perfetto UI, and github.com/memtrack/memtrack/web plots it.
-func ExampleDevice_MemoryHistory() {
+func ExampleHistoryRecorder_Snapshot() {
 	d := memtrack.CPU()
-	if err := d.EnableMemoryHistory(1000); err != nil { // the newest 1000 events
+	if err := d.History().Enable(1000); err != nil { // the newest 1000 events
 		log.Fatal(err)
 	}
-	defer d.DisableMemoryHistory()
+	defer d.History().Disable()
 	base := d.MemoryAllocated()
 
 	a, _ := d.Alloc(4 << 20)
@@ -244,7 +244,7 @@ func ExampleDevice_MemoryHistory() {
 	d.SetMemoryLimit(0)
 	b.Free()
 
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	if err != nil {
 		log.Fatal(err)
 	}

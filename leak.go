@@ -11,11 +11,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/slots"
 	"go.uber.org/atomic"
 )
 
 // LeakWatch configures the watching of a device's buffers for leaks; see
-// [Device.EnableLeakWatch].
+// [LeakWatcher.Enable].
 type LeakWatch struct {
 	// Handler receives each leak the garbage collector finds. It runs on
 	// the runtime's cleanup goroutines, which may run several at once, and
@@ -35,7 +36,7 @@ type LeakWatch struct {
 
 // Leak is a buffer that was never freed: one that the garbage collector
 // found unreachable without [Buffer.Free] while its device was watched
-// ([Device.EnableLeakWatch]), or one that a [LeakCheck] found still live
+// ([LeakWatcher.Enable]), or one that a [LeakCheck] found still live
 // when it ended.
 type Leak struct {
 	Device    Device
@@ -45,7 +46,7 @@ type Leak struct {
 	// Stack is where it was allocated, innermost first, as
 	// [runtime.Callers] writes it (read it with [runtime.CallersFrames]);
 	// nil where the device did not record the buffer's allocation site
-	// ([Device.EnableAllocationSites]; a [LeakCheck] records every site).
+	// ([SiteRecorder.Enable]; a [LeakCheck] records every site).
 	Stack []uintptr
 	// Tracked is true for a [Tracked] handle, false for a [Buffer].
 	Tracked bool
@@ -69,7 +70,18 @@ type LeakStats struct {
 	LeakedBytes int64 // their bytes
 }
 
-// EnableLeakWatch starts watching the buffers and tracked handles that are
+// LeakWatcher is the leak watch of one device: its controls, its figures
+// and its checks. Obtain it with [Device.Leaks]; it is a small comparable
+// value, as [Device] is.
+type LeakWatcher struct{ dev Device }
+
+// Leaks returns the device's leak watch.
+func (d Device) Leaks() LeakWatcher { return LeakWatcher{dev: d} }
+
+// Device returns the device the watch is of.
+func (lw LeakWatcher) Device() Device { return lw.dev }
+
+// Enable starts watching the buffers and tracked handles that are
 // allocated on the device from now on: one that the garbage collector finds
 // unreachable before [Buffer.Free] (or [Tracked.Release]) is a leak, counted
 // in [Stats].Leaks and [Stats].LeakedBytes, reported to w.Handler and, if
@@ -80,7 +92,7 @@ type LeakStats struct {
 // A leak is found by the garbage cycle after the buffer became unreachable
 // ([runtime.AddCleanup]), so some time after; a program that never collects
 // finds none. The allocation site is reported where the device records
-// sites ([Device.EnableAllocationSites]).
+// sites ([SiteRecorder.Enable]).
 //
 // A tracked handle with an address stays reachable through the index of
 // addresses ([Kind.TrackedAt] finds it), so the collector never finds it; a
@@ -92,12 +104,13 @@ type LeakStats struct {
 // mutex, and as much again to undo them at the free (docs/leaks.md has the
 // figures); a device not watched pays one atomic load per allocation, as
 // for allocation sites.
-func (d Device) EnableLeakWatch(w LeakWatch) error {
+func (lw LeakWatcher) Enable(w LeakWatch) error {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return err
 	}
-	dl := s.leaks.device(d.ordinal)
+	dl := s.leaks.device(s, d.ordinal)
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	cfg := w
@@ -112,14 +125,15 @@ func (d Device) EnableLeakWatch(w LeakWatch) error {
 	return nil
 }
 
-// DisableLeakWatch stops watching the device: later allocations are not
+// Disable stops watching the device: later allocations are not
 // watched, and the buffers watched before are no longer reported, counted
 // or freed when they are collected. A [LeakCheck] in progress keeps the
 // device watched until it ends: the leaks the collector finds meanwhile are
 // counted and listed by the check, but neither reported to a handler nor
 // freed. Watching that is off stays off; enabling it again watches the
 // allocations that follow only.
-func (d Device) DisableLeakWatch() {
+func (lw LeakWatcher) Disable() {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return
@@ -138,9 +152,10 @@ func (d Device) DisableLeakWatch() {
 	dl.switchOff()
 }
 
-// LeakWatchEnabled reports whether [Device.EnableLeakWatch] is in effect
+// Enabled reports whether [LeakWatcher.Enable] is in effect
 // on the device.
-func (d Device) LeakWatchEnabled() bool {
+func (lw LeakWatcher) Enabled() bool {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return false
@@ -153,8 +168,9 @@ func (d Device) LeakWatchEnabled() bool {
 	return false
 }
 
-// LeakStats returns the device's leak figures, as [Stats] holds them.
-func (d Device) LeakStats() LeakStats {
+// Stats returns the device's leak figures, as [Stats] holds them.
+func (lw LeakWatcher) Stats() LeakStats {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return LeakStats{}
@@ -164,17 +180,16 @@ func (d Device) LeakStats() LeakStats {
 
 // leakTable holds the leak bookkeeping of one kind's devices: all, by
 // ordinal, the bookkeeping of every device ever watched (it outlives
-// watching, since buffers keep an entry of it); on, published while a
-// device is watched, so that the allocation path pays one atomic load
-// while none is.
+// watching, since buffers keep an entry of it). A device's bookkeeping is
+// in its hook set (kindState.hooks) while it is watched, so that the
+// allocation path pays nothing more while none is.
 type leakTable struct {
 	mu  sync.Mutex // serialises the creation of entries in all
 	all recorders[deviceLeaks]
-	on  recorders[deviceLeaks]
 }
 
-// device returns the bookkeeping of ordinal i, creating it.
-func (t *leakTable) device(i int) *deviceLeaks {
+// device returns the bookkeeping of ordinal i of s, creating it.
+func (t *leakTable) device(s *kindState, i int) *deviceLeaks {
 	if dl := t.all.lookup(i); dl != nil {
 		return dl
 	}
@@ -183,7 +198,7 @@ func (t *leakTable) device(i int) *deviceLeaks {
 	var dl *deviceLeaks
 	t.all.update(i, func(old *deviceLeaks) *deviceLeaks {
 		if old == nil {
-			old = &deviceLeaks{table: t, ordinal: i}
+			old = &deviceLeaks{state: s, ordinal: i}
 		}
 		dl = old
 		return old
@@ -220,29 +235,21 @@ const (
 // slots (a buffer holds its slot's index, never 0), the watch's settings and
 // the leak figures.
 type deviceLeaks struct {
-	table   *leakTable
+	state   *kindState // the device table it belongs to
 	ordinal int
 
 	leaks, leakedBytes atomic.Int64
 	cfg                atomic.Pointer[LeakWatch] // nil unless userOn
 
 	mu     sync.Mutex
-	userOn bool        // EnableLeakWatch is in effect
-	checks int         // LeakChecks in progress
-	epoch  uint32      // changes each time watching goes off: older entries are not reported
-	seq    uint64      // entries made, for LeakCheck's marks
-	slots  []watchSlot // slots[0] is never used
-	free   []uint32    // free slots
+	userOn bool                 // Leaks().Enable is in effect
+	checks int                  // LeakChecks in progress
+	epoch  uint32               // changes each time watching goes off: older entries are not reported
+	seq    uint64               // entries made, for LeakCheck's marks
+	slots  slots.Table[watched] // the entries, by slot
 	// leaksSeen holds the leaks the collector found while a LeakCheck was
 	// in progress, which their slots no longer hold.
 	leaksSeen []*watched
-}
-
-// watchSlot is one slot of a device's entries: the entry, or leakGone
-// for a leak freed, and the address of the buffer or handle it is for.
-type watchSlot struct {
-	w     *watched
-	owner uintptr
 }
 
 // watched is the entry of one watched buffer or handle. It holds what the
@@ -257,7 +264,7 @@ type watched struct {
 	epoch    uint32
 	tracked  bool
 	pooled   bool  // from the device's pool (Device.AllocAsync)
-	cat      uint8 // its category (category.go), 1-based, or 0
+	cat      uint8 // its Category, 1-based, or 0
 	reported bool  // listed by a LeakCheck; under dl.mu
 	freed    bool  // a leak whose memory was freed; under dl.mu
 	seq      uint64
@@ -270,16 +277,16 @@ type watched struct {
 
 // switchOn publishes the device as watched. dl.mu is held.
 func (dl *deviceLeaks) switchOn() {
-	dl.table.on.update(dl.ordinal, func(*deviceLeaks) *deviceLeaks { return dl })
+	dl.state.setHooks(dl.ordinal, func(h *hooks) { h.leaks = dl })
 }
 
-// switchOff stops watching the device once neither EnableLeakWatch nor a
+// switchOff stops watching the device once neither Leaks().Enable nor a
 // LeakCheck wants it. dl.mu is held.
 func (dl *deviceLeaks) switchOff() {
 	if dl.userOn || dl.checks > 0 {
 		return
 	}
-	dl.table.on.update(dl.ordinal, func(*deviceLeaks) *deviceLeaks { return nil })
+	dl.state.setHooks(dl.ordinal, func(h *hooks) { h.leaks = nil })
 	dl.epoch++
 }
 
@@ -296,31 +303,13 @@ func watch[T any](dl *deviceLeaks, s *kindState, obj *T, size int64, mem memory,
 	dl.mu.Lock()
 	dl.seq++
 	w.seq, w.epoch = dl.seq, dl.epoch
-	if n := len(dl.free); n > 0 {
-		w.slot = dl.free[n-1]
-		dl.free = dl.free[:n-1]
-		dl.slots[w.slot] = watchSlot{w, w.owner}
-	} else {
-		if len(dl.slots) == 0 {
-			dl.slots = append(dl.slots, watchSlot{})
-		}
-		w.slot = uint32(len(dl.slots))
-		dl.slots = append(dl.slots, watchSlot{w, w.owner})
-	}
+	w.slot = dl.slots.Put(w, w.owner)
 	slot := w.slot
 	if collectable {
 		w.cleanup = runtime.AddCleanup(obj, collected, w)
 	}
 	dl.mu.Unlock()
 	return slot
-}
-
-// entry returns the entry in slot i. dl.mu is held.
-func (dl *deviceLeaks) entry(i uint32) watchSlot {
-	if int(i) < len(dl.slots) {
-		return dl.slots[i]
-	}
-	return watchSlot{}
 }
 
 // leakGone is what the slot of a leak holds for good, with the buffer's
@@ -333,12 +322,11 @@ var leakGone = &watched{}
 // if it is a leak. dl.mu is held.
 func (dl *deviceLeaks) remove(w *watched) {
 	leaked := w.state.Load() == watchLeaked && w.epoch == dl.epoch
-	if dl.entry(w.slot).w == w {
+	if v, _ := dl.slots.At(w.slot); v == w {
 		if leaked {
-			dl.slots[w.slot] = watchSlot{leakGone, w.owner}
+			dl.slots.Keep(w.slot, leakGone)
 		} else {
-			dl.slots[w.slot] = watchSlot{}
-			dl.free = append(dl.free, w.slot)
+			dl.slots.Free(w.slot)
 		}
 	}
 	if leaked && dl.checks > 0 {
@@ -354,18 +342,12 @@ func watchedEntry(s *kindState, o int32, slot uint32) *watched {
 	}
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return dl.entry(slot).w
+	w, _ := dl.slots.At(slot)
+	return w
 }
 
-// watchBuffer watches b, just allocated and counted on the device of s,
-// if the device is watched: Alloc and AllocAsync call it last. Unwatched,
-// it is one atomic load and a branch, inlined.
-func watchBuffer(s *kindState, b *Buffer) {
-	if dl := s.leaks.on.lookup(int(b.ordinal)); dl != nil {
-		watchNewBuffer(dl, s, b)
-	}
-}
-
+// watchNewBuffer watches b, just allocated and counted on the device of s,
+// which dl watches: the allocation path calls it last.
 func watchNewBuffer(dl *deviceLeaks, s *kindState, b *Buffer) {
 	b.wslot = watch(dl, s, b, b.size, b.mem, b.site, false, b.pooled, b.cat, true)
 }
@@ -373,7 +355,8 @@ func watchNewBuffer(dl *deviceLeaks, s *kindState, b *Buffer) {
 // claimWatched claims the entry of b for a free that has just moved b to
 // bufFreed; it reports false if b's memory was freed as a leak (which only
 // a test can arrange, since a leak is unreachable), and the free must not
-// go on. Unwatched (b.wslot == 0), it is a branch, inlined.
+// go on. Unwatched (b.wslot == 0), it is a branch, inlined into Free
+// (TestIntendedInlining).
 func claimWatched(b *Buffer) bool {
 	return b.wslot == 0 || claimEntry(b)
 }
@@ -400,8 +383,8 @@ func ownEntry(k Kind, o int32, slot uint32, owner uintptr) *watched {
 	}
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	if sl := dl.entry(slot); sl.owner == owner {
-		return sl.w
+	if w, o := dl.slots.At(slot); o == owner {
+		return w
 	}
 	return nil
 }
@@ -438,8 +421,7 @@ func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 		return
 	}
 	dl.mu.Lock()
-	sl := dl.entry(slot)
-	if w := sl.w; w != nil && w != leakGone && sl.owner == owner && (w.state.Load() == watchFreed || w.tracked) {
+	if w, o := dl.slots.At(slot); w != nil && w != leakGone && o == owner && (w.state.Load() == watchFreed || w.tracked) {
 		w.state.Store(watchFreed)
 		w.cleanup.Stop()
 		dl.remove(w)
@@ -447,13 +429,11 @@ func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
 	dl.mu.Unlock()
 }
 
-// watchTracked watches t, just counted on the device of s, if the device is
-// watched. A handle indexed by address is listed by LeakChecks but never
+// watchTracked watches t, just counted on the device of s, which dl
+// watches. A handle indexed by address is listed by LeakChecks but never
 // collected, so no cleanup is registered for it.
-func watchTracked(s *kindState, t *Tracked) {
-	if dl := s.leaks.on.lookup(t.dev.ordinal); dl != nil {
-		t.wslot = watch(dl, s, t, t.size, memory{ptr: t.ptr}, t.site, true, false, t.cat, t.ptr == 0)
-	}
+func watchTracked(dl *deviceLeaks, s *kindState, t *Tracked) {
+	t.wslot = watch(dl, s, t, t.size, memory{ptr: t.ptr}, t.site, true, false, t.cat, t.ptr == 0)
 }
 
 // unwatchTracked forgets the entry of t, released; the caller keeps t
@@ -513,8 +493,8 @@ func (w *watched) leak(now time.Time, collected bool) Leak {
 		Category:  w.s.cats.lookup(w.dl.ordinal).name(w.cat),
 		Collected: collected,
 	}
-	if w.site != nil && w.site.st.pcs != nil {
-		l.Stack = slices.Clone(w.site.st.pcs)
+	if w.site != nil && w.site.Stack() != nil {
+		l.Stack = slices.Clone(w.site.Stack())
 	}
 	return l
 }
@@ -539,9 +519,9 @@ const leakCheckDepth = 32
 // since it started that are not freed yet: what a test leaks. Package
 // [github.com/memtrack/memtrack/memtest] runs one per device around a test.
 //
-// While a check runs, its device is watched for leaks ([Device.EnableLeakWatch]
+// While a check runs, its device is watched for leaks ([LeakWatcher.Enable]
 // without a handler, if it was not watched) and records the allocation
-// site of every buffer ([Device.EnableAllocationSites] at rate 1); [LeakCheck.End]
+// site of every buffer ([SiteRecorder.Enable] at rate 1); [LeakCheck.End]
 // puts both back as they were. The device's figures are process-wide: a
 // check sees every goroutine's allocations, so checks of one device must
 // not overlap unless one is inside the other (a check started and ended
@@ -552,35 +532,24 @@ type LeakCheck struct {
 	dl   *deviceLeaks
 	mark uint64 // the entries made before the check
 
-	// What End puts back: whether the check turned sites on, and the rate
-	// it replaced (as siteTable.rates holds it).
-	sitesOn  bool
+	// What End puts back of the recording of sites, where the check
+	// changed it (sitesSet).
+	sites    siteOverride
 	sitesSet bool
-	rate     int64
 	ended    bool
 }
 
-// StartLeakCheck starts a [LeakCheck] of the device. It fails where the
+// StartCheck starts a [LeakCheck] of the device. It fails where the
 // device does not exist.
-func (d Device) StartLeakCheck() (*LeakCheck, error) {
+func (lw LeakWatcher) StartCheck() (*LeakCheck, error) {
+	d := lw.dev
 	s, _, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
-	c := &LeakCheck{dev: d, s: s, dl: s.leaks.device(d.ordinal)}
+	c := &LeakCheck{dev: d, s: s, dl: s.leaks.device(s, d.ordinal)}
 	if sitesBuilt {
-		t := &s.sites
-		t.mu.Lock()
-		if d.ordinal < len(t.rates) {
-			c.rate = t.rates[d.ordinal]
-		}
-		t.mu.Unlock()
-		c.sitesSet = true
-		if t.lookup(d.ordinal) == nil {
-			c.sitesOn = true
-			s.sites.enable(d.ordinal, leakCheckDepth)
-		}
-		s.sites.setRate(d.ordinal, 1)
+		c.sites, c.sitesSet = s.recordEverySite(d.ordinal, leakCheckDepth), true
 	}
 	dl := c.dl
 	dl.mu.Lock()
@@ -610,9 +579,7 @@ func (c *LeakCheck) Leaks() []Leak {
 			ws = append(ws, w)
 		}
 	}
-	for _, sl := range dl.slots {
-		take(sl.w)
-	}
+	dl.slots.Each(take)
 	for _, w := range dl.leaksSeen {
 		take(w)
 	}
@@ -644,17 +611,6 @@ func (c *LeakCheck) End() {
 	dl.switchOff()
 	dl.mu.Unlock()
 	if c.sitesSet {
-		t := &c.s.sites
-		t.mu.Lock()
-		if c.dev.ordinal < len(t.rates) {
-			t.rates[c.dev.ordinal] = c.rate
-		}
-		if r := t.recorders.lookup(c.dev.ordinal); r != nil {
-			r.rate.Store(t.rate(c.dev.ordinal))
-		}
-		t.mu.Unlock()
-		if c.sitesOn {
-			c.s.sites.disable(c.dev.ordinal)
-		}
+		c.s.restoreSites(c.sites)
 	}
 }

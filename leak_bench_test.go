@@ -24,10 +24,10 @@ func BenchmarkLeakWatch(b *testing.B) {
 // leaks or not.
 func benchWatchedPair(b *testing.B, d Device, size int64, watch bool) {
 	if watch {
-		if err := d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}}); err != nil {
+		if err := d.Leaks().Enable(LeakWatch{Handler: func(Leak) {}}); err != nil {
 			b.Fatal(err)
 		}
-		defer d.DisableLeakWatch()
+		defer d.Leaks().Disable()
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -19,12 +19,12 @@ func TestLeakCheckListsWhatItsRunLeftLive(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	before := keepFrom(t, d, 1) // before the check: not its business
-	c, err := d.StartLeakCheck()
+	c, err := d.Leaks().StartCheck()
 	require.NoError(t, err)
 	assert.Equal(t, d, c.Device())
-	assert.True(t, d.AllocationSiteStats().Enabled, "sites are on during the check")
-	assert.Equal(t, int64(1), d.AllocationSiteStats().Rate, "every site")
-	assert.False(t, d.LeakWatchEnabled(), "the check watches without enabling the user's watch")
+	assert.True(t, d.Sites().Stats().Enabled, "sites are on during the check")
+	assert.Equal(t, int64(1), d.Sites().Stats().Rate, "every site")
+	assert.False(t, d.Leaks().Enabled(), "the check watches without enabling the user's watch")
 
 	kept := keepFrom(t, d, 100)
 	freed := keepFrom(t, d, 200)
@@ -46,9 +46,9 @@ func TestLeakCheckListsWhatItsRunLeftLive(t *testing.T) {
 	assert.Empty(t, c.Leaks(), "each leak is listed once")
 	c.End()
 	c.End() // again: nothing
-	assert.False(t, d.AllocationSiteStats().Enabled, "sites off again")
-	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0), "watching off again")
-	assert.Equal(t, LeakStats{Leaks: 1, LeakedBytes: 400}, d.LeakStats(), "the collected one is counted")
+	assert.False(t, d.Sites().Stats().Enabled, "sites off again")
+	assert.Nil(t, leaksOn(KindCUDA, 0), "watching off again")
+	assert.Equal(t, LeakStats{Leaks: 1, LeakedBytes: 400}, d.Leaks().Stats(), "the collected one is counted")
 
 	require.NoError(t, kept.Free())
 	require.NoError(t, tr.Release())
@@ -59,14 +59,14 @@ func TestLeakCheckRestoresSitesAndWatch(t *testing.T) {
 	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	require.NoError(t, d.EnableAllocationSites(4))
-	require.NoError(t, d.SetAllocationSiteRate(1000))
+	require.NoError(t, d.Sites().Enable(4))
+	require.NoError(t, d.Sites().SetRate(1000))
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 
-	c, err := d.StartLeakCheck()
+	c, err := d.Leaks().StartCheck()
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), d.AllocationSiteStats().Rate)
+	assert.Equal(t, int64(1), d.Sites().Stats().Rate)
 	leakFrom(t, d, 64)
 	l := sink.next(t)
 	assert.True(t, l.Freed, "the user's watch goes on reporting and freeing")
@@ -76,56 +76,65 @@ func TestLeakCheckRestoresSitesAndWatch(t *testing.T) {
 	assert.True(t, ls[0].Freed)
 	c.End()
 
-	st := d.AllocationSiteStats()
+	st := d.Sites().Stats()
 	assert.True(t, st.Enabled)
 	assert.Equal(t, int64(1000), st.Rate, "the rate put back")
 	assert.Equal(t, 4, st.Depth)
-	assert.True(t, d.LeakWatchEnabled())
-	d.DisableLeakWatch()
-	d.DisableAllocationSites()
+	assert.True(t, d.Leaks().Enabled())
+	d.Leaks().Disable()
+	d.Sites().Disable()
 }
 
 func TestNestedLeakChecksListALeakOnce(t *testing.T) {
 	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	outer, err := d.StartLeakCheck()
+	outer, err := d.Leaks().StartCheck()
 	require.NoError(t, err)
 	a := keepFrom(t, d, 1)
-	inner, err := d.StartLeakCheck()
+	inner, err := d.Leaks().StartCheck()
 	require.NoError(t, err)
 	b := keepFrom(t, d, 2)
 	ls := inner.Leaks()
 	require.Len(t, ls, 1)
 	assert.Equal(t, int64(2), ls[0].Size)
 	inner.End()
-	assert.True(t, d.AllocationSiteStats().Enabled, "the outer check keeps sites on")
+	assert.True(t, d.Sites().Stats().Enabled, "the outer check keeps sites on")
 	ls = outer.Leaks()
 	require.Len(t, ls, 1, "the inner check's leak is not listed again")
 	assert.Equal(t, int64(1), ls[0].Size)
 	outer.End()
-	assert.False(t, d.AllocationSiteStats().Enabled)
+	assert.False(t, d.Sites().Stats().Enabled)
 	require.NoError(t, a.Free())
 	require.NoError(t, b.Free())
 }
 
-// TestUserWatchOffDuringACheck: DisableLeakWatch during a check keeps the
+// TestUserWatchOffDuringACheck: Leaks().Disable during a check keeps the
 // device watched for the check, silently.
 func TestUserWatchOffDuringACheck(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle}))
-	c, err := d.StartLeakCheck()
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle}))
+	c, err := d.Leaks().StartCheck()
 	require.NoError(t, err)
-	d.DisableLeakWatch()
+	d.Leaks().Disable()
 	leakFrom(t, d, 5)
 	sink.none(t)
 	ls := c.Leaks()
 	require.Len(t, ls, 1)
 	assert.True(t, ls[0].Collected)
 	c.End()
-	assert.Nil(t, tables[KindCUDA].p.Load().leaks.on.lookup(0))
+	assert.Nil(t, leaksOn(KindCUDA, 0))
+}
+
+// leaksOn returns the leak watch in the hook set of device ordinal of kind
+// k, or nil while it is not watched.
+func leaksOn(k Kind, ordinal int) *deviceLeaks {
+	if h := tables[k].p.Load().hooksOf(ordinal); h != nil {
+		return h.leaks
+	}
+	return nil
 }
 
 // TestLeakNamesItsCategory: a leak says the category its buffer or handle
@@ -138,7 +147,7 @@ func TestLeakNamesItsCategory(t *testing.T) {
 	require.NoError(t, err)
 	w, err := d.Category(CategoryWeights)
 	require.NoError(t, err)
-	c, err := d.StartLeakCheck()
+	c, err := d.Leaks().StartCheck()
 	require.NoError(t, err)
 	defer c.End()
 

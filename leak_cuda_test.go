@@ -27,13 +27,13 @@ func TestCUDALeakFreedInItsDevicesContext(t *testing.T) {
 	needSites(t)
 	ds := cudaDevices(t, 2)
 	d := ds[1]
-	require.NoError(t, d.SetAllocationSiteRate(1))
-	t.Cleanup(func() { _ = d.SetAllocationSiteRate(0) })
-	require.NoError(t, d.EnableAllocationSites(8))
-	t.Cleanup(d.DisableAllocationSites)
+	require.NoError(t, d.Sites().SetRate(1))
+	t.Cleanup(func() { _ = d.Sites().SetRate(0) })
+	require.NoError(t, d.Sites().Enable(8))
+	t.Cleanup(d.Sites().Disable)
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
-	t.Cleanup(d.DisableLeakWatch)
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+	t.Cleanup(d.Leaks().Disable)
 
 	free0, _, err := ds[0].MemGetInfo()
 	require.NoError(t, err)
@@ -70,8 +70,8 @@ func TestCUDALeakOfAStreamOrderedBuffer(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
-	t.Cleanup(d.DisableLeakWatch)
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+	t.Cleanup(d.Leaks().Disable)
 	before := d.MemoryStats()
 	usedBefore := poolStats(t, d).PoolUsed
 
@@ -104,7 +104,7 @@ func TestCUDARefusedFreeAsyncOfAWatchedBuffer(t *testing.T) {
 	s0, s1 := newStream(t, d), newStream(t, ds[1])
 	for _, free := range []string{"FreeAsync", "Free"} {
 		t.Run(free, func(t *testing.T) {
-			check, err := d.StartLeakCheck()
+			check, err := d.Leaks().StartCheck()
 			require.NoError(t, err)
 			defer check.End()
 			before := d.MemoryStats()

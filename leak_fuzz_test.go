@@ -103,18 +103,18 @@ func FuzzLeakWatch(f *testing.F) {
 				}
 			case 3: // watching switched on or off
 				if on {
-					d.DisableLeakWatch()
+					d.Leaks().Disable()
 					on = false
 					epoch++
 				} else {
 					free = arg&1 != 0
-					require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: handler, FreeLeaks: free}))
+					require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: handler, FreeLeaks: free}))
 					on = true
 				}
 			case 4: // reconfigured while on
 				if on {
 					free = arg&1 != 0
-					require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: handler, FreeLeaks: free}))
+					require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: handler, FreeLeaks: free}))
 				}
 			}
 			s := d.MemoryStats()
@@ -139,6 +139,6 @@ func FuzzLeakWatch(f *testing.F) {
 				require.NoError(t, m.b.Free())
 			}
 		}
-		d.DisableLeakWatch()
+		d.Leaks().Disable()
 	})
 }

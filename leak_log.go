@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"context"
+	"github.com/memtrack/memtrack/internal/siterec"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -12,7 +13,7 @@ import (
 )
 
 // DefaultLeakLogInterval is the least time between two warnings about one
-// allocation site from the [LeakLogger] that [Device.EnableLeakWatch] uses
+// allocation site from the [LeakLogger] that [LeakWatcher.Enable] uses
 // when no handler is given.
 const DefaultLeakLogInterval = time.Minute
 
@@ -60,7 +61,7 @@ func NewLeakLogger(l *slog.Logger, every time.Duration) *LeakLogger {
 func (g *LeakLogger) Handle(l Leak) {
 	key := leakSiteKey{dev: l.Device}
 	if l.Stack != nil {
-		key.hash = hashStack(l.Stack)
+		key.hash = siterec.HashStack(l.Stack)
 	}
 	now := g.now()
 	g.mu.Lock()

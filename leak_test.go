@@ -112,11 +112,11 @@ func liveEntries(d Device) int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	n := 0
-	for _, sl := range dl.slots {
-		if sl.w != nil && sl.w != leakGone {
+	dl.slots.Each(func(w *watched) {
+		if w != leakGone {
 			n++
 		}
-	}
+	})
 	return n
 }
 
@@ -124,11 +124,11 @@ func TestLeakWatchReportsALeakWithItsSite(t *testing.T) {
 	needSites(t)
 	f, ds := fakeCUDA(t, 2, 1<<30)
 	d := ds[1]
-	require.NoError(t, d.EnableAllocationSites(8))
-	require.NoError(t, d.SetAllocationSiteRate(1))
+	require.NoError(t, d.Sites().Enable(8))
+	require.NoError(t, d.Sites().SetRate(1))
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle}))
-	assert.True(t, d.LeakWatchEnabled())
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle}))
+	assert.True(t, d.Leaks().Enabled())
 
 	before := time.Now()
 	leakFrom(t, d, 4096)
@@ -155,21 +155,21 @@ func TestLeakWatchReportsALeakWithItsSite(t *testing.T) {
 	used, live, _ := f.state(1)
 	assert.Equal(t, int64(4096), used)
 	assert.Equal(t, 1, live)
-	assert.Equal(t, LeakStats{}, ds[0].LeakStats(), "the other device found nothing")
+	assert.Equal(t, LeakStats{}, ds[0].Leaks().Stats(), "the other device found nothing")
 	sink.none(t)
 	assert.Equal(t, int64(1), d.MemoryStats().Leaks, "a leak is counted once")
 
 	d.ResetAccumulatedMemoryStats()
-	assert.Equal(t, LeakStats{}, d.LeakStats(), "the leak figures are cumulative")
-	d.DisableLeakWatch()
-	assert.False(t, d.LeakWatchEnabled())
+	assert.Equal(t, LeakStats{}, d.Leaks().Stats(), "the leak figures are cumulative")
+	d.Leaks().Disable()
+	assert.False(t, d.Leaks().Enabled())
 }
 
 func TestLeakWatchFreesALeakOnce(t *testing.T) {
 	f, ds := fakeCUDA(t, 2, 1<<30)
 	d := ds[1]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	leakFrom(t, d, 1<<20)
 	l := sink.next(t)
 	assert.True(t, l.Freed)
@@ -192,7 +192,7 @@ func TestLeakWatchFreeFailureKeepsTheLeakCounted(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	f.mu.Lock()
 	f.freeErrs = []error{errFakeDriver}
 	f.mu.Unlock()
@@ -213,7 +213,7 @@ func TestLeakWatchFreeFailureKeepsTheLeakCounted(t *testing.T) {
 func TestLeakFreeRacesFree(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: func(Leak) {}, FreeLeaks: true}))
 	rounds := 200
 	if testing.Short() {
 		rounds = 20
@@ -265,7 +265,7 @@ func TestLeakFreeRacesFree(t *testing.T) {
 func TestDoubleFreeAfterLeakFree(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {}, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: func(Leak) {}, FreeLeaks: true}))
 	b, err := d.Alloc(128)
 	require.NoError(t, err)
 	w := watchedEntry(tables[KindCUDA].p.Load(), b.ordinal, b.wslot)
@@ -287,21 +287,21 @@ func TestLeakWatchToggledWithLiveBuffers(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle}))
 	kept, err := d.Alloc(10)
 	require.NoError(t, err)
 	leakFrom(t, d, 11) // watched, then watching goes off before collection
-	d.DisableLeakWatch()
-	d.DisableLeakWatch() // off stays off
-	leakFrom(t, d, 12)   // never watched
+	d.Leaks().Disable()
+	d.Leaks().Disable() // off stays off
+	leakFrom(t, d, 12)  // never watched
 	sink.none(t)
 	require.NoError(t, kept.Free(), "a buffer watched before stays freeable")
 
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle}))
 	leakFrom(t, d, 13)
 	assert.Equal(t, int64(13), sink.next(t).Size, "only the buffer watched now")
 	sink.none(t)
-	assert.Equal(t, LeakStats{Leaks: 1, LeakedBytes: 13}, d.LeakStats())
+	assert.Equal(t, LeakStats{Leaks: 1, LeakedBytes: 13}, d.Leaks().Stats())
 	assert.Equal(t, 0, liveEntries(d), "the entries go with the collections")
 }
 
@@ -309,10 +309,10 @@ func TestLeakWatchReplacesTheHandler(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	first, second := newLeakSink(), newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: first.handle}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: first.handle}))
 	b, err := d.Alloc(100)
 	require.NoError(t, err)
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: second.handle, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: second.handle, FreeLeaks: true}))
 	runtime.KeepAlive(b)
 	b = nil
 	l := second.next(t)
@@ -325,7 +325,7 @@ func TestLeakedTrackedHandle(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	sink := newLeakSink()
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: sink.handle, FreeLeaks: true}))
 	leakTrackedFrom(t, d, 300)
 	l := sink.next(t)
 	assert.True(t, l.Tracked)
@@ -333,11 +333,10 @@ func TestLeakedTrackedHandle(t *testing.T) {
 	assert.Equal(t, int64(300), d.MemoryAllocated())
 
 	// A handle with an address stays reachable through the index.
-	h, err := d.Track(400, 0xdead0000)
+	_, err := d.Track(400, 0xdead0000) // the handle is dropped at once
 	require.NoError(t, err)
-	h = nil
 	sink.none(t)
-	h = KindCUDA.TrackedAt(0xdead0000)
+	h := KindCUDA.TrackedAt(0xdead0000)
 	require.NotNil(t, h)
 	require.NoError(t, h.Release())
 	assert.Equal(t, int64(300), d.MemoryAllocated())
@@ -352,7 +351,7 @@ func TestLeakHandlerPanicIsRecovered(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(leakLogWriter{&mu, &buf}, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	reached := make(chan struct{})
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{Handler: func(Leak) {
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: func(Leak) {
 		close(reached)
 		panic("handler bug")
 	}}))
@@ -379,11 +378,11 @@ func (l leakLogWriter) Write(p []byte) (int, error) {
 
 func TestLeakWatchErrors(t *testing.T) {
 	bad := Device{kind: numKinds}
-	assert.ErrorIs(t, bad.EnableLeakWatch(LeakWatch{}), ErrInvalidDevice)
-	bad.DisableLeakWatch()
-	assert.False(t, bad.LeakWatchEnabled())
-	assert.Equal(t, LeakStats{}, bad.LeakStats())
-	_, err := bad.StartLeakCheck()
+	assert.ErrorIs(t, bad.Leaks().Enable(LeakWatch{}), ErrInvalidDevice)
+	bad.Leaks().Disable()
+	assert.False(t, bad.Leaks().Enabled())
+	assert.Equal(t, LeakStats{}, bad.Leaks().Stats())
+	_, err := bad.Leaks().StartCheck()
 	assert.ErrorIs(t, err, ErrInvalidDevice)
 }
 
@@ -433,7 +432,7 @@ func TestLeakWatchUnderConcurrency(t *testing.T) {
 	found.Add(dropped)
 	var mu sync.Mutex
 	var leakedBytes int64
-	require.NoError(t, d.EnableLeakWatch(LeakWatch{FreeLeaks: true, Handler: func(l Leak) {
+	require.NoError(t, d.Leaks().Enable(LeakWatch{FreeLeaks: true, Handler: func(l Leak) {
 		mu.Lock()
 		leakedBytes += l.Size
 		mu.Unlock()
@@ -470,5 +469,5 @@ func TestLeakWatchUnderConcurrency(t *testing.T) {
 	assert.Zero(t, used)
 	assert.Zero(t, live)
 	assert.Zero(t, liveEntries(d))
-	d.DisableLeakWatch()
+	d.Leaks().Disable()
 }

@@ -23,7 +23,7 @@ const (
 var ErrTooManyMarkNames = errors.New("memtrack: too many mark names")
 
 // Mark puts an instant called name into the device's history, where
-// [Device.EnableMemoryHistory] records one: a [HistoryEvent] of action
+// [HistoryRecorder.Enable] records one: a [HistoryEvent] of action
 // [HistoryMark] with the device's tracked bytes at that moment, which
 // package trace and the page draw on the timeline. Where no history is
 // recorded it does nothing: no allocation, no lock. With a history it
@@ -35,7 +35,8 @@ var ErrTooManyMarkNames = errors.New("memtrack: too many mark names")
 // history. A history holds up to [MaxMarkNames] names; a mark with
 // another fails with [ErrTooManyMarkNames]. Nothing is recorded where it
 // fails.
-func (d Device) Mark(name string) error {
+func (r HistoryRecorder) Mark(name string) error {
+	d := r.dev
 	h, err := d.markHistory(name)
 	if h == nil {
 		return err
@@ -48,7 +49,7 @@ func (d Device) Mark(name string) error {
 	return nil
 }
 
-// Span is a named span of a device's history, from [Device.BeginSpan] to
+// Span is a named span of a device's history, from [HistoryRecorder.BeginSpan] to
 // [Span.End]: a phase of the program, such as loading the weights or a
 // measured pass. Spans may nest and overlap, on one goroutine or many.
 // A nil *Span is the span of a device that recorded no history when it
@@ -62,12 +63,13 @@ type Span struct {
 }
 
 // BeginSpan puts the start of a span called name into the device's
-// history, as [Device.Mark] puts an instant (a [HistoryEvent] of action
+// history, as [HistoryRecorder.Mark] puts an instant (a [HistoryEvent] of action
 // [HistoryBegin]), and returns the span, whose [Span.End] puts its end.
 // Where no history is recorded it returns a nil *Span, allocating nothing
 // and taking no lock; with one it allocates the Span. Names and failures
 // are those of Mark; where it fails it returns nil and records nothing.
-func (d Device) BeginSpan(name string) (*Span, error) {
+func (r HistoryRecorder) BeginSpan(name string) (*Span, error) {
+	d := r.dev
 	h, err := d.markHistory(name)
 	if h == nil {
 		return nil, err
@@ -93,7 +95,7 @@ func (s *Span) End() error {
 	if !s.ended.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: span %q of %v ended twice", ErrInvalidArgument, s.Name(), s.dev)
 	}
-	if tables[s.dev.kind].history.lookup(s.dev.ordinal) == s.h {
+	if s.dev.currentHistory() == s.h {
 		s.h.put(HistoryEnd, int64(s.begin), s.dev.peekTracked(), nil, 0, 0, 0, s.name)
 	}
 	return nil
@@ -117,7 +119,16 @@ func (d Device) markHistory(name string) (*history, error) {
 	if d.kind == 0 || d.kind >= numKinds {
 		return nil, errZeroDevice(d)
 	}
-	return tables[d.kind].history.lookup(d.ordinal), nil
+	return d.currentHistory(), nil
+}
+
+// currentHistory returns the device's history, or nil where none is
+// recorded, reading as peek reads: registering nothing, taking no lock.
+func (d Device) currentHistory() *history {
+	if s := tables[d.kind].p.Load(); s != nil {
+		return s.historyOf(d.ordinal)
+	}
+	return nil
 }
 
 // peekTracked returns the device's tracked bytes, as peek reads them.

@@ -33,21 +33,21 @@ func TestMarksInTheHistory(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
 	historyOn(t, d, 64)
-	load, err := d.BeginSpan("load weights")
+	load, err := d.History().BeginSpan("load weights")
 	require.NoError(t, err)
 	w := allocOK(t)(d.Alloc(100))
 	require.NoError(t, load.End())
-	require.NoError(t, d.Mark("weights loaded"))
-	pass, err := d.BeginSpan("pass")
+	require.NoError(t, d.History().Mark("weights loaded"))
+	pass, err := d.History().BeginSpan("pass")
 	require.NoError(t, err)
-	inner, err := d.BeginSpan("pass") // the same name again: another span
+	inner, err := d.History().BeginSpan("pass") // the same name again: another span
 	require.NoError(t, err)
 	require.NoError(t, w.Free())
 	require.NoError(t, pass.End())
 	require.NoError(t, inner.End())
 	assert.Equal(t, "pass", inner.Name())
 
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Equal(t, []markStep{
 		{HistoryBegin, "load weights", 0, 0, 0},
@@ -72,15 +72,15 @@ func TestMarksInTheHistory(t *testing.T) {
 func TestMarksWithoutHistory(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
-	require.NoError(t, d.Mark("phase"))
-	sp, err := d.BeginSpan("phase")
+	require.NoError(t, d.History().Mark("phase"))
+	sp, err := d.History().BeginSpan("phase")
 	require.NoError(t, err)
 	assert.Nil(t, sp, "no history: no span")
 	assert.NoError(t, sp.End(), "a nil span's End does nothing")
 	assert.Equal(t, "", sp.Name())
-	_, err = d.MemoryHistory()
+	_, err = d.History().Snapshot()
 	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
-	assert.Nil(t, tables[KindCUDA].history.recs.Load(), "marks enable nothing")
+	assert.Nil(t, tables[KindCUDA].p.Load().historyOf(d.ordinal), "marks enable nothing")
 }
 
 // TestMarksAllocateNothing: without a history a mark and a span allocate
@@ -90,12 +90,12 @@ func TestMarksAllocateNothing(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
 	mark := func() {
-		if err := d.Mark("step"); err != nil {
+		if err := d.History().Mark("step"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	span := func() {
-		sp, err := d.BeginSpan("step")
+		sp, err := d.History().BeginSpan("step")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,22 +128,22 @@ func TestMarkRefused(t *testing.T) {
 			{"control character", "load\nweights", ErrInvalidArgument},
 		} {
 			t.Run(fmt.Sprintf("history=%v/%s", history, tc.name), func(t *testing.T) {
-				err := d.Mark(tc.mark)
+				err := d.History().Mark(tc.mark)
 				assert.ErrorIs(t, err, tc.err)
 				assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), err.Error())
-				sp, err := d.BeginSpan(tc.mark)
+				sp, err := d.History().BeginSpan(tc.mark)
 				assert.ErrorIs(t, err, tc.err)
 				assert.Nil(t, sp)
 			})
 		}
 	}
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Empty(t, h.Events, "a refused mark records nothing")
-	assert.NoError(t, d.Mark(strings.Repeat("x", MaxMarkName)), "the longest name")
+	assert.NoError(t, d.History().Mark(strings.Repeat("x", MaxMarkName)), "the longest name")
 
-	assert.ErrorIs(t, Device{}.Mark("x"), ErrInvalidDevice)
-	sp, err := Device{}.BeginSpan("x")
+	assert.ErrorIs(t, Device{}.History().Mark("x"), ErrInvalidDevice)
+	sp, err := Device{}.History().BeginSpan("x")
 	assert.ErrorIs(t, err, ErrInvalidDevice)
 	assert.Nil(t, sp)
 }
@@ -152,24 +152,24 @@ func TestSpanEnd(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
 	historyOn(t, d, 64)
-	sp, err := d.BeginSpan("once")
+	sp, err := d.History().BeginSpan("once")
 	require.NoError(t, err)
 	require.NoError(t, sp.End())
 	assert.ErrorIs(t, sp.End(), ErrInvalidArgument, "ended twice")
 
-	old, err := d.BeginSpan("old ring")
+	old, err := d.History().BeginSpan("old ring")
 	require.NoError(t, err)
-	require.NoError(t, d.EnableMemoryHistory(32)) // another size: a new ring
+	require.NoError(t, d.History().Enable(32)) // another size: a new ring
 	assert.NoError(t, old.End())
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Empty(t, h.Events, "a span's end goes to the ring it began in only")
 
-	gone, err := d.BeginSpan("gone")
+	gone, err := d.History().BeginSpan("gone")
 	require.NoError(t, err)
-	d.DisableMemoryHistory()
+	d.History().Disable()
 	assert.NoError(t, gone.End(), "the history is off: nothing to record")
-	_, err = d.MemoryHistory()
+	_, err = d.History().Snapshot()
 	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
 }
 
@@ -179,11 +179,11 @@ func TestMarkSlotReused(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
 	historyOn(t, d, 2)
-	require.NoError(t, d.Mark("a"))
-	require.NoError(t, d.Mark("b"))
+	require.NoError(t, d.History().Mark("a"))
+	require.NoError(t, d.History().Mark("b"))
 	b := allocOK(t)(d.Alloc(10))
 	require.NoError(t, b.Free())
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Equal(t, []markStep{{HistoryAlloc, "", 0, 10, 10}, {HistoryFree, "", 0, 10, 0}}, markSteps(h))
 }
@@ -193,21 +193,21 @@ func TestTooManyMarkNames(t *testing.T) {
 	d := ds[0]
 	historyOn(t, d, 16)
 	for i := range MaxMarkNames {
-		require.NoError(t, d.Mark(fmt.Sprint("phase ", i)))
+		require.NoError(t, d.History().Mark(fmt.Sprint("phase ", i)))
 	}
-	err := d.Mark("one more")
+	err := d.History().Mark("one more")
 	assert.ErrorIs(t, err, ErrTooManyMarkNames)
 	assert.Contains(t, err.Error(), `"one more"`)
-	sp, err := d.BeginSpan("one more")
+	sp, err := d.History().BeginSpan("one more")
 	assert.ErrorIs(t, err, ErrTooManyMarkNames)
 	assert.Nil(t, sp)
-	assert.NoError(t, d.Mark("phase 7"), "a name the history has")
-	h, err := d.MemoryHistory()
+	assert.NoError(t, d.History().Mark("phase 7"), "a name the history has")
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	last := h.Events[len(h.Events)-1]
 	assert.Equal(t, "phase 7", last.Mark)
-	require.NoError(t, d.EnableMemoryHistory(32))
-	assert.NoError(t, d.Mark("one more"), "a new ring starts with no names")
+	require.NoError(t, d.History().Enable(32))
+	assert.NoError(t, d.History().Mark("one more"), "a new ring starts with no names")
 }
 
 // TestMarksConcurrent: goroutines released at once mark and span with
@@ -226,11 +226,11 @@ func TestMarksConcurrent(t *testing.T) {
 			start.Wait()
 			for i := range rounds {
 				name := fmt.Sprintf("g%d/%d", g, i%10)
-				if err := d.Mark(name); err != nil {
+				if err := d.History().Mark(name); err != nil {
 					t.Error(err)
 					return
 				}
-				sp, err := d.BeginSpan(name)
+				sp, err := d.History().BeginSpan(name)
 				if err != nil {
 					t.Error(err)
 					return
@@ -243,7 +243,7 @@ func TestMarksConcurrent(t *testing.T) {
 	}
 	start.Done()
 	done.Wait()
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, h.Events, goroutines*rounds*3)
 	begins := map[uint64]string{}
@@ -276,7 +276,7 @@ func BenchmarkMark(b *testing.B) {
 		b.Run(fmt.Sprintf("history=%v/op=mark", history), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := d.Mark("prefill"); err != nil {
+				if err := d.History().Mark("prefill"); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -284,7 +284,7 @@ func BenchmarkMark(b *testing.B) {
 		b.Run(fmt.Sprintf("history=%v/op=span", history), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				sp, err := d.BeginSpan("prefill")
+				sp, err := d.History().BeginSpan("prefill")
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -298,8 +298,7 @@ func BenchmarkMark(b *testing.B) {
 
 // TestMarksTakeNoLock: without a history, marks complete while the locks
 // of the device's tables are held; with one, a mark of a name the history
-// knows completes while the history's readers' lock and its names' lock
-// are held.
+// knows completes while its names' lock is held too.
 func TestMarksTakeNoLock(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
@@ -317,33 +316,32 @@ func TestMarksTakeNoLock(t *testing.T) {
 		}
 	}
 	marks := func() {
-		assert.NoError(t, d.Mark("phase"))
-		sp, err := d.BeginSpan("phase")
+		assert.NoError(t, d.History().Mark("phase"))
+		sp, err := d.History().BeginSpan("phase")
 		assert.NoError(t, err)
 		assert.NoError(t, sp.End())
 	}
 	tab := &tables[KindCUDA]
+	s := tab.p.Load()
 	tab.mu.Lock()
-	tab.history.mu.Lock()
+	s.hooks.mu.Lock()
 	ok := finishes(marks)
-	tab.history.mu.Unlock()
+	s.hooks.mu.Unlock()
 	tab.mu.Unlock()
 	require.True(t, ok, "a mark without a history waited for a lock")
 
 	historyOn(t, d, 64)
 	marks() // the name's first use takes the names' lock
-	h := tab.history.lookup(d.ordinal)
-	h.readMu.Lock()
+	h := s.historyOf(d.ordinal)
 	h.marks.mu.Lock()
 	tab.mu.Lock()
-	tab.history.mu.Lock()
+	s.hooks.mu.Lock()
 	ok = finishes(marks)
-	tab.history.mu.Unlock()
+	s.hooks.mu.Unlock()
 	tab.mu.Unlock()
 	h.marks.mu.Unlock()
-	h.readMu.Unlock()
 	require.True(t, ok, "a mark with a history waited for a lock")
-	got, err := d.MemoryHistory()
+	got, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Len(t, got.Events, 6)
 }

@@ -181,7 +181,7 @@ func (p Measurement) Category(name string) (CategoryMeasurement, bool) {
 // the peak of a scope of its own, so measurements of one device may overlap
 // and nest, and neither they nor [Device.ResetPeakMemoryStats] move each
 // other's peaks; Measure resets nothing. (The allocation sites at the
-// peak, [Device.PeakAllocationSites], are the device's: reset them with
+// peak, [SiteRecorder.PeakSnapshot], are the device's: reset them with
 // ResetPeakMemoryStats before f where they should cover f alone.)
 //
 // On the CPU, Measure runs the Go garbage collector and returns the freed
@@ -211,7 +211,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0), StartNotResident: s.notResident(d.ordinal)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
-	// Each category gets a scope of its own too (category.go).
+	// Each category gets a scope of its own too (startCategories).
 	catScopes, cats := startCategories(s, d.ordinal, &p)
 
 	ferr := runScoped(sc, catScopes, f)

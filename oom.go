@@ -38,9 +38,10 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
+	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		e.SitesRecorded = true
-		sites, _ := sr.snapshot(false)
+		es, _ := sr.Snapshot(false)
+		sites := sitesOf(es)
 		e.Sites = sites[:min(len(sites), maxReportSites)]
 	}
 	e.Categories = categoryRows(d, s.cats.lookup(d.ordinal), rec) // category.go
@@ -139,7 +140,7 @@ func (e *OutOfMemoryError) tryThis() []string {
 		t = append(t, "free buffers that are no longer needed, or allocate less (smaller batches, shorter sequences)")
 	}
 	if !e.SitesRecorded {
-		t = append(t, "record allocation sites (Device.EnableAllocationSites) to see who holds the memory")
+		t = append(t, "record allocation sites (Device.Sites().Enable) to see who holds the memory")
 	}
 	return t
 }

@@ -34,7 +34,7 @@ func TestCUDAOutOfMemoryReport(t *testing.T) {
 	assert.Contains(t, report, "CUDA_ERROR_OUT_OF_MEMORY")
 	assert.Contains(t, report, "device:         ")
 
-	if _, err := d.PoolStats(); err != nil {
+	if _, err := d.Pool().Stats(); err != nil {
 		t.Skipf("no memory pool for AllocAsync: %v", err)
 	}
 	require.NoError(t, d.SetMemoryLimit(d.MemoryAllocated()+1))

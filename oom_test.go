@@ -51,7 +51,7 @@ func TestOutOfMemoryReport(t *testing.T) {
 		"device:         1.00 MiB (1048576 B) total, 1019 KiB (1043576 B) free",
 		"this process:   3.91 KiB (4000 B) tracked in 1 live buffer, peak 3.91 KiB (4000 B)",
 		"not tracked:    1000 B in use on the device",
-		"try: record allocation sites (Device.EnableAllocationSites)",
+		"try: record allocation sites (Device.Sites().Enable)",
 	} {
 		assert.Contains(t, report, want)
 	}

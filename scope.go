@@ -33,7 +33,8 @@ var ErrScopeClosed = tracker.ErrScopeClosed
 type PeakScope struct {
 	dev     Device
 	tracked *tracker.Scope
-	held    *tracker.Scope // the device-side figure's (CUDA); nil elsewhere
+	held    *tracker.Scope // the device-side figure's, where the backend keeps one (heldFigure); nil elsewhere
+	hf      heldFigure
 }
 
 // OpenPeakScope opens a [PeakScope] on the device, its peak starting at the
@@ -41,11 +42,16 @@ type PeakScope struct {
 // allocation on the device a load. It fails where the device does not
 // exist.
 func (d Device) OpenPeakScope() (*PeakScope, error) {
-	_, r, err := d.resolve()
+	s, r, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
-	return &PeakScope{dev: d, held: openHeldScope(d), tracked: r.OpenScope()}, nil
+	sc := &PeakScope{dev: d}
+	if s.held != nil {
+		sc.hf, sc.held = s.held, s.held.openHeldScope(d.ordinal)
+	}
+	sc.tracked = r.OpenScope()
+	return sc, nil
 }
 
 // Device returns the device the scope measures.
@@ -79,7 +85,7 @@ func (s *PeakScope) PeakHeld() int64 {
 	if s.held == nil {
 		return s.tracked.Peak()
 	}
-	return heldScopePeak(s.dev, s.held)
+	return s.hf.heldScopePeak(s.dev.ordinal, s.held)
 }
 
 // Closed reports whether [PeakScope.Close] was called.
@@ -95,7 +101,7 @@ func (s *PeakScope) Close() error {
 	}
 	var herr error
 	if s.held != nil {
-		herr = closeHeldScope(s.dev, s.held)
+		herr = s.hf.closeHeldScope(s.dev.ordinal, s.held)
 	}
 	if _, err := s.tracked.Close(); err != nil {
 		return wrapf(err, "peak scope of %v", s.dev)

@@ -3,5 +3,5 @@
 package memtrack
 
 // sitesBuilt reports whether the recording of allocation sites is compiled
-// in; -tags memtrack_nosites leaves it out (see sites_hook_stub.go).
+// in; -tags memtrack_nosites leaves it out (sitesBuilt is false there).
 const sitesBuilt = true

@@ -32,7 +32,7 @@ type Stats struct {
 	Held, PeakHeld int64
 	// Leaks is the buffers and tracked handles that the garbage collector
 	// found unreachable without a free while the device was watched
-	// ([Device.EnableLeakWatch]), and LeakedBytes their bytes; cumulative.
+	// ([LeakWatcher.Enable]), and LeakedBytes their bytes; cumulative.
 	// A leak stays counted in Tracked unless [LeakWatch].FreeLeaks freed
 	// it, which counts it in Frees too.
 	Leaks, LeakedBytes int64
@@ -71,12 +71,12 @@ func (d Device) MemorySummary() string {
 	fmt.Fprintf(w, "tracked bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Tracked), formatBytes(s.PeakTracked), formatBytes(s.AllocBytes), formatBytes(s.FreedBytes))
 	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Buffers, s.PeakBuffers, s.Allocs, s.Frees)
 	w.Flush()
-	writeCategories(&buf, d.CategoryStats()) // category.go
+	writeCategories(&buf, d.CategoryStats())
 	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
 		fmt.Fprintf(&buf, "held: %s, peak held %s (stream-ordered frees not yet executed: %s)\n",
 			formatBytes(s.Held), formatBytes(s.PeakHeld), formatBytes(s.Held-s.Tracked))
 	}
-	if p, err := d.PoolStats(); err == nil {
+	if p, err := d.Pool().Stats(); err == nil {
 		fmt.Fprintf(&buf, "memory pool: reserved %s (peak %s), used %s (peak %s)\n",
 			formatBytes(p.PoolReserved), formatBytes(p.PeakPoolReserved), formatBytes(p.PoolUsed), formatBytes(p.PeakPoolUsed))
 	}
@@ -131,16 +131,19 @@ func (d Device) ResetPeakMemoryStats() {
 	}
 }
 
-// resetPeaks resets every peak of one device: its record's, its device-side
-// figure's and its memory pool's highs (cuda_stream.go) and, where they are
-// recorded, its allocation sites'. Peak scopes (scope.go) keep their own
+// resetPeaks resets every peak of one device: its record's, its
+// categories', its device-side figure's and its memory pool's highs
+// (heldFigure) and, where they are
+// recorded, its allocation sites'. Peak scopes (PeakScope) keep their own
 // peaks, which it does not move.
 func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()
 	resetCategoryPeaks(s, ordinal)
-	resetDevicePeaks(Device{kind: s.kind, ordinal: ordinal})
-	if sr := s.sites.lookup(ordinal); sr != nil {
-		sr.resetPeak()
+	if s.held != nil {
+		s.held.resetHeldPeak(ordinal)
+	}
+	if sr := s.siteRecorderOf(ordinal); sr != nil {
+		sr.ResetPeak()
 	}
 }
 

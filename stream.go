@@ -15,21 +15,13 @@ type Stream uintptr
 const DefaultStream Stream = 0
 
 // The stream-ordered calls ([Device.AllocAsync], [Category.AllocAsync]) and
-// the pool calls ([Device.PoolStats], [Device.PoolUsage], [Device.TrimPool],
-// [Device.SetPoolReleaseThreshold]) check in one order in every build, with
+// the pool calls ([Pool.Stats], [Pool.Usage], [Pool.Trim],
+// [Pool.SetReleaseThreshold]) check in one order in every build, with
 // or without -tags cuda, as [Device.Alloc] does: their argument first
 // (ErrInvalidSize for a size, keep or threshold out of range), then the
 // device (ErrInvalidDevice for the zero Device, ErrBackendNotBuilt for a
 // CUDA device in a build without the tag, ErrNotSupported for a device that
 // is not a CUDA GPU or has no memory pools), then the stream.
-
-// checkAsyncSize is the argument check of a stream-ordered allocation.
-func checkAsyncSize(size int64, d Device) error {
-	if size <= 0 {
-		return fmt.Errorf("%w: %d bytes requested on %v", ErrInvalidSize, size, d)
-	}
-	return nil
-}
 
 // checkPoolBytes is the argument check of a pool call given a number of
 // bytes, what, that must not be negative.
@@ -49,6 +41,55 @@ func notCUDA(op string, d Device) error {
 	}
 	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
 }
+
+// AllocAsync allocates size bytes on the device in stream order: from the
+// device's current memory pool (cuMemAllocAsync), usable by work enqueued
+// on stream after this call. It checks, counts and fails as [Device.Alloc]
+// does: [ErrInvalidSize] for size <= 0, an [*OutOfMemoryError] when the
+// memory limit or the pool refuses it (counting one failure and nothing
+// else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
+// or whose driver has no memory pools (CUDA before 11.2, or
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
+// capturing a CUDA graph (whose allocation would run at every launch);
+// with [ErrInvalidArgument] on a stream of another device, on which
+// cuMemAllocAsync would allocate. Each changes nothing, and is refused
+// before the limits: a bad stream counts no failure whatever limit the
+// request passes. A stream of another
+// context on the device (one that another binding created) is used in its
+// own context. Only a build with -tags cuda has CUDA devices; see
+// docs/streams.md.
+//
+// The buffer counts from AllocAsync's return, both in the tracked figure
+// ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
+// Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
+// that uses it is done.
+func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	return d.allocate(request{size: size, stream: stream, async: true})
+}
+
+// AllocAsync allocates size bytes in stream order on the category's device,
+// as [Device.AllocAsync] does, and counts them in the category besides, as
+// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
+// in both.
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if c.set == nil {
+		return nil, zeroCategory("AllocAsync", size)
+	}
+	return c.dev.allocate(request{size: size, cat: c, stream: stream, async: true})
+}
+
+// Pool is the current memory pool of one CUDA device, the one
+// [Device.AllocAsync] allocates from: its figures and controls. Obtain it
+// with [Device.Pool]; it is a small comparable value, as [Device] is. On a
+// device that is not a CUDA GPU, or has no memory pools, its methods fail
+// with [ErrNotSupported].
+type Pool struct{ dev Device }
+
+// Pool returns the device's current memory pool.
+func (d Device) Pool() Pool { return Pool{dev: d} }
+
+// Device returns the device of the pool.
+func (p Pool) Device() Device { return p.dev }
 
 // PoolStats are the figures of a CUDA device's current memory pool (the
 // default one unless cuDeviceSetMemPool set another), the one
@@ -96,7 +137,7 @@ func (p PoolStats) String() string {
 // can fall below the stream-ordered part of Held by up to InFlight, and
 // Rounding, taken as 0 there, is a lower bound. PoolReserved - PoolUsed
 // (Cached) is memory the pool keeps for later allocations without anything
-// in it, which [Device.TrimPool] returns to the device. The figures are read
+// in it, which [Pool.Trim] returns to the device. The figures are read
 // one after another, not at one instant.
 type PoolUsage struct {
 	Device       Device
@@ -108,13 +149,4 @@ type PoolUsage struct {
 	InFlight int64 // Held - Tracked: freed on the host, not yet on the device
 	Rounding int64 // PoolUsed - Held of stream-ordered buffers, or 0: the driver's rounding and allocations outside this package
 	Cached   int64 // PoolReserved - PoolUsed: reserved by the pool, used by nothing
-}
-
-// poolUsage puts the figures side by side; pooled is the part of held that
-// stream-ordered buffers take.
-func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
-	return PoolUsage{
-		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
-		InFlight: held - tracked, Rounding: max(0, p.PoolUsed-pooled), Cached: p.PoolReserved - p.PoolUsed,
-	}
 }

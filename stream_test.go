@@ -22,13 +22,13 @@ func TestStreamCallsCheckOrder(t *testing.T) {
 	}{
 		{"AllocAsync(0)", func(d Device) error { _, err := d.AllocAsync(0, DefaultStream); return err }, true},
 		{"AllocAsync(-1)", func(d Device) error { _, err := d.AllocAsync(-1, DefaultStream); return err }, true},
-		{"TrimPool(-1)", func(d Device) error { return d.TrimPool(-1) }, true},
-		{"SetPoolReleaseThreshold(-1)", func(d Device) error { return d.SetPoolReleaseThreshold(-1) }, true},
+		{"Pool().Trim(-1)", func(d Device) error { return d.Pool().Trim(-1) }, true},
+		{"Pool().SetReleaseThreshold(-1)", func(d Device) error { return d.Pool().SetReleaseThreshold(-1) }, true},
 		{"AllocAsync(8)", func(d Device) error { _, err := d.AllocAsync(8, DefaultStream); return err }, false},
-		{"TrimPool(0)", func(d Device) error { return d.TrimPool(0) }, false},
-		{"SetPoolReleaseThreshold(0)", func(d Device) error { return d.SetPoolReleaseThreshold(0) }, false},
-		{"PoolStats", func(d Device) error { _, err := d.PoolStats(); return err }, false},
-		{"PoolUsage", func(d Device) error { _, err := d.PoolUsage(); return err }, false},
+		{"Pool().Trim(0)", func(d Device) error { return d.Pool().Trim(0) }, false},
+		{"Pool().SetReleaseThreshold(0)", func(d Device) error { return d.Pool().SetReleaseThreshold(0) }, false},
+		{"PoolStats", func(d Device) error { _, err := d.Pool().Stats(); return err }, false},
+		{"PoolUsage", func(d Device) error { _, err := d.Pool().Usage(); return err }, false},
 	}
 	for _, dev := range []struct {
 		name string

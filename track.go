@@ -34,9 +34,9 @@ type Tracked struct {
 	rec   *tracker.Record
 	addrs *addrindex.Index[addrEntry] // where ptr is indexed; nil for ptr == 0
 	state atomic.Uint32
-	wslot uint32          // its entry while its device is watched for leaks (leak.go), or 0; in the padding
-	site  *site           // where it was tracked, if recorded (sites.go)
-	crec  *tracker.Record // its category's record (category.go); nil for none
+	wslot uint32          // its entry while its device is watched for leaks (deviceLeaks), or 0; in the padding
+	site  *site           // where it was tracked, if recorded (siteRecorder)
+	crec  *tracker.Record // its Category's record; nil for none
 	cset  *categorySet    // the categories crec is one of; nil for none
 	cat   uint8           // its category, 1-based; 0 for none
 }
@@ -64,74 +64,96 @@ type Tracked struct {
 // through other bindings too; it cannot stop memory that is allocated
 // without being tracked.
 func (d Device) Track(size int64, ptr uintptr) (*Tracked, error) {
-	return d.track(size, ptr, Category{})
+	return d.track(request{size: size}, ptr)
 }
 
-// track is Track, through category c unless it is the zero Category, which
-// is counted as [Device.alloc] counts it.
-func (d Device) track(size int64, ptr uintptr, c Category) (*Tracked, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
+// track is Track and Category.Track: the allocation path of a [Tracked]
+// handle.
+func (d Device) track(r request, ptr uintptr) (*Tracked, error) {
+	var a admitted
+	var err error
+	if r.size > 0 {
+		// admit, inlined by hand, as Device.allocate does.
+		if a.s, a.rec, err = d.resolve(); err == nil && r.cat.set != nil {
+			a.crec, err = r.cat.recordOf(a.s)
+		}
+	} else {
+		a, err = d.admit(&r, "tracked")
 	}
-	s, rec, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracked{dev: d, size: size, ptr: ptr, rec: rec, cat: c.idx}
-	if t.crec, err = c.record(s); err != nil {
-		return nil, err
-	}
-	t.cset = c.set
-	var sh *addrindex.Shard[addrEntry]
-	var slot int
+	t := &Tracked{dev: d, size: r.size, ptr: ptr, rec: a.rec, crec: a.crec, cset: r.cat.set, cat: r.cat.idx}
 	if ptr != 0 {
-		t.addrs = &s.tracked
-		sh = t.addrs.Shard(ptr)
-		// The shard stays locked until the handle is counted and indexed,
-		// so that a concurrent Track of the address sees it.
-		sh.Lock()
-		var err error
-		if slot, err = claim(sh, d, ptr); err != nil { // bad input: before the limits
-			sh.Unlock()
-			return nil, err
-		}
+		t.addrs = &a.s.tracked
 	}
-	unlock := func() {
-		if sh != nil {
-			sh.Unlock()
-		}
-	}
-	// The limits, as Alloc checks them; the refusal is answered (and the
-	// observers run) once the shard is unlocked.
-	if e := limitRefusal(rec, t.crec, size); e != nil {
-		unlock()
-		return nil, d.refuse(s, rec, c, e)
-	}
-	if byCategory, err := c.count(rec, t.crec, size); err != nil { // category_count.go
-		unlock()
-		return nil, d.refused(s, size, rec, err, c, byCategory)
-	}
-	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		t.site = sr.allocIn(size, 1, c.Name()) // see sites.go: the first frame is Track's caller
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.allocIn(size, t.site, rec, 0, c.idx, t.crec) // see history.go
-	}
-	watchTracked(s, t) // see leak.go
-	if sh != nil {
-		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: rec, site: t.site, size: size, ordinal: d.ordinal})
-		sh.Unlock()
+	if err := d.count(a, &r, ptr, t); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
 
-// refused answers an allocation of size bytes that a record refused with
-// err (the record counted the failure), with the fields that say what
-// refused it and the report, as Alloc's refusals do, in category c if it
-// is not the zero Category; byCategory says that c's record refused it.
-func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error, c Category, byCategory bool) error {
-	return d.outOfMemory(s, rec, d.recordRefusalIn(size, rec, err, c, byCategory), c)
+// count is the rest of the allocation path of tracked memory, after admit:
+// in place of the backend's allocation, it claims the address ptr (unless
+// it is 0) in the device's index, then counts, runs the features and
+// indexes the count at ptr, with handle t (nil for TrackAddr, which makes
+// none). The address's shard stays locked from the claim until the count
+// is indexed, so that a concurrent Track of the address sees it; a refusal
+// is built once the shard is unlocked.
+func (d Device) count(a admitted, r *request, ptr uintptr, t *Tracked) error {
+	r.skip++ // count's own frame, which Device.allocate's path has not
+	var sh *addrindex.Shard[addrEntry]
+	var slot int
+	if ptr != 0 {
+		sh = a.s.tracked.Shard(ptr)
+		sh.Lock()
+		var err error
+		if slot, err = claim(sh, d, ptr); err != nil {
+			sh.Unlock()
+			return err // bad input: nothing counted
+		}
+	}
+	// The limits, after the bad input; the refusal is answered (and the
+	// observers run) once the shard is unlocked.
+	if a.limited() {
+		if e := limitRefusal(a.rec, a.crec, r.size); e != nil {
+			if sh != nil {
+				sh.Unlock()
+			}
+			return d.refuse(a, r, refusal{oom: e})
+		}
+	}
+	var byCat bool
+	var err error
+	if a.crec == nil {
+		err = a.rec.Alloc(r.size)
+	} else {
+		byCat, err = a.commit(r)
+	}
+	if err != nil {
+		if sh != nil {
+			sh.Unlock()
+		}
+		return d.refuse(a, r, refusal{err: err, byCategory: byCat})
+	}
+	if a.s.held != nil {
+		a.s.held.heldAlloc(d.ordinal, r.size, false)
+	}
+	var st *site
+	if h := a.s.hooksOf(d.ordinal); h != nil {
+		st = h.alloc(r, a.rec, a.crec)
+		if t != nil {
+			t.site = st
+			if h.leaks != nil {
+				watchTracked(h.leaks, a.s, t)
+			}
+		}
+	}
+	if sh != nil {
+		sh.InsertAt(slot, ptr, addrEntry{h: t, rec: a.rec, site: st, size: r.size, ordinal: d.ordinal})
+		sh.Unlock()
+	}
+	return nil
 }
 
 // TrackAddr counts size bytes that other code allocated at address ptr on
@@ -143,7 +165,7 @@ func (d Device) refused(s *kindState, size int64, rec *tracker.Record, err error
 // allocation sites and the memory history are off. It fails as Track
 // does, and with [ErrInvalidAddress] for ptr == 0.
 func (d Device) TrackAddr(size int64, ptr uintptr) error {
-	return d.trackAddr(size, ptr, 1)
+	return d.trackAddr(size, ptr, 0)
 }
 
 // TrackAddrSkip is [Device.TrackAddr] for a binding that wraps it: the
@@ -157,11 +179,11 @@ func (d Device) TrackAddrSkip(skip int, size int64, ptr uintptr) error {
 	if skip < 0 {
 		return fmt.Errorf("%w: TrackAddrSkip of %d frames on %v", ErrInvalidArgument, skip, d)
 	}
-	return d.trackAddr(size, ptr, 1+skip)
+	return d.trackAddr(size, ptr, skip)
 }
 
 // trackAddr is TrackAddr and TrackAddrSkip, whose site leaves out skip
-// frames above trackAddr's caller (1: the exported function's own).
+// frames above the exported function's caller.
 func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	if size <= 0 {
 		return fmt.Errorf("%w: %d bytes tracked on %v", ErrInvalidSize, size, d)
@@ -169,32 +191,14 @@ func (d Device) trackAddr(size int64, ptr uintptr, skip int) error {
 	if ptr == 0 {
 		return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidAddress, size, d)
 	}
-	s, rec, err := d.resolve()
+	r := request{size: size, skip: skip}
+	var a admitted
+	var err error
+	a.s, a.rec, err = d.resolve() // admit, whose size check is done and which has no category to check
 	if err != nil {
 		return err
 	}
-	sh := s.tracked.Shard(ptr)
-	sh.Lock()
-	slot, err := claim(sh, d, ptr)
-	if err != nil {
-		sh.Unlock()
-		return err
-	}
-	if err := rec.Alloc(size); err != nil {
-		sh.Unlock()
-		return d.refused(s, size, rec, err, Category{}, false)
-	}
-	sideAlloc(d, size) // the device-side figure (cuda_stream.go)
-	e := addrEntry{rec: rec, size: size, ordinal: d.ordinal}
-	if sr := s.sites.lookup(d.ordinal); sr != nil {
-		e.site = sr.allocFrom(size, skip) // see sites.go: the first frame is skip frames above trackAddr's caller
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.alloc(size, e.site, rec, 0) // see history.go
-	}
-	sh.InsertAt(slot, ptr, e)
-	sh.Unlock()
-	return nil
+	return d.count(a, &r, ptr, nil)
 }
 
 // UntrackAddr frees the memory tracked at address ptr on a device of kind
@@ -249,7 +253,7 @@ func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err err
 			return true, err
 		}
 	}
-	e.uncount(Device{kind: k, ordinal: e.ordinal}, 0, nil)
+	e.uncount(k, 0, nil)
 	return true, nil
 }
 
@@ -357,26 +361,14 @@ func (t *Tracked) uncount() {
 		}
 		sh.Unlock()
 	}
-	addrEntry{rec: t.rec, site: t.site, size: t.size}.uncount(t.dev, t.cat, t.cset)
+	addrEntry{rec: t.rec, site: t.site, size: t.size, ordinal: t.dev.ordinal}.uncount(t.dev.kind, t.cat, t.cset)
 }
 
-// uncount takes the entry's bytes from the figures of d and, where cs is
-// not nil, of its handle's category cat among cs.
-func (e addrEntry) uncount(d Device, cat uint8, cs *categorySet) {
-	// Cannot fail: the entry's bytes are part of what the records hold.
-	var crec *tracker.Record
-	if cs != nil {
-		crec, _ = cs.uncount(cat, e.rec, e.size) // with the device's, as one operation (category_count.go)
-	} else {
-		_ = e.rec.Free(e.size)
-	}
-	sideFree(d, e.size) // the device-side figure (cuda_stream.go)
-	if e.site != nil {
-		e.site.free(e.size)
-	}
-	if h := tables[d.kind].history.lookup(d.ordinal); h != nil {
-		h.freeIn(e.size, e.site, e.rec, 0, cat, crec) // see history.go
-	}
+// uncount takes the entry's bytes from the figures of its device, of kind
+// k, and, where cs is not nil, of its handle's category cat among cs.
+func (e addrEntry) uncount(k Kind, cat uint8, cs *categorySet) {
+	// Cannot fail: the entry's bytes are part of what the record holds.
+	_ = tables[k].p.Load().uncount(e.rec, cs, e.size, e.site, 0, e.ordinal, cat, releaseHeld)
 }
 
 // Size returns the bytes tracked (0 for a nil handle).

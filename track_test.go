@@ -223,13 +223,13 @@ func TestTrackSites(t *testing.T) {
 	d := recording(t, 4)
 	h, err := trackFromA(d, 4096, 0x9000)
 	require.NoError(t, err)
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, snap.Sites, 1)
 	assert.Equal(t, "github.com/memtrack/memtrack.trackFromA", frameOf(snap.Sites[0].Stack[0]))
 	assert.Equal(t, int64(4096), snap.Sites[0].Bytes)
 	require.NoError(t, h.Release())
-	snap, err = d.AllocationSites()
+	snap, err = d.Sites().Snapshot()
 	require.NoError(t, err)
 	assert.Empty(t, snap.Sites)
 	assert.Equal(t, int64(4096), snap.Stats.PeakBytes)
@@ -440,7 +440,7 @@ func TestTrackHistory(t *testing.T) {
 	require.ErrorIs(t, a.Release(), ErrAlreadyReleased)
 	require.NoError(t, b.FreeWith(func() error { return nil }))
 
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	assert.Equal(t, []step{
 		{0, HistoryAlloc, 100, 100},
@@ -512,7 +512,7 @@ func TestTrackAddrSites(t *testing.T) {
 	d := recording(t, 4)
 	require.NoError(t, trackAddrFromA(d, 4096, 0x9000))
 	require.NoError(t, userOfBinding(d, 8192, 0xa000))
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.Len(t, snap.Sites, 2)
 	assert.Equal(t, "github.com/memtrack/memtrack.userOfBinding", frameOf(snap.Sites[0].Stack[0]))

@@ -60,11 +60,11 @@ var vocabulary = []vocabularyRule{
 }
 
 // markNames may use the words mark and marks; so may web.Mark's fields.
-var markNames = []string{"Device.Mark", "HistoryMark", "HistoryAction.IsMark", "HistoryEvent.Mark", "MaxMarkName", "MaxMarkNames",
+var markNames = []string{"HistoryRecorder.Mark", "histring.Event.Mark", "HistoryMark", "HistoryAction.IsMark", "HistoryEvent.Mark", "MaxMarkName", "MaxMarkNames",
 	"ErrTooManyMarkNames", "web.Mark", "web.MaxMarks", "web.History.Marks", "web.History.MarksLeftOut", "web.History.MarkEvents",
 	"json marks", "json marksLeftOut", "json markEvents"}
 
-const markMeaning = "a named instant or span of a history (Device.Mark, Device.BeginSpan); a refused allocation is a Refusal"
+const markMeaning = "a named instant or span of a history (HistoryRecorder.Mark, HistoryRecorder.BeginSpan); a refused allocation is a Refusal"
 
 // allowedName reports whether name is one of allowed, or a field or
 // method of a type that is.
@@ -76,9 +76,9 @@ func allowedName(allowed []string, name string) bool {
 // TrackedPeak); it may end a name only where it is the whole name or "at
 // the peak" (pprof.Peak, SiteSnapshot.AtPeak).
 // The generic tracker.Counter's reading is Peak, as its other is Current,
-// and so is that of a peak scope on it (tracker.Scope); ResetPeak is a verb.
+// and so is that of a peak scope on it (tracker.Scope); ResetPeak is a verb (the site recorder's too).
 var peakLastAllowed = []string{"pprof.Peak", "SiteSnapshot.AtPeak", "json maxAtPeak", "web.History.MaxAtPeak",
-	"tracker.Counter.Peak", "tracker.Scope.Peak", "tracker.Counter.ResetPeak", "tracker.Record.ResetPeak"}
+	"tracker.Counter.Peak", "tracker.Scope.Peak", "tracker.Counter.ResetPeak", "tracker.Record.ResetPeak", "siterec.Recorder.ResetPeak"}
 
 // violations returns, for each name that breaks the vocabulary, why.
 func violations(names []string) []string {

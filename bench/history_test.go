@@ -29,10 +29,10 @@ func BenchmarkHistoryAllocFree(b *testing.B) {
 		}
 		run := func(b *testing.B, body func(b *testing.B)) {
 			if on {
-				if err := d.EnableMemoryHistory(benchRing); err != nil {
+				if err := d.History().Enable(benchRing); err != nil {
 					b.Fatal(err)
 				}
-				defer d.DisableMemoryHistory()
+				defer d.History().Disable()
 				b.ResetTimer() // the ring's 64 MiB are not the pairs'
 			}
 			b.ReportAllocs()

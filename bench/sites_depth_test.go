@@ -16,16 +16,16 @@ import (
 // depth32 walk different lengths of stack.
 func TestSitesBenchmarkStackIsDeep(t *testing.T) {
 	d := memtrack.CPU()
-	sitesOK(t, d.SetAllocationSiteRate(1))
-	defer d.SetAllocationSiteRate(0)
-	require.NoError(t, d.EnableAllocationSites(32))
-	defer d.DisableAllocationSites()
+	sitesOK(t, d.Sites().SetRate(1))
+	defer d.Sites().SetRate(0)
+	require.NoError(t, d.Sites().Enable(32))
+	defer d.Sites().Disable()
 	var buf *memtrack.Buffer
 	var err error
 	atDepth(stackDepth, func() { buf, err = d.Alloc(64) })
 	require.NoError(t, err)
 	defer buf.Free()
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.NotEmpty(t, snap.Sites)
 	assert.Len(t, snap.Sites[0].Stack, 32)

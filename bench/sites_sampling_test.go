@@ -32,14 +32,14 @@ func BenchmarkSitesSampling(b *testing.B) {
 	} {
 		b.Run("sites="+bc.name, func(b *testing.B) {
 			if bc.rate >= 0 {
-				if err := d.SetAllocationSiteRate(bc.rate); err != nil {
+				if err := d.Sites().SetRate(bc.rate); err != nil {
 					b.Skip(err)
 				}
-				defer d.SetAllocationSiteRate(0)
-				if err := d.EnableAllocationSites(depth); err != nil {
+				defer d.Sites().SetRate(0)
+				if err := d.Sites().Enable(depth); err != nil {
 					b.Skip(err)
 				}
-				defer d.DisableAllocationSites()
+				defer d.Sites().Disable()
 			}
 			b.ReportAllocs()
 			samplingDepth(depth-2, func() {
@@ -73,20 +73,20 @@ func BenchmarkSitesSamplingRatio(b *testing.B) {
 func samplingRatio(b *testing.B, rate int64) {
 	const size, depth, block = 64, 32, 1000
 	d := memtrack.CPU()
-	if err := d.SetAllocationSiteRate(rate); err != nil {
+	if err := d.Sites().SetRate(rate); err != nil {
 		b.Skip(err)
 	}
-	defer d.SetAllocationSiteRate(0)
-	if err := d.EnableAllocationSites(depth); err != nil {
+	defer d.Sites().SetRate(0)
+	if err := d.Sites().Enable(depth); err != nil {
 		b.Skip(err)
 	}
-	d.DisableAllocationSites()
+	d.Sites().Disable()
 	timed := func(on bool) time.Duration {
 		if on {
-			if err := d.EnableAllocationSites(depth); err != nil {
+			if err := d.Sites().Enable(depth); err != nil {
 				b.Fatal(err)
 			}
-			defer d.DisableAllocationSites()
+			defer d.Sites().Disable()
 		}
 		start := time.Now()
 		for range block {

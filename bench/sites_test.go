@@ -53,14 +53,14 @@ func BenchmarkSitesAllocFree(b *testing.B) {
 	for _, bc := range configs {
 		run := func(b *testing.B, body func(b *testing.B)) {
 			if bc.depth > 0 {
-				if err := d.SetAllocationSiteRate(bc.rate); err != nil {
+				if err := d.Sites().SetRate(bc.rate); err != nil {
 					b.Skip(err)
 				}
-				defer d.SetAllocationSiteRate(0)
-				if err := d.EnableAllocationSites(bc.depth); err != nil {
+				defer d.Sites().SetRate(0)
+				if err := d.Sites().Enable(bc.depth); err != nil {
 					b.Skip(err)
 				}
-				defer d.DisableAllocationSites()
+				defer d.Sites().Disable()
 			}
 			b.ReportAllocs()
 			body(b)

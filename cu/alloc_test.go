@@ -344,16 +344,16 @@ func allocScratch(bytes int64) cu.DevicePtr { return cu.MemAlloc(bytes) }
 // each with its caller as the innermost frame.
 func TestMemAllocSites(t *testing.T) {
 	d := cuda(t, 0)
-	require.NoError(t, d.SetAllocationSiteRate(1))
-	defer d.SetAllocationSiteRate(0)
-	require.NoError(t, d.EnableAllocationSites(8))
-	defer d.DisableAllocationSites()
+	require.NoError(t, d.Sites().SetRate(1))
+	defer d.Sites().SetRate(0)
+	require.NoError(t, d.Sites().Enable(8))
+	defer d.Sites().Disable()
 	inContext(t, 0, func() {
 		a := allocWeights(3 << 20)
 		defer a.Free()
 		b := allocScratch(1 << 20)
 		defer b.Free()
-		snap, err := d.AllocationSites()
+		snap, err := d.Sites().Snapshot()
 		require.NoError(t, err)
 		var inner []string
 		for _, s := range snap.Sites {

@@ -226,6 +226,7 @@ func TestDashboardOnPrometheusServer(t *testing.T) {
 	}
 	promBin, err := exec.LookPath("prometheus")
 	require.NoError(t, err, "the Prometheus server is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
+	//lint:ignore SA1019 the toolchain that built this test binary is the one to run
 	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	dir := t.TempDir()
 

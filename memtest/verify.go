@@ -135,7 +135,7 @@ func verifyMain(m TestingM, w io.Writer, opts []Option) int {
 func start(ds []memtrack.Device) ([]*memtrack.LeakCheck, error) {
 	var checks []*memtrack.LeakCheck
 	for _, d := range ds {
-		c, err := d.StartLeakCheck()
+		c, err := d.Leaks().StartCheck()
 		if err != nil {
 			end(checks)
 			return nil, fmt.Errorf("memtest: %w", err)

@@ -69,7 +69,7 @@ func TestVerifyNoneReportsALiveBufferWithItsSite(t *testing.T) {
 	before := holdBuffer(t, 7) // not the test's
 	f := newFakeTB(t, t.Name())
 	VerifyNone(f, cpuOnly)
-	assert.True(t, memtrack.CPU().AllocationSiteStats().Enabled, "sites on for the test")
+	assert.True(t, memtrack.CPU().Sites().Stats().Enabled, "sites on for the test")
 	kept := holdBuffer(t, 4096)
 	freed := holdBuffer(t, 100)
 	require.NoError(t, freed.Free())
@@ -78,7 +78,7 @@ func TestVerifyNoneReportsALiveBufferWithItsSite(t *testing.T) {
 	msg := f.errors[0]
 	assert.True(t, strings.HasPrefix(msg, "memtest: 1 buffer (4096 bytes) allocated during the test and not freed:\n\t4096 bytes on cpu, buffer allocated at github.com/memtrack/memtrack/memtest.holdBuffer (verify_test.go:"), msg)
 	assert.Contains(t, msg, "memtest.TestVerifyNoneReportsALiveBufferWithItsSite (verify_test.go:", "the stack below")
-	assert.False(t, memtrack.CPU().AllocationSiteStats().Enabled, "sites off again")
+	assert.False(t, memtrack.CPU().Sites().Stats().Enabled, "sites off again")
 	require.NoError(t, kept.Free())
 	require.NoError(t, before.Free())
 }
@@ -154,7 +154,7 @@ func TestVerifyNoneRefusesAParallelTest(t *testing.T) {
 			require.Len(t, f.fatals, 1)
 			assert.Contains(t, f.fatals[0], "memtest: VerifyNone in a parallel test")
 			assert.Empty(t, f.cleanups, "no check started")
-			assert.False(t, memtrack.CPU().AllocationSiteStats().Enabled)
+			assert.False(t, memtrack.CPU().Sites().Stats().Enabled)
 		})
 	})
 }

@@ -16,8 +16,8 @@
 //		Categories []memtrack.CategoryStats
 //	}
 //
-// The profiles need allocation sites ([memtrack.Device.EnableAllocationSites])
-// and the trace the memory history ([memtrack.Device.EnableMemoryHistory]);
+// The profiles need allocation sites ([memtrack.SiteRecorder.Enable])
+// and the trace the memory history ([memtrack.HistoryRecorder.Enable]);
 // where a device records neither, report.txt says which files are missing
 // and why. The package is an observer of [memtrack.Device.OnOutOfMemory]
 // over the plain values of package memtrack, like packages pprof and trace

@@ -203,7 +203,7 @@ func write(dir string, e *memtrack.OutOfMemoryError, now time.Time) (string, err
 	file("inuse.pb.gz", func(w io.Writer) error { return pprof.WriteProfile(w, d, pprof.InUse) })
 	file("peak.pb.gz", func(w io.Writer) error { return pprof.WriteProfile(w, d, pprof.Peak) })
 	file("trace.json", func(w io.Writer) error {
-		h, err := d.MemoryHistory()
+		h, err := d.History().Snapshot()
 		if err != nil {
 			return err
 		}

@@ -30,13 +30,13 @@ func limited(t *testing.T, room int64) memtrack.Device {
 // memory history of d for the test.
 func recordEverything(t *testing.T, d memtrack.Device) {
 	t.Helper()
-	require.NoError(t, d.SetAllocationSiteRate(1))
-	require.NoError(t, d.EnableAllocationSites(16))
-	require.NoError(t, d.EnableMemoryHistory(1024))
+	require.NoError(t, d.Sites().SetRate(1))
+	require.NoError(t, d.Sites().Enable(16))
+	require.NoError(t, d.History().Enable(1024))
 	t.Cleanup(func() {
-		d.DisableAllocationSites()
-		d.DisableMemoryHistory()
-		require.NoError(t, d.SetAllocationSiteRate(0))
+		d.Sites().Disable()
+		d.History().Disable()
+		require.NoError(t, d.Sites().SetRate(0))
 	})
 }
 
@@ -65,12 +65,12 @@ func TestDump(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)}
 	du.now = clk.now
 
-	load, err := d.BeginSpan("load weights")
+	load, err := d.History().BeginSpan("load weights")
 	require.NoError(t, err)
 	w := holdWeights(t, d, 768<<10)
 	defer w.Free()
 	require.NoError(t, load.End())
-	pass, err := d.BeginSpan("pass") // open when the refusal is dumped
+	pass, err := d.History().BeginSpan("pass") // open when the refusal is dumped
 	require.NoError(t, err)
 	defer pass.End()
 	_, err = d.Alloc(512 << 10)
@@ -140,7 +140,7 @@ func TestDump(t *testing.T) {
 }
 
 func sitesBuilt(d memtrack.Device) bool {
-	err := d.SetAllocationSiteRate(0)
+	err := d.Sites().SetRate(0)
 	return err == nil
 }
 

@@ -34,10 +34,10 @@ func (k kind) String() string {
 type family uint8
 
 const (
-	// own: memtrack's figures, for every used device, with the attributes
-	// memtrack.backend, memtrack.ordinal and, where the device has one,
-	// hw.id.
-	own family = iota
+	// The zero family: memtrack's figures, for every used device, with the
+	// attributes memtrack.backend, memtrack.ordinal and, where the device
+	// has one, hw.id.
+	_ family = iota
 	// gpu: the driver's figures of a GPU (CUDA, Metal), under the names of
 	// OpenTelemetry's hardware semantic conventions, with their attributes
 	// (hw.id, hw.type, hw.name, hw.model, hw.vendor).

@@ -29,7 +29,7 @@ func read(d memtrack.Device) reading {
 	r := reading{kind: d.Kind(), ordinal: d.Ordinal(), name: d.String(), stats: d.MemoryStats()}
 	r.info, r.infoErr = d.Info()
 	r.free, r.total, r.memErr = d.MemGetInfo()
-	r.pool, r.poolErr = d.PoolStats()
+	r.pool, r.poolErr = d.Pool().Stats()
 	r.cats = d.CategoryStats()
 	return r
 }

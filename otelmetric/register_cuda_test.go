@@ -51,7 +51,7 @@ func TestInstrumentsCUDA(t *testing.T) {
 	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", hw, float64(total - free)}
 	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", hw, float64(total)}
 	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", hw, float64(total-free) / float64(total)}
-	if p, err := d.PoolStats(); err == nil {
+	if p, err := d.Pool().Stats(); err == nil {
 		want["memtrack.pool_reserved"] = point{"By", "UpDownCounter", own, float64(p.PoolReserved)}
 		want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", own, float64(p.PeakPoolReserved)}
 		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.PoolUsed)}

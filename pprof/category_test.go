@@ -39,6 +39,7 @@ func TestCategoryLabel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("go tool pprof is not run with -short")
 	}
+	//lint:ignore SA1019 the toolchain that built this test binary is the one to run
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
 		t.Skipf("no go command: %v", err)

@@ -39,14 +39,14 @@ func ExampleWriteProfile() {
 	d := memtrack.CPU()
 	// Record every allocation, for exact figures; the default rate samples
 	// (on average one sample per 512 KiB) and scales its figures.
-	if err := d.SetAllocationSiteRate(1); err != nil {
+	if err := d.Sites().SetRate(1); err != nil {
 		log.Fatal(err)
 	}
-	defer d.SetAllocationSiteRate(0)
-	if err := d.EnableAllocationSites(32); err != nil {
+	defer d.Sites().SetRate(0)
+	if err := d.Sites().Enable(32); err != nil {
 		log.Fatal(err)
 	}
-	defer d.DisableAllocationSites()
+	defer d.Sites().Disable()
 
 	w := loadWeights(d)
 	defer w.Free()
@@ -87,15 +87,15 @@ func ExampleHandler() {
 		mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 		fmt.Print(rec.Code, " ", rec.Body.String())
 	}
-	if err := d.EnableAllocationSites(32); err != nil {
+	if err := d.Sites().Enable(32); err != nil {
 		log.Fatal(err)
 	}
-	defer d.DisableAllocationSites()
+	defer d.Sites().Disable()
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/memtrack/cpu", nil))
 	fmt.Println(rec.Code, rec.Header().Get("Content-Disposition"))
 	// Output:
-	// 409 memtrack: allocation sites not recorded on cpu: call Device.EnableAllocationSites first
+	// 409 memtrack: allocation sites not recorded on cpu: call Device.Sites().Enable first
 	// 400 memtrack: invalid device: "gpu:0": want cpu, cuda:N or metal:N
 	// 200 attachment; filename="memtrack-cpu-inuse.pb.gz"
 }

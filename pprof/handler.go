@@ -88,11 +88,11 @@ func serveIndex(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	for _, d := range memtrack.Devices() {
-		st := d.AllocationSiteStats()
+		st := d.Sites().Stats()
 		if st.Enabled {
 			fmt.Fprintf(w, "%v\trecording, %d sites, %d live buffers, %d bytes\n", d, st.Sites, st.Buffers, st.Bytes)
 		} else {
-			fmt.Fprintf(w, "%v\tnot recording (Device.EnableAllocationSites)\n", d)
+			fmt.Fprintf(w, "%v\tnot recording (Device.Sites().Enable)\n", d)
 		}
 	}
 }

@@ -61,10 +61,10 @@ func TestProfileHandler(t *testing.T) {
 	}
 
 	t.Run("not recording", func(t *testing.T) {
-		d.DisableAllocationSites()
+		d.Sites().Disable()
 		rec := httptest.NewRecorder()
 		prefix.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/memtrack/cpu", nil))
 		assert.Equal(t, http.StatusConflict, rec.Code)
-		assert.Contains(t, rec.Body.String(), "EnableAllocationSites")
+		assert.Contains(t, rec.Body.String(), "Sites().Enable")
 	})
 }

@@ -2,10 +2,10 @@
 // as pprof profiles, the format go tool pprof reads, and serves them over
 // HTTP beside net/http/pprof.
 //
-// Record the sites with [memtrack.Device.EnableAllocationSites], then write
+// Record the sites with [memtrack.SiteRecorder.Enable], then write
 // the live buffers ([InUse]) or those live at the latest peak ([Peak]):
 //
-//	dev.EnableAllocationSites(32)
+//	dev.Sites().Enable(32)
 //	...
 //	pprof.WriteProfile(f, dev, pprof.Peak)
 //	// go tool pprof -top peak.pb.gz
@@ -61,10 +61,10 @@ func (k Kind) String() string {
 // WriteProfile writes the device's recorded buffers by allocation site, now
 // or at the latest peak, as a gzipped pprof protocol buffer that go tool
 // pprof reads (-top, -http, flame graphs). As in Go's heap profiles, the
-// profile's Period is the sampling rate ([memtrack.Device.SetAllocationSiteRate]),
+// profile's Period is the sampling rate ([memtrack.SiteRecorder.SetRate]),
 // a comment says it, and the values are scaled estimates (exact at rate 1). It fails with an error matching
 // [memtrack.ErrSitesNotRecorded] unless
-// [memtrack.Device.EnableAllocationSites] was called, and writes nothing
+// [memtrack.SiteRecorder.Enable] was called, and writes nothing
 // then.
 func WriteProfile(w io.Writer, d memtrack.Device, kind Kind) error {
 	var (
@@ -73,9 +73,9 @@ func WriteProfile(w io.Writer, d memtrack.Device, kind Kind) error {
 	)
 	switch kind {
 	case InUse:
-		snap, err = d.AllocationSites()
+		snap, err = d.Sites().Snapshot()
 	case Peak:
-		snap, err = d.PeakAllocationSites()
+		snap, err = d.Sites().PeakSnapshot()
 	default:
 		return fmt.Errorf("%w: %v", ErrInvalidKind, kind)
 	}
@@ -142,7 +142,7 @@ func sampling(rate int64) string {
 	if rate <= 1 {
 		return "memtrack: every allocation recorded (sampling rate 1)"
 	}
-	return fmt.Sprintf("memtrack: sampled, on average one sample per %d bytes allocated (Device.SetAllocationSiteRate); values scaled to estimate all allocations", rate)
+	return fmt.Sprintf("memtrack: sampled, on average one sample per %d bytes allocated (Device.Sites().SetRate); values scaled to estimate all allocations", rate)
 }
 
 // profileBuilder adds locations and functions to a profile, once each.

@@ -40,14 +40,14 @@ func allocOK(t testing.TB) func(*memtrack.Buffer, error) *memtrack.Buffer {
 func recording(t *testing.T, depth int) memtrack.Device {
 	t.Helper()
 	d := memtrack.CPU()
-	err := d.SetAllocationSiteRate(1)
+	err := d.Sites().SetRate(1)
 	if errors.Is(err, memtrack.ErrSitesNotRecorded) { // only where they are compiled out
 		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
 	}
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.SetAllocationSiteRate(0)) })
-	require.NoError(t, d.EnableAllocationSites(depth))
-	t.Cleanup(d.DisableAllocationSites)
+	t.Cleanup(func() { require.NoError(t, d.Sites().SetRate(0)) })
+	require.NoError(t, d.Sites().Enable(depth))
+	t.Cleanup(d.Sites().Disable)
 	return d
 }
 
@@ -139,7 +139,7 @@ func TestPeakProfileKeepsTheBreakdown(t *testing.T) {
 	assert.Equal(t, map[string][2]int64{funcA: {2, 3000}, funcB: {1, 4000}}, byLeaf(peak),
 		"the breakdown at the peak outlives the buffers")
 	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, InUse)))
-	assert.Equal(t, int64(7000), d.AllocationSiteStats().PeakBytes)
+	assert.Equal(t, int64(7000), d.Sites().Stats().PeakBytes)
 
 	d.ResetPeakMemoryStats()
 	assert.Equal(t, map[string][2]int64{funcA: {1, 500}}, byLeaf(readProfile(t, d, Peak)),
@@ -158,7 +158,7 @@ func TestWriteProfileNamesTheFoldedSite(t *testing.T) {
 	d := recording(t, 32)
 	a := allocOK(t)(allocFromA(d, 100))
 	defer freeAll(t, a)
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	snap.Sites = append(snap.Sites, memtrack.Site{Buffers: 2, Bytes: 200})
 	var buf bytes.Buffer
@@ -190,14 +190,14 @@ func TestWriteProfileErrors(t *testing.T) {
 // the rate and a comment says what it means; the values are scaled.
 func TestWriteProfileSaysItsRate(t *testing.T) {
 	d := recording(t, 32)
-	require.NoError(t, d.SetAllocationSiteRate(4096))
+	require.NoError(t, d.Sites().SetRate(4096))
 	bufs := []*memtrack.Buffer{allocOK(t)(allocFromA(d, 64<<20))} // sampled: p = 1 - exp(-16384)
 	defer func() { freeAll(t, bufs...) }()
 	for _, kind := range []Kind{InUse, Peak} {
 		p := readProfile(t, d, kind)
 		assert.Equal(t, &profile.ValueType{Type: "space", Unit: "bytes"}, p.PeriodType)
 		assert.Equal(t, int64(4096), p.Period)
-		assert.Contains(t, p.Comments, "memtrack: sampled, on average one sample per 4096 bytes allocated (Device.SetAllocationSiteRate); values scaled to estimate all allocations")
+		assert.Contains(t, p.Comments, "memtrack: sampled, on average one sample per 4096 bytes allocated (Device.Sites().SetRate); values scaled to estimate all allocations")
 		assert.Equal(t, map[string][2]int64{funcA: {1, 64 << 20}}, byLeaf(p), "a weight of 1 + 1e-7000 rounds to the exact figures")
 	}
 }

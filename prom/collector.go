@@ -17,7 +17,7 @@
 //	memtrack_frees_total                counter  frees
 //	memtrack_failed_allocs_total  counter  refused or failed allocations
 //	memtrack_leaks_total          counter  buffers the garbage collector found unreachable without a free
-//	                                       while the device was watched ([memtrack.Device.EnableLeakWatch])
+//	                                       while the device was watched ([memtrack.LeakWatcher.Enable])
 //	memtrack_leaked_bytes_total   counter  their bytes
 //	memtrack_held_bytes                 gauge    bytes the device holds for memtrack's buffers: allocated
 //	                                             bytes plus stream-ordered frees not yet executed (CUDA)
@@ -154,7 +154,7 @@ func NewCollector(opts ...Option) *Collector {
 		devices:   memtrack.UsedDevices,
 		memInfo:   memtrack.Device.MemGetInfo,
 		devInfo:   memtrack.Device.Info,
-		poolStats: memtrack.Device.PoolStats,
+		poolStats: func(d memtrack.Device) (memtrack.PoolStats, error) { return d.Pool().Stats() },
 		catStats:  memtrack.Device.CategoryStats,
 	}
 }

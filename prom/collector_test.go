@@ -232,7 +232,7 @@ func TestCollectorPool(t *testing.T) {
 	require.NoError(t, reg.Register(c))
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expect(cpuLabels, countersText, deviceText, poolText))))
 
-	c.poolStats = memtrack.Device.PoolStats
+	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) { return d.Pool().Stats() }
 	assert.Zero(t, testutil.CollectAndCount(c, "memtrack_pool_used_bytes"))
 }
 
@@ -358,8 +358,8 @@ func TestCollectorLeaks(t *testing.T) {
 	cpu.ResetAccumulatedMemoryStats()
 	found := make(chan memtrack.Leak, 1)
 	// Freed, so that the CPU holds nothing more after the test.
-	require.NoError(t, cpu.EnableLeakWatch(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, FreeLeaks: true}))
-	t.Cleanup(cpu.DisableLeakWatch)
+	require.NoError(t, cpu.Leaks().Enable(memtrack.LeakWatch{Handler: func(l memtrack.Leak) { found <- l }, FreeLeaks: true}))
+	t.Cleanup(cpu.Leaks().Disable)
 	leakCPU(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for waiting := true; waiting; {

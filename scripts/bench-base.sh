@@ -15,8 +15,11 @@
 # tags, default none; with cuda, run it where scripts/test-cuda.sh's
 # environment is set), BENCH (a -test.bench pattern; default the Device
 # layer without sites), COUNT (rounds, default 10), BENCHTIME (default
-# 300ms), OUT (a directory for the results; default a new temporary one).
-# The benchmark must exist under the same name at both commits.
+# 300ms), OVERLAY (test files of this tree copied into the base's before it
+# is built, for a benchmark the base lacks that uses only what both have,
+# as BenchmarkPair in alloc_bench_test.go does; default none), OUT (a
+# directory for the results; default a new temporary one). The benchmark
+# must exist under the same name at both commits, or come in OVERLAY.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +30,7 @@ tags=${TAGS:-}
 bench=${BENCH:-^BenchmarkDeviceLayer/sites=off$}
 count=${COUNT:-10}
 benchtime=${BENCHTIME:-300ms}
+overlay=${OVERLAY:-}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
@@ -36,6 +40,7 @@ base_tree "$base"
 machine "$base"
 echo "package: $pkg, tags: ${tags:-none}, benchmarks: $bench"
 
+for f in $overlay; do cp "$f" "$tree/$f"; done
 (cd "$tree" && go test -c -tags "$tags" -o "$out/base.test" "$pkg")
 go test -c -tags "$tags" -o "$out/head.test" "$pkg"
 : >"$out/base.txt"

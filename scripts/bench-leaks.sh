@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What watching a device for leaks (Device.EnableLeakWatch) adds to an
+# What watching a device for leaks (Device.Leaks().Enable) adds to an
 # Alloc+Free pair: BenchmarkLeakWatch on the CPU and, where TAGS=cuda (run
 # it where scripts/test-cuda.sh's environment is set: cuda-dev.sh's
 # variables and the fake driver, or a real one, on LD_LIBRARY_PATH),

@@ -77,11 +77,16 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench CategoryLayer -count 10 -benchtime 20000x ."]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench CategoryAllocFree -count 10 -benchtime 2000x ./bench"]='by hand on a quiet machine (docs/performance.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCPUPair/design=tracked\$' BASE=3b0b79e ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	# docs/devices.md: the cost of reading NotResident.
+	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (seconds)'
+	# docs/performance.md: the one allocation path against the commits before it.
+	["OVERLAY=alloc_bench_test.go BASE=fef912d BENCH='^BenchmarkPair\$' COUNT=10 BENCHTIME=200ms ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	["OVERLAY=alloc_bench_test.go BASE=e14c725 BENCH='^BenchmarkPair\$' COUNT=10 BENCHTIME=200ms ./scripts/bench-base.sh"]='by hand on a quiet machine (a few minutes)'
+	['BASE=fef912d ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
+	['BASE=e14c725 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	["go test -run '^\$' -bench BenchmarkMark -benchmem -count 5 ."]='by hand on a quiet machine (docs/timeline.md); .ci/run runs every benchmark once with -benchtime 1x'
-	["BASE=main EXTRA= BENCH='^BenchmarkMark/history=false/op=mark\$ ^BenchmarkMark/history=false/op=span\$ ^BenchmarkMark/history=true/op=mark\$ ^BenchmarkMark/history=true/op=span\$' ./scripts/bench-callgrind.sh"]='by hand (valgrind; about a minute): instruction counts, docs/timeline.md'
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
-	['BASE=c6f5143 N=100000 ./scripts/bench-callgrind.sh']='by hand (valgrind; about a minute): instruction counts, docs/performance.md'
-	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (docs/devices.md); .ci/run runs every benchmark once with -benchtime 1x'
+	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -1,5 +1,5 @@
 // Package trace writes memtrack's allocation histories
-// ([memtrack.Device.MemoryHistory]) as Chrome Trace Event Format JSON, the
+// ([memtrack.HistoryRecorder.Snapshot]) as Chrome Trace Event Format JSON, the
 // format Perfetto UI (ui.perfetto.dev) and chrome://tracing open.
 //
 // Each device is a process of the trace, named "memtrack <device>", with a
@@ -20,16 +20,17 @@
 // predate the history and have had no event since counts as
 // uncategorised until its first event.
 //
-// The history's marks ([memtrack.Device.Mark], [memtrack.Device.BeginSpan])
-// are on the thread "marks": a mark is an instant event named for it, and
-// a span a slice ("X") from its begin to its end, named for it, which
-// Perfetto draws as a bar. A span still open when the history was read
-// reaches the history's last event (argument "open"), and one whose begin
-// the ring let go starts at the history's first event ("begin_lost").
-// Spans that overlap without nesting go on threads "marks 2", "marks 3",
-// ..., so that each thread's slices nest, as the format requires.
+// The history's marks ([memtrack.HistoryRecorder.Mark],
+// [memtrack.HistoryRecorder.BeginSpan]) are on the thread "marks": a mark is
+// an instant event named for it, and a span a slice ("X") from its begin to
+// its end, named for it, which Perfetto draws as a bar. A span still open
+// when the history was read reaches the history's last event (argument
+// "open"), and one whose begin the ring let go starts at the history's
+// first event ("begin_lost"). Spans that overlap without nesting go on
+// threads "marks 2", "marks 3", ..., so that each thread's slices nest, as
+// the format requires.
 //
-//	h, _ := dev.MemoryHistory()
+//	h, _ := dev.History().Snapshot()
 //	f, _ := os.Create("memtrack.json")
 //	trace.Write(f, h)
 //	f.Close()
@@ -89,7 +90,7 @@ type File struct {
 
 // Events returns the trace events of the histories: for history i, process
 // i+1. Times count from the earliest start of a recorded history; a
-// history with no start (the one [memtrack.Device.MemoryHistory] returns
+// history with no start (the one [memtrack.HistoryRecorder.Snapshot] returns
 // with its error for a device that does not record) is an empty process.
 func Events(hs ...memtrack.History) []Event {
 	var origin time.Time

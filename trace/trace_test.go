@@ -108,8 +108,8 @@ func TestWriteDevicesShareTheClock(t *testing.T) {
 
 func TestWriteRealHistory(t *testing.T) {
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(64))
-	defer d.DisableMemoryHistory()
+	require.NoError(t, d.History().Enable(64))
+	defer d.History().Disable()
 	base := d.MemoryAllocated()
 	var bufs []*memtrack.Buffer
 	for i := range 5 {
@@ -120,7 +120,7 @@ func TestWriteRealHistory(t *testing.T) {
 	for _, b := range bufs {
 		require.NoError(t, b.Free())
 	}
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	require.NoError(t, trace.Write(&buf, h))
@@ -138,7 +138,7 @@ func TestWriteRealHistory(t *testing.T) {
 // written as an empty process and moves no other history's times.
 func TestWriteHistoryNotRecorded(t *testing.T) {
 	start := time.Now()
-	empty, err := memtrack.CPU().MemoryHistory()
+	empty, err := memtrack.CPU().History().Snapshot()
 	require.ErrorIs(t, err, memtrack.ErrHistoryNotRecorded)
 	for _, order := range [][]memtrack.History{{history(start), empty}, {empty, history(start)}} {
 		var buf bytes.Buffer

@@ -1,13 +1,9 @@
 package tracker
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"runtime"
-	"strings"
 	"testing"
+
+	"github.com/memtrack/memtrack/internal/inlinetest"
 )
 
 // intendedInlining lists the functions of this package whose fast paths are
@@ -35,46 +31,6 @@ var intendedInlining = []string{
 // inlinable, as the Go compiler's test of the same name does for the
 // standard library.
 func TestIntendedInlining(t *testing.T) {
-	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gotool); err != nil {
-		t.Skipf("no go tool at %s: %v", gotool, err)
-	}
-	// A test binary of another architecture (GOARCH=386 under qemu) cannot
-	// run this toolchain, whose tools are built for the host.
-	if _, err := os.Stat(filepath.Join(runtime.GOROOT(), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH)); err != nil {
-		t.Skipf("the go tool is not built for %s/%s", runtime.GOOS, runtime.GOARCH)
-	}
-	if _, err := os.Stat("counter.go"); err != nil {
-		t.Skipf("the package sources are not in the working directory: %v", err)
-	}
-	cmd := exec.Command(gotool, "build", "-gcflags=-m=2", ".")
-	cmd.Env = append(os.Environ(), "GOFLAGS=")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build -gcflags=-m=2: %v\n%s", err, out)
-	}
-	re := regexp.MustCompile(`(can|cannot) inline (\S+?):? (?:with )?(.*?)(?: as:|$)`)
-	verdict := map[string]string{}
-	for _, line := range strings.Split(string(out), "\n") {
-		if m := re.FindStringSubmatch(line); m != nil {
-			verdict[m[2]] = m[1] + " inline: " + m[3]
-		}
-	}
-	var missing []string
-	for _, fn := range intendedInlining {
-		v, ok := verdict[fn]
-		if !ok {
-			v = "no diagnostic"
-		}
-		t.Logf("%s: %s", fn, v)
-		if !strings.HasPrefix(v, "can inline") {
-			missing = append(missing, fn+" ("+v+")")
-		}
-	}
-	for _, fn := range []string{"(*Counter).Alloc", "(*Counter).AllocWithin", "(*Record).Alloc", "(*Record).Free"} {
-		t.Logf("%s: %s", fn, verdict[fn])
-	}
-	if len(missing) > 0 {
-		t.Errorf("not inlinable any more:\n\t%s", strings.Join(missing, "\n\t"))
-	}
+	inlinetest.Check(t, "counter.go", intendedInlining,
+		[]string{"(*Counter).Alloc", "(*Counter).AllocWithin", "(*Record).Alloc", "(*Record).Free"})
 }

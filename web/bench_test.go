@@ -12,7 +12,7 @@ import (
 // frees of 64 bytes (rising and falling, so that the plot has a shape).
 func fillHistory(b *testing.B, d memtrack.Device, n int) {
 	b.Helper()
-	require.NoError(b, d.EnableMemoryHistory(n))
+	require.NoError(b, d.History().Enable(n))
 	var held []*memtrack.Buffer
 	for i := 0; i < n/2; i++ {
 		buf, err := d.Alloc(64)
@@ -33,8 +33,8 @@ func fillHistory(b *testing.B, d memtrack.Device, n int) {
 // BenchmarkPageRead reads one device's figures and plot, as data.json
 // does, from full rings of 64 Ki, 1 Mi and 4 Mi events (the largest ring,
 // memtrack.MaxHistoryEntries): read=inplace is the page's read, one pass
-// over the ring in place (memtrack.Device.RangeMemoryHistory); read=copy
-// copies the ring first (memtrack.Device.MemoryHistory) and plots the copy
+// over the ring in place (memtrack.HistoryRecorder.Range); read=copy
+// copies the ring first (memtrack.HistoryRecorder.Snapshot) and plots the copy
 // the same way, the read the page made before. sites=1 records every
 // allocation's site (rate 1), so that every event has a site to walk
 // back. points is what the plot sends.
@@ -62,13 +62,13 @@ func BenchmarkPageRead(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("events=%d/sites=%d/read=%s", tc.events, sites, read), func(b *testing.B) {
 			if tc.sites {
-				require.NoError(b, d.SetAllocationSiteRate(1))
-				require.NoError(b, d.EnableAllocationSites(8))
-				defer d.SetAllocationSiteRate(0)
-				defer d.DisableAllocationSites()
+				require.NoError(b, d.Sites().SetRate(1))
+				require.NoError(b, d.Sites().Enable(8))
+				defer d.Sites().SetRate(0)
+				defer d.Sites().Disable()
 			}
 			fillHistory(b, d, tc.events)
-			defer d.DisableMemoryHistory()
+			defer d.History().Disable()
 			var out Device
 			b.ResetTimer()
 			for b.Loop() {
@@ -90,8 +90,8 @@ func readDeviceCopy(d memtrack.Device) Device {
 	s := d.MemoryStats()
 	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
 	out.Free, out.Total, _ = d.MemGetInfo()
-	out.Sites = d.AllocationSiteStats().Enabled
-	h, err := d.MemoryHistory()
+	out.Sites = d.Sites().Stats().Enabled
+	h, err := d.History().Snapshot()
 	if err != nil {
 		return out
 	}

@@ -23,8 +23,8 @@ func TestDataJSONHundredCategories(t *testing.T) {
 	}
 	const n = 100
 	cpu := memtrack.CPU()
-	require.NoError(t, cpu.EnableMemoryHistory(1<<16))
-	defer cpu.DisableMemoryHistory()
+	require.NoError(t, cpu.History().Enable(1<<16))
+	defer cpu.History().Disable()
 	cats := rendertest.Categories(t, cpu, n)
 	srv := serve(t)
 	read := func() web.Device {

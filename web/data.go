@@ -13,7 +13,7 @@ import (
 // consecutive events (and the highest point, the first and last points and
 // those beside a gap are always kept), so that the page stays light with a
 // ring of millions of events. The history is read in place, one event at a
-// time (memtrack.Device.RangeMemoryHistory): a read holds memory for the
+// time (memtrack.HistoryRecorder.Range): a read holds memory for the
 // points it sends, not for the events it reads.
 const MaxPoints = 4000
 
@@ -120,9 +120,9 @@ func readDevice(d memtrack.Device) Device {
 	if out.Free, out.Total, err = d.MemGetInfo(); err != nil {
 		out.InfoError = err.Error()
 	}
-	out.Sites = d.AllocationSiteStats().Enabled
+	out.Sites = d.Sites().Stats().Enabled
 	p := newPlotter(MaxPoints)
-	h, err := d.RangeMemoryHistory(p.add)
+	h, err := d.History().Range(p.add)
 	if err != nil {
 		return out
 	}
@@ -136,7 +136,7 @@ func liveSites(d memtrack.Device, on bool) map[string]int64 {
 	if !on {
 		return nil
 	}
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	if err != nil {
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// feed gives the plotter the events, as RangeMemoryHistory would, and
+// feed gives the plotter the events, as History().Range would, and
 // returns the history to finish with.
 func feed(p *plotter, start time.Time, events []memtrack.HistoryEvent) memtrack.History {
 	h := memtrack.History{MaxEntries: len(events), Start: start}
@@ -246,8 +246,8 @@ func TestFormatBytes(t *testing.T) {
 func TestPageReadMemoryFollowsPoints(t *testing.T) {
 	d := memtrack.CPU()
 	measure := func(events int) uint64 {
-		require.NoError(t, d.EnableMemoryHistory(events))
-		defer d.DisableMemoryHistory()
+		require.NoError(t, d.History().Enable(events))
+		defer d.History().Disable()
 		for range events / 2 {
 			b, err := d.Alloc(64)
 			require.NoError(t, err)

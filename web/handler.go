@@ -1,7 +1,7 @@
 // Package web serves memtrack's page at /debug/memtrack/: for every used
 // device the tracked bytes now and at the peak, the limit, what the OS or
 // driver reports as free and total, and, for devices that record a history
-// ([memtrack.Device.EnableMemoryHistory]), a timeline of the tracked bytes
+// ([memtrack.HistoryRecorder.Enable]), a timeline of the tracked bytes
 // with the peak, the limit, the refused allocations, the gaps, and, where
 // allocation sites are recorded, the largest sites stacked under the line.
 // The page refreshes itself while the program runs. It is self-contained
@@ -121,7 +121,7 @@ func serveJSON(w http.ResponseWriter, v any) {
 func serveTrace(w http.ResponseWriter) {
 	var hs []memtrack.History
 	for _, d := range memtrack.UsedDevices() {
-		if h, err := d.MemoryHistory(); err == nil {
+		if h, err := d.History().Snapshot(); err == nil {
 			hs = append(hs, h)
 		}
 	}

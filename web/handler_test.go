@@ -45,12 +45,12 @@ func scratch(d memtrack.Device) (*memtrack.Buffer, error) { return d.Alloc(3 << 
 // buffer that stays and two short ones, with sites recorded.
 func TestDataJSON(t *testing.T) {
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(100))
-	defer d.DisableMemoryHistory()
-	sitesOK(t, d.SetAllocationSiteRate(1)) // every allocation: exact sites
-	defer d.SetAllocationSiteRate(0)
-	require.NoError(t, d.EnableAllocationSites(8))
-	defer d.DisableAllocationSites()
+	require.NoError(t, d.History().Enable(100))
+	defer d.History().Disable()
+	sitesOK(t, d.Sites().SetRate(1)) // every allocation: exact sites
+	defer d.Sites().SetRate(0)
+	require.NoError(t, d.Sites().Enable(8))
+	defer d.Sites().Disable()
 	base := d.MemoryAllocated()
 	w, err := weights(d)
 	require.NoError(t, err)
@@ -147,8 +147,8 @@ func TestRoutes(t *testing.T) {
 
 func TestDevicePathServesProfile(t *testing.T) {
 	d := memtrack.CPU()
-	sitesOK(t, d.EnableAllocationSites(8))
-	defer d.DisableAllocationSites()
+	sitesOK(t, d.Sites().Enable(8))
+	defer d.Sites().Disable()
 	resp, body := get(t, serve(t).URL+"/debug/memtrack/cpu?peak=1")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Equal(t, "application/octet-stream", resp.Header.Get("Content-Type"))
@@ -157,8 +157,8 @@ func TestDevicePathServesProfile(t *testing.T) {
 
 func TestTraceJSON(t *testing.T) {
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(10))
-	defer d.DisableMemoryHistory()
+	require.NoError(t, d.History().Enable(10))
+	defer d.History().Disable()
 	b, err := d.Alloc(100)
 	require.NoError(t, err)
 	require.NoError(t, b.Free())
@@ -199,23 +199,23 @@ func sampled(d memtrack.Device) (*memtrack.Buffer, error) { return d.Alloc(64 <<
 // has the 4 KiB site alone.
 func TestDataJSONSampledSites(t *testing.T) {
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(100))
-	defer d.DisableMemoryHistory()
-	sitesOK(t, d.SetAllocationSiteRate(1))
-	defer d.SetAllocationSiteRate(0)
-	require.NoError(t, d.EnableAllocationSites(8))
-	defer d.DisableAllocationSites()
+	require.NoError(t, d.History().Enable(100))
+	defer d.History().Disable()
+	sitesOK(t, d.Sites().SetRate(1))
+	defer d.Sites().SetRate(0)
+	require.NoError(t, d.Sites().Enable(8))
+	defer d.Sites().Disable()
 	base := d.MemoryAllocated()
 	a, err := small(d)
 	require.NoError(t, err)
 	defer a.Free()
-	require.NoError(t, d.SetAllocationSiteRate(64<<10))
+	require.NoError(t, d.Sites().SetRate(64<<10))
 	for range 20 {
 		b, err := sampled(d)
 		require.NoError(t, err)
 		defer b.Free()
 	}
-	snap, err := d.AllocationSites()
+	snap, err := d.Sites().Snapshot()
 	require.NoError(t, err)
 	require.Greater(t, len(snap.Sites), 1, "at least one of the 64 KiB buffers is sampled (1 - e^-1 each)")
 

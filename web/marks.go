@@ -11,8 +11,8 @@ import (
 // spans still open besides, however many the history holds.
 const MaxMarks = 1000
 
-// Mark is one of the history's marks (memtrack.Device.Mark), drawn as a
-// labelled line, or one of its spans (memtrack.Device.BeginSpan), drawn as
+// Mark is one of the history's marks (memtrack.HistoryRecorder.Mark), drawn as a
+// labelled line, or one of its spans (memtrack.HistoryRecorder.BeginSpan), drawn as
 // a labelled band from T to End. The spans of one Lane nest; a span whose
 // begin the ring let go (BeginLost) starts at the history's first event,
 // and one not ended when the history was read (Open) reaches its last.

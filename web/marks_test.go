@@ -74,15 +74,15 @@ func TestPlotterMaxMarks(t *testing.T) {
 // TestReadMarks: the page's figures carry a device's marks.
 func TestReadMarks(t *testing.T) {
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(100))
-	defer d.DisableMemoryHistory()
-	sp, err := d.BeginSpan("load weights")
+	require.NoError(t, d.History().Enable(100))
+	defer d.History().Disable()
+	sp, err := d.History().BeginSpan("load weights")
 	require.NoError(t, err)
 	b, err := d.Alloc(1 << 10)
 	require.NoError(t, err)
 	defer b.Free()
 	require.NoError(t, sp.End())
-	require.NoError(t, d.Mark("loaded"))
+	require.NoError(t, d.History().Mark("loaded"))
 	var dev *Device
 	page := Read()
 	for i := range page.Devices {

@@ -10,7 +10,7 @@ import (
 )
 
 // plotter turns a history, given one event at a time (the oldest first, as
-// memtrack.Device.RangeMemoryHistory gives them), into the points of a plot,
+// memtrack.HistoryRecorder.Range gives them), into the points of a plot,
 // in one pass and in memory that grows with the points it keeps, not with
 // the events it reads.
 //

@@ -37,9 +37,9 @@ func main() {
 
 	// Record what a post-mortem needs: who allocated (every allocation)
 	// and what happened before.
-	check(dev.SetAllocationSiteRate(1))
-	check(dev.EnableAllocationSites(32))
-	check(dev.EnableMemoryHistory(4096))
+	check(dev.Sites().SetRate(1))
+	check(dev.Sites().Enable(32))
+	check(dev.History().Enable(4096))
 	dumper, err := oomdump.Install(dev, *dir, oomdump.Options{})
 	check(err)
 	defer dumper.Remove()
@@ -146,7 +146,7 @@ func category(dev memtrack.Device, name string) memtrack.Category {
 
 // span begins a span of the device's history called name.
 func span(dev memtrack.Device, name string) *memtrack.Span {
-	sp, err := dev.BeginSpan(name)
+	sp, err := dev.History().BeginSpan(name)
 	check(err)
 	return sp
 }

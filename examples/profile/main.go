@@ -16,7 +16,7 @@
 // budget allows, -cache-blocks) are allocated in categories of their own,
 // and the program ends with each category's figures. Its phases, "load
 // weights", "measured pass" and "cache", are spans of the history
-// (Device.BeginSpan), which the page and the trace draw.
+// (HistoryRecorder.BeginSpan), which the page and the trace draw.
 package main
 
 import (
@@ -69,7 +69,7 @@ func main() {
 	base, err := dev.Baseline()
 	check(err)
 	// The weights stay allocated for the server's lifetime.
-	load, err := dev.BeginSpan("load weights") // a phase on the timeline, where a history is recorded
+	load, err := dev.History().BeginSpan("load weights") // a phase on the timeline, where a history is recorded
 	check(err)
 	weightBuf, err := weightsCat.Alloc(w)
 	check(err)
@@ -78,7 +78,7 @@ func main() {
 	check(load.End())
 
 	// Measure one forward pass: the peak measures only what it adds.
-	pass, err := dev.BeginSpan("measured pass")
+	pass, err := dev.History().BeginSpan("measured pass")
 	check(err)
 	p, err := dev.Measure(func() error { return forwardPass(activations, *workers, *layers, act) })
 	check(err)
@@ -120,7 +120,7 @@ func main() {
 	if blocks == 0 {
 		os.Exit(1)
 	}
-	cacheSpan, err := dev.BeginSpan("cache")
+	cacheSpan, err := dev.History().BeginSpan("cache")
 	check(err)
 	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block) // categories.go
 	check(err)

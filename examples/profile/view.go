@@ -32,8 +32,8 @@ func startViewOnce(dev memtrack.Device, addr, traceFile string, linger time.Dura
 	if addr == "" && traceFile == "" {
 		return func() {}
 	}
-	check(dev.EnableMemoryHistory(1 << 16))
-	check(dev.EnableAllocationSites(32))
+	check(dev.History().Enable(1 << 16))
+	check(dev.Sites().Enable(32))
 	var srv *http.Server
 	if addr != "" {
 		ln, err := net.Listen("tcp", addr)
@@ -49,7 +49,7 @@ func startViewOnce(dev memtrack.Device, addr, traceFile string, linger time.Dura
 	}
 	return func() {
 		if traceFile != "" {
-			h, err := dev.MemoryHistory()
+			h, err := dev.History().Snapshot()
 			check(err)
 			f, err := os.Create(traceFile)
 			check(err)

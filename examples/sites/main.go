@@ -36,9 +36,9 @@ func main() {
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
 
-	check(dev.SetAllocationSiteRate(*rate))
-	check(dev.EnableAllocationSites(32))
-	defer dev.DisableAllocationSites()
+	check(dev.Sites().SetRate(*rate))
+	check(dev.Sites().Enable(32))
+	defer dev.Sites().Disable()
 
 	weights := loadWeights(dev, 8, 16<<20)
 	cache := allocKVCache(dev, 64<<20)
@@ -51,7 +51,7 @@ func main() {
 		check(pprof.WriteProfile(f, dev, kind))
 		check(f.Close())
 	}
-	st := dev.AllocationSiteStats()
+	st := dev.Sites().Stats()
 	log.Printf("%v: %d live buffers, %d bytes; peak %d bytes (sampling rate %d); profiles in %s", dev, st.Buffers, st.Bytes, st.PeakBytes, st.Rate, *dir)
 
 	for _, b := range append(weights, cache) {

@@ -78,12 +78,12 @@ func alloc(d memtrack.Device, n int64) *memtrack.Buffer {
 // It marks its phases: the spans "load weights" and "layers", and the mark
 // "limit set".
 func pattern(t *testing.T, d memtrack.Device, limit int64) (weights *memtrack.Buffer) {
-	load, err := d.BeginSpan("load weights")
+	load, err := d.History().BeginSpan("load weights")
 	require.NoError(t, err)
 	weights = loadWeights(d)
 	time.Sleep(40 * time.Millisecond) // long enough on the plot for the span's label
 	require.NoError(t, load.End())
-	layers, err := d.BeginSpan("layers")
+	layers, err := d.History().BeginSpan("layers")
 	require.NoError(t, err)
 	var prev *memtrack.Buffer
 	for range 4 {
@@ -102,7 +102,7 @@ func pattern(t *testing.T, d memtrack.Device, limit int64) (weights *memtrack.Bu
 	require.NoError(t, layers.End())
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, d.SetMemoryLimit(limit))
-	require.NoError(t, d.Mark("limit set"))
+	require.NoError(t, d.History().Mark("limit set"))
 	_, err = d.Alloc(limit)
 	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
 	time.Sleep(20 * time.Millisecond)
@@ -222,12 +222,12 @@ const readView = `(() => {
 func TestPageInChromium(t *testing.T) {
 	exe := chromium(t)
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(10000))
-	defer d.DisableMemoryHistory()
-	require.NoError(t, d.SetAllocationSiteRate(1)) // every allocation: the stacked sites are exact
-	defer d.SetAllocationSiteRate(0)
-	require.NoError(t, d.EnableAllocationSites(16))
-	defer d.DisableAllocationSites()
+	require.NoError(t, d.History().Enable(10000))
+	defer d.History().Disable()
+	require.NoError(t, d.Sites().SetRate(1)) // every allocation: the stacked sites are exact
+	defer d.Sites().SetRate(0)
+	require.NoError(t, d.Sites().Enable(16))
+	defer d.Sites().Disable()
 	require.Zero(t, d.MemoryAllocated(), "the test starts with nothing allocated")
 
 	const limit = 28 << 20
@@ -323,7 +323,7 @@ func TestPageInChromium(t *testing.T) {
 	b, err := d.Alloc(1 << 20)
 	require.NoError(t, err)
 	defer b.Free()
-	h, err := d.MemoryHistory()
+	h, err := d.History().Snapshot()
 	require.NoError(t, err)
 	want := fmt.Sprintf("%d B, %d events of 10000", d.MemoryAllocated(), len(h.Events))
 	cur := `(() => { const r = document.querySelector('#devices tbody tr[data-device="cpu"]'); return r.cells[1].title + ", " + r.cells[8].textContent; })()`

@@ -26,8 +26,8 @@ func TestCategoriesInChromium(t *testing.T) {
 	exe := chromium(t)
 	d := memtrack.CPU()
 	require.Zero(t, d.MemoryAllocated(), "the test starts with nothing allocated")
-	require.NoError(t, d.EnableMemoryHistory(1000))
-	defer d.DisableMemoryHistory()
+	require.NoError(t, d.History().Enable(1000))
+	defer d.History().Disable()
 	weights, err := d.Category(memtrack.CategoryWeights)
 	require.NoError(t, err)
 	acts, err := d.Category(memtrack.CategoryActivations)
@@ -87,8 +87,8 @@ func TestHundredCategoriesInChromium(t *testing.T) {
 		return
 	}
 	d := memtrack.CPU()
-	require.NoError(t, d.EnableMemoryHistory(1000))
-	defer d.DisableMemoryHistory()
+	require.NoError(t, d.History().Enable(1000))
+	defer d.History().Disable()
 	for i := range 100 {
 		c, err := d.Category(fmt.Sprintf("layer%03d", i))
 		require.NoError(t, err)

@@ -79,7 +79,7 @@
     const sec = html("section", { "class": "device-plot", "data-device": dev.name });
     sec.appendChild(html("h2", {}, dev.name));
     if (!h) {
-      sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.EnableMemoryHistory to see the timeline."));
+      sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.History().Enable to see the timeline."));
       if (dev.categories) sec.appendChild(categoryTable(dev.name, dev.categories));
       return sec;
     }

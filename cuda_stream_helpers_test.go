@@ -1,0 +1,46 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/mumax/3/cuda/cu"
+)
+
+// Helpers of the stream-ordered tests and benchmarks.
+
+// streamWait orders the work enqueued on waiter from now on after the work
+// enqueued on after so far, on CUDA device d, in one cgo call. A buffer
+// allocated on one stream and freed on another needs it (or a
+// synchronization) between the two: the stream-ordered allocator requires
+// every access of an allocation, its free included, to come after the
+// allocation in stream order. The tests and benchmarks use it.
+func streamWait(d Device, waiter, after Stream) error {
+	dev, ctx, err := cudaDeviceOf(d.ordinal, "stream wait")
+	if err != nil {
+		return err
+	}
+	return dev.settle("stream wait", resultOf(cudadrv.StreamWait(ctx, uintptr(waiter), uintptr(after))))
+}
+
+// rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
+// cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
+// makes current and restores as the tracked calls do.
+// With marker, the free is followed by the host function FreeAsync enqueues
+// (adding 0 bytes): the raw pair plus the one stream operation that
+// learning exactly when a free executes takes.
+func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
+	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
+	if r := resultOf(a.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+		return resultError("alloc", "", max(r.enter, r.op))
+	}
+	how := cudadrv.Untracked
+	if marker {
+		how = cudadrv.ByHostFunc
+	}
+	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, 0, cudadrv.Event{})
+	if r := resultOf(f.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
+		return resultError("free", "", max(r.enter, r.op))
+	}
+	return nil
+}
