@@ -110,6 +110,15 @@ func pattern(t *testing.T, d memtrack.Device, limit int64) (weights *memtrack.Bu
 	return weights
 }
 
+// servePage serves the page at /debug/memtrack/ until the test ends.
+func servePage(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/debug/memtrack/", web.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // browser starts headless Chromium and returns a context for a tab of it,
 // and a func that returns the errors its console has shown: console.error
 // calls, uncaught exceptions and error entries of the browser's log (a
@@ -237,10 +246,7 @@ func TestPageInChromium(t *testing.T) {
 	peak := d.MaxMemoryAllocated()
 	require.Equal(t, int64(12+3+3+5)<<20, peak, "the pattern's peak")
 
-	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", web.Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := servePage(t)
 
 	ctx, consoleErrors := browser(t, exe)
 	require.NoError(t, chromedp.Do(ctx,
@@ -345,10 +351,7 @@ func TestPageWithoutScripts(t *testing.T) {
 	require.NoError(t, d.SetMemoryLimit(64<<20))
 	defer d.SetMemoryLimit(0)
 
-	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", web.Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := servePage(t)
 
 	ctx, consoleErrors := browser(t, exe)
 	_, err = chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})

@@ -2,8 +2,6 @@ package browsertest
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -45,10 +43,7 @@ func TestCategoriesInChromium(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	require.NoError(t, a.Free())
 
-	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", web.Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := servePage(t)
 	ctx, consoleErrors := browser(t, exe)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/debug/memtrack/?stack=categories"),
@@ -96,10 +91,7 @@ func TestHundredCategoriesInChromium(t *testing.T) {
 		require.NoError(t, err)
 		defer b.Free()
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", web.Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := servePage(t)
 	ctx, consoleErrors := browser(t, exe)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/debug/memtrack/?stack=categories&refresh=1"),
