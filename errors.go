@@ -142,6 +142,9 @@ type OutOfMemoryError struct {
 	ProcessUsed        int64           // this process's device memory, as the driver accounts it
 	OtherProcessesUsed int64           // the other processes' device memory, as the driver accounts it
 	OtherProcesses     []ProcessMemory // them, the largest first
+	// Categories are the rows of [Device.CategoryStats] at the refusal
+	// (the uncategorised one last), nil for a device without categories.
+	Categories []CategoryStats
 }
 
 // Error describes the refused allocation.

@@ -45,6 +45,7 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 		sites := sitesOf(es)
 		e.Sites = sites[:min(len(sites), maxReportSites)]
 	}
+	e.Categories = categoryRows(d, s.cats.lookup(d.ordinal), rec) // category.go
 	s.observersOf(d.ordinal, false).notify(e)
 	return e
 }
@@ -117,6 +118,7 @@ func (e *OutOfMemoryError) Report() string {
 			fmt.Fprintf(&b, "    %s in %s: %s\n", exactBytes(s.Bytes), buffers(s.Buffers, "buffer"), siteName(s.Stack))
 		}
 	}
+	writeReportCategories(&b, e) // oom_category.go
 	for _, t := range e.tryThis() {
 		fmt.Fprintf(&b, "  try: %s\n", t)
 	}

@@ -70,6 +70,21 @@ var vocabulary = []vocabularyRule{
 		"web.Device.FailedAllocs", "json failedAllocs", "HistoryFailed",
 		"CategoryStats.FailedAllocs", "web.Category.FailedAllocs", "metric memtrack_category_failed_allocs_total"},
 		"the count of refused allocations, FailedAllocs (and HistoryFailed, the history's action for one)"},
+	{"mark", markNames, markMeaning},
+	{"marks", markNames, markMeaning},
+}
+
+// markNames may use the words mark and marks; so may web.Mark's fields.
+var markNames = []string{"HistoryRecorder.Mark", "histring.Event.Mark", "HistoryMark", "HistoryAction.IsMark", "HistoryEvent.Mark", "MaxMarkName", "MaxMarkNames",
+	"ErrTooManyMarkNames", "web.Mark", "web.MaxMarks", "web.History.Marks", "web.History.MarksLeftOut", "web.History.MarkEvents",
+	"json marks", "json marksLeftOut", "json markEvents"}
+
+const markMeaning = "a named instant or span of a history (HistoryRecorder.Mark, HistoryRecorder.BeginSpan); a refused allocation is a Refusal"
+
+// allowedName reports whether name is one of allowed, or a field or
+// method of a type that is.
+func allowedName(allowed []string, name string) bool {
+	return slices.ContainsFunc(allowed, func(a string) bool { return name == a || strings.HasPrefix(name, a+".") })
 }
 
 // peakLast: "peak" comes first in a figure's name (PeakTracked, not
@@ -86,7 +101,7 @@ func violations(names []string) []string {
 	for _, name := range names {
 		words := splitWords(name)
 		for _, r := range vocabulary {
-			if slices.Contains(words, r.word) && !slices.Contains(r.allowed, name) {
+			if slices.Contains(words, r.word) && !allowedName(r.allowed, name) {
 				bad = append(bad, name+": "+strings.ToUpper(r.word[:1])+r.word[1:]+" means "+r.meaning+" (docs/glossary.md)")
 			}
 		}
@@ -164,6 +179,10 @@ func TestVocabularyRulesFail(t *testing.T) {
 		{"metric memtrack_category_tracked_peak_bytes", true},
 		{"CategoryStats.FailedAllocs", false},
 		{"json peakTracked", false},
+		{"web.History.Refusals", false},
+		{"web.Mark", false},
+		{"web.History.RefusalMarks", true},
+		{"trace.MarkRefusal", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.bad, len(violations([]string{tc.name})) > 0, "%v", violations([]string{tc.name}))

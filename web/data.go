@@ -69,18 +69,26 @@ type History struct {
 	Bytes []int64   `json:"bytes"`
 	// Max is the highest point, with its time: the device's peak when
 	// it happened within the history (MaxAtPeak).
-	Max       int64   `json:"max"`
-	MaxT      float64 `json:"maxT"`
-	MaxAtPeak bool    `json:"maxAtPeak"`
-	Gaps      []Gap   `json:"gaps,omitempty"`
-	Refusals  []Mark  `json:"refusals,omitempty"`
+	Max       int64     `json:"max"`
+	MaxT      float64   `json:"maxT"`
+	MaxAtPeak bool      `json:"maxAtPeak"`
+	Gaps      []Gap     `json:"gaps,omitempty"`
+	Refusals  []Refusal `json:"refusals,omitempty"`
+	// Marks are the history's marks and spans (marks.go), the oldest
+	// first; past MaxMarks, the newest MaxMarks, and MarksLeftOut counts
+	// the others. MarkEvents counts the events of marks read (among
+	// Events: they are no points).
+	Marks        []Mark `json:"marks,omitempty"`
+	MarksLeftOut int    `json:"marksLeftOut,omitempty"`
+	MarkEvents   int    `json:"markEvents,omitempty"`
 	// Sites, when allocation sites are recorded, are the bytes live from
 	// the largest sites at the peak (by the innermost function that
 	// allocated), one value per point; the last is the rest.
 	Sites []SiteSeries `json:"sites,omitempty"`
 	// Categories, when the history has events in categories, are each
-	// category's tracked bytes at each point, the last "uncategorised"
-	// (category.go).
+	// category's tracked bytes at each point (past TopCategories, those
+	// that track the most at the highest point, then the others as
+	// OtherCategories), the last "uncategorised" (category.go).
 	Categories []SiteSeries `json:"categories,omitempty"`
 }
 
@@ -91,8 +99,8 @@ type Gap struct {
 	Missing uint64  `json:"missing"`
 }
 
-// Mark is a refused allocation.
-type Mark struct {
+// Refusal is a refused allocation.
+type Refusal struct {
 	T    float64 `json:"t"`
 	Kind string  `json:"kind"` // limit, oom or failed
 	Size int64   `json:"size"`

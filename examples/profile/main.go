@@ -21,7 +21,9 @@
 // activations of every layer, the way a framework's allocator is driven.
 // The weights, the activations and the KV cache (a few of the blocks the
 // budget allows, -cache-blocks) are allocated in categories of their own,
-// and the program ends with each category's figures.
+// and the program ends with each category's figures. Its phases, "load
+// weights", "measured pass" and "cache", are spans of the history
+// (HistoryRecorder.BeginSpan), which the page and the trace draw.
 package main
 
 import (
@@ -79,15 +81,21 @@ func main() {
 	check(err)
 	line.wait("baseline")
 	// The weights stay allocated for the server's lifetime.
+	load, err := dev.History().BeginSpan("load weights") // a phase on the timeline, where a history is recorded
+	check(err)
 	weightBuf, err := weightsCat.Alloc(w)
 	check(err)
 	defer weightBuf.Free()
 	touch(weightBuf) // loading writes them, so that they are resident as real weights are
+	check(load.End())
 	line.wait("weights")
 
 	// Measure one forward pass: the peak measures only what it adds.
+	pass, err := dev.History().BeginSpan("measured pass")
+	check(err)
 	p, err := dev.Measure(func() error { return forwardPass(activations, *workers, *layers, act) })
 	check(err)
+	check(pass.End())
 	line.wait("measured")
 
 	// Each figure is named once, for what it is (docs/glossary.md).
@@ -136,8 +144,11 @@ func main() {
 	if blocks == 0 {
 		os.Exit(1)
 	}
+	cacheSpan, err := dev.History().BeginSpan("cache")
+	check(err)
 	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block) // categories.go
 	check(err)
+	check(cacheSpan.End())
 	defer freeAll(cache)
 	printCategories(dev)
 	// The page lingers, and the trace ends, with the weights and the cache
