@@ -7,16 +7,17 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
 
 const (
-	// MaxCategories is the most categories one device has.
-	MaxCategories = 16
+	// MaxCategories is the most categories one device has: 255, what the
+	// one byte that names a buffer's category holds (in the Buffer and in
+	// each event of the history). A device's categories take about 96 KiB,
+	// allocated when its first category is made.
+	MaxCategories = 255
 
 	// MaxCategoryName is the longest name of a category, in bytes.
 	MaxCategoryName = 64
@@ -112,19 +113,10 @@ func (d Device) Category(name string) (Category, error) {
 
 // checkCategoryName says what is wrong with a category's name, if anything.
 func checkCategoryName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty category name")
-	case len(name) > MaxCategoryName:
-		return fmt.Errorf("category name of %d bytes, longer than %d", len(name), MaxCategoryName)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("category name %q is not UTF-8", name)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("category name %q holds a control character", name)
-	case name == Uncategorised:
+	if name == Uncategorised {
 		return fmt.Errorf("%q names the memory outside every category", name)
 	}
-	return nil
+	return checkName("category", name, MaxCategoryName) // name.go
 }
 
 // category returns the category called name, making it if there is room.

@@ -28,6 +28,9 @@ var coreDeps = []string{
 	"go.uber.org/atomic",
 	"github.com/mumax/3/cuda/cu",                    // under -tags cuda
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver bindings
+	"github.com/memtrack/memtrack/internal/nvml",    // under -tags cuda: NVML, the per-process figures
+	"github.com/NVIDIA/go-nvml/pkg/nvml",            // under -tags cuda: NVIDIA's binding of NVML, loaded at run time
+	"github.com/NVIDIA/go-nvml/pkg/dl",
 }
 
 // goTool returns the go command that built the test, and skips the test
@@ -71,7 +74,7 @@ func TestCoreImportsNoRenderer(t *testing.T) {
 				deps := strings.Fields(string(out))
 				require.Contains(t, deps, "go.uber.org/atomic", "the listing holds the non-standard dependencies")
 				for _, dep := range deps {
-					assert.True(t, slices.Contains(coreDeps, dep), "%s (-tags %q) depends on %s, which is not the standard library, the module's core packages, go.uber.org/atomic or mumax's cu", pkg, tc.tags, dep)
+					assert.True(t, slices.Contains(coreDeps, dep), "%s (-tags %q) depends on %s, which is not the standard library, the module's core packages, go.uber.org/atomic, mumax's cu or go-nvml", pkg, tc.tags, dep)
 				}
 			}
 		})

@@ -65,6 +65,17 @@
 // [Pool.Usage]) and controls ([Pool.Trim], [Pool.SetReleaseThreshold])
 // (docs/streams.md).
 //
+// # Per process
+//
+// On a CUDA GPU the driver also accounts for each process, and NVIDIA's
+// management library (NVML, loaded at run time) reports it: [Usage] splits
+// Untracked into this process's untracked memory (ProcessUntracked) and
+// the other processes' (OtherProcessesUsed, listed in OtherProcesses), and
+// [Measurement.Budget] counts this process's own growth, so that instances
+// sharing a GPU do not count each other's memory as their own. Where NVML
+// cannot tell, PerProcessErr says why and the budgets use the device-wide
+// figures.
+//
 // # Errors
 //
 // Bad input gets an error and changes nothing: a size <= 0, an ordinal past

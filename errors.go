@@ -134,6 +134,17 @@ type OutOfMemoryError struct {
 	// holders among its live buffers, the largest first (at most 5).
 	SitesRecorded bool
 	Sites         []Site
+	// The driver's per-process figures (NVML, on CUDA devices), where
+	// PerProcess; PerProcessErr says why they are missing otherwise
+	// (process.go). They are [Usage]'s, read at the refusal.
+	PerProcess         bool
+	PerProcessErr      error
+	ProcessUsed        int64           // this process's device memory, as the driver accounts it
+	OtherProcessesUsed int64           // the other processes' device memory, as the driver accounts it
+	OtherProcesses     []ProcessMemory // them, the largest first
+	// Categories are the rows of [Device.CategoryStats] at the refusal
+	// (the uncategorised one last), nil for a device without categories.
+	Categories []CategoryStats
 }
 
 // Error describes the refused allocation.

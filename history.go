@@ -25,6 +25,9 @@ const (
 	HistoryLimit                                // an allocation was refused by the memory limit
 	HistoryOutOfMemory                          // an allocation was refused by the device (or the record's capacity)
 	HistoryFailed                               // an allocation failed in the backend for another reason
+	HistoryMark                                 // a named instant (HistoryRecorder.Mark, mark.go)
+	HistoryBegin                                // the start of a named span (HistoryRecorder.BeginSpan)
+	HistoryEnd                                  // the end of a span (Span.End)
 )
 
 var historyActionNames = [...]string{
@@ -33,9 +36,13 @@ var historyActionNames = [...]string{
 	HistoryLimit:       "limit",
 	HistoryOutOfMemory: "oom",
 	HistoryFailed:      "failed",
+	HistoryMark:        "mark",
+	HistoryBegin:       "begin",
+	HistoryEnd:         "end",
 }
 
-// String returns "alloc", "free", "limit", "oom" or "failed".
+// String returns "alloc", "free", "limit", "oom", "failed", "mark",
+// "begin" or "end".
 func (a HistoryAction) String() string {
 	if int(a) < len(historyActionNames) && historyActionNames[a] != "" {
 		return historyActionNames[a]
@@ -47,7 +54,8 @@ func (a HistoryAction) String() string {
 // [HistoryLimit], [HistoryOutOfMemory] or [HistoryFailed].
 func (a HistoryAction) Refused() bool { return a >= HistoryLimit && a <= HistoryFailed }
 
-// HistoryEvent is one allocation, free or refused allocation on a device.
+// HistoryEvent is one allocation, free or refused allocation on a device,
+// or one of its marks ([HistoryRecorder.Mark], [HistoryRecorder.BeginSpan]).
 type HistoryEvent struct {
 	// Seq numbers the device's events from 0, in the order they took their
 	// place in the history; a number missing between two events is a gap.
@@ -82,6 +90,13 @@ type HistoryEvent struct {
 	// the device's); 0 for none.
 	Category        string
 	CategoryTracked int64
+	// Mark is the name of a mark ([HistoryMark], [HistoryBegin],
+	// [HistoryEnd]); "" for every other event. Span pairs a span's begin
+	// and end: it is the Seq of the span's [HistoryBegin], in both; 0 for
+	// every other event. A mark's Size is 0 and its Tracked the device's
+	// tracked bytes at the mark.
+	Mark string
+	Span uint64
 }
 
 // HistoryGap is a run of events missing between two recorded ones: a viewer
@@ -234,7 +249,8 @@ func (h *history) refused(size int64, rec *tracker.Record, err error, cat uint8,
 // history is one device's ring of events (histring.Ring), whose sites
 // are the allocation sites of the events' buffers.
 type history struct {
-	ring *histring.Ring[site]
+	ring  *histring.Ring[site]
+	marks markNames // the names of its marks (mark.go)
 }
 
 func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
@@ -262,7 +278,13 @@ func trackedOf(r *tracker.Record) int64 {
 // record writes one event of category cat (0: none), which tracks ccur
 // bytes after it, into the ring, or counts it lost.
 func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
-	h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur)
+	h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur, 0)
+}
+
+// put writes one event into the ring, or counts it lost, and returns its
+// number; mark is a mark's name (mark.go), 0 for none.
+func (h *history) put(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64, mark uint32) uint64 {
+	return h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur, mark)
 }
 
 // snapshot copies the events still in the ring, the oldest first, and
@@ -296,6 +318,9 @@ func (h *history) each(name func(idx uint8) string, begin func(slots uint64), f 
 			Stream:          re.Stream,
 			Category:        name(re.Category),
 			CategoryTracked: re.CategoryTracked,
+		}
+		if re.Mark != 0 {
+			h.readMark(&e, re.Mark) // mark.go
 		}
 		if s := re.Site; s != nil {
 			e.SiteBytes = int64(math.Round(s.Bytes()))

@@ -44,6 +44,16 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // out what is not written yet. NotResident counts those bytes, so that
 // Untracked is what the device has in use that this package did not count
 // whether or not the buffers were written.
+//
+// On a CUDA GPU the driver also accounts for each process (NVML's
+// nvmlDeviceGetComputeRunningProcesses), which splits Untracked into this
+// process's untracked memory (ProcessUntracked: its context, libraries,
+// memory allocated without this package) and the other processes' memory
+// (OtherProcessesUsed); what is left of Untracked is memory the driver
+// attributes to no compute process (graphics processes, the driver's own).
+// PerProcess says whether those figures are there; where they are not on a
+// CUDA GPU, PerProcessErr says why (it matches [ErrPerProcessUnavailable]);
+// it is nil on devices that have no such figures (the CPU, Metal).
 type Usage struct {
 	Device  Device
 	Tracked int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
@@ -57,6 +67,13 @@ type Usage struct {
 	// never on the allocation path.
 	NotResident int64
 	Untracked   int64 // Used + NotResident - Tracked, or 0 where that is negative: memory in use that this package did not allocate
+
+	PerProcess         bool
+	PerProcessErr      error
+	ProcessUsed        int64           // this process's device memory, as the driver accounts it (its context included)
+	ProcessUntracked   int64           // ProcessUsed - Tracked, or 0 where that is negative
+	OtherProcessesUsed int64           // the other processes' device memory, as the driver accounts it
+	OtherProcesses     []ProcessMemory // them, the largest first
 }
 
 // Usage returns the tracked figure and the reported figures of the device
@@ -69,7 +86,11 @@ func (d Device) Usage() (Usage, error) {
 	}
 	used := max(total-free, 0)
 	nr := d.notResident()
-	return Usage{Device: d, Tracked: tracked, Total: total, Free: free, Used: used, NotResident: nr, Untracked: untracked(used, nr, tracked)}, nil
+	u := Usage{Device: d, Tracked: tracked, Total: total, Free: free, Used: used, NotResident: nr, Untracked: untracked(used, nr, tracked)}
+	if s, err := d.state(); err == nil {
+		readProcesses(s, d).setUsage(&u) // process.go
+	}
+	return u, nil
 }
 
 // untracked is the memory in use that this package did not count: used,
@@ -145,6 +166,21 @@ type Measurement struct {
 	// measurements with categories nest and overlap too. A category made
 	// during the run is not in it.
 	Categories []CategoryMeasurement
+
+	// The driver's per-process figures (NVML, on CUDA devices) at the
+	// start and the end, where PerProcess: both readings had them.
+	// PerProcessErr says why they are missing otherwise ([Usage]).
+	PerProcess              bool
+	PerProcessErr           error
+	StartProcessUsed        int64 // this process's device memory when the run began, as the driver accounts it
+	EndProcessUsed          int64 // and when it ended
+	StartOtherProcessesUsed int64 // the other processes' device memory when the run began
+	EndOtherProcessesUsed   int64 // and when it ended
+	// ProcessUntracked is (EndProcessUsed - StartProcessUsed) - (EndHeld -
+	// StartHeld): this process's own untracked growth during the run,
+	// which other processes do not move (Untracked holds theirs too).
+	ProcessUntracked int64
+	OtherProcesses   []ProcessMemory // the other processes at the end, the largest first
 }
 
 // CategoryMeasurement is what [Device.Measure] measured of one category:
@@ -211,6 +247,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	}
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0), StartNotResident: s.notResident(d.ordinal)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
+	readProcesses(s, d).setStart(&p) // process.go
 	// Each category gets a scope of its own too (startCategories).
 	catScopes, cats := startCategories(s, d.ordinal, &p)
 
@@ -230,6 +267,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	p.Total, p.EndUsed, p.EndNotResident = total, max(total-free, 0), s.notResident(d.ordinal)
 	p.UsedIncrease = p.EndUsed - p.StartUsed
 	p.Untracked = p.UsedIncrease + (p.EndNotResident - p.StartNotResident) - (p.EndHeld - p.StartHeld)
+	readProcesses(s, d).setEnd(&p) // process.go
 	return p, wrapRun(d, ferr)
 }
 
@@ -321,10 +359,24 @@ type Budget struct {
 	// stream-ordered frees were in flight at the end are not in it: the
 	// device still held them, and PeakIncrease counts them already.
 	UntrackedIncrease int64
-	// SetAside is Weights + OtherTracked + StartUsed + PeakIncrease +
-	// UntrackedIncrease: the memory that is not the cache's (vLLM's
-	// non_kv_cache_memory).
+	// OtherProcessesUsed is, for SharedBudget with per-process figures,
+	// the other processes' device memory as the driver accounts it: the
+	// larger of its readings at the start and the end of the pass. 0
+	// otherwise (StartUsed then holds the others' memory with the rest).
+	OtherProcessesUsed int64
+	// SetAside is Weights + OtherTracked + StartUsed + OtherProcessesUsed +
+	// PeakIncrease + UntrackedIncrease: the memory that is not the cache's
+	// (vLLM's non_kv_cache_memory).
 	SetAside int64
+
+	// PerProcess says that the budget used the driver's per-process
+	// figures (NVML): Budget counts this process's own untracked growth,
+	// not the device's, and SharedBudget sets aside the other processes'
+	// memory as the driver accounts it. Where false, it used the
+	// device-wide figures (cuMemGetInfo's), and PerProcessErr says why
+	// (it matches [ErrPerProcessUnavailable]).
+	PerProcess    bool
+	PerProcessErr error
 
 	Available int64 // Requested - SetAside, or 0 where that is negative
 	BlockSize int64
@@ -345,6 +397,19 @@ type Budget struct {
 //	                  - (Baseline.Used + Baseline.NotResident - Baseline.Tracked)
 //	                                                                 (non_torch_increase)
 //	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
+//
+// Where the baseline and the measurement both have the driver's
+// per-process figures (NVML, on a CUDA GPU: [Usage].PerProcess), the
+// untracked growth is this process's own, as vLLM's per-process proposal
+// reads it:
+//
+//	UntrackedIncrease = (EndProcessUsed - EndHeld) - (Baseline.ProcessUsed - Baseline.Tracked)
+//
+// so that what other processes allocate meanwhile (a second instance
+// loading its weights on the same GPU) is not counted against this one,
+// and two instances started together each get the budget they would get
+// alone. Budget.PerProcess says which figures it used, and PerProcessErr
+// why not the per-process ones.
 //
 // The tracked bytes stand for the memory of PyTorch's allocator and the
 // reported used memory for cudaMemGetInfo's. On the CPU, the tracked bytes
@@ -384,6 +449,9 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 		UntrackedIncrease: (p.EndUsed + p.EndNotResident - p.EndTracked - p.inFlight()) - (base.Used + base.NotResident - base.Tracked),
 		BlockSize:         blockSize,
 	}
+	if b.PerProcess, b.PerProcessErr = perProcessBasis(base, p); b.PerProcess { // process.go
+		b.UntrackedIncrease = (p.EndProcessUsed - p.EndTracked - p.inFlight()) - (base.ProcessUsed - base.Tracked)
+	}
 	if w, ok := p.Category(CategoryWeights); ok {
 		b.Weights, b.OtherTracked = w.StartTracked, b.Weights-w.StartTracked
 	}
@@ -397,6 +465,17 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 // during the pass (when positive):
 //
 //	Available = utilization × Total - (StartUsed + PeakTrackedIncrease + max(Untracked, 0))
+//
+// Where the measurement has the driver's per-process figures (NVML), the
+// other processes' memory is set aside as the driver accounts it, and the
+// untracked growth is this process's own:
+//
+//	StartUsed          = Measurement.StartUsed - StartOtherProcessesUsed
+//	OtherProcessesUsed = max(StartOtherProcessesUsed, EndOtherProcessesUsed)
+//	UntrackedIncrease  = max(Measurement.ProcessUntracked, 0)
+//
+// so that memory the others allocated or freed during the pass is theirs,
+// not this process's growth. Budget.PerProcess says which figures it used.
 //
 // This is not vLLM's formula ([Measurement.Budget] is): it leaves other
 // processes the memory they held, where vLLM leaves them only what the
@@ -413,6 +492,13 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
 		UntrackedIncrease: max(p.Untracked, 0),
 		BlockSize:         blockSize,
+		PerProcess:        p.PerProcess,
+		PerProcessErr:     p.PerProcessErr,
+	}
+	if p.PerProcess {
+		b.StartUsed = p.StartUsed - p.StartOtherProcessesUsed
+		b.OtherProcessesUsed = max(p.StartOtherProcessesUsed, p.EndOtherProcessesUsed)
+		b.UntrackedIncrease = max(p.ProcessUntracked, 0)
 	}
 	return b.fill(), nil
 }
@@ -424,7 +510,7 @@ func (p Measurement) inFlight() int64 { return max(p.EndHeld-p.EndTracked, 0) }
 
 // fill sums what is set aside and counts the blocks.
 func (b Budget) fill() Budget {
-	b.SetAside = b.Weights + b.OtherTracked + b.StartUsed + b.PeakIncrease + b.UntrackedIncrease
+	b.SetAside = b.Weights + b.OtherTracked + b.StartUsed + b.OtherProcessesUsed + b.PeakIncrease + b.UntrackedIncrease
 	b.Available = max(b.Requested-b.SetAside, 0)
 	b.Blocks = b.Available / b.BlockSize
 	return b

@@ -3,6 +3,7 @@ package memtrack
 import (
 	"errors"
 	"math"
+	"reflect"
 	"runtime/metrics"
 	"testing"
 
@@ -338,7 +339,7 @@ func TestBudgetErrors(t *testing.T) {
 			assert.ErrorIs(t, err, tt.want)
 			assert.ErrorContains(t, err, tt.msg)
 			assert.Equal(t, Budget{}, b)
-			if tt.base == base { // the same checks, less the baseline's
+			if reflect.DeepEqual(tt.base, base) { // the same checks, less the baseline's
 				b, err = tt.p.SharedBudget(tt.utilization, tt.block)
 				assert.ErrorIs(t, err, tt.want)
 				assert.ErrorContains(t, err, tt.msg)

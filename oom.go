@@ -38,12 +38,14 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
+	readProcesses(s, d).setOutOfMemory(e) // process.go
 	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		e.SitesRecorded = true
 		es, _ := sr.Snapshot(false)
 		sites := sitesOf(es)
 		e.Sites = sites[:min(len(sites), maxReportSites)]
 	}
+	e.Categories = categoryRows(d, s.cats.lookup(d.ordinal), rec) // category.go
 	s.observersOf(d.ordinal, false).notify(e)
 	return e
 }
@@ -107,12 +109,16 @@ func (e *OutOfMemoryError) Report() string {
 	if e.NotResident > 0 {
 		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
 	}
+	for _, l := range e.processLines() { // process.go
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")
 		for _, s := range e.Sites {
 			fmt.Fprintf(&b, "    %s in %s: %s\n", exactBytes(s.Bytes), buffers(s.Buffers, "buffer"), siteName(s.Stack))
 		}
 	}
+	writeReportCategories(&b, e) // oom_category.go
 	for _, t := range e.tryThis() {
 		fmt.Fprintf(&b, "  try: %s\n", t)
 	}

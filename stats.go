@@ -95,6 +95,7 @@ func (d Device) MemorySummary() string {
 		if u.NotResident > 0 {
 			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", formatBytes(u.NotResident))
 		}
+		buf.WriteString(u.processSummary()) // process.go
 	} else {
 		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
 	}

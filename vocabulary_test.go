@@ -51,10 +51,40 @@ var vocabulary = []vocabularyRule{
 		"the tracked bytes of the CPU's mapped buffers not resident yet, NotResident"},
 	{"baseline", []string{"Device.Baseline"},
 		"the Usage before the weights; a Measurement's first reading is Start"},
+	{"process", []string{
+		"ErrPerProcessUnavailable", "ProcessMemory", "ProcessMemory.PID", "ProcessMemory.Name", "ProcessMemory.Used",
+		"Usage.PerProcess", "Usage.PerProcessErr", "Usage.ProcessUsed", "Usage.ProcessUntracked", "Usage.OtherProcessesUsed", "Usage.OtherProcesses",
+		"Measurement.PerProcess", "Measurement.PerProcessErr", "Measurement.StartProcessUsed", "Measurement.EndProcessUsed",
+		"Measurement.StartOtherProcessesUsed", "Measurement.EndOtherProcessesUsed", "Measurement.ProcessUntracked", "Measurement.OtherProcesses",
+		"Budget.PerProcess", "Budget.PerProcessErr", "Budget.OtherProcessesUsed",
+		"OutOfMemoryError.PerProcess", "OutOfMemoryError.PerProcessErr", "OutOfMemoryError.ProcessUsed",
+		"OutOfMemoryError.OtherProcessesUsed", "OutOfMemoryError.OtherProcesses",
+		"metric memtrack_process_used_bytes", "metric memtrack_process_untracked_bytes", "metric memtrack_other_processes_used_bytes",
+		"web.Device.PerProcess", "web.Device.ProcessUsed", "web.Device.ProcessUntracked", "web.Device.OtherProcessesUsed",
+		"web.Device.OtherProcesses", "web.Device.PerProcessError", "web.Process", "web.Process.PID", "web.Process.Name", "web.Process.Used",
+		"json perProcess", "json processUsed", "json processUntracked", "json otherProcessesUsed", "json otherProcesses", "json perProcessError",
+		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", // the CPU's: the process's memory as the OS accounts it
+		"nvml.Process", "nvml.Process.PID", "nvml.Process.Name", "nvml.Process.Used", "nvml.Process.UsedKnown", "nvml.Lib.Processes",
+	}, "the driver's per-process figures (NVML): ProcessUsed, ProcessUntracked, OtherProcessesUsed, OtherProcesses, PerProcess"},
 	{"failed", []string{"Stats.FailedAllocs", "tracker.Stats.FailedAllocs", "metric memtrack_failed_allocs_total",
 		"web.Device.FailedAllocs", "json failedAllocs", "HistoryFailed",
 		"CategoryStats.FailedAllocs", "web.Category.FailedAllocs", "metric memtrack_category_failed_allocs_total"},
 		"the count of refused allocations, FailedAllocs (and HistoryFailed, the history's action for one)"},
+	{"mark", markNames, markMeaning},
+	{"marks", markNames, markMeaning},
+}
+
+// markNames may use the words mark and marks; so may web.Mark's fields.
+var markNames = []string{"HistoryRecorder.Mark", "histring.Event.Mark", "HistoryMark", "HistoryAction.IsMark", "HistoryEvent.Mark", "MaxMarkName", "MaxMarkNames",
+	"ErrTooManyMarkNames", "web.Mark", "web.MaxMarks", "web.History.Marks", "web.History.MarksLeftOut", "web.History.MarkEvents",
+	"json marks", "json marksLeftOut", "json markEvents"}
+
+const markMeaning = "a named instant or span of a history (HistoryRecorder.Mark, HistoryRecorder.BeginSpan); a refused allocation is a Refusal"
+
+// allowedName reports whether name is one of allowed, or a field or
+// method of a type that is.
+func allowedName(allowed []string, name string) bool {
+	return slices.ContainsFunc(allowed, func(a string) bool { return name == a || strings.HasPrefix(name, a+".") })
 }
 
 // peakLast: "peak" comes first in a figure's name (PeakTracked, not
@@ -71,7 +101,7 @@ func violations(names []string) []string {
 	for _, name := range names {
 		words := splitWords(name)
 		for _, r := range vocabulary {
-			if slices.Contains(words, r.word) && !slices.Contains(r.allowed, name) {
+			if slices.Contains(words, r.word) && !allowedName(r.allowed, name) {
 				bad = append(bad, name+": "+strings.ToUpper(r.word[:1])+r.word[1:]+" means "+r.meaning+" (docs/glossary.md)")
 			}
 		}
@@ -149,6 +179,10 @@ func TestVocabularyRulesFail(t *testing.T) {
 		{"metric memtrack_category_tracked_peak_bytes", true},
 		{"CategoryStats.FailedAllocs", false},
 		{"json peakTracked", false},
+		{"web.History.Refusals", false},
+		{"web.Mark", false},
+		{"web.History.RefusalMarks", true},
+		{"trace.MarkRefusal", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.bad, len(violations([]string{tc.name})) > 0, "%v", violations([]string{tc.name}))

@@ -3,11 +3,18 @@
 // allocation and then at most once per [Options].MinInterval, a directory
 // that holds what a post-mortem needs:
 //
-//	report.txt     the refusal's full report (%+v of the *memtrack.OutOfMemoryError)
-//	stats.json     the device's statistics (memtrack.Stats) as JSON
+//	report.txt     the refusal's full report (%+v of the *memtrack.OutOfMemoryError), its categories' rows among it
+//	stats.json     the device's statistics (memtrack.Stats) as JSON, with its categories' rows (Categories)
 //	inuse.pb.gz    the live buffers by allocation site, for go tool pprof
 //	peak.pb.gz     the buffers live at the peak by allocation site, for go tool pprof
-//	trace.json     the allocation history as a Chrome trace (Perfetto UI)
+//	trace.json     the allocation history as a Chrome trace (Perfetto UI), its marks and spans among it
+//
+// stats.json decodes into a memtrack.Stats, or, for the categories too, into
+//
+//	struct {
+//		memtrack.Stats
+//		Categories []memtrack.CategoryStats
+//	}
 //
 // The profiles need allocation sites ([memtrack.SiteRecorder.Enable])
 // and the trace the memory history ([memtrack.HistoryRecorder.Enable]);

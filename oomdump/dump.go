@@ -156,6 +156,14 @@ func Write(dir string, e *memtrack.OutOfMemoryError) (string, error) {
 	return write(dir, e, time.Now())
 }
 
+// dumpStats is the content of stats.json: the fields of the device's
+// Stats and, where it has categories, their rows (as memtrack.Expvar
+// writes a device).
+type dumpStats struct {
+	memtrack.Stats
+	Categories []memtrack.CategoryStats `json:",omitempty"`
+}
+
 func write(dir string, e *memtrack.OutOfMemoryError, now time.Time) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("memtrack: oomdump: %w", err)
@@ -190,7 +198,7 @@ func write(dir string, e *memtrack.OutOfMemoryError, now time.Time) (string, err
 	file("stats.json", func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(d.MemoryStats())
+		return enc.Encode(dumpStats{Stats: d.MemoryStats(), Categories: d.CategoryStats()})
 	})
 	file("inuse.pb.gz", func(w io.Writer) error { return pprof.WriteProfile(w, d, pprof.InUse) })
 	file("peak.pb.gz", func(w io.Writer) error { return pprof.WriteProfile(w, d, pprof.Peak) })

@@ -65,8 +65,14 @@ func TestDump(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)}
 	du.now = clk.now
 
+	load, err := d.History().BeginSpan("load weights")
+	require.NoError(t, err)
 	w := holdWeights(t, d, 768<<10)
 	defer w.Free()
+	require.NoError(t, load.End())
+	pass, err := d.History().BeginSpan("pass") // open when the refusal is dumped
+	require.NoError(t, err)
+	defer pass.End()
 	_, err = d.Alloc(512 << 10)
 	var oom *memtrack.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
@@ -106,6 +112,20 @@ func TestDump(t *testing.T) {
 	tr, err := os.ReadFile(filepath.Join(dumps[0], "trace.json"))
 	require.NoError(t, err)
 	assert.Contains(t, string(tr), `"ph":"C"`)
+	var parsed struct {
+		TraceEvents []struct {
+			Name, Ph, Cat string
+			Args          map[string]any
+		}
+	}
+	require.NoError(t, json.Unmarshal(tr, &parsed))
+	spans := map[string]bool{} // by name: open
+	for _, e := range parsed.TraceEvents {
+		if e.Cat == "memtrack.span" && e.Ph == "X" {
+			spans[e.Name] = e.Args["open"] == true
+		}
+	}
+	assert.Equal(t, map[string]bool{"load weights": false, "pass": true}, spans, "the phases in the dump's trace, the refused one open")
 
 	// Within the interval: no dump. Past it: a second one.
 	_, err = d.Alloc(512 << 10)
@@ -223,4 +243,45 @@ func TestDumpNoRecursion(t *testing.T) {
 	assert.ErrorIs(t, nested, memtrack.ErrOutOfMemory)
 	assert.Len(t, du.Dumps(), 1)
 	assert.Zero(t, du.Skipped(), "the nested refusal did not reach the dumper at all")
+}
+
+// TestDumpCategories: the dump of a device with categories holds their
+// rows, in the report and in stats.json; without categories stats.json
+// has none.
+func TestDumpCategories(t *testing.T) {
+	d := limited(t, 1<<20)
+	weights, err := d.Category(memtrack.CategoryWeights)
+	require.NoError(t, err)
+	kv, err := d.Category(memtrack.CategoryKVCache)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	du, err := Install(d, dir, Options{})
+	require.NoError(t, err)
+	defer du.Remove()
+	w, err := weights.Alloc(768 << 10)
+	require.NoError(t, err)
+	defer w.Free()
+	_, err = kv.Alloc(512 << 10)
+	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
+	require.Len(t, du.Dumps(), 1)
+
+	report, err := os.ReadFile(filepath.Join(du.Dumps()[0], "report.txt"))
+	require.NoError(t, err)
+	assert.Regexp(t, `\n    weights +768 KiB \(786432 B\) +768 KiB \(786432 B\) +none\n`, string(report))
+	assert.Regexp(t, `\n    kv_cache \(the request's\) +0 B +0 B +none\n`, string(report))
+
+	raw, err := os.ReadFile(filepath.Join(du.Dumps()[0], "stats.json"))
+	require.NoError(t, err)
+	var got struct {
+		memtrack.Stats
+		Categories []memtrack.CategoryStats
+	}
+	require.NoError(t, json.Unmarshal(raw, &got))
+	assert.Equal(t, d.MemoryStats(), got.Stats)
+	require.Len(t, got.Categories, 3)
+	assert.Equal(t, d.CategoryStats(), got.Categories)
+	assert.Equal(t, []string{"weights", "kv_cache", memtrack.Uncategorised},
+		[]string{got.Categories[0].Category, got.Categories[1].Category, got.Categories[2].Category})
+	assert.Equal(t, int64(768<<10), got.Categories[0].Tracked)
+	assert.Equal(t, int64(1), got.Categories[1].FailedAllocs)
 }

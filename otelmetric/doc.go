@@ -34,6 +34,9 @@
 //	memtrack.held                UpDownCounter  By            bytes the device holds for them, stream-ordered frees not yet executed included (CUDA)
 //	memtrack.peak_held           Gauge          By            its high-water mark
 //	memtrack.limit               UpDownCounter  By            the memory limit, where one is set
+//	memtrack.process_used        UpDownCounter  By            this process's device memory as the driver accounts it (NVML, CUDA)
+//	memtrack.process_untracked   UpDownCounter  By            memtrack.process_used - memtrack.tracked
+//	memtrack.other_processes_used UpDownCounter By            the other processes' device memory as the driver accounts it
 //	memtrack.pool_reserved       UpDownCounter  By            a CUDA memory pool's reserved bytes (memory_reserved)
 //	memtrack.peak_pool_reserved  Gauge          By            its high-water mark (max_memory_reserved)
 //	memtrack.pool_used           UpDownCounter  By            the bytes in use in the pool, as the driver counts them
@@ -73,6 +76,7 @@
 //	memtrack.category_limit          UpDownCounter  By            the category's memory limit, where one is set
 //
 // The pool figures are left out for a device without a CUDA memory pool,
+// the per-process ones where the driver gives none ([memtrack.Usage].PerProcess),
 // the device ones for a device whose query fails. The counters restart from
 // zero after [memtrack.Device.ResetAccumulatedMemoryStats] and the peaks
 // follow [memtrack.Device.ResetPeakMemoryStats]. Since the names are

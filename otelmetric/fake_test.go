@@ -22,6 +22,8 @@ func fakeGPU() reading {
 		info: memtrack.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", UUID: gpuUUID},
 		free: 60 << 30, total: 80 << 30,
 		pool: memtrack.PoolStats{PoolReserved: 32 << 20, PeakPoolReserved: 48 << 20, PoolUsed: 16 << 20, PeakPoolUsed: 24 << 20},
+		usage: memtrack.Usage{Tracked: 1 << 20, PerProcess: true, ProcessUsed: 600 << 20, ProcessUntracked: 599 << 20,
+			OtherProcessesUsed: 19 << 30, OtherProcesses: []memtrack.ProcessMemory{{PID: 4242, Name: "python3", Used: 19 << 30}}},
 		cats: []memtrack.CategoryStats{
 			{Category: "kv_cache", Tracked: 1 << 19, PeakTracked: 1 << 21, Buffers: 1, PeakBuffers: 3,
 				AllocBytes: 5 << 19, FreedBytes: 4 << 19, Allocs: 7, Frees: 6, FailedAllocs: 2, Limit: 32 << 20},

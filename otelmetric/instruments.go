@@ -74,6 +74,11 @@ func pool(f func(p *memtrack.PoolStats) int64) func(r *reading) (int64, bool) {
 	return func(r *reading) (int64, bool) { return f(&r.pool), r.poolErr == nil }
 }
 
+// perProcess wraps a figure of the driver's per-process figures.
+func perProcess(f func(u *memtrack.Usage) int64) func(r *reading) (int64, bool) {
+	return func(r *reading) (int64, bool) { return f(&r.usage), r.usageErr == nil && r.usage.PerProcess }
+}
+
 // every wraps a figure every category row has, the uncategorised one
 // included.
 func every(f func(c *memtrack.CategoryStats) int64) func(c *memtrack.CategoryStats) (int64, bool) {
@@ -119,6 +124,15 @@ var instruments = []instrument{
 	{name: "memtrack.limit", unit: "By", kind: upDownCounter,
 		desc:  "Memory limit on memtrack.tracked; absent where none is set.",
 		value: func(r *reading) (int64, bool) { return r.stats.Limit, r.stats.Limit > 0 }},
+	{name: "memtrack.process_used", unit: "By", kind: upDownCounter,
+		desc:  "This process's device memory as the driver accounts it (NVML, on CUDA GPUs), its context included; absent where the driver gives no per-process figures.",
+		value: perProcess(func(u *memtrack.Usage) int64 { return u.ProcessUsed })},
+	{name: "memtrack.process_untracked", unit: "By", kind: upDownCounter,
+		desc:  "memtrack.process_used - memtrack.tracked: this process's context, libraries and memory allocated without memtrack; absent where the driver gives no per-process figures.",
+		value: perProcess(func(u *memtrack.Usage) int64 { return u.ProcessUntracked })},
+	{name: "memtrack.other_processes_used", unit: "By", kind: upDownCounter,
+		desc:  "The other processes' device memory as the driver accounts it (NVML, on CUDA GPUs); absent where the driver gives no per-process figures.",
+		value: perProcess(func(u *memtrack.Usage) int64 { return u.OtherProcessesUsed })},
 	{name: "memtrack.pool_reserved", unit: "By", kind: upDownCounter,
 		desc:  "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them.",
 		value: pool(func(p *memtrack.PoolStats) int64 { return p.PoolReserved })},

@@ -57,5 +57,10 @@ func TestInstrumentsCUDA(t *testing.T) {
 		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.PoolUsed)}
 		want["memtrack.peak_pool_used"] = point{"By", "Gauge", own, float64(p.PeakPoolUsed)}
 	}
+	if u, err := d.Usage(); err == nil && u.PerProcess { // NVML's figures, where the machine has them
+		want["memtrack.process_used"] = point{"By", "UpDownCounter", own, float64(u.ProcessUsed)}
+		want["memtrack.process_untracked"] = point{"By", "UpDownCounter", own, float64(u.ProcessUntracked)}
+		want["memtrack.other_processes_used"] = point{"By", "UpDownCounter", own, float64(u.OtherProcessesUsed)}
+	}
 	assert.Equal(t, merge(want), got)
 }

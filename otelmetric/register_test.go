@@ -189,6 +189,9 @@ func wantGPU() map[string]point {
 	want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", gpuOwn, 48 << 20}
 	want["memtrack.pool_used"] = point{"By", "UpDownCounter", gpuOwn, 16 << 20}
 	want["memtrack.peak_pool_used"] = point{"By", "Gauge", gpuOwn, 24 << 20}
+	want["memtrack.process_used"] = point{"By", "UpDownCounter", gpuOwn, 600 << 20}
+	want["memtrack.process_untracked"] = point{"By", "UpDownCounter", gpuOwn, 599 << 20}
+	want["memtrack.other_processes_used"] = point{"By", "UpDownCounter", gpuOwn, 19 << 30}
 	want["hw.gpu.memory.usage"] = point{"By", "UpDownCounter", gpuHW, 20 << 30}
 	want["hw.gpu.memory.limit"] = point{"By", "UpDownCounter", gpuHW, 80 << 30}
 	want["hw.gpu.memory.utilization"] = point{"1", "Gauge", gpuHW, 0.25}

@@ -1,12 +1,16 @@
 package prom
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/rendertest"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // fixedCategories is a device's category rows with every figure set, one
@@ -57,4 +61,55 @@ func TestCategoryMetrics(t *testing.T) {
 		"memtrack_category_tracked_bytes", "memtrack_category_peak_tracked_bytes", "memtrack_category_buffers",
 		"memtrack_category_failed_allocs_total", "memtrack_category_limit_bytes"))
 	assert.Equal(t, 10+7, testutil.CollectAndCount(c, categoryNames...), "the category's 10 figures; the uncategorised row's 7, without peaks or limit")
+}
+
+// TestCategoryMetricsHundred scrapes a device with 100 categories while
+// goroutines allocate and free in them: every scrape has each category's
+// series, 9 a category without a limit and 7 for the uncategorised row,
+// and once they stop, each category's tracked bytes are its own.
+func TestCategoryMetricsHundred(t *testing.T) {
+	if !rendertest.InChild(t, "MEMTRACK_PROM_CHILD") {
+		return
+	}
+	const n = 100
+	cpu := memtrack.CPU()
+	cats := rendertest.Categories(t, cpu, n)
+	c := NewCollector()
+	c.devices = func() []memtrack.Device { return []memtrack.Device{cpu} }
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	stop := rendertest.Churn(t, cats, 4, 0)
+	defer stop()
+	for range 20 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		var series int
+		for _, mf := range mfs {
+			if strings.HasPrefix(mf.GetName(), "memtrack_category_") {
+				series += len(mf.GetMetric())
+			}
+		}
+		assert.Equal(t, 9*n+7, series)
+	}
+	stop()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "memtrack_category_tracked_bytes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "category" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	require.Len(t, got, n+1)
+	for i := range n {
+		assert.Equal(t, float64(int64(i+1)<<10), got[fmt.Sprintf("layer%03d", i)])
+	}
+	assert.Equal(t, 0.0, got[memtrack.Uncategorised])
 }

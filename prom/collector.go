@@ -26,6 +26,9 @@
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
 //	memtrack_device_info                gauge    1, with the labels uuid and name ([memtrack.Device.Info])
+//	memtrack_process_used_bytes         gauge    this process's device memory as the driver accounts it (NVML, CUDA)
+//	memtrack_process_untracked_bytes    gauge    memtrack_process_used_bytes - memtrack_tracked_bytes
+//	memtrack_other_processes_used_bytes gauge    the other processes' device memory as the driver accounts it
 //	memtrack_pool_reserved_bytes        gauge    a CUDA memory pool's reserved bytes (memory_reserved)
 //	memtrack_peak_pool_reserved_bytes   gauge    its high-water mark (max_memory_reserved)
 //	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
@@ -57,7 +60,9 @@
 // on backend and ordinal to give the other metrics those labels, and then on
 // uuid to put them beside dcgm-exporter's (docs/integrations.md).
 //
-// The device_* metrics are left out for a device whose query fails, and the
+// The device_* metrics are left out for a device whose query fails, the
+// process_* and other_processes_* metrics where the driver gives no
+// per-process figures ([memtrack.Usage].PerProcess), and the
 // pool_* metrics for a device without a CUDA memory pool; the rest of the
 // scrape goes on. The counters restart from zero after
 // [memtrack.Device.ResetAccumulatedMemoryStats], which rate() and increase()
@@ -85,6 +90,7 @@ type Collector struct {
 	held, peakHeld                             *prometheus.Desc
 	poolReserved, poolUsed                     [2]*prometheus.Desc // current, peak
 	cat                                        categoryDescs
+	proc                                       processDescs
 
 	// Seams for tests; the package's functions otherwise.
 	devices   func() []memtrack.Device
@@ -92,6 +98,7 @@ type Collector struct {
 	devInfo   func(memtrack.Device) (memtrack.DeviceInfo, error)
 	poolStats func(memtrack.Device) (memtrack.PoolStats, error)
 	catStats  func(memtrack.Device) []memtrack.CategoryStats
+	usage     func(memtrack.Device) (memtrack.Usage, error)
 }
 
 // Option configures a [Collector].
@@ -151,11 +158,13 @@ func NewCollector(opts ...Option) *Collector {
 			desc("peak_pool_used_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
 		},
 		cat:       newCategoryDescs(cfg.constLabels),
+		proc:      newProcessDescs(desc),
 		devices:   memtrack.UsedDevices,
 		memInfo:   memtrack.Device.MemGetInfo,
 		devInfo:   memtrack.Device.Info,
 		poolStats: func(d memtrack.Device) (memtrack.PoolStats, error) { return d.Pool().Stats() },
 		catStats:  memtrack.Device.CategoryStats,
+		usage:     memtrack.Device.Usage,
 	}
 }
 
@@ -169,7 +178,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) descs() []*prometheus.Desc {
 	return append([]*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
 		c.allocs, c.frees, c.failedAllocs, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
-		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1]}, c.cat.all()...)
+		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1],
+		c.proc.processUsed, c.proc.processUntracked, c.proc.otherProcessesUsed}, c.cat.all()...)
 }
 
 // sender returns a function that sends one metric with the labels.
@@ -221,6 +231,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			send(c.poolReserved[1], prometheus.GaugeValue, p.PeakPoolReserved)
 			send(c.poolUsed[0], prometheus.GaugeValue, p.PoolUsed)
 			send(c.poolUsed[1], prometheus.GaugeValue, p.PeakPoolUsed)
+		}
+		if u, err := c.usage(d); err == nil {
+			c.proc.collect(send, u)
 		}
 		c.cat.collect(ch, labels, c.catStats(d))
 	}

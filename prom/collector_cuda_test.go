@@ -29,3 +29,28 @@ func TestCollectorCUDAInfo(t *testing.T) {
 	want := expect(`backend="cuda",name="`+esc.Replace(info.Name)+`",ordinal="0",uuid="`+info.UUID+`"`, infoText)
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "memtrack_device_info"))
 }
+
+// TestCollectorCUDAProcesses scrapes the per-process metrics of cuda:0
+// where the machine's NVML gives them (the fake of testdata/fakenvml
+// under scripts/test-cuda.sh): this process's figure is at least its
+// tracked bytes, and the metrics agree with Usage.
+func TestCollectorCUDAProcesses(t *testing.T) {
+	if !rendertest.InChild(t, "MEMTRACK_PROM_CHILD") {
+		return
+	}
+	d, _ := rendertest.CUDA0(t)
+	b, err := d.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	u, err := d.Usage()
+	if err != nil || !u.PerProcess {
+		t.Skipf("no per-process figures here: %v %v", err, u.PerProcessErr)
+	}
+	c := NewCollector()
+	c.devices = func() []memtrack.Device { return []memtrack.Device{d} }
+	assert.Equal(t, 3, testutil.CollectAndCount(c, "memtrack_process_used_bytes", "memtrack_process_untracked_bytes", "memtrack_other_processes_used_bytes"))
+	assert.GreaterOrEqual(t, u.ProcessUsed, u.Tracked)
+	assert.Equal(t, u.ProcessUsed-u.Tracked, u.ProcessUntracked)
+}

@@ -323,6 +323,7 @@ func TestCollectorPromlint(t *testing.T) {
 		return memtrack.PoolStats{Device: d, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
 	}
 	c.catStats = fixedCategories
+	c.usage = fixedUsage
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()

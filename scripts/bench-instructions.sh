@@ -7,7 +7,9 @@
 # (GOGC=off GODEBUG=asyncpreemptoff=1); the difference of the two totals
 # divided by N2-N1 is the instructions of one operation, without the
 # program's start and the benchmark's set-up. It prints, per benchmark, the
-# base's count, this tree's and their ratio.
+# base's count, this tree's and their ratio, for the whole program and for
+# the library's own functions; a benchmark the base lacks is "missing"
+# there.
 #
 # Environment: BASE (a commit; required), BENCH (a -test.bench pattern
 # matching the benchmarks to count, each counted alone; default the pairs
@@ -40,22 +42,38 @@ go test -c -o "$out/head.test" .
 names=$("$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x | awk '/^Benchmark/ {n = $1; sub(/-[0-9]+$/, "", n); print n}')
 
 # irs prints the instructions (Ir) that one run of binary $1 executes for
-# benchmark $2 at $3 iterations.
+# benchmark $2 at $3 iterations: the program's, then those of the
+# library's own functions (the packages of github.com/memtrack/memtrack,
+# the benchmarks' own loops left out), which leave out the runtime's work
+# (the allocations, and the memory the OS hands the runtime, which can
+# vary from run to run); "missing" where the binary has no such benchmark.
 irs() {
 	local pat
 	pat="^$(sed -e 's/[][\.*^$()+?{}|]/\\&/g' -e 's|/|$/^|g' <<<"$2")\$"
 	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-		"$1" -test.run '^$' -test.bench "$pat" -test.benchtime "${3}x" -test.cpu 1 >/dev/null 2>"$out/cg.log"
-	sed -n 's/^summary: //p' "$out/cg.out"
+		"$1" -test.run '^$' -test.bench "$pat" -test.benchtime "${3}x" -test.cpu 1 >"$out/run.txt" 2>"$out/cg.log"
+	if ! grep -q '^Benchmark' "$out/run.txt"; then
+		echo missing missing
+		return
+	fi
+	callgrind_annotate --auto=no --threshold=100 "$out/cg.out" | awk '
+		/^ *[0-9,]+ .*PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
+		/^ *[0-9,]+ \(.*:github\.com\/memtrack\/memtrack[.\/]/ && !/\.Benchmark/ { gsub(",", "", $1); own += $1 }
+		END { print total, own }'
 }
 
-printf '%-44s %12s %12s %8s\n' benchmark base/op head/op ratio | tee "$out/instructions.txt"
+printf '%-44s %12s %12s %8s %12s %12s %8s\n' benchmark base/op head/op ratio base-lib/op head-lib/op ratio | tee "$out/instructions.txt"
 for name in $names; do
-	b1=$(irs "$out/base.test" "$name" "$n1")
-	b2=$(irs "$out/base.test" "$name" "$n2")
-	h1=$(irs "$out/head.test" "$name" "$n1")
-	h2=$(irs "$out/head.test" "$name" "$n2")
-	awk -v n="$name" -v b1="$b1" -v b2="$b2" -v h1="$h1" -v h2="$h2" -v d="$((n2 - n1))" \
-		'BEGIN {b = (b2 - b1) / d; h = (h2 - h1) / d; printf "%-44s %12.1f %12.1f %8.3f\n", n, b, h, h / b}' | tee -a "$out/instructions.txt"
+	read -r b1 bl1 <<<"$(irs "$out/base.test" "$name" "$n1")"
+	read -r b2 bl2 <<<"$(irs "$out/base.test" "$name" "$n2")"
+	read -r h1 hl1 <<<"$(irs "$out/head.test" "$name" "$n1")"
+	read -r h2 hl2 <<<"$(irs "$out/head.test" "$name" "$n2")"
+	awk -v n="$name" -v b1="$b1" -v b2="$b2" -v h1="$h1" -v h2="$h2" -v bl1="$bl1" -v bl2="$bl2" -v hl1="$hl1" -v hl2="$hl2" -v d="$((n2 - n1))" '
+		function per(a, b) { return (a == "missing" || b == "missing") ? "missing" : sprintf("%.1f", (b - a) / d) }
+		function ratio(a, b) { return (a == "missing" || b == "missing" || a == 0) ? "-" : sprintf("%.3f", b / a) }
+		BEGIN {
+			b = per(b1, b2); h = per(h1, h2); bl = per(bl1, bl2); hl = per(hl1, hl2)
+			printf "%-44s %12s %12s %8s %12s %12s %8s\n", n, b, h, ratio(b, h), bl, hl, ratio(bl, hl)
+		}' | tee -a "$out/instructions.txt"
 done
 echo "(files in $out)"

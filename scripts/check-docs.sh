@@ -55,6 +55,8 @@ declare -A skip_cmds=(
 	['eval "$(./scripts/cuda-dev.sh)"']='scripts/test-cuda.sh runs it (the first run downloads about 800 MB)'
 	['go build -tags cuda ./...']='scripts/test-cuda.sh builds with -tags cuda after scripts/cuda-dev.sh (it needs cuda.h)'
 	['./scripts/gpu-check.sh']='scripts/test-cuda.sh runs it, and its run.sh on the fake driver'
+	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (docs/devices.md); .ci/run runs every root benchmark once with -benchtime 1x'
+	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs cuda.h and the fakes)'
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
 	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
@@ -85,6 +87,9 @@ declare -A skip_cmds=(
 	['BASE=fef912d ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	['BASE=e14c725 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	['BASE=f206511 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
+	["go test -run '^\$' -bench BenchmarkMark -benchmem -count 5 ."]='by hand on a quiet machine (docs/timeline.md); .ci/run runs every benchmark once with -benchtime 1x'
+	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
+	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -5,11 +5,19 @@
 #	memtrack.test       the root package's tests and CUDA benchmarks (-tags cuda)
 #	cudadrv.test        the driver bindings' tests: the driver rules memtrack
 #	                    relies on (internal/cudadrv/doc.go), on this driver
+#	nvml.test           the NVML binding's tests: the NVML rules memtrack
+#	                    relies on (internal/nvml/doc.go), on this machine's NVML
 #	memtrack-race.test  the same tests built with -race
+#	profile             the main job (examples/profile), for two-instances.sh
+#	two-instances.sh    scripts/two-instances.sh: two serving instances
+#	                    started together on the GPU, each budget from
+#	                    NVML's per-process figures against the one alone
 #	run.sh              runs them: the tests, the race-detector tests, the
 #	                    reconciliation table (tracked bytes against the
 #	                    driver's change in used memory, for 1 KiB to 1 GiB,
-#	                    and the context overhead), the stream-ordered table
+#	                    and the context overhead), NVML's figure of this
+#	                    process beside tracked, cuMemGetInfo and the pool,
+#	                    the two instances, the stream-ordered table
 #	                    (per size: tracked peak, device-side peak, the
 #	                    pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
 #	                    buffers freed behind a memset of 1 GiB) and the CUDA
@@ -27,6 +35,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 eval "$(./scripts/cuda-dev.sh)"
+# go-nvml's cgo build includes NVML's whole header, whose deprecated
+# declarations would each print a warning.
+export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 dir=out/gpu-check
 rm -rf "$dir"
 mkdir -p "$dir"
@@ -35,7 +46,10 @@ go test -c -tags cuda -o "$dir/memtrack.test" .
 go test -c -race -tags cuda -o "$dir/memtrack-race.test" .
 go test -c -tags cuda -o "$dir/cu.test" ./cu
 go test -c -tags cuda -o "$dir/cudadrv.test" ./internal/cudadrv
+go test -c -tags cuda -o "$dir/nvml.test" ./internal/nvml
 go build -tags cuda -o "$dir/track" ./examples/track
+go build -tags cuda -o "$dir/profile" ./examples/profile
+cp scripts/two-instances.sh "$dir/two-instances.sh"
 
 # The oldest glibc the binaries run with: the newest GLIBC_x.y symbol
 # version any of them needs.
@@ -91,9 +105,20 @@ rules() {
 	return $rc
 }
 step "the driver rules memtrack relies on (internal/cudadrv)" rules
+nvmlrules() {
+	./nvml.test -test.count=1 -test.v -test.timeout 60s >nvml-tests.log 2>&1
+	local rc=$?
+	cat nvml-tests.log
+	return $rc
+}
+step "the NVML rules memtrack relies on (internal/nvml)" nvmlrules
 step "tests under the race detector" ./memtrack-race.test -test.count=1 -test.timeout 90s -test.skip "$skip"
 step "reconciliation: tracked bytes against the driver's used memory" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAReconcile$' -test.v -test.timeout 60s
+step "per process: NVML's figure of this process beside tracked, cuMemGetInfo and the pool" \
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestNVMLReconcile$' -test.v -test.timeout 60s
+step "two instances started together: each budget from NVML's per-process figures against the one alone" \
+	env PROFILE=./profile ./two-instances.sh
 step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
 # Where the driver's reference is silent, the fake driver offers each
@@ -121,6 +146,7 @@ step "examples/track" ./track
 echo "== skipped on this machine (tests that need two GPUs skip on one; those that need the fake driver's fault injection skip on a GPU):"
 skipped tests.log
 skipped cudadrv-tests.log
+skipped nvml-tests.log
 skipped cu-tests.log
 grep -h -o '[a-z]* reading: .*' readings.log 2>/dev/null | sed 's/^/== /'
 if ((${#failed[@]} > 0)); then

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks, on any Linux machine, GPU or not: fetch cuda.h
 # and the link stub (scripts/cuda-dev.sh, cached in .cache/cuda), build the
-# fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1, and
-# run vet, build and the race-detector tests with -tags cuda against it.
+# fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1 and the
+# fake NVML of testdata/fakenvml into .cache/fakenvml/libnvidia-ml.so.1, and
+# run vet, build and the race-detector tests with -tags cuda against them.
+# Then run scripts/two-instances.sh (two instances sharing one fake GPU).
 # Then run the CUDA packages' tests again under each other reading the fake
 # offers, run examples/track on it, try package cu on mumax3 itself
 # (scripts/try-mumax3.sh), and build the folder of scripts/gpu-check.sh
@@ -27,8 +29,20 @@ mkdir -p "$fake"
 echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
 	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c -lpthread
-# The fake, not a driver the machine may have, answers every test.
-export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The fake NVML (testdata/fakenvml) beside it, against NVIDIA's nvml.h as
+# go-nvml ships it. go-nvml's own cgo build includes the whole header, whose
+# deprecated declarations would each print a warning.
+export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
+nvml_include=$(go list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/gen/nvml
+fakenvml=$root/.cache/fakenvml
+mkdir -p "$fakenvml"
+echo "== gcc testdata/fakenvml/fakenvml.c -> $fakenvml/libnvidia-ml.so.1"
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$nvml_include" \
+	-o "$fakenvml/libnvidia-ml.so.1" testdata/fakenvml/fakenvml.c -ldl -lpthread
+# The fakes, not a driver the machine may have, answer every test. The
+# tests that run a process without NVML drop FAKENVML_DIR from its path.
+export LD_LIBRARY_PATH=$fake:$fakenvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export FAKENVML_DIR=$fakenvml
 # One test runs a process on the real link stub, which must fail to init.
 stubdir=$root/.cache/cudastub
 mkdir -p "$stubdir"
@@ -53,6 +67,9 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
+
+echo "== scripts/two-instances.sh (fake driver and NVML)"
+./scripts/two-instances.sh
 
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track

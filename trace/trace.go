@@ -20,6 +20,16 @@
 // predate the history and have had no event since counts as
 // uncategorised until its first event.
 //
+// The history's marks ([memtrack.HistoryRecorder.Mark],
+// [memtrack.HistoryRecorder.BeginSpan]) are on the thread "marks": a mark is
+// an instant event named for it, and a span a slice ("X") from its begin to
+// its end, named for it, which Perfetto draws as a bar. A span still open
+// when the history was read reaches the history's last event (argument
+// "open"), and one whose begin the ring let go starts at the history's
+// first event ("begin_lost"). Spans that overlap without nesting go on
+// threads "marks 2", "marks 3", ..., so that each thread's slices nest, as
+// the format requires.
+//
 //	h, _ := dev.History().Snapshot()
 //	f, _ := os.Create("memtrack.json")
 //	trace.Write(f, h)
@@ -42,6 +52,7 @@ import (
 const (
 	tidEvents = 1 // refusals and the highest figure
 	tidGaps   = 2 // the gaps
+	tidMarks  = 3 // the marks, and the first lane of spans; lane i is tidMarks+i (marks.go)
 )
 
 // Event is one event of the Trace Event Format, as Write writes it.
@@ -101,7 +112,11 @@ func Events(hs ...memtrack.History) []Event {
 		)
 		high := -1 // the highest figure of the history
 		byCat := categorised(h)
+		evs = append(evs, markEvents(h, pid, us)...) // marks.go
 		for j, e := range h.Events {
+			if e.Action.IsMark() {
+				continue
+			}
 			if byCat != nil && e.Category != "" {
 				byCat[e.Category] = e.CategoryTracked
 			}

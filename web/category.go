@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/memtrack/memtrack"
@@ -59,29 +60,70 @@ func (p *plotter) closeCategories(need []*point) {
 	p.catLog = p.catLog[:0]
 }
 
+// TopCategories is how many categories the plot stacks one by one: past
+// them, those that track the most at the highest point, and the others as
+// one series, OtherCategories.
+const TopCategories = 9
+
+// OtherCategories names the series of the categories past TopCategories.
+const OtherCategories = "other categories"
+
 // categorySeries returns each category's tracked bytes at the points, in
-// the order the categories first appear in the history, and last the rest
-// of the device's tracked bytes as memtrack.Uncategorised; nil where no
-// event is in a category. A category's figure is the one its latest event
-// read (memtrack.HistoryEvent.CategoryTracked): a category whose buffers
+// the order the categories first appear in the history (past
+// TopCategories, the TopCategories that track the most at point atMax,
+// and then the others as OtherCategories), and last the rest of the
+// device's tracked bytes as memtrack.Uncategorised; nil where no event is
+// in a category. A category's figure is the one its latest event read
+// (memtrack.HistoryEvent.CategoryTracked): a category whose buffers
 // predate the history counts as uncategorised until its first event.
-func (p *plotter) categorySeries(pts []*point) []SiteSeries {
+func (p *plotter) categorySeries(pts []*point, atMax int) []SiteSeries {
 	if len(p.catNames) == 0 {
 		return nil
 	}
-	out := make([]SiteSeries, len(p.catNames)+1)
-	for i := range out {
-		out[i].Bytes = make([]int64, len(pts))
-		if i < len(p.catNames) {
-			out[i].Name = p.catNames[i]
+	// slot[id]: the series of category id.
+	slot := make([]int, len(p.catNames))
+	names := slices.Clone(p.catNames)
+	if len(p.catNames) > TopCategories {
+		at := func(id int) int64 {
+			if v := pts[atMax].cvec; id < len(v) {
+				return v[id]
+			}
+			return 0
+		}
+		order := make([]int, len(p.catNames))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(at(b), at(a)) })
+		top := slices.Clone(order[:TopCategories])
+		slices.Sort(top) // in the order they appear
+		names = names[:0]
+		for i := range slot {
+			slot[i] = TopCategories
+		}
+		for k, id := range top {
+			slot[id] = k
+			names = append(names, p.catNames[id])
+		}
+		names = append(names, OtherCategories)
+	} else {
+		for i := range slot {
+			slot[i] = i
 		}
 	}
-	rest := &out[len(p.catNames)]
+	out := make([]SiteSeries, len(names)+1)
+	for i := range out {
+		out[i].Bytes = make([]int64, len(pts))
+		if i < len(names) {
+			out[i].Name = names[i]
+		}
+	}
+	rest := &out[len(names)]
 	rest.Name = memtrack.Uncategorised
 	for j, q := range pts {
 		left := q.cur
 		for id, v := range q.cvec {
-			out[id].Bytes[j] = v
+			out[slot[id]].Bytes[j] += v
 			left -= v
 		}
 		rest.Bytes[j] = max(left, 0)

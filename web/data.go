@@ -45,6 +45,15 @@ type Device struct {
 	// Categories are the figures of the device's categories and of the
 	// memory outside them (category.go); absent without categories.
 	Categories []Category `json:"categories,omitempty"`
+	// The driver's per-process figures ([memtrack.Usage]), on a CUDA GPU
+	// where NVML gives them (PerProcess); PerProcessError says why not
+	// where it does not (process.go).
+	PerProcess         bool      `json:"perProcess"`
+	ProcessUsed        int64     `json:"processUsed"`
+	ProcessUntracked   int64     `json:"processUntracked"`
+	OtherProcessesUsed int64     `json:"otherProcessesUsed"`
+	OtherProcesses     []Process `json:"otherProcesses,omitempty"`
+	PerProcessError    string    `json:"perProcessError,omitempty"`
 }
 
 // History is a device's history as the plot draws it: times in
@@ -60,18 +69,26 @@ type History struct {
 	Bytes []int64   `json:"bytes"`
 	// Max is the highest point, with its time: the device's peak when
 	// it happened within the history (MaxAtPeak).
-	Max       int64   `json:"max"`
-	MaxT      float64 `json:"maxT"`
-	MaxAtPeak bool    `json:"maxAtPeak"`
-	Gaps      []Gap   `json:"gaps,omitempty"`
-	Refusals  []Mark  `json:"refusals,omitempty"`
+	Max       int64     `json:"max"`
+	MaxT      float64   `json:"maxT"`
+	MaxAtPeak bool      `json:"maxAtPeak"`
+	Gaps      []Gap     `json:"gaps,omitempty"`
+	Refusals  []Refusal `json:"refusals,omitempty"`
+	// Marks are the history's marks and spans (marks.go), the oldest
+	// first; past MaxMarks, the newest MaxMarks, and MarksLeftOut counts
+	// the others. MarkEvents counts the events of marks read (among
+	// Events: they are no points).
+	Marks        []Mark `json:"marks,omitempty"`
+	MarksLeftOut int    `json:"marksLeftOut,omitempty"`
+	MarkEvents   int    `json:"markEvents,omitempty"`
 	// Sites, when allocation sites are recorded, are the bytes live from
 	// the largest sites at the peak (by the innermost function that
 	// allocated), one value per point; the last is the rest.
 	Sites []SiteSeries `json:"sites,omitempty"`
 	// Categories, when the history has events in categories, are each
-	// category's tracked bytes at each point, the last "uncategorised"
-	// (category.go).
+	// category's tracked bytes at each point (past TopCategories, those
+	// that track the most at the highest point, then the others as
+	// OtherCategories), the last "uncategorised" (category.go).
 	Categories []SiteSeries `json:"categories,omitempty"`
 }
 
@@ -82,8 +99,8 @@ type Gap struct {
 	Missing uint64  `json:"missing"`
 }
 
-// Mark is a refused allocation.
-type Mark struct {
+// Refusal is a refused allocation.
+type Refusal struct {
 	T    float64 `json:"t"`
 	Kind string  `json:"kind"` // limit, oom or failed
 	Size int64   `json:"size"`
@@ -108,9 +125,11 @@ func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
 	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
 	out.Categories = categories(d) // category.go
-	var err error
-	if out.Free, out.Total, err = d.MemGetInfo(); err != nil {
+	if u, err := d.Usage(); err != nil {
 		out.InfoError = err.Error()
+	} else {
+		out.Free, out.Total = u.Free, u.Total
+		processes(&out, u) // process.go
 	}
 	out.Sites = d.Sites().Stats().Enabled
 	p := newPlotter(MaxPoints)

@@ -135,10 +135,10 @@ func FuzzPlotter(f *testing.F) {
 
 		ms := func(t time.Time) float64 { return float64(t.Sub(start).Microseconds()) / 1e3 }
 		var pts []memtrack.HistoryEvent
-		var marks []Mark
+		var marks []Refusal
 		for _, e := range events {
 			if e.Action.Refused() {
-				marks = append(marks, Mark{T: ms(e.Time), Kind: e.Action.String(), Size: e.Size})
+				marks = append(marks, Refusal{T: ms(e.Time), Kind: e.Action.String(), Size: e.Size})
 			} else {
 				pts = append(pts, e)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/memtrack/memtrack"
+	"github.com/memtrack/memtrack/internal/spans"
 )
 
 // plotter turns a history, given one event at a time (the oldest first, as
@@ -63,6 +64,11 @@ type plotter struct {
 	max       point                 // the highest point, the first of equals
 	last      point                 // the newest point, in the open bucket
 	refusals  []refusal
+
+	pairs           spans.Pairer // the spans (marks.go)
+	instants        []instant    // the marks that are no span, the newest (marks.go)
+	instantsDropped int
+	markEvents      int
 }
 
 // point is one plotted event.
@@ -98,12 +104,17 @@ type refusal struct {
 }
 
 func newPlotter(limit int) *plotter {
-	return &plotter{limit: max(limit, 4), w: 1, ids: make(map[*uintptr]int), nameID: make(map[string]int)}
+	return &plotter{limit: max(limit, 4), w: 1, ids: make(map[*uintptr]int), nameID: make(map[string]int), pairs: spans.Pairer{Max: MaxMarks}}
 }
 
 // add takes the next event.
 func (p *plotter) add(e memtrack.HistoryEvent) bool {
 	p.events++
+	p.pairs.Add(e)
+	if e.Action.IsMark() {
+		p.mark(e) // marks.go
+		return true
+	}
 	gap := p.started && e.Seq != p.prev.Seq+1
 	if gap && p.prevPoint {
 		p.pin(p.last)
@@ -281,11 +292,13 @@ func (p *plotter) finish(h memtrack.History, peak int64, now map[string]int64) *
 	ms := func(t time.Time) float64 { return float64(t.Sub(h.Start).Microseconds()) / 1e3 }
 	out := &History{MaxEntries: h.MaxEntries, Events: p.events, Overwritten: h.Overwritten, Lost: h.Lost, T: []float64{}, Bytes: []int64{}}
 	for _, r := range p.refusals {
-		out.Refusals = append(out.Refusals, Mark{T: ms(r.t), Kind: r.kind, Size: r.size})
+		out.Refusals = append(out.Refusals, Refusal{T: ms(r.t), Kind: r.kind, Size: r.size})
 	}
 	for _, g := range h.Gaps {
 		out.Gaps = append(out.Gaps, Gap{From: ms(g.From), To: ms(g.To), Missing: g.Missing})
 	}
+	out.Marks, out.MarksLeftOut = p.markList(ms) // marks.go
+	out.MarkEvents = p.markEvents
 	if !p.plotted {
 		return out
 	}
@@ -310,7 +323,7 @@ func (p *plotter) finish(h memtrack.History, peak int64, now map[string]int64) *
 		}
 	}
 	out.Max, out.MaxT, out.MaxAtPeak = p.max.cur, ms(p.max.t), p.max.cur == peak
-	out.Categories = p.categorySeries(pts) // category.go
+	out.Categories = p.categorySeries(pts, atMax) // category.go
 	if now == nil {
 		return out
 	}

@@ -1,9 +1,12 @@
 // Command oom runs out of memory on purpose and keeps the evidence: a
 // simulated model loads its weights and a KV cache under a memory limit,
-// then a forward pass asks for more than the limit leaves. The refusal's
-// report is printed, and package oomdump writes the dump of the moment of
-// failure: the report, the stats, the in-use and peak profiles by
-// allocation site and the history as a Chrome trace.
+// then a forward pass asks for more than the limit leaves. Each is
+// allocated in a category of its own (weights, kv_cache, activations) and
+// each phase is a span of the history. The refusal's report is printed,
+// with the categories' rows, and package oomdump writes the dump of the
+// moment of failure: the report, the stats with the categories' rows, the
+// in-use and peak profiles by allocation site and the history as a Chrome
+// trace, its phases among it.
 //
 //	go run ./examples/oom [-device cpu|cuda:N|metal:N] [-o dir]
 //	go tool pprof -top dir/oom-*/inuse.pb.gz
@@ -45,9 +48,15 @@ func main() {
 	check(dev.SetMemoryLimit(dev.MemoryAllocated() + 96<<20))
 	defer dev.SetMemoryLimit(0)
 
-	weights := loadWeights(dev, 4, 16<<20)
-	cache := allocKVCache(dev, 24<<20)
-	err = forwardPass(dev, 8, 4<<20)
+	load := span(dev, "load weights")
+	weights := loadWeights(category(dev, memtrack.CategoryWeights), 4, 16<<20)
+	check(load.End())
+	cacheSpan := span(dev, "cache")
+	cache := allocKVCache(category(dev, memtrack.CategoryKVCache), 24<<20)
+	check(cacheSpan.End())
+	pass := span(dev, "forward pass") // still open when the dump is written
+	err = forwardPass(category(dev, memtrack.CategoryActivations), 8, 4<<20)
+	check(pass.End())
 
 	var oom *memtrack.OutOfMemoryError
 	if !errors.As(err, &oom) {
@@ -72,7 +81,7 @@ func main() {
 }
 
 //go:noinline
-func loadWeights(dev memtrack.Device, n int, size int64) []*memtrack.Buffer {
+func loadWeights(dev memtrack.Category, n int, size int64) []*memtrack.Buffer {
 	var bs []*memtrack.Buffer
 	for range n {
 		b, err := dev.Alloc(size)
@@ -94,7 +103,7 @@ func load(b *memtrack.Buffer) {
 }
 
 //go:noinline
-func allocKVCache(dev memtrack.Device, size int64) *memtrack.Buffer {
+func allocKVCache(dev memtrack.Category, size int64) *memtrack.Buffer {
 	b, err := dev.Alloc(size)
 	check(err)
 	load(b)
@@ -105,7 +114,7 @@ func allocKVCache(dev memtrack.Device, size int64) *memtrack.Buffer {
 // ends, and returns the first error.
 //
 //go:noinline
-func forwardPass(dev memtrack.Device, layers int, size int64) error {
+func forwardPass(dev memtrack.Category, layers int, size int64) error {
 	var acts []*memtrack.Buffer
 	defer func() {
 		for _, b := range acts {
@@ -124,8 +133,22 @@ func forwardPass(dev memtrack.Device, layers int, size int64) error {
 }
 
 //go:noinline
-func activation(dev memtrack.Device, size int64) (*memtrack.Buffer, error) {
+func activation(dev memtrack.Category, size int64) (*memtrack.Buffer, error) {
 	return dev.Alloc(size)
+}
+
+// category returns the device's category called name.
+func category(dev memtrack.Device, name string) memtrack.Category {
+	c, err := dev.Category(name)
+	check(err)
+	return c
+}
+
+// span begins a span of the device's history called name.
+func span(dev memtrack.Device, name string) *memtrack.Span {
+	sp, err := dev.History().BeginSpan(name)
+	check(err)
+	return sp
 }
 
 func check(err error) {

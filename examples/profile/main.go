@@ -5,6 +5,13 @@
 //
 //	go run ./examples/profile [-device cpu|cuda:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
 //	go run ./examples/profile -serve localhost:6060 -linger 1m -trace memtrack.json
+//	go run -tags cuda ./examples/profile -device cuda:0 -barrier DIR -instance a -peers 2
+//
+// With -barrier, instances started together line up at each step (the
+// baseline, the weights, the pass), as serving instances started at once on
+// one GPU do (scripts/two-instances.sh runs two); each prints, besides,
+// what the driver reported of each process (NVML) and the budget from the
+// device-wide figures beside the one Budget gives.
 //
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
@@ -14,7 +21,9 @@
 // activations of every layer, the way a framework's allocator is driven.
 // The weights, the activations and the KV cache (a few of the blocks the
 // budget allows, -cache-blocks) are allocated in categories of their own,
-// and the program ends with each category's figures.
+// and the program ends with each category's figures. Its phases, "load
+// weights", "measured pass" and "cache", are spans of the history
+// (HistoryRecorder.BeginSpan), which the page and the trace draw.
 package main
 
 import (
@@ -43,6 +52,9 @@ func main() {
 		traceFile   = flag.String("trace", "", "write the allocation history to this file as a Chrome trace, for Perfetto UI")
 		linger      = flag.Duration("linger", 0, "with -serve, keep serving this long once done")
 		cacheBlocks = flag.Int64("cache-blocks", 4, "KV-cache blocks to allocate once the cache is sized (at most as many as the budget allows)")
+		barrierDir  = flag.String("barrier", "", "line up with the other instances at each step through files in this directory")
+		instance    = flag.String("instance", "a", "with -barrier, this instance's name")
+		peers       = flag.Int("peers", 2, "with -barrier, how many instances line up")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -61,20 +73,30 @@ func main() {
 	check(err)
 	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
 	defer stopView()
-	weightsCat, kvCache, activations := categories(dev) // categories.go
+	weightsCat, kvCache, activations := categories(dev)               // categories.go
+	line := barrier{dir: *barrierDir, name: *instance, peers: *peers} // instances.go
 
 	// The baseline, before anything of the instance is on the device.
 	base, err := dev.Baseline()
 	check(err)
+	line.wait("baseline")
 	// The weights stay allocated for the server's lifetime.
+	load, err := dev.History().BeginSpan("load weights") // a phase on the timeline, where a history is recorded
+	check(err)
 	weightBuf, err := weightsCat.Alloc(w)
 	check(err)
 	defer weightBuf.Free()
 	touch(weightBuf) // loading writes them, so that they are resident as real weights are
+	check(load.End())
+	line.wait("weights")
 
 	// Measure one forward pass: the peak measures only what it adds.
+	pass, err := dev.History().BeginSpan("measured pass")
+	check(err)
 	p, err := dev.Measure(func() error { return forwardPass(activations, *workers, *layers, act) })
 	check(err)
+	check(pass.End())
+	line.wait("measured")
 
 	// Each figure is named once, for what it is (docs/glossary.md).
 	// "Tracked" is what memtrack counts (buffers allocated through it);
@@ -91,10 +113,14 @@ func main() {
 	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
 	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
 	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
+	printProcesses(base, p) // instances.go
 
 	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
-	if b, err := p.Budget(base, *utilization, block); err != nil {
+	b, err := p.Budget(base, *utilization, block)
+	wholeBase, whole := deviceWide(base, p)
+	wb, werr := whole.Budget(wholeBase, *utilization, block)
+	if err != nil {
 		if !errors.Is(err, memtrack.ErrOutOfMemory) {
 			log.Fatal(err)
 		}
@@ -103,17 +129,26 @@ func main() {
 		printBudget(b, "weights", "untracked growth since the baseline")
 		blocks += b.Blocks
 		vllmBlocks = b.Blocks
+		if b.PerProcess && werr == nil {
+			fmt.Printf("  from the device-wide figures instead: %s untracked growth, %d blocks\n", size(wb.UntrackedIncrease), wb.Blocks)
+		}
+	}
+	if line.dir != "" {
+		fmt.Println(budgetLine(*instance, b, wb, err, werr)) // for scripts/two-instances.sh
 	}
 	fmt.Printf("KV cache on a shared device (Measurement.SharedBudget):\n")
-	b, err := p.SharedBudget(*utilization, block)
+	b, err = p.SharedBudget(*utilization, block)
 	check(err)
 	printBudget(b, "used before the pass", "untracked growth in the pass")
 	blocks += b.Blocks
 	if blocks == 0 {
 		os.Exit(1)
 	}
+	cacheSpan, err := dev.History().BeginSpan("cache")
+	check(err)
 	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block) // categories.go
 	check(err)
+	check(cacheSpan.End())
 	defer freeAll(cache)
 	printCategories(dev)
 	// The page lingers, and the trace ends, with the weights and the cache
@@ -130,8 +165,16 @@ func printBudget(b memtrack.Budget, held, grown string) {
 	if b.OtherTracked != 0 {
 		other = " + " + size(b.OtherTracked) + " other tracked"
 	}
+	if b.OtherProcessesUsed != 0 {
+		other += " + " + size(b.OtherProcessesUsed) + " of other processes"
+	}
 	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s\n",
 		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
+	if b.PerProcess {
+		fmt.Printf("  figures:   per process (NVML)\n")
+	} else if b.PerProcessErr != nil {
+		fmt.Printf("  figures:   device-wide: %v\n", b.PerProcessErr)
+	}
 	fmt.Printf("  cache:     %s, %d blocks of %s\n", size(b.Available), b.Blocks, size(b.BlockSize))
 }
 

@@ -16,8 +16,8 @@ const (
 	slotMask    uint64 = 3
 )
 
-// Event is one event as the ring holds it. Action and Category are the
-// caller's codes, which the ring does not read.
+// Event is one event as the ring holds it. Action, Category and Mark are
+// the caller's codes, which the ring does not read.
 type Event[S any] struct {
 	Seq             uint64 // the event's number, from 0
 	Time            time.Time
@@ -27,6 +27,7 @@ type Event[S any] struct {
 	Tracked         int64 // the device's figure just after the event
 	CategoryTracked int64 // the category's figure just after the event
 	Stream          uintptr
+	Mark            uint32
 	Site            *S // nil for none
 }
 
@@ -57,7 +58,8 @@ type slot struct {
 	ccur   int64 // the category's tracked bytes
 	action uint8
 	cat    uint8
-	_      [64 - 50]byte
+	mark   uint32
+	_      [64 - 56]byte
 }
 
 // New returns a ring of n >= 1 events, its memory touched now, so that the
@@ -78,12 +80,13 @@ func (h *Ring[S]) Len() int { return len(h.slots) }
 // Start returns the moment the ring was made: the clock of its events.
 func (h *Ring[S]) Start() time.Time { return h.start }
 
-// Record writes one event into the ring, or counts it lost.
-func (h *Ring[S]) Record(action uint8, size, cur int64, site *S, stream uintptr, cat uint8, ccur int64) {
+// Record writes one event into the ring, or counts it lost, and returns
+// its number.
+func (h *Ring[S]) Record(action uint8, size, cur int64, site *S, stream uintptr, cat uint8, ccur int64, mark uint32) uint64 {
 	nanos := int64(time.Since(h.start))
 	t := h.head.Add(1) - 1
 	if sl := h.claim(t); sl != nil {
-		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur = nanos, size, cur, stream, action, cat, ccur
+		sl.nanos, sl.size, sl.cur, sl.stream, sl.action, sl.cat, sl.ccur, sl.mark = nanos, size, cur, stream, action, cat, ccur, mark
 		if p := h.sites.Load(); p != nil {
 			(*p)[t%uint64(len(h.slots))] = site
 		} else if site != nil {
@@ -91,6 +94,7 @@ func (h *Ring[S]) Record(action uint8, size, cur int64, site *S, stream uintptr,
 		}
 		sl.seq.Store((t+1)<<2 | slotDone)
 	}
+	return t
 }
 
 // makeSites makes the array of the events' sites, once.
@@ -154,6 +158,7 @@ func (h *Ring[S]) Read(begin func(slots uint64), f func(Event[S]) bool) (gaps []
 			Tracked:         sl.cur,
 			CategoryTracked: sl.ccur,
 			Stream:          sl.stream,
+			Mark:            sl.mark,
 		}
 		if sites != nil {
 			e.Site = (*sites)[t%n]

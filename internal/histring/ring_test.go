@@ -50,7 +50,7 @@ func steps(r readout) []step {
 // events, count them lost, and leave gaps in the history.
 func TestHistoryDroppedWriterIsAGap(t *testing.T) {
 	h := New[int](4)
-	write := func(size int64) { h.Record(alloc, size, size, nil, 0, 0, 0) }
+	write := func(size int64) { h.Record(alloc, size, size, nil, 0, 0, 0, 0) }
 	write(1) // 0
 	write(2) // 1
 	// A writer of event 2 is preempted after its ticket; 3 to 5 go by, and

@@ -43,21 +43,36 @@
 //	                           cuCtxSetCurrent) fails with the CUresult code
 //	                           and does nothing
 //	FAKECUDA_ERROR=code        every call returns this CUresult
+//	FAKECUDA_MACHINE=path      the machine's state (machine.h) is the file
+//	                           path, mapped shared: every process started
+//	                           with the same path, devices and capacities
+//	                           shares one set of GPUs, sees the others'
+//	                           memory in cuMemGetInfo and is listed with its
+//	                           own by the fake NVML (testdata/fakenvml); by
+//	                           default the process is alone on its machine
 //
 // A sticky error (one that cuda.h says leaves the process unusable, such as
 // CUDA_ERROR_ILLEGAL_ADDRESS), once injected, is what every later call
 // returns, except cuGetErrorName and cuGetErrorString, as with the driver.
 #include <cuda.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEVICES 16
+#include "faults.h"
+#include "machine.h"
+
+#define MAX_DEVICES MACHINE_DEVICES
 #define MAX_CREATED 64
-#define MAX_FAULTS 16
 #define STACK_DEPTH 32
 
 struct CUctx_st {
@@ -74,12 +89,6 @@ struct alloc {
 	int device;
 };
 
-struct fault {
-	char name[64];
-	long n;
-	CUresult code;
-	long calls;
-};
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int ndevices = 1;
@@ -97,7 +106,6 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static CUresult poisoned = CUDA_SUCCESS; // the sticky error, once one happened
 static long nallocs, nfrees;
-static size_t used[MAX_DEVICES];
 static int retained[MAX_DEVICES];
 static struct CUctx_st contexts[MAX_DEVICES];
 static struct CUctx_st created[MAX_CREATED];
@@ -114,20 +122,124 @@ static long env_long(const char *name, long def) {
 	return s && *s ? strtol(s, NULL, 0) : def;
 }
 
-static void configure_faults(const char *s) {
-	while (s && *s && nfaults < MAX_FAULTS) {
-		struct fault *f = &faults[nfaults];
-		const char *colon = strchr(s, ':');
-		if (!colon || (size_t)(colon - s) >= sizeof f->name) break;
-		memcpy(f->name, s, (size_t)(colon - s));
-		f->name[colon - s] = 0;
-		char *end;
-		f->n = strtol(colon + 1, &end, 0);
-		if (*end != ':') break;
-		f->code = (CUresult)strtol(end + 1, &end, 0);
-		nfaults++;
-		s = *end == ',' ? end + 1 : NULL;
+// ---- the machine: every process's device memory, as the driver keeps it
+
+static struct machine *mach;
+static struct machine_proc *self; // this process's slot in mach
+static int mach_fd = -1;          // FAKECUDA_MACHINE's file, kept open: its record locks say who lives
+
+// slot_lock_offset is the byte of the machine's file whose record lock the
+// process of slot i holds while it lives: the kernel releases it when the
+// process exits, however it exits, as the driver frees an exited process's
+// memory.
+static off_t slot_lock_offset(int i) { return (off_t)sizeof(struct machine) + i; }
+
+// reap frees the slots of processes that exited; mach->mu is held.
+static void reap(void) {
+	if (mach_fd < 0) return;
+	for (int i = 0; i < MACHINE_PROCS; i++) {
+		struct machine_proc *p = &mach->procs[i];
+		if (p->pid == 0 || p == self) continue;
+		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot_lock_offset(i), .l_len = 1};
+		if (fcntl(mach_fd, F_GETLK, &fl) == 0 && fl.l_type == F_UNLCK) memset(p, 0, sizeof *p);
 	}
+}
+
+static void machine_lock(void) {
+	if (pthread_mutex_lock(&mach->mu) == EOWNERDEAD) pthread_mutex_consistent(&mach->mu);
+	reap();
+}
+
+static void machine_unlock(void) { pthread_mutex_unlock(&mach->mu); }
+
+static void die(const char *what, const char *path) {
+	fprintf(stderr, "fakecuda: FAKECUDA_MACHINE=%s: %s: %s\n", path, what, strerror(errno));
+	abort();
+}
+
+// machine_setup maps the machine (FAKECUDA_MACHINE's file, or memory of
+// the process's own) and takes a slot in it for this process.
+static void machine_setup(void) {
+	const char *path = getenv("FAKECUDA_MACHINE");
+	void *p;
+	if (path && *path) {
+		mach_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (mach_fd < 0) die("open", path);
+		if (flock(mach_fd, LOCK_EX) != 0) die("flock", path);
+		struct stat st;
+		if (fstat(mach_fd, &st) != 0) die("fstat", path);
+		if ((size_t)st.st_size < sizeof *mach && ftruncate(mach_fd, sizeof *mach) != 0) die("ftruncate", path);
+		p = mmap(NULL, sizeof *mach, PROT_READ | PROT_WRITE, MAP_SHARED, mach_fd, 0);
+		if (p == MAP_FAILED) die("mmap", path);
+	} else {
+		p = mmap(NULL, sizeof *mach, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) die("mmap", "(none)");
+	}
+	mach = p;
+	if (mach->magic != MACHINE_MAGIC) {
+		pthread_mutexattr_t a;
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+		pthread_mutex_init(&mach->mu, &a);
+		pthread_mutexattr_destroy(&a);
+		mach->version = MACHINE_VERSION;
+		__atomic_store_n(&mach->magic, MACHINE_MAGIC, __ATOMIC_RELEASE);
+	} else if (mach->version != MACHINE_VERSION) {
+		errno = EINVAL;
+		die("written by another version of the fake driver", path);
+	}
+	if (mach_fd >= 0) flock(mach_fd, LOCK_UN);
+	machine_lock();
+	for (int i = 0; i < MACHINE_PROCS && !self; i++) {
+		if (mach->procs[i].pid != 0) continue;
+		if (mach_fd >= 0) {
+			struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot_lock_offset(i), .l_len = 1};
+			if (fcntl(mach_fd, F_SETLK, &fl) != 0) continue; // a process still exiting holds it
+		}
+		self = &mach->procs[i];
+		memset(self, 0, sizeof *self);
+		self->pid = (int)getpid();
+	}
+	machine_unlock();
+	if (!self) {
+		errno = ENOSPC;
+		die("more processes than the machine has slots for", path ? path : "(none)");
+	}
+}
+
+// in_use returns the memory in use on device dev, by every process;
+// mach->mu is held.
+static size_t in_use(int dev) {
+	size_t n = 0;
+	for (int i = 0; i < MACHINE_PROCS; i++) n += mach->procs[i].used[dev];
+	return n;
+}
+
+// charge charges n bytes of device dev to this process, or fails with
+// CUDA_ERROR_OUT_OF_MEMORY where the device, with every process's memory,
+// has not that much free; uncharge gives them back.
+static CUresult charge(int dev, size_t n) {
+	machine_lock();
+	size_t u = in_use(dev);
+	CUresult r = u > capacity[dev] || n > capacity[dev] - u ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS) self->used[dev] += n;
+	machine_unlock();
+	return r;
+}
+
+static void uncharge(int dev, size_t n) {
+	machine_lock();
+	self->used[dev] -= n;
+	machine_unlock();
+}
+
+// count_context counts a context of this process on dev coming (+1) or
+// going (-1): NVML lists a process on a device while it has one there.
+static void count_context(int dev, int delta) {
+	machine_lock();
+	self->contexts[dev] += delta;
+	machine_unlock();
 }
 
 static void configure(void) {
@@ -153,7 +265,8 @@ static void configure(void) {
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
-	configure_faults(getenv("FAKECUDA_FAIL"));
+	nfaults = parse_faults(getenv("FAKECUDA_FAIL"), faults);
+	machine_setup();
 }
 
 // sticky reports whether cuda.h says that r leaves the process in an
@@ -196,7 +309,7 @@ static CUresult enter(const char *fn) {
 		for (int i = 0; i < nfaults; i++) {
 			struct fault *f = &faults[i];
 			if (strcmp(f->name, fn) == 0 && ++f->calls == f->n) {
-				r = f->code;
+				r = (CUresult)f->code;
 				if (sticky(r)) poisoned = r;
 			}
 		}
@@ -274,19 +387,23 @@ CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out) { ret
 
 // fakecuda_take takes n bytes of device dev's memory for a pool, or fails
 // with CUDA_ERROR_OUT_OF_MEMORY; fakecuda_give gives them back.
-CUresult fakecuda_take(int dev, size_t n) {
-	pthread_mutex_lock(&mu);
-	CUresult r = n > capacity[dev] - used[dev] ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-	if (r == CUDA_SUCCESS) used[dev] += n;
-	pthread_mutex_unlock(&mu);
-	return r;
-}
+CUresult fakecuda_take(int dev, size_t n) { return charge(dev, n); }
 
-void fakecuda_give(int dev, size_t n) {
-	pthread_mutex_lock(&mu);
-	used[dev] -= n;
-	pthread_mutex_unlock(&mu);
+void fakecuda_give(int dev, size_t n) { uncharge(dev, n); }
+
+// ---- shared with the fake NVML (machine.h)
+
+struct machine *fakecuda_machine(void) {
+	pthread_once(&config_once, configure);
+	return mach;
 }
+void fakecuda_machine_lock(void) { machine_lock(); }
+void fakecuda_machine_unlock(void) { machine_unlock(); }
+int fakecuda_devices(void) {
+	pthread_once(&config_once, configure);
+	return ndevices;
+}
+unsigned long long fakecuda_capacity(int dev) { return capacity[dev]; }
 
 #define UNSUPPORTED(fn)                          \
 	do {                                     \
@@ -408,9 +525,15 @@ CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
 
 // take_context_memory charges a new context's memory to dev; mu is held.
 static CUresult take_context_memory(int dev) {
-	if (used[dev] + context_bytes > capacity[dev]) return CUDA_ERROR_OUT_OF_MEMORY;
-	used[dev] += context_bytes;
-	return CUDA_SUCCESS;
+	CUresult r = charge(dev, context_bytes);
+	if (r == CUDA_SUCCESS) count_context(dev, 1);
+	return r;
+}
+
+// give_context_memory gives a context's memory back as it is destroyed.
+static void give_context_memory(int dev) {
+	uncharge(dev, context_bytes);
+	count_context(dev, -1);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
@@ -438,7 +561,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
-	if (__atomic_sub_fetch(&retained[dev], 1, __ATOMIC_RELEASE) == 0) used[dev] -= context_bytes;
+	if (__atomic_sub_fetch(&retained[dev], 1, __ATOMIC_RELEASE) == 0) give_context_memory(dev);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -481,7 +604,7 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	__atomic_store_n(&ctx->alive, 0, __ATOMIC_RELEASE);
-	used[ctx->device] -= context_bytes;
+	give_context_memory(ctx->device);
 	pthread_mutex_unlock(&mu);
 	if (current() == ctx) depth--;
 	return CUDA_SUCCESS;
@@ -558,12 +681,11 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&mu);
 	long n = ++nallocs;
-	if (n == fail_alloc || bytesize > capacity[dev] - used[dev]) {
+	if (n == fail_alloc || charge(dev, bytesize) != CUDA_SUCCESS) {
 		pthread_mutex_unlock(&mu);
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	used[dev] += bytesize;
 	pthread_mutex_unlock(&mu);
 	// Host memory stands for device memory; malloc maps large blocks lazily,
 	// so untouched gigabytes cost no RAM.
@@ -590,9 +712,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 		a->mem = malloc(bytesize);
 	}
 	if (!a->mem) {
-		pthread_mutex_lock(&mu);
-		used[dev] -= bytesize;
-		pthread_mutex_unlock(&mu);
+		uncharge(dev, bytesize);
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -625,7 +745,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	}
 	struct alloc *a = *p;
 	*p = a->next;
-	used[a->device] -= a->size;
+	uncharge(a->device, a->size);
 	if (alloc_reuse) {
 		a->next = unmapped;
 		unmapped = a;
@@ -643,10 +763,11 @@ CUresult CUDAAPI cuMemGetInfo(size_t *freep, size_t *totalp) {
 	CUresult r = in_context("cuMemGetInfo", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (!freep || !totalp) return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&mu);
-	*freep = capacity[dev] - used[dev];
+	machine_lock();
+	size_t u = in_use(dev);
+	machine_unlock();
+	*freep = u < capacity[dev] ? capacity[dev] - u : 0;
 	*totalp = capacity[dev];
-	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
 
@@ -704,12 +825,28 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUd
 // cuDeviceGetUuid_v2 gives device n the UUID whose bytes spell "memtrack",
 // then 0x80 0x00, then n in the last byte: nvidia-smi would print device 1
 // as GPU-6d656d74-7261-636b-8000-000000000001. (cuDeviceGetName is above.)
-CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+static void uuid_of(int dev, unsigned char b[16]) {
 	static const char prefix[10] = {'m', 'e', 'm', 't', 'r', 'a', 'c', 'k', (char)0x80, 0};
+	memset(b, 0, 16);
+	memcpy(b, prefix, sizeof prefix);
+	b[15] = (unsigned char)dev;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
 	CUresult r = on_device("cuDeviceGetUuid", dev, uuid);
 	if (r != CUDA_SUCCESS) return r;
-	memset(uuid->bytes, 0, sizeof uuid->bytes);
-	memcpy(uuid->bytes, prefix, sizeof prefix);
-	uuid->bytes[15] = (char)dev;
+	uuid_of(dev, (unsigned char *)uuid->bytes);
 	return CUDA_SUCCESS;
+}
+
+// fakecuda_identity gives the fake NVML (machine.h) the name and UUID that
+// cuDeviceGetName and cuDeviceGetUuid_v2 give device dev, bypassing the
+// configured faults: NVML reads the GPU, not the CUDA driver's calls.
+void fakecuda_identity(int dev, char *name, int len, unsigned char uuid[16]) {
+	pthread_once(&config_once, configure);
+	if (device_name)
+		snprintf(name, (size_t)len, "%s", device_name);
+	else
+		snprintf(name, (size_t)len, "memtrack fakecuda %d", dev);
+	uuid_of(dev, uuid);
 }

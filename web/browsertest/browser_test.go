@@ -75,8 +75,16 @@ func alloc(d memtrack.Device, n int64) *memtrack.Buffer {
 // layers, each allocating its activation and a scratch buffer and freeing
 // the scratch and the previous activation; then one allocation refused by
 // the limit. The peak is the weights, two activations and a scratch: 23 MiB.
+// It marks its phases: the spans "load weights" and "layers", and the mark
+// "limit set".
 func pattern(t *testing.T, d memtrack.Device, limit int64) (weights *memtrack.Buffer) {
+	load, err := d.History().BeginSpan("load weights")
+	require.NoError(t, err)
 	weights = loadWeights(d)
+	time.Sleep(40 * time.Millisecond) // long enough on the plot for the span's label
+	require.NoError(t, load.End())
+	layers, err := d.History().BeginSpan("layers")
+	require.NoError(t, err)
 	var prev *memtrack.Buffer
 	for range 4 {
 		time.Sleep(20 * time.Millisecond) // spread the events over time for the plot
@@ -91,13 +99,24 @@ func pattern(t *testing.T, d memtrack.Device, limit int64) (weights *memtrack.Bu
 		prev = act
 	}
 	require.NoError(t, allocErr)
+	require.NoError(t, layers.End())
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, d.SetMemoryLimit(limit))
-	_, err := d.Alloc(limit)
+	require.NoError(t, d.History().Mark("limit set"))
+	_, err = d.Alloc(limit)
 	require.ErrorIs(t, err, memtrack.ErrOutOfMemory)
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, prev.Free())
 	return weights
+}
+
+// servePage serves the page at /debug/memtrack/ until the test ends.
+func servePage(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/debug/memtrack/", web.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // browser starts headless Chromium and returns a context for a tab of it,
@@ -163,6 +182,22 @@ type view struct {
 	PeakMarkers []float64 `json:"peakMarkers"` // their cy
 	Sites       []string  `json:"sites"`
 	Refusals    []string  `json:"refusals"` // their kinds
+	// The spans' bars and the marks' lines, with their labels as shown.
+	Spans []struct {
+		Name    string  `json:"name"`
+		X       float64 `json:"x"`
+		Width   float64 `json:"width"`
+		Label   string  `json:"label"`
+		Visible bool    `json:"visible"`
+	} `json:"spans"`
+	Bands []string `json:"bands"`
+	Marks []struct {
+		Name    string  `json:"name"`
+		X       float64 `json:"x"`
+		Label   string  `json:"label"`
+		Visible bool    `json:"visible"`
+	} `json:"marks"`
+	Refusal []float64 `json:"refusalX"` // the refusals' x
 }
 
 const readView = `(() => {
@@ -178,6 +213,18 @@ const readView = `(() => {
     peakMarkers: q('svg.plot circle.peak-marker').map(e => +a(e, 'cy')),
     sites: q('svg.plot path.site').map(e => a(e, 'data-site')),
     refusals: q('svg.plot line.refusal').map(e => a(e, 'data-kind')),
+    refusalX: q('svg.plot line.refusal').map(e => +a(e, 'x1')),
+    spans: q('svg.plot rect.span').map(e => {
+      const l = [...e.parentNode.querySelectorAll('text.span-label')].find(t => Math.abs(+a(t, 'x') - 3 - +a(e, 'x')) < 0.01);
+      const r = l ? l.getBoundingClientRect() : {width: 0, height: 0};
+      return {name: a(e, 'data-mark'), x: +a(e, 'x'), width: +a(e, 'width'), label: l ? l.textContent : "", visible: r.width > 0 && r.height > 0};
+    }),
+    bands: q('svg.plot rect.span-band').map(e => a(e, 'data-mark')),
+    marks: q('svg.plot line.mark').map(e => {
+      const l = [...e.parentNode.querySelectorAll('text.mark-label')].find(t => Math.abs(+a(t, 'x') - 3 - +a(e, 'x1')) < 0.01);
+      const r = l ? l.getBoundingClientRect() : {width: 0, height: 0};
+      return {name: a(e, 'data-mark'), x: +a(e, 'x1'), label: l ? l.textContent : "", visible: r.width > 0 && r.height > 0};
+    }),
   };
 })()`
 
@@ -199,10 +246,7 @@ func TestPageInChromium(t *testing.T) {
 	peak := d.MaxMemoryAllocated()
 	require.Equal(t, int64(12+3+3+5)<<20, peak, "the pattern's peak")
 
-	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", web.Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := servePage(t)
 
 	ctx, consoleErrors := browser(t, exe)
 	require.NoError(t, chromedp.Do(ctx,
@@ -250,6 +294,26 @@ func TestPageInChromium(t *testing.T) {
 
 	assert.Equal(t, []string{"limit"}, v.Refusals, "the refused allocation is marked")
 
+	// The phases: two labelled spans, one after the other, and the mark
+	// just before the refusal.
+	require.Len(t, v.Spans, 2, "%+v", v.Spans)
+	assert.Equal(t, []string{"load weights", "layers"}, v.Bands)
+	for i, name := range []string{"load weights", "layers"} {
+		s := v.Spans[i]
+		assert.Equal(t, name, s.Name)
+		assert.Equal(t, name, s.Label, "the span's label is whole")
+		assert.True(t, s.Visible, "the label of %s is on screen", name)
+		assert.Positive(t, s.Width)
+	}
+	assert.LessOrEqual(t, v.Spans[0].X+v.Spans[0].Width, v.Spans[1].X+0.01, "load weights ends before the layers begin")
+	require.Len(t, v.Marks, 1)
+	assert.Equal(t, "limit set", v.Marks[0].Name)
+	assert.Equal(t, "limit set", v.Marks[0].Label)
+	assert.True(t, v.Marks[0].Visible)
+	require.Len(t, v.Refusal, 1)
+	assert.LessOrEqual(t, v.Marks[0].X, v.Refusal[0], "the mark comes before the refusal")
+	assert.GreaterOrEqual(t, v.Marks[0].X, v.Spans[1].X+v.Spans[1].Width-0.01, "and after the layers")
+
 	// The screenshot, for the documentation.
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
@@ -287,10 +351,7 @@ func TestPageWithoutScripts(t *testing.T) {
 	require.NoError(t, d.SetMemoryLimit(64<<20))
 	defer d.SetMemoryLimit(0)
 
-	mux := http.NewServeMux()
-	mux.Handle("/debug/memtrack/", web.Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := servePage(t)
 
 	ctx, consoleErrors := browser(t, exe)
 	_, err = chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})

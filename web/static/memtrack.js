@@ -4,9 +4,13 @@
 "use strict";
 (function () {
   const SVG = "http://www.w3.org/2000/svg";
-  const W = 960, H = 320, ML = 80, MR = 24, MT = 28, MB = 40;
+  const W = 960, H0 = 320, ML = 80, MR = 24, MT0 = 28, MB = 40;
   const SITE_COLORS = ["#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#e0e0e0"];
-  const CATEGORY_COLORS = ["#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#e7cb94", "#c6dbef"];
+  const MARK_COLORS = ["#8c6bb1", "#41ab5d", "#ef6548", "#4292c6", "#fe9929", "#807dba", "#969696"];
+  const BAND = 16; // the height of a row of marks' labels
+  const FOLD_CATEGORIES = 17; // more rows than this: the category table is folded
+  const openCategories = new Set(); // the devices whose folded category table was opened
+  const CATEGORY_COLORS = ["#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#e7cb94", "#c6dbef", "#d9d9d9"];
   const refresh = Number(document.body.dataset.refresh || 0);
   // The plot stacks the allocation sites, or the categories with
   // ?stack=categories (and wherever no sites are recorded).
@@ -76,11 +80,19 @@
     sec.appendChild(html("h2", {}, dev.name));
     if (!h) {
       sec.appendChild(html("p", { "class": "note" }, "No history recorded: call Device.History().Enable to see the timeline."));
-      if (dev.categories) sec.appendChild(categoryTable(dev.categories));
+      if (dev.categories) sec.appendChild(categoryTable(dev.name, dev.categories));
+      processNote(sec, dev);
       return sec;
     }
     const n = h.t.length;
-    const tEnd = Math.max(n ? h.t[n - 1] : 0, ...(h.refusals || []).map(r => r.t), 1);
+    const marks = h.marks || [];
+    const tEnd = Math.max(n ? h.t[n - 1] : 0, ...(h.refusals || []).map(r => r.t), ...marks.map(m => m.span ? m.end : m.t), 1);
+    // Above the plot, a row of labels per lane of spans, and one for the
+    // marks that are no span.
+    const spanRows = marks.reduce((a, m) => m.span ? Math.max(a, (m.lane || 0) + 1) : a, 0);
+    const instantRow = marks.some(m => !m.span) ? spanRows : -1;
+    const rows = spanRows + (instantRow >= 0 ? 1 : 0);
+    const MT = MT0 + rows * BAND, H = H0 + rows * BAND;
     let yMax = Math.max(h.max, 1);
     const limitShown = dev.limit > 0 && dev.limit <= 4 * yMax;
     if (limitShown) yMax = Math.max(yMax, dev.limit);
@@ -163,6 +175,7 @@
         base = top;
       });
     }
+    drawMarks(svg, marks, x, MT, H, instantRow);
     if (n) svg.appendChild(el("path", { "class": "series", d: steps(h.bytes), fill: "none", stroke: "#1f5fa8", "stroke-width": 2 }));
 
     // Refused allocations.
@@ -200,7 +213,8 @@
     const notes = [`${h.events} events in a ring of ${h.maxEntries}`];
     if (h.overwritten) notes.push(`${h.overwritten} older events overwritten`);
     if (h.lost) notes.push(`${h.lost} lost`);
-    if (n < h.events - (h.refusals || []).length) notes.push(`${n} points plotted`);
+    if (n < h.events - (h.refusals || []).length - (h.markEvents || 0)) notes.push(`${n} points plotted`);
+    if (h.marksLeftOut) notes.push(`${h.marksLeftOut} older marks not drawn`);
     sec.appendChild(html("p", { "class": "note" }, notes.join(" · ")));
     if (h.categories && h.sites) {
       const other = stack.by === "sites" ? "categories" : "sites";
@@ -208,12 +222,77 @@
       p.appendChild(html("a", { href: "?stack=" + other }, "stack by " + other));
       sec.appendChild(p);
     }
-    if (dev.categories) sec.appendChild(categoryTable(dev.categories));
+    if (dev.categories) sec.appendChild(categoryTable(dev.name, dev.categories));
+    processNote(sec, dev);
     return sec;
   }
 
+  // processNote adds the driver's per-process figures (NVML) to a device's
+  // section: this process's, and each other process's; or why there are
+  // none, on a device that should have them.
+  function processNote(sec, dev) {
+    if (!dev.perProcess) {
+      if (dev.perProcessError) sec.appendChild(html("p", { "class": "note processes" }, "per process (NVML): unavailable: " + dev.perProcessError));
+      return;
+    }
+    const t = html("table", { "class": "processes" });
+    const head = html("tr", {});
+    for (const c of ["process (NVML)", "used", "untracked"]) head.appendChild(html("th", {}, c));
+    t.appendChild(html("thead", {})).appendChild(head);
+    const body = t.appendChild(html("tbody", {}));
+    const row = (name, used, untracked) => {
+      const tr = html("tr", {});
+      tr.appendChild(cell(name));
+      tr.appendChild(cell(fmtBytes(used), used + " B"));
+      tr.appendChild(untracked === null ? cell("-") : cell(fmtBytes(untracked), untracked + " B"));
+      body.appendChild(tr);
+    };
+    row("this process", dev.processUsed, dev.processUntracked);
+    for (const p of dev.otherProcesses || []) row(`${p.pid} ${p.name || "(name unknown)"}`, p.used, null);
+    if (dev.otherProcesses) row("other processes", dev.otherProcessesUsed, null);
+    sec.appendChild(t);
+  }
+
+  // drawMarks draws the spans as bands over the plot's height, labelled in
+  // their lane's row above it, and the other marks as lines labelled in
+  // their own row; the plot's area starts at top.
+  function drawMarks(svg, marks, x, top, height, instantRow) {
+    const colors = {};
+    const colorOf = name => colors[name] || (colors[name] = MARK_COLORS[Object.keys(colors).length % MARK_COLORS.length]);
+    const rowY = r => 2 + r * BAND;
+    const label = (text, x0, width, y, cls) => {
+      const room = Math.floor((width - 6) / 6.2); // characters of the 11 px font that fit
+      if (room < 1) return null;
+      return el("text", { "class": cls, x: x0 + 3, y: y + BAND - 5 }, text.length > room ? text.slice(0, Math.max(room - 1, 1)) + "…" : text);
+    };
+    for (const m of marks) {
+      const color = colorOf(m.name);
+      const x0 = x(m.t);
+      if (m.span) {
+        const w = Math.max(x(m.end) - x0, 1);
+        const what = `${m.name}: ${fmtTime(m.t)} to ${fmtTime(m.end)}` + (m.open ? " (not ended)" : "") + (m.beginLost ? " (began before the history)" : "");
+        const band = el("rect", { "class": "span-band", "data-mark": m.name, x: x0, y: top, width: w, height: height - top - MB, fill: color, "fill-opacity": 0.1 });
+        band.appendChild(el("title", {}, what));
+        svg.appendChild(band);
+        const y = rowY(m.lane || 0);
+        const bar = el("rect", { "class": "span", "data-mark": m.name, "data-from": m.t, "data-to": m.end, x: x0, y: y, width: w, height: BAND - 2, fill: color, "fill-opacity": 0.35, stroke: color });
+        bar.appendChild(el("title", {}, what));
+        svg.appendChild(bar);
+        const t = label(m.name, x0, w, y, "span-label");
+        if (t) svg.appendChild(t);
+      } else {
+        const y = rowY(instantRow);
+        const l = el("line", { "class": "mark", "data-mark": m.name, "data-t": m.t, x1: x0, x2: x0, y1: y, y2: height - MB, stroke: color, "stroke-dasharray": "1,2" });
+        l.appendChild(el("title", {}, `${m.name} at ${fmtTime(m.t)}`));
+        svg.appendChild(l);
+        const t = el("text", { "class": "mark-label", x: x0 + 3, y: y + BAND - 5 }, m.name);
+        svg.appendChild(t);
+      }
+    }
+  }
+
   // categoryTable lists a device's categories and the memory outside them.
-  function categoryTable(cats) {
+  function categoryTable(name, cats) {
     const t = html("table", { "class": "categories" });
     const head = html("tr", {});
     for (const c of ["category", "tracked", "peak tracked", "buffers", "failed allocs", "limit"]) head.appendChild(html("th", {}, c));
@@ -229,7 +308,16 @@
       tr.appendChild(c.limit ? cell(fmtBytes(c.limit), c.limit + " B") : cell("none"));
       body.appendChild(tr);
     }
-    return t;
+    if (cats.length <= FOLD_CATEGORIES) return t;
+    // Many categories (a category per layer): the table folded, so that the
+    // next device's plot stays near.
+    // A refresh draws it anew, open where it was opened.
+    const d = html("details", { "class": "categories" });
+    d.open = openCategories.has(name);
+    d.addEventListener("toggle", () => { if (d.open) openCategories.add(name); else openCategories.delete(name); });
+    d.appendChild(html("summary", {}, `${cats.length - 1} categories and the memory outside them`));
+    d.appendChild(t);
+    return d;
   }
 
   function cell(text, title) {

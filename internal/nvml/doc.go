@@ -1,0 +1,63 @@
+// Package nvml is memtrack's binding of NVIDIA's management library, NVML
+// (libnvidia-ml.so.1), through NVIDIA's own Go binding,
+// github.com/NVIDIA/go-nvml, built with -tags cuda. It answers one question
+// for memtrack's per-process figures: which processes hold device memory on
+// a GPU, and how much the driver attributes to each.
+//
+// go-nvml loads the library with dlopen when [Open] initialises it, so a
+// binary starts where the library is missing; Open then says why it is
+// unavailable, with the loader's own message. Nothing here runs on
+// memtrack's allocation path: memtrack reads NVML only where it reads the
+// driver's figures (Usage, Baseline, Measure, the out-of-memory report).
+//
+// # The NVML rules it relies on
+//
+// Each rule is NVML's documented behaviour, with the page of the NVML API
+// Reference Guide (docs.nvidia.com/deploy/nvml-api) that states it, in the
+// words of nvml.h as go-nvml ships it (gen/nvml/nvml.h). The fake NVML of
+// testdata/fakenvml follows the same rules (its RULES.md), and the tests
+// of this package check them against it and, for the paths a fake machine
+// cannot reach, against go-nvml's mock package.
+//
+//   - Initialisation. nvmlInit_v2 must come "before calling any other
+//     methods", and "a reference count of the number of initializations is
+//     maintained"; nvmlShutdown undoes one (Initialization and Cleanup).
+//     go-nvml's Init opens the library first and answers
+//     ERROR_LIBRARY_NOT_FOUND where it cannot ([Open] then asks the loader
+//     why). A [Lib] initialises once and shuts down once ([Lib.Close]).
+//
+//   - Devices by UUID. nvmlDeviceGetHandleByUUID takes "the UUID of the
+//     target GPU or MIG instance" and returns "the device handle or MIG
+//     device handle"; NVML's indices are its own, and CUDA_VISIBLE_DEVICES
+//     renumbers CUDA's ordinals only, so memtrack passes the UUID the CUDA
+//     driver gives (cuDeviceGetUuid_v2), never an ordinal.
+//
+//   - Compute processes. nvmlDeviceGetComputeRunningProcesses_v3 "returns
+//     information only about compute running processes (e.g. CUDA
+//     application which have active context)"; graphics applications are
+//     not listed, and neither is a process before it has a context. The
+//     list "is dynamic and the number of elements might change in time":
+//     go-nvml calls again with a larger array while the library answers
+//     NVML_ERROR_INSUFFICIENT_SIZE, and every call of [Lib.Processes] reads
+//     afresh.
+//
+//   - Memory per process. "The usedGpuMemory field returned is all of the
+//     memory used by the application", its context included; "under WDDM,
+//     NVML_VALUE_NOT_AVAILABLE is always reported" (nvmlProcessInfo_t). A
+//     [Process] says so (UsedKnown false) rather than report that value as
+//     a number of bytes.
+//
+//   - MIG. "In MIG mode, if device handle is provided, the API returns
+//     aggregate information, only if the caller has appropriate privileges.
+//     Per-instance information can be queried by using specific MIG device
+//     handles": the MIG UUID CUDA gives a MIG instance yields that handle.
+//
+//   - Names. nvmlSystemGetProcessName gives a process's name, "cropped to
+//     provided length", or NVML_ERROR_NOT_FOUND "if process doesn't
+//     exists": a process may exit between the list and its name.
+//
+//   - PIDs. NVML reports the PIDs the driver knows, the host's. In a
+//     container with a PID namespace of its own, the process's PID
+//     (os.Getpid) is not the host's, and the process is not found in the
+//     list under it; memtrack then falls back to device-wide figures.
+package nvml

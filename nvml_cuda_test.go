@@ -1,0 +1,452 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The per-process figures on several real OS processes sharing one fake
+// GPU: the fake driver's machine in a file (FAKECUDA_MACHINE), which the
+// fake NVML of testdata/fakenvml reads. Each process is this test binary,
+// run as TestNVMLChildInstance and driven by commands on its stdin.
+
+// instanceView is what a child reports of its Usage, Measurement or Budget.
+type instanceView struct {
+	PID    int    `json:"pid"`
+	Err    string `json:"err,omitempty"`
+	Usage  *Usage `json:"usage,omitempty"`
+	PerErr string `json:"perErr,omitempty"` // the PerProcessErr of the Usage or Budget
+	NVML   Budget `json:"nvml"`             // the budget from the per-process figures, where there are
+	Device Budget `json:"device"`           // the budget from the device-wide figures
+	Report string `json:"report,omitempty"`
+}
+
+// instance is a child process on the shared machine.
+type instance struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	pid int
+}
+
+// startInstance starts a child on the machine file with env beside it; it
+// is stopped at the end of the test.
+func startInstance(t *testing.T, machine string, env ...string) *instance {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNVMLChildInstance$", "-test.count=1")
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), "MEMTRACK_NVML_CHILD=1", "GORACE="+gorace, "FAKECUDA_MACHINE="+machine)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	i := &instance{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out), pid: cmd.Process.Pid}
+	i.out.Buffer(make([]byte, 1<<20), 1<<20)
+	t.Cleanup(func() { i.stop() })
+	return i
+}
+
+// do sends one command and returns the child's answer.
+func (i *instance) do(command string) instanceView {
+	i.t.Helper()
+	_, err := fmt.Fprintln(i.in, command)
+	require.NoError(i.t, err)
+	for i.out.Scan() {
+		line := i.out.Text()
+		if rest, ok := strings.CutPrefix(line, "nvmlchild: "); ok {
+			var v instanceView
+			require.NoError(i.t, json.Unmarshal([]byte(rest), &v), "%s", rest)
+			return v
+		}
+	}
+	i.t.Fatalf("child %d ended before answering %q: %v", i.pid, command, i.out.Err())
+	return instanceView{}
+}
+
+// stop ends the child (closing its stdin) and waits for it.
+func (i *instance) stop() {
+	if i.in != nil {
+		i.in.Close()
+		i.in = nil
+		i.cmd.Wait()
+	}
+}
+
+// TestNVMLChildInstance is a child of the tests below: it reads commands
+// from stdin and answers each with one line.
+func TestNVMLChildInstance(t *testing.T) {
+	if os.Getenv("MEMTRACK_NVML_CHILD") != "1" {
+		t.Skip("run by the NVML tests in a process of its own")
+	}
+	d := cudaDevices(t, 1)[0]
+	var bufs []*Buffer
+	var base Usage
+	var m Measurement
+	answer := func(v instanceView, err error) {
+		v.PID = os.Getpid()
+		if err != nil {
+			v.Err = err.Error()
+		}
+		b, jerr := json.Marshal(v)
+		require.NoError(t, jerr)
+		fmt.Printf("nvmlchild: %s\n", b)
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch f[0] {
+		case "alloc": // alloc N: allocate N bytes and keep them
+			n, _ := strconv.ParseInt(f[1], 0, 64)
+			b, err := d.Alloc(n)
+			if err == nil {
+				bufs = append(bufs, b)
+			}
+			var v instanceView
+			if e := (*OutOfMemoryError)(nil); errors.As(err, &e) {
+				v.Report = e.Report()
+			}
+			answer(v, err)
+		case "free": // free all
+			for _, b := range bufs {
+				require.NoError(t, b.Free())
+			}
+			bufs = nil
+			answer(instanceView{}, nil)
+		case "usage", "baseline":
+			var u Usage
+			var err error
+			if f[0] == "usage" {
+				u, err = d.Usage()
+			} else {
+				u, err = d.Baseline()
+				base = u
+			}
+			v := instanceView{Usage: &u}
+			if u.PerProcessErr != nil {
+				v.PerErr = u.PerProcessErr.Error()
+				u.PerProcessErr = nil // sent as PerErr
+			}
+			answer(v, err)
+		case "measure": // measure N: a pass that allocates N bytes and frees them
+			n, _ := strconv.ParseInt(f[1], 0, 64)
+			var err error
+			m, err = d.Measure(func() error {
+				b, err := d.Alloc(n)
+				if err != nil {
+					return err
+				}
+				return b.Free()
+			})
+			answer(instanceView{}, err)
+		case "budget": // budget U B: Budget with utilization U and blocks of B bytes, both ways
+			u, _ := strconv.ParseFloat(f[1], 64)
+			block, _ := strconv.ParseInt(f[2], 0, 64)
+			var v instanceView
+			var err error
+			v.NVML, err = m.Budget(base, u, block)
+			if v.NVML.PerProcessErr != nil {
+				v.PerErr = v.NVML.PerProcessErr.Error()
+				v.NVML.PerProcessErr = nil // sent as PerErr
+			}
+			wholeBase, whole := base, m
+			wholeBase.PerProcess, wholeBase.PerProcessErr = false, nil
+			whole.PerProcess, whole.PerProcessErr = false, nil
+			v.Device, _ = whole.Budget(wholeBase, u, block)
+			answer(v, err)
+		}
+	}
+}
+
+// machineFile returns a fresh machine for the test, or skips it where the
+// fake driver does not answer.
+func machineFile(t *testing.T) string {
+	t.Helper()
+	requireFake(t)
+	return filepath.Join(t.TempDir(), "machine")
+}
+
+func TestNVMLSeveralProcesses(t *testing.T) {
+	machine := machineFile(t)
+	a := startInstance(t, machine)
+	b := startInstance(t, machine)
+	require.Empty(t, a.do("alloc 67108864").Err)
+	require.Empty(t, b.do("alloc 33554432").Err)
+
+	ua := a.do("usage").Usage
+	require.True(t, ua.PerProcess, "%+v", ua)
+	assert.Equal(t, int64(64<<20), ua.Tracked)
+	assert.Equal(t, int64(64<<20+fakeContextBytes), ua.ProcessUsed, "this process's memory, its context included")
+	assert.Equal(t, int64(fakeContextBytes), ua.ProcessUntracked)
+	assert.Equal(t, int64(32<<20+fakeContextBytes), ua.OtherProcessesUsed)
+	require.Len(t, ua.OtherProcesses, 1)
+	assert.Equal(t, b.pid, ua.OtherProcesses[0].PID)
+	assert.Equal(t, int64(32<<20+fakeContextBytes), ua.OtherProcesses[0].Used)
+	assert.Contains(t, ua.OtherProcesses[0].Name, filepath.Base(os.Args[0]), "the name NVML gives: the executable")
+	// cuMemGetInfo sees both: on this machine the driver attributes every
+	// byte in use to one of the two processes.
+	assert.Equal(t, ua.ProcessUsed+ua.OtherProcessesUsed, ua.Used)
+	assert.Equal(t, ua.Untracked, ua.ProcessUntracked+ua.OtherProcessesUsed)
+
+	ub := b.do("usage").Usage
+	require.True(t, ub.PerProcess)
+	assert.Equal(t, ua.Used, ub.Used, "one GPU, one figure")
+	assert.Equal(t, ua.ProcessUsed, ub.OtherProcessesUsed)
+	assert.Equal(t, a.pid, ub.OtherProcesses[0].PID)
+}
+
+// Processes come and go: one that exits is no longer listed and its memory
+// is free again; one that starts is listed from its first context on.
+func TestNVMLProcessesComeAndGo(t *testing.T) {
+	machine := machineFile(t)
+	a := startInstance(t, machine)
+	require.Empty(t, a.do("alloc 16777216").Err)
+	u := a.do("usage").Usage
+	require.True(t, u.PerProcess)
+	assert.Empty(t, u.OtherProcesses)
+	alone := u.Used
+
+	b := startInstance(t, machine)
+	require.Empty(t, b.do("alloc 100000000").Err)
+	u = a.do("usage").Usage
+	require.Len(t, u.OtherProcesses, 1)
+	assert.Equal(t, alone+100000000+fakeContextBytes, u.Used)
+
+	b.stop() // exits: the driver frees its memory
+	u = a.do("usage").Usage
+	assert.Empty(t, u.OtherProcesses, "an exited process is not listed")
+	assert.Equal(t, alone, u.Used, "its memory is free again")
+
+	c := startInstance(t, machine)
+	c.do("usage") // its first reading creates its context
+	u = a.do("usage").Usage
+	require.Len(t, u.OtherProcesses, 1)
+	assert.Equal(t, c.pid, u.OtherProcesses[0].PID)
+	assert.Equal(t, int64(fakeContextBytes), u.OtherProcesses[0].Used, "a context and nothing else")
+}
+
+// Where NVML cannot tell, Usage says why and the budget falls back to the
+// device-wide figures, saying so.
+func TestNVMLFallback(t *testing.T) {
+	nvmlDir := os.Getenv("FAKENVML_DIR")
+	var withoutNVML []string
+	for _, p := range filepath.SplitList(os.Getenv("LD_LIBRARY_PATH")) {
+		if p != nvmlDir {
+			withoutNVML = append(withoutNVML, p)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want []string // in PerProcessErr
+	}{
+		{"NVML absent", []string{"LD_LIBRARY_PATH=" + strings.Join(withoutNVML, ":")}, []string{"NVML is unavailable", "libnvidia-ml.so.1"}},
+		{"driver not loaded", []string{"FAKENVML_ERROR=9"}, []string{"NVML is unavailable", "nvmlInit_v2", "Driver Not Loaded"}},
+		{"no permission", []string{"FAKENVML_FAIL=nvmlDeviceGetComputeRunningProcesses_v3:1:4,nvmlDeviceGetComputeRunningProcesses_v3:2:4"}, []string{"nvmlDeviceGetComputeRunningProcesses_v3", "Insufficient Permissions"}},
+		{"PID namespace", []string{"FAKENVML_PID_OFFSET=100000"}, []string{"not this one (PID", "PID namespace"}},
+		{"WDDM", []string{"FAKENVML_USED=na"}, []string{"NVML_VALUE_NOT_AVAILABLE"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "NVML absent" && nvmlDir == "" {
+				t.Skip("set FAKENVML_DIR to the folder of the fake NVML (scripts/test-cuda.sh does)")
+			}
+			i := startInstance(t, machineFile(t), tc.env...)
+			v := i.do("baseline")
+			require.Empty(t, v.Err)
+			assert.False(t, v.Usage.PerProcess)
+			assert.Zero(t, v.Usage.ProcessUsed)
+			assert.Nil(t, v.Usage.OtherProcesses)
+			for _, w := range tc.want {
+				assert.Contains(t, v.PerErr, w)
+			}
+			assert.True(t, strings.HasPrefix(v.PerErr, "memtrack: no per-process figures: cuda:0: "), v.PerErr)
+			require.Empty(t, i.do("alloc 1048576").Err)
+			require.Empty(t, i.do("measure 4194304").Err)
+			bv := i.do("budget 0.5 1048576")
+			require.Empty(t, bv.Err)
+			assert.False(t, bv.NVML.PerProcess, "the budget says it used the device-wide figures")
+			assert.Contains(t, bv.PerErr, tc.want[0])
+			assert.Equal(t, bv.Device, bv.NVML, "the device-wide budget")
+		})
+	}
+}
+
+// A failed NVML call is one reading's: the next reads again.
+func TestNVMLTransientError(t *testing.T) {
+	i := startInstance(t, machineFile(t), "FAKENVML_FAIL=nvmlDeviceGetComputeRunningProcesses_v3:1:999")
+	v := i.do("usage")
+	assert.False(t, v.Usage.PerProcess)
+	assert.Contains(t, v.PerErr, "Unknown Error")
+	v = i.do("usage")
+	assert.True(t, v.Usage.PerProcess, v.PerErr)
+	assert.Equal(t, int64(fakeContextBytes), v.Usage.ProcessUsed)
+}
+
+// A MIG instance: CUDA gives its MIG- UUID, whose NVML handle lists the
+// instance's processes, as a full-GPU handle does only with privileges.
+func TestNVMLMIG(t *testing.T) {
+	i := startInstance(t, machineFile(t), "FAKECUDA_NAME=memtrack fakecuda NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+	require.Empty(t, i.do("alloc 1048576").Err)
+	v := i.do("usage")
+	require.True(t, v.Usage.PerProcess, v.PerErr)
+	assert.Equal(t, int64(1<<20+fakeContextBytes), v.Usage.ProcessUsed)
+}
+
+// Two instances started together on one GPU: each loads its weights while
+// the other does, then measures its pass. The budget from the per-process
+// figures is what each gets alone; the device-wide one counts the other's
+// weights against it.
+func TestNVMLTwoInstancesBudget(t *testing.T) {
+	const weights, pass, block = 1 << 30, 256 << 20, 16 << 20
+	budget := func(insts ...*instance) []instanceView {
+		for _, i := range insts {
+			require.Empty(t, i.do("baseline").Err)
+		}
+		for _, i := range insts {
+			require.Empty(t, i.do(fmt.Sprintf("alloc %d", weights)).Err)
+		}
+		for _, i := range insts {
+			require.Empty(t, i.do(fmt.Sprintf("measure %d", pass)).Err)
+		}
+		var out []instanceView
+		for _, i := range insts {
+			v := i.do(fmt.Sprintf("budget 0.4 %d", block))
+			require.Empty(t, v.Err)
+			out = append(out, v)
+		}
+		return out
+	}
+	alone := budget(startInstance(t, machineFile(t)))[0]
+	machine := machineFile(t)
+	together := budget(startInstance(t, machine), startInstance(t, machine))
+	require.True(t, alone.NVML.PerProcess)
+	assert.Equal(t, alone.Device.Blocks, alone.NVML.Blocks, "alone, the two agree")
+	for n, v := range together {
+		require.True(t, v.NVML.PerProcess, v.PerErr)
+		assert.Equal(t, alone.NVML.Blocks, v.NVML.Blocks, "instance %d with the other running: the budget it gets alone", n)
+		assert.Equal(t, alone.NVML.Available, v.NVML.Available)
+	}
+	// The first took its baseline before the second had a context: the
+	// device-wide figures count the second's context and weights against it.
+	assert.Less(t, together[0].Device.Blocks, alone.Device.Blocks)
+	assert.Equal(t, int64(weights+fakeContextBytes), together[0].Device.UntrackedIncrease-alone.Device.UntrackedIncrease)
+}
+
+// The out-of-memory report lists this process's figure and the others'.
+func TestNVMLOutOfMemoryReport(t *testing.T) {
+	machine := machineFile(t)
+	a := startInstance(t, machine)
+	b := startInstance(t, machine)
+	require.Empty(t, b.do("alloc 3221225472").Err) // 3 GiB of the first device's 4
+	v := a.do("alloc 2147483648")
+	require.NotEmpty(t, v.Err)
+	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s", exactBytes(fakeContextBytes)))
+	assert.Contains(t, v.Report, "other processes: "+exactBytes(3<<30+fakeContextBytes)+" in 1\n")
+	assert.Contains(t, v.Report, fmt.Sprintf("process %d (", b.pid))
+	assert.Contains(t, v.Report, fmt.Sprintf("has %s in use", exactBytes(3<<30+fakeContextBytes)))
+}
+
+// TestNVMLReconcile prints, on the device this process runs on, NVML's
+// figure of this process beside the tracked bytes, cuMemGetInfo's used
+// memory and the pool's reserved bytes, for buffers of 1 KiB to 1 GiB
+// allocated with cuMemAlloc and from the pool: what each figure includes,
+// measured. scripts/gpu-check.sh runs it on a GPU.
+func TestNVMLReconcile(t *testing.T) {
+	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
+		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
+	}
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	u, err := d.Usage()
+	require.NoError(t, err)
+	if !u.PerProcess {
+		t.Skipf("no per-process figures here: %v", u.PerProcessErr)
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "device %v: tracked %s, cuMemGetInfo used %s, NVML: this process %s (untracked %s), other processes %s in %d\n",
+		d, formatBytes(u.Tracked), formatBytes(u.Used), formatBytes(u.ProcessUsed), formatBytes(u.ProcessUntracked),
+		formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
+	fmt.Fprintf(&out, "%10s %-10s %12s %14s %16s %15s %14s\n", "size", "how", "tracked Δ", "meminfo used Δ", "NVML process Δ", "pool reserved Δ", "NVML after free Δ")
+	reserved := func() int64 {
+		p, err := d.Pool().Stats()
+		require.NoError(t, err)
+		return p.PoolReserved
+	}
+	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 1 << 30} {
+		for _, how := range []string{"cuMemAlloc", "pool"} {
+			syncStream(t, d, s)
+			require.NoError(t, d.Pool().Trim(0))
+			before, err := d.Usage()
+			require.NoError(t, err)
+			r0 := reserved()
+			var b *Buffer
+			if how == "pool" {
+				b, err = d.AllocAsync(size, s)
+				syncStream(t, d, s)
+			} else {
+				b, err = d.Alloc(size)
+			}
+			require.NoError(t, err, "allocating %s", formatBytes(size))
+			during, err := d.Usage()
+			require.NoError(t, err)
+			r1 := reserved()
+			if how == "pool" {
+				require.NoError(t, b.FreeAsync(s))
+				syncStream(t, d, s)
+				require.NoError(t, d.Pool().Trim(0))
+			} else {
+				require.NoError(t, b.Free())
+			}
+			after, err := d.Usage()
+			require.NoError(t, err)
+			require.True(t, before.PerProcess && during.PerProcess && after.PerProcess)
+			used, proc := during.Used-before.Used, during.ProcessUsed-before.ProcessUsed
+			if onFake() {
+				assert.Equal(t, used, proc, "alone on the device, NVML's figure of this process moves as cuMemGetInfo's")
+			}
+			fmt.Fprintf(&out, "%10s %-10s %12d %14d %16d %15d %14d\n", formatBytes(size), how,
+				during.Tracked-before.Tracked, used, proc, r1-r0, after.ProcessUsed-before.ProcessUsed)
+		}
+	}
+	t.Log("\n" + out.String())
+}
+
+// Nothing of NVML is on the allocation path: a thousand allocations and
+// frees make no NVML call (the fake NVML writes each call to a trace), and
+// a reading of Usage makes the calls it needs.
+func TestNVMLNotOnAllocationPath(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace")
+	i := startInstance(t, machineFile(t), "FAKENVML_TRACE="+trace)
+	require.True(t, i.do("usage").Usage.PerProcess)
+	calls := func() int {
+		b, err := os.ReadFile(trace)
+		require.NoError(t, err)
+		return strings.Count(string(b), "\n")
+	}
+	before := calls()
+	require.NotZero(t, before, "the reading called NVML")
+	for range 1000 {
+		require.Empty(t, i.do("alloc 4096").Err)
+	}
+	require.Empty(t, i.do("free").Err)
+	assert.Equal(t, before, calls(), "no NVML call while allocating and freeing")
+	i.do("usage")
+	assert.Greater(t, calls(), before, "the next reading calls NVML again")
+}

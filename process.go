@@ -1,0 +1,187 @@
+package memtrack
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+)
+
+// ErrPerProcessUnavailable is matched by the PerProcessErr of a [Usage], a
+// [Measurement], a [Budget] or an [*OutOfMemoryError] where the driver's
+// per-process figures are missing, and says why: the device is not a CUDA
+// GPU, NVML is unavailable (no libnvidia-ml.so.1, no permission), NVML
+// does not list this process (a container whose PID namespace hides it),
+// or gives no figure for it. The device-wide figures are then all there is.
+var ErrPerProcessUnavailable = errors.New("memtrack: no per-process figures")
+
+// ProcessMemory is one process's memory on a device as the driver accounts
+// it: NVML's entry for it in nvmlDeviceGetComputeRunningProcesses.
+type ProcessMemory struct {
+	PID int // the process's ID, as the driver knows it
+	// Name is the process's name as NVML gives it (nvmlSystemGetProcessName,
+	// the executable's path on Linux), or "" where it cannot.
+	Name string
+	// Used is the device memory the driver attributes to the process: all
+	// of it, its CUDA context included.
+	Used int64
+}
+
+// processBackend is a backend that can say which processes hold memory on
+// a device, as the driver accounts it (CUDA, through NVML).
+type processBackend interface {
+	// processes returns the processes that hold a context on device
+	// ordinal, which the device table has checked already, with the
+	// memory the driver attributes to each; or why it cannot.
+	processes(ordinal int) ([]ProcessMemory, error)
+}
+
+// processFigures is what the driver reported of one device's processes at
+// one moment, as the fields of [Usage] name it.
+type processFigures struct {
+	absent             bool  // the device has no such figures (the CPU, Metal): nothing is missing
+	err                error // nil where the figures below are the driver's
+	processUsed        int64
+	otherProcessesUsed int64
+	otherProcesses     []ProcessMemory
+}
+
+// readProcesses reads the driver's per-process figures of device d. It
+// never runs on the allocation path: Usage, Baseline, Measure and the
+// out-of-memory report read it.
+func readProcesses(s *kindState, d Device) processFigures {
+	b, ok := s.b.(processBackend)
+	if !ok {
+		return processFigures{absent: true}
+	}
+	list, err := b.processes(d.ordinal)
+	if err != nil {
+		return processFigures{err: fmt.Errorf("%w: %v: %w", ErrPerProcessUnavailable, d, err)}
+	}
+	return splitProcesses(d, list, os.Getpid())
+}
+
+// splitProcesses finds process self in what NVML listed of d, and sums the
+// others, largest first.
+func splitProcesses(d Device, list []ProcessMemory, self int) processFigures {
+	var f processFigures
+	found := false
+	for _, p := range list {
+		if p.PID == self {
+			f.processUsed += p.Used
+			found = true
+			continue
+		}
+		f.otherProcessesUsed += p.Used
+		f.otherProcesses = append(f.otherProcesses, p)
+	}
+	if !found {
+		return processFigures{err: fmt.Errorf("%w: %v: NVML lists %d process(es) on the device, but not this one (PID %d): its PIDs are the host's, which a container with a PID namespace of its own does not see",
+			ErrPerProcessUnavailable, d, len(list), self)}
+	}
+	slices.SortStableFunc(f.otherProcesses, func(a, b ProcessMemory) int { return cmp.Compare(b.Used, a.Used) })
+	return f
+}
+
+// ok reports whether the figures are the driver's.
+func (f processFigures) ok() bool { return !f.absent && f.err == nil }
+
+// setUsage puts the figures into u, whose Tracked is read.
+func (f processFigures) setUsage(u *Usage) {
+	u.PerProcess, u.PerProcessErr = f.ok(), f.err
+	if !f.ok() {
+		return
+	}
+	u.ProcessUsed, u.ProcessUntracked = f.processUsed, max(f.processUsed-u.Tracked, 0)
+	u.OtherProcessesUsed, u.OtherProcesses = f.otherProcessesUsed, f.otherProcesses
+}
+
+// setStart and setEnd put the figures of the start and the end of a run
+// into p; a run has per-process figures where both readings have them.
+func (f processFigures) setStart(p *Measurement) {
+	p.PerProcess, p.PerProcessErr = f.ok(), f.err
+	p.StartProcessUsed, p.StartOtherProcessesUsed = f.processUsed, f.otherProcessesUsed
+}
+
+func (f processFigures) setEnd(p *Measurement) {
+	if p.PerProcess && !f.ok() {
+		p.PerProcess, p.PerProcessErr = false, f.err
+	}
+	if !p.PerProcess {
+		p.StartProcessUsed, p.StartOtherProcessesUsed = 0, 0
+		return
+	}
+	p.EndProcessUsed, p.EndOtherProcessesUsed = f.processUsed, f.otherProcessesUsed
+	p.OtherProcesses = f.otherProcesses
+	p.ProcessUntracked = (p.EndProcessUsed - p.StartProcessUsed) - (p.EndHeld - p.StartHeld)
+}
+
+// setOutOfMemory puts the figures into the report of e.
+func (f processFigures) setOutOfMemory(e *OutOfMemoryError) {
+	e.PerProcess, e.PerProcessErr = f.ok(), f.err
+	if f.ok() {
+		e.ProcessUsed, e.OtherProcessesUsed, e.OtherProcesses = f.processUsed, f.otherProcessesUsed, f.otherProcesses
+	}
+}
+
+// perProcessBasis says whether a [Measurement.Budget] of p from base may use
+// the per-process figures, and if not, why, where the readings said (a
+// Usage or Measurement written by hand says nothing).
+func perProcessBasis(base Usage, p Measurement) (bool, error) {
+	switch {
+	case !base.PerProcess && base.PerProcessErr != nil:
+		return false, fmt.Errorf("the baseline has none: %w", base.PerProcessErr)
+	case !p.PerProcess && p.PerProcessErr != nil:
+		return false, fmt.Errorf("the measurement has none: %w", p.PerProcessErr)
+	}
+	return base.PerProcess && p.PerProcess, nil
+}
+
+// processLines writes the report's lines of the driver's per-process
+// figures: this process's own, and each other process with its usage, as
+// PyTorch's out-of-memory message lists them.
+func (e *OutOfMemoryError) processLines() []string {
+	if !e.PerProcess {
+		if e.PerProcessErr == nil {
+			return nil
+		}
+		return []string{fmt.Sprintf("in use (NVML):  unavailable: %v", e.PerProcessErr)}
+	}
+	lines := []string{fmt.Sprintf("in use (NVML):  this process %s, of which %s not tracked (its CUDA context, libraries, memory allocated without memtrack)",
+		exactBytes(e.ProcessUsed), exactBytes(e.ProcessUsed-e.Tracked))}
+	if len(e.OtherProcesses) == 0 {
+		return append(lines, "other processes: none on the device")
+	}
+	lines = append(lines, fmt.Sprintf("other processes: %s in %d", exactBytes(e.OtherProcessesUsed), len(e.OtherProcesses)))
+	for _, p := range e.OtherProcesses {
+		name := p.Name
+		if name == "" {
+			name = "(name unknown)"
+		}
+		lines = append(lines, fmt.Sprintf("  process %d (%s) has %s in use", p.PID, name, exactBytes(p.Used)))
+	}
+	return lines
+}
+
+// processSummary writes MemorySummary's lines of the driver's per-process
+// figures: this process's, each other process's, or why there are none on
+// a device that should have them; nothing on a device without them.
+func (u Usage) processSummary() string {
+	if !u.PerProcess {
+		if u.PerProcessErr == nil {
+			return ""
+		}
+		return fmt.Sprintf("processes (NVML): unavailable: %v\n", u.PerProcessErr)
+	}
+	s := fmt.Sprintf("processes (NVML): this process %s (untracked %s); other processes %s in %d\n",
+		formatBytes(u.ProcessUsed), formatBytes(u.ProcessUntracked), formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
+	for _, p := range u.OtherProcesses {
+		name := p.Name
+		if name == "" {
+			name = "(name unknown)"
+		}
+		s += fmt.Sprintf("  process %d %s: %s\n", p.PID, name, formatBytes(p.Used))
+	}
+	return s
+}

@@ -1,0 +1,141 @@
+package memtrack
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSplitProcesses(t *testing.T) {
+	d := Device{kind: KindCUDA}
+	f := splitProcesses(d, []ProcessMemory{{PID: 5, Used: 10}, {PID: 7, Name: "me", Used: 300}, {PID: 6, Name: "big", Used: 90}}, 7)
+	require.NoError(t, f.err)
+	assert.Equal(t, int64(300), f.processUsed)
+	assert.Equal(t, int64(100), f.otherProcessesUsed)
+	assert.Equal(t, []ProcessMemory{{PID: 6, Name: "big", Used: 90}, {PID: 5, Used: 10}}, f.otherProcesses, "largest first")
+
+	// A PID NVML does not list: a container's PID namespace, or no context.
+	f = splitProcesses(d, []ProcessMemory{{PID: 5, Used: 10}}, 7)
+	require.ErrorIs(t, f.err, ErrPerProcessUnavailable)
+	assert.Contains(t, f.err.Error(), "not this one (PID 7)")
+	assert.False(t, f.ok())
+	assert.Zero(t, f.otherProcessesUsed, "no figure from a list without this process")
+
+	var u Usage
+	f.setUsage(&u)
+	assert.False(t, u.PerProcess)
+	assert.ErrorIs(t, u.PerProcessErr, ErrPerProcessUnavailable)
+}
+
+// perProcessRun is a measurement of a pass with both readings' per-process
+// figures: this process had a 500 MiB context at the baseline, loaded 4 GiB
+// of weights, peaked 1 GiB above them in the pass, and its libraries took
+// 256 MiB more; meanwhile another process loaded 8 GiB.
+func perProcessRun() (Usage, Measurement) {
+	const mib = 1 << 20
+	base := Usage{Device: Device{kind: KindCUDA}, Tracked: 0, Total: 80 << 30, Free: 80<<30 - 500*mib, Used: 500 * mib, Untracked: 500 * mib,
+		PerProcess: true, ProcessUsed: 500 * mib, ProcessUntracked: 500 * mib}
+	p := Measurement{Device: base.Device, Total: base.Total,
+		StartTracked: 4 << 30, PeakTracked: 5 << 30, EndTracked: 4 << 30, PeakTrackedIncrease: 1 << 30,
+		StartHeld: 4 << 30, PeakHeld: 5 << 30, EndHeld: 4 << 30,
+		StartUsed: 4<<30 + 500*mib + 8<<30, EndUsed: 4<<30 + 756*mib + 8<<30,
+		PerProcess: true, StartProcessUsed: 4<<30 + 500*mib, EndProcessUsed: 4<<30 + 756*mib,
+		StartOtherProcessesUsed: 8 << 30, EndOtherProcessesUsed: 8 << 30, ProcessUntracked: 256 * mib}
+	p.UsedIncrease = p.EndUsed - p.StartUsed
+	p.Untracked = p.UsedIncrease - (p.EndHeld - p.StartHeld)
+	return base, p
+}
+
+func TestBudgetPerProcess(t *testing.T) {
+	const mib = 1 << 20
+	base, p := perProcessRun()
+	b, err := p.Budget(base, 0.4, 16*mib)
+	require.NoError(t, err)
+	assert.True(t, b.PerProcess)
+	assert.NoError(t, b.PerProcessErr)
+	assert.Equal(t, int64(4<<30), b.Weights)
+	assert.Equal(t, int64(1<<30), b.PeakIncrease)
+	assert.Equal(t, int64(256*mib), b.UntrackedIncrease, "this process's own growth, not the other's 8 GiB")
+	assert.Equal(t, int64(0.4*float64(80<<30))-(4<<30+1<<30+256*mib), b.Available)
+
+	// The same figures without the per-process ones: the other's weights
+	// count against this process.
+	base.PerProcess, p.PerProcess = false, false
+	whole, err := p.Budget(base, 0.4, 16*mib)
+	require.NoError(t, err)
+	assert.False(t, whole.PerProcess)
+	assert.Equal(t, int64(8<<30+256*mib), whole.UntrackedIncrease)
+}
+
+func TestBudgetPerProcessFallback(t *testing.T) {
+	const mib = 1 << 20
+	why := errors.New("NVML is unavailable: libnvidia-ml.so.1: cannot open shared object file")
+	for _, tc := range []struct {
+		name string
+		edit func(*Usage, *Measurement)
+		msg  string
+	}{
+		{"baseline without", func(u *Usage, _ *Measurement) { u.PerProcess, u.PerProcessErr = false, why }, "the baseline has none: NVML is unavailable"},
+		{"measurement without", func(_ *Usage, p *Measurement) { p.PerProcess, p.PerProcessErr = false, why }, "the measurement has none: NVML is unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base, p := perProcessRun()
+			tc.edit(&base, &p)
+			b, err := p.Budget(base, 0.4, 16*mib)
+			require.NoError(t, err)
+			assert.False(t, b.PerProcess)
+			assert.ErrorIs(t, b.PerProcessErr, why)
+			assert.ErrorContains(t, b.PerProcessErr, tc.msg)
+			assert.Equal(t, int64(8<<30+256*mib), b.UntrackedIncrease, "the device-wide figures")
+		})
+	}
+}
+
+func TestSharedBudgetPerProcess(t *testing.T) {
+	const mib = 1 << 20
+	_, p := perProcessRun()
+	p.EndOtherProcessesUsed = 9 << 30 // the other grew during the pass
+	p.EndUsed += 1 << 30
+	p.UsedIncrease, p.Untracked = p.UsedIncrease+1<<30, p.Untracked+1<<30
+	b, err := p.SharedBudget(0.9, 16*mib)
+	require.NoError(t, err)
+	assert.True(t, b.PerProcess)
+	assert.Equal(t, int64(4<<30+500*mib), b.StartUsed, "this process's, when the pass began")
+	assert.Equal(t, int64(9<<30), b.OtherProcessesUsed, "the others' larger reading")
+	assert.Equal(t, int64(256*mib), b.UntrackedIncrease, "this process's own growth")
+	assert.Equal(t, b.StartUsed+b.OtherProcessesUsed+b.PeakIncrease+b.UntrackedIncrease, b.SetAside)
+
+	p.PerProcess = false
+	b, err = p.SharedBudget(0.9, 16*mib)
+	require.NoError(t, err)
+	assert.False(t, b.PerProcess)
+	assert.Zero(t, b.OtherProcessesUsed)
+	assert.Equal(t, p.StartUsed, b.StartUsed)
+	assert.Equal(t, p.Untracked, b.UntrackedIncrease)
+}
+
+func TestProcessReportAndSummary(t *testing.T) {
+	e := &OutOfMemoryError{Device: Device{kind: KindCUDA}, Requested: 1 << 30, Tracked: 1 << 20, Total: 4 << 30, Free: 1 << 29,
+		PerProcess: true, ProcessUsed: 1<<20 + 48<<20, OtherProcessesUsed: 3 << 30,
+		OtherProcesses: []ProcessMemory{{PID: 99, Name: "/usr/bin/python3", Used: 2 << 30}, {PID: 100, Used: 1 << 30}}}
+	r := e.Report()
+	assert.Contains(t, r, "in use (NVML):  this process 49.0 MiB (51380224 B), of which 48.0 MiB (50331648 B) not tracked")
+	assert.Contains(t, r, "other processes: 3.00 GiB (3221225472 B) in 2\n")
+	assert.Contains(t, r, "process 99 (/usr/bin/python3) has 2.00 GiB (2147483648 B) in use\n")
+	assert.Contains(t, r, "process 100 ((name unknown)) has 1.00 GiB")
+
+	e.PerProcess, e.PerProcessErr = false, ErrPerProcessUnavailable
+	assert.Contains(t, e.Report(), "in use (NVML):  unavailable: memtrack: no per-process figures")
+	e.PerProcessErr = nil
+	assert.NotContains(t, e.Report(), "NVML", "a device without such figures says nothing of them")
+
+	u := Usage{PerProcess: true, ProcessUsed: 3 << 20, ProcessUntracked: 1 << 20, OtherProcessesUsed: 2 << 20,
+		OtherProcesses: []ProcessMemory{{PID: 8, Name: "x", Used: 2 << 20}}}
+	s := u.processSummary()
+	assert.True(t, strings.HasPrefix(s, "processes (NVML): this process 3.00 MiB (untracked 1.00 MiB); other processes 2.00 MiB in 1\n"), s)
+	assert.Contains(t, s, "process 8 x: 2.00 MiB")
+	assert.Empty(t, Usage{}.processSummary())
+}
