@@ -59,9 +59,7 @@ func (d Device) admit(r *request, what string) (admitted, error) {
 	a := admitted{s: s, rec: rec}
 	if r.cat.set != nil {
 		// The exported functions have refused the zero Category already.
-		if a.crec, err = r.cat.recordOf(s); err != nil {
-			return admitted{}, err
-		}
+		a.crec = r.cat.recordOf()
 	}
 	return a, nil
 }
@@ -128,7 +126,7 @@ func (d Device) allocate(r request) (*Buffer, error) {
 		// admit, inlined by hand: the exported functions have refused the
 		// zero Category already.
 		if a.s, a.rec, err = d.resolve(); err == nil && r.cat.set != nil {
-			a.crec, err = r.cat.recordOf(a.s)
+			a.crec = r.cat.recordOf()
 		}
 	case r.async && r.size > 0:
 		if err = d.streamsSupported(); err != nil {

@@ -113,7 +113,10 @@ func deviceHeld(d Device, current, peak int64) (int64, int64) {
 }
 
 // streamBackend is a backend that allocates in stream order from a
-// device's memory pool (CUDA's, Device.AllocAsync).
+// device's memory pool (CUDA's: Device.AllocAsync, Buffer.FreeAsync and
+// Device.Pool). newKindState finds it once, in kindState.stream; a build
+// without -tags cuda has none, and the stream-ordered and pool calls fail
+// there as on any device without memory pools.
 type streamBackend interface {
 	// poolsSupported fails, wrapping ErrNotSupported, where device
 	// ordinal has no memory pools.
@@ -125,6 +128,20 @@ type streamBackend interface {
 	// and describes them in *m. An error that is bad input, or that
 	// comes before anything was asked of the device, is uncounted.
 	allocAsync(ordinal int, size int64, stream Stream, m *memory) error
+	// freeAsync frees *m, which allocAsync made for size bytes on device
+	// ordinal, in stream order on stream, and learns when the stream
+	// executes the free (the device-side figure drops then). On an error
+	// nothing was freed.
+	freeAsync(ordinal int, size int64, m *memory, stream Stream) error
+	// poolStats returns the figures of device ordinal's current memory
+	// pool, without their Device; pooled returns the part of the
+	// device-side figure that stream-ordered buffers take.
+	poolStats(ordinal int) (PoolStats, error)
+	pooled(ordinal int) int64
+	// trimPool and setReleaseThreshold are Pool.Trim and
+	// Pool.SetReleaseThreshold, their argument checked.
+	trimPool(ordinal int, keep int64) error
+	setReleaseThreshold(ordinal int, bytes int64) error
 }
 
 // uncounted is an error of a backend that counts no failed allocation:
@@ -137,14 +154,13 @@ func (u uncounted) Unwrap() error { return u.err }
 // streams returns the stream-ordered allocator of device d of s, or an
 // error wrapping [ErrNotSupported] where it has none.
 func (s *kindState) streams(d Device) (streamBackend, error) {
-	sb, ok := s.b.(streamBackend)
-	if !ok {
+	if s.stream == nil {
 		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
 	}
-	if err := sb.poolsSupported(d.ordinal); err != nil {
+	if err := s.stream.poolsSupported(d.ordinal); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return s.stream, nil
 }
 
 // streamsSupported fails where d is not a device that stream-ordered
@@ -165,6 +181,7 @@ type kindState struct {
 	err     error
 	records tracker.Table
 	held    heldFigure       // the backend's device-side figure, or nil
+	stream  streamBackend    // the backend's stream-ordered allocator and memory pools, or nil
 	hooks   recorders[hooks] // the features that observe allocations (hooks)
 	sites   siteTable        // the sampling rates of allocation sites (SiteRecorder)
 	// inline: the backend is the CPU's, whose buffers of at most
@@ -207,6 +224,7 @@ func newKindState(k Kind, b backend) *kindState {
 	}
 	_, s.inline = b.(*cpuBackend)
 	s.held, _ = b.(heldFigure)
+	s.stream, _ = b.(streamBackend)
 	s.n, s.err = b.devices()
 	if s.err != nil {
 		s.n = 0

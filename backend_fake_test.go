@@ -2,8 +2,12 @@ package memtrack
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/memtrack/memtrack/tracker"
 )
 
 // fakeBackend is an in-memory backend for testing the accounting: devices
@@ -81,19 +85,79 @@ func (f *fakeBackend) state(ordinal int) (used int64, live, calls int) {
 }
 
 // useBackend makes b the backend of kind k for the rest of the test, with
-// fresh records.
+// fresh records: it builds the kind's table over b as the package builds
+// it over the real backend (newKindState), and puts the table it replaced
+// back at the end.
+//
+// The package relies on a table staying for the life of the process:
+// buffers, handles and categories use the table that made them without
+// checking that it is still the kind's. A test keeps that true by leaving
+// nothing live across a change of table, which useBackend checks at both
+// ends: the table it replaces holds nothing when the test begins, and the
+// test's own table holds nothing when it ends.
 func useBackend(t testing.TB, k Kind, b backend) {
 	t.Helper()
 	tb := &tables[k]
+	if held := liveBytes(tb.p.Load()); held != "" {
+		t.Fatalf("useBackend: the %v table to be replaced holds memory (%s); free it before the test replaces the table", k, held)
+	}
 	tb.mu.Lock()
 	old := tb.p.Load()
-	tb.p.Store(newKindState(k, b))
+	s := newKindState(k, b)
+	tb.p.Store(s)
 	tb.mu.Unlock()
 	t.Cleanup(func() {
+		if held := liveBytes(s); held != "" {
+			t.Errorf("useBackend: the test's %v table still holds memory at its end (%s); free it in the test", k, held)
+		}
+		leaks.mu.Lock()
+		delete(leaks.bytes, s)
+		leaks.mu.Unlock()
 		tb.mu.Lock()
 		tb.p.Store(old)
 		tb.mu.Unlock()
 	})
+}
+
+// leaks holds, per device table and ordinal, the bytes that tests leaked
+// on purpose (leakFrom, leakTrackedFrom): memory nothing can reach, and so
+// nothing can free through another table.
+var leaks struct {
+	mu    sync.Mutex
+	bytes map[*kindState]map[int]int64
+}
+
+// leftOnPurpose notes that a test leaked size bytes on d.
+func leftOnPurpose(d Device, size int64) {
+	s := tables[d.kind].p.Load()
+	leaks.mu.Lock()
+	defer leaks.mu.Unlock()
+	if leaks.bytes == nil {
+		leaks.bytes = map[*kindState]map[int]int64{}
+	}
+	if leaks.bytes[s] == nil {
+		leaks.bytes[s] = map[int]int64{}
+	}
+	leaks.bytes[s][d.ordinal] += size
+}
+
+// liveBytes describes what the records of s hold beyond what tests leaked
+// on purpose ("cuda:0 64 B"), or returns "" if they hold nothing else.
+func liveBytes(s *kindState) string {
+	if s == nil {
+		return ""
+	}
+	leaks.mu.Lock()
+	leaked := leaks.bytes[s]
+	leaks.mu.Unlock()
+	var held []string
+	s.records.Range(func(i int, r *tracker.Record) bool {
+		if n := r.Tracked(); n > leaked[i] {
+			held = append(held, fmt.Sprintf("%v %d B", Device{kind: s.kind, ordinal: i}, n))
+		}
+		return true
+	})
+	return strings.Join(held, ", ")
 }
 
 // fakeCUDA installs a fake CUDA backend and returns it with its devices.

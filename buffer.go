@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
-
-	"github.com/memtrack/memtrack/tracker"
 )
 
 // The states of a Buffer. Free moves a buffer to bufFreed before it asks
@@ -92,13 +90,6 @@ func (b *Buffer) unclaim() {
 // from the device's pool (Device.AllocAsync); cat is its category, 1-based,
 // or 0 for none.
 func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, pooled bool, cat uint8) (released bool, err error) {
-	var rec *tracker.Record
-	if s != nil {
-		rec = s.records.Lookup(d.ordinal)
-	}
-	if rec == nil { // only where a test replaced the device table
-		return false, fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
-	}
 	if err := s.b.free(d.ordinal, size, mem); err != nil {
 		return false, err
 	}
@@ -110,7 +101,8 @@ func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, po
 	if pooled {
 		how |= releasePooled
 	}
-	return true, s.uncount(rec, cs, size, st, 0, d.ordinal, cat, how)
+	// The buffer was counted in its device's record, which is never removed.
+	return true, s.uncount(s.records.Lookup(d.ordinal), cs, size, st, 0, d.ordinal, cat, how)
 }
 
 // refuseFree says why Free refused b: nil, not from Alloc, or freed.

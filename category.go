@@ -41,8 +41,7 @@ const (
 var (
 	// ErrInvalidCategory: a category name that is empty, longer than
 	// [MaxCategoryName] bytes, not UTF-8, holds a control character or is
-	// [Uncategorised]; or a zero [Category], or one whose device table is
-	// gone.
+	// [Uncategorised]; or a zero [Category].
 	ErrInvalidCategory = errors.New("memtrack: invalid category")
 
 	// ErrTooManyCategories: a device has [MaxCategories] categories
@@ -81,7 +80,6 @@ type Category struct {
 type categorySet struct {
 	mu    sync.Mutex
 	n     atomic.Int32
-	state *kindState // the device table the set belongs to
 	names [MaxCategories]string
 	recs  [MaxCategories]tracker.Record
 	gate  resetGate // orders the category operations with the resets (resetAccumulated)
@@ -105,7 +103,7 @@ func (d Device) Category(name string) (Category, error) {
 	var cs *categorySet
 	s.cats.update(d.ordinal, func(old *categorySet) *categorySet {
 		if old == nil {
-			old = &categorySet{state: s}
+			old = &categorySet{}
 		}
 		cs = old
 		return old
@@ -194,17 +192,6 @@ func (c Category) String() string {
 	return c.dev.String() + "/" + c.Name()
 }
 
-// record returns the category's record, checking that the category is one
-// of the device table s of its device, which one kept from a device table
-// that was replaced (in tests) is not; nil for the zero Category, which is
-// no category (its exported methods refuse it before they get here).
-func (c Category) record(s *kindState) (*tracker.Record, error) {
-	if c.set == nil {
-		return nil, nil
-	}
-	return c.recordOf(s)
-}
-
 // rec returns the category's record, or nil for the zero Category.
 func (c Category) rec() *tracker.Record {
 	if c.set == nil {
@@ -213,19 +200,9 @@ func (c Category) rec() *tracker.Record {
 	return &c.set.recs[c.idx-1]
 }
 
-// recordOf is record for a Category that is not the zero one, small enough
+// recordOf is rec for a Category that is not the zero one, small enough
 // to inline into the allocation path (TestIntendedInlining).
-func (c Category) recordOf(s *kindState) (*tracker.Record, error) {
-	if c.set.state != s {
-		return nil, c.gone()
-	}
-	return &c.set.recs[c.idx-1], nil
-}
-
-// gone says that the category belongs to a device table that was replaced.
-func (c Category) gone() error {
-	return fmt.Errorf("%w: %v belongs to a device table that is gone", ErrInvalidCategory, c)
-}
+func (c Category) recordOf() *tracker.Record { return &c.set.recs[c.idx-1] }
 
 // zeroCategory is the error of a method called on the zero Category.
 func zeroCategory(op string, size int64) error {
@@ -269,15 +246,7 @@ func (c Category) SetMemoryLimit(limit int64) error {
 	if limit < 0 {
 		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, c)
 	}
-	s, _, err := c.dev.resolve()
-	if err != nil {
-		return err
-	}
-	r, err := c.record(s)
-	if err != nil {
-		return err
-	}
-	return r.SetLimit(limit)
+	return c.recordOf().SetLimit(limit)
 }
 
 // MemoryLimit returns the category's memory limit, or 0 if none is set.

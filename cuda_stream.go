@@ -4,7 +4,6 @@ package memtrack
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	stdatomic "sync/atomic"
 
@@ -85,16 +84,6 @@ type retireNode struct {
 	foreign bool // the event is of another context than the device's primary one
 }
 
-// sideOf returns the device-side figure of CUDA device ordinal, or nil
-// where the CUDA backend is not the driver's or has no such device.
-func sideOf(ordinal int) *deviceSide {
-	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
-	if !ok {
-		return nil
-	}
-	return b.side(ordinal)
-}
-
 // side returns the device-side figure of device ordinal, or nil if there
 // is no such device.
 func (b *cudaBackend) side(ordinal int) *deviceSide {
@@ -149,13 +138,13 @@ func (sd *deviceSide) catchUp() {
 // compare-and-swap against the peak, and only where that fails (or the
 // figures show it would) are the frees reaped (for events, a cgo call per
 // reapBatch) before the addition that raises the peak.
-func (sd *deviceSide) count(ordinal int, size int64) {
+func (sd *deviceSide) count(b *cudaBackend, ordinal int, size int64) {
 	// With peak scopes open (PeakScope), every addition may raise one of
 	// theirs, so the frees are reaped first.
 	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
 		return
 	}
-	sd.reap(ordinal)
+	sd.reap(b, ordinal)
 	_ = sd.held.Alloc(size) // cannot fail: the record already holds size
 }
 
@@ -164,7 +153,7 @@ func (sd *deviceSide) count(ordinal int, size int64) {
 
 func (b *cudaBackend) heldAlloc(ordinal int, size int64, pooled bool) {
 	if sd := b.side(ordinal); sd != nil {
-		sd.count(ordinal, size) // the peak leaves out what is known freed
+		sd.count(b, ordinal, size) // the peak leaves out what is known freed
 		if pooled {
 			sd.pooled.Add(size)
 		}
@@ -185,7 +174,7 @@ func (b *cudaBackend) held(ordinal int) (cur, peak int64) {
 	if sd == nil {
 		return 0, 0
 	}
-	sd.reap(ordinal)
+	sd.reap(b, ordinal)
 	return sd.held.Load()
 }
 
@@ -194,9 +183,11 @@ func (b *cudaBackend) held(ordinal int) (cur, peak int64) {
 // the pool's current figures.
 func (b *cudaBackend) resetHeldPeak(ordinal int) {
 	if sd := b.side(ordinal); sd != nil {
-		sd.reap(ordinal)
+		sd.reap(b, ordinal)
 		sd.held.ResetPeak()
-		sd.resetPoolHighs(Device{kind: KindCUDA, ordinal: ordinal})
+		if pool, err := b.pool(ordinal); err == nil {
+			cudadrv.PoolResetHighs(pool)
+		}
 	}
 }
 
@@ -208,7 +199,7 @@ func (b *cudaBackend) openHeldScope(ordinal int) *tracker.Scope {
 	if sd == nil {
 		return nil
 	}
-	sd.reap(ordinal)
+	sd.reap(b, ordinal)
 	return sd.held.OpenScope()
 }
 
@@ -220,7 +211,7 @@ func (b *cudaBackend) heldScopePeak(ordinal int, sc *tracker.Scope) int64 {
 	}
 	if !sc.Closed() {
 		if sd := b.side(ordinal); sd != nil {
-			sd.reap(ordinal)
+			sd.reap(b, ordinal)
 		}
 	}
 	return sc.Peak()
@@ -233,7 +224,7 @@ func (b *cudaBackend) closeHeldScope(ordinal int, sc *tracker.Scope) error {
 	}
 	if !sc.Closed() {
 		if sd := b.side(ordinal); sd != nil {
-			sd.reap(ordinal)
+			sd.reap(b, ordinal)
 		}
 	}
 	_, err := sc.Close()
@@ -243,8 +234,8 @@ func (b *cudaBackend) closeHeldScope(ordinal int, sc *tracker.Scope) error {
 // reap uncounts the pending frees whose events their streams have reached,
 // and keeps the others pending. A query that fails (the event or its context
 // is gone) retires the free too: nothing would ever reach it.
-func (sd *deviceSide) reap(ordinal int) {
-	if !sd.abandoned.Load() && cudaDeviceLost(ordinal) {
+func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
+	if !sd.abandoned.Load() && b.dev(ordinal).lost.Load() != 0 {
 		sd.abandonHostFuncs()
 	}
 	sd.catchUp()
@@ -252,7 +243,7 @@ func (sd *deviceSide) reap(ordinal int) {
 	if n == nil {
 		return
 	}
-	_, ctx, err := cudaDeviceOf(ordinal, "event query")
+	_, ctx, err := b.device(ordinal, "event query")
 	// The events are queried in batches of up to reapBatch, a cgo call
 	// each.
 	k := 0
@@ -306,12 +297,6 @@ func (sd *deviceSide) abandonHostFuncs() {
 	sd.pooled.Add(-rest)
 }
 
-// cudaDeviceLost reports whether CUDA device ordinal met a sticky error.
-func cudaDeviceLost(ordinal int) bool {
-	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
-	return ok && b.init() == nil && ordinal >= 0 && ordinal < b.n && b.dev(ordinal).lost.Load() != 0
-}
-
 // reapBatch is how many events reap queries in one cgo call, and how many
 // frees may wait for their events before FreeAsync reaps them itself.
 const reapBatch = 64
@@ -344,48 +329,9 @@ func (sd *deviceSide) spareEvent() cudadrv.Event {
 	return cudadrv.Event{}
 }
 
-// cudaDeviceOf returns the CUDA backend's state of device ordinal and its
-// primary context, as the backend's own operations get them.
-func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
-	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
-	if !ok {
-		return nil, cuContext{}, fmt.Errorf("%w: the CUDA backend is not the driver's", ErrBackendUnavailable)
-	}
-	return b.device(ordinal, op)
-}
-
-// cudaPool returns the device-side figure and the current memory pool of
-// CUDA device d, or an error wrapping [ErrNotSupported] where d is not a
-// CUDA device or has no memory pools.
-func cudaPool(d Device) (*deviceSide, cudadrv.Pool, error) {
-	sd, err := cudaSide(d)
-	if err != nil {
-		return nil, cudadrv.Pool{}, err
-	}
-	pool, err := currentPool(d)
-	return sd, pool, err
-}
-
-// cudaSide returns the device-side figure of CUDA device d, or an error
-// wrapping [ErrNotSupported] where d is not a CUDA device or has no memory
-// pools.
-func cudaSide(d Device) (*deviceSide, error) {
-	if d.kind != KindCUDA {
-		return nil, notCUDA("a CUDA memory pool", d)
-	}
-	s, _, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	sb, err := s.streams(d)
-	if err != nil {
-		return nil, err
-	}
-	return sb.(*cudaBackend).side(d.ordinal), nil
-}
-
-// Stream-ordered allocation is the CUDA backend's capability
-// (streamBackend), which Device.allocate uses for AllocAsync.
+// Stream-ordered allocation and the memory pools are the CUDA backend's
+// capability (streamBackend), which kindState.stream holds: Device.allocate
+// uses it for AllocAsync, Buffer.FreeAsync and Pool's calls for theirs.
 
 // poolsSupported fails where device ordinal has no memory pools; it asks
 // the driver once per device.
@@ -434,59 +380,22 @@ func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memo
 	return nil
 }
 
-// FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
-// returns to the pool once stream has executed the work enqueued before
-// this call; stream may differ from the one the buffer was allocated on.
-// The tracked figure drops at FreeAsync's return; the device-side figure
-// ([Stats].Held) when the stream executes the free, which the package
-// learns without blocking the caller and without a goroutine.
-//
-// A stream other than the allocation's must be ordered after it (an event
-// recorded after the allocation and cuStreamWaitEvent, or a
-// synchronization), as the stream-ordered allocator requires.
-//
-// It fails with [ErrDoubleFree] on a buffer already freed, with
-// [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
-// that [Device.Alloc] allocated (free it with [Buffer.Free]) or a stream of
-// another device, and with [ErrNotSupported] on a stream that is capturing
-// a CUDA graph. Where it refuses the stream, or the driver refuses the
-// free, the buffer stays live and counted (and watched, on a device watched
-// for leaks), and FreeAsync or Free may be called again.
-func (b *Buffer) FreeAsync(stream Stream) error {
-	if !b.valid() {
-		return b.refuseFree()
-	}
-	d := b.Device()
-	if !b.pooled {
-		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, d)
-	}
-	if !b.state.CompareAndSwap(bufLive, bufFreed) || !claimWatched(b) {
-		return b.refuseFree()
-	}
-	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (unwatchBuffer)
-	// The device's table and record, looked up as Free does.
-	s := tables[b.kind].p.Load()
-	var rec *tracker.Record
-	if s != nil {
-		rec = s.records.Lookup(int(b.ordinal))
-	}
-	sd := sideOf(int(b.ordinal))
-	if rec == nil || sd == nil { // only where a test replaced the device table
-		b.unclaim()
-		return fmt.Errorf("%w: the device table of %v that allocated the buffer is gone", ErrInvalidBuffer, d)
-	}
-	dev, ctx, err := cudaDeviceOf(int(b.ordinal), "free")
+// freeAsync frees m in stream order (cuMemFreeAsync) and learns when the
+// stream executes the free: by an event, or by a host function (retire).
+func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
+	d := Device{kind: KindCUDA, ordinal: ordinal}
+	sd := &b.sides[ordinal] // the buffer's allocAsync found the device
+	dev, ctx, err := b.device(ordinal, "free")
 	if err != nil {
-		b.unclaim()
-		return fillError(err, d, b.size, nil)
+		return fillError(err, d, size, nil)
 	}
 	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
-	if t, ok := cudadrv.HostFuncToken(int(b.ordinal), b.size); ok && sd.retire.Load() == retireByHostFunc && sd.retired != nil {
+	if t, ok := cudadrv.HostFuncToken(ordinal, size); ok && sd.retire.Load() == retireByHostFunc && sd.retired != nil {
 		how, token = cudadrv.ByHostFunc, t
 	} else {
 		event = sd.spareEvent()
 	}
-	f := cudadrv.FreeAsync(ctx, b.mem.ptr, uintptr(stream), how, token, event)
+	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), how, token, event)
 	if !event.IsZero() && f.SpareUnused {
 		sd.putSpare(event)
 		event = cudadrv.Event{}
@@ -496,7 +405,6 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.unclaim()
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
@@ -505,34 +413,24 @@ func (b *Buffer) FreeAsync(stream Stream) error {
 		if !event.IsZero() {
 			sd.putSpare(event)
 		}
-		b.unclaim()
-		return fillError(err, d, b.size, nil)
+		return fillError(err, d, size, nil)
 	}
 	// The free is enqueued: count it, then learn when it executes.
 	if f.Retired {
-		_ = sd.held.Free(b.size)
-		sd.pooled.Add(-b.size)
+		_ = sd.held.Free(size)
+		sd.pooled.Add(-size)
 	} else if how == cudadrv.ByHostFunc {
-		sd.hostPending.Add(b.size)
+		sd.hostPending.Add(size)
 	} else if how == cudadrv.ByEvent {
-		sd.push(&retireNode{event: f.Event, size: b.size, foreign: f.Foreign})
+		sd.push(&retireNode{event: f.Event, size: size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
 			// Nothing else may read the figures for a while: keep the
 			// frees waiting, and their events, bounded. The next bound is
 			// twice what is left, so that a stream far behind is not
 			// queried whole at every free.
-			sd.reap(int(b.ordinal))
+			sd.reap(b, ordinal)
 			sd.reapAt.Store(2 * sd.npending.Load())
 		}
-	}
-	unwatchBuffer(b)
-	// The device-side figure drops once the stream executes the free.
-	var cs *categorySet
-	if b.cat != 0 {
-		cs = s.cats.lookup(int(b.ordinal))
-	}
-	if err := s.uncount(rec, cs, b.size, b.site, stream, int(b.ordinal), b.cat, 0); err != nil {
-		return b.uncountFailed(err)
 	}
 	return nil
 }
@@ -577,22 +475,23 @@ func currentPool(d Device) (cudadrv.Pool, error) {
 	return p, nil
 }
 
-// Stats returns the figures of the device's current memory pool (the
-// default pool, unless cuDeviceSetMemPool set another) as the driver
-// reports them. It fails with [ErrNotSupported] on a device that is
-// not a CUDA GPU or has no memory pools.
-func (p Pool) Stats() (PoolStats, error) {
-	d := p.dev
-	_, pool, err := cudaPool(d)
+// pool returns the current memory pool of device ordinal.
+func (b *cudaBackend) pool(ordinal int) (cudadrv.Pool, error) {
+	return currentPool(Device{kind: KindCUDA, ordinal: ordinal})
+}
+
+// poolStats reads the figures of the current pool of device ordinal.
+func (b *cudaBackend) poolStats(ordinal int) (PoolStats, error) {
+	d := Device{kind: KindCUDA, ordinal: ordinal}
+	pool, err := b.pool(ordinal)
 	if err != nil {
-		return PoolStats{Device: d}, err
+		return PoolStats{}, err
 	}
 	s, r := cudadrv.PoolGet(pool)
 	if r != cudadrv.Success {
-		return PoolStats{Device: d}, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
+		return PoolStats{}, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
 	}
 	return PoolStats{
-		Device:           d,
 		PoolReserved:     s.PoolReserved,
 		PeakPoolReserved: s.PeakPoolReserved,
 		PoolUsed:         s.PoolUsed,
@@ -601,86 +500,37 @@ func (p Pool) Stats() (PoolStats, error) {
 	}, nil
 }
 
-// Usage returns the tracked and device-side figures of the device beside
-// its memory pool's; see [PoolUsage] for how to read their differences.
-func (p Pool) Usage() (PoolUsage, error) {
-	d := p.dev
-	st := d.MemoryStats()
-	var pooled int64
-	if sd := sideOf(d.ordinal); d.kind == KindCUDA && sd != nil {
-		pooled = sd.pooled.Load()
+// pooled returns the part of the device-side figure of device ordinal
+// that stream-ordered buffers take.
+func (b *cudaBackend) pooled(ordinal int) int64 {
+	if sd := b.side(ordinal); sd != nil {
+		return sd.pooled.Load()
 	}
-	ps, err := p.Stats()
-	if err != nil {
-		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
-	}
-	return poolUsage(d, st.Tracked, st.Held, pooled, ps), nil
+	return 0
 }
 
-// poolUsage puts the figures side by side; pooled is the part of held that
-// stream-ordered buffers take.
-func poolUsage(d Device, tracked, held, pooled int64, p PoolStats) PoolUsage {
-	return PoolUsage{
-		Device: d, Tracked: tracked, Held: held, PoolUsed: p.PoolUsed, PoolReserved: p.PoolReserved,
-		InFlight: held - tracked, Rounding: max(0, p.PoolUsed-pooled), Cached: p.PoolReserved - p.PoolUsed,
-	}
-}
-
-// Trim returns to the device the memory the pool reserves beyond
-// max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
-// torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
-// reserved with 2 MiB in use holds, after Pool().Trim(0), the 2 MiB (rounded
-// up to the driver's granularity); [PoolStats] shows the figures before and
-// after. The driver trims only memory whose frees the host has observed
-// complete, "eg. by a synchronize": a buffer freed with [Buffer.FreeAsync]
-// whose stream has not been synchronized may stay reserved even once the
-// device-side figure no longer counts it (FreeAsync learns of executed
-// frees by event queries, which the driver need not count), so Pool().Trim can
-// return less than [PoolUsage].Cached suggests; synchronize the streams
-// first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
-// [ErrNotSupported] where the device has no memory pool.
-func (p Pool) Trim(keep int64) error {
-	d := p.dev
-	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, d); err != nil {
-		return err
-	}
-	_, pool, err := cudaPool(d)
+// trimPool trims the current pool of device ordinal to keep bytes
+// (cuMemPoolTrimTo).
+func (b *cudaBackend) trimPool(ordinal int, keep int64) error {
+	pool, err := b.pool(ordinal)
 	if err != nil {
 		return err
 	}
 	if r := cudadrv.PoolTrimTo(pool, keep); r != cudadrv.Success {
-		return fillError(resultError("trim pool", "", cu.Result(r)), d, 0, nil)
+		return fillError(resultError("trim pool", "", cu.Result(r)), Device{kind: KindCUDA, ordinal: ordinal}, 0, nil)
 	}
 	return nil
 }
 
-// SetReleaseThreshold sets how much reserved memory the pool keeps at
-// each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): with the
-// driver's default of 0, the pool returns everything unused to the device
-// whenever a stream, event or context is synchronized; with a threshold, it
-// keeps up to that many bytes reserved for later allocations, which then
-// cost no call to the OS. [PoolStats].PoolReserved shows the effect
-// after the next synchronization. It fails with [ErrInvalidSize] for a
-// negative threshold and with [ErrNotSupported] where the device has no
-// memory pool.
-func (p Pool) SetReleaseThreshold(bytes int64) error {
-	d := p.dev
-	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, d); err != nil {
-		return err
-	}
-	_, pool, err := cudaPool(d)
+// setReleaseThreshold sets the release threshold of the current pool of
+// device ordinal (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD).
+func (b *cudaBackend) setReleaseThreshold(ordinal int, bytes int64) error {
+	pool, err := b.pool(ordinal)
 	if err != nil {
 		return err
 	}
 	if r := cudadrv.PoolSetReleaseThreshold(pool, bytes); r != cudadrv.Success {
-		return fillError(resultError("set release threshold", "", cu.Result(r)), d, 0, nil)
+		return fillError(resultError("set release threshold", "", cu.Result(r)), Device{kind: KindCUDA, ordinal: ordinal}, 0, nil)
 	}
 	return nil
-}
-
-// resetPoolHighs resets the pool's high-water marks, where d has a pool.
-func (sd *deviceSide) resetPoolHighs(d Device) {
-	if _, pool, err := cudaPool(d); err == nil {
-		cudadrv.PoolResetHighs(pool)
-	}
 }

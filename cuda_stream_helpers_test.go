@@ -3,11 +3,34 @@
 package memtrack
 
 import (
+	"fmt"
+
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/mumax/3/cuda/cu"
 )
 
 // Helpers of the stream-ordered tests and benchmarks.
+
+// sideOf returns the device-side figure of CUDA device ordinal, or nil
+// where the CUDA table's backend is not the driver's (a test's fake) or has
+// no such device.
+func sideOf(ordinal int) *deviceSide {
+	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	if !ok {
+		return nil
+	}
+	return b.side(ordinal)
+}
+
+// cudaDeviceOf returns the CUDA backend's state of device ordinal and its
+// primary context, as the backend's own operations get them.
+func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
+	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	if !ok {
+		return nil, cuContext{}, fmt.Errorf("%w: the CUDA table's backend is a test's, not the driver's", ErrBackendUnavailable)
+	}
+	return b.device(ordinal, op)
+}
 
 // streamWait orders the work enqueued on waiter from now on after the work
 // enqueued on after so far, on CUDA device d, in one cgo call. A buffer

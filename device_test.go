@@ -374,6 +374,8 @@ func TestBadInput(t *testing.T) {
 			assert.Equal(t, liveBefore, live, "backend allocations")
 			assert.Equal(t, callsBefore+tt.calls, calls, "backend alloc calls")
 			assert.False(t, held.Freed(), "the held buffer is still live")
+			f.freeErrs = nil
+			assert.NoError(t, held.Free())
 		})
 	}
 }

@@ -368,16 +368,12 @@ func claimEntry(b *Buffer) bool {
 
 // ownEntry returns the entry in slot of device o of kind k if it is the
 // one of the object at owner, leakGone if its memory was freed as a leak,
-// and nil if it has none any more: its entry went when watching went off,
-// or with a device table that a test has since replaced (it then frees as
-// an unwatched buffer). A slot another entry took since is not the
-// object's: its owner, still reachable, still holds its address.
+// and nil if it has none any more: its entry went when watching went off
+// (it then frees as an unwatched buffer). A slot another entry took since
+// is not the object's: its owner, still reachable, still holds its
+// address. The object was watched, so the table of k exists.
 func ownEntry(k Kind, o int32, slot uint32, owner uintptr) *watched {
-	s := tables[k].p.Load()
-	if s == nil {
-		return nil
-	}
-	dl := s.leaks.all.lookup(int(o))
+	dl := tables[k].p.Load().leaks.all.lookup(int(o))
 	if dl == nil {
 		return nil
 	}
@@ -410,13 +406,10 @@ func unwatchBuffer(b *Buffer) {
 
 // unwatch forgets the entry in slot of device o of kind k of the object
 // at owner, once its free has claimed it (or claiming it now, for a
-// tracked handle, which a release ends whatever the collector did).
+// tracked handle, which a release ends whatever the collector did). The
+// object was watched, so the table of k exists.
 func unwatch(k Kind, o int32, slot uint32, owner uintptr) {
-	s := tables[k].p.Load()
-	if s == nil {
-		return
-	}
-	dl := s.leaks.all.lookup(int(o))
+	dl := tables[k].p.Load().leaks.all.lookup(int(o))
 	if dl == nil {
 		return
 	}

@@ -177,4 +177,5 @@ func TestLeakNamesItsCategory(t *testing.T) {
 func leakThrough(t testing.TB, c Category, size int64) {
 	_, err := c.Alloc(size)
 	require.NoError(t, err)
+	leftOnPurpose(c.Device(), size)
 }

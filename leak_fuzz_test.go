@@ -138,6 +138,9 @@ func FuzzLeakWatch(f *testing.F) {
 			if m.state == modelLive || m.state == modelOldCollected {
 				require.NoError(t, m.b.Free())
 			}
+			if m.state == modelLeakKept {
+				leftOnPurpose(d, m.size) // a leak, which no free reaches
+			}
 		}
 		d.Leaks().Disable()
 	})

@@ -20,6 +20,7 @@ import (
 func leakFrom(t testing.TB, d Device, size int64) {
 	_, err := d.Alloc(size)
 	require.NoError(t, err)
+	leftOnPurpose(d, size)
 }
 
 // leakTrackedFrom tracks size bytes without an address on d and drops the
@@ -29,6 +30,7 @@ func leakFrom(t testing.TB, d Device, size int64) {
 func leakTrackedFrom(t testing.TB, d Device, size int64) {
 	_, err := d.Track(size, 0)
 	require.NoError(t, err)
+	leftOnPurpose(d, size)
 }
 
 // leakSink collects the leaks a handler receives.

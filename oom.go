@@ -265,11 +265,8 @@ func (o *OutOfMemoryObserver) Remove() error {
 	if !o.removed.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: out-of-memory observer of %v removed twice", ErrInvalidArgument, o.dev)
 	}
-	s, _, err := o.dev.resolve()
-	if err != nil {
-		return nil // the device table is gone, and its observers with it
-	}
-	obs := s.observersOf(o.dev.ordinal, false)
+	// OnOutOfMemory resolved the device: its table exists.
+	obs := tables[o.dev.kind].p.Load().observersOf(o.dev.ordinal, false)
 	if obs == nil {
 		return nil
 	}

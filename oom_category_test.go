@@ -21,11 +21,8 @@ func TestOutOfMemoryReportCategories(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, kv.SetMemoryLimit(3000))
 	w := allocOK(t)(weights.Alloc(4000))
-	defer w.Free()
 	k := allocOK(t)(kv.Alloc(2000))
-	defer k.Free()
 	u := allocOK(t)(d.Alloc(100))
-	defer u.Free()
 
 	_, err = kv.Alloc(2000) // past the category's limit
 	var oom *OutOfMemoryError
@@ -41,8 +38,12 @@ func TestOutOfMemoryReportCategories(t *testing.T) {
 	assert.Equal(t, "weights 3.91 KiB (4000 B) 3.91 KiB (4000 B) none", strings.Join(fields(lines[i+2]), " "))
 	assert.Equal(t, "kv_cache (the request's) 1.95 KiB (2000 B) 1.95 KiB (2000 B) 2.93 KiB (3000 B)", strings.Join(fields(lines[i+3]), " "))
 	assert.Equal(t, "uncategorised 100 B - -", strings.Join(fields(lines[i+4]), " "))
+	for _, b := range []*Buffer{w, k, u} {
+		require.NoError(t, b.Free())
+	}
 
-	// Without categories: no rows.
+	// Without categories (a table of its own, once the first holds
+	// nothing): no rows.
 	_, plain := fakeCUDA(t, 1, 1<<20)
 	_, err = plain[0].Alloc(2 << 20)
 	require.ErrorAs(t, err, &oom)

@@ -1,6 +1,9 @@
 package memtrack
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+)
 
 // Stream is a CUDA stream (a CUstream handle), for stream-ordered
 // allocation with [Device.AllocAsync] and [Buffer.FreeAsync]. The zero
@@ -78,6 +81,54 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	return c.dev.allocate(request{size: size, cat: c, stream: stream, async: true})
 }
 
+// FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
+// returns to the pool once stream has executed the work enqueued before
+// this call; stream may differ from the one the buffer was allocated on.
+// The tracked figure drops at FreeAsync's return; the device-side figure
+// ([Stats].Held) when the stream executes the free, which the package
+// learns without blocking the caller and without a goroutine.
+//
+// A stream other than the allocation's must be ordered after it (an event
+// recorded after the allocation and cuStreamWaitEvent, or a
+// synchronization), as the stream-ordered allocator requires.
+//
+// It fails with [ErrDoubleFree] on a buffer already freed, with
+// [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
+// that [Device.Alloc] allocated (free it with [Buffer.Free]; in a build
+// without -tags cuda every buffer is one) or a stream of another device,
+// and with [ErrNotSupported] on a stream that is capturing a CUDA graph.
+// Where it refuses the stream, or the driver refuses the free, the buffer
+// stays live and counted (and watched, on a device watched for leaks), and
+// FreeAsync or Free may be called again.
+func (b *Buffer) FreeAsync(stream Stream) error {
+	if !b.valid() {
+		return b.refuseFree()
+	}
+	if !b.pooled {
+		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.Device())
+	}
+	if !b.state.CompareAndSwap(bufLive, bufFreed) || !claimWatched(b) {
+		return b.refuseFree()
+	}
+	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (unwatchBuffer)
+	// A pooled buffer comes from its table's stream-ordered allocator.
+	s, o := tables[b.kind].p.Load(), int(b.ordinal)
+	if err := s.stream.freeAsync(o, b.size, &b.mem, stream); err != nil {
+		b.unclaim()
+		return err
+	}
+	unwatchBuffer(b)
+	var cs *categorySet
+	if b.cat != 0 {
+		cs = s.cats.lookup(o)
+	}
+	// The device-side figure drops once the stream executes the free.
+	if err := s.uncount(s.records.Lookup(o), cs, b.size, b.site, stream, o, b.cat, 0); err != nil {
+		return b.uncountFailed(err)
+	}
+	return nil
+}
+
 // Pool is the current memory pool of one CUDA device, the one
 // [Device.AllocAsync] allocates from: its figures and controls. Obtain it
 // with [Device.Pool]; it is a small comparable value, as [Device] is. On a
@@ -90,6 +141,101 @@ func (d Device) Pool() Pool { return Pool{dev: d} }
 
 // Device returns the device of the pool.
 func (p Pool) Device() Device { return p.dev }
+
+// pools returns the stream-ordered allocator of the device of the pool, or
+// the error of pool call op where it has none: the zero Device is no
+// device, a CPU or Metal device has no CUDA pool (in every build), a CUDA
+// device needs the CUDA backend, and then memory pools.
+func (p Pool) pools(op string) (streamBackend, error) {
+	d := p.dev
+	if d.kind != KindCUDA {
+		return nil, notCUDA(op, d)
+	}
+	s, _, err := d.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return s.streams(d)
+}
+
+// Stats returns the figures of the device's current memory pool (the
+// default pool, unless cuDeviceSetMemPool set another) as the driver
+// reports them. It fails with [ErrNotSupported] on a device that is
+// not a CUDA GPU or has no memory pools.
+func (p Pool) Stats() (PoolStats, error) {
+	sb, err := p.pools("PoolStats")
+	if err != nil {
+		return PoolStats{Device: p.dev}, err
+	}
+	ps, err := sb.poolStats(p.dev.ordinal)
+	ps.Device = p.dev
+	return ps, err
+}
+
+// Usage returns the tracked and device-side figures of the device beside
+// its memory pool's; see [PoolUsage] for how to read their differences.
+// It fails as [Pool.Stats] does.
+func (p Pool) Usage() (PoolUsage, error) {
+	d := p.dev
+	sb, err := p.pools("PoolUsage")
+	if err != nil {
+		return PoolUsage{Device: d}, err
+	}
+	st := d.MemoryStats()
+	pooled := sb.pooled(d.ordinal)
+	ps, err := sb.poolStats(d.ordinal)
+	if err != nil {
+		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
+	}
+	return PoolUsage{
+		Device: d, Tracked: st.Tracked, Held: st.Held, PoolUsed: ps.PoolUsed, PoolReserved: ps.PoolReserved,
+		InFlight: st.Held - st.Tracked, Rounding: max(0, ps.PoolUsed-pooled), Cached: ps.PoolReserved - ps.PoolUsed,
+	}, nil
+}
+
+// Trim returns to the device the memory the pool reserves beyond
+// max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
+// torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
+// reserved with 2 MiB in use holds, after Pool().Trim(0), the 2 MiB (rounded
+// up to the driver's granularity); [PoolStats] shows the figures before and
+// after. The driver trims only memory whose frees the host has observed
+// complete, "eg. by a synchronize": a buffer freed with [Buffer.FreeAsync]
+// whose stream has not been synchronized may stay reserved even once the
+// device-side figure no longer counts it (FreeAsync learns of executed
+// frees by event queries, which the driver need not count), so Pool().Trim can
+// return less than [PoolUsage].Cached suggests; synchronize the streams
+// first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
+// [ErrNotSupported] where the device has no memory pool.
+func (p Pool) Trim(keep int64) error {
+	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, p.dev); err != nil {
+		return err
+	}
+	sb, err := p.pools("Pool().Trim")
+	if err != nil {
+		return err
+	}
+	return sb.trimPool(p.dev.ordinal, keep)
+}
+
+// SetReleaseThreshold sets how much reserved memory the pool keeps at
+// each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): with the
+// driver's default of 0, the pool returns everything unused to the device
+// whenever a stream, event or context is synchronized; with a threshold, it
+// keeps up to that many bytes reserved for later allocations, which then
+// cost no call to the OS. [PoolStats].PoolReserved shows the effect
+// after the next synchronization. It fails with [ErrInvalidSize] for a
+// negative threshold and with [ErrNotSupported] where the device has no
+// memory pool.
+func (p Pool) SetReleaseThreshold(bytes int64) error {
+	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, p.dev); err != nil {
+		return err
+	}
+	sb, err := p.pools("Pool().SetReleaseThreshold")
+	if err != nil {
+		return err
+	}
+	return sb.setReleaseThreshold(p.dev.ordinal, bytes)
+}
 
 // PoolStats are the figures of a CUDA device's current memory pool (the
 // default one unless cuDeviceSetMemPool set another), the one

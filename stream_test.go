@@ -51,3 +51,89 @@ func TestStreamCallsCheckOrder(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotSupported)
 	assert.Equal(t, Stats{Device: cpu}, cpu.MemoryStats(), "nothing counted")
 }
+
+// fakeStreams is a fake backend with the stream-ordered capability
+// (streamBackend): its stream-ordered buffers are the fake's buffers, and
+// its pool uses what they take.
+type fakeStreams struct {
+	*fakeBackend
+	freeErr    error // returned by freeAsync, if set
+	asyncFrees int   // frees freeAsync made
+	inPool     int64 // bytes of live stream-ordered buffers
+}
+
+func (f *fakeStreams) poolsSupported(int) error      { return nil }
+func (f *fakeStreams) checkStream(int, Stream) error { return nil }
+
+func (f *fakeStreams) allocAsync(ordinal int, size int64, _ Stream, m *memory) error {
+	err := f.alloc(ordinal, size, m)
+	if err == nil {
+		f.inPool += size
+	}
+	return err
+}
+
+func (f *fakeStreams) freeAsync(ordinal int, size int64, m *memory, _ Stream) error {
+	if f.freeErr != nil {
+		return f.freeErr
+	}
+	f.asyncFrees++
+	f.inPool -= size
+	return f.free(ordinal, size, m)
+}
+
+func (f *fakeStreams) poolStats(int) (PoolStats, error) {
+	return PoolStats{PoolUsed: f.inPool, PoolReserved: f.inPool + 1000}, nil
+}
+func (f *fakeStreams) pooled(int) int64                     { return f.inPool }
+func (f *fakeStreams) trimPool(int, int64) error            { return nil }
+func (f *fakeStreams) setReleaseThreshold(int, int64) error { return nil }
+
+// TestStreamsThroughTheBackend: AllocAsync, FreeAsync and the pool calls
+// reach a backend's stream-ordered capability, in every build, and count
+// as the CUDA backend's do: a free the backend refuses leaves the buffer
+// live and counted, and it may be freed again.
+func TestStreamsThroughTheBackend(t *testing.T) {
+	f := &fakeStreams{fakeBackend: newFakeBackend(1, 1<<20)}
+	useBackend(t, KindCUDA, f)
+	d, err := CUDA(0)
+	require.NoError(t, err)
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+
+	b, err := d.AllocAsync(100, DefaultStream)
+	require.NoError(t, err)
+	c, err := kv.AllocAsync(50, DefaultStream)
+	require.NoError(t, err)
+	assert.Equal(t, int64(150), d.MemoryAllocated())
+	assert.Equal(t, int64(50), kv.Stats().Tracked)
+	u, err := d.Pool().Usage()
+	require.NoError(t, err)
+	assert.Equal(t, PoolUsage{Device: d, Tracked: 150, Held: 150, PoolUsed: 150, PoolReserved: 1150, Cached: 1000}, u)
+	ps, err := d.Pool().Stats()
+	require.NoError(t, err)
+	assert.Equal(t, d, ps.Device)
+	assert.NoError(t, d.Pool().Trim(0))
+	assert.NoError(t, d.Pool().SetReleaseThreshold(0))
+
+	f.freeErr = errFakeDriver
+	assert.ErrorIs(t, b.FreeAsync(DefaultStream), errFakeDriver)
+	assert.False(t, b.Freed(), "a refused free leaves the buffer live")
+	assert.Equal(t, int64(150), d.MemoryAllocated(), "and counted")
+	f.freeErr = nil
+	require.NoError(t, b.FreeAsync(DefaultStream))
+	assert.True(t, b.Freed())
+	assert.ErrorIs(t, b.FreeAsync(DefaultStream), ErrDoubleFree)
+	require.NoError(t, c.FreeAsync(Stream(0x10)))
+	assert.Equal(t, 2, f.asyncFrees)
+	assert.Zero(t, d.MemoryAllocated())
+	assert.Zero(t, kv.Stats().Tracked, "uncounted in its category")
+	used, live, _ := f.state(0)
+	assert.Zero(t, used)
+	assert.Zero(t, live)
+
+	p, err := d.Alloc(8)
+	require.NoError(t, err)
+	assert.ErrorIs(t, p.FreeAsync(DefaultStream), ErrInvalidArgument, "a buffer of Alloc is freed with Free")
+	require.NoError(t, p.Free())
+}

@@ -75,7 +75,7 @@ func (d Device) track(r request, ptr uintptr) (*Tracked, error) {
 	if r.size > 0 {
 		// admit, inlined by hand, as Device.allocate does.
 		if a.s, a.rec, err = d.resolve(); err == nil && r.cat.set != nil {
-			a.crec, err = r.cat.recordOf(a.s)
+			a.crec = r.cat.recordOf()
 		}
 	} else {
 		a, err = d.admit(&r, "tracked")

@@ -70,6 +70,9 @@ func TestTrackAddrBadInput(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Equal(t, int64(96), d.MemoryAllocated(), "nothing tracked was lost")
 	require.NoError(t, h.Release())
+	tracked, err = KindCPU.UntrackAddr(0x8000, nil)
+	assert.True(t, tracked)
+	assert.NoError(t, err)
 }
 
 // A failing free leaves the count tracked; the next free ends it.

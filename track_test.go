@@ -417,6 +417,9 @@ func FuzzTrack(f *testing.F) {
 				require.Same(t, e.h, KindCPU.TrackedAt(p))
 			}
 		}
+		for _, e := range live {
+			require.NoError(t, e.h.Release())
+		}
 	})
 }
 
