@@ -68,7 +68,7 @@ type deviceSide struct {
 	// needs no lock).
 	pending  atomic.Pointer[retireNode]
 	npending atomic.Int64 // the nodes in pending, or about to be pushed back
-	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (0: reapBatch)
+	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (at least reapBatch), set by reap
 	spareMu  sync.Mutex
 	spare    []cudadrv.Event // events reached, for reuse
 
@@ -239,6 +239,10 @@ func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
 		sd.abandonHostFuncs()
 	}
 	sd.catchUp()
+	// FreeAsync reaps next at twice what this reap leaves, so that a
+	// stream far behind is not queried whole at every free, and a reap
+	// that leaves little brings the bound back down.
+	defer func() { sd.reapAt.Store(2 * sd.npending.Load()) }()
 	n := sd.pending.Swap(nil)
 	if n == nil {
 		return
@@ -425,11 +429,9 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 		sd.push(&retireNode{event: f.Event, size: size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
 			// Nothing else may read the figures for a while: keep the
-			// frees waiting, and their events, bounded. The next bound is
-			// twice what is left, so that a stream far behind is not
-			// queried whole at every free.
+			// frees waiting, and their events, bounded (reap sets the
+			// next bound).
 			sd.reap(b, ordinal)
-			sd.reapAt.Store(2 * sd.npending.Load())
 		}
 	}
 	return nil
