@@ -5,7 +5,6 @@ package memtrack
 import (
 	"fmt"
 	"sync"
-	stdatomic "sync/atomic"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/tracker"
@@ -21,26 +20,16 @@ import (
 // the stream's context current, operates and restores the thread's
 // context, so that the goroutine need not be locked to its thread.
 
-// How FreeAsync learns that its stream has executed the free.
-const (
-	// retireByEvent, the default, records an event after the free
-	// (cuEventRecord); the figures are read after querying the pending
-	// events (cuEventQuery), as PyTorch's and CuPy's allocators learn of
-	// their frees. A query that fails (a context error: nothing will run
-	// on the device again) retires the free too.
-	retireByEvent uint32 = iota
-	// retireByHostFunc enqueues a host function after the free
-	// (cuLaunchHostFunc); the driver runs it, on a thread of its own, once
-	// the stream reaches it, and it adds the buffer's size to a counter in
-	// C memory, which the next reading or allocation on the device
-	// uncounts (catchUp): no callback into Go on the driver's thread. The
-	// reference warns of its costs: a host function blocks the work
-	// enqueued after it on its stream, host functions of different streams
-	// may be serialized, and none is called after a context error, so that
-	// a free behind a kernel fault would stay in the device-side figure.
-	// The tests and benchmarks compare it with events.
-	retireByHostFunc
-)
+// FreeAsync learns that its stream has executed the free by an event
+// recorded after it (cuEventRecord); the figures are read after querying the
+// pending events (cuEventQuery), as PyTorch's and CuPy's allocators learn of
+// their frees. A query that fails (a context error: nothing will run on the
+// device again) retires the free too. A host function enqueued after the
+// free (cuLaunchHostFunc) would cost more, as the driver's reference says: it
+// blocks the work enqueued after it on its stream, host functions of
+// different streams may be serialized, and none is called after a context
+// error, so that a free behind a kernel fault would stay in the device-side
+// figure.
 
 // deviceSide is the device-side figure of one CUDA device: what the device
 // holds for this package's buffers, with its peak. It counts every buffer
@@ -48,27 +37,14 @@ const (
 // the stream has executed the free.
 type deviceSide struct {
 	held   tracker.Counter
-	pooled atomic.Int64  // the part of held that stream-ordered buffers take
-	retire atomic.Uint32 // retireBy*
-
-	// retired is the device's counter of bytes that host functions saw
-	// freed (C memory, see memtrack_retired_bytes), nil past
-	// maxRetireDevices; applied is how much of it held has uncounted.
-	retired *uint64
-	applied atomic.Uint64
-	// hostPending is what frees retired by host functions still wait for;
-	// abandoned is set once the device is lost, when no host function
-	// will run again (cuLaunchHostFunc), and they are uncounted at once.
-	hostPending atomic.Int64
-	abandoned   atomic.Bool
-	abandonMu   sync.Mutex
+	pooled atomic.Int64 // the part of held that stream-ordered buffers take
 
 	// pending holds the frees awaiting their events: pushed by FreeAsync,
 	// taken whole by readers (so no node is ever popped alone, and a stack
 	// needs no lock).
 	pending  atomic.Pointer[retireNode]
 	npending atomic.Int64 // the nodes in pending, or about to be pushed back
-	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (0: reapBatch)
+	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (at least reapBatch), set by reap
 	spareMu  sync.Mutex
 	spare    []cudadrv.Event // events reached, for reuse
 
@@ -95,49 +71,15 @@ func (b *cudaBackend) side(ordinal int) *deviceSide {
 
 // newSides makes the device-side figures of n devices, as the backend
 // initialises.
-func newSides(n int) []deviceSide {
-	sides := make([]deviceSide, n)
-	for i := range min(n, maxRetireDevices) {
-		sides[i].retired = cudadrv.RetiredCounter(i)
-		sides[i].applied.Store(stdatomic.LoadUint64(sides[i].retired))
-	}
-	return sides
-}
-
-// maxRetireDevices bounds the devices whose frees host functions retire.
-const maxRetireDevices = cudadrv.MaxRetireDevices
-
-// catchUp uncounts the frees that host functions have seen executed since
-// the last catchUp. Every figure is read after one, and so is every
-// addition that raises the peak (see count): the figures are those a host
-// function calling into Go at once would give, without a callback into Go
-// on the driver's thread.
-func (sd *deviceSide) catchUp() {
-	if sd.retired == nil || sd.abandoned.Load() {
-		return
-	}
-	for {
-		a := sd.applied.Load()
-		r := stdatomic.LoadUint64(sd.retired)
-		if r == a {
-			return
-		}
-		if sd.applied.CompareAndSwap(a, r) {
-			_ = sd.held.Free(int64(r - a))
-			sd.pooled.Add(-int64(r - a)) // host functions retire stream-ordered frees only
-			sd.hostPending.Add(-int64(r - a))
-			return
-		}
-	}
-}
+func newSides(n int) []deviceSide { return make([]deviceSide, n) }
 
 // count adds size bytes, allocated on device ordinal, to the device-side
 // figure. Uncounting the frees known to have executed (reap) can only lower
 // the figure, so it must come first only where the addition raises the
 // peak: an addition that stays within the peak is made without it, in one
 // compare-and-swap against the peak, and only where that fails (or the
-// figures show it would) are the frees reaped (for events, a cgo call per
-// reapBatch) before the addition that raises the peak.
+// figures show it would) are the frees reaped (a cgo call per reapBatch
+// events) before the addition that raises the peak.
 func (sd *deviceSide) count(b *cudaBackend, ordinal int, size int64) {
 	// With peak scopes open (PeakScope), every addition may raise one of
 	// theirs, so the frees are reaped first.
@@ -235,10 +177,10 @@ func (b *cudaBackend) closeHeldScope(ordinal int, sc *tracker.Scope) error {
 // and keeps the others pending. A query that fails (the event or its context
 // is gone) retires the free too: nothing would ever reach it.
 func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
-	if !sd.abandoned.Load() && b.dev(ordinal).lost.Load() != 0 {
-		sd.abandonHostFuncs()
-	}
-	sd.catchUp()
+	// FreeAsync reaps next at twice what this reap leaves, so that a
+	// stream far behind is not queried whole at every free, and a reap
+	// that leaves little brings the bound back down.
+	defer func() { sd.reapAt.Store(2 * sd.npending.Load()) }()
 	n := sd.pending.Swap(nil)
 	if n == nil {
 		return
@@ -279,22 +221,6 @@ func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
 			}
 		}
 	}
-}
-
-// abandonHostFuncs uncounts the frees that host functions were to retire,
-// once the device is lost: the driver calls no host function after an
-// error in the context, and nothing runs on the device again.
-func (sd *deviceSide) abandonHostFuncs() {
-	sd.abandonMu.Lock()
-	defer sd.abandonMu.Unlock()
-	if sd.abandoned.Load() {
-		return
-	}
-	sd.catchUp() // what ran before
-	sd.abandoned.Store(true)
-	rest := sd.hostPending.Swap(0)
-	_ = sd.held.Free(rest)
-	sd.pooled.Add(-rest)
 }
 
 // reapBatch is how many events reap queries in one cgo call, and how many
@@ -381,7 +307,7 @@ func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memo
 }
 
 // freeAsync frees m in stream order (cuMemFreeAsync) and learns when the
-// stream executes the free: by an event, or by a host function (retire).
+// stream executes the free, by an event recorded after it.
 func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	sd := &b.sides[ordinal] // the buffer's allocAsync found the device
@@ -389,13 +315,8 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if err != nil {
 		return fillError(err, d, size, nil)
 	}
-	how, token, event := cudadrv.ByEvent, uintptr(0), cudadrv.Event{}
-	if t, ok := cudadrv.HostFuncToken(ordinal, size); ok && sd.retire.Load() == retireByHostFunc && sd.retired != nil {
-		how, token = cudadrv.ByHostFunc, t
-	} else {
-		event = sd.spareEvent()
-	}
-	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), how, token, event)
+	event := sd.spareEvent()
+	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), cudadrv.ByEvent, event)
 	if !event.IsZero() && f.SpareUnused {
 		sd.putSpare(event)
 		event = cudadrv.Event{}
@@ -419,17 +340,13 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if f.Retired {
 		_ = sd.held.Free(size)
 		sd.pooled.Add(-size)
-	} else if how == cudadrv.ByHostFunc {
-		sd.hostPending.Add(size)
-	} else if how == cudadrv.ByEvent {
+	} else {
 		sd.push(&retireNode{event: f.Event, size: size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
 			// Nothing else may read the figures for a while: keep the
-			// frees waiting, and their events, bounded. The next bound is
-			// twice what is left, so that a stream far behind is not
-			// queried whole at every free.
+			// frees waiting, and their events, bounded (reap sets the
+			// next bound).
 			sd.reap(b, ordinal)
-			sd.reapAt.Store(2 * sd.npending.Load())
 		}
 	}
 	return nil

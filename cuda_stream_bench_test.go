@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/interleave"
 )
 
@@ -61,7 +62,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := rawAllocFreeAsync(ctx, size.n, s, false); err != nil {
+				if err := rawAllocFreeAsync(ctx, size.n, s, nil); err != nil {
 					b.Fatal(err)
 				}
 				if i++; i%256 == 0 {
@@ -70,33 +71,30 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 			}
 			syncStream(b, d, s)
 		})
-		for _, m := range retireModes {
-			b.Run("size="+size.name+"/pair=tracked-"+m.name, func(b *testing.B) {
-				withRetire(b, d, m.mode)
-				i := 0
-				b.ReportAllocs()
-				for b.Loop() {
-					buf, err := d.AllocAsync(size.n, s)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := buf.FreeAsync(s); err != nil {
-						b.Fatal(err)
-					}
-					if i++; i%256 == 0 {
-						syncStream(b, d, s)
-						d.MemoryStats() // reads the pending events, as any reader does
-					}
+		b.Run("size="+size.name+"/pair=tracked", func(b *testing.B) {
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				buf, err := d.AllocAsync(size.n, s)
+				if err != nil {
+					b.Fatal(err)
 				}
-				syncStream(b, d, s)
-				d.MemoryStats()
-			})
-		}
+				if err := buf.FreeAsync(s); err != nil {
+					b.Fatal(err)
+				}
+				if i++; i%256 == 0 {
+					syncStream(b, d, s)
+					d.MemoryStats() // reads the pending events, as any reader does
+				}
+			}
+			syncStream(b, d, s)
+			d.MemoryStats()
+		})
 		// The fake driver executes each stream on a thread of its own, so
 		// that the time a pair takes depends on how the two cores are
 		// shared at that moment: the separate sub-benchmarks above drift
 		// apart by tens of percent. These alternate blocks of 64 raw, 64
-		// raw-with-marker (the raw pair and a host function after the
+		// raw-with-marker (the raw pair and an event recorded after the
 		// free: the stream operation that learning when a free executes
 		// takes), 64 tracked pairs and 64 busy pairs, each block ending
 		// with a synchronize (and, tracked, the reading of the figures),
@@ -105,65 +103,66 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// trackedWork of arithmetic, the host time that the tracked
 		// pair's Go code takes: the control that shows what any host work
 		// between the driver calls costs on the fake, whatever it does.
-		for _, m := range retireModes {
-			b.Run("size="+size.name+"/pair=interleaved-"+m.name, func(b *testing.B) {
-				withRetire(b, d, m.mode)
-				_, ctx, err := cudaDeviceOf(0, "bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				const block = 64
-				work := spinFor(trackedWork)
-				took, n := interleave.Run(b, block,
-					func() { // raw
-						for range block {
-							if err := rawAllocFreeAsync(ctx, size.n, s, false); err != nil {
-								b.Fatal(err)
-							}
+		b.Run("size="+size.name+"/pair=interleaved", func(b *testing.B) {
+			_, ctx, err := cudaDeviceOf(0, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			const block = 64
+			work := spinFor(trackedWork)
+			var marker cudadrv.Event
+			took, n := interleave.Run(b, block,
+				func() { // raw
+					for range block {
+						if err := rawAllocFreeAsync(ctx, size.n, s, nil); err != nil {
+							b.Fatal(err)
 						}
-						syncStream(b, d, s)
-					},
-					func() { // raw-with-marker
-						for range block {
-							if err := rawAllocFreeAsync(ctx, size.n, s, true); err != nil {
-								b.Fatal(err)
-							}
+					}
+					syncStream(b, d, s)
+				},
+				func() { // raw-with-marker
+					for range block {
+						if err := rawAllocFreeAsync(ctx, size.n, s, &marker); err != nil {
+							b.Fatal(err)
 						}
-						syncStream(b, d, s)
-					},
-					func() { // tracked
-						for range block {
-							buf, err := d.AllocAsync(size.n, s)
-							if err != nil {
-								b.Fatal(err)
-							}
-							if err := buf.FreeAsync(s); err != nil {
-								b.Fatal(err)
-							}
+					}
+					syncStream(b, d, s)
+				},
+				func() { // tracked
+					for range block {
+						buf, err := d.AllocAsync(size.n, s)
+						if err != nil {
+							b.Fatal(err)
 						}
-						syncStream(b, d, s)
-						d.MemoryStats()
-					},
-					func() { // raw-with-marker after busy work
-						for range block {
-							spin(work)
-							if err := rawAllocFreeAsync(ctx, size.n, s, true); err != nil {
-								b.Fatal(err)
-							}
+						if err := buf.FreeAsync(s); err != nil {
+							b.Fatal(err)
 						}
-						syncStream(b, d, s)
-					},
-				)
-				raw, marked, tracked, busy := took[0], took[1], took[2], took[3]
-				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
-				b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
-				b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
-				b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
-				b.ReportMetric(float64(tracked)/float64(raw), "ratio")
-				b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
-				b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
-			})
-		}
+					}
+					syncStream(b, d, s)
+					d.MemoryStats()
+				},
+				func() { // raw-with-marker after busy work
+					for range block {
+						spin(work)
+						if err := rawAllocFreeAsync(ctx, size.n, s, &marker); err != nil {
+							b.Fatal(err)
+						}
+					}
+					syncStream(b, d, s)
+				},
+			)
+			if !marker.IsZero() {
+				cudadrv.EventDestroy(marker)
+			}
+			raw, marked, tracked, busy := took[0], took[1], took[2], took[3]
+			b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
+			b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
+			b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
+			b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
+			b.ReportMetric(float64(tracked)/float64(raw), "ratio")
+			b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
+			b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
+		})
 	}
 }
 

@@ -49,21 +49,25 @@ func streamWait(d Device, waiter, after Stream) error {
 // rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
 // cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
 // makes current and restores as the tracked calls do.
-// With marker, the free is followed by the host function FreeAsync enqueues
-// (adding 0 bytes): the raw pair plus the one stream operation that
-// learning exactly when a free executes takes.
-func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker bool) error {
+// With marker, the free is followed by an event recorded on *marker (created
+// at the first call, then reused, as FreeAsync reuses its events): the raw
+// pair plus the one stream operation that learning exactly when a free
+// executes takes.
+func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker *cudadrv.Event) error {
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
 	if r := resultOf(a.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("alloc", "", max(r.enter, r.op))
 	}
-	how := cudadrv.Untracked
-	if marker {
-		how = cudadrv.ByHostFunc
+	how, event := cudadrv.Untracked, cudadrv.Event{}
+	if marker != nil {
+		how, event = cudadrv.ByEvent, *marker
 	}
-	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, 0, cudadrv.Event{})
+	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, event)
 	if r := resultOf(f.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
 		return resultError("free", "", max(r.enter, r.op))
+	}
+	if marker != nil {
+		*marker = f.Event
 	}
 	return nil
 }

@@ -19,13 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// retireModes are the two ways FreeAsync learns that a free has executed;
-// the tests run with each.
-var retireModes = []struct {
-	name string
-	mode uint32
-}{{"hostfunc", retireByHostFunc}, {"event", retireByEvent}}
-
 // inContext runs f, a sequence of cu calls, in d's primary context on a
 // locked thread, and restores the thread's context.
 func inContext(t testing.TB, d Device, f func()) {
@@ -57,13 +50,6 @@ func syncStream(t testing.TB, d Device, s Stream) {
 	inContext(t, d, func() { cu.StreamSynchronize(cu.Stream(s)) })
 }
 
-// withRetire sets how FreeAsync learns of executed frees on d, for the test.
-func withRetire(t testing.TB, d Device, mode uint32) {
-	sd := sideOf(d.Ordinal())
-	old := sd.retire.Swap(mode)
-	t.Cleanup(func() { sd.retire.Store(old) })
-}
-
 func poolStats(t testing.TB, d Device) PoolStats {
 	t.Helper()
 	p, err := d.Pool().Stats()
@@ -76,46 +62,41 @@ func TestCUDAAllocFreeAsync(t *testing.T) {
 	s := newStream(t, d)
 	require.NoError(t, d.History().Enable(64))
 	t.Cleanup(d.History().Disable)
-	for _, m := range retireModes {
-		t.Run(m.name, func(t *testing.T) {
-			withRetire(t, d, m.mode)
-			for _, stream := range []Stream{s, DefaultStream} {
-				before := d.MemoryStats()
-				const size = 3 << 20
-				b, err := d.AllocAsync(size, stream)
-				require.NoError(t, err)
-				assert.NotZero(t, b.DevicePtr())
-				assert.Nil(t, b.Bytes())
-				assert.Equal(t, d, b.Device())
-				during := d.MemoryStats()
-				assert.Equal(t, before.Tracked+size, during.Tracked)
-				assert.Equal(t, before.Held+size, during.Held)
-				assert.Equal(t, before.Allocs+1, during.Allocs)
-				assert.Equal(t, before.Buffers+1, during.Buffers)
+	for _, stream := range []Stream{s, DefaultStream} {
+		before := d.MemoryStats()
+		const size = 3 << 20
+		b, err := d.AllocAsync(size, stream)
+		require.NoError(t, err)
+		assert.NotZero(t, b.DevicePtr())
+		assert.Nil(t, b.Bytes())
+		assert.Equal(t, d, b.Device())
+		during := d.MemoryStats()
+		assert.Equal(t, before.Tracked+size, during.Tracked)
+		assert.Equal(t, before.Held+size, during.Held)
+		assert.Equal(t, before.Allocs+1, during.Allocs)
+		assert.Equal(t, before.Buffers+1, during.Buffers)
 
-				require.NoError(t, b.FreeAsync(stream))
-				assert.True(t, b.Freed())
-				assert.Zero(t, b.DevicePtr())
-				assert.Equal(t, before.Tracked, d.MemoryAllocated(), "the tracked figure drops at FreeAsync's return")
-				assert.ErrorIs(t, b.FreeAsync(stream), ErrDoubleFree)
-				assert.ErrorIs(t, b.Free(), ErrDoubleFree)
+		require.NoError(t, b.FreeAsync(stream))
+		assert.True(t, b.Freed())
+		assert.Zero(t, b.DevicePtr())
+		assert.Equal(t, before.Tracked, d.MemoryAllocated(), "the tracked figure drops at FreeAsync's return")
+		assert.ErrorIs(t, b.FreeAsync(stream), ErrDoubleFree)
+		assert.ErrorIs(t, b.Free(), ErrDoubleFree)
 
-				syncStream(t, d, stream)
-				after := d.MemoryStats()
-				assert.Equal(t, before.Tracked, after.Tracked)
-				assert.Equal(t, before.Held, after.Held, "the device-side figure meets it once the stream has run the free")
-				assert.Equal(t, before.Frees+1, after.Frees)
-				assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
-				assert.Equal(t, before.FailedAllocs, after.FailedAllocs)
+		syncStream(t, d, stream)
+		after := d.MemoryStats()
+		assert.Equal(t, before.Tracked, after.Tracked)
+		assert.Equal(t, before.Held, after.Held, "the device-side figure meets it once the stream has run the free")
+		assert.Equal(t, before.Frees+1, after.Frees)
+		assert.Equal(t, before.FreedBytes+size, after.FreedBytes)
+		assert.Equal(t, before.FailedAllocs, after.FailedAllocs)
 
-				h, err := d.History().Snapshot()
-				require.NoError(t, err)
-				require.GreaterOrEqual(t, len(h.Events), 2)
-				last := h.Events[len(h.Events)-2:]
-				assert.Equal(t, []HistoryAction{HistoryAlloc, HistoryFree}, []HistoryAction{last[0].Action, last[1].Action})
-				assert.Equal(t, []uintptr{uintptr(stream), uintptr(stream)}, []uintptr{last[0].Stream, last[1].Stream}, "the history names the stream")
-			}
-		})
+		h, err := d.History().Snapshot()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(h.Events), 2)
+		last := h.Events[len(h.Events)-2:]
+		assert.Equal(t, []HistoryAction{HistoryAlloc, HistoryFree}, []HistoryAction{last[0].Action, last[1].Action})
+		assert.Equal(t, []uintptr{uintptr(stream), uintptr(stream)}, []uintptr{last[0].Stream, last[1].Stream}, "the history names the stream")
 	}
 }
 
@@ -277,7 +258,7 @@ func TestCUDAResetEveryPeak(t *testing.T) {
 }
 
 // TestCUDAStreamsConcurrent: workers on two devices allocate on one stream
-// and free on another, with both ways of learning of executed frees. Every
+// and free on another. Every
 // worker holds one buffer on each device at one moment (a barrier), so the
 // tracked peak is exact; after the streams are synchronized the device-side
 // figure meets the tracked one.
@@ -295,7 +276,6 @@ func TestCUDAStreamsConcurrent(t *testing.T) {
 	var base []Stats
 	for i, d := range ds {
 		streams[i] = []Stream{DefaultStream, newStream(t, d), newStream(t, d), newStream(t, d)}
-		withRetire(t, d, retireModes[i%2].mode)
 		for _, s := range streams[i] {
 			syncStream(t, d, s)
 		}
@@ -379,19 +359,16 @@ func TestCUDAStreamChildren(t *testing.T) {
 		child string
 		env   []string
 	}{
-		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
-		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
+		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate}},
 		{"TestCUDAStreamChildMeasureLag", []string{"FAKECUDA_STREAM_GATE=" + gate}},
 		{"TestCUDAStreamChildRounding", []string{"FAKECUDA_POOL_ROUND=4096"}},
 		{"TestCUDAStreamChildAllocFault", []string{"FAKECUDA_FAIL_ALLOC_ASYNC=2"}},
 		{"TestCUDAStreamChildFreeFault", []string{"FAKECUDA_FAIL_FREE_ASYNC=1"}},
 		{"TestCUDAStreamChildNoPools", []string{"FAKECUDA_NO_POOLS=1"}},
 		{"TestCUDAStreamChildPoolFreeEnqueued", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued"}},
-		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued", "MEMTRACK_RETIRE=event"}},
+		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued"}},
 		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700"}},
-		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700", "MEMTRACK_RETIRE=hostfunc"}},
-		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=hostfunc"}},
-		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate, "MEMTRACK_RETIRE=event"}},
+		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate}},
 	}
 	for _, c := range cases {
 		t.Run(c.child+"/"+strings.Join(c.env[len(c.env)-1:], ","), func(t *testing.T) {
@@ -414,15 +391,6 @@ func TestCUDAStreamChildren(t *testing.T) {
 	}
 }
 
-// retireFromEnv is the retirement mode MEMTRACK_RETIRE names for a child:
-// "event", or host functions.
-func retireFromEnv() uint32 {
-	if os.Getenv("MEMTRACK_RETIRE") == "event" {
-		return retireByEvent
-	}
-	return retireByHostFunc
-}
-
 func streamChild(t *testing.T) Device {
 	if os.Getenv("MEMTRACK_STREAM_CHILD") != t.Name() {
 		t.Skip("run by TestCUDAStreamChildren in a process of its own")
@@ -436,7 +404,6 @@ func streamChild(t *testing.T) Device {
 // device-side peak is the pool's USED_MEM_HIGH.
 func TestCUDAStreamChildLag(t *testing.T) {
 	d := streamChild(t)
-	withRetire(t, d, retireFromEnv())
 	enqueued := os.Getenv("FAKECUDA_POOL_FREE") == "enqueued"
 	s1, s2 := newStream(t, d), newStream(t, d)
 	d.ResetPeakMemoryStats()
@@ -668,14 +635,17 @@ func TestCUDAStreamReconcile(t *testing.T) {
 func TestCUDAPendingEventsBounded(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
-	withRetire(t, d, retireByEvent)
 	sd := sideOf(d.Ordinal())
 	// A peak well above what the loop holds, so that no allocation of the
 	// loop raises it (and reaps on the way).
 	big, err := d.Alloc(64 << 20)
 	require.NoError(t, err)
 	require.NoError(t, big.Free())
+	// A stream far behind at an earlier FreeAsync raised the bound; a
+	// reading that reaps every free must bring it down again.
+	sd.reapAt.Store(10 * reapBatch)
 	before := d.MemoryStats()
+	require.Zero(t, sd.npending.Load())
 	const rounds = 20 * reapBatch
 	most := int64(0)
 	for i := range rounds {
@@ -764,7 +734,6 @@ func TestCUDAAllocAsyncOtherDeviceStream(t *testing.T) {
 // the gate), and leaves it once the stream has run.
 func TestCUDAStreamChildForeignContext(t *testing.T) {
 	d := streamChild(t)
-	withRetire(t, d, retireFromEnv())
 	var ctx cu.Context
 	var s cu.Stream
 	runtime.LockOSThread()
@@ -796,15 +765,10 @@ func TestCUDAStreamChildForeignContext(t *testing.T) {
 // TestCUDAStreamChildPoisoned: a free is enqueued behind the closed gate,
 // then a sticky error (CUDA_ERROR_ILLEGAL_ADDRESS, as after a kernel fault)
 // leaves the context unusable. Nothing will ever run on the device again,
-// and the driver calls no host function after a context error
-// (cuLaunchHostFunc): the free still leaves the device-side figure at the
-// next reading, whether an event (the default) or a host function was to
-// retire it.
+// and the query of the free's event fails: the free still leaves the
+// device-side figure at the next reading.
 func TestCUDAStreamChildPoisoned(t *testing.T) {
 	d := streamChild(t)
-	if os.Getenv("MEMTRACK_RETIRE") != "" {
-		withRetire(t, d, retireFromEnv())
-	}
 	var cs cu.Stream
 	inContext(t, d, func() { cs = cu.StreamCreate() }) // not destroyed: the context will be lost
 	s := Stream(cs)
@@ -965,7 +929,6 @@ func TestCUDATrimAfterEventRetirement(t *testing.T) {
 	requireFake(t)
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
-	withRetire(t, d, retireByEvent)
 	keepPoolReserved(t, d) // so that only Pool().Trim returns memory
 	before := d.MemoryStats()
 	b, err := d.AllocAsync(4<<20, s)
@@ -1000,7 +963,6 @@ func TestCUDATrimReading(t *testing.T) {
 		t.Skip(err)
 	}
 	s := newStream(t, d)
-	withRetire(t, d, retireByEvent)
 	keepPoolReserved(t, d)
 	syncStream(t, d, s)
 	require.NoError(t, d.Pool().Trim(0))
@@ -1022,29 +984,8 @@ func TestCUDATrimReading(t *testing.T) {
 	require.NoError(t, d.Pool().Trim(0))
 }
 
-// TestCUDAHostFuncReading says whether the driver runs host functions of
-// different streams at once or one at a time (its reference says they "may
-// be serialized"; the fake offers both, FAKECUDA_HOSTFN_SERIAL);
-// scripts/gpu-check.sh prints its answer.
-func TestCUDAHostFuncReading(t *testing.T) {
-	if os.Getenv("MEMTRACK_RECONCILE") != "1" {
-		t.Skip("set MEMTRACK_RECONCILE=1 (scripts/gpu-check.sh does)")
-	}
-	d := cudaDevices(t, 1)[0]
-	s1, s2 := newStream(t, d), newStream(t, d)
-	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
-	require.NoError(t, err)
-	concurrent, c := cudadrv.HostFuncsConcurrent(ctx, uintptr(s1), uintptr(s2))
-	require.Equal(t, cudadrv.Call{}, c)
-	if concurrent {
-		t.Log("hostfn reading: concurrent (host functions of two streams ran at once)")
-	} else {
-		t.Log("hostfn reading: serialized (the second stream's host function waited for the first's)")
-	}
-}
-
 // FuzzCUDAStreamFigures runs a sequence of stream-ordered allocations and
-// frees on three streams, with both ways of learning of executed frees,
+// frees on three streams
 // against a sequential model: at every step Held is at least Tracked and
 // Tracked is the model's live bytes; after the streams are synchronized,
 // Held meets Tracked, and on the fake (which rounds nothing) the pool's used
@@ -1078,7 +1019,6 @@ func FuzzCUDAStreamFigures(f *testing.F) {
 		var bufs []live
 		var tracked, pooled int64
 		for i, op := range ops {
-			withRetire(t, d, retireModes[i%2].mode)
 			switch op % 5 {
 			case 0, 1: // allocate on one of the streams
 				s := streams[int(op/5)%len(streams)]

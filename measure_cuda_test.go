@@ -18,7 +18,6 @@ import (
 // aside for the pass, not 32.
 func TestCUDAStreamChildMeasureLag(t *testing.T) {
 	d := streamChild(t)
-	withRetire(t, d, retireByHostFunc)
 	s := newStream(t, d)
 	base, err := d.Baseline()
 	require.NoError(t, err)

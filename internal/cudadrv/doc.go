@@ -59,10 +59,12 @@
 //     after it"; "host functions without a mandated order (such as in
 //     independent streams) execute in undefined order and may be
 //     serialized"; it must make no CUDA call; and "the function will not be
-//     called in the event of an error in the CUDA context". memtrack's host
-//     function only adds to a counter in C memory ([RetiredCounter]); events
-//     are memtrack's default way of learning of a free, as PyTorch's and
-//     CuPy's allocators use them.
+//     called in the event of an error in the CUDA context". So FreeAsync
+//     learns of a free by an event recorded after it, as PyTorch's and
+//     CuPy's allocators do, not by a host function: one would hold back the
+//     stream's later work, wait behind other streams' host functions, and
+//     never run after a kernel fault. Only [HoldStream], which holds a
+//     stream back for the tests of stream order, enqueues one.
 //
 //   - Stream capture. During cuStreamBeginCapture, the work pushed into the
 //     stream is captured into a graph, not executed; capture may not begin

@@ -3,8 +3,7 @@
 package cudadrv
 
 // Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) and how a
-// free is learned to have run: an event recorded after it, or a host
-// function that adds its size to a counter in C memory. Each call makes the
+// free is learned to have run: an event recorded after it. Each call makes the
 // stream's context current, operates and restores the thread's context, in
 // one cgo call, so that the goroutine need not be locked to its thread.
 
@@ -27,35 +26,13 @@ static memtrack_result memtrack_alloc_async(CUcontext ctx, size_t size, uintptr_
 	return a;
 }
 
-// MEMTRACK_RETIRE_DEVICES bounds the device ordinals whose frees the host
-// function retires; FreeAsync records an event for the others.
-#define MEMTRACK_RETIRE_DEVICES 256
+enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_EVENT };
 
-// memtrack_retired_bytes counts, per device ordinal, the bytes of the
-// stream-ordered frees that their streams have executed, as the host
-// function below learns them. It only grows (modulo 2^64); Go reads it with
-// an atomic load and uncounts what it has not yet uncounted.
-static uint64_t memtrack_retired_bytes[MEMTRACK_RETIRE_DEVICES];
-
-// memtrack_retired_counter returns the counter of device ordinal.
-static uint64_t *memtrack_retired_counter(int ordinal) { return &memtrack_retired_bytes[ordinal]; }
-
-// memtrack_retired is the host function enqueued after a free: the token
-// packs the device ordinal (low 16 bits) and the buffer's size. It runs on
-// a thread of the driver, calls neither the driver nor Go, and only adds.
-static void CUDA_CB memtrack_retired(void *token) {
-	uintptr_t t = (uintptr_t)token;
-	__atomic_fetch_add(&memtrack_retired_bytes[t & 0xffff], (uint64_t)(t >> 16), __ATOMIC_SEQ_CST);
-}
-
-enum { MEMTRACK_UNTRACKED, MEMTRACK_BY_HOSTFN, MEMTRACK_BY_EVENT };
-
-// memtrack_free_async frees ptr on stream and, by how, arranges to learn
-// when the stream has executed the free: with a host function that adds the
-// size to its device's memtrack_retired_bytes (token), or with event (created if NULL) recorded after the
-// free. Where neither can be enqueued, it waits for the stream and reports
-// the free retired.
-static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, uintptr_t token, CUevent event) {
+// memtrack_free_async frees ptr on stream and, where how is
+// MEMTRACK_BY_EVENT, arranges to learn when the stream has executed the free:
+// with event (created if NULL) recorded after the free. Where the event
+// cannot be recorded, it waits for the stream and reports the free retired.
+static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintptr_t handle, int how, CUevent event) {
 	memtrack_result a = {0};
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
@@ -72,14 +49,9 @@ static memtrack_result memtrack_free_async(CUcontext ctx, CUdeviceptr ptr, uintp
 		a.spare_unused = 1;
 	}
 	a.op = cuMemFreeAsync(ptr, stream);
-	if (a.op == CUDA_SUCCESS && how != MEMTRACK_UNTRACKED) {
-		CUresult r;
-		if (how == MEMTRACK_BY_HOSTFN) {
-			r = cuLaunchHostFunc(stream, memtrack_retired, (void *)token);
-		} else {
-			r = a.event ? CUDA_SUCCESS : cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
-			if (r == CUDA_SUCCESS) r = cuEventRecord(a.event, stream);
-		}
+	if (a.op == CUDA_SUCCESS && how == MEMTRACK_BY_EVENT) {
+		CUresult r = a.event ? CUDA_SUCCESS : cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
+		if (r == CUDA_SUCCESS) r = cuEventRecord(a.event, stream);
 		if (r != CUDA_SUCCESS) {
 			cuStreamSynchronize(stream);
 			a.retired = 1;
@@ -139,8 +111,6 @@ static void memtrack_events_reached(CUcontext ctx, const CUevent *events, CUresu
 */
 import "C"
 
-import "unsafe"
-
 // Event is a CUDA event (CUevent); the zero Event is none.
 type Event struct{ p C.CUevent }
 
@@ -187,39 +157,17 @@ type How int
 
 // The ways of learning of a free.
 const (
-	Untracked  How = C.MEMTRACK_UNTRACKED // nothing after the free
-	ByHostFunc How = C.MEMTRACK_BY_HOSTFN // a host function adds its size to the device's retired counter
-	ByEvent    How = C.MEMTRACK_BY_EVENT  // an event recorded after the free
+	Untracked How = C.MEMTRACK_UNTRACKED // nothing after the free
+	ByEvent   How = C.MEMTRACK_BY_EVENT  // an event recorded after the free
 )
 
 // FreeAsync frees ptr on stream (cuMemFreeAsync) in the stream's context
-// and arranges to learn when it has run, by how: with a host function that
-// adds the size packed in token (see HostFuncToken) to its device's retired
-// counter, or with event (created where zero, or where the stream is of
-// another context) recorded after the free. Where neither can be enqueued
-// it synchronizes the stream and reports the free retired.
-func FreeAsync(ctx Context, ptr uintptr, stream uintptr, how How, token uintptr, event Event) StreamCall {
-	return streamCallOf(C.memtrack_free_async(ctx.p, C.CUdeviceptr(ptr), C.uintptr_t(stream), C.int(how), C.uintptr_t(token), event.p))
-}
-
-// HostFuncToken packs the device ordinal and a size for ByHostFunc; ok is
-// false where they do not fit (ordinal >= MaxRetireDevices, size >= 2^47).
-func HostFuncToken(ordinal int, size int64) (token uintptr, ok bool) {
-	if ordinal < 0 || ordinal >= MaxRetireDevices || size < 0 || size >= 1<<47 {
-		return 0, false
-	}
-	return uintptr(uint64(size)<<16 | uint64(ordinal)), true
-}
-
-// MaxRetireDevices bounds the device ordinals whose frees host functions
-// retire.
-const MaxRetireDevices = C.MEMTRACK_RETIRE_DEVICES
-
-// RetiredCounter returns the counter, in C memory, to which the host
-// functions of device ordinal add the sizes of the frees they see run. It
-// only grows (modulo 2^64); read it with an atomic load.
-func RetiredCounter(ordinal int) *uint64 {
-	return (*uint64)(unsafe.Pointer(C.memtrack_retired_counter(C.int(ordinal))))
+// and, by how, arranges to learn when it has run: with event (created where
+// zero, or where the stream is of another context) recorded after the free.
+// Where the event cannot be recorded it synchronizes the stream and reports
+// the free retired.
+func FreeAsync(ctx Context, ptr uintptr, stream uintptr, how How, event Event) StreamCall {
+	return streamCallOf(C.memtrack_free_async(ctx.p, C.CUdeviceptr(ptr), C.uintptr_t(stream), C.int(how), event.p))
 }
 
 // EventsReached queries events in ctx (cuEventQuery), in one call, and
