@@ -262,6 +262,9 @@ func TestNVMLFallback(t *testing.T) {
 		{"no permission", []string{"FAKENVML_FAIL=nvmlDeviceGetComputeRunningProcesses_v3:1:4,nvmlDeviceGetComputeRunningProcesses_v3:2:4"}, []string{"nvmlDeviceGetComputeRunningProcesses_v3", "Insufficient Permissions"}},
 		{"PID namespace", []string{"FAKENVML_PID_OFFSET=100000"}, []string{"not this one (PID", "PID namespace"}},
 		{"WDDM", []string{"FAKENVML_USED=na"}, []string{"NVML_VALUE_NOT_AVAILABLE"}},
+		// A transient driver error reading the UUID, which Device.Info
+		// would report on cuda:0.
+		{"UUID unreadable", []string{"FAKECUDA_FAIL=cuDeviceGetUuid:1:999"}, []string{"cuda:0: info failed: CUDA_ERROR_UNKNOWN (code 999)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "NVML absent" && nvmlDir == "" {
@@ -277,12 +280,15 @@ func TestNVMLFallback(t *testing.T) {
 				assert.Contains(t, v.PerErr, w)
 			}
 			assert.True(t, strings.HasPrefix(v.PerErr, "memtrack: no per-process figures: cuda:0: "), v.PerErr)
+			assert.Equal(t, 1, strings.Count(v.PerErr, "memtrack:"), "one prefix: %s", v.PerErr)
 			require.Empty(t, i.do("alloc 1048576").Err)
 			require.Empty(t, i.do("measure 4194304").Err)
 			bv := i.do("budget 0.5 1048576")
 			require.Empty(t, bv.Err)
 			assert.False(t, bv.NVML.PerProcess, "the budget says it used the device-wide figures")
 			assert.Contains(t, bv.PerErr, tc.want[0])
+			assert.True(t, strings.HasPrefix(bv.PerErr, "memtrack: the baseline has none: no per-process figures: cuda:0: "), bv.PerErr)
+			assert.Equal(t, 1, strings.Count(bv.PerErr, "memtrack:"), "one prefix: %s", bv.PerErr)
 			assert.Equal(t, bv.Device, bv.NVML, "the device-wide budget")
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 )
 
 // ErrPerProcessUnavailable is matched by the PerProcessErr of a [Usage], a
@@ -57,10 +58,27 @@ func readProcesses(s *kindState, d Device) processFigures {
 	}
 	list, err := b.processes(d.ordinal)
 	if err != nil {
-		return processFigures{err: fmt.Errorf("%w: %v: %w", ErrPerProcessUnavailable, d, err)}
+		// A driver error of the backend's comes without its device.
+		return processFigures{err: &perProcessError{dev: d, err: fillError(err, d, 0, nil)}}
 	}
 	return splitProcesses(d, list, os.Getpid())
 }
+
+// perProcessError is the PerProcessErr of a reading of device dev whose
+// per-process figures the backend could not give, err saying why: it
+// matches [ErrPerProcessUnavailable] and err, and is written with one
+// prefix and the device named once.
+type perProcessError struct {
+	dev Device
+	err error
+}
+
+func (e *perProcessError) Error() string {
+	why := strings.TrimPrefix(reason(e.err), e.dev.String()+": ") // a BackendError names its device
+	return fmt.Sprintf("%v: %v: %s", ErrPerProcessUnavailable, e.dev, why)
+}
+
+func (e *perProcessError) Unwrap() []error { return []error{ErrPerProcessUnavailable, e.err} }
 
 // splitProcesses finds process self in what NVML listed of d, and sums the
 // others, largest first.
@@ -131,9 +149,9 @@ func (f processFigures) setOutOfMemory(e *OutOfMemoryError) {
 func perProcessBasis(base Usage, p Measurement) (bool, error) {
 	switch {
 	case !base.PerProcess && base.PerProcessErr != nil:
-		return false, fmt.Errorf("the baseline has none: %w", base.PerProcessErr)
+		return false, wrapf(base.PerProcessErr, "the baseline has none")
 	case !p.PerProcess && p.PerProcessErr != nil:
-		return false, fmt.Errorf("the measurement has none: %w", p.PerProcessErr)
+		return false, wrapf(p.PerProcessErr, "the measurement has none")
 	}
 	return base.PerProcess && p.PerProcess, nil
 }

@@ -2,6 +2,9 @@ package memtrack
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,4 +141,75 @@ func TestProcessReportAndSummary(t *testing.T) {
 	assert.True(t, strings.HasPrefix(s, "processes (NVML): this process 3.00 MiB (untracked 1.00 MiB); other processes 2.00 MiB in 1\n"), s)
 	assert.Contains(t, s, "process 8 x: 2.00 MiB")
 	assert.Empty(t, Usage{}.processSummary())
+}
+
+// reportBackend is a fake CUDA backend with per-process figures: procs as
+// the driver lists them, or procErr; and the driver's device figures, or
+// memInfoErr.
+type reportBackend struct {
+	*fakeBackend
+	memInfoErr error
+	procs      []ProcessMemory
+	procErr    error
+}
+
+func (b reportBackend) memInfo(ordinal int) (free, total int64, err error) {
+	if b.memInfoErr != nil {
+		return 0, 0, b.memInfoErr
+	}
+	return b.fakeBackend.memInfo(ordinal)
+}
+
+func (b reportBackend) processes(int) ([]ProcessMemory, error) {
+	return slices.Clone(b.procs), b.procErr
+}
+
+// Every PerProcessErr, and a budget's that says why it fell back, starts
+// with memtrack: once and names the device as Device.Info would: a driver
+// error of the backend's (reading the UUID) comes without its device,
+// which the reading fills in.
+func TestPerProcessErrOnePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    reportBackend
+		want string
+	}{
+		{"the UUID unreadable", reportBackend{procErr: &BackendError{Op: "info", Code: 999, Name: "CUDA_ERROR_UNKNOWN", Err: errors.New("unknown error")}},
+			"memtrack: no per-process figures: cuda:0: info failed: CUDA_ERROR_UNKNOWN (code 999): unknown error"},
+		{"NVML missing", reportBackend{procErr: fmt.Errorf("%w: libnvidia-ml.so.1: cannot open shared object file", errors.New("NVML is unavailable"))},
+			"memtrack: no per-process figures: cuda:0: NVML is unavailable: libnvidia-ml.so.1: cannot open shared object file"},
+		{"this process not listed", reportBackend{procs: []ProcessMemory{{PID: os.Getpid() + 1, Used: 1 << 20}}},
+			fmt.Sprintf("memtrack: no per-process figures: cuda:0: NVML lists 1 process(es) on the device, but not this one (PID %d)", os.Getpid())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.b.fakeBackend = newFakeBackend(1, 1<<30)
+			useBackend(t, KindCUDA, tc.b)
+			d, err := CUDA(0)
+			require.NoError(t, err)
+			base, err := d.Baseline()
+			require.NoError(t, err)
+			require.False(t, base.PerProcess)
+			require.ErrorIs(t, base.PerProcessErr, ErrPerProcessUnavailable)
+			assert.True(t, strings.HasPrefix(base.PerProcessErr.Error(), tc.want), "%v", base.PerProcessErr)
+			if be := (*BackendError)(nil); errors.As(base.PerProcessErr, &be) {
+				assert.Equal(t, d, be.Device, "the device, as Device.Info names it")
+			}
+			m, err := d.Measure(func() error { return nil })
+			require.NoError(t, err)
+			goodBase := Usage{Device: d, Total: m.Total, Free: m.Total, PerProcess: true}
+			for what, b := range map[string]func() (Budget, error){
+				"the baseline has none":    func() (Budget, error) { return m.Budget(base, 0.5, 1<<20) },
+				"the measurement has none": func() (Budget, error) { return m.Budget(goodBase, 0.5, 1<<20) },
+			} {
+				got, err := b()
+				require.NoError(t, err)
+				assert.False(t, got.PerProcess)
+				assert.ErrorIs(t, got.PerProcessErr, ErrPerProcessUnavailable)
+				assert.Equal(t, "memtrack: "+what+": "+strings.TrimPrefix(base.PerProcessErr.Error(), "memtrack: "), got.PerProcessErr.Error())
+			}
+			for _, err := range []error{base.PerProcessErr, m.PerProcessErr} {
+				assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), "one prefix: %v", err)
+			}
+		})
+	}
 }
