@@ -124,6 +124,13 @@ func TestNVMLChildInstance(t *testing.T) {
 				v.Report = e.Report()
 			}
 			answer(v, err)
+		case "redact": // an observer that rewrites the other processes of the report it is given
+			_, err := d.OnOutOfMemory(func(e *OutOfMemoryError) {
+				for i := range e.OtherProcesses {
+					e.OtherProcesses[i] = ProcessMemory{PID: 999999, Name: "edited by an observer", Used: -1}
+				}
+			})
+			answer(instanceView{}, err)
 		case "free": // free all
 			for _, b := range bufs {
 				require.NoError(t, b.Free())
@@ -361,8 +368,10 @@ func TestNVMLOutOfMemoryReport(t *testing.T) {
 	a := startInstance(t, machine)
 	b := startInstance(t, machine)
 	require.Empty(t, b.do("alloc 3221225472").Err) // 3 GiB of the first device's 4
+	require.Empty(t, a.do("redact").Err)           // changes nothing of the error a's allocation returns
 	v := a.do("alloc 2147483648")
 	require.NotEmpty(t, v.Err)
+	assert.NotContains(t, v.Report, "edited by an observer")
 	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s", exactBytes(fakeContextBytes)))
 	assert.Contains(t, v.Report, "other processes: "+exactBytes(3<<30+fakeContextBytes)+" in 1\n")
 	assert.Contains(t, v.Report, fmt.Sprintf("process %d (", b.pid))

@@ -212,8 +212,11 @@ type oomObservers struct {
 // refused, after the refusal is counted and with no lock of this package
 // held, so it may read the device's figures, write profiles or allocate;
 // package [github.com/memtrack/memtrack/oomdump] is such an observer,
-// ready-made. f receives a copy of the error, its Sites and their stacks
-// included: changing it changes nothing the caller sees.
+// ready-made. f receives a deep copy of the error, its own down to every
+// slice (Sites and their stacks, OtherProcesses, Categories) and every
+// error of this package it holds (MemInfoErr, PerProcessErr, and what they
+// wrap): changing it changes nothing the caller sees, nor what the next
+// observer receives.
 //
 // The rules, each tested:
 //   - Observers run in the order they were registered. Each call is a
@@ -317,23 +320,56 @@ func (obs *oomObservers) notify(e *OutOfMemoryError) {
 	defer obs.running.Store(false)
 	for _, o := range *p {
 		if !o.removed.Load() {
-			o.run(*e)
+			o.run(e)
 		}
 	}
 }
 
-// run calls the observer with its own copy of the error, its sites and
-// their stacks included, recovering a panic.
-func (o *OutOfMemoryObserver) run(e OutOfMemoryError) {
-	e.Sites = slices.Clone(e.Sites)
-	for i := range e.Sites {
-		e.Sites[i].Stack = slices.Clone(e.Sites[i].Stack)
-	}
+// run calls the observer with a deep copy of the error of its own,
+// recovering a panic.
+func (o *OutOfMemoryObserver) run(e *OutOfMemoryError) {
 	defer func() {
 		if p := recover(); p != nil {
 			slog.Error("memtrack: an out-of-memory observer panicked; the allocation's error is returned as it was",
 				"device", o.dev.String(), "panic", fmt.Sprint(p))
 		}
 	}()
-	o.f(&e)
+	o.f(e.clone())
+}
+
+// clone returns a deep copy of e: every slice it holds (Sites and their
+// stacks, OtherProcesses, Categories) and the errors it holds, down the
+// chains of this package's errors (cloneError), are the copy's own, so
+// that changing the copy changes nothing of e.
+func (e *OutOfMemoryError) clone() *OutOfMemoryError {
+	c := *e
+	c.Sites = slices.Clone(e.Sites)
+	for i := range c.Sites {
+		c.Sites[i].Stack = slices.Clone(c.Sites[i].Stack)
+	}
+	c.OtherProcesses = slices.Clone(e.OtherProcesses)
+	c.Categories = slices.Clone(e.Categories)
+	c.MemInfoErr = cloneError(e.MemInfoErr)
+	c.PerProcessErr = cloneError(e.PerProcessErr)
+	return &c
+}
+
+// cloneError returns a copy of err where it is one of this package's
+// errors, its wrapped errors copied alike, and err otherwise: an error of
+// another package, or one whose fields nothing outside this package can
+// change (a sentinel, fmt's wrappers around them).
+func cloneError(err error) error {
+	switch e := err.(type) {
+	case *OutOfMemoryError:
+		return e.clone()
+	case *BackendError:
+		c := *e
+		c.Err = cloneError(e.Err)
+		return &c
+	case *contextError:
+		return &contextError{context: e.context, err: cloneError(e.err)}
+	case *perProcessError:
+		return &perProcessError{dev: e.dev, err: cloneError(e.err)}
+	}
+	return err
 }

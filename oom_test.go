@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	stdatomic "sync/atomic"
@@ -398,4 +401,241 @@ func TestOnOutOfMemoryObserverEditsSites(t *testing.T) {
 	assert.Equal(t, "", oom.Sites[0].Category)
 	require.NotEmpty(t, oom.Sites[0].Stack)
 	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(oom.Sites[0].Stack[0]))
+}
+
+// TestOnOutOfMemoryObserverGetsADeepCopy: an observer that edits
+// everything it can reach of its error (every figure, every element of its
+// slices, every error down their chains) changes nothing of the caller's
+// error or its report. The walk is by reflection over OutOfMemoryError, and
+// the test fails where a field that holds a reference (a slice, a map, a
+// pointer, an interface) is given to the observer by no case, so that a
+// field added later is covered or the test says it is not.
+func TestOnOutOfMemoryObserverGetsADeepCopy(t *testing.T) {
+	lost := func(op string) error {
+		return &BackendError{Op: op, Code: 999, Name: "CUDA_ERROR_UNKNOWN", Err: fmt.Errorf("%w: unknown error", ErrDeviceLost)}
+	}
+	cases := []struct {
+		name string
+		b    reportBackend
+	}{
+		{"figures", reportBackend{procs: []ProcessMemory{{PID: os.Getpid(), Name: "self", Used: 1 << 20}, {PID: 999999, Name: "/usr/bin/python3", Used: 2 << 20}}}},
+		{"errors", reportBackend{memInfoErr: lost("meminfo"), procErr: lost("info")}},
+	}
+	given := map[string]bool{} // the reference fields some case gave the observer
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.b.fakeBackend = newFakeBackend(1, 1<<30)
+			useBackend(t, KindCUDA, tc.b)
+			d, err := CUDA(0)
+			require.NoError(t, err)
+			require.NoError(t, d.Sites().SetRate(1))
+			require.NoError(t, d.Sites().Enable(8))
+			weights, err := d.Category(CategoryWeights)
+			require.NoError(t, err)
+			held := allocOK(t)(weights.Alloc(4096))
+			defer held.Free()
+
+			var before, beforeReport string
+			first, err := d.OnOutOfMemory(func(e *OutOfMemoryError) { before, beforeReport = dumpValue(reflect.ValueOf(e)), e.Report() })
+			require.NoError(t, err)
+			defer first.Remove()
+			edited := 0
+			second, err := d.OnOutOfMemory(func(e *OutOfMemoryError) { edited = poison(reflect.ValueOf(e)) })
+			require.NoError(t, err)
+			defer second.Remove()
+			var after string
+			third, err := d.OnOutOfMemory(func(e *OutOfMemoryError) { after = dumpValue(reflect.ValueOf(e)) })
+			require.NoError(t, err)
+			defer third.Remove()
+
+			oom := refuse(t, d)
+			require.NotEmpty(t, before, "the first observer ran")
+			require.Positive(t, edited, "the second observer edited its error")
+			assert.Equal(t, before, dumpValue(reflect.ValueOf(oom)), "the caller's error, as the observers were given it")
+			assert.Equal(t, before, after, "the next observer's copy, as the first was given it")
+			assert.Equal(t, beforeReport, oom.Report())
+			assert.NotContains(t, fmt.Sprintf("%+v", oom), "edited")
+
+			v := reflect.ValueOf(oom).Elem()
+			for i := range v.NumField() {
+				if f := v.Field(i); isReference(f.Kind()) && !f.IsZero() {
+					given[v.Type().Field(i).Name] = true
+				}
+			}
+		})
+	}
+	for f := range reflect.TypeFor[OutOfMemoryError]().Fields() {
+		if isReference(f.Type.Kind()) {
+			assert.True(t, given[f.Name], "no case gives the observer an OutOfMemoryError.%s that is not nil: add one", f.Name)
+		}
+	}
+}
+
+func isReference(k reflect.Kind) bool {
+	switch k {
+	case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface, reflect.Func, reflect.Chan:
+		return true
+	}
+	return false
+}
+
+// dumpValue writes everything reachable from v: every field, exported or
+// not, through pointers, slices, maps and interfaces.
+func dumpValue(v reflect.Value) string {
+	var b strings.Builder
+	seen := map[uintptr]bool{}
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() {
+				b.WriteString("nil")
+				return
+			}
+			if seen[v.Pointer()] {
+				b.WriteString("<seen>")
+				return
+			}
+			seen[v.Pointer()] = true
+			b.WriteString("&")
+			walk(v.Elem())
+		case reflect.Interface:
+			if v.IsNil() {
+				b.WriteString("nil")
+				return
+			}
+			fmt.Fprintf(&b, "(%v)", v.Elem().Type())
+			walk(v.Elem())
+		case reflect.Struct:
+			b.WriteString("{")
+			for i := range v.NumField() {
+				fmt.Fprintf(&b, "%s:", v.Type().Field(i).Name)
+				walk(v.Field(i))
+				b.WriteString(" ")
+			}
+			b.WriteString("}")
+		case reflect.Slice, reflect.Array:
+			b.WriteString("[")
+			for i := range v.Len() {
+				walk(v.Index(i))
+				b.WriteString(" ")
+			}
+			b.WriteString("]")
+		case reflect.Map:
+			keys := v.MapKeys()
+			slices.SortFunc(keys, func(a, c reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(c)) })
+			b.WriteString("map[")
+			for _, k := range keys {
+				walk(k)
+				b.WriteString(":")
+				walk(v.MapIndex(k))
+				b.WriteString(" ")
+			}
+			b.WriteString("]")
+		case reflect.String:
+			fmt.Fprintf(&b, "%q", v.String())
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			fmt.Fprint(&b, v.Int())
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			fmt.Fprint(&b, v.Uint())
+		case reflect.Bool:
+			fmt.Fprint(&b, v.Bool())
+		case reflect.Float32, reflect.Float64:
+			fmt.Fprint(&b, v.Float())
+		default:
+			fmt.Fprintf(&b, "<%v>", v.Kind())
+		}
+	}
+	walk(v)
+	return b.String()
+}
+
+// poison edits everything an observer can reach from v without package
+// unsafe: every exported field, every element of a slice or map, through
+// pointers and interfaces, and every error down its chain (errors.As
+// reaches them); it returns how many values it changed.
+func poison(v reflect.Value) int {
+	seen := map[uintptr]bool{}
+	n := 0
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() || seen[v.Pointer()] {
+				return
+			}
+			seen[v.Pointer()] = true
+			walk(v.Elem())
+		case reflect.Interface:
+			if v.IsNil() {
+				return
+			}
+			if err, ok := v.Interface().(error); ok {
+				eachInChain(err, func(e error) { walk(reflect.ValueOf(e)) })
+				return
+			}
+			walk(v.Elem())
+		case reflect.Struct:
+			for i := range v.NumField() {
+				if v.Type().Field(i).IsExported() {
+					walk(v.Field(i))
+				}
+			}
+		case reflect.Slice, reflect.Array:
+			for i := range v.Len() {
+				walk(v.Index(i))
+			}
+		case reflect.Map:
+			for _, k := range v.MapKeys() {
+				e := reflect.New(v.Type().Elem()).Elem()
+				e.Set(v.MapIndex(k))
+				walk(e)
+				v.SetMapIndex(k, e)
+			}
+		case reflect.String:
+			if v.CanSet() {
+				v.SetString("edited by an observer")
+				n++
+			}
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if v.CanSet() {
+				v.SetInt(-1)
+				n++
+			}
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			if v.CanSet() {
+				v.SetUint(1)
+				n++
+			}
+		case reflect.Bool:
+			if v.CanSet() {
+				v.SetBool(!v.Bool())
+				n++
+			}
+		case reflect.Float32, reflect.Float64:
+			if v.CanSet() {
+				v.SetFloat(-1)
+				n++
+			}
+		}
+	}
+	walk(v)
+	return n
+}
+
+// eachInChain calls f on err and on every error it wraps, as errors.As
+// visits them.
+func eachInChain(err error, f func(error)) {
+	if err == nil {
+		return
+	}
+	f(err)
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		eachInChain(u.Unwrap(), f)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			eachInChain(e, f)
+		}
+	}
 }
