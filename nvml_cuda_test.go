@@ -124,6 +124,12 @@ func TestNVMLChildInstance(t *testing.T) {
 				v.Report = e.Report()
 			}
 			answer(v, err)
+		case "track": // track N: count N bytes at an address of another process's memory (a buffer imported over CUDA IPC)
+			n, _ := strconv.ParseInt(f[1], 0, 64)
+			_, err := d.Track(n, uintptr(0x7e0000000000+n))
+			answer(instanceView{}, err)
+		case "summary":
+			answer(instanceView{Report: d.MemorySummary()}, nil)
 		case "redact": // an observer that rewrites the other processes of the report it is given
 			_, err := d.OnOutOfMemory(func(e *OutOfMemoryError) {
 				for i := range e.OtherProcesses {
@@ -376,6 +382,24 @@ func TestNVMLOutOfMemoryReport(t *testing.T) {
 	assert.Contains(t, v.Report, "other processes: "+exactBytes(3<<30+fakeContextBytes)+" in 1\n")
 	assert.Contains(t, v.Report, fmt.Sprintf("process %d (", b.pid))
 	assert.Contains(t, v.Report, fmt.Sprintf("has %s in use", exactBytes(3<<30+fakeContextBytes)))
+}
+
+// Memory tracked here that the driver charges to another process (a
+// buffer imported over CUDA IPC, counted with Track): this process's
+// figure is its context alone, below Tracked, and ProcessUntracked is 0
+// in the Usage, the summary and the out-of-memory report alike.
+func TestNVMLTrackedChargedElsewhere(t *testing.T) {
+	i := startInstance(t, machineFile(t))
+	require.Empty(t, i.do("track 1073741824").Err)
+	u := i.do("usage").Usage
+	require.True(t, u.PerProcess)
+	assert.Equal(t, int64(1<<30), u.Tracked)
+	assert.Equal(t, int64(fakeContextBytes), u.ProcessUsed, "the imported buffer is the exporter's")
+	assert.Zero(t, u.ProcessUntracked)
+	assert.Contains(t, i.do("summary").Report, fmt.Sprintf("this process %s (untracked 0 B)", formatBytes(fakeContextBytes)))
+	v := i.do("alloc 8589934592") // more than the device has
+	require.NotEmpty(t, v.Err)
+	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s, of which 0 B not tracked", exactBytes(fakeContextBytes)))
 }
 
 // TestNVMLReconcile prints, on the device this process runs on, NVML's

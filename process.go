@@ -111,9 +111,15 @@ func (f processFigures) setUsage(u *Usage) {
 	if !f.ok() {
 		return
 	}
-	u.ProcessUsed, u.ProcessUntracked = f.processUsed, max(f.processUsed-u.Tracked, 0)
+	u.ProcessUsed, u.ProcessUntracked = f.processUsed, processUntracked(f.processUsed, u.Tracked)
 	u.OtherProcessesUsed, u.OtherProcesses = f.otherProcessesUsed, f.otherProcesses
 }
+
+// processUntracked is the one computation of ProcessUntracked: this
+// process's memory as the driver accounts it less the tracked bytes, or 0
+// where the driver charges tracked memory to another process (a buffer
+// imported over CUDA IPC and counted with Track) and that is negative.
+func processUntracked(processUsed, tracked int64) int64 { return max(processUsed-tracked, 0) }
 
 // setStart and setEnd put the figures of the start and the end of a run
 // into p; a run has per-process figures where both readings have them.
@@ -167,7 +173,7 @@ func (e *OutOfMemoryError) processLines() []string {
 		return []string{fmt.Sprintf("in use (NVML):  unavailable: %v", e.PerProcessErr)}
 	}
 	lines := []string{fmt.Sprintf("in use (NVML):  this process %s, of which %s not tracked (its CUDA context, libraries, memory allocated without memtrack)",
-		exactBytes(e.ProcessUsed), exactBytes(e.ProcessUsed-e.Tracked))}
+		exactBytes(e.ProcessUsed), exactBytes(processUntracked(e.ProcessUsed, e.Tracked)))}
 	if len(e.OtherProcesses) == 0 {
 		return append(lines, "other processes: none on the device")
 	}

@@ -213,3 +213,31 @@ func TestPerProcessErrOnePrefix(t *testing.T) {
 		})
 	}
 }
+
+// ProcessUntracked is ProcessUsed - Tracked, or 0 where that is negative
+// (tracked memory the driver charges to another process, such as a buffer
+// imported over CUDA IPC and counted with Track), and every place that
+// shows it shows that one figure: Usage, MemorySummary's line and the
+// out-of-memory report.
+func TestProcessUntrackedOneFigure(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name                 string
+		processUsed, tracked int64
+		want                 int64
+	}{
+		{"a context and a buffer", 49 * mib, 1 * mib, 48 * mib},
+		{"all of it tracked", 48 * mib, 48 * mib, 0},
+		{"tracked memory charged to another process", 48 * mib, 1024 * mib, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := Usage{Tracked: tc.tracked}
+			processFigures{processUsed: tc.processUsed}.setUsage(&u)
+			assert.Equal(t, tc.want, u.ProcessUntracked, "Usage")
+			assert.Contains(t, u.processSummary(), fmt.Sprintf("this process %s (untracked %s)", formatBytes(tc.processUsed), formatBytes(tc.want)), "MemorySummary")
+			e := &OutOfMemoryError{Device: Device{kind: KindCUDA}, Requested: 1 << 30, Tracked: tc.tracked, Total: 4 << 30, Free: 1 << 29}
+			processFigures{processUsed: tc.processUsed}.setOutOfMemory(e)
+			assert.Contains(t, e.Report(), fmt.Sprintf("this process %s, of which %s not tracked", exactBytes(tc.processUsed), exactBytes(tc.want)), "the out-of-memory report")
+		})
+	}
+}
