@@ -119,14 +119,18 @@ func deviceHeld(d Device, current, peak int64) (int64, int64) {
 // there as on any device without memory pools.
 type streamBackend interface {
 	// poolsSupported fails, wrapping ErrNotSupported, where device
-	// ordinal has no memory pools.
+	// ordinal has no memory pools; where the driver cannot say (a lost
+	// device), it does not fail, and allocAsync meets the device's error.
 	poolsSupported(ordinal int) error
 	// checkStream fails where stream cannot be used on device ordinal
-	// (bad input: a stream of another device, or one capturing a graph).
+	// (bad input: a stream of another device, or one capturing a graph);
+	// where the device cannot be reached it knows nothing of the stream,
+	// and does not fail.
 	checkStream(ordinal int, stream Stream) error
 	// allocAsync allocates size bytes on device ordinal in stream order
-	// and describes them in *m. An error that is bad input, or that
-	// comes before anything was asked of the device, is uncounted.
+	// and describes them in *m. An error that is bad input is uncounted
+	// (wrapped in uncounted); a failure of the device is counted, as
+	// alloc's is.
 	allocAsync(ordinal int, size int64, stream Stream, m *memory) error
 	// freeAsync frees *m, which allocAsync made for size bytes on device
 	// ordinal, in stream order on stream, and learns when the stream

@@ -48,8 +48,10 @@ type deviceSide struct {
 	spareMu  sync.Mutex
 	spare    []cudadrv.Event // events reached, for reuse
 
-	poolOnce sync.Once
-	poolErr  error // the device has no memory pools
+	// pools holds the driver's answer to whether the device has memory
+	// pools, once it gave one: nil where it has, the error that says so
+	// where it has not.
+	pools atomic.Pointer[error]
 }
 
 // retireNode is one free awaiting its event.
@@ -260,23 +262,35 @@ func (sd *deviceSide) spareEvent() cudadrv.Event {
 // uses it for AllocAsync, Buffer.FreeAsync and Pool's calls for theirs.
 
 // poolsSupported fails where device ordinal has no memory pools; it asks
-// the driver once per device.
+// the driver until the driver answers, and keeps the answer. Where the
+// driver does not answer (a lost device), nothing is known of the pools,
+// and the call goes on to the driver, which refuses it: AllocAsync then
+// fails, counted, as Alloc does.
 func (b *cudaBackend) poolsSupported(ordinal int) error {
 	sd := b.side(ordinal)
 	if sd == nil {
 		return fmt.Errorf("%w: cuda:%d has no CUDA memory pool", ErrNotSupported, ordinal)
 	}
-	sd.poolOnce.Do(func() { sd.poolErr = poolsSupported(Device{kind: KindCUDA, ordinal: ordinal}) })
-	return sd.poolErr
+	if p := sd.pools.Load(); p != nil {
+		return *p
+	}
+	answered, err := poolsSupported(Device{kind: KindCUDA, ordinal: ordinal})
+	if !answered {
+		return nil
+	}
+	sd.pools.CompareAndSwap(nil, &err)
+	return *sd.pools.Load()
 }
 
 // checkStream fails where stream belongs to another device or is
-// capturing a CUDA graph, and where the device cannot be reached.
+// capturing a CUDA graph. Where the device cannot be reached, nothing is
+// known of the stream, and nothing is refused: the call fails on the
+// device, counted, as Alloc does.
 func (b *cudaBackend) checkStream(ordinal int, stream Stream) error {
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	_, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return fillError(err, d, 0, nil)
+		return nil
 	}
 	if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
 		return refusedStream("AllocAsync", d, stream, cs)
@@ -290,7 +304,7 @@ func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memo
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	dev, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return uncounted{fillError(err, d, size, nil)}
+		return err // a lost device, or its context not retained: counted, as Alloc's
 	}
 	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
@@ -370,17 +384,18 @@ func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) err
 // which is the default pool unless cuDeviceSetMemPool set another, so the
 // pool is looked up at every reading.
 
-// poolsSupported fails where CUDA device d has no memory pools.
-func poolsSupported(d Device) error {
+// poolsSupported fails where CUDA device d has no memory pools; answered
+// is false where the driver could not say.
+func poolsSupported(d Device) (answered bool, err error) {
 	supported, r := cudadrv.PoolsSupported(d.ordinal)
 	if r != cudadrv.Success {
-		return fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
+		return false, nil
 	}
 	if !supported {
-		return fmt.Errorf("%w: %v has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): stream-ordered allocation needs CUDA 11.2 or later and a device that supports it; allocate with Device.Alloc instead",
+		return true, fmt.Errorf("%w: %v has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): stream-ordered allocation needs CUDA 11.2 or later and a device that supports it; allocate with Device.Alloc instead",
 			ErrNotSupported, d)
 	}
-	return nil
+	return true, nil
 }
 
 // currentPool returns the current memory pool of CUDA device d.

@@ -369,6 +369,9 @@ func TestCUDAStreamChildren(t *testing.T) {
 		{"TestCUDAStreamChildLag", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_POOL_FREE=enqueued"}},
 		{"TestCUDAStreamChildPoisoned", []string{"FAKECUDA_STREAM_GATE=" + gate, "FAKECUDA_FAIL=cuMemAlloc:1:700"}},
 		{"TestCUDAStreamChildForeignContext", []string{"FAKECUDA_STREAM_GATE=" + gate}},
+		// The device lost before any stream-ordered call, and after one.
+		{"TestCUDAStreamChildLostCounts", []string{"FAKECUDA_FAIL=cuMemAlloc:1:700", "MEMTRACK_ASYNC_FIRST=0"}},
+		{"TestCUDAStreamChildLostCounts", []string{"FAKECUDA_FAIL=cuMemAlloc:1:700", "MEMTRACK_ASYNC_FIRST=1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.child+"/"+strings.Join(c.env[len(c.env)-1:], ","), func(t *testing.T) {
@@ -784,6 +787,70 @@ func TestCUDAStreamChildPoisoned(t *testing.T) {
 	st := d.MemoryStats()
 	assert.Equal(t, before.Tracked, st.Tracked)
 	assert.Equal(t, before.Held, st.Held, "the lost device holds nothing of the free")
+}
+
+// TestCUDAStreamChildLostCounts: after a sticky error
+// (CUDA_ERROR_ILLEGAL_ADDRESS at the first cuMemAlloc) every allocation
+// fails, and AllocAsync counts and records its failure as Alloc does: one
+// FailedAllocs on the device, one in the category it was made in, a failed
+// event in the history; over the memory limit, the limit refuses it as it
+// refuses Alloc. MEMTRACK_ASYNC_FIRST=1 makes a stream-ordered allocation
+// before the loss, so that the device's pools were asked about already.
+func TestCUDAStreamChildLostCounts(t *testing.T) {
+	d := streamChild(t)
+	if os.Getenv("MEMTRACK_ASYNC_FIRST") == "1" {
+		b, err := d.AllocAsync(1<<10, DefaultStream)
+		require.NoError(t, err)
+		require.NoError(t, b.Free())
+	}
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	require.NoError(t, d.History().Enable(64))
+	_, err = d.Alloc(1 << 10) // the fake's first cuMemAlloc meets the sticky error
+	require.ErrorIs(t, err, ErrDeviceLost)
+
+	for _, c := range []struct {
+		name  string
+		alloc func() (*Buffer, error)
+		cat   bool
+		limit bool
+		want  error
+	}{
+		{"Device.Alloc", func() (*Buffer, error) { return d.Alloc(4096) }, false, false, ErrDeviceLost},
+		{"Device.AllocAsync", func() (*Buffer, error) { return d.AllocAsync(4096, DefaultStream) }, false, false, ErrDeviceLost},
+		{"Category.Alloc", func() (*Buffer, error) { return kv.Alloc(4096) }, true, false, ErrDeviceLost},
+		{"Category.AllocAsync", func() (*Buffer, error) { return kv.AllocAsync(4096, DefaultStream) }, true, false, ErrDeviceLost},
+		{"Device.Alloc over the limit", func() (*Buffer, error) { return d.Alloc(4096) }, false, true, ErrLimitExceeded},
+		{"Device.AllocAsync over the limit", func() (*Buffer, error) { return d.AllocAsync(4096, DefaultStream) }, false, true, ErrLimitExceeded},
+		{"Category.AllocAsync over the limit", func() (*Buffer, error) { return kv.AllocAsync(4096, DefaultStream) }, true, true, ErrLimitExceeded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.limit {
+				require.NoError(t, d.SetMemoryLimit(d.MemoryAllocated()+1))
+				defer d.SetMemoryLimit(0)
+			}
+			before, catBefore := d.MemoryStats(), kv.Stats()
+			b, err := c.alloc()
+			assert.Nil(t, b)
+			require.ErrorIs(t, err, c.want)
+			want, catWant := before, catBefore
+			want.FailedAllocs++
+			if c.cat {
+				catWant.FailedAllocs++
+			}
+			assert.Equal(t, want, d.MemoryStats(), "one failure on the device, nothing else")
+			assert.Equal(t, catWant, kv.Stats(), "one failure in the category it was made in")
+			h, err := d.History().Snapshot()
+			require.NoError(t, err)
+			require.NotEmpty(t, h.Events)
+			last := h.Events[len(h.Events)-1]
+			assert.True(t, last.Action.Refused(), "the failure is in the history: %v", last.Action)
+			assert.Equal(t, int64(4096), last.Size)
+			if c.cat {
+				assert.Equal(t, CategoryKVCache, last.Category)
+			}
+		})
+	}
 }
 
 // TestCUDAPoolIsCurrent: with a pool of the application's own set current
