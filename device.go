@@ -231,9 +231,13 @@ func (d *Device) UnmarshalText(text []byte) error {
 // [Devices]: those obtained with [CUDA], [Metal] or [ParseDevice], and those
 // on which memory was allocated or tracked or a setting was changed (the
 // CPU, which [CPU] returns without checking, is listed once it has been used
-// so). Reading a figure (MemoryAllocated, MemoryStats, MemGetInfo, Usage,
-// Info, ...) registers nothing. It only reads the device tables: a
-// kind never used stays uninitialised, so listing never starts a driver.
+// so, and so is a device that [Devices] lists). Reading a figure registers
+// nothing: the device's (MemoryAllocated, MemoryStats, MemGetInfo, Usage,
+// Baseline, Info, CategoryStats, ...), its features' (Sites().Snapshot,
+// History().Snapshot, Leaks().Stats, Leaks().Enabled, Pool().Stats, ...),
+// and neither does turning off a feature that is off. It only reads the
+// device tables: a kind never used stays uninitialised, so listing never
+// starts a driver.
 func UsedDevices() []Device {
 	var ds []Device
 	rangeUsed(func(d Device, _ *tracker.Record) {

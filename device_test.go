@@ -61,25 +61,63 @@ func TestZeroDeviceIsNoDevice(t *testing.T) {
 	assert.Empty(t, UsedDevices(), "the zero Device registers nothing")
 }
 
-// TestReadsRegisterNothing: reading a figure of a device never used leaves
-// UsedDevices as it was; allocating registers it.
+// TestReadsRegisterNothing: reading a figure of a device never used,
+// its features' figures included, leaves UsedDevices as it was; so does
+// turning off a feature that is off. Allocating registers it. The devices
+// are the CPU, which CPU returns unchecked, and a GPU as Devices lists it,
+// unchecked too.
 func TestReadsRegisterNothing(t *testing.T) {
-	resetState(t)
-	cpu := CPU()
-	assert.Zero(t, cpu.MemoryAllocated())
-	assert.Zero(t, cpu.MaxMemoryAllocated())
-	assert.Equal(t, Stats{Device: cpu}, cpu.MemoryStats())
-	assert.Zero(t, cpu.MemoryLimit())
-	_ = cpu.Sites().Stats()
-	_ = cpu.MemorySummary()
-	_, _, err := cpu.MemGetInfo()
-	require.NoError(t, err)
-	_, err = cpu.Usage()
-	require.NoError(t, err)
-	_, err = cpu.Info()
-	require.NoError(t, err)
-	assert.Empty(t, UsedDevices(), "reads register nothing")
+	// fresh gives every kind fresh records, and a GPU, and returns the
+	// devices as Devices lists them.
+	fresh := func(t *testing.T) []Device {
+		resetState(t)
+		useBackend(t, KindCUDA, &fakeStreams{fakeBackend: newFakeBackend(1, 1<<30)})
+		require.Empty(t, UsedDevices())
+		ds := Devices()
+		require.Equal(t, []Device{CPU(), {kind: KindCUDA}}, ds)
+		return ds
+	}
+	reads := []struct {
+		name string
+		read func(d Device)
+	}{
+		{"MemoryAllocated", func(d Device) { d.MemoryAllocated() }},
+		{"MaxMemoryAllocated", func(d Device) { d.MaxMemoryAllocated() }},
+		{"MemoryStats", func(d Device) { d.MemoryStats() }},
+		{"MemoryLimit", func(d Device) { d.MemoryLimit() }},
+		{"MemorySummary", func(d Device) { _ = d.MemorySummary() }},
+		{"MemGetInfo", func(d Device) { _, _, _ = d.MemGetInfo() }},
+		{"Usage", func(d Device) { _, _ = d.Usage() }},
+		{"Baseline", func(d Device) { _, _ = d.Baseline() }},
+		{"Info", func(d Device) { _, _ = d.Info() }},
+		{"CategoryStats", func(d Device) { d.CategoryStats() }},
+		{"Categories", func(d Device) { d.Categories() }},
+		{"Sites().Stats", func(d Device) { d.Sites().Stats() }},
+		{"Sites().Snapshot", func(d Device) { _, _ = d.Sites().Snapshot() }},
+		{"Sites().PeakSnapshot", func(d Device) { _, _ = d.Sites().PeakSnapshot() }},
+		{"Sites().Disable", func(d Device) { d.Sites().Disable() }},
+		{"History().Snapshot", func(d Device) { _, _ = d.History().Snapshot() }},
+		{"History().Range", func(d Device) { _, _ = d.History().Range(func(HistoryEvent) bool { return true }) }},
+		{"History().Mark", func(d Device) { _ = d.History().Mark("phase") }},
+		{"History().Disable", func(d Device) { d.History().Disable() }},
+		{"Leaks().Stats", func(d Device) { d.Leaks().Stats() }},
+		{"Leaks().Enabled", func(d Device) { d.Leaks().Enabled() }},
+		{"Leaks().Disable", func(d Device) { d.Leaks().Disable() }},
+		{"Pool().Stats", func(d Device) { _, _ = d.Pool().Stats() }},
+		{"Pool().Usage", func(d Device) { _, _ = d.Pool().Usage() }},
+	}
+	for i, kind := range []string{"cpu", "gpu"} {
+		for _, r := range reads {
+			t.Run(kind+"/"+r.name, func(t *testing.T) {
+				d := fresh(t)[i]
+				r.read(d)
+				assert.Empty(t, UsedDevices(), "the read registered %v", d)
+			})
+		}
+	}
 
+	fresh(t)
+	cpu := CPU()
 	b, err := cpu.Alloc(1)
 	require.NoError(t, err)
 	require.NoError(t, b.Free())

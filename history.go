@@ -166,7 +166,7 @@ func (r HistoryRecorder) Enable(maxEntries int) error {
 // was recorded. Recording that is off stays off.
 func (r HistoryRecorder) Disable() {
 	d := r.dev
-	if s, _, err := d.resolve(); err == nil {
+	if s, err := d.state(); err == nil { // off stays off: nothing registered
 		s.setHooks(d.ordinal, func(h *hooks) { h.history = nil })
 	}
 }
@@ -180,7 +180,7 @@ func (r HistoryRecorder) Disable() {
 // another is reading.
 func (r HistoryRecorder) Snapshot() (History, error) {
 	d := r.dev
-	s, _, err := d.resolve()
+	s, err := d.state() // a read: nothing registered
 	if err != nil {
 		return History{Device: d}, err
 	}
@@ -208,7 +208,7 @@ func (r HistoryRecorder) Range(f func(HistoryEvent) bool) (History, error) {
 	if f == nil {
 		return History{Device: d}, fmt.Errorf("%w: History().Range of %v: nil function", ErrInvalidArgument, d)
 	}
-	s, _, err := d.resolve()
+	s, err := d.state() // a read: nothing registered
 	if err != nil {
 		return History{Device: d}, err
 	}

@@ -134,7 +134,7 @@ func (lw LeakWatcher) Enable(w LeakWatch) error {
 // allocations that follow only.
 func (lw LeakWatcher) Disable() {
 	d := lw.dev
-	s, _, err := d.resolve()
+	s, err := d.state() // off stays off: nothing registered
 	if err != nil {
 		return
 	}
@@ -156,7 +156,7 @@ func (lw LeakWatcher) Disable() {
 // on the device.
 func (lw LeakWatcher) Enabled() bool {
 	d := lw.dev
-	s, _, err := d.resolve()
+	s, err := d.state() // a read: nothing registered
 	if err != nil {
 		return false
 	}
@@ -171,7 +171,7 @@ func (lw LeakWatcher) Enabled() bool {
 // Stats returns the device's leak figures, as [Stats] holds them.
 func (lw LeakWatcher) Stats() LeakStats {
 	d := lw.dev
-	s, _, err := d.resolve()
+	s, err := d.state() // a read: nothing registered
 	if err != nil {
 		return LeakStats{}
 	}

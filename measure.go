@@ -315,7 +315,7 @@ func wrapRun(d Device, err error) error {
 // collector and returns freed memory to the OS, as [Device.Measure] does;
 // that is all that distinguishes it from [Device.Usage].
 func (d Device) Baseline() (Usage, error) {
-	if _, _, err := d.resolve(); err != nil {
+	if _, err := d.state(); err != nil { // a read: nothing registered
 		return Usage{Device: d}, err
 	}
 	settle(d)

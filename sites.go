@@ -111,7 +111,7 @@ func (r SiteRecorder) Enable(depth int) error {
 // stays off.
 func (r SiteRecorder) Disable() {
 	d := r.dev
-	if s, _, err := d.resolve(); err == nil {
+	if s, err := d.state(); err == nil { // off stays off: nothing registered
 		s.disableSites(d.ordinal)
 	}
 }
@@ -220,7 +220,7 @@ func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
 // recorder returns the device's recorder of allocation sites, or an error
 // matching ErrSitesNotRecorded.
 func (d Device) recorder() (*siterec.Recorder, error) {
-	s, _, err := d.resolve()
+	s, err := d.state() // a read: nothing registered
 	if err != nil {
 		return nil, err
 	}

@@ -145,13 +145,18 @@ func (p Pool) Device() Device { return p.dev }
 // pools returns the stream-ordered allocator of the device of the pool, or
 // the error of pool call op where it has none: the zero Device is no
 // device, a CPU or Metal device has no CUDA pool (in every build), a CUDA
-// device needs the CUDA backend, and then memory pools.
-func (p Pool) pools(op string) (streamBackend, error) {
+// device needs the CUDA backend, and then memory pools. A call that
+// changes the pool (change) registers the device as used, as a setting
+// does; a reading registers nothing.
+func (p Pool) pools(op string, change bool) (streamBackend, error) {
 	d := p.dev
 	if d.kind != KindCUDA {
 		return nil, notCUDA(op, d)
 	}
-	s, _, err := d.resolve()
+	s, err := d.state()
+	if err == nil && change {
+		_, _, err = d.resolve()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +168,7 @@ func (p Pool) pools(op string) (streamBackend, error) {
 // reports them. It fails with [ErrNotSupported] on a device that is
 // not a CUDA GPU or has no memory pools.
 func (p Pool) Stats() (PoolStats, error) {
-	sb, err := p.pools("PoolStats")
+	sb, err := p.pools("PoolStats", false)
 	if err != nil {
 		return PoolStats{Device: p.dev}, err
 	}
@@ -177,7 +182,7 @@ func (p Pool) Stats() (PoolStats, error) {
 // It fails as [Pool.Stats] does.
 func (p Pool) Usage() (PoolUsage, error) {
 	d := p.dev
-	sb, err := p.pools("PoolUsage")
+	sb, err := p.pools("PoolUsage", false)
 	if err != nil {
 		return PoolUsage{Device: d}, err
 	}
@@ -210,7 +215,7 @@ func (p Pool) Trim(keep int64) error {
 	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, p.dev); err != nil {
 		return err
 	}
-	sb, err := p.pools("Pool().Trim")
+	sb, err := p.pools("Pool().Trim", true)
 	if err != nil {
 		return err
 	}
@@ -230,7 +235,7 @@ func (p Pool) SetReleaseThreshold(bytes int64) error {
 	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, p.dev); err != nil {
 		return err
 	}
-	sb, err := p.pools("Pool().SetReleaseThreshold")
+	sb, err := p.pools("Pool().SetReleaseThreshold", true)
 	if err != nil {
 		return err
 	}
