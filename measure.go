@@ -328,7 +328,7 @@ func (d Device) Baseline() (Usage, error) {
 // set aside, in blocks of a given size.
 type Budget struct {
 	Utilization float64 // the fraction of the device's memory given
-	Requested   int64   // Utilization × Total: what the device may be filled to (vLLM's requested_memory)
+	Requested   int64   // Utilization × Total, at most Total: what the device may be filled to (vLLM's requested_memory)
 
 	// Weights is, for Budget, the weights (vLLM's weights_memory): the
 	// tracked bytes of the category [CategoryWeights] when the measured
@@ -378,7 +378,7 @@ type Budget struct {
 	PerProcess    bool
 	PerProcessErr error
 
-	Available int64 // Requested - SetAside, or 0 where that is negative
+	Available int64 // Requested - SetAside, held to [0, Total]
 	BlockSize int64
 	Blocks    int64 // Available / BlockSize
 }
@@ -422,6 +422,11 @@ type Budget struct {
 // at the baseline. To share a device with processes whose memory must be
 // left to them, use [Measurement.SharedBudget].
 //
+// Each sum and difference saturates at the ends of the int64 range rather
+// than wrap (a driver, or a test, may report a total near math.MaxInt64):
+// Requested is at most Total, and Available is Requested - SetAside held
+// to [0, Total], so that no input makes a budget larger than the device.
+//
 // It fails with [ErrInvalidArgument] for a utilization outside (0, 1] or a
 // baseline that is missing or of another device, and with [ErrInvalidSize]
 // for a blockSize <= 0 or a measurement without a device total. A budget
@@ -436,26 +441,29 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 	if base.Device != p.Device || base.Total != p.Total {
 		return Budget{}, fmt.Errorf("%w: the baseline of %v with %d bytes in total does not belong to the measurement of %v with %d bytes", ErrInvalidArgument, base.Device, base.Total, p.Device, p.Total)
 	}
-	requested := int64(utilization * float64(p.Total))
+	requested := requestedOf(utilization, p.Total)
 	if base.Free < requested {
 		return Budget{}, &OutOfMemoryError{Device: p.Device, Requested: requested, Tracked: base.Tracked,
 			Reason: fmt.Sprintf("%d bytes free at the baseline, less than utilization %v of the device's %d bytes; lower the utilization or free the device", base.Free, utilization, p.Total)}
 	}
 	b := Budget{
-		Utilization:       utilization,
-		Requested:         requested,
-		Weights:           p.StartTracked - base.Tracked,
-		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
-		UntrackedIncrease: (p.EndUsed + p.EndNotResident - p.EndTracked - p.inFlight()) - (base.Used + base.NotResident - base.Tracked),
-		BlockSize:         blockSize,
+		Utilization:  utilization,
+		Requested:    requested,
+		Weights:      subSat(p.StartTracked, base.Tracked),
+		PeakIncrease: max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
+		// (EndUsed + EndNotResident - EndTracked - inFlight) - (Used + NotResident - Tracked)
+		UntrackedIncrease: subSat(subSat(subSat(addSat(p.EndUsed, p.EndNotResident), p.EndTracked), p.inFlight()),
+			subSat(addSat(base.Used, base.NotResident), base.Tracked)),
+		BlockSize: blockSize,
 	}
 	if b.PerProcess, b.PerProcessErr = perProcessBasis(base, p); b.PerProcess { // process.go
-		b.UntrackedIncrease = (p.EndProcessUsed - p.EndTracked - p.inFlight()) - (base.ProcessUsed - base.Tracked)
+		// (EndProcessUsed - EndTracked - inFlight) - (ProcessUsed - Tracked)
+		b.UntrackedIncrease = subSat(subSat(subSat(p.EndProcessUsed, p.EndTracked), p.inFlight()), subSat(base.ProcessUsed, base.Tracked))
 	}
 	if w, ok := p.Category(CategoryWeights); ok {
-		b.Weights, b.OtherTracked = w.StartTracked, b.Weights-w.StartTracked
+		b.Weights, b.OtherTracked = w.StartTracked, subSat(b.Weights, w.StartTracked)
 	}
-	return b.fill(), nil
+	return b.fill(p.Total), nil
 }
 
 // SharedBudget sizes a cache for a device shared with others: the device may
@@ -479,15 +487,15 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 //
 // This is not vLLM's formula ([Measurement.Budget] is): it leaves other
 // processes the memory they held, where vLLM leaves them only what the
-// utilization does not request. It fails as Budget does, less the baseline's
-// checks.
+// utilization does not request. It saturates and fails as Budget does,
+// less the baseline's checks.
 func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget, error) {
 	if err := p.checkBudget(utilization, blockSize); err != nil {
 		return Budget{}, err
 	}
 	b := Budget{
 		Utilization:       utilization,
-		Requested:         int64(utilization * float64(p.Total)),
+		Requested:         requestedOf(utilization, p.Total),
 		StartUsed:         p.StartUsed,
 		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
 		UntrackedIncrease: max(p.Untracked, 0),
@@ -496,24 +504,68 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		PerProcessErr:     p.PerProcessErr,
 	}
 	if p.PerProcess {
-		b.StartUsed = p.StartUsed - p.StartOtherProcessesUsed
+		b.StartUsed = subSat(p.StartUsed, p.StartOtherProcessesUsed)
 		b.OtherProcessesUsed = max(p.StartOtherProcessesUsed, p.EndOtherProcessesUsed)
 		b.UntrackedIncrease = max(p.ProcessUntracked, 0)
 	}
-	return b.fill(), nil
+	return b.fill(p.Total), nil
 }
 
 // inFlight returns the bytes of buffers whose stream-ordered frees were
 // still in flight when the run ended: EndHeld - EndTracked (0 for a
 // Measurement written without EndHeld).
-func (p Measurement) inFlight() int64 { return max(p.EndHeld-p.EndTracked, 0) }
+func (p Measurement) inFlight() int64 { return max(subSat(p.EndHeld, p.EndTracked), 0) }
 
-// fill sums what is set aside and counts the blocks.
-func (b Budget) fill() Budget {
-	b.SetAside = b.Weights + b.OtherTracked + b.StartUsed + b.OtherProcessesUsed + b.PeakIncrease + b.UntrackedIncrease
-	b.Available = max(b.Requested-b.SetAside, 0)
+// fill sums what is set aside and counts the blocks of a budget of a
+// device of total bytes.
+func (b Budget) fill(total int64) Budget {
+	b.SetAside = 0
+	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease} {
+		b.SetAside = addSat(b.SetAside, n)
+	}
+	b.Available = min(max(subSat(b.Requested, b.SetAside), 0), total)
 	b.Blocks = b.Available / b.BlockSize
 	return b
+}
+
+// requestedOf is utilization × total, in (0, 1] × total, as an int64 of at
+// most total: the product is a float64, which rounds, and a total near
+// math.MaxInt64 rounds to 2^63, past the int64 range.
+func requestedOf(utilization float64, total int64) int64 {
+	r := utilization * float64(total)
+	if r >= float64(total) {
+		return total
+	}
+	return int64(r) // r < float64(total) <= 2^63: in range, and at most total
+}
+
+// The budget's arithmetic saturates: its figures come from the driver and
+// from the caller, and a sum or difference past the int64 range is held
+// at that end rather than wrapped round to the other, so that no input
+// makes a budget larger than its device.
+
+// addSat returns a + b, or the end of the int64 range it passes.
+func addSat(a, b int64) int64 {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
+}
+
+// subSat returns a - b, or the end of the int64 range it passes.
+func subSat(a, b int64) int64 {
+	s := a - b
+	switch {
+	case b < 0 && s < a:
+		return math.MaxInt64
+	case b > 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }
 
 func (p Measurement) checkBudget(utilization float64, blockSize int64) error {

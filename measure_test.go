@@ -451,3 +451,99 @@ func TestMeasureUntrackedOnTheCPUIsWhatStays(t *testing.T) {
 		assert.InDelta(t, 0, p.Untracked, tolerance, "run %d: the garbage counts as untracked growth", run)
 	}
 }
+
+// TestBudgetSaturates: a total at or near math.MaxInt64 (a driver, or a
+// test, that reports one) and figures whose sums or differences pass the
+// int64 range give a budget held to the device: Requested is at most
+// Total, Available is Requested - SetAside held to [0, Total], and each
+// sum or difference saturates where it would wrap.
+func TestBudgetSaturates(t *testing.T) {
+	const gib = 1 << 30
+	const top = math.MaxInt64
+	full := Usage{Total: top, Free: top}
+	for _, tc := range []struct {
+		name        string
+		base        Usage
+		m           Measurement
+		utilization float64
+		shared      bool
+		want        Budget // Requested, Weights, UntrackedIncrease, SetAside, Available; Blocks follow
+	}{
+		{"total MaxInt64, utilization 1, nothing set aside", full, Measurement{Total: top}, 1, false,
+			Budget{Requested: top, Available: top}},
+		{"total MaxInt64, utilization 1, 1 GiB of weights", full,
+			Measurement{Total: top, StartTracked: gib, PeakTracked: gib, EndTracked: gib, EndHeld: gib, EndUsed: gib}, 1, false,
+			Budget{Requested: top, Weights: gib, SetAside: gib, Available: top - gib}},
+		{"total MaxInt64 - 1, which float64 rounds up", Usage{Total: top - 1, Free: top - 1}, Measurement{Total: top - 1}, 1, false,
+			Budget{Requested: top - 1, Available: top - 1}},
+		{"set-asides whose sum passes MaxInt64", full,
+			Measurement{Total: top, StartTracked: top, PeakTracked: top, PeakTrackedIncrease: top, EndTracked: top, EndHeld: top, EndUsed: top}, 1, false,
+			Budget{Requested: top, Weights: top, PeakIncrease: top, SetAside: top, Available: 0}},
+		{"untracked memory released past MinInt64", Usage{Total: top, Free: top, Used: top, NotResident: top},
+			Measurement{Total: top, StartTracked: gib, EndTracked: gib, EndHeld: gib}, 1, false,
+			Budget{Requested: top, Weights: gib, UntrackedIncrease: math.MinInt64, SetAside: math.MinInt64 + gib, Available: top}},
+		{"weights whose difference passes MinInt64", Usage{Total: top, Free: top, Tracked: top},
+			Measurement{Total: top, StartTracked: -top, EndTracked: -top, EndHeld: -top}, 1, false,
+			Budget{Requested: top, Weights: math.MinInt64, UntrackedIncrease: top, SetAside: -1, Available: top}},
+		{"shared: total MaxInt64, 1 GiB in use", Usage{}, Measurement{Total: top, StartUsed: gib}, 1, true,
+			Budget{Requested: top, StartUsed: gib, SetAside: gib, Available: top - gib}},
+		{"shared: set-asides whose sum passes MaxInt64", Usage{}, Measurement{Total: top, StartUsed: top, PeakTrackedIncrease: top, Untracked: top}, 1, true,
+			Budget{Requested: top, StartUsed: top, PeakIncrease: top, UntrackedIncrease: top, SetAside: top, Available: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b Budget
+			var err error
+			if tc.shared {
+				b, err = tc.m.SharedBudget(tc.utilization, gib)
+			} else {
+				b, err = tc.m.Budget(tc.base, tc.utilization, gib)
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want.Requested, b.Requested, "Requested")
+			assert.Equal(t, tc.want.Weights, b.Weights, "Weights")
+			assert.Equal(t, tc.want.PeakIncrease, b.PeakIncrease, "PeakIncrease")
+			assert.Equal(t, tc.want.UntrackedIncrease, b.UntrackedIncrease, "UntrackedIncrease")
+			assert.Equal(t, tc.want.StartUsed, b.StartUsed, "StartUsed")
+			assert.Equal(t, tc.want.SetAside, b.SetAside, "SetAside")
+			assert.Equal(t, tc.want.Available, b.Available, "Available")
+			assert.Equal(t, b.Available/gib, b.Blocks, "Blocks")
+			for name, v := range map[string]int64{"Requested": b.Requested, "Available": b.Available, "Blocks × BlockSize": b.Blocks * b.BlockSize} {
+				assert.GreaterOrEqual(t, v, int64(0), name)
+				assert.LessOrEqual(t, v, tc.m.Total, "%s: no budget is larger than the device", name)
+			}
+		})
+	}
+}
+
+// FuzzBudgetBounded: whatever the figures of the baseline and the
+// measurement, a budget that is not refused is held to its device:
+// Requested and Available in [0, Total], and its blocks within Available.
+func FuzzBudgetBounded(f *testing.F) {
+	const top = math.MaxInt64
+	f.Add(int64(top), int64(top), int64(0), int64(0), int64(1<<30), int64(1<<30), int64(0), int64(0), int64(0), 1.0, int64(1<<20))
+	f.Add(int64(top), int64(top), int64(top), int64(top), int64(-top), int64(0), int64(top), int64(top), int64(top), 0.5, int64(1))
+	f.Add(int64(80<<30), int64(44<<30), int64(36<<30), int64(0), int64(2<<30), int64(3<<30), int64(39<<30), int64(40<<30), int64(0), 0.5, int64(1<<30))
+	f.Fuzz(func(t *testing.T, total, free, used, tracked, startTracked, peakTracked, startUsed, endUsed, processUsed int64, utilization float64, block int64) {
+		base := Usage{Total: total, Free: free, Used: used, Tracked: tracked, PerProcess: true, ProcessUsed: processUsed}
+		m := Measurement{Total: total, StartTracked: startTracked, PeakTracked: peakTracked, PeakTrackedIncrease: subSat(peakTracked, startTracked),
+			EndTracked: startTracked, EndHeld: startTracked, StartUsed: startUsed, EndUsed: endUsed, Untracked: subSat(endUsed, startUsed),
+			PerProcess: true, StartProcessUsed: processUsed, EndProcessUsed: endUsed, ProcessUntracked: subSat(endUsed, processUsed)}
+		check := func(what string, b Budget, err error) {
+			if err != nil {
+				return
+			}
+			for name, v := range map[string]int64{"Requested": b.Requested, "Available": b.Available} {
+				if v < 0 || v > total {
+					t.Fatalf("%s: %s = %d, outside [0, %d]: %+v", what, name, v, total, b)
+				}
+			}
+			if b.Blocks < 0 || b.Blocks > b.Available/b.BlockSize {
+				t.Fatalf("%s: %d blocks of %d bytes in %d available", what, b.Blocks, b.BlockSize, b.Available)
+			}
+		}
+		b, err := m.Budget(base, utilization, block)
+		check("Budget", b, err)
+		b, err = m.SharedBudget(utilization, block)
+		check("SharedBudget", b, err)
+	})
+}
