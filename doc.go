@@ -9,11 +9,13 @@
 // representative pass, read the peak, and give the cache what remains.
 // [Device.Baseline] records the device before the weights are loaded,
 // [Device.Measure] measures the pass, with the driver's figures beside the
-// tracked ones, and [Measurement.Budget] sizes the cache by vLLM's formula:
+// tracked ones, and [Measurement.Budget] sizes the cache by vLLM's formula,
+// the CUDA context in the baseline and outside the budget
+// ([Measurement.FootprintBudget] keeps it within):
 //
 //	dev, err := memtrack.ParseDevice("cuda:0")
 //	...
-//	base, err := dev.Baseline() // before the weights, the context, the libraries
+//	base, err := dev.Baseline() // before the weights and the libraries; it retains the CUDA context
 //	loadWeights(dev)
 //	m, err := dev.Measure(func() error { return runForwardPass(dev) })
 //	...

@@ -33,3 +33,27 @@ func ExampleMeasurement_Budget_perProcess() {
 	// per process: 1152 blocks, untracked growth 0 MiB
 	// device-wide: 0 blocks, untracked growth 30720 MiB
 }
+
+// The instance of ExampleMeasurement_Budget_perProcess, its whole
+// footprint within 45% of the GPU: FootprintBudget also sets aside the
+// 500 MiB this process held at the baseline (its context), which Budget,
+// as vLLM, leaves outside the request.
+func ExampleMeasurement_FootprintBudget() {
+	const mib, gib = 1 << 20, 1 << 30
+	base := memtrack.Usage{Total: 80 * gib, Free: 80*gib - 1000*mib, Used: 1000 * mib, Untracked: 1000 * mib,
+		PerProcess: true, ProcessUsed: 500 * mib, ProcessUntracked: 500 * mib, OtherProcessesUsed: 500 * mib}
+	m := memtrack.Measurement{Total: 80 * gib,
+		StartTracked: 16 * gib, PeakTracked: 18 * gib, EndTracked: 16 * gib, PeakTrackedIncrease: 2 * gib,
+		StartHeld: 16 * gib, PeakHeld: 18 * gib, EndHeld: 16 * gib, PeakHeldIncrease: 2 * gib,
+		StartUsed: 1000*mib + 46*gib, EndUsed: 1000*mib + 46*gib,
+		PerProcess: true, StartProcessUsed: 500*mib + 16*gib, EndProcessUsed: 500*mib + 16*gib,
+		StartOtherProcessesUsed: 500*mib + 30*gib, EndOtherProcessesUsed: 500*mib + 30*gib}
+
+	b, _ := m.Budget(base, 0.45, 16*mib)
+	fmt.Printf("Budget:          %d MiB set aside, %d MiB for the cache, the context besides\n", b.SetAside/mib, b.Available/mib)
+	f, _ := m.FootprintBudget(base, 0.45, 16*mib)
+	fmt.Printf("FootprintBudget: %d MiB set aside (%d MiB at the baseline), %d MiB for the cache\n", f.SetAside/mib, f.ProcessUsed/mib, f.Available/mib)
+	// Output:
+	// Budget:          18432 MiB set aside, 18432 MiB for the cache, the context besides
+	// FootprintBudget: 18932 MiB set aside (500 MiB at the baseline), 17932 MiB for the cache
+}

@@ -113,10 +113,11 @@ func ExampleDevice_Measure() {
 
 func ExampleMeasurement_Budget() {
 	// The figures an 80 GiB GPU might give: the baseline before the
-	// instance made its context and loaded its weights, then the
-	// measurement of one forward pass.
+	// instance loaded its weights, which holds its 1 GiB context
+	// (Device.Baseline retains it, and Budget, as vLLM, leaves it outside
+	// the request), then the measurement of one forward pass.
 	const gib = 1 << 30
-	base := memtrack.Usage{Total: 80 * gib, Free: 80 * gib}
+	base := memtrack.Usage{Total: 80 * gib, Free: 79 * gib, Used: 1 * gib, Untracked: 1 * gib}
 	p := memtrack.Measurement{
 		Total:               80 * gib,
 		StartTracked:        16 * gib, // the weights
@@ -138,7 +139,7 @@ func ExampleMeasurement_Budget() {
 	_, err = p.Budget(base, 90, 16<<20)
 	fmt.Println(err)
 	// Output:
-	// 72 GiB requested - (16 GiB weights + 6 GiB peak + 2 GiB untracked) = 48 GiB: 3072 blocks of 16 MiB
+	// 72 GiB requested - (16 GiB weights + 6 GiB peak + 1 GiB untracked) = 49 GiB: 3136 blocks of 16 MiB
 	// memtrack: invalid argument: 90: want a fraction of the device's memory in (0, 1]
 }
 

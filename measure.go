@@ -306,14 +306,24 @@ func wrapRun(d Device, err error) error {
 }
 
 // Baseline takes the device's [Usage] as vLLM does when an inference
-// instance starts: call it before the weights are loaded and before anything
-// of its own (a CUDA context, libraries) takes device memory, and give it to
-// [Measurement.Budget]. [Measurement.Budget] counts against the instance
-// whatever was allocated outside this package after it (a CUDA context,
-// library handles and workspaces) and leaves out what was in use before it
-// (other processes), as vLLM does. On the CPU it first runs the Go garbage
-// collector and returns freed memory to the OS, as [Device.Measure] does;
-// that is all that distinguishes it from [Device.Usage].
+// instance starts: call it before the weights are loaded and before the
+// libraries take device memory, and give it to [Measurement.Budget].
+// [Measurement.Budget] counts against the instance whatever was allocated
+// outside this package after it (library handles and workspaces, a context
+// other than the device's primary one) and leaves out what was in use
+// before it (other processes), as vLLM does.
+//
+// On a CUDA GPU, reading the driver's figures needs the device's primary
+// context, which Baseline retains (creating it, where nothing did before):
+// this process's context is always inside the baseline, as it is inside
+// vLLM's, whose baseline is taken after PyTorch created it. Budget
+// therefore never sets the context aside: the instance may hold
+// utilization × Total besides it. [Measurement.FootprintBudget] keeps the
+// whole footprint, the context included, within utilization × Total.
+//
+// On the CPU it first runs the Go garbage collector and returns freed
+// memory to the OS, as [Device.Measure] does; that is all that
+// distinguishes it from [Device.Usage].
 func (d Device) Baseline() (Usage, error) {
 	if _, err := d.state(); err != nil { // a read: nothing registered
 		return Usage{Device: d}, err
@@ -345,6 +355,13 @@ type Budget struct {
 	// the measured pass began, by anyone ([Measurement].StartUsed); 0 for
 	// Budget, which leaves other processes' memory out.
 	StartUsed int64
+	// ProcessUsed is, for FootprintBudget, this process's device memory at
+	// the baseline as the driver accounts it ([Usage].ProcessUsed of the
+	// baseline: its CUDA context, which Baseline retains, and whatever it
+	// held before, tracked or not); 0 for Budget, which leaves it outside
+	// the request as vLLM does, and for SharedBudget, whose StartUsed
+	// holds it.
+	ProcessUsed int64
 	// PeakIncrease is the tracked peak's rise during the pass
 	// ([Measurement].PeakTrackedIncrease, vLLM's torch_peak_increase), or
 	// the device-side peak's ([Measurement].PeakHeldIncrease) where
@@ -364,9 +381,9 @@ type Budget struct {
 	// larger of its readings at the start and the end of the pass. 0
 	// otherwise (StartUsed then holds the others' memory with the rest).
 	OtherProcessesUsed int64
-	// SetAside is Weights + OtherTracked + StartUsed + OtherProcessesUsed +
-	// PeakIncrease + UntrackedIncrease: the memory that is not the cache's
-	// (vLLM's non_kv_cache_memory).
+	// SetAside is Weights + OtherTracked + StartUsed + ProcessUsed +
+	// OtherProcessesUsed + PeakIncrease + UntrackedIncrease: the memory
+	// that is not the cache's (vLLM's non_kv_cache_memory).
 	SetAside int64
 
 	// PerProcess says that the budget used the driver's per-process
@@ -422,6 +439,13 @@ type Budget struct {
 // at the baseline. To share a device with processes whose memory must be
 // left to them, use [Measurement.SharedBudget].
 //
+// Nor is this process's memory at the baseline set aside: on a CUDA GPU
+// that is its primary context, which [Device.Baseline] retains, so that
+// the context stays outside the budget, as in vLLM, and the instance may
+// hold utilization × Total besides it. To keep the whole footprint, the
+// context included, within utilization × Total, use
+// [Measurement.FootprintBudget].
+//
 // Each sum and difference saturates at the ends of the int64 range rather
 // than wrap (a driver, or a test, may report a total near math.MaxInt64):
 // Requested is at most Total, and Available is Requested - SetAside held
@@ -432,6 +456,34 @@ type Budget struct {
 // for a blockSize <= 0 or a measurement without a device total. A budget
 // with no room for one block is not an error: Blocks is 0.
 func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (Budget, error) {
+	return p.budget(base, utilization, blockSize, false)
+}
+
+// FootprintBudget sizes a cache as [Measurement.Budget] does, but keeps
+// the instance's whole footprint within utilization × Total: it sets aside
+// this process's device memory at the baseline too, as the driver accounts
+// it (its CUDA context, which [Device.Baseline] retains, and whatever it
+// held before the baseline, tracked or not), which Budget, as vLLM,
+// leaves outside the request:
+//
+//	ProcessUsed = Baseline.ProcessUsed
+//	Available   = Requested - (ProcessUsed + Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
+//
+// That memory being part of the request, it refuses, with an
+// [*OutOfMemoryError], where the device had less than Requested -
+// ProcessUsed free at the baseline.
+//
+// The context's size is known only from the driver's per-process figures
+// (NVML, on a CUDA GPU): the device-wide ones cannot tell it from other
+// processes' memory. FootprintBudget fails with an error matching
+// [ErrPerProcessUnavailable] where the baseline has none (always on the CPU
+// and Metal, which have no such figures), and otherwise as Budget does.
+func (p Measurement) FootprintBudget(base Usage, utilization float64, blockSize int64) (Budget, error) {
+	return p.budget(base, utilization, blockSize, true)
+}
+
+// budget is Budget, and FootprintBudget where footprint is set.
+func (p Measurement) budget(base Usage, utilization float64, blockSize int64, footprint bool) (Budget, error) {
 	if err := p.checkBudget(utilization, blockSize); err != nil {
 		return Budget{}, err
 	}
@@ -441,14 +493,26 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 	if base.Device != p.Device || base.Total != p.Total {
 		return Budget{}, fmt.Errorf("%w: the baseline of %v with %d bytes in total does not belong to the measurement of %v with %d bytes", ErrInvalidArgument, base.Device, base.Total, p.Device, p.Total)
 	}
+	var own int64 // this process's memory at the baseline, where the budget sets it aside
+	if footprint {
+		if !base.PerProcess {
+			return Budget{}, footprintUnknown(base)
+		}
+		own = base.ProcessUsed
+	}
 	requested := requestedOf(utilization, p.Total)
-	if base.Free < requested {
+	if base.Free < subSat(requested, own) {
+		reason := fmt.Sprintf("%d bytes free at the baseline, less than utilization %v of the device's %d bytes", base.Free, utilization, p.Total)
+		if footprint {
+			reason += fmt.Sprintf(" less the %d bytes this process held", own)
+		}
 		return Budget{}, &OutOfMemoryError{Device: p.Device, Requested: requested, Tracked: base.Tracked,
-			Reason: fmt.Sprintf("%d bytes free at the baseline, less than utilization %v of the device's %d bytes; lower the utilization or free the device", base.Free, utilization, p.Total)}
+			Reason: reason + "; lower the utilization or free the device"}
 	}
 	b := Budget{
 		Utilization:  utilization,
 		Requested:    requested,
+		ProcessUsed:  own,
 		Weights:      subSat(p.StartTracked, base.Tracked),
 		PeakIncrease: max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
 		// (EndUsed + EndNotResident - EndTracked - inFlight) - (Used + NotResident - Tracked)
@@ -511,6 +575,16 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 	return b.fill(p.Total), nil
 }
 
+// footprintUnknown is the error of a FootprintBudget from a baseline
+// without the driver's per-process figures.
+func footprintUnknown(base Usage) error {
+	why := base.PerProcessErr
+	if why == nil { // a device without such figures (the CPU, Metal)
+		why = fmt.Errorf("%w: %v: only a CUDA GPU has them (NVML)", ErrPerProcessUnavailable, base.Device)
+	}
+	return wrapf(why, "FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes'")
+}
+
 // inFlight returns the bytes of buffers whose stream-ordered frees were
 // still in flight when the run ended: EndHeld - EndTracked (0 for a
 // Measurement written without EndHeld).
@@ -520,7 +594,7 @@ func (p Measurement) inFlight() int64 { return max(subSat(p.EndHeld, p.EndTracke
 // device of total bytes.
 func (b Budget) fill(total int64) Budget {
 	b.SetAside = 0
-	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease} {
+	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.ProcessUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease} {
 		b.SetAside = addSat(b.SetAside, n)
 	}
 	b.Available = min(max(subSat(b.Requested, b.SetAside), 0), total)

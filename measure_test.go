@@ -2,9 +2,11 @@ package memtrack
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"runtime/metrics"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -204,15 +206,17 @@ func TestMeasureErrors(t *testing.T) {
 	})
 }
 
-// The figures of the issue: an 80 GiB GPU on which another process uses
-// 36 GiB. The instance takes its baseline, creates its CUDA context (1 GiB,
-// untracked), loads 2 GiB of weights, then measures a forward pass whose
-// activations peak 1.5 GiB above the weights and after which libraries hold
-// 0.5 GiB of workspaces. vLLM's non-KV memory is then weights + peak
-// increase + untracked increase since the baseline = 2 + 1.5 + 1.5 = 5 GiB.
-func issueFigures(other int64) (Usage, Measurement) {
+// The figures of docs/measuring.md's example: an 80 GiB GPU on which
+// another process uses 36 GiB. The instance takes its baseline, which
+// holds its CUDA context (1 GiB, untracked: Baseline retains it), loads
+// 2 GiB of weights, then measures a forward pass whose activations peak
+// 1.5 GiB above the weights and after which libraries hold 0.5 GiB of
+// workspaces. vLLM's non-KV memory is then weights + peak increase +
+// untracked increase since the baseline = 2 + 1.5 + 0.5 = 4 GiB: the
+// context is in the baseline, outside the budget.
+func measuringExample(other int64) (Usage, Measurement) {
 	const gib = 1 << 30
-	base := Usage{Total: 80 * gib, Free: 80*gib - other, Used: other}
+	base := Usage{Total: 80 * gib, Free: 80*gib - other - gib, Used: other + gib}
 	m := Measurement{
 		Total:               80 * gib,
 		StartTracked:        2 * gib,
@@ -229,8 +233,8 @@ func issueFigures(other int64) (Usage, Measurement) {
 
 func TestBudget(t *testing.T) {
 	const gib = 1 << 30
-	base, m := issueFigures(0)
-	sharedBase, shared := issueFigures(36 * gib)
+	base, m := measuringExample(0)
+	sharedBase, shared := measuringExample(36 * gib)
 	tests := []struct {
 		name        string
 		base        Usage
@@ -239,21 +243,21 @@ func TestBudget(t *testing.T) {
 		block       int64
 		want        Budget
 	}{
-		// vLLM: requested 0.9 × 80 = 72 GiB, less 5 GiB of non-KV memory.
+		// vLLM: requested 0.9 × 80 = 72 GiB, less 4 GiB of non-KV memory.
 		{"vLLM, device to ourselves", base, m, 0.9, 16 << 20,
-			Budget{Utilization: 0.9, Requested: 72 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 67 * gib, BlockSize: 16 << 20, Blocks: 67 * 64}},
+			Budget{Utilization: 0.9, Requested: 72 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 4 * gib, Available: 68 * gib, BlockSize: 16 << 20, Blocks: 68 * 64}},
 		// The other process's 36 GiB were in use at the baseline: vLLM does
-		// not count them against the instance. 0.5 × 80 = 40 GiB <= 44 GiB free.
+		// not count them against the instance. 0.5 × 80 = 40 GiB <= 43 GiB free.
 		{"vLLM, 36 GiB used by another process", sharedBase, shared, 0.5, gib,
-			Budget{Utilization: 0.5, Requested: 40 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 35 * gib, BlockSize: gib, Blocks: 35}},
-		{"block does not divide", base, m, 1, 10 * gib,
-			Budget{Utilization: 1, Requested: 80 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 75 * gib, BlockSize: 10 * gib, Blocks: 7}},
+			Budget{Utilization: 0.5, Requested: 40 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 4 * gib, Available: 36 * gib, BlockSize: gib, Blocks: 36}},
+		{"block does not divide", base, m, 0.95, 10 * gib,
+			Budget{Utilization: 0.95, Requested: 76 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 4 * gib, Available: 72 * gib, BlockSize: 10 * gib, Blocks: 7}},
 		// Untracked memory released since the baseline leaves more room, as in vLLM.
 		{"untracked memory released", Usage{Total: 10 * gib, Free: 8 * gib, Used: 2 * gib},
 			Measurement{Total: 10 * gib, StartTracked: gib, StartUsed: 2 * gib, EndTracked: gib, EndUsed: 2 * gib}, 0.5, gib,
 			Budget{Utilization: 0.5, Requested: 5 * gib, Weights: gib, UntrackedIncrease: -gib, SetAside: 0, Available: 5 * gib, BlockSize: gib, Blocks: 5}},
 		{"no room", base, m, 0.05, gib,
-			Budget{Utilization: 0.05, Requested: 4 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: 3 * gib / 2, SetAside: 5 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
+			Budget{Utilization: 0.05, Requested: 4 * gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 4 * gib, Available: 0, BlockSize: gib, Blocks: 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,14 +268,14 @@ func TestBudget(t *testing.T) {
 	}
 
 	// Recent vLLM refuses to start where the free memory at the baseline is
-	// below the requested memory: 44 GiB free < 0.9 × 80 = 72 GiB.
+	// below the requested memory: 43 GiB free < 0.9 × 80 = 72 GiB.
 	t.Run("vLLM refuses: free at the baseline below the request", func(t *testing.T) {
 		b, err := shared.Budget(sharedBase, 0.9, 16<<20)
 		var oom *OutOfMemoryError
 		require.ErrorAs(t, err, &oom)
 		assert.ErrorIs(t, err, ErrOutOfMemory)
 		assert.Equal(t, int64(72*gib), oom.Requested)
-		assert.ErrorContains(t, err, "47244640256 bytes free at the baseline")
+		assert.ErrorContains(t, err, "46170898432 bytes free at the baseline")
 		assert.Equal(t, Budget{}, b)
 	})
 }
@@ -280,8 +284,8 @@ func TestBudget(t *testing.T) {
 // on the device when the measurement began, other processes included.
 func TestSharedBudget(t *testing.T) {
 	const gib = 1 << 30
-	_, m := issueFigures(0)
-	_, shared := issueFigures(36 * gib)
+	_, m := measuringExample(0)
+	_, shared := measuringExample(36 * gib)
 	tests := []struct {
 		name        string
 		m           Measurement
@@ -289,7 +293,7 @@ func TestSharedBudget(t *testing.T) {
 		block       int64
 		want        Budget
 	}{
-		// 72 - (36 + 1 + 2) - 1.5 - 0.5 = 31 GiB: the figure the issue reports.
+		// 72 - (36 + 1 + 2) - 1.5 - 0.5 = 31 GiB: docs/measuring.md's figure.
 		{"36 GiB used by another process", shared, 0.9, 16 << 20,
 			Budget{Utilization: 0.9, Requested: 72 * gib, StartUsed: 39 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2, SetAside: 41 * gib, Available: 31 * gib, BlockSize: 16 << 20, Blocks: 31 * 64}},
 		{"device to ourselves", m, 0.9, gib,
@@ -304,6 +308,79 @@ func TestSharedBudget(t *testing.T) {
 			b, err := tt.m.SharedBudget(tt.utilization, tt.block)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, b)
+		})
+	}
+}
+
+// FootprintBudget keeps the instance's whole footprint, its context
+// included, within utilization × Total: it sets aside this process's
+// memory at the baseline (the context), which Budget leaves outside, and
+// asks that much less free memory of the baseline. docs/measuring.md's
+// example: at 0.5 it gives 40 - (1 + 4) = 35 GiB, and at 0.55, which
+// Budget refuses (43 GiB free < 44 GiB), 44 - 5 = 39 GiB.
+func TestFootprintBudget(t *testing.T) {
+	const gib = 1 << 30
+	base, m := measuringExample(36 * gib)
+	base.PerProcess, base.ProcessUsed, base.ProcessUntracked, base.OtherProcessesUsed = true, gib, gib, 36*gib
+	m.PerProcess, m.StartProcessUsed, m.EndProcessUsed = true, 3*gib, 3*gib+gib/2
+	m.StartOtherProcessesUsed, m.EndOtherProcessesUsed, m.ProcessUntracked = 36*gib, 36*gib, gib/2
+	for _, tc := range []struct {
+		name        string
+		utilization float64
+		budgetErr   error // Budget's
+		want        Budget
+	}{
+		{"the context in the footprint", 0.5, nil,
+			Budget{Utilization: 0.5, Requested: 40 * gib, ProcessUsed: gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2,
+				SetAside: 5 * gib, PerProcess: true, Available: 35 * gib, BlockSize: gib, Blocks: 35}},
+		{"what the baseline had free, with the context", 0.55, ErrOutOfMemory,
+			Budget{Utilization: 0.55, Requested: 44 * gib, ProcessUsed: gib, Weights: 2 * gib, PeakIncrease: 3 * gib / 2, UntrackedIncrease: gib / 2,
+				SetAside: 5 * gib, PerProcess: true, Available: 39 * gib, BlockSize: gib, Blocks: 39}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fp, err := m.FootprintBudget(base, tc.utilization, gib)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, fp)
+			b, err := m.Budget(base, tc.utilization, gib)
+			if tc.budgetErr != nil {
+				assert.ErrorIs(t, err, tc.budgetErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Zero(t, b.ProcessUsed, "Budget leaves the context outside")
+			assert.Equal(t, fp.Available+gib, b.Available, "by the context")
+		})
+	}
+	t.Run("refused", func(t *testing.T) {
+		_, err := m.FootprintBudget(base, 0.57, gib) // 45.6 GiB, less the 1 GiB context, > 43 GiB free
+		var oom *OutOfMemoryError
+		require.ErrorAs(t, err, &oom)
+		assert.ErrorContains(t, err, "less the 1073741824 bytes this process held")
+	})
+}
+
+// FootprintBudget needs this process's memory at the baseline, which only
+// the driver's per-process figures tell apart from other processes': it
+// fails without them, saying why.
+func TestFootprintBudgetNeedsPerProcess(t *testing.T) {
+	const gib = 1 << 30
+	nvml := fmt.Errorf("%w: cuda:0: NVML is unavailable: libnvidia-ml.so.1: cannot open shared object file", ErrPerProcessUnavailable)
+	for _, tc := range []struct {
+		name string
+		base Usage
+		want string
+	}{
+		{"the CPU", Usage{Device: CPU(), Total: 80 * gib, Free: 80 * gib},
+			"memtrack: FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes': no per-process figures: cpu: only a CUDA GPU has them (NVML)"},
+		{"NVML missing", Usage{Device: CPU(), Total: 80 * gib, Free: 80 * gib, PerProcessErr: nvml},
+			"memtrack: FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes': no per-process figures: cuda:0: NVML is unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Measurement{Device: CPU(), Total: 80 * gib}.FootprintBudget(tc.base, 0.5, gib)
+			assert.ErrorIs(t, err, ErrPerProcessUnavailable)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack:"), "one prefix: %v", err)
+			assert.Equal(t, Budget{}, b)
 		})
 	}
 }

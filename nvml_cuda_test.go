@@ -184,6 +184,17 @@ func TestNVMLChildInstance(t *testing.T) {
 			whole.PerProcess, whole.PerProcessErr = false, nil
 			v.Device, _ = whole.Budget(wholeBase, u, block)
 			answer(v, err)
+		case "footprint": // footprint U B: FootprintBudget with utilization U and blocks of B bytes
+			u, _ := strconv.ParseFloat(f[1], 64)
+			block, _ := strconv.ParseInt(f[2], 0, 64)
+			var v instanceView
+			var err error
+			v.NVML, err = m.FootprintBudget(base, u, block)
+			if v.NVML.PerProcessErr != nil {
+				v.PerErr = v.NVML.PerProcessErr.Error()
+				v.NVML.PerProcessErr = nil // sent as PerErr
+			}
+			answer(v, err)
 		}
 	}
 }
@@ -303,6 +314,9 @@ func TestNVMLFallback(t *testing.T) {
 			assert.True(t, strings.HasPrefix(bv.PerErr, "memtrack: the baseline has none: no per-process figures: cuda:0: "), bv.PerErr)
 			assert.Equal(t, 1, strings.Count(bv.PerErr, "memtrack:"), "one prefix: %s", bv.PerErr)
 			assert.Equal(t, bv.Device, bv.NVML, "the device-wide budget")
+			fv := i.do("footprint 0.5 1048576")
+			assert.Contains(t, fv.Err, "memtrack: FootprintBudget needs this process's memory at the baseline", "the context cannot be told from the device-wide figures")
+			assert.Contains(t, fv.Err, tc.want[0])
 		})
 	}
 }
@@ -366,6 +380,41 @@ func TestNVMLTwoInstancesBudget(t *testing.T) {
 	// device-wide figures count the second's context and weights against it.
 	assert.Less(t, together[0].Device.Blocks, alone.Device.Blocks)
 	assert.Equal(t, int64(weights+fakeContextBytes), together[0].Device.UntrackedIncrease-alone.Device.UntrackedIncrease)
+}
+
+// Device.Baseline retains the device's primary context: this process's
+// context is inside the baseline. Budget leaves it outside the request, as
+// vLLM does (the instance holds Requested besides it); FootprintBudget sets
+// it aside (the instance's whole footprint within Requested).
+func TestNVMLContextInTheBaseline(t *testing.T) {
+	const weights, pass, block = 1 << 30, 256 << 20, 16 << 20
+	i := startInstance(t, machineFile(t))
+	base := i.do("baseline").Usage // the child's first reading: it creates the context
+	require.True(t, base.PerProcess)
+	assert.Equal(t, int64(fakeContextBytes), base.ProcessUsed, "the context, in the baseline")
+	assert.Equal(t, int64(fakeContextBytes), base.Used)
+	require.Empty(t, i.do(fmt.Sprintf("alloc %d", weights)).Err)
+	require.Empty(t, i.do(fmt.Sprintf("measure %d", pass)).Err)
+	end := i.do("usage").Usage
+
+	v := i.do(fmt.Sprintf("budget 0.5 %d", block))
+	require.Empty(t, v.Err)
+	b := v.NVML
+	require.True(t, b.PerProcess, v.PerErr)
+	assert.Zero(t, b.UntrackedIncrease, "the context is no growth since the baseline")
+	assert.Zero(t, b.ProcessUsed)
+	assert.Equal(t, int64(weights+pass), b.SetAside)
+	assert.Equal(t, b.Requested+fakeContextBytes, end.ProcessUsed+b.PeakIncrease+b.Available,
+		"Budget: the instance may hold Requested besides its context")
+
+	v = i.do(fmt.Sprintf("footprint 0.5 %d", block))
+	require.Empty(t, v.Err)
+	fp := v.NVML
+	require.True(t, fp.PerProcess, v.PerErr)
+	assert.Equal(t, int64(fakeContextBytes), fp.ProcessUsed)
+	assert.Equal(t, b.SetAside+fakeContextBytes, fp.SetAside)
+	assert.Equal(t, fp.Requested, end.ProcessUsed+fp.PeakIncrease+fp.Available,
+		"FootprintBudget: the whole footprint, the context included, within Requested")
 }
 
 // The out-of-memory report lists this process's figure and the others'.
