@@ -411,7 +411,6 @@ func TestCategoryHistoryAndSites(t *testing.T) {
 	d := ds[0]
 	require.NoError(t, d.History().Enable(16))
 	t.Cleanup(d.History().Disable) // the history outlives the fake device table
-	needSites(t)
 	require.NoError(t, d.Sites().Enable(8))
 	require.NoError(t, d.Sites().SetRate(1))
 	kv, err := d.Category(CategoryKVCache)

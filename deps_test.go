@@ -60,7 +60,6 @@ func TestCoreImportsNoRenderer(t *testing.T) {
 		{"default", nil, ""},
 		{"cuda", nil, "cuda"},
 		{"metal on macOS", []string{"GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=1"}, "metal"},
-		{"nosites", nil, "memtrack_nosites"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, pkg := range []string{".", "./tracker"} {

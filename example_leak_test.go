@@ -1,5 +1,3 @@
-//go:build !memtrack_nosites
-
 package memtrack_test
 
 import (

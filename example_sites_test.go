@@ -1,9 +1,6 @@
-//go:build !memtrack_nosites
-
 package memtrack_test
 
-// The examples that record allocation sites, which a build with
-// -tags memtrack_nosites compiles out.
+// The examples that record allocation sites.
 
 import (
 	"fmt"

@@ -194,7 +194,6 @@ func TestHistoryWrapsAround(t *testing.T) {
 }
 
 func TestHistoryCarriesSites(t *testing.T) {
-	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<20)
 	d := ds[0]
 	require.NoError(t, d.Sites().SetRate(1)) // every allocation: exact stacks

@@ -525,11 +525,8 @@ type LeakCheck struct {
 	dl   *deviceLeaks
 	mark uint64 // the entries made before the check
 
-	// What End puts back of the recording of sites, where the check
-	// changed it (sitesSet).
-	sites    siteOverride
-	sitesSet bool
-	ended    bool
+	sites siteOverride // what End puts back of the recording of sites
+	ended bool
 }
 
 // StartCheck starts a [LeakCheck] of the device. It fails where the
@@ -541,9 +538,7 @@ func (lw LeakWatcher) StartCheck() (*LeakCheck, error) {
 		return nil, err
 	}
 	c := &LeakCheck{dev: d, s: s, dl: s.leaks.device(s, d.ordinal)}
-	if sitesBuilt {
-		c.sites, c.sitesSet = s.recordEverySite(d.ordinal, leakCheckDepth), true
-	}
+	c.sites = s.recordEverySite(d.ordinal, leakCheckDepth)
 	dl := c.dl
 	dl.mu.Lock()
 	dl.checks++
@@ -603,7 +598,5 @@ func (c *LeakCheck) End() {
 	}
 	dl.switchOff()
 	dl.mu.Unlock()
-	if c.sitesSet {
-		c.s.restoreSites(c.sites)
-	}
+	c.s.restoreSites(c.sites)
 }

@@ -15,7 +15,6 @@ func keepFrom(t testing.TB, d Device, size int64) *Buffer {
 }
 
 func TestLeakCheckListsWhatItsRunLeftLive(t *testing.T) {
-	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	before := keepFrom(t, d, 1) // before the check: not its business
@@ -56,7 +55,6 @@ func TestLeakCheckListsWhatItsRunLeftLive(t *testing.T) {
 }
 
 func TestLeakCheckRestoresSitesAndWatch(t *testing.T) {
-	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	require.NoError(t, d.Sites().Enable(4))
@@ -86,7 +84,6 @@ func TestLeakCheckRestoresSitesAndWatch(t *testing.T) {
 }
 
 func TestNestedLeakChecksListALeakOnce(t *testing.T) {
-	needSites(t)
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	d := ds[0]
 	outer, err := d.Leaks().StartCheck()

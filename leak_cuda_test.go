@@ -24,7 +24,6 @@ func leakAsyncFrom(t testing.TB, d Device, size int64, s Stream) {
 // from the runtime's cleanup goroutine.
 func TestCUDALeakFreedInItsDevicesContext(t *testing.T) {
 	requireFake(t)
-	needSites(t)
 	ds := cudaDevices(t, 2)
 	d := ds[1]
 	require.NoError(t, d.Sites().SetRate(1))

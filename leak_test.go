@@ -123,7 +123,6 @@ func liveEntries(d Device) int {
 }
 
 func TestLeakWatchReportsALeakWithItsSite(t *testing.T) {
-	needSites(t)
 	f, ds := fakeCUDA(t, 2, 1<<30)
 	d := ds[1]
 	require.NoError(t, d.Sites().Enable(8))

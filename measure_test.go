@@ -450,7 +450,6 @@ func TestBaseline(t *testing.T) {
 // its scope's), and a ResetPeakMemoryStats before the measurement gives
 // sites at the peak of the measured pass alone.
 func TestMeasureLeavesTheDevicePeaks(t *testing.T) {
-	needSites(t)
 	d := recording(t, 8)
 	spike := allocOK(t)(allocFromA(d, 100<<10))
 	require.NoError(t, spike.Free())

@@ -98,9 +98,6 @@ func (r SiteRecorder) Enable(depth int) error {
 	if err != nil {
 		return err
 	}
-	if !sitesBuilt {
-		return fmt.Errorf("%w on %v: this binary was built with -tags memtrack_nosites; rebuild without it", ErrSitesNotRecorded, d)
-	}
 	s.enableSites(d.ordinal, depth)
 	return nil
 }
@@ -138,9 +135,6 @@ func (r SiteRecorder) SetRate(rate int64) error {
 	s, _, err := d.resolve()
 	if err != nil {
 		return err
-	}
-	if !sitesBuilt {
-		return fmt.Errorf("%w on %v: this binary was built with -tags memtrack_nosites; rebuild without it", ErrSitesNotRecorded, d)
 	}
 	if rate == 0 {
 		rate = DefaultSiteRate
@@ -255,7 +249,7 @@ func (t *siteTable) setRate(i int, rate int64) {
 }
 
 // siteRecorderOf returns the recorder of device ordinal, or nil if it
-// records nothing (always nil under -tags memtrack_nosites).
+// records nothing.
 func (s *kindState) siteRecorderOf(ordinal int) *siterec.Recorder {
 	if h := s.hooksOf(ordinal); h != nil {
 		return h.sites

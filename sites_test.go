@@ -36,40 +36,10 @@ func frameOf(pc uintptr) string {
 	return f.Function
 }
 
-// needSites skips a test that needs allocation sites in a build that
-// compiles them out (-tags memtrack_nosites); TestSitesCompiledOut checks
-// that build's answer instead.
-func needSites(t testing.TB) {
-	t.Helper()
-	if !sitesBuilt {
-		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
-	}
-}
-
-// TestSitesCompiledOut checks what a build without allocation sites
-// answers: every call that would record or set them fails with
-// ErrSitesNotRecorded and says how to rebuild, and nothing is recorded.
-func TestSitesCompiledOut(t *testing.T) {
-	if sitesBuilt {
-		t.Skip("allocation sites are compiled in; run with -tags memtrack_nosites")
-	}
-	d := CPU()
-	err := d.Sites().Enable(8)
-	require.ErrorIs(t, err, ErrSitesNotRecorded)
-	assert.Contains(t, err.Error(), "rebuild without it")
-	assert.ErrorIs(t, d.Sites().SetRate(1), ErrSitesNotRecorded)
-	b, err := d.Alloc(64)
-	require.NoError(t, err)
-	require.NoError(t, b.Free())
-	_, err = d.Sites().Snapshot()
-	assert.ErrorIs(t, err, ErrSitesNotRecorded)
-}
-
 // recording enables allocation sites on the CPU for the test, every
 // allocation recorded (rate 1), and disables them when it ends.
 func recording(t *testing.T, depth int) Device {
 	t.Helper()
-	needSites(t)
 	d := exactSites(t)
 	require.NoError(t, d.Sites().Enable(depth))
 	t.Cleanup(d.Sites().Disable)
@@ -114,7 +84,6 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 }
 
 func TestEnableDisable(t *testing.T) {
-	needSites(t)
 	d := CPU()
 	s := stateOf(KindCPU)
 	require.Nil(t, s.hooks.recs.Load(), "off before any test enables it")
@@ -139,7 +108,6 @@ func TestEnableDisable(t *testing.T) {
 // A buffer allocated before recording began, or freed after it ended, must
 // leave the recorder's figures exact.
 func TestSitesAcrossEnableAndDisable(t *testing.T) {
-	needSites(t)
 	d := exactSites(t)
 	before := allocOK(t)(allocFromA(d, 1000))
 
@@ -164,7 +132,6 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 }
 
 func TestFirstFrameIsTheCaller(t *testing.T) {
-	needSites(t)
 	d := recording(t, 1)
 	b := allocOK(t)(allocFromA(d, 10))
 	defer freeAll(t, b)
@@ -175,7 +142,6 @@ func TestFirstFrameIsTheCaller(t *testing.T) {
 // Recording toggled, and the peak reset, while goroutines allocate and free:
 // race-free, and every recorder's figures are exact.
 func TestSitesToggledUnderLoad(t *testing.T) {
-	needSites(t)
 	d := exactSites(t)
 	held := d.MemoryAllocated()
 	workers, iters, toggles := 8, 2000, 200
@@ -297,7 +263,6 @@ func TestAllocationSitesErrors(t *testing.T) {
 // Past MaxAllocationSites stacks, allocations fold into one site with a nil
 // stack, OtherSite, and are counted in SiteStats.Folded.
 func TestAllocationSitesFoldIntoOther(t *testing.T) {
-	needSites(t)
 	d := recording(t, 32)
 	// A recorder that holds one stack, in place of the one of recording.
 	stateOf(KindCPU).setHooks(0, func(h *hooks) { h.sites = siterec.New(32, 1, 1) })
@@ -316,7 +281,6 @@ func TestAllocationSitesFoldIntoOther(t *testing.T) {
 }
 
 func TestSetAllocationSiteRate(t *testing.T) {
-	needSites(t)
 	d := CPU()
 	t.Cleanup(func() { require.NoError(t, d.Sites().SetRate(0)) })
 	for _, tc := range []struct {
@@ -358,7 +322,6 @@ func sampleStats(n, rate int64) (p, varBytes float64) {
 // buffers of 64 B at rate 4096 are estimated within 6 standard deviations
 // (a false failure has probability 2e-9), and freeing them leaves nothing.
 func TestSampledAllocationSites(t *testing.T) {
-	needSites(t)
 	const rate, size, n = 4096, 64, 16384
 	d := CPU()
 	require.NoError(t, d.Sites().SetRate(rate))

@@ -218,7 +218,6 @@ func trackFromA(d Device, size int64, ptr uintptr) (*Tracked, error) { return d.
 
 // Tracked memory is attributed to the caller of Track.
 func TestTrackSites(t *testing.T) {
-	needSites(t)
 	useBackend(t, KindCPU, newCPUBackend())
 	d := recording(t, 4)
 	h, err := trackFromA(d, 4096, 0x9000)
@@ -510,7 +509,6 @@ func userOfBinding(d Device, size int64, ptr uintptr) error { return bindingAllo
 // TrackAddr attributes the count to its caller; TrackAddrSkip to the
 // caller skip frames further up, past a binding's own frames.
 func TestTrackAddrSites(t *testing.T) {
-	needSites(t)
 	useBackend(t, KindCPU, newCPUBackend())
 	d := recording(t, 4)
 	require.NoError(t, trackAddrFromA(d, 4096, 0x9000))

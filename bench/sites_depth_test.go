@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,7 +15,7 @@ import (
 // depth32 walk different lengths of stack.
 func TestSitesBenchmarkStackIsDeep(t *testing.T) {
 	d := memtrack.CPU()
-	sitesOK(t, d.Sites().SetRate(1))
+	require.NoError(t, d.Sites().SetRate(1))
 	defer d.Sites().SetRate(0)
 	require.NoError(t, d.Sites().Enable(32))
 	defer d.Sites().Disable()
@@ -29,16 +28,4 @@ func TestSitesBenchmarkStackIsDeep(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, snap.Sites)
 	assert.Len(t, snap.Sites[0].Stack, 32)
-}
-
-// sitesOK requires err, the answer of a call that turns allocation sites on
-// or sets their rate, to be nil; where sites are compiled out (-tags
-// memtrack_nosites, whose only answer is ErrSitesNotRecorded) it skips the
-// test instead.
-func sitesOK(t *testing.T, err error) {
-	t.Helper()
-	if errors.Is(err, memtrack.ErrSitesNotRecorded) {
-		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
-	}
-	require.NoError(t, err)
 }

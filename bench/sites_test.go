@@ -27,12 +27,8 @@ const stackDepth = 36
 //	benchstat -col /sites sites.txt
 //
 // With sites=off the hook costs one atomic load (a nil table) on Alloc and a
-// nil check on Free. The build-equivalent path is the same benchmark built
-// with -tags memtrack_nosites, where the hook is compiled out (and the
-// recording cases are skipped):
-//
-//	go test -run '^$' -bench 'SitesAllocFree/sites=off' -count 10 -tags memtrack_nosites ./bench > nosites.txt
-//	benchstat nosites.txt sites.txt
+// nil check on Free, which every feature of the device shares
+// (docs/performance.md).
 func BenchmarkSitesAllocFree(b *testing.B) {
 	const size = 64
 	d := memtrack.CPU()

@@ -1,9 +1,6 @@
-//go:build !memtrack_nosites
-
 package memtest_test
 
-// The examples that read allocation sites, which a build with
-// -tags memtrack_nosites compiles out.
+// The examples that read allocation sites.
 
 import (
 	"fmt"
@@ -35,7 +32,7 @@ func ExampleVerifyNone() {
 	cache.Free()
 	// Output:
 	// memtest: 1 buffer (4096 bytes) allocated during the test and not freed:
-	// 	4096 bytes on cpu, buffer allocated at github.com/memtrack/memtrack/memtest_test.loadCache (example_sites_test.go:20)
+	// 	4096 bytes on cpu, buffer allocated at github.com/memtrack/memtrack/memtest_test.loadCache (example_sites_test.go:17)
 }
 
 // A known holder is ignored by the function that allocates its memory.

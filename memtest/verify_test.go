@@ -55,17 +55,7 @@ func holdOtherBuffer(t testing.TB, size int64) *memtrack.Buffer {
 
 var cpuOnly = Devices(memtrack.CPU())
 
-// needSites skips a test that reads allocation sites in a build that
-// compiles them out (-tags memtrack_nosites).
-func needSites(t testing.TB) {
-	t.Helper()
-	if !sitesBuilt {
-		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
-	}
-}
-
 func TestVerifyNoneReportsALiveBufferWithItsSite(t *testing.T) {
-	needSites(t)
 	before := holdBuffer(t, 7) // not the test's
 	f := newFakeTB(t, t.Name())
 	VerifyNone(f, cpuOnly)
@@ -94,7 +84,6 @@ func TestVerifyNonePassesWhenAllIsFreed(t *testing.T) {
 }
 
 func TestVerifyNoneIgnores(t *testing.T) {
-	needSites(t)
 	f := newFakeTB(t, t.Name())
 	VerifyNone(f, cpuOnly,
 		IgnoreFunction("github.com/memtrack/memtrack/memtest.holdOtherBuffer"),
@@ -177,7 +166,6 @@ type fakeM struct{ run func() int }
 func (m fakeM) Run() int { return m.run() }
 
 func TestVerifyTestMain(t *testing.T) {
-	needSites(t)
 	var kept *memtrack.Buffer
 	tests := []struct {
 		name     string

@@ -54,9 +54,6 @@ func (c *clock) now() time.Time { return c.t }
 
 func TestDump(t *testing.T) {
 	d := limited(t, 1<<20)
-	if !sitesBuilt(d) {
-		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
-	}
 	recordEverything(t, d)
 	dir := filepath.Join(t.TempDir(), "dumps") // created by the first dump
 	du, err := Install(d, dir, Options{MinInterval: time.Hour})
@@ -137,11 +134,6 @@ func TestDump(t *testing.T) {
 	require.Error(t, err)
 	assert.Len(t, du.Dumps(), 2)
 	assert.Zero(t, du.Unwritten())
-}
-
-func sitesBuilt(d memtrack.Device) bool {
-	err := d.Sites().SetRate(0)
-	return err == nil
 }
 
 // TestDumpWithoutRecording: without sites and history, the dump holds the

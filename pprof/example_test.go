@@ -1,5 +1,3 @@
-//go:build !memtrack_nosites
-
 package pprof_test
 
 import (

@@ -2,7 +2,6 @@ package pprof
 
 import (
 	"bytes"
-	"errors"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -40,11 +39,7 @@ func allocOK(t testing.TB) func(*memtrack.Buffer, error) *memtrack.Buffer {
 func recording(t *testing.T, depth int) memtrack.Device {
 	t.Helper()
 	d := memtrack.CPU()
-	err := d.Sites().SetRate(1)
-	if errors.Is(err, memtrack.ErrSitesNotRecorded) { // only where they are compiled out
-		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
-	}
-	require.NoError(t, err)
+	require.NoError(t, d.Sites().SetRate(1))
 	t.Cleanup(func() { require.NoError(t, d.Sites().SetRate(0)) })
 	require.NoError(t, d.Sites().Enable(depth))
 	t.Cleanup(d.Sites().Disable)

@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -47,7 +46,7 @@ func TestDataJSON(t *testing.T) {
 	d := memtrack.CPU()
 	require.NoError(t, d.History().Enable(100))
 	defer d.History().Disable()
-	sitesOK(t, d.Sites().SetRate(1)) // every allocation: exact sites
+	require.NoError(t, d.Sites().SetRate(1)) // every allocation: exact sites
 	defer d.Sites().SetRate(0)
 	require.NoError(t, d.Sites().Enable(8))
 	defer d.Sites().Disable()
@@ -147,7 +146,7 @@ func TestRoutes(t *testing.T) {
 
 func TestDevicePathServesProfile(t *testing.T) {
 	d := memtrack.CPU()
-	sitesOK(t, d.Sites().Enable(8))
+	require.NoError(t, d.Sites().Enable(8))
 	defer d.Sites().Disable()
 	resp, body := get(t, serve(t).URL+"/debug/memtrack/cpu?peak=1")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
@@ -174,18 +173,6 @@ func TestTraceJSON(t *testing.T) {
 	assert.Equal(t, 2, counters)
 }
 
-// sitesOK requires err, the answer of a call that turns allocation sites on
-// or sets their rate, to be nil; where sites are compiled out (-tags
-// memtrack_nosites, whose only answer is ErrSitesNotRecorded) it skips the
-// test instead.
-func sitesOK(t *testing.T, err error) {
-	t.Helper()
-	if errors.Is(err, memtrack.ErrSitesNotRecorded) {
-		t.Skip("allocation sites are compiled out (-tags memtrack_nosites)")
-	}
-	require.NoError(t, err)
-}
-
 //go:noinline
 func small(d memtrack.Device) (*memtrack.Buffer, error) { return d.Alloc(4 << 10) }
 
@@ -201,7 +188,7 @@ func TestDataJSONSampledSites(t *testing.T) {
 	d := memtrack.CPU()
 	require.NoError(t, d.History().Enable(100))
 	defer d.History().Disable()
-	sitesOK(t, d.Sites().SetRate(1))
+	require.NoError(t, d.Sites().SetRate(1))
 	defer d.Sites().SetRate(0)
 	require.NoError(t, d.Sites().Enable(8))
 	defer d.Sites().Disable()
