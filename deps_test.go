@@ -1,6 +1,9 @@
 package memtrack
 
 import (
+	"go/build/constraint"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,4 +107,75 @@ func TestOpenTelemetryOnlyInItsPackage(t *testing.T) {
 		assert.False(t, uses, "%s depends on OpenTelemetry; only package otelmetric may", pkg)
 	}
 	assert.True(t, sawOtel, "otelmetric was listed, with its OpenTelemetry dependencies")
+}
+
+// TestBuildTagsSelectBackends: a build tag selects a backend and nothing
+// else. Every tag a Go file of the module is built under, beside the
+// toolchain's own (GOOS, GOARCH, cgo, race, unix, ignore, ...), is the
+// build tag of a Kind, and the README's table of build tags lists those
+// and no other.
+func TestBuildTagsSelectBackends(t *testing.T) {
+	gotool := goTool(t)
+	toolchain := map[string]bool{"cgo": true, "gc": true, "gccgo": true, "race": true, "msan": true, "asan": true, "unix": true, "ignore": true}
+	out, err := exec.Command(gotool, "tool", "dist", "list").Output()
+	require.NoError(t, err)
+	for _, p := range strings.Fields(string(out)) {
+		goos, goarch, _ := strings.Cut(p, "/")
+		toolchain[goos], toolchain[goarch] = true, true
+	}
+	backends := map[string]bool{}
+	for k := KindCPU + 1; k < numKinds; k++ {
+		backends[k.buildTag()] = true
+	}
+
+	used := map[string][]string{} // tag: the files built under it
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "out") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(string(src)) {
+			if !constraint.IsGoBuild(line) {
+				continue
+			}
+			expr, err := constraint.Parse(strings.TrimSpace(line))
+			require.NoError(t, err, path)
+			expr.Eval(func(tag string) bool {
+				if !toolchain[tag] && !strings.HasPrefix(tag, "go1.") && !strings.HasPrefix(tag, "goexperiment.") {
+					used[tag] = append(used[tag], path)
+				}
+				return true
+			})
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for tag, files := range used {
+		assert.True(t, backends[tag], "the build tag %q selects no backend (in %s)", tag, strings.Join(slices.Compact(files), ", "))
+	}
+
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, table, ok := strings.Cut(string(readme), "\n## Build tags\n")
+	require.True(t, ok, "the README has a section Build tags")
+	table, _, _ = strings.Cut(table, "\n## ")
+	var listed []string
+	for line := range strings.Lines(table) {
+		if tag, ok := strings.CutPrefix(line, "| `"); ok {
+			tag, _, _ = strings.Cut(tag, "`")
+			listed = append(listed, tag)
+		}
+	}
+	slices.Sort(listed)
+	tags := slices.Sorted(maps.Keys(used))
+	assert.Equal(t, tags, listed, "the README's build tags")
 }
