@@ -36,12 +36,17 @@ const (
 	// category, in [Device.CategoryStats], the summary and the renderings.
 	// No category may take the name.
 	Uncategorised = "uncategorised"
+
+	// OtherCategories names the one series into which a rendering that
+	// shows the largest categories one by one folds the others (the
+	// page's plot, package web). No category may take the name.
+	OtherCategories = "other categories"
 )
 
 var (
 	// ErrInvalidCategory: a category name that is empty, longer than
 	// [MaxCategoryName] bytes, not UTF-8, holds a control character or is
-	// [Uncategorised]; or a zero [Category].
+	// [Uncategorised] or [OtherCategories]; or a zero [Category].
 	ErrInvalidCategory = errors.New("memtrack: invalid category")
 
 	// ErrTooManyCategories: a device has [MaxCategories] categories
@@ -88,8 +93,9 @@ type categorySet struct {
 // Category returns the device's category called name, making it on first
 // use: every call with one name on one device returns the same Category.
 // A name is 1 to [MaxCategoryName] bytes of UTF-8 without control
-// characters, and not [Uncategorised]; anything else fails with
-// [ErrInvalidCategory]. A device has at most [MaxCategories] categories:
+// characters, and neither [Uncategorised] nor [OtherCategories], which
+// name the renderings' rows and series of what is outside the categories
+// shown; anything else fails with [ErrInvalidCategory]. A device has at most [MaxCategories] categories:
 // past them it fails with [ErrTooManyCategories], naming those it has.
 // Nothing changes where it fails.
 func (d Device) Category(name string) (Category, error) {
@@ -113,8 +119,11 @@ func (d Device) Category(name string) (Category, error) {
 
 // checkCategoryName says what is wrong with a category's name, if anything.
 func checkCategoryName(name string) error {
-	if name == Uncategorised {
+	switch name {
+	case Uncategorised:
 		return fmt.Errorf("%q names the memory outside every category", name)
+	case OtherCategories:
+		return fmt.Errorf("%q names the series of the categories a rendering folds together past the largest", name)
 	}
 	return checkName("category", name, MaxCategoryName) // name.go
 }

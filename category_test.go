@@ -108,6 +108,7 @@ func TestCategoryBadInput(t *testing.T) {
 		{"not UTF-8", "kv\xff", ErrInvalidCategory},
 		{"control character", "kv\ncache", ErrInvalidCategory},
 		{"reserved", Uncategorised, ErrInvalidCategory},
+		{"the page's series of the other categories", "other categories", ErrInvalidCategory},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := d.Category(tc.cat)

@@ -65,8 +65,9 @@ func (p *plotter) closeCategories(need []*point) {
 // one series, OtherCategories.
 const TopCategories = 9
 
-// OtherCategories names the series of the categories past TopCategories.
-const OtherCategories = "other categories"
+// OtherCategories names the series of the categories past TopCategories:
+// memtrack.OtherCategories, which no category may take.
+const OtherCategories = memtrack.OtherCategories
 
 // categorySeries returns each category's tracked bytes at the points, in
 // the order the categories first appear in the history (past

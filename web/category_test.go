@@ -63,3 +63,11 @@ func TestCategorySeries(t *testing.T) {
 			[]int64{h.Categories[0].Bytes[j], h.Categories[1].Bytes[j], h.Categories[2].Bytes[j]}, "point %d (event %d)", j, i)
 	}
 }
+
+// TestOtherCategoriesIsNoCategory: no category can take the name of the
+// series the plot folds the others into, so that the page never shows two
+// series of that name.
+func TestOtherCategoriesIsNoCategory(t *testing.T) {
+	_, err := memtrack.CPU().Category(OtherCategories)
+	assert.ErrorIs(t, err, memtrack.ErrInvalidCategory)
+}
