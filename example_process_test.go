@@ -34,20 +34,16 @@ func ExampleMeasurement_Budget_perProcess() {
 	// device-wide: 0 blocks, untracked growth 30720 MiB
 }
 
-// The instance of ExampleMeasurement_Budget_perProcess, its whole
-// footprint within 45% of the GPU: FootprintBudget also sets aside the
-// 500 MiB this process held at the baseline (its context), which Budget,
-// as vLLM, leaves outside the request.
+// An instance whose whole footprint must stay within 45% of an 80 GiB GPU:
+// its baseline holds its 500 MiB context (Device.Baseline retains it),
+// then it loaded 16 GiB of weights, and its pass peaked 2 GiB above them.
+// Budget, as vLLM, leaves the context outside the request;
+// FootprintBudget sets it aside.
 func ExampleMeasurement_FootprintBudget() {
 	const mib, gib = 1 << 20, 1 << 30
-	base := memtrack.Usage{Total: 80 * gib, Free: 80*gib - 1000*mib, Used: 1000 * mib, Untracked: 1000 * mib,
-		PerProcess: true, ProcessUsed: 500 * mib, ProcessUntracked: 500 * mib, OtherProcessesUsed: 500 * mib}
-	m := memtrack.Measurement{Total: 80 * gib,
-		StartTracked: 16 * gib, PeakTracked: 18 * gib, EndTracked: 16 * gib, PeakTrackedIncrease: 2 * gib,
-		StartHeld: 16 * gib, PeakHeld: 18 * gib, EndHeld: 16 * gib, PeakHeldIncrease: 2 * gib,
-		StartUsed: 1000*mib + 46*gib, EndUsed: 1000*mib + 46*gib,
-		PerProcess: true, StartProcessUsed: 500*mib + 16*gib, EndProcessUsed: 500*mib + 16*gib,
-		StartOtherProcessesUsed: 500*mib + 30*gib, EndOtherProcessesUsed: 500*mib + 30*gib}
+	base := memtrack.Usage{Total: 80 * gib, Free: 80*gib - 500*mib, Used: 500 * mib, PerProcess: true, ProcessUsed: 500 * mib}
+	m := memtrack.Measurement{Total: 80 * gib, StartTracked: 16 * gib, EndTracked: 16 * gib, EndHeld: 16 * gib,
+		PeakTrackedIncrease: 2 * gib, EndUsed: 16*gib + 500*mib, PerProcess: true, EndProcessUsed: 16*gib + 500*mib}
 
 	b, _ := m.Budget(base, 0.45, 16*mib)
 	fmt.Printf("Budget:          %d MiB set aside, %d MiB for the cache, the context besides\n", b.SetAside/mib, b.Available/mib)

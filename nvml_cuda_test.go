@@ -169,30 +169,27 @@ func TestNVMLChildInstance(t *testing.T) {
 				return b.Free()
 			})
 			answer(instanceView{}, err)
-		case "budget": // budget U B: Budget with utilization U and blocks of B bytes, both ways
+		case "budget", "footprint":
+			// budget U B: Budget with utilization U and blocks of B bytes,
+			// both ways; footprint U B: FootprintBudget.
 			u, _ := strconv.ParseFloat(f[1], 64)
 			block, _ := strconv.ParseInt(f[2], 0, 64)
+			budget := m.Budget
+			if f[0] == "footprint" {
+				budget = m.FootprintBudget
+			}
 			var v instanceView
 			var err error
-			v.NVML, err = m.Budget(base, u, block)
+			v.NVML, err = budget(base, u, block)
 			if v.NVML.PerProcessErr != nil {
 				v.PerErr = v.NVML.PerProcessErr.Error()
 				v.NVML.PerProcessErr = nil // sent as PerErr
 			}
-			wholeBase, whole := base, m
-			wholeBase.PerProcess, wholeBase.PerProcessErr = false, nil
-			whole.PerProcess, whole.PerProcessErr = false, nil
-			v.Device, _ = whole.Budget(wholeBase, u, block)
-			answer(v, err)
-		case "footprint": // footprint U B: FootprintBudget with utilization U and blocks of B bytes
-			u, _ := strconv.ParseFloat(f[1], 64)
-			block, _ := strconv.ParseInt(f[2], 0, 64)
-			var v instanceView
-			var err error
-			v.NVML, err = m.FootprintBudget(base, u, block)
-			if v.NVML.PerProcessErr != nil {
-				v.PerErr = v.NVML.PerProcessErr.Error()
-				v.NVML.PerProcessErr = nil // sent as PerErr
+			if f[0] == "budget" {
+				wholeBase, whole := base, m
+				wholeBase.PerProcess, wholeBase.PerProcessErr = false, nil
+				whole.PerProcess, whole.PerProcessErr = false, nil
+				v.Device, _ = whole.Budget(wholeBase, u, block)
 			}
 			answer(v, err)
 		}
