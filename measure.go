@@ -316,8 +316,9 @@ func wrapRun(d Device, err error) error {
 // On a CUDA GPU, reading the driver's figures needs the device's primary
 // context, which Baseline retains (creating it, where nothing did before):
 // this process's context is always inside the baseline, as it is inside
-// vLLM's, whose baseline is taken after PyTorch created it. Budget
-// therefore never sets the context aside: the instance may hold
+// vLLM's (its MemorySnapshot reads torch.cuda.mem_get_info, which needs
+// the context too). Budget therefore never sets the context aside: the
+// instance may hold
 // utilization × Total besides it. [Measurement.FootprintBudget] keeps the
 // whole footprint, the context included, within utilization × Total.
 //
@@ -440,9 +441,9 @@ type Budget struct {
 // left to them, use [Measurement.SharedBudget].
 //
 // Nor is this process's memory at the baseline set aside: on a CUDA GPU
-// that is its primary context, which [Device.Baseline] retains, so that
-// the context stays outside the budget, as in vLLM, and the instance may
-// hold utilization × Total besides it. To keep the whole footprint, the
+// it holds the device's primary context, which [Device.Baseline] retains,
+// so that the context stays outside the budget, as in vLLM, and the
+// instance may hold utilization × Total besides it. To keep the whole footprint, the
 // context included, within utilization × Total, use
 // [Measurement.FootprintBudget].
 //
