@@ -4,7 +4,10 @@
 # repeats to about 1% on a shared machine where time does not. Each
 # benchmark runs alone under callgrind at two iteration counts (N1 and N2,
 # -test.benchtime=Nx) with the collector and asynchronous preemption off
-# (GOGC=off GODEBUG=asyncpreemptoff=1); the difference of the two totals
+# (GOGC=off GODEBUG=asyncpreemptoff=1), and without the RDTSCP instruction,
+# which the Go runtime uses where the processor has it and valgrind 3.19
+# cannot decode (cpu.rdtscp=off; a run that dies of it would otherwise
+# count a fraction of the work); the difference of the two totals
 # divided by N2-N1 is the instructions of one operation, without the
 # program's start and the benchmark's set-up. It prints, per benchmark, the
 # base's count, this tree's and their ratio, for the whole program and for
@@ -50,8 +53,12 @@ names=$("$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x 
 irs() {
 	local pat
 	pat="^$(sed -e 's/[][\.*^$()+?{}|]/\\&/g' -e 's|/|$/^|g' <<<"$2")\$"
-	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-		"$1" -test.run '^$' -test.bench "$pat" -test.benchtime "${3}x" -test.cpu 1 >"$out/run.txt" 2>"$out/cg.log"
+	if ! GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
+		"$1" -test.run '^$' -test.bench "$pat" -test.benchtime "${3}x" -test.cpu 1 >"$out/run.txt" 2>"$out/cg.log"; then
+		echo "$script: $1 $2 at $3 iterations failed under valgrind (its log: $out/cg.log)" >&2
+		tail -n 5 "$out/cg.log" >&2
+		exit 1
+	fi
 	if ! grep -q '^Benchmark' "$out/run.txt"; then
 		echo missing missing
 		return
@@ -64,10 +71,15 @@ irs() {
 
 printf '%-44s %12s %12s %8s %12s %12s %8s\n' benchmark base/op head/op ratio base-lib/op head-lib/op ratio | tee "$out/instructions.txt"
 for name in $names; do
-	read -r b1 bl1 <<<"$(irs "$out/base.test" "$name" "$n1")"
-	read -r b2 bl2 <<<"$(irs "$out/base.test" "$name" "$n2")"
-	read -r h1 hl1 <<<"$(irs "$out/head.test" "$name" "$n1")"
-	read -r h2 hl2 <<<"$(irs "$out/head.test" "$name" "$n2")"
+	# Each count in a variable of its own first: a failed run ends the script.
+	r=$(irs "$out/base.test" "$name" "$n1")
+	read -r b1 bl1 <<<"$r"
+	r=$(irs "$out/base.test" "$name" "$n2")
+	read -r b2 bl2 <<<"$r"
+	r=$(irs "$out/head.test" "$name" "$n1")
+	read -r h1 hl1 <<<"$r"
+	r=$(irs "$out/head.test" "$name" "$n2")
+	read -r h2 hl2 <<<"$r"
 	awk -v n="$name" -v b1="$b1" -v b2="$b2" -v h1="$h1" -v h2="$h2" -v bl1="$bl1" -v bl2="$bl2" -v hl1="$hl1" -v hl2="$hl2" -v d="$((n2 - n1))" '
 		function per(a, b) { return (a == "missing" || b == "missing") ? "missing" : sprintf("%.1f", (b - a) / d) }
 		function ratio(a, b) { return (a == "missing" || b == "missing" || a == 0) ? "-" : sprintf("%.3f", b / a) }
