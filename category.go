@@ -102,19 +102,29 @@ func (d Device) Category(name string) (Category, error) {
 	if err := checkCategoryName(name); err != nil {
 		return Category{}, fmt.Errorf("%w on %v: %v", ErrInvalidCategory, d, err)
 	}
-	s, _, err := d.resolve()
+	_, f, err := d.features(use)
 	if err != nil {
 		return Category{}, err
 	}
-	var cs *categorySet
-	s.cats.update(d.ordinal, func(old *categorySet) *categorySet {
-		if old == nil {
-			old = &categorySet{}
-		}
-		cs = old
-		return old
-	})
-	return cs.category(d, name)
+	return f.categories().category(d, name)
+}
+
+// categories returns the device's categories, making them on first use.
+func (f *features) categories() *categorySet {
+	if cs := f.cats.Load(); cs != nil {
+		return cs
+	}
+	f.cats.CompareAndSwap(nil, &categorySet{}) // a loser's set is dropped unused
+	return f.cats.Load()
+}
+
+// categoriesOf returns the categories of device ordinal, nil where it has
+// none.
+func (s *deviceTable) categoriesOf(ordinal int) *categorySet {
+	if f := s.featuresOf(ordinal); f != nil {
+		return f.cats.Load()
+	}
+	return nil
 }
 
 // checkCategoryName says what is wrong with a category's name, if anything.
@@ -125,7 +135,7 @@ func checkCategoryName(name string) error {
 	case OtherCategories:
 		return fmt.Errorf("%q names the series of the categories a rendering folds together past the largest", name)
 	}
-	return checkName("category", name, MaxCategoryName) // name.go
+	return checkName("category", name, MaxCategoryName)
 }
 
 // category returns the category called name, making it if there is room.
@@ -166,13 +176,17 @@ func (cs *categorySet) name(idx uint8) string {
 	return cs.names[idx-1]
 }
 
-// categoryNamer returns the function that names the categories of device
-// ordinal in s by their 1-based index ("" for 0), for the readers of what
-// keeps only the index (the memory history); a category made later is
-// named too, since a name never changes once its index is published.
-func (s *kindState) categoryNamer(ordinal int) func(idx uint8) string {
-	return s.cats.lookup(ordinal).name // nil names every index ""
+// categoryNamer returns the function that names the device's categories
+// by their 1-based index ("" for 0), for the readers of what keeps only
+// the index (the memory history); a category made later is named too,
+// since a name never changes once its index is published.
+func (d Device) categoryNamer() func(idx uint8) string {
+	return d.peekCategories().name // nil names every index ""
 }
+
+// categoryName returns the name of the device's category idx (1-based),
+// or "" for 0.
+func (d Device) categoryName(idx uint8) string { return d.peekCategories().name(idx) }
 
 // Categories returns the device's categories, in the order they were made.
 func (d Device) Categories() []Category {
@@ -201,17 +215,13 @@ func (c Category) String() string {
 	return c.dev.String() + "/" + c.Name()
 }
 
-// rec returns the category's record, or nil for the zero Category.
-func (c Category) rec() *tracker.Record {
+// record returns the category's record, or nil for the zero Category.
+func (c Category) record() *tracker.Record {
 	if c.set == nil {
 		return nil
 	}
 	return &c.set.recs[c.idx-1]
 }
-
-// recordOf is rec for a Category that is not the zero one, small enough
-// to inline into the allocation path (TestIntendedInlining).
-func (c Category) recordOf() *tracker.Record { return &c.set.recs[c.idx-1] }
 
 // zeroCategory is the error of a method called on the zero Category.
 func zeroCategory(op string, size int64) error {
@@ -228,7 +238,8 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Alloc", size)
 	}
-	return c.dev.allocate(request{size: size, cat: c})
+	b, _, err := c.dev.take(&request{size: size, cat: c})
+	return b, err
 }
 
 // Track counts size bytes that other code allocated at ptr on the
@@ -240,7 +251,8 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Track", size)
 	}
-	return c.dev.track(request{size: size, cat: c}, ptr)
+	_, t, err := c.dev.take(&request{size: size, cat: c, from: fromAddress, handle: true, ptr: ptr})
+	return t, err
 }
 
 // SetMemoryLimit caps the bytes the category's live buffers may hold, as
@@ -255,7 +267,7 @@ func (c Category) SetMemoryLimit(limit int64) error {
 	if limit < 0 {
 		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, c)
 	}
-	return c.recordOf().SetLimit(limit)
+	return c.record().SetLimit(limit)
 }
 
 // MemoryLimit returns the category's memory limit, or 0 if none is set.
@@ -263,7 +275,7 @@ func (c Category) MemoryLimit() int64 {
 	if c.set == nil {
 		return 0
 	}
-	return c.set.recs[c.idx-1].Limit()
+	return c.record().Limit()
 }
 
 // CategoryStats is a snapshot of one category's figures on a device, named
@@ -301,7 +313,7 @@ func (c Category) Stats() CategoryStats {
 	if c.set == nil {
 		return CategoryStats{}
 	}
-	return categoryStatsOf(c.dev, c.Name(), c.set.recs[c.idx-1].Snapshot())
+	return categoryStatsOf(c.dev, c.Name(), c.record().Snapshot())
 }
 
 // CategoryStats returns the figures of each of the device's categories, in
@@ -312,24 +324,21 @@ func (d Device) CategoryStats() []CategoryStats {
 	if r == nil {
 		return nil
 	}
-	return categoryRows(d, d.peekCategories(), r)
+	return d.peekCategories().rows(d, r)
 }
 
 // peekCategories returns the device's categories where it has any, as peek
 // reads: registering nothing and starting no backend.
 func (d Device) peekCategories() *categorySet {
-	if d.kind == 0 || d.kind >= numKinds {
-		return nil
-	}
-	if s := tables[d.kind].p.Load(); s != nil {
-		return s.cats.lookup(d.ordinal)
+	if _, f, _ := d.features(read); f != nil {
+		return f.cats.Load()
 	}
 	return nil
 }
 
-// categoryRows reads the categories of cs, then the device's record r, and
-// puts the row of the uncategorised memory after them.
-func categoryRows(d Device, cs *categorySet, r *tracker.Record) []CategoryStats {
+// rows reads the categories of cs (nil for none), then the record r of
+// their device d, and puts the row of the uncategorised memory after them.
+func (cs *categorySet) rows(d Device, r *tracker.Record) []CategoryStats {
 	if cs == nil || cs.n.Load() == 0 {
 		return nil
 	}
@@ -358,15 +367,32 @@ func categoryRows(d Device, cs *categorySet, r *tracker.Record) []CategoryStats 
 	return append(out, rest)
 }
 
-// resetCategoryPeaks resets the peaks of every category of device ordinal
-// in s, with the device's.
-func resetCategoryPeaks(s *kindState, ordinal int) {
-	if cs := s.cats.lookup(ordinal); cs != nil {
-		_, recs := cs.list()
-		for _, r := range recs {
-			r.ResetPeak()
-		}
+// resetPeaks resets the peaks of every category of cs (nil for none).
+func (cs *categorySet) resetPeaks() {
+	if cs == nil {
+		return
 	}
+	_, recs := cs.list()
+	for _, r := range recs {
+		r.ResetPeak()
+	}
+}
+
+// resetAccumulated resets the cumulative figures of the categories of cs
+// (nil for none) and of their device's record r, as one step for the
+// category operations (resetGate).
+func (cs *categorySet) resetAccumulated(r *tracker.Record) {
+	if cs == nil {
+		r.ResetAccumulated()
+		return
+	}
+	cs.gate.reset(func() {
+		_, recs := cs.list()
+		for _, cr := range recs {
+			cr.ResetAccumulated()
+		}
+		r.ResetAccumulated()
+	})
 }
 
 // categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
@@ -395,13 +421,12 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w.Flush()
 }
 
-// startCategories opens a peak scope on each category of the device as a
-// measurement begins, before it reads their starting figures, and records
-// those in p; it returns the scopes and the categories' records, in the
-// order of p.Categories, or nils for a device without categories. Nothing
-// is reset: measurements nest.
-func startCategories(s *kindState, ordinal int, p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
-	cs := s.cats.lookup(ordinal)
+// startMeasure opens a peak scope on each category of cs (nil for none)
+// as a measurement begins, before it reads their starting figures, and
+// records those in p; it returns the scopes and the categories' records,
+// in the order of p.Categories, or nils for a device without categories.
+// Nothing is reset: measurements nest.
+func (cs *categorySet) startMeasure(p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
 	if cs == nil {
 		return nil, nil
 	}
@@ -418,9 +443,9 @@ func startCategories(s *kindState, ordinal int, p *Measurement) ([]*tracker.Scop
 	return scopes, recs
 }
 
-// endCategories completes the categories of p as a measurement ends, from
-// the scopes startCategories opened, which it closes.
-func endCategories(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
+// endMeasure completes the categories of p as a measurement ends, from
+// the scopes startMeasure opened, which it closes.
+func endMeasure(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
 	for i, sc := range scopes {
 		c := &p.Categories[i]
 		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again

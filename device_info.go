@@ -31,7 +31,7 @@ type infoBackend interface {
 // Ordinal and String does, but creates no context and allocates nothing on
 // the device.
 func (d Device) Info() (DeviceInfo, error) {
-	s, err := d.state()
+	s, _, err := d.lookup(start)
 	if err != nil {
 		return DeviceInfo{Device: d}, err
 	}

@@ -86,7 +86,7 @@ func TestCUDAInfoNoContext(t *testing.T) {
 	if d1, err := CUDA(1); err == nil {
 		d = d1 // the second device, which fewer tests use
 	}
-	b := stateOf(KindCUDA).b.(*cudaBackend)
+	b := openTable(KindCUDA).b.(*cudaBackend)
 	if b.dev(d.ordinal).ctx.Load() != nil {
 		t.Skipf("an earlier test retained the context of %v", d)
 	}

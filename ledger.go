@@ -1,12 +1,140 @@
 package memtrack
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 
 	"github.com/memtrack/memtrack/tracker"
 	"go.uber.org/atomic"
 )
+
+// ledger is the records one allocation counts in: the device's, and, for
+// an allocation made through a [Category], the category's, which count it
+// as one operation for the resets of the cumulative figures (resetGate).
+// The paths count through it only: ledger.count and ledger.countFailure
+// for an allocation, ledger.uncount for a release.
+type ledger struct {
+	rec  *tracker.Record // the device's
+	crec *tracker.Record // the category's; nil for none
+	set  *categorySet    // the categories crec is one of; nil for none
+}
+
+// inCategory adds the record of c, which is not the zero Category, to the
+// ledger. Small enough to inline into the allocation path
+// (TestIntendedInlining).
+func (l *ledger) inCategory(c Category) { l.crec, l.set = &c.set.recs[c.idx-1], c.set }
+
+// limited reports whether a limit may refuse: the category's record or
+// the device's has one, a load or two, inlined (TestIntendedInlining). The
+// path calls limitRefusal only then.
+func (l *ledger) limited() bool {
+	return l.crec != nil && l.crec.Limit() > 0 || l.rec.Limit() > 0
+}
+
+// limitRefusal is the check of the memory limits that the allocation path
+// makes before it asks for memory (and after it has refused its bad
+// input), so that a request over a limit costs no device memory: it
+// returns the refusal of size bytes that the category's limit or else the
+// device's does not leave room for, and nil where both do. It counts
+// nothing: the caller gives the refusal to Device.refuse. The records
+// check again, exactly, when they count.
+func (l *ledger) limitRefusal(size int64) *OutOfMemoryError {
+	if l.crec != nil {
+		if lim, cur := l.crec.Limit(), l.crec.Tracked(); lim > 0 && size > lim-cur {
+			return &OutOfMemoryError{Requested: size, Tracked: l.rec.Tracked(), CategoryTracked: cur, Limit: lim, Reason: categoryLimitReason}
+		}
+	}
+	if lim := l.rec.Limit(); lim > 0 {
+		if cur := l.rec.Tracked(); size > lim-cur {
+			e := &OutOfMemoryError{Requested: size, Tracked: cur, Limit: lim, Reason: "memory limit"}
+			if l.crec != nil {
+				e.CategoryTracked = l.crec.Tracked()
+			}
+			return e
+		}
+	}
+	return nil
+}
+
+// refusal describes an allocation of size bytes on d that a record of the
+// ledger refused with err (ledger.count), the category's where
+// byCategory, with the fields that explain it: the limit and the figure it
+// was held against for a [*tracker.LimitError], the tracker's capacity (in
+// Reason) for anything else.
+func (l *ledger) refusal(err error, byCategory bool, d Device, size int64) *OutOfMemoryError {
+	var le *tracker.LimitError
+	if !errors.As(err, &le) {
+		return &OutOfMemoryError{Device: d, Requested: size, Tracked: l.rec.Tracked(), Reason: "the tracker's capacity: " + reason(err)}
+	}
+	e := &OutOfMemoryError{Device: d, Requested: size, Tracked: le.Tracked, Limit: le.Limit, Reason: "memory limit"}
+	if byCategory {
+		// The category's limit: its LimitError holds the category's figure.
+		e.CategoryTracked, e.Tracked, e.Reason = le.Tracked, l.rec.Tracked(), categoryLimitReason
+	}
+	return e
+}
+
+// count counts size bytes in the category's record, then in the device's,
+// as one operation for the resets. Where the category's record refuses,
+// the failure is counted on the device too and byCategory is true; where
+// the device's refuses, the category takes its count back
+// (tracker.Record.Cancel). Either record counts its own refusal. Without
+// a category, the allocation path counts in the device's record itself:
+// tracker.Record.Alloc, called from the path rather than through count,
+// costs a call less.
+func (l *ledger) count(size int64) (byCategory bool, err error) {
+	g := &l.set.gate
+	g.enter()
+	if err = l.crec.Alloc(size); err != nil {
+		l.rec.RecordFailure()
+		byCategory = true
+	} else if err = l.rec.Alloc(size); err != nil {
+		_ = l.crec.Cancel(size) // cannot fail: it holds size
+	}
+	g.leave()
+	return byCategory, err
+}
+
+// countFailure counts a refused request on the device, and in the
+// category, if any, as one operation for the resets.
+func (l *ledger) countFailure() {
+	if l.crec == nil {
+		l.rec.RecordFailure()
+		return
+	}
+	g := &l.set.gate
+	g.enter()
+	l.rec.RecordFailure()
+	l.crec.RecordFailure()
+	g.leave()
+}
+
+// uncount takes size bytes freed from the device's record, and from the
+// category's, if any, as one operation for the resets. The category is not
+// uncounted where the device's record refuses (it holds less than size).
+func (l *ledger) uncount(size int64) error {
+	if l.crec == nil {
+		return l.rec.Free(size)
+	}
+	g := &l.set.gate
+	g.enter()
+	err := l.rec.Free(size)
+	if err == nil {
+		_ = l.crec.Free(size) // cannot fail: the category holds the bytes
+	}
+	g.leave()
+	return err
+}
+
+// tracked returns the bytes the device's record tracks, and the
+// category's, 0 for none: the figures the history writes beside an event.
+func (l *ledger) tracked() (device, category int64) {
+	if l.crec != nil {
+		category = l.crec.Tracked()
+	}
+	return l.rec.Tracked(), category
+}
 
 // A category operation counts in two records one after the other: the
 // category's and the device's. A reset of the cumulative figures
@@ -63,71 +191,15 @@ func (g *resetGate) reset(f func()) {
 	close(done)
 }
 
-// resetAccumulated resets the cumulative figures of device ordinal in s,
-// its record r's and its categories', as one step for the category
-// operations.
-func resetAccumulated(s *kindState, r *tracker.Record, ordinal int) {
-	cs := s.cats.lookup(ordinal)
-	if cs == nil {
-		r.ResetAccumulated()
-		return
+// ledgerOf returns the ledger of an allocation of device ordinal, whose
+// record is rec, in category cat (1-based; 0 for none).
+func (s *deviceTable) ledgerOf(rec *tracker.Record, ordinal int, cat uint8) ledger {
+	l := ledger{rec: rec}
+	if cat != 0 {
+		// A category's allocation was counted in its device's categories,
+		// which are never removed.
+		cs := s.categoriesOf(ordinal)
+		l.crec, l.set = &cs.recs[cat-1], cs
 	}
-	cs.gate.reset(func() {
-		_, recs := cs.list()
-		for _, cr := range recs {
-			cr.ResetAccumulated()
-		}
-		r.ResetAccumulated()
-	})
-}
-
-// count counts size bytes in the category's record crec (nil for none:
-// the device's record only), then in the device's record rec, as one
-// operation for the resets. Where crec refuses, the failure is counted on
-// the device too and byCategory is true; where rec refuses, the category
-// takes its count back (tracker.Record.Cancel). Either record counts its
-// own refusal.
-func (c Category) count(rec, crec *tracker.Record, size int64) (byCategory bool, err error) {
-	if crec == nil {
-		return false, rec.Alloc(size)
-	}
-	g := &c.set.gate
-	g.enter()
-	if err = crec.Alloc(size); err != nil {
-		rec.RecordFailure()
-		byCategory = true
-	} else if err = rec.Alloc(size); err != nil {
-		_ = crec.Cancel(size) // cannot fail: it holds size
-	}
-	g.leave()
-	return byCategory, err
-}
-
-// countFailure counts a refused request on the device (rec) and in the
-// category, if it is one, as one operation for the resets.
-func (c Category) countFailure(rec *tracker.Record) {
-	if c.set == nil {
-		rec.RecordFailure()
-		return
-	}
-	g := &c.set.gate
-	g.enter()
-	rec.RecordFailure()
-	c.set.recs[c.idx-1].RecordFailure()
-	g.leave()
-}
-
-// uncount uncounts size bytes freed from the device's record rec and from
-// category cat of the set, as one operation for the resets; it returns the
-// category's record. The category is not uncounted where the device's
-// record refuses.
-func (cs *categorySet) uncount(cat uint8, rec *tracker.Record, size int64) (*tracker.Record, error) {
-	crec := &cs.recs[cat-1]
-	cs.gate.enter()
-	err := rec.Free(size)
-	if err == nil {
-		_ = crec.Free(size) // cannot fail: the category holds the bytes
-	}
-	cs.gate.leave()
-	return crec, err
+	return l
 }

@@ -51,7 +51,7 @@ type processFigures struct {
 // readProcesses reads the driver's per-process figures of device d. It
 // never runs on the allocation path: Usage, Baseline, Measure and the
 // out-of-memory report read it.
-func readProcesses(s *kindState, d Device) processFigures {
+func readProcesses(s *deviceTable, d Device) processFigures {
 	b, ok := s.b.(processBackend)
 	if !ok {
 		return processFigures{absent: true}

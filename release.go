@@ -1,0 +1,114 @@
+package memtrack
+
+import (
+	"sync/atomic"
+
+	"github.com/memtrack/memtrack/tracker"
+)
+
+// The release path. Every way memory stops being counted takes the same
+// steps, in this order:
+//
+//  1. the claim: the Buffer's or Tracked handle's state moves from live,
+//     in one compare-and-swap, so that of two releases one goes on, and,
+//     for a Buffer, the features claim their marks (claimMarks): the leak
+//     watch's entry, if it has one, so that a free and the collector's
+//     cleanup never both go on (a Tracked handle's release ends its entry
+//     whatever the collector did, since its memory is not this package's
+//     to free);
+//  2. the release itself, of one of these kinds (releaseKind): the
+//     backend frees the memory now (Buffer.Free, and a leaked buffer the
+//     leak watch frees), or in stream order (Buffer.FreeAsync); the
+//     caller's function frees it (Tracked.FreeWith, Kind.UntrackAddr); or
+//     nothing is freed (Tracked.Release). Where it fails, the claim is
+//     given back, and the memory stays live and counted;
+//  3. the tail, in deviceTable.release: the ledger takes the bytes back (the
+//     category's and the device's records), the device-side figure drops
+//     (unless the stream has yet to execute the free), and the features
+//     take back their marks (hooks.released): the site's bytes, the
+//     history's event, the leak watch's entry.
+
+// releaseKind is how a release frees the memory.
+type releaseKind uint8
+
+const (
+	freeNow      releaseKind = iota // the backend frees it now: Buffer.Free
+	freeInStream                    // the backend frees it in stream order: Buffer.FreeAsync
+	freeLeak                        // the backend frees a leaked buffer's memory now: LeakWatch.FreeLeaks
+	freeWith                        // the caller's function frees it: Tracked.FreeWith, Kind.UntrackAddr
+	releaseOnly                     // nothing is freed: Tracked.Release, and FreeWith's nil function
+)
+
+// heldNow reports whether the device-side figure drops with the tracked
+// one: for every kind but a free in stream order, whose stream has yet to
+// execute it.
+func (k releaseKind) heldNow() bool { return k != freeInStream }
+
+// release is the release of a's memory, of kind how, and then its tail:
+// the backend frees the memory now (freeNow, freeLeak) or in stream order
+// on stream (freeInStream), or nothing is freed here (freeWith, whose
+// caller has freed it, and releaseOnly). released reports whether the
+// memory is released; if it is, err is the refusal of rec, the device's
+// record, to uncount it, if any. owner is the address of the allocation
+// that the leak watch knows, or 0 for a leak's copy, whose entry the leak
+// watch removes itself.
+//
+// The tail takes a's bytes from the ledger (from rec, and from the
+// category's record, if any), then from the device-side figure where how
+// drops it now, and has the features take back their marks
+// (hooks.released). With every feature off and no category it is
+// rec.Free.
+func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKind, stream Stream, owner uintptr) (released bool, err error) {
+	switch how {
+	case freeNow, freeLeak:
+		err = s.b.free(int(a.ordinal), a.size, &a.mem)
+	case freeInStream:
+		err = s.stream.freeAsync(int(a.ordinal), a.size, &a.mem, stream)
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.cat == 0 && a.site == nil && a.wslot == 0 && (!how.heldNow() || s.held == nil) && s.hooks.vals.Load() == nil {
+		return true, rec.Free(a.size)
+	}
+	return true, s.uncountObserved(a, rec, how, stream, owner)
+}
+
+// uncountObserved is the tail where a category, the device-side figure or
+// a feature has a part in the release. It fails, changing nothing, where
+// rec refuses (it holds less than a's size).
+func (s *deviceTable) uncountObserved(a *allocation, rec *tracker.Record, how releaseKind, stream Stream, owner uintptr) error {
+	o := int(a.ordinal)
+	l := s.ledgerOf(rec, o, a.cat)
+	if err := l.uncount(a.size); err != nil {
+		return err
+	}
+	if how.heldNow() && s.held != nil {
+		s.held.heldDrop(o, a.size, a.from == fromPool)
+	}
+	s.hooksOf(o).released(a, &l, stream, owner)
+	return nil
+}
+
+// The states of a Buffer and of a Tracked handle (allocation.state). A
+// Buffer's Free moves it to stateFreed before it asks the backend, so that
+// one compare-and-swap settles concurrent Frees, and moves it back if the
+// backend fails. A handle's FreeWith moves it to stateFreeing while the
+// caller's free runs, so that its address may be tracked again as soon as
+// the memory is gone, and back to stateLive if the free fails.
+const (
+	stateLive uint32 = iota
+	stateFreed
+	stateFreeing
+)
+
+// claimState moves a from live to next, and reports whether it was live.
+func (a *allocation) claimState(next uint32) bool {
+	return atomic.CompareAndSwapUint32(&a.state, stateLive, next)
+}
+
+// loadState returns a's state.
+func (a *allocation) loadState() uint32 { return atomic.LoadUint32(&a.state) }
+
+// storeState sets a's state.
+func (a *allocation) storeState(v uint32) { atomic.StoreUint32(&a.state, v) }
