@@ -57,12 +57,10 @@ type allocation struct {
 	cat     uint8 // its Category, 1-based; 0 for none
 }
 
-// fill describes the allocation that r asks of device d.
+// fill describes the allocation that r asks of device d (a Tracked
+// handle's address is set apart).
 func (a *allocation) fill(d Device, r *request) {
 	a.size, a.ordinal, a.kind, a.from, a.cat = r.size, int32(d.ordinal), d.kind, r.from, r.cat.idx
-	if r.from == fromAddress {
-		a.mem.ptr = r.ptr
-	}
 }
 
 // device returns the device of the allocation.
@@ -135,6 +133,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			t = &Tracked{rec: rec}
 			a = &t.allocation
 			a.fill(d, r)
+			a.mem.ptr = r.ptr
 		}
 	} else {
 		// The backend writes straight into the buffer (see backend).
@@ -183,6 +182,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		if a == nil {
 			a = new(allocation) // a count at an address only: on the heap while a hook is on only
 			a.fill(d, r)
+			a.mem.ptr = r.ptr
 		}
 		h.allocated(r, &l, a)
 	}

@@ -252,13 +252,11 @@ func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 // the path's own check of the limits), an *OutOfMemoryError or another
 // failure. The events hold the figures of the ledger just after.
 func (h *history) allocated(r *request, l *ledger, st *site) {
-	cur, ccur := l.tracked()
-	h.record(HistoryAlloc, r.size, cur, st, r.stream, r.cat.idx, ccur)
+	h.record(HistoryAlloc, r.size, l.rec.Tracked(), st, r.stream, r.cat.idx, l.categoryTracked())
 }
 
 func (h *history) released(a *allocation, l *ledger, stream Stream) {
-	cur, ccur := l.tracked()
-	h.record(HistoryFree, a.size, cur, a.site, stream, a.cat, ccur)
+	h.record(HistoryFree, a.size, l.rec.Tracked(), a.site, stream, a.cat, l.categoryTracked())
 }
 
 func (h *history) refused(r *request, l *ledger, err error) {
@@ -270,8 +268,7 @@ func (h *history) refused(r *request, l *ledger, err error) {
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		act = HistoryOutOfMemory
 	}
-	cur, ccur := l.tracked()
-	h.record(act, r.size, cur, nil, 0, r.cat.idx, ccur)
+	h.record(act, r.size, l.rec.Tracked(), nil, 0, r.cat.idx, l.categoryTracked())
 }
 
 // record writes one event of category cat (0: none), which tracks ccur

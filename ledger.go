@@ -12,8 +12,10 @@ import (
 // ledger is the records one allocation counts in: the device's, and, for
 // an allocation made through a [Category], the category's, which count it
 // as one operation for the resets of the cumulative figures (resetGate).
-// The paths count through it only: ledger.count and ledger.countFailure
-// for an allocation, ledger.uncount for a release.
+// The paths count through it: ledger.count and ledger.countFailure for an
+// allocation, ledger.uncount for a release; where there is no category,
+// they call the device's record themselves, a call less on the paths
+// that every feature off takes.
 type ledger struct {
 	rec  *tracker.Record // the device's
 	crec *tracker.Record // the category's; nil for none
@@ -110,13 +112,12 @@ func (l *ledger) countFailure() {
 	g.leave()
 }
 
-// uncount takes size bytes freed from the device's record, and from the
-// category's, if any, as one operation for the resets. The category is not
+// uncount takes size bytes freed from the device's record, then from the
+// category's, as one operation for the resets. The category is not
 // uncounted where the device's record refuses (it holds less than size).
+// Without a category, the release path uncounts in the device's record
+// itself (tracker.Record.Free), as the allocation path counts.
 func (l *ledger) uncount(size int64) error {
-	if l.crec == nil {
-		return l.rec.Free(size)
-	}
 	g := &l.set.gate
 	g.enter()
 	err := l.rec.Free(size)
@@ -127,13 +128,14 @@ func (l *ledger) uncount(size int64) error {
 	return err
 }
 
-// tracked returns the bytes the device's record tracks, and the
-// category's, 0 for none: the figures the history writes beside an event.
-func (l *ledger) tracked() (device, category int64) {
-	if l.crec != nil {
-		category = l.crec.Tracked()
+// categoryTracked returns the bytes the category's record tracks, 0 for
+// none: the figure the history writes beside an event, with the device's
+// (rec.Tracked).
+func (l *ledger) categoryTracked() int64 {
+	if l.crec == nil {
+		return 0
 	}
-	return l.rec.Tracked(), category
+	return l.crec.Tracked()
 }
 
 // A category operation counts in two records one after the other: the
@@ -191,15 +193,11 @@ func (g *resetGate) reset(f func()) {
 	close(done)
 }
 
-// ledgerOf returns the ledger of an allocation of device ordinal, whose
-// record is rec, in category cat (1-based; 0 for none).
-func (s *deviceTable) ledgerOf(rec *tracker.Record, ordinal int, cat uint8) ledger {
-	l := ledger{rec: rec}
-	if cat != 0 {
-		// A category's allocation was counted in its device's categories,
-		// which are never removed.
-		cs := s.categoriesOf(ordinal)
-		l.crec, l.set = &cs.recs[cat-1], cs
-	}
-	return l
+// inCategoryOf adds the record of category cat (1-based) of device
+// ordinal of s to the ledger: an allocation's category, released.
+func (l *ledger) inCategoryOf(s *deviceTable, ordinal int, cat uint8) {
+	// A category's allocation was counted in its device's categories,
+	// which are never removed.
+	cs := s.categoriesOf(ordinal)
+	l.crec, l.set = &cs.recs[cat-1], cs
 }

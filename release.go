@@ -79,8 +79,15 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 // rec refuses (it holds less than a's size).
 func (s *deviceTable) uncountObserved(a *allocation, rec *tracker.Record, how releaseKind, stream Stream, owner uintptr) error {
 	o := int(a.ordinal)
-	l := s.ledgerOf(rec, o, a.cat)
-	if err := l.uncount(a.size); err != nil {
+	l := ledger{rec: rec}
+	var err error
+	if a.cat == 0 {
+		err = rec.Free(a.size)
+	} else {
+		l.inCategoryOf(s, o, a.cat)
+		err = l.uncount(a.size)
+	}
+	if err != nil {
 		return err
 	}
 	if how.heldNow() && s.held != nil {
