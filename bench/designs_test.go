@@ -316,8 +316,8 @@ func (c *rawPeak) pair(n int64) {
 }
 
 // rawRecord is the floor of tracker.Record's pair: as many atomic adds as
-// Record's fast paths perform (see tracker/record.go: two on Alloc, the
-// bytes and the counts; three on Free, the bytes, the freed bytes and the
+// Record's fast paths perform (two in Record.Alloc, the bytes and the
+// counts; three in Record.Free, the bytes, the freed bytes and the
 // counts), in the same order, on separate words of one cache line, with no
 // check and no load.
 type rawRecord struct {
