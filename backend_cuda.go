@@ -357,3 +357,19 @@ func isMIG(name string) bool {
 	_, profile, ok := strings.Cut(name, " MIG ")
 	return ok && strings.Contains(profile, "g.")
 }
+
+// formatGPUUUID writes the 16 bytes of a CUDA device's UUID as nvidia-smi
+// and dcgm-exporter do: "GPU-", then the bytes in hex, in order, grouped
+// 8-4-4-4-12.
+func formatGPUUUID(b [16]byte) string {
+	const hexDigits = "0123456789abcdef"
+	out := make([]byte, 0, len("GPU-")+36)
+	out = append(out, "GPU-"...)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hexDigits[c>>4], hexDigits[c&0xf])
+	}
+	return string(out)
+}
