@@ -57,10 +57,15 @@ type allocation struct {
 	cat     uint8 // its Category, 1-based; 0 for none
 }
 
-// fill describes the allocation that r asks of device d (a Tracked
-// handle's address is set apart).
+// fill describes the allocation that r asks of device d; fillAddress
+// describes one at the address r gives (fromAddress).
 func (a *allocation) fill(d Device, r *request) {
 	a.size, a.ordinal, a.kind, a.from, a.cat = r.size, int32(d.ordinal), d.kind, r.from, r.cat.idx
+}
+
+func (a *allocation) fillAddress(d Device, r *request) {
+	a.fill(d, r)
+	a.mem.ptr = r.ptr
 }
 
 // device returns the device of the allocation.
@@ -130,10 +135,8 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 	var a *allocation
 	if r.from == fromAddress {
 		if r.handle {
-			t = &Tracked{rec: rec}
+			t = newTracked(d, r, rec)
 			a = &t.allocation
-			a.fill(d, r)
-			a.mem.ptr = r.ptr
 		}
 	} else {
 		// The backend writes straight into the buffer (see backend).
@@ -180,21 +183,25 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 	}
 	if h := s.hooksOf(d.ordinal); h != nil {
 		if a == nil {
-			a = new(allocation) // a count at an address only: on the heap while a hook is on only
-			a.fill(d, r)
-			a.mem.ptr = r.ptr
+			// A count at an address only: an allocation for the hooks,
+			// on the heap while a hook is on only.
+			a = new(allocation)
+			a.fillAddress(d, r)
 		}
 		h.allocated(r, &l, a)
 	}
 	if x.sh != nil {
-		e := addrEntry{h: t, rec: rec, size: r.size, ordinal: int32(d.ordinal)}
-		if a != nil {
-			e.site = a.site
-		}
-		x.sh.InsertAt(x.slot, r.ptr, e)
-		x.sh.Unlock()
+		x.insert(d, r, rec, t, a)
 	}
 	return b, t, nil
+}
+
+// newTracked returns the handle of the count at an address that r asks of
+// device d, whose record is rec.
+func newTracked(d Device, r *request, rec *tracker.Record) *Tracked {
+	t := &Tracked{rec: rec}
+	t.fillAddress(d, r)
+	return t
 }
 
 // sourceState is what the path holds of an address it claims
@@ -238,6 +245,19 @@ func (x *sourceState) prepare(d Device, r *request) (*deviceTable, *tracker.Reco
 		x.sh = sh
 	}
 	return s, rec, nil
+}
+
+// insert indexes the count at the address that prepare claimed, with its
+// handle t (nil for TrackAddr) and the site of its allocation a (nil where
+// no hook ran), and unlocks the shard.
+func (x *sourceState) insert(d Device, r *request, rec *tracker.Record, t *Tracked, a *allocation) {
+	var st *site
+	if a != nil {
+		st = a.site
+	}
+	x.sh.InsertAt(x.slot, r.ptr, addrEntry{h: t, rec: rec, site: st, size: r.size, ordinal: int32(d.ordinal)})
+	x.sh.Unlock()
+	x.sh = nil
 }
 
 // unlock unlocks the address's shard, if prepare locked it, where the

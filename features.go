@@ -18,7 +18,7 @@ import (
 // The features that observe the allocations and releases put their hooks
 // in the device's hook set, which the paths call at the one place every
 // allocation and every release passes: Device.take, after the count, and
-// deviceTable.uncount, after the ledger's.
+// deviceTable.release, after the ledger's.
 
 // features is the state of one device's features, made on the first use
 // of one and kept for the life of the process: buffers keep marks of
@@ -82,11 +82,11 @@ type hooks struct {
 // Device.take, which calls hooks.allocated.
 const hookSkip = 2
 
-// allocated runs the hooks on a, just counted in the ledger l as r asked:
-// the site recorder marks a with its site, the history records the
-// allocation, and the leak watch watches a, marking it with its entry,
-// where a is a Buffer's or a Tracked handle's (a count at an address
-// only, which nothing would collect, is not watched).
+// allocated runs the hooks on a, the allocation that r asked for, just
+// counted in the ledger l: the site recorder marks a with its site, the
+// history records the allocation, and the leak watch watches a, marking
+// it with its entry, where a is a Buffer's or a Tracked handle's (a count
+// at an address only, which nothing would collect, is not watched).
 func (h *hooks) allocated(r *request, l *ledger, a *allocation) {
 	if h.sites != nil {
 		a.site = h.sites.Alloc(r.size, hookSkip+r.skip, r.cat.Name())

@@ -36,7 +36,7 @@ const (
 	freeInStream                    // the backend frees it in stream order: Buffer.FreeAsync
 	freeLeak                        // the backend frees a leaked buffer's memory now: LeakWatch.FreeLeaks
 	freeWith                        // the caller's function frees it: Tracked.FreeWith, Kind.UntrackAddr
-	releaseOnly                     // nothing is freed: Tracked.Release, and FreeWith's nil function
+	releaseOnly                     // nothing is freed: Tracked.Release, and Kind.UntrackAddr without a function
 )
 
 // heldNow reports whether the device-side figure drops with the tracked
@@ -71,16 +71,9 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 	if a.cat == 0 && a.site == nil && a.wslot == 0 && (!how.heldNow() || s.held == nil) && s.hooks.vals.Load() == nil {
 		return true, rec.Free(a.size)
 	}
-	return true, s.uncountObserved(a, rec, how, stream, owner)
-}
-
-// uncountObserved is the tail where a category, the device-side figure or
-// a feature has a part in the release. It fails, changing nothing, where
-// rec refuses (it holds less than a's size).
-func (s *deviceTable) uncountObserved(a *allocation, rec *tracker.Record, how releaseKind, stream Stream, owner uintptr) error {
+	// A category, the device-side figure or a feature has a part in it.
 	o := int(a.ordinal)
 	l := ledger{rec: rec}
-	var err error
 	if a.cat == 0 {
 		err = rec.Free(a.size)
 	} else {
@@ -88,13 +81,15 @@ func (s *deviceTable) uncountObserved(a *allocation, rec *tracker.Record, how re
 		err = l.uncount(a.size)
 	}
 	if err != nil {
-		return err
+		return true, err
 	}
 	if how.heldNow() && s.held != nil {
 		s.held.heldDrop(o, a.size, a.from == fromPool)
 	}
-	s.hooksOf(o).released(a, &l, stream, owner)
-	return nil
+	if h := s.hooksOf(o); h != nil || a.site != nil || a.wslot != 0 {
+		h.released(a, &l, stream, owner)
+	}
+	return true, nil
 }
 
 // The states of a Buffer and of a Tracked handle (allocation.state). A
