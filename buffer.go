@@ -37,13 +37,13 @@ func (b *Buffer) valid() bool { return b != nil && b.self == b }
 // buffer and with [ErrInvalidBuffer] on a Buffer that Alloc did not return
 // (a zero Buffer, or a copy of one). If the backend fails to release the
 // memory, the buffer stays live and counted, and Free may be called again.
-func (b *Buffer) Free() error { return b.free(freeNow, DefaultStream) }
+func (b *Buffer) Free() error { return b.release(freeNow, DefaultStream) }
 
-// free is Free and FreeAsync: the claim of the release path, then the
+// release is Free and FreeAsync: the claim of the release path, then the
 // release of kind how (freeNow or freeInStream, on stream) and its tail
 // (deviceTable.release). Where the release fails, the claim is given back
 // (Buffer.unclaim).
-func (b *Buffer) free(how releaseKind, stream Stream) error {
+func (b *Buffer) release(how releaseKind, stream Stream) error {
 	if b == nil || b.self != b {
 		return b.refuseFree()
 	}

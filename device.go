@@ -61,7 +61,7 @@ func CUDA(ordinal int) (Device, error) { return device(KindCUDA, ordinal) }
 func Metal(ordinal int) (Device, error) { return device(KindMetal, ordinal) }
 
 func device(k Kind, ordinal int) (Device, error) {
-	if _, err := openTable(k).record(ordinal); err != nil {
+	if _, err := openTable(k).use(ordinal); err != nil {
 		return Device{}, err
 	}
 	return Device{kind: k, ordinal: ordinal}, nil

@@ -95,9 +95,9 @@ func newBackend(k Kind) backend {
 	}
 }
 
-// record returns the record of ordinal i, making it: the device is used
-// from now on. It checks that the device exists.
-func (s *deviceTable) record(i int) (*tracker.Record, error) {
+// use returns the record of ordinal i, making it: the device is used from
+// now on. It checks that the device exists.
+func (s *deviceTable) use(i int) (*tracker.Record, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -160,7 +160,7 @@ func (d Device) lookupSlow(a access) (*deviceTable, *tracker.Record, error) {
 	if a == start {
 		return s, s.records.Lookup(d.ordinal), nil
 	}
-	r, err := s.record(d.ordinal)
+	r, err := s.use(d.ordinal)
 	return s, r, err
 }
 

@@ -129,7 +129,7 @@ func (h *hooks) released(a *allocation, l *ledger, stream Stream, owner uintptr)
 // the collector's cleanup never both go on. owner is the address of a,
 // the leak watch's identity of its object. It reports false where the
 // release must not go on. Without an entry it is a branch, inlined into
-// Buffer.free (TestIntendedInlining).
+// Buffer.release (TestIntendedInlining).
 func claimMarks(a *allocation, owner uintptr) bool {
 	return a.wslot == 0 || claimEntry(a, owner)
 }

@@ -252,11 +252,11 @@ func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 // the path's own check of the limits), an *OutOfMemoryError or another
 // failure. The events hold the figures of the ledger just after.
 func (h *history) allocated(r *request, l *ledger, st *site) {
-	h.record(HistoryAlloc, r.size, l.rec.Tracked(), st, r.stream, r.cat.idx, l.categoryTracked())
+	h.put(HistoryAlloc, r.size, l.rec.Tracked(), st, r.stream, r.cat.idx, l.categoryTracked(), 0)
 }
 
 func (h *history) released(a *allocation, l *ledger, stream Stream) {
-	h.record(HistoryFree, a.size, l.rec.Tracked(), a.site, stream, a.cat, l.categoryTracked())
+	h.put(HistoryFree, a.size, l.rec.Tracked(), a.site, stream, a.cat, l.categoryTracked(), 0)
 }
 
 func (h *history) refused(r *request, l *ledger, err error) {
@@ -268,17 +268,13 @@ func (h *history) refused(r *request, l *ledger, err error) {
 	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
 		act = HistoryOutOfMemory
 	}
-	h.record(act, r.size, l.rec.Tracked(), nil, 0, r.cat.idx, l.categoryTracked())
-}
-
-// record writes one event of category cat (0: none), which tracks ccur
-// bytes after it, into the ring, or counts it lost.
-func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
-	h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur, 0)
+	h.put(act, r.size, l.rec.Tracked(), nil, 0, r.cat.idx, l.categoryTracked(), 0)
 }
 
 // put writes one event into the ring, or counts it lost, and returns its
-// number; mark is a mark's name (markNames), 0 for none.
+// number: the device's figure cur after it, and, in category cat (0:
+// none), the category's ccur; mark is a mark's name (markNames), 0 for
+// none.
 func (h *history) put(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64, mark uint32) uint64 {
 	return h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur, mark)
 }

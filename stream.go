@@ -99,7 +99,7 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // Where it refuses the stream, or the driver refuses the free, the buffer
 // stays live and counted (and watched, on a device watched for leaks), and
 // FreeAsync or Free may be called again.
-func (b *Buffer) FreeAsync(stream Stream) error { return b.free(freeInStream, stream) }
+func (b *Buffer) FreeAsync(stream Stream) error { return b.release(freeInStream, stream) }
 
 // streams returns the stream-ordered allocator of device d of s, or an
 // error wrapping [ErrNotSupported] where it has none.

@@ -93,7 +93,7 @@ func (t *Tracked) release(free func() error) (live bool, err error) {
 		how, claim = freeWith, stateFreeing
 	}
 	if !t.claimState(claim) {
-		return false, t.released()
+		return false, t.refuseRelease()
 	}
 	if free != nil {
 		if err := free(); err != nil {
@@ -118,7 +118,8 @@ func (t *Tracked) release(free func() error) (live bool, err error) {
 	return true, nil
 }
 
-func (t *Tracked) released() error {
+// refuseRelease says why a release refused t: it is released already.
+func (t *Tracked) refuseRelease() error {
 	return fmt.Errorf("%w: %d tracked bytes at %#x on %v were released already", ErrAlreadyReleased, t.size, t.mem.ptr, t.device())
 }
 
