@@ -29,7 +29,7 @@ type cudaBackend struct {
 	initErr  error
 	devs     []cudaDevice // one per device
 	sides    []deviceSide // the device-side figure of each device (heldFigure)
-	nvml     nvmlState    // the driver's per-process figures (nvml_cuda.go)
+	nvml     nvmlState    // the driver's per-process figures (processBackend)
 }
 
 // cudaDevice is the backend's state of one device.

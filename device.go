@@ -61,10 +61,11 @@ func CUDA(ordinal int) (Device, error) { return device(KindCUDA, ordinal) }
 func Metal(ordinal int) (Device, error) { return device(KindMetal, ordinal) }
 
 func device(k Kind, ordinal int) (Device, error) {
-	if _, err := openTable(k).use(ordinal); err != nil {
+	d := Device{kind: k, ordinal: ordinal}
+	if _, _, err := d.lookup(use); err != nil {
 		return Device{}, err
 	}
-	return Device{kind: k, ordinal: ordinal}, nil
+	return d, nil
 }
 
 // ParseDevice reads a device written as by [Device.String]: "cpu",

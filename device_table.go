@@ -42,9 +42,9 @@ var tables [numKinds]struct {
 	p  atomic.Pointer[deviceTable]
 }
 
-// tableOf is the one accessor of tables: it returns the device table of k,
-// or nil where it was never made (or k is no kind). It makes none: see
-// openTable.
+// tableOf returns the device table of k, or nil where it was never made
+// (or k is no kind): every read of tables goes through it, and only
+// openTable, which makes a table, takes its entry's lock.
 func tableOf(k Kind) *deviceTable {
 	if k < numKinds {
 		return tables[k].p.Load()
@@ -95,21 +95,6 @@ func newBackend(k Kind) backend {
 	}
 }
 
-// use returns the record of ordinal i, making it: the device is used from
-// now on. It checks that the device exists.
-func (s *deviceTable) use(i int) (*tracker.Record, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
-	if r := s.records.Lookup(i); r != nil {
-		return r, nil
-	}
-	if i < 0 || i >= s.n {
-		return nil, fmt.Errorf("%w: %v:%d, this machine has %d %v device(s)", ErrInvalidOrdinal, s.kind, i, s.n, s.kind)
-	}
-	return s.records.Record(i)
-}
-
 // access says what a look-up of a device ([Device.lookup]) may do.
 type access uint8
 
@@ -127,8 +112,8 @@ const (
 	use
 )
 
-// lookup is the one look-up of a device: its table and its record, as a
-// allows. Its fast path is for a device whose record exists, which every
+// lookup is the look-up of a device by every function of the package
+// that is given one: its table and its record, as a allows. Its fast path is for a device whose record exists, which every
 // access returns alike (a table that failed to start has no record).
 func (d Device) lookup(a access) (*deviceTable, *tracker.Record, error) {
 	if s := tableOf(d.kind); s != nil {
@@ -160,7 +145,7 @@ func (d Device) lookupSlow(a access) (*deviceTable, *tracker.Record, error) {
 	if a == start {
 		return s, s.records.Lookup(d.ordinal), nil
 	}
-	r, err := s.use(d.ordinal)
+	r, err := s.records.Record(d.ordinal) // the device is used from now on
 	return s, r, err
 }
 

@@ -136,7 +136,7 @@ type OutOfMemoryError struct {
 	Sites         []Site
 	// The driver's per-process figures (NVML, on CUDA devices), where
 	// PerProcess; PerProcessErr says why they are missing otherwise
-	// (process.go). They are [Usage]'s, read at the refusal.
+	// ([ErrPerProcessUnavailable]). They are [Usage]'s, read at the refusal.
 	PerProcess         bool
 	PerProcessErr      error
 	ProcessUsed        int64           // this process's device memory, as the driver accounts it

@@ -147,7 +147,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1000)
 	historyOn(t, ds[0], 8)
 	tab := openTable(KindCUDA)
-	rec, err := openTable(KindCUDA).use(0)
+	_, rec, err := ds[0].lookup(use)
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		err  error

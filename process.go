@@ -115,8 +115,9 @@ func (f processFigures) setUsage(u *Usage) {
 	u.OtherProcessesUsed, u.OtherProcesses = f.otherProcessesUsed, f.otherProcesses
 }
 
-// processUntracked is the one computation of ProcessUntracked: this
-// process's memory as the driver accounts it less the tracked bytes, or 0
+// processUntracked computes [Usage].ProcessUntracked, which the report of
+// an [*OutOfMemoryError] writes too: this process's memory as the driver
+// accounts it less the tracked bytes, or 0
 // where the driver charges tracked memory to another process (a buffer
 // imported over CUDA IPC and counted with Track) and that is negative.
 func processUntracked(processUsed, tracked int64) int64 { return max(processUsed-tracked, 0) }

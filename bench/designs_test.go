@@ -190,8 +190,8 @@ func (r *mutexRecord) snapshot() tracker.Stats {
 // fast paths, the same slow paths), without its padding: the current figure
 // and the peak share a cache line, and in a slice four devices share one
 // more. It shows what the padding buys. Keep it in step with
-// tracker/counter.go: bench/agree_test.go checks that it reports the same
-// figures, and accepts and refuses the same steps, as tracker.Counter.
+// tracker.Counter: TestCountersAgree checks that it reports the same
+// figures, and accepts and refuses the same steps.
 type packedCounter struct {
 	_    [0]atomic.Int64 // 64-bit alignment on 32-bit platforms
 	cur  int64           // atomic

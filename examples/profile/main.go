@@ -71,10 +71,10 @@ func main() {
 	}
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
-	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
+	stopView := startView(dev, *serve, *traceFile, *linger)
 	defer stopView()
-	weightsCat, kvCache, activations := categories(dev)               // categories.go
-	line := barrier{dir: *barrierDir, name: *instance, peers: *peers} // instances.go
+	weightsCat, kvCache, activations := categories(dev)
+	line := barrier{dir: *barrierDir, name: *instance, peers: *peers}
 
 	// The baseline, before anything of the instance is on the device.
 	base, err := dev.Baseline()
@@ -113,7 +113,7 @@ func main() {
 	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
 	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
 	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
-	printProcesses(base, p) // instances.go
+	printProcesses(base, p)
 
 	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -146,7 +146,7 @@ func main() {
 	}
 	cacheSpan, err := dev.History().BeginSpan("cache")
 	check(err)
-	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block) // categories.go
+	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
 	check(err)
 	check(cacheSpan.End())
 	defer freeAll(cache)
