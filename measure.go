@@ -338,6 +338,7 @@ func (d Device) Baseline() (Usage, error) {
 // whole device's): a fraction of the device's memory, less the memory
 // set aside, in blocks of a given size.
 type Budget struct {
+	Device      Device  // the device of the measurement it was computed from
 	Utilization float64 // the fraction of the device's memory given
 	Requested   int64   // Utilization × Total, at most Total: what the device may be filled to (vLLM's requested_memory)
 
@@ -511,6 +512,7 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 			Reason: reason + "; lower the utilization or free the device"}
 	}
 	b := Budget{
+		Device:       p.Device,
 		Utilization:  utilization,
 		Requested:    requested,
 		ProcessUsed:  own,
@@ -559,6 +561,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		return Budget{}, err
 	}
 	b := Budget{
+		Device:            p.Device,
 		Utilization:       utilization,
 		Requested:         requestedOf(utilization, p.Total),
 		StartUsed:         p.StartUsed,
