@@ -83,3 +83,15 @@ echo "== out/gpu-check/run.sh on the fake driver: one device named NVIDIA H200"
 FAKECUDA_DEVICES=1 FAKECUDA_NAME="NVIDIA H200" MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
 echo "== out/gpu-check/run.sh on the fake driver: two devices"
 FAKECUDA_DEVICES=2 MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+
+# The main job on two devices of unequal memory (4 and 2 GiB, each with a
+# 300 MiB context): one forward pass split across both, each device's
+# budget, and the blocks both can hold, which the smaller device limits.
+echo "== go run -tags cuda ./examples/profile -device cuda:0,cuda:1 (fake driver, two devices of 4 and 2 GiB)"
+several=$(FAKECUDA_DEVICES=2 FAKECUDA_CAPACITY=$((4 << 30)),$((2 << 30)) FAKECUDA_CONTEXT_BYTES=$((300 << 20)) \
+	go run -tags cuda ./examples/profile -device cuda:0,cuda:1 -utilization 0.8)
+echo "$several"
+if ! grep -qx '  limited by: *cuda:1' <<<"$several"; then
+	echo "test-cuda.sh: the common budget of cuda:0 and cuda:1 is not limited by cuda:1, the smaller device" >&2
+	exit 1
+fi
