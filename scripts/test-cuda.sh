@@ -26,9 +26,9 @@ if [[ -n ${CGO_CFLAGS:-} ]]; then
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
-echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c -> $fake/libcuda.so.1"
+echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
-	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c -lpthread
+	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c -lpthread
 # The fake NVML (testdata/fakenvml) beside it, against NVIDIA's nvml.h as
 # go-nvml ships it. go-nvml's own cgo build includes the whole header, whose
 # deprecated declarations would each print a warning.
