@@ -40,6 +40,9 @@ func open(t *testing.T) (*nvml.Lib, bool) {
 	if r := recovered(func() { cu.Init(0); name = cu.DeviceGet(0).Name() }); r != nil {
 		t.Skipf("needs a CUDA device: %v", r)
 	}
+	if _, err := cudadrv.Load(); err != nil {
+		t.Skipf("needs the CUDA driver: %v", err)
+	}
 	l, err := nvml.Open()
 	if err != nil {
 		t.Skipf("needs NVML: %v", err)
