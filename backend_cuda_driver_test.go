@@ -14,9 +14,9 @@ import (
 )
 
 // The driver loaded at run time: a binary built with -tags cuda starts
-// without it (and without NVML) and works on the CPU
-// (TestCUDAChildInitFailure), and a driver older than a call, or without
-// it, turns off what needs the call. The driver is loaded once per
+// without it (and without NVML), even under LD_BIND_NOW=1, and works on
+// the CPU (TestCUDAChildInitFailure), and a driver older than a call, or
+// without it, turns off what needs the call. The driver is loaded once per
 // process and the fake reads its switches once, so TestCUDADriverLoading
 // runs each case in a process of its own (runChild).
 
@@ -37,7 +37,9 @@ func TestCUDADriverLoading(t *testing.T) {
 		env   []string
 	}{
 		{"TestCUDAChildInitFailure", []string{"LD_LIBRARY_PATH=" + empty, "MEMTRACK_WANT_CODE=0", noDriver}},
+		{"TestCUDAChildInitFailure", []string{"LD_LIBRARY_PATH=" + empty, "MEMTRACK_WANT_CODE=0", noDriver, "LD_BIND_NOW=1"}},
 		{"TestCUDAChildOldDriver", []string{"FAKECUDA_VERSION=11020"}},
+		{"TestCUDAChildOldDriver", []string{"FAKECUDA_VERSION=11020", "LD_BIND_NOW=1"}},
 		{"TestCUDAChildNoStreamOrdered", []string{"FAKECUDA_VERSION=11010", "MEMTRACK_WANT=cuMemAllocAsync of CUDA 11.2 (it needs a driver of CUDA 11.2 or later)"}},
 		{"TestCUDAChildNoStreamOrdered", []string{"FAKECUDA_HIDE=cuMemFreeAsync", "MEMTRACK_WANT=cuMemFreeAsync of CUDA 11.2 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)"}},
 		{"TestCUDAChildDriverUnusable", []string{"FAKECUDA_HIDE=cuMemGetInfo"}},

@@ -30,10 +30,9 @@ echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c -> $
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
 	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c -lpthread
 # The fake NVML (testdata/fakenvml) beside it, against NVIDIA's nvml.h as
-# go-nvml ships it. go-nvml's own cgo build includes the whole header, whose
-# deprecated declarations would each print a warning.
-export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
-nvml_include=$(go list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/gen/nvml
+# github.com/NVIDIA/go-nvml v0.13.4-1 ships it, which go mod download
+# fetches (memtrack does not use the module).
+nvml_include=$(go mod download -json github.com/NVIDIA/go-nvml@v0.13.4-1 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')/gen/nvml
 fakenvml=$root/.cache/fakenvml
 mkdir -p "$fakenvml"
 echo "== gcc testdata/fakenvml/fakenvml.c -> $fakenvml/libnvidia-ml.so.1"

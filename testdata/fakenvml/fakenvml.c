@@ -6,10 +6,10 @@
 //
 //	gcc -shared -fPIC -I<go-nvml's gen/nvml> -o libnvidia-ml.so.1 fakenvml.c -ldl -lpthread
 //
-// against NVIDIA's nvml.h as github.com/NVIDIA/go-nvml, the binding
-// memtrack uses, ships it (gen/nvml, from which the binding is generated),
-// so that every function has the signature and versioned name the real
-// library has. It reads the machine the fake driver keeps
+// against NVIDIA's nvml.h as github.com/NVIDIA/go-nvml v0.13.4-1 ships it
+// (gen/nvml, from which NVIDIA generates that binding; scripts/test-cuda.sh
+// fetches the module with go mod download), so that every function has the
+// signature and versioned name the real library has. It reads the machine the fake driver keeps
 // (testdata/fakecuda/machine.h): which processes hold a context on each
 // device and the memory the driver attributes to each, so that its figures
 // and every process's cuMemGetInfo agree as on a real machine; with
