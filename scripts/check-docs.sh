@@ -93,6 +93,7 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench BenchmarkMark -benchmem -count 5 ."]='by hand on a quiet machine (docs/timeline.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
 	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
+	["OVERLAY= TAGS=cuda BASE=6c72bd4 BENCH='^BenchmarkCUDAAllocFree\$/size=/pair=(tracked|backend)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
