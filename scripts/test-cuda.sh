@@ -28,7 +28,8 @@
 #     so that what a GPU machine runs is known to work: once as a one-GPU
 #     machine whose device bears a real GPU's name (the tests then cannot
 #     tell the fake and take every branch they take on a GPU), once with
-#     two devices.
+#     two devices; last, examples/profile on two fake devices of unequal
+#     memory, whose common budget the smaller must limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
