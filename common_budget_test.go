@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -283,4 +284,22 @@ func TestCommonBudgetOfMeasuredDevices(t *testing.T) {
 	assert.Equal(t, ds[1], c.Budgets[c.Limiting].Device)
 	assert.Equal(t, int64(19), c.Blocks)
 	assert.Equal(t, int64(19*16<<20), c.CacheSize)
+}
+
+// TestBudgetJSON: a budget goes through JSON and back, as the NVML tests'
+// children send theirs; one without a device (the zero Budget of a
+// refusal, or one built by hand) leaves the device out, since the zero
+// Device is written "invalid", which reads back as no device.
+func TestBudgetJSON(t *testing.T) {
+	base, m := measuringExample(0)
+	base.Device, m.Device = CPU(), CPU()
+	withDevice, err := m.Budget(base, 0.5, 1<<30)
+	require.NoError(t, err)
+	for _, b := range []Budget{{}, withDevice, blocksOf(Device{}, 3)} {
+		data, err := json.Marshal(b)
+		require.NoError(t, err)
+		var back Budget
+		require.NoError(t, json.Unmarshal(data, &back), "%s", data)
+		assert.Equal(t, b, back)
+	}
 }

@@ -338,7 +338,11 @@ func (d Device) Baseline() (Usage, error) {
 // whole device's): a fraction of the device's memory, less the memory
 // set aside, in blocks of a given size.
 type Budget struct {
-	Device      Device  // the device of the measurement it was computed from
+	// Device is the device of the measurement the budget was computed
+	// from; the zero Device for one built from a Measurement without a
+	// device, which JSON leaves out (the zero Device is written "invalid",
+	// which names no device to read back).
+	Device      Device  `json:",omitzero"`
 	Utilization float64 // the fraction of the device's memory given
 	Requested   int64   // Utilization × Total, at most Total: what the device may be filled to (vLLM's requested_memory)
 
