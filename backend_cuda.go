@@ -13,16 +13,15 @@ import (
 	"sync/atomic"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
-	"github.com/mumax/3/cuda/cu"
 )
 
 // cudaBackend allocates NVIDIA GPU memory through the CUDA driver API. The
-// driver is initialised (cuInit, through github.com/mumax/3/cuda/cu) on the
-// first call, once per process; each device's primary context is retained
-// on the first use of that device, so that buffers interoperate with code
-// that uses the CUDA runtime, which works in the same contexts. Each
-// operation is one cgo call into the driver (internal/cudadrv); cu stays
-// the binding for initialisation, devices and the error type.
+// driver is loaded at run time (dlopen of libcuda.so.1, internal/cudadrv)
+// and initialised (cuInit) on the first call, once per process; where it
+// cannot be, the backend is unavailable and says why. Each device's primary
+// context is retained on the first use of that device, so that buffers
+// interoperate with code that uses the CUDA runtime, which works in the
+// same contexts. Each operation is one cgo call into the driver.
 type cudaBackend struct {
 	initOnce sync.Once
 	n        int
@@ -51,22 +50,10 @@ type retained struct{ ctx cuContext }
 
 func newCUDABackend() backend { return &cudaBackend{} }
 
-// init initialises the driver and counts the devices, once.
+// init loads and initialises the driver and counts the devices, once.
 func (b *cudaBackend) init() error {
 	b.initOnce.Do(func() {
-		err := guard("init", func() {
-			cu.Init(0)
-			b.n = cu.DeviceGetCount()
-		})
-		if err == nil && b.n == 0 {
-			err = resultError("init", "", cu.ERROR_NO_DEVICE)
-		}
-		if err != nil {
-			b.n = 0
-			err = fmt.Errorf("%w: the CUDA driver reports no usable GPU (check the NVIDIA driver with nvidia-smi): %w",
-				ErrBackendUnavailable, withDevice(err, Device{kind: KindCUDA}))
-		}
-		b.initErr = err
+		b.n, b.initErr = initDriver()
 		b.devs = make([]cudaDevice, b.n)
 		for i := range b.devs {
 			b.devs[i].ordinal = i
@@ -74,6 +61,26 @@ func (b *cudaBackend) init() error {
 		b.sides = newSides(b.n)
 	})
 	return b.initErr
+}
+
+// initDriver loads the driver's library (cudadrv.Load), initialises it and
+// counts its devices. Without the library, or without a device, the error
+// matches ErrBackendUnavailable and says why.
+func initDriver() (int, error) {
+	if _, err := cudadrv.Load(); err != nil {
+		// One prefix: the sentinel's words come after the device's.
+		return 0, &BackendError{Device: Device{kind: KindCUDA}, Op: "init", Err: fmt.Errorf("%w: %w", ErrBackendUnavailable, err)}
+	}
+	n, r := cudadrv.Init()
+	if r == cudadrv.Success && n == 0 {
+		r = errNoDevice
+	}
+	if r != cudadrv.Success {
+		name, text := errorName(r)
+		return 0, &BackendError{Device: Device{kind: KindCUDA}, Op: "init", Code: int(r), Name: name,
+			Err: fmt.Errorf("%w: the CUDA driver reports no usable GPU (check the NVIDIA driver with nvidia-smi): %s", ErrBackendUnavailable, text)}
+	}
+	return n, nil
 }
 
 func (b *cudaBackend) devices() (int, error) {
@@ -91,14 +98,14 @@ func (b *cudaBackend) dev(ordinal int) *cudaDevice { return &b.devs[ordinal] }
 // device memory). It fails if the device is lost.
 func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	if err := b.init(); err != nil {
-		return nil, cuContext{}, err
+		return nil, 0, err
 	}
 	if ordinal < 0 || ordinal >= b.n {
-		return nil, cuContext{}, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
+		return nil, 0, fmt.Errorf("%w: cuda:%d, this machine has %d cuda device(s)", ErrInvalidOrdinal, ordinal, b.n)
 	}
 	d := &b.devs[ordinal]
 	if lost := d.lost.Load(); lost != 0 {
-		return nil, cuContext{}, resultError(op, "the device was lost earlier", cu.Result(lost))
+		return nil, 0, resultError(op, "the device was lost earlier", cudadrv.Result(lost))
 	}
 	if c := d.ctx.Load(); c != nil {
 		return d, c.ctx, nil
@@ -108,9 +115,9 @@ func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, er
 	if c := d.ctx.Load(); c != nil {
 		return d, c.ctx, nil
 	}
-	c, res := cuRetain(ordinal)
-	if res != cu.SUCCESS {
-		return nil, cuContext{}, d.failed(op, "retaining the device's primary context", res)
+	c, res := cudadrv.Retain(ordinal)
+	if res != cudadrv.Success {
+		return nil, 0, d.failed(op, "retaining the device's primary context", res)
 	}
 	d.ctx.Store(&retained{c})
 	return d, c, nil
@@ -168,13 +175,13 @@ func (b *cudaBackend) memInfo(ordinal int) (free, total int64, err error) {
 // the device and logged at level Warn on the default [slog.Logger], and, if
 // the error is sticky, the device is marked lost for every later call.
 func (d *cudaDevice) settle(op string, r callResult) error {
-	if r.enter != cu.SUCCESS {
+	if r.enter != cudadrv.Success {
 		return d.failed(op, "making the device's primary context current", r.enter)
 	}
-	if r.restore != cu.SUCCESS {
+	if r.restore != cudadrv.Success {
 		d.restoreFailed(op, r.restore)
 	}
-	if r.op != cu.SUCCESS {
+	if r.op != cudadrv.Success {
 		return d.failed(op, "", r.op)
 	}
 	return nil
@@ -182,16 +189,16 @@ func (d *cudaDevice) settle(op string, r callResult) error {
 
 // failed returns the error of a failed step of op, marking the device lost
 // if the error is sticky.
-func (d *cudaDevice) failed(op, stage string, res cu.Result) error {
-	if sticky(res) {
+func (d *cudaDevice) failed(op, stage string, res cudadrv.Result) error {
+	if cudadrv.Sticky(res) {
 		d.lost.CompareAndSwap(0, int32(res))
 	}
 	return resultError(op, stage, res)
 }
 
-func (d *cudaDevice) restoreFailed(op string, res cu.Result) {
+func (d *cudaDevice) restoreFailed(op string, res cudadrv.Result) {
 	d.restoreFailures.Add(1)
-	if sticky(res) {
+	if cudadrv.Sticky(res) {
 		d.lost.CompareAndSwap(0, int32(res))
 	}
 	name, text := errorName(res)
@@ -210,11 +217,11 @@ type cuContext = cudadrv.Context
 // callResult is what one operation reports: the results of making the
 // context current, of the operation, and of restoring the previous context.
 type callResult struct {
-	enter, op, restore cu.Result
+	enter, op, restore cudadrv.Result
 }
 
 func resultOf(r cudadrv.Call) callResult {
-	return callResult{enter: cu.Result(r.Enter), op: cu.Result(r.Op), restore: cu.Result(r.Restore)}
+	return callResult{enter: r.Enter, op: r.Op, restore: r.Restore}
 }
 
 // cuAlloc runs cuMemAlloc in ctx.
@@ -232,56 +239,20 @@ func cuMemInfo(ctx cuContext) (free, total int64, _ callResult) {
 	return f, t, resultOf(r)
 }
 
-// cuRetain retains the primary context of device ordinal. The backend
-// never releases it: it lives as long as the process, as the CUDA
-// runtime's does.
-func cuRetain(ordinal int) (cuContext, cu.Result) {
-	c, r := cudadrv.Retain(ordinal)
-	return c, cu.Result(r)
-}
-
-// driverErrorName returns the driver's name and description of r, or ""
-// where it cannot say.
-func driverErrorName(r cu.Result) (name, text string) { return cudadrv.ErrorName(cudadrv.Result(r)) }
-
-// sticky reports whether r leaves the context unusable (see cudadrv.Sticky).
-func sticky(r cu.Result) bool { return cudadrv.Sticky(cudadrv.Result(r)) }
-
-// cuCtx returns ctx as the cu package types it.
-func cuCtx(ctx cuContext) cu.Context { return cu.Context(ctx.Uintptr()) }
-
-// guard runs f, a sequence of cu calls, and turns a panic into an error: a
-// cu.Result (every driver error, which cu panics with) into the error of
-// resultError, and any other panic into a *BackendError, so that none
-// escapes the package.
-func guard(op string, f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = cudaError(op, r)
-		}
-	}()
-	f()
-	return nil
-}
-
-func cudaError(op string, r any) error {
-	res, ok := r.(cu.Result)
-	if !ok {
-		return &BackendError{Op: op, Err: fmt.Errorf("panic in the CUDA bindings: %v", r)}
-	}
-	return resultError(op, "", res)
-}
+// errNoDevice is CUDA_ERROR_NO_DEVICE, what the driver says where it has no
+// GPU to show.
+const errNoDevice cudadrv.Result = 100
 
 // resultError is the error of a failed driver call during op: an
 // *OutOfMemoryError for CUDA_ERROR_OUT_OF_MEMORY and a *BackendError for
 // the others, which matches [ErrDeviceLost] if the error is sticky. stage,
 // if not "", says which step of op failed.
-func resultError(op, stage string, res cu.Result) error {
+func resultError(op, stage string, res cudadrv.Result) error {
 	name, text := errorName(res)
 	if stage != "" {
 		text = stage + ": " + text
 	}
-	if res == cu.ERROR_OUT_OF_MEMORY {
+	if res == cudadrv.OutOfMemory {
 		reason := "the CUDA driver refused it: " + name
 		if stage != "" {
 			reason = stage + ": " + reason
@@ -289,24 +260,24 @@ func resultError(op, stage string, res cu.Result) error {
 		return &OutOfMemoryError{Code: int(res), Reason: reason}
 	}
 	e := &BackendError{Op: op, Code: int(res), Name: name, Err: errors.New(text)}
-	if sticky(res) {
+	if cudadrv.Sticky(res) {
 		e.Err = fmt.Errorf("%w: %s (the CUDA context is unusable until the process restarts)", ErrDeviceLost, text)
 	}
 	return e
 }
 
 // errorName returns the name and description of res: the driver's, which
-// knows every code of its version, or else cu's table (of about CUDA 5),
-// or else "Unknown CUresult: N".
-func errorName(res cu.Result) (name, text string) {
-	name, text = driverErrorName(res)
-	if name == "" && res == 34 {
-		// No driver is there to name it: the link stub answers every
-		// call, cuGetErrorName too, with this code.
-		name = "CUDA_ERROR_STUB_LIBRARY"
+// knows every code of its version, or else cuda.h's name of the usual codes
+// (cudadrv.Name: where cuInit failed, or the library is the link stub,
+// which answers every call, cuGetErrorName too, with
+// CUDA_ERROR_STUB_LIBRARY), or else "CUresult N".
+func errorName(res cudadrv.Result) (name, text string) {
+	name, text = cudadrv.ErrorName(res)
+	if name == "" {
+		name = cudadrv.Name(res)
 	}
 	if name == "" {
-		name = res.String() // cu's table; "Unknown CUresult: N" past it
+		name = "CUresult " + strconv.Itoa(int(res))
 	}
 	if text == "" {
 		text = "CUresult " + strconv.Itoa(int(res))
@@ -314,22 +285,12 @@ func errorName(res cu.Result) (name, text string) {
 	return name, text
 }
 
-// withDevice sets the device of a *BackendError, for errors that no device
-// operation completes (see fillError).
-func withDevice(err error, d Device) error {
-	if e, ok := err.(*BackendError); ok {
-		e.Device = d
-	}
-	return err
-}
-
 // The CUDA backend's half of Device.Info: the GPU's name and UUID, in one
-// cgo call (cudadrv.DeviceInfo). The cu package's DeviceGetName leaks its
-// buffer on every call, which a metrics scrape would repeat for ever, and cu
-// has no call for the UUID.
+// cgo call (cudadrv.DeviceInfo), which a metrics scrape may repeat for ever.
 
-// info returns the GPU's name and its UUID as nvidia-smi prints it. Neither
-// needs a context, so none is retained.
+// info returns the GPU's name and its UUID as nvidia-smi prints it, or ""
+// for the UUID where the driver lacks cuDeviceGetUuid_v2 (before CUDA
+// 11.4). Neither needs a context, so none is retained.
 func (b *cudaBackend) info(ordinal int) (name, uuid string, err error) {
 	if err := b.init(); err != nil {
 		return "", "", err
@@ -339,7 +300,10 @@ func (b *cudaBackend) info(ordinal int) (name, uuid string, err error) {
 	}
 	name, u, r := cudadrv.DeviceInfo(ordinal)
 	if r != cudadrv.Success {
-		return "", "", b.dev(ordinal).failed("info", "", cu.Result(r))
+		return "", "", b.dev(ordinal).failed("info", "", r)
+	}
+	if cudadrv.UUIDs() != nil {
+		return name, "", nil // a driver before CUDA 11.4: no UUID to tell
 	}
 	uuid = formatGPUUUID(u)
 	if isMIG(name) {

@@ -3,17 +3,17 @@
 package memtrack
 
 import (
-	"runtime"
 	"testing"
 
-	"github.com/mumax/3/cuda/cu"
+	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/cudatest"
 )
 
 // BenchmarkCUDAAllocFree compares, in one run, a tracked allocation and free
 // (Device.Alloc and Buffer.Free: the Device layer, the counters and one
 // call of ours each, which switches to the primary context and back), the
-// backend's calls alone, and the raw pair of cu calls on a thread whose
-// context is already current. Compare them as ratios, per size:
+// backend's calls alone, and the raw pair of driver calls (cuMemAlloc and
+// cuMemFree, a cgo call each) on a thread whose context is already current. Compare them as ratios, per size:
 //
 //	go test -tags cuda -run '^$' -bench CUDAAllocFree -count 10 | benchstat -col /pair -
 func BenchmarkCUDAAllocFree(b *testing.B) {
@@ -60,16 +60,21 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := cuCtx(c)
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			prev := cu.CtxGetCurrent()
-			cu.CtxSetCurrent(ctx)
-			defer cu.CtxSetCurrent(prev)
-			b.ReportAllocs()
-			for b.Loop() {
-				cu.MemFree(cu.MemAlloc(size.n))
+			if err := cudatest.Load(); err != nil {
+				b.Fatal(err)
 			}
+			b.ReportAllocs()
+			cudatest.InContext(uintptr(c), func() {
+				for b.Loop() {
+					p, r := cudatest.MemAlloc(size.n)
+					if r != cudadrv.Success {
+						b.Fatal(r)
+					}
+					if r := cudatest.MemFree(p); r != cudadrv.Success {
+						b.Fatal(r)
+					}
+				}
+			})
 		})
 	}
 }

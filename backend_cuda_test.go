@@ -16,7 +16,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mumax/3/cuda/cu"
+	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -49,17 +50,16 @@ func TestMain(m *testing.M) {
 
 // onFake reports whether the process runs on the fake driver.
 func onFake() bool {
-	if _, err := CUDA(0); err != nil {
+	d, err := CUDA(0)
+	if err != nil {
 		return false
 	}
-	var name string
-	if guard("name", func() { name = cu.DeviceGet(0).Name() }) != nil {
-		return false
-	}
-	return strings.HasPrefix(name, "memtrack fakecuda")
+	info, err := d.Info()
+	return err == nil && strings.HasPrefix(info.Name, "memtrack fakecuda")
 }
 
-// cudaDevices returns the first n CUDA devices, or skips the test.
+// cudaDevices returns the first n CUDA devices, or skips the test. The
+// driver calls of the tests (internal/cudatest) are loaded with them.
 func cudaDevices(t *testing.T, n int) []Device {
 	t.Helper()
 	var ds []Device
@@ -70,6 +70,7 @@ func cudaDevices(t *testing.T, n int) []Device {
 		}
 		ds = append(ds, d)
 	}
+	require.NoError(t, cudatest.Load())
 	return ds
 }
 
@@ -284,7 +285,7 @@ func assertDriverOOM(t *testing.T, d Device, size int64) {
 	assert.ErrorIs(t, err, ErrOutOfMemory)
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
+	assert.Equal(t, int(cudadrv.OutOfMemory), oom.Code)
 	assert.Equal(t, d, oom.Device)
 	assert.Equal(t, size, oom.Requested)
 	assert.Equal(t, before.Tracked, oom.Tracked)
@@ -364,23 +365,16 @@ func TestCUDAContextRestored(t *testing.T) {
 	b := openTable(KindCUDA).b.(*cudaBackend)
 	c, err := b.context(1)
 	require.NoError(t, err)
-	ctx1 := cuCtx(c)
+	ctx1 := uintptr(c)
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var prev cu.Context
-	require.NoError(t, guard("test", func() { prev = cu.CtxGetCurrent(); cu.CtxSetCurrent(ctx1) }))
-	defer func() { assert.NoError(t, guard("test", func() { cu.CtxSetCurrent(prev) })) }()
-
-	buf, err := ds[0].Alloc(1 << 20)
-	require.NoError(t, err)
-	_, _, err = ds[0].MemGetInfo()
-	require.NoError(t, err)
-	require.NoError(t, buf.Free())
-
-	var cur cu.Context
-	require.NoError(t, guard("test", func() { cur = cu.CtxGetCurrent() }))
-	assert.Equal(t, ctx1, cur)
+	require.Equal(t, cudadrv.Success, cudatest.InContext(ctx1, func() {
+		buf, err := ds[0].Alloc(1 << 20)
+		require.NoError(t, err)
+		_, _, err = ds[0].MemGetInfo()
+		require.NoError(t, err)
+		require.NoError(t, buf.Free())
+		assert.Equal(t, ctx1, currentContext(t))
+	}))
 }
 
 // TestCUDAReconcile prints, for allocations of several sizes, the tracked
@@ -443,17 +437,17 @@ func TestCUDAFaults(t *testing.T) {
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_ERROR=999", "MEMTRACK_WANT_CODE=999"}},                   // CUDA_ERROR_UNKNOWN
 		{"TestCUDAChildInitFailure", []string{"FAKECUDA_DEVICES=1", "FAKECUDA_ERROR=3", "MEMTRACK_WANT_CODE=3"}}, // NOT_INITIALIZED
 		{"TestCUDAChildInitFailure", []string{"LD_LIBRARY_PATH=" + stub, "MEMTRACK_WANT_CODE=34"}},
-		// Item 14: the restore of the thread's context fails after the
+		// The restore of the thread's context fails after the
 		// operation succeeded. Each call of memtrack on the test's thread
 		// makes two cuCtxSetCurrent (switch, restore): the child's
 		// MemGetInfo, Alloc, MemGetInfo, Free; so the 4th is the alloc's
 		// restore, the 8th the free's.
 		{"TestCUDAChildRestoreFailure", []string{"FAKECUDA_FAIL=cuCtxSetCurrent:4:201", "MEMTRACK_FAIL_AT=alloc"}},
 		{"TestCUDAChildRestoreFailure", []string{"FAKECUDA_FAIL=cuCtxSetCurrent:8:201", "MEMTRACK_FAIL_AT=free"}},
-		// Item 15: the first retain of the primary context fails.
+		// The first retain of the primary context fails.
 		{"TestCUDAChildRetainRetried", []string{"FAKECUDA_FAIL=cuDevicePrimaryCtxRetain:1:46"}}, // DEVICE_UNAVAILABLE
 		{"TestCUDAChildRetainRetried", []string{"FAKECUDA_FAIL=cuDevicePrimaryCtxRetain:1:2"}},  // OUT_OF_MEMORY
-		// Item 16: the second cuMemAlloc meets a sticky error.
+		// The second cuMemAlloc meets a sticky error.
 		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:700"}}, // ILLEGAL_ADDRESS
 		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:719"}}, // LAUNCH_FAILED
 		{"TestCUDAChildDeviceLost", []string{"FAKECUDA_FAIL=cuMemAlloc:2:911"}}, // EXTERNAL_DEVICE
@@ -463,16 +457,23 @@ func TestCUDAFaults(t *testing.T) {
 			if slices.Contains(c.env, "LD_LIBRARY_PATH=") {
 				t.Skip("set MEMTRACK_CUDA_STUB_DIR to a folder with the link stub as libcuda.so.1")
 			}
-			cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.v", "-test.count=1")
-			// The race detector's 1 s pause at exit is of no use here.
-			gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-			cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+c.child, "GORACE="+gorace)
-			cmd.Env = append(cmd.Env, c.env...)
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "child output:\n%s", out)
-			assert.Contains(t, string(out), "--- PASS: "+c.child, "child output:\n%s", out)
+			runChild(t, c.child, c.env)
 		})
 	}
+}
+
+// runChild runs the test binary again for the test named child, with env
+// added to the environment, and checks that it passed.
+func runChild(t *testing.T, child string, env []string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.v", "-test.count=1")
+	// The race detector's 1 s pause at exit is of no use here.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), "MEMTRACK_CUDA_CHILD="+child, "GORACE="+gorace)
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child output:\n%s", out)
+	assert.Contains(t, string(out), "--- PASS: "+child, "child output:\n%s", out)
 }
 
 // child skips the test unless TestCUDAFaults started this process for it.
@@ -516,7 +517,7 @@ func TestCUDAChildFreeFault(t *testing.T) {
 	var be *BackendError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, "free", be.Op)
-	assert.Equal(t, int(cu.ERROR_INVALID_VALUE), be.Code)
+	assert.Equal(t, 1, be.Code) // CUDA_ERROR_INVALID_VALUE
 	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", be.Name)
 	assert.Equal(t, d, be.Device)
 	assert.Equal(t, before, d.MemoryStats(), "a failed free uncounts nothing")
@@ -542,8 +543,10 @@ var initFailureNames = map[int]string{
 	999: "CUDA_ERROR_UNKNOWN",
 }
 
-// TestCUDAChildInitFailure: cuInit fails with MEMTRACK_WANT_CODE; every CUDA
-// call answers with an error, and Devices lists no CUDA device.
+// TestCUDAChildInitFailure: the driver does not load (MEMTRACK_WANT_CODE=0)
+// or cuInit fails with MEMTRACK_WANT_CODE; every CUDA call answers with an
+// error, which says what MEMTRACK_WANT_TEXT holds ("|" between parts), and
+// Devices lists no CUDA device; the CPU works.
 func TestCUDAChildInitFailure(t *testing.T) {
 	child(t)
 	code, err := strconv.Atoi(os.Getenv("MEMTRACK_WANT_CODE"))
@@ -557,6 +560,10 @@ func TestCUDAChildInitFailure(t *testing.T) {
 		assert.Equal(t, code, be.Code)
 		assert.Equal(t, "init", be.Op)
 		assert.Equal(t, initFailureNames[code], be.Name)
+		for _, want := range strings.Split(os.Getenv("MEMTRACK_WANT_TEXT"), "|") {
+			assert.Contains(t, err.Error(), want)
+		}
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "one prefix: %v", err)
 	}
 	_, err = ParseDevice("cuda:0")
 	assert.ErrorIs(t, err, ErrBackendUnavailable)
@@ -582,40 +589,41 @@ func TestCUDAChildInitFailure(t *testing.T) {
 	require.NoError(t, cpu.Free())
 }
 
-// TestCUDAErrorMessages checks the errors made of cu's panics.
+// TestCUDAErrorMessages checks the errors made of a driver result, on a
+// driver that names them or not.
 func TestCUDAErrorMessages(t *testing.T) {
-	err := cudaError("alloc", cu.ERROR_OUT_OF_MEMORY)
+	err := resultError("alloc", "", cudadrv.OutOfMemory)
 	assert.ErrorIs(t, err, ErrOutOfMemory)
-	err = cudaError("free", cu.ERROR_INVALID_VALUE)
+	err = resultError("free", "", 1)
 	var be *BackendError
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", be.Name)
 	assert.Contains(t, err.Error(), "free failed: CUDA_ERROR_INVALID_VALUE (code 1)")
-	err = cudaError("alloc", "not a Result")
+	err = resultError("alloc", "", 12345)
 	require.True(t, errors.As(err, &be))
-	assert.Zero(t, be.Code)
-	assert.Contains(t, err.Error(), "panic in the CUDA bindings: not a Result")
+	assert.Equal(t, 12345, be.Code)
+	assert.Equal(t, "CUresult 12345", be.Name, "a code no table knows")
 }
 
 // ownContext creates a context of the test's own on device d (cuCtxCreate),
 // current on the calling thread, which it locks; the cleanup destroys it.
-func ownContext(t *testing.T, d Device) cu.Context {
+func ownContext(t *testing.T, d Device) uintptr {
 	t.Helper()
 	runtime.LockOSThread()
-	var own cu.Context
-	require.NoError(t, guard("test", func() { own = cu.CtxCreate(0, cu.DeviceGet(d.Ordinal())) }))
+	own, r := cudatest.CtxCreate(d.Ordinal())
+	require.Equal(t, cudadrv.Success, r)
 	t.Cleanup(func() {
-		assert.NoError(t, guard("test", func() { own.Destroy() }))
+		assert.Equal(t, cudadrv.Success, cudatest.CtxDestroy(own))
 		runtime.UnlockOSThread()
 	})
 	return own
 }
 
 // currentContext returns the calling thread's current context.
-func currentContext(t *testing.T) cu.Context {
+func currentContext(t *testing.T) uintptr {
 	t.Helper()
-	var cur cu.Context
-	require.NoError(t, guard("test", func() { cur = cu.CtxGetCurrent() }))
+	cur, r := cudatest.ThreadContext()
+	require.Equal(t, cudadrv.Success, r)
 	return cur
 }
 
@@ -782,7 +790,7 @@ func TestCUDAErrorNames(t *testing.T) {
 		700: "CUDA_ERROR_ILLEGAL_ADDRESS",
 		803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
 	} {
-		err := cudaError("alloc", cu.Result(code))
+		err := resultError("alloc", "", cudadrv.Result(code))
 		var be *BackendError
 		require.ErrorAs(t, err, &be)
 		assert.Equal(t, name, be.Name, "code %d", code)
@@ -818,27 +826,6 @@ func TestCUDAStickyErrors(t *testing.T) {
 		{911, true},  // EXTERNAL_DEVICE
 		{999, false}, // UNKNOWN
 	} {
-		assert.Equal(t, c.sticky, sticky(cu.Result(c.code)), "CUresult %d", c.code)
+		assert.Equal(t, c.sticky, cudadrv.Sticky(cudadrv.Result(c.code)), "CUresult %d", c.code)
 	}
-}
-
-// TestCUDANeedsDriverToStart documents what docs/cuda.md says of a binary
-// built with -tags cuda: it links against libcuda.so.1, so without the
-// driver's library the dynamic loader refuses to start it (no
-// ErrBackendUnavailable: no Go code runs). It runs this test binary again
-// with an empty library path, where the machine has no libcuda.so.1 of its
-// own.
-func TestCUDANeedsDriverToStart(t *testing.T) {
-	requireFake(t)
-	for _, dir := range []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"} {
-		if _, err := os.Stat(dir + "/libcuda.so.1"); err == nil {
-			t.Skipf("this machine has %s/libcuda.so.1", dir)
-		}
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	require.Error(t, err, "the binary started without libcuda.so.1:\n%s", out)
-	assert.Contains(t, string(out), "libcuda.so.1")
-	assert.Contains(t, string(out), "error while loading shared libraries")
 }

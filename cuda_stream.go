@@ -8,17 +8,16 @@ import (
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/tracker"
-	"github.com/mumax/3/cuda/cu"
 	"go.uber.org/atomic"
 )
 
 // Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) on each
 // device's current memory pool, and the device-side figure: the bytes the
 // device holds for this package's buffers, in which a buffer freed with
-// FreeAsync stays until its stream has executed the free. cu has no binding
-// for these calls; each is one cgo call of internal/cudadrv, which makes
-// the stream's context current, operates and restores the thread's
-// context, so that the goroutine need not be locked to its thread.
+// FreeAsync stays until its stream has executed the free. Each call is one
+// cgo call of internal/cudadrv, which makes the stream's context current,
+// operates and restores the thread's context, so that the goroutine need
+// not be locked to its thread.
 
 // FreeAsync learns that its stream has executed the free by an event
 // recorded after it (cuEventRecord); the figures are read after querying the
@@ -337,7 +336,7 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 		return fillError(err, d, size, nil)
 	}
 	event := sd.spareEvent()
-	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), cudadrv.ByEvent, event)
+	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), event)
 	if !event.IsZero() && f.SpareUnused {
 		sd.putSpare(event)
 		event = cudadrv.Event{}
@@ -390,9 +389,13 @@ func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) err
 // which is the default pool unless cuDeviceSetMemPool set another, so the
 // pool is looked up at every reading.
 
-// poolsSupported fails where CUDA device d has no memory pools; answered
-// is false where the driver could not say.
+// poolsSupported fails where CUDA device d has no memory pools, or its
+// driver lacks the calls of stream-ordered allocation (CUDA 11.2);
+// answered is false where the driver could not say.
 func poolsSupported(d Device) (answered bool, err error) {
+	if err := cudadrv.MemPools(); err != nil {
+		return true, fmt.Errorf("%w: stream-ordered allocation on %v: %w; allocate with Device.Alloc instead", ErrNotSupported, d, err)
+	}
 	supported, r := cudadrv.PoolsSupported(d.ordinal)
 	if r != cudadrv.Success {
 		return false, nil
@@ -408,7 +411,7 @@ func poolsSupported(d Device) (answered bool, err error) {
 func currentPool(d Device) (cudadrv.Pool, error) {
 	p, r := cudadrv.MemPool(d.ordinal)
 	if r != cudadrv.Success {
-		return p, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
+		return p, fillError(resultError("memory pool", "", r), d, 0, nil)
 	}
 	return p, nil
 }
@@ -427,7 +430,7 @@ func (b *cudaBackend) poolStats(ordinal int) (PoolStats, error) {
 	}
 	s, r := cudadrv.PoolGet(pool)
 	if r != cudadrv.Success {
-		return PoolStats{}, fillError(resultError("memory pool", "", cu.Result(r)), d, 0, nil)
+		return PoolStats{}, fillError(resultError("memory pool", "", r), d, 0, nil)
 	}
 	return PoolStats{
 		PoolReserved:     s.PoolReserved,
@@ -455,7 +458,7 @@ func (b *cudaBackend) trimPool(ordinal int, keep int64) error {
 		return err
 	}
 	if r := cudadrv.PoolTrimTo(pool, keep); r != cudadrv.Success {
-		return fillError(resultError("trim pool", "", cu.Result(r)), Device{kind: KindCUDA, ordinal: ordinal}, 0, nil)
+		return fillError(resultError("trim pool", "", r), Device{kind: KindCUDA, ordinal: ordinal}, 0, nil)
 	}
 	return nil
 }
@@ -468,7 +471,7 @@ func (b *cudaBackend) setReleaseThreshold(ordinal int, bytes int64) error {
 		return err
 	}
 	if r := cudadrv.PoolSetReleaseThreshold(pool, bytes); r != cudadrv.Success {
-		return fillError(resultError("set release threshold", "", cu.Result(r)), Device{kind: KindCUDA, ordinal: ordinal}, 0, nil)
+		return fillError(resultError("set release threshold", "", r), Device{kind: KindCUDA, ordinal: ordinal}, 0, nil)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/memtrack/memtrack/internal/interleave"
 )
 
@@ -62,7 +63,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := rawAllocFreeAsync(ctx, size.n, s, nil); err != nil {
+				if err := rawAllocFreeAsync(ctx, size.n, s, 0); err != nil {
 					b.Fatal(err)
 				}
 				if i++; i%256 == 0 {
@@ -110,11 +111,18 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 			}
 			const block = 64
 			work := spinFor(trackedWork)
-			var marker cudadrv.Event
+			if err := cudatest.Load(); err != nil {
+				b.Fatal(err)
+			}
+			marker, r := cudatest.EventCreate(uintptr(ctx))
+			if r != cudadrv.Success {
+				b.Fatal(resultError("event", "", r))
+			}
+			defer cudatest.EventDestroy(marker)
 			took, n := interleave.Run(b, block,
 				func() { // raw
 					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s, nil); err != nil {
+						if err := rawAllocFreeAsync(ctx, size.n, s, 0); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -122,7 +130,7 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 				},
 				func() { // raw-with-marker
 					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s, &marker); err != nil {
+						if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -144,16 +152,13 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 				func() { // raw-with-marker after busy work
 					for range block {
 						spin(work)
-						if err := rawAllocFreeAsync(ctx, size.n, s, &marker); err != nil {
+						if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
 							b.Fatal(err)
 						}
 					}
 					syncStream(b, d, s)
 				},
 			)
-			if !marker.IsZero() {
-				cudadrv.EventDestroy(marker)
-			}
 			raw, marked, tracked, busy := took[0], took[1], took[2], took[3]
 			b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
 			b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
-	"github.com/mumax/3/cuda/cu"
+	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -15,21 +15,14 @@ import (
 // capturing runs f on a locked thread while stream s of d captures a graph
 // begun in mode on that thread, and returns the number of nodes the graph
 // captured and the result of ending the capture.
-func capturing(t *testing.T, d Device, s Stream, mode cudadrv.CaptureMode, f func()) (int, cudadrv.Result) {
+func capturing(t *testing.T, d Device, s Stream, mode cudatest.CaptureMode, f func()) (nodes int, r cudadrv.Result) {
 	t.Helper()
-	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
-	require.NoError(t, err)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var prev cu.Context
-	require.NoError(t, guard("test", func() {
-		prev = cu.CtxGetCurrent()
-		cu.CtxSetCurrent(cuCtx(ctx))
-	}))
-	defer func() { require.NoError(t, guard("test", func() { cu.CtxSetCurrent(prev) })) }()
-	require.Equal(t, cudadrv.Success, cudadrv.BeginCapture(uintptr(s), mode))
-	f()
-	return cudadrv.EndCapture(uintptr(s))
+	inContext(t, d, func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), mode))
+		f()
+		nodes, r = cudatest.EndCapture(uintptr(s))
+	})
+	return nodes, r
 }
 
 // TestCUDACaptureRefusesStreamOrdered: while a stream captures a graph,
@@ -43,7 +36,7 @@ func TestCUDACaptureRefusesStreamOrdered(t *testing.T) {
 	live, err := d.AllocAsync(1<<20, s)
 	require.NoError(t, err)
 	before := d.MemoryStats()
-	nodes, r := capturing(t, d, s, cudadrv.CaptureGlobal, func() {
+	nodes, r := capturing(t, d, s, cudatest.CaptureGlobal, func() {
 		b, err := d.AllocAsync(1<<20, s)
 		assert.Nil(t, b)
 		assert.ErrorIs(t, err, ErrNotSupported)
@@ -74,11 +67,11 @@ func TestCUDACaptureAllocDoesNotInvalidate(t *testing.T) {
 		}
 	}
 	t.Run("same thread", func(t *testing.T) {
-		_, r := capturing(t, d, s, cudadrv.CaptureGlobal, allocFree)
+		_, r := capturing(t, d, s, cudatest.CaptureGlobal, allocFree)
 		assert.Equal(t, cudadrv.Success, r)
 	})
 	t.Run("another thread", func(t *testing.T) {
-		_, r := capturing(t, d, s, cudadrv.CaptureGlobal, func() {
+		_, r := capturing(t, d, s, cudatest.CaptureGlobal, func() {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
-	"github.com/mumax/3/cuda/cu"
+	"github.com/memtrack/memtrack/internal/cudatest"
 )
 
 // Helpers of the stream-ordered tests and benchmarks.
@@ -27,47 +27,49 @@ func sideOf(ordinal int) *deviceSide {
 func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
 	b, ok := openTable(KindCUDA).b.(*cudaBackend)
 	if !ok {
-		return nil, cuContext{}, fmt.Errorf("%w: the CUDA table's backend is a test's, not the driver's", ErrBackendUnavailable)
+		return nil, 0, fmt.Errorf("%w: the CUDA table's backend is a test's, not the driver's", ErrBackendUnavailable)
 	}
 	return b.device(ordinal, op)
 }
 
 // streamWait orders the work enqueued on waiter from now on after the work
-// enqueued on after so far, on CUDA device d, in one cgo call. A buffer
-// allocated on one stream and freed on another needs it (or a
-// synchronization) between the two: the stream-ordered allocator requires
-// every access of an allocation, its free included, to come after the
-// allocation in stream order. The tests and benchmarks use it.
+// enqueued on after so far, on CUDA device d. A buffer allocated on one
+// stream and freed on another needs it (or a synchronization) between the
+// two: the stream-ordered allocator requires every access of an
+// allocation, its free included, to come after the allocation in stream
+// order. The tests and benchmarks use it.
 func streamWait(d Device, waiter, after Stream) error {
-	dev, ctx, err := cudaDeviceOf(d.ordinal, "stream wait")
+	_, ctx, err := cudaDeviceOf(d.ordinal, "stream wait")
 	if err != nil {
 		return err
 	}
-	return dev.settle("stream wait", resultOf(cudadrv.StreamWait(ctx, uintptr(waiter), uintptr(after))))
+	if err := cudatest.Load(); err != nil {
+		return err
+	}
+	var r cudadrv.Result
+	if r2 := cudatest.InContext(uintptr(ctx), func() { r = cudatest.StreamWait(uintptr(waiter), uintptr(after)) }); r2 != cudadrv.Success {
+		r = r2
+	}
+	if r != cudadrv.Success {
+		return resultError("stream wait", "", r)
+	}
+	return nil
 }
 
 // rawAllocFreeAsync is the floor BenchmarkCUDAAllocFreeAsync compares with:
 // cuMemAllocAsync and cuMemFreeAsync in one cgo call each, in ctx, which it
-// makes current and restores as the tracked calls do.
-// With marker, the free is followed by an event recorded on *marker (created
-// at the first call, then reused, as FreeAsync reuses its events): the raw
-// pair plus the one stream operation that learning exactly when a free
-// executes takes.
-func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker *cudadrv.Event) error {
-	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
-	if r := resultOf(a.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
-		return resultError("alloc", "", max(r.enter, r.op))
+// makes current and restores as the tracked calls do. With marker (an
+// event of ctx, cudatest.EventCreate), the free is followed by an event
+// recorded on it, reused as FreeAsync reuses its events: the raw pair plus
+// the one stream operation that learning exactly when a free executes
+// takes.
+func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker uintptr) error {
+	p, r := cudatest.AllocAsync(uintptr(ctx), size, uintptr(stream))
+	if r != cudadrv.Success {
+		return resultError("alloc", "", r)
 	}
-	how, event := cudadrv.Untracked, cudadrv.Event{}
-	if marker != nil {
-		how, event = cudadrv.ByEvent, *marker
-	}
-	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(stream), how, event)
-	if r := resultOf(f.Call); r.enter != cu.SUCCESS || r.op != cu.SUCCESS {
-		return resultError("free", "", max(r.enter, r.op))
-	}
-	if marker != nil {
-		*marker = f.Event
+	if r := cudatest.FreeAsync(uintptr(ctx), p, uintptr(stream), marker); r != cudadrv.Success {
+		return resultError("free", "", r)
 	}
 	return nil
 }

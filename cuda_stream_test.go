@@ -14,40 +14,34 @@ import (
 	"testing"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
-	"github.com/mumax/3/cuda/cu"
+	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// inContext runs f, a sequence of cu calls, in d's primary context on a
-// locked thread, and restores the thread's context.
+// inContext runs f, a sequence of calls of internal/cudatest, in d's
+// primary context on a locked thread, and restores the thread's context.
 func inContext(t testing.TB, d Device, f func()) {
 	t.Helper()
 	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
 	require.NoError(t, err)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	require.NoError(t, guard("test", func() {
-		prev := cu.CtxGetCurrent()
-		cu.CtxSetCurrent(cuCtx(ctx))
-		defer cu.CtxSetCurrent(prev)
-		f()
-	}))
+	require.NoError(t, cudatest.Load())
+	require.Equal(t, cudadrv.Success, cudatest.InContext(uintptr(ctx), f))
 }
 
 // newStream creates a stream on d, destroyed when the test ends.
 func newStream(t testing.TB, d Device) Stream {
 	t.Helper()
-	var s cu.Stream
-	inContext(t, d, func() { s = cu.StreamCreate() })
-	t.Cleanup(func() { inContext(t, d, func() { s.Destroy() }) })
-	return Stream(s)
+	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
+	require.NoError(t, err)
+	require.NoError(t, cudatest.Load())
+	return Stream(cudatest.NewStream(t, uintptr(ctx)))
 }
 
 // syncStream waits until s (on d) has executed everything enqueued.
 func syncStream(t testing.TB, d Device, s Stream) {
 	t.Helper()
-	inContext(t, d, func() { cu.StreamSynchronize(cu.Stream(s)) })
+	inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(uintptr(s))) })
 }
 
 func poolStats(t testing.TB, d Device) PoolStats {
@@ -141,7 +135,7 @@ func TestCUDAAllocAsyncErrors(t *testing.T) {
 	}{
 		{"zero size", 0, 0, 0, func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrInvalidSize) }},
 		{"negative size", -5, 0, 0, func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrInvalidSize) }},
-		{"past the device", total + 1, 0, 1, oom(int(cu.ERROR_OUT_OF_MEMORY), "CUDA_ERROR_OUT_OF_MEMORY")},
+		{"past the device", total + 1, 0, 1, oom(int(cudadrv.OutOfMemory), "CUDA_ERROR_OUT_OF_MEMORY")},
 		{"past the limit", 2 << 20, 1 << 20, 1, oom(0, "memory limit")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -505,7 +499,7 @@ func TestCUDAStreamChildAllocFault(t *testing.T) {
 	assert.Nil(t, b)
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, int(cu.ERROR_OUT_OF_MEMORY), oom.Code)
+	assert.Equal(t, int(cudadrv.OutOfMemory), oom.Code)
 	assert.Equal(t, int64(2<<20), oom.Requested)
 	assert.Equal(t, int64(1<<20), oom.Tracked)
 	before.FailedAllocs++
@@ -586,7 +580,7 @@ func busyStream(t *testing.T) (d Device, s Stream, blockerSize int64, keepBusy f
 	return d, s, blockerSize, func() {
 		inContext(t, d, func() {
 			for range repeat {
-				cu.MemsetD8Async(cu.DevicePtr(blocker.DevicePtr()), 1, blockerSize, cu.Stream(s))
+				require.Equal(t, cudadrv.Success, cudatest.MemsetD8Async(blocker.DevicePtr(), 1, blockerSize, uintptr(s)))
 			}
 		})
 	}
@@ -737,18 +731,15 @@ func TestCUDAAllocAsyncOtherDeviceStream(t *testing.T) {
 // the gate), and leaves it once the stream has run.
 func TestCUDAStreamChildForeignContext(t *testing.T) {
 	d := streamChild(t)
-	var ctx cu.Context
-	var s cu.Stream
+	require.NoError(t, cudatest.Load())
 	runtime.LockOSThread()
-	require.NoError(t, guard("test", func() {
-		ctx = cu.CtxCreate(0, cu.DeviceGet(d.Ordinal())) // pushed on this thread
-		s = cu.StreamCreate()
-	}))
+	ctx, r := cudatest.CtxCreate(d.Ordinal()) // pushed on this thread
+	require.Equal(t, cudadrv.Success, r)
+	s, r := cudatest.StreamCreate()
+	require.Equal(t, cudadrv.Success, r)
 	defer func() {
-		require.NoError(t, guard("test", func() {
-			s.Destroy()
-			ctx.Destroy()
-		}))
+		assert.Equal(t, cudadrv.Success, cudatest.StreamDestroy(s))
+		assert.Equal(t, cudadrv.Success, cudatest.CtxDestroy(ctx))
 		runtime.UnlockOSThread()
 	}()
 
@@ -761,7 +752,7 @@ func TestCUDAStreamChildForeignContext(t *testing.T) {
 	assert.Equal(t, before.Held+1<<20, st.Held, "the stream has not run the free")
 
 	require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
-	require.NoError(t, guard("test", func() { s.Synchronize() }))
+	require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s))
 	assert.Equal(t, before.Held, d.MemoryStats().Held, "the stream ran the free")
 }
 
@@ -772,8 +763,12 @@ func TestCUDAStreamChildForeignContext(t *testing.T) {
 // device-side figure at the next reading.
 func TestCUDAStreamChildPoisoned(t *testing.T) {
 	d := streamChild(t)
-	var cs cu.Stream
-	inContext(t, d, func() { cs = cu.StreamCreate() }) // not destroyed: the context will be lost
+	var cs uintptr
+	inContext(t, d, func() { // not destroyed: the context will be lost
+		var r cudadrv.Result
+		cs, r = cudatest.StreamCreate()
+		require.Equal(t, cudadrv.Success, r)
+	})
 	s := Stream(cs)
 	before := d.MemoryStats()
 	b, err := d.AllocAsync(1<<20, s)
@@ -862,14 +857,14 @@ func TestCUDAPoolIsCurrent(t *testing.T) {
 		t.Skip(err)
 	}
 	s := newStream(t, d)
-	pool, r := cudadrv.CreatePool(d.Ordinal())
+	pool, r := cudatest.CreatePool(d.Ordinal())
 	require.Equal(t, cudadrv.Success, r)
-	def, r := cudadrv.DefaultPool(d.Ordinal())
+	def, r := cudatest.DefaultPool(d.Ordinal())
 	require.Equal(t, cudadrv.Success, r)
-	require.Equal(t, cudadrv.Success, cudadrv.SetMemPool(d.Ordinal(), pool))
+	require.Equal(t, cudadrv.Success, cudatest.SetMemPool(d.Ordinal(), pool))
 	t.Cleanup(func() {
-		assert.Equal(t, cudadrv.Success, cudadrv.SetMemPool(d.Ordinal(), def))
-		assert.Equal(t, cudadrv.Success, cudadrv.DestroyPool(pool))
+		assert.Equal(t, cudadrv.Success, cudatest.SetMemPool(d.Ordinal(), def))
+		assert.Equal(t, cudadrv.Success, cudatest.DestroyPool(pool))
 	})
 	before := poolStats(t, d)
 	b, err := d.AllocAsync(3<<20, s)
@@ -949,7 +944,7 @@ func TestCUDAPoolFreeReading(t *testing.T) {
 	require.NoError(t, b.FreeAsync(s))
 	used := poolStats(t, d).PoolUsed
 	var busy bool
-	inContext(t, d, func() { busy = cu.StreamQuery(cu.Stream(s)) == cu.ERROR_NOT_READY })
+	inContext(t, d, func() { busy = cudatest.StreamQuery(uintptr(s)) == cudadrv.NotReady })
 	syncStream(t, d, s)
 	switch {
 	case !busy:

@@ -16,9 +16,10 @@ var (
 	ErrBackendNotBuilt = errors.New("memtrack: backend not built")
 
 	// ErrBackendUnavailable: the backend is built but cannot be used here
-	// (no device, or its initialisation failed). A binary built with
-	// -tags cuda links against the driver's libcuda.so.1 and does not start
-	// where it is missing; where it is the link stub, CUDA is unavailable.
+	// (no driver, no device, or its initialisation failed). A binary built
+	// with -tags cuda loads the driver's libcuda.so.1 at run time: where it
+	// is missing, or is the link stub, CUDA is unavailable and the error
+	// says why, and the CPU works.
 	ErrBackendUnavailable = errors.New("memtrack: backend unavailable")
 
 	// ErrInvalidOrdinal: the ordinal is outside the devices of that kind.

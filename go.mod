@@ -3,7 +3,6 @@ module github.com/memtrack/memtrack
 go 1.26.0
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/google/pprof v0.0.0-20250820193118-f64d9cf942d6
 	github.com/mumax/3 v0.0.0-20261020084628-54efa12420b2
 	github.com/prometheus/client_golang v1.24.1

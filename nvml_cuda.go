@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/nvml"
 )
 
@@ -26,6 +27,9 @@ func (b *cudaBackend) processes(ordinal int) ([]ProcessMemory, error) {
 	_, uuid, err := b.info(ordinal)
 	if err != nil {
 		return nil, err
+	}
+	if uuid == "" {
+		return nil, fmt.Errorf("NVML finds a GPU by its UUID: %w", cudadrv.UUIDs())
 	}
 	b.nvml.once.Do(func() { b.nvml.lib, b.nvml.err = nvml.Open() })
 	if b.nvml.err != nil {

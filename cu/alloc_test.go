@@ -364,3 +364,27 @@ func TestMemAllocSites(t *testing.T) {
 			"the innermost frame of each site, the largest first")
 	})
 }
+
+// A stream of mumax's binding converts to a memtrack.Stream, as memtrack's
+// own calls of the driver (loaded at run time) and mumax's (linked) reach
+// the same driver: a stream-ordered buffer on it is counted, and leaves the
+// device-side figure once the stream has run its free.
+func TestStreamFromMumax(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.Pool().Stats(); err != nil {
+		t.Skip(err)
+	}
+	inContext(t, 0, func() {
+		s := mcu.StreamCreate()
+		defer s.Destroy()
+		before := d.MemoryStats()
+		b, err := d.AllocAsync(1<<20, memtrack.Stream(s))
+		require.NoError(t, err)
+		assert.Equal(t, before.Tracked+1<<20, d.MemoryStats().Tracked)
+		require.NoError(t, b.FreeAsync(memtrack.Stream(s)))
+		s.Synchronize()
+		after := d.MemoryStats()
+		assert.Equal(t, before.Tracked, after.Tracked)
+		assert.Equal(t, before.Held, after.Held, "the stream ran the free")
+	})
+}

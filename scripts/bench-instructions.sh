@@ -18,8 +18,11 @@
 # matching the benchmarks to count, each counted alone; default the pairs
 # of BenchmarkPair), N1 and N2 (default 20000 and 120000), OVERLAY (test
 # files of this tree copied into the base's before it is built, for
-# benchmarks the base lacks; default alloc_bench_test.go), OUT (a directory
-# for the results; default a new temporary one).
+# benchmarks the base lacks; default alloc_bench_test.go), TAGS (build tags
+# of both builds; with cuda, run it in the environment of
+# scripts/test-cuda.sh: the fake driver on LD_LIBRARY_PATH, and, for a base
+# that needs cuda.h to build, eval "$(./scripts/cuda-dev.sh)"), OUT (a
+# directory for the results; default a new temporary one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +31,7 @@ bench=${BENCH:-^BenchmarkPair$}
 n1=${N1:-20000}
 n2=${N2:-120000}
 overlay=${OVERLAY-alloc_bench_test.go}
+tags=${TAGS:-}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is not installed (Debian: apt-get install valgrind)" >&2; exit 2; }
@@ -37,8 +41,8 @@ script=bench-instructions.sh
 base_tree "$base"
 machine "$base"
 for f in $overlay; do cp "$f" "$tree/$f"; done
-(cd "$tree" && go test -c -o "$out/base.test" .)
-go test -c -o "$out/head.test" .
+(cd "$tree" && go test -c -tags "$tags" -o "$out/base.test" .)
+go test -c -tags "$tags" -o "$out/head.test" .
 
 # The benchmarks the pattern selects, as leaves (the names -test.list does
 # not give: each is listed by a run of one iteration).
@@ -53,6 +57,9 @@ names=$("$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x 
 irs() {
 	local pat
 	pat="^$(sed -e 's/[][\.*^$()+?{}|]/\\&/g' -e 's|/|$/^|g' <<<"$2")\$"
+	# cpu.rdtscp=off: valgrind (3.19) cannot run RDTSCP, with which the
+	# runtime reads the clock while it spins on a contended lock, as the
+	# threads of a cgo benchmark make it.
 	if ! GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
 		"$1" -test.run '^$' -test.bench "$pat" -test.benchtime "${3}x" -test.cpu 1 >"$out/run.txt" 2>"$out/cg.log"; then
 		echo "$script: $1 $2 at $3 iterations failed under valgrind (its log: $out/cg.log)" >&2

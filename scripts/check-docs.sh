@@ -46,6 +46,9 @@ declare -A run_cmds=(
 	['go tool pprof -top /tmp/prof/peak.pb.gz']='go tool pprof -top "$DOCS_TMP/prof/peak.pb.gz" | grep -F main.loadWeights'
 	# docs/track.md: Device.Track on the CPU (it checks its own peak).
 	['go run ./examples/track']=''
+	# docs/cuda.md: the CUDA build needs no CUDA header, into a temporary
+	# directory.
+	['go build -tags cuda ./examples/profile']='env -u CGO_CFLAGS -u CGO_LDFLAGS go build -tags cuda -o "$DOCS_TMP/profile" ./examples/profile'
 )
 
 # Commands this script does not run, each with where it is run instead.
@@ -53,10 +56,11 @@ declare -A skip_cmds=(
 	['./scripts/test.sh']='.ci/run runs it, just before this script'
 	['./scripts/test-cuda.sh']='.ci/run runs it (it needs apt and root the first time, and minutes)'
 	['eval "$(./scripts/cuda-dev.sh)"']='scripts/test-cuda.sh runs it (the first run downloads about 800 MB)'
-	['go build -tags cuda ./...']='scripts/test-cuda.sh builds with -tags cuda after scripts/cuda-dev.sh (it needs cuda.h)'
+	['go build -tags cuda ./...']='scripts/test-cuda.sh builds with -tags cuda after scripts/cuda-dev.sh (package cu and examples/track need cuda.h)'
 	['./scripts/gpu-check.sh']='scripts/test-cuda.sh runs it, and its run.sh on the fake driver'
 	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (docs/devices.md); .ci/run runs every root benchmark once with -benchtime 1x'
-	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs cuda.h and the fakes)'
+	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1']='scripts/test-cuda.sh runs it on the fake driver with two devices (it needs a GPU or the fake)'
+	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
 	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
@@ -90,6 +94,7 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench BenchmarkMark -benchmem -count 5 ."]='by hand on a quiet machine (docs/timeline.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
 	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
+	["OVERLAY= TAGS=cuda BASE=6c72bd4 BENCH='^BenchmarkCUDAAllocFree\$/size=/pair=(tracked|backend)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Provides what `go build -tags cuda` needs on a Debian machine without the
-# CUDA toolkit, taken from Debian's own nvidia-cuda-dev package (its
+# Provides what the builds against NVIDIA's headers need on a Debian
+# machine without the CUDA toolkit (memtrack itself needs none: it loads the
+# driver at run time), taken from Debian's own nvidia-cuda-dev package (its
 # non-free component) into .cache/cuda/, which git ignores:
 #
-#   - cuda.h and the libcuda.so link stub, for memtrack and
-#     github.com/mumax/3/cuda/cu;
+#   - cuda.h and the libcuda.so link stub, for the fake driver of
+#     testdata/fakecuda and for github.com/mumax/3/cuda/cu (package cu and
+#     examples/track import it);
 #   - cufft.h, curand.h and the libcufft.so and libcurand.so link stubs, with
 #     the toolkit headers those two include, for mumax3's own cufft and
 #     curand bindings (github.com/mumax/3/cuda/cufft and .../curand), which

@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# The CUDA backend's checks, on any Linux machine, GPU or not: fetch cuda.h
-# and the link stub (scripts/cuda-dev.sh, cached in .cache/cuda), build the
-# fake driver of testdata/fakecuda into .cache/fakecuda/libcuda.so.1 and the
-# fake NVML of testdata/fakenvml into .cache/fakenvml/libnvidia-ml.so.1, and
-# run vet, build and the race-detector tests with -tags cuda against them.
-# Then run scripts/two-instances.sh (two instances sharing one fake GPU).
-# Then run the CUDA packages' tests again under each other reading the fake
-# offers, run examples/track on it, try package cu on mumax3 itself
-# (scripts/try-mumax3.sh), and build the folder of scripts/gpu-check.sh
-# and run it on the fake driver twice, so that what a GPU machine runs is
-# known to work: once as a one-GPU machine whose device bears a real GPU's
-# name (the tests then cannot tell the fake and take every branch they take
-# on a GPU), once with two devices.
+# The CUDA backend's checks, on any Linux machine, GPU or not:
+#
+#  1. Without cuda.h: memtrack loads the driver and NVML at run time, so
+#     every package of the module but those that import mumax's binding
+#     (package cu and examples/track, whose users link libcuda as mumax's
+#     do) builds with -tags cuda with cgo and a C compiler alone. The step
+#     first checks that the C compiler finds no cuda.h, then vets those
+#     packages, builds the root package's test binary and examples/profile,
+#     checks with readelf and nm that neither needs libcuda or
+#     libnvidia-ml nor leaves a CUDA or NVML symbol unresolved, and runs
+#     examples/profile on the CPU and, without the driver, on cuda:0, where
+#     it must stop with the reason (also under LD_BIND_NOW=1).
+#  2. The fakes: the fake driver of testdata/fakecuda into
+#     .cache/fakecuda/libcuda.so.1, against NVIDIA's cuda.h
+#     (scripts/cuda-dev.sh, cached in .cache/cuda), and the fake NVML of
+#     testdata/fakenvml into .cache/fakenvml/libnvidia-ml.so.1, against
+#     NVIDIA's nvml.h as github.com/NVIDIA/go-nvml v0.13.4-1 ships it (go
+#     mod download): the headers check the fakes' signatures.
+#  3. vet, build and the race-detector tests of every package with -tags
+#     cuda against the fakes (cuda.h and its link stub for mumax's binding);
+#     then the tests again under LD_BIND_NOW=1, where an unresolved symbol
+#     would stop a test binary at start.
+#  4. The CUDA packages' tests under each other reading the fake offers,
+#     scripts/two-instances.sh (two instances sharing one fake GPU),
+#     examples/track, package cu on mumax3 itself (scripts/try-mumax3.sh),
+#     and the folder of scripts/gpu-check.sh run on the fake driver twice,
+#     so that what a GPU machine runs is known to work: once as a one-GPU
+#     machine whose device bears a real GPU's name (the tests then cannot
+#     tell the fake and take every branch they take on a GPU), once with
+#     two devices; last, examples/profile on two fake devices of unequal
+#     memory, whose common budget the smaller must limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -19,6 +37,65 @@ root=$(pwd)
 if ! command -v gcc >/dev/null; then
 	apt-get install -y -qq gcc >/dev/null
 fi
+
+# ---- 1. without cuda.h
+
+# nocuda runs a command with no flag or variable that could show the C
+# compiler or the linker a CUDA header or library.
+nocuda() { env -u CGO_CFLAGS -u CGO_CPPFLAGS -u CGO_LDFLAGS -u CPATH -u C_INCLUDE_PATH -u LIBRARY_PATH "$@"; }
+if echo '#include <cuda.h>' | nocuda gcc -E -x c - >/dev/null 2>&1; then
+	echo "test-cuda.sh: the C compiler finds a cuda.h of its own (in /usr/include?): the build without CUDA headers cannot be checked on this machine" >&2
+	exit 1
+fi
+echo "== no cuda.h: the C compiler finds none (CGO_CFLAGS unset$([[ -e /usr/local/cuda ]] && echo ", /usr/local/cuda present but on no include path" || echo ", no /usr/local/cuda"))"
+mumax=github.com/mumax/3/cuda/cu
+nocu=$(go list -tags cuda -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... |
+	awk -v cu="$mumax" '{ for (i = 2; i <= NF; i++) if ($i == cu) next; print $1 }')
+withcu=$(go list -tags cuda -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... |
+	awk -v cu="$mumax" '{ for (i = 2; i <= NF; i++) if ($i == cu) { print $1; next } }')
+echo "== without cuda.h: go vet -tags cuda, every package but those that import mumax's cu ($(echo $withcu))"
+# shellcheck disable=SC2086 # the package list splits on blanks
+nocuda go vet -tags cuda $nocu
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+echo "== without cuda.h: go test -c -tags cuda . and go build -tags cuda ./examples/profile"
+nocuda go test -c -tags cuda -o "$bin/memtrack.test" .
+nocuda go build -tags cuda -o "$bin/profile" ./examples/profile
+for b in memtrack.test profile; do
+	echo "== readelf -d $b: no NEEDED libcuda or libnvidia-ml; nm -D: no undefined CUDA or NVML symbol"
+	readelf -d "$bin/$b" | grep NEEDED
+	if readelf -d "$bin/$b" | grep -E 'NEEDED.*(libcuda|libnvidia-ml)'; then
+		echo "test-cuda.sh: $b needs the driver's libraries to start" >&2
+		exit 1
+	fi
+	if nm -D --undefined-only "$bin/$b" | grep -E ' (cu|nvml)[A-Z]'; then
+		echo "test-cuda.sh: $b leaves CUDA or NVML symbols for the dynamic loader to resolve" >&2
+		exit 1
+	fi
+done
+echo "== examples/profile -device cpu, built with -tags cuda, without the driver"
+(cd "$bin" && env LD_LIBRARY_PATH= ./profile -device cpu >profile-cpu.out)
+tail -n 3 "$bin/profile-cpu.out"
+system_driver=$(ldconfig -p 2>/dev/null | grep -F 'libcuda.so.1 ' || true)
+if [[ -n $system_driver ]]; then
+	echo "== examples/profile -device cuda:0 without the driver: not run, this machine has one ($system_driver)"
+else
+	for bind in "" 1; do
+		echo "== examples/profile -device cuda:0 without the driver${bind:+, LD_BIND_NOW=1}: it must stop with the reason"
+		if out=$(cd "$bin" && env LD_LIBRARY_PATH= ${bind:+LD_BIND_NOW=1} ./profile -device cuda:0 2>&1); then
+			printf '%s\n' "$out" >&2
+			echo "test-cuda.sh: examples/profile ran on cuda:0 without a driver" >&2
+			exit 1
+		fi
+		printf '%s\n' "$out"
+		for want in 'backend unavailable' 'libcuda.so.1: cannot open shared object file'; do
+			grep -qF "$want" <<<"$out" || { echo "test-cuda.sh: examples/profile -device cuda:0 did not say: $want" >&2; exit 1; }
+		done
+	done
+fi
+
+# ---- 2. the fakes, against NVIDIA's headers
+
 eval "$(./scripts/cuda-dev.sh)"
 include=/usr/local/cuda/include
 if [[ -n ${CGO_CFLAGS:-} ]]; then
@@ -26,24 +103,21 @@ if [[ -n ${CGO_CFLAGS:-} ]]; then
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
-echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c -> $fake/libcuda.so.1"
+echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
-	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c -lpthread
-# The fake NVML (testdata/fakenvml) beside it, against NVIDIA's nvml.h as
-# go-nvml ships it. go-nvml's own cgo build includes the whole header, whose
-# deprecated declarations would each print a warning.
-export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
-nvml_include=$(go list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/gen/nvml
+	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c -lpthread
+nvml_module=$(go mod download -json github.com/NVIDIA/go-nvml@v0.13.4-1 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 fakenvml=$root/.cache/fakenvml
 mkdir -p "$fakenvml"
-echo "== gcc testdata/fakenvml/fakenvml.c -> $fakenvml/libnvidia-ml.so.1"
-gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$nvml_include" \
+echo "== gcc testdata/fakenvml/fakenvml.c (nvml.h of $nvml_module) -> $fakenvml/libnvidia-ml.so.1"
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$nvml_module/gen/nvml" \
 	-o "$fakenvml/libnvidia-ml.so.1" testdata/fakenvml/fakenvml.c -ldl -lpthread
 # The fakes, not a driver the machine may have, answer every test. The
 # tests that run a process without NVML drop FAKENVML_DIR from its path.
 export LD_LIBRARY_PATH=$fake:$fakenvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export FAKENVML_DIR=$fakenvml
-# One test runs a process on the real link stub, which must fail to init.
+# Some tests run a process on the real link stub, which loads but fails
+# every call.
 stubdir=$root/.cache/cudastub
 mkdir -p "$stubdir"
 if [[ -f $root/.cache/cuda/lib/libcuda.so ]]; then
@@ -53,12 +127,18 @@ else
 fi
 export MEMTRACK_CUDA_STUB_DIR=$stubdir
 
+# ---- 3. the tests, against the fakes
+
 echo "== go vet -tags cuda ./..."
 go vet -tags cuda ./...
 echo "== go build -tags cuda ./..."
 go build -tags cuda ./...
 echo "== go test -race -tags cuda ./... (fake driver)"
 go test -race -tags cuda -count=1 ./...
+echo "== LD_BIND_NOW=1 go test -tags cuda ./... (fake driver; every symbol bound at start)"
+LD_BIND_NOW=1 go test -tags cuda -count=1 ./...
+
+# ---- 4. the readings, the examples, the GPU folder
 
 # Where the driver's reference is silent the fake offers each reading behind
 # a switch (testdata/fakecuda/RULES.md); the figures must hold under every
@@ -83,3 +163,15 @@ echo "== out/gpu-check/run.sh on the fake driver: one device named NVIDIA H200"
 FAKECUDA_DEVICES=1 FAKECUDA_NAME="NVIDIA H200" MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
 echo "== out/gpu-check/run.sh on the fake driver: two devices"
 FAKECUDA_DEVICES=2 MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+
+# The main job on two devices of unequal memory (4 and 2 GiB, each with a
+# 300 MiB context): one forward pass split across both, each device's
+# budget, and the blocks both can hold, which the smaller device limits.
+echo "== go run -tags cuda ./examples/profile -device cuda:0,cuda:1 (fake driver, two devices of 4 and 2 GiB)"
+several=$(FAKECUDA_DEVICES=2 FAKECUDA_CAPACITY=$((4 << 30)),$((2 << 30)) FAKECUDA_CONTEXT_BYTES=$((300 << 20)) \
+	go run -tags cuda ./examples/profile -device cuda:0,cuda:1 -utilization 0.8)
+echo "$several"
+if ! grep -qx '  limited by: *cuda:1' <<<"$several"; then
+	echo "test-cuda.sh: the common budget of cuda:0 and cuda:1 is not limited by cuda:1, the smaller device" >&2
+	exit 1
+fi

@@ -14,8 +14,12 @@
 # NVML) every run gets a fresh machine file (FAKECUDA_MACHINE) shared by
 # the instances of the run; on a GPU (the folder of scripts/gpu-check.sh
 # runs it with PROFILE=./profile) the variables of the fake are ignored.
+# Elsewhere it needs the fakes on LD_LIBRARY_PATH (scripts/test-cuda.sh
+# builds them into .cache/fakecuda and .cache/fakenvml); without a driver,
+# each instance stops with the reason cuda:0 is unavailable.
 #
-#	PROFILE      a built examples/profile (-tags cuda); built here if unset
+#	PROFILE      a built examples/profile (-tags cuda, which needs no CUDA
+#	             header); built here if unset
 #	DEVICE       the device (cuda:0)
 #	WEIGHTS      each instance's weights (1GiB)
 #	UTILIZATION  each instance's share of the device (0.4)
@@ -31,8 +35,6 @@ trap 'rm -rf "$work"' EXIT
 profile=${PROFILE:-}
 if [[ -z $profile ]]; then
 	cd "$here/.."
-	eval "$(./scripts/cuda-dev.sh)"
-	export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 	echo "== go build -tags cuda ./examples/profile"
 	go build -tags cuda -o "$work/profile" ./examples/profile
 	profile=$work/profile

@@ -8,8 +8,9 @@
 #ifndef MEMTRACK_CUDA_CONTEXT_H
 #define MEMTRACK_CUDA_CONTEXT_H
 
-#include <cuda.h>
 #include <stddef.h>
+
+#include "driver.h"
 
 // memtrack_result is what one operation reports: the three results apart,
 // so that the operation's own result decides (see settle in memtrack's
@@ -33,14 +34,14 @@ typedef struct {
 // *prev the context that was.
 static inline CUresult memtrack_enter(CUcontext ctx, CUcontext *prev) {
 	*prev = NULL;
-	CUresult r = cuCtxGetCurrent(prev);
-	if (r == CUDA_SUCCESS && *prev != ctx) r = cuCtxSetCurrent(ctx);
+	CUresult r = memtrack_cu.cuCtxGetCurrent(prev);
+	if (r == CUDA_SUCCESS && *prev != ctx) r = memtrack_cu.cuCtxSetCurrent(ctx);
 	return r;
 }
 
 // memtrack_leave makes prev current again, where memtrack_enter changed it.
 static inline CUresult memtrack_leave(CUcontext ctx, CUcontext prev) {
-	return prev == ctx ? CUDA_SUCCESS : cuCtxSetCurrent(prev);
+	return prev == ctx ? CUDA_SUCCESS : memtrack_cu.cuCtxSetCurrent(prev);
 }
 
 // memtrack_enter_stream makes current, on the calling thread, the context
@@ -55,18 +56,18 @@ static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUc
 	CUresult r = memtrack_enter(ctx, prev);
 	if (r != CUDA_SUCCESS) return r;
 	CUcontext sctx = NULL;
-	r = cuStreamGetCtx(stream, &sctx);
+	r = memtrack_cu.cuStreamGetCtx(stream, &sctx);
 	if (r != CUDA_SUCCESS || sctx == ctx) {
 		if (r != CUDA_SUCCESS) memtrack_leave(ctx, *prev);
 		return r;
 	}
 	res->foreign = 1;
 	CUdevice want = 0;
-	r = cuCtxGetDevice(&want);
-	if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(sctx);
-	if (r == CUDA_SUCCESS) r = cuCtxGetDevice(&res->stream_device);
+	r = memtrack_cu.cuCtxGetDevice(&want);
+	if (r == CUDA_SUCCESS) r = memtrack_cu.cuCtxSetCurrent(sctx);
+	if (r == CUDA_SUCCESS) r = memtrack_cu.cuCtxGetDevice(&res->stream_device);
 	if (r == CUDA_SUCCESS && res->stream_device != want) res->other_device = 1;
-	if (r != CUDA_SUCCESS) cuCtxSetCurrent(*prev);
+	if (r != CUDA_SUCCESS) memtrack_cu.cuCtxSetCurrent(*prev);
 	return r;
 }
 
@@ -74,7 +75,7 @@ static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUc
 // capturing a graph (cuStreamIsCapturing), or returns why it cannot say.
 static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *res) {
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-	CUresult r = cuStreamIsCapturing(stream, &st);
+	CUresult r = memtrack_cu.cuStreamIsCapturing(stream, &st);
 	if (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) res->capturing = 1;
 	return r;
 }
@@ -86,17 +87,17 @@ static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *
 // global or thread-local mode (cuThreadExchangeStreamCaptureMode).
 static inline CUstreamCaptureMode memtrack_relaxed(void) {
 	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-	if (cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	if (memtrack_cu.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) m = CU_STREAM_CAPTURE_MODE_RELAXED;
 	return m;
 }
 
 static inline void memtrack_unrelax(CUstreamCaptureMode m) {
-	if (m != CU_STREAM_CAPTURE_MODE_RELAXED) cuThreadExchangeStreamCaptureMode(&m);
+	if (m != CU_STREAM_CAPTURE_MODE_RELAXED) memtrack_cu.cuThreadExchangeStreamCaptureMode(&m);
 }
 
 // memtrack_leave_stream makes prev current again after memtrack_enter_stream.
 static inline CUresult memtrack_leave_stream(CUcontext ctx, CUcontext prev, const memtrack_result *res) {
-	return res->foreign ? cuCtxSetCurrent(prev) : memtrack_leave(ctx, prev);
+	return res->foreign ? memtrack_cu.cuCtxSetCurrent(prev) : memtrack_leave(ctx, prev);
 }
 
 #endif

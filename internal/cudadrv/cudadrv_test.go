@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
-	"github.com/mumax/3/cuda/cu"
+	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,38 +24,42 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// primary initialises the driver and retains device ordinal's primary
-// context, or skips the test.
+// primary loads and initialises the driver and retains device ordinal's
+// primary context, or skips the test.
 func primary(t *testing.T, ordinal int) cudadrv.Context {
 	t.Helper()
-	var n int
-	if r := recovered(func() { cu.Init(0); n = cu.DeviceGetCount() }); r != nil {
-		t.Skipf("needs CUDA device %d: %v", ordinal, r)
+	if _, err := cudadrv.Load(); err != nil {
+		t.Skipf("needs CUDA device %d: %v", ordinal, err)
 	}
-	if n <= ordinal {
-		t.Skipf("needs CUDA device %d: the driver reports %d device(s)", ordinal, n)
+	require.NoError(t, cudatest.Load())
+	n, r := cudadrv.Init()
+	if r != cudadrv.Success || n <= ordinal {
+		t.Skipf("needs CUDA device %d: cuInit %d, %d device(s)", ordinal, r, n)
 	}
 	ctx, r := cudadrv.Retain(ordinal)
 	require.Equal(t, cudadrv.Success, r)
 	return ctx
 }
 
-func recovered(f func()) (r any) {
-	defer func() { r = recover() }()
-	f()
-	return nil
-}
-
 // onThread runs f on a locked thread whose current context is ctx (none for
 // the zero Context), and puts the thread's context back.
 func onThread(t *testing.T, ctx cudadrv.Context, f func()) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	prev := cu.CtxGetCurrent()
-	cu.CtxSetCurrent(cu.Context(ctx.Uintptr()))
-	defer cu.CtxSetCurrent(prev)
-	f()
+	require.Equal(t, cudadrv.Success, cudatest.InContext(uintptr(ctx), f))
+}
+
+// current returns the calling thread's current context.
+func current(t *testing.T) uintptr {
+	t.Helper()
+	c, r := cudatest.ThreadContext()
+	require.Equal(t, cudadrv.Success, r)
+	return c
+}
+
+// newStream creates a stream in ctx, destroyed when the test ends.
+func newStream(t *testing.T, ctx cudadrv.Context) uintptr {
+	t.Helper()
+	return cudatest.NewStream(t, uintptr(ctx))
 }
 
 func TestSticky(t *testing.T) {
@@ -71,34 +75,32 @@ func TestSticky(t *testing.T) {
 // current context has none after it.
 func TestContextRestored(t *testing.T) {
 	ctx := primary(t, 0)
-	onThread(t, cudadrv.Context{}, func() {
+	onThread(t, 0, func() {
 		p, c := cudadrv.Alloc(ctx, 4096)
 		require.Equal(t, cudadrv.Call{}, c)
-		assert.Zero(t, uintptr(cu.CtxGetCurrent()), "no context current after Alloc")
+		assert.Zero(t, current(t), "no context current after Alloc")
 		assert.Equal(t, cudadrv.Call{}, cudadrv.Free(ctx, p))
 		free, total, c := cudadrv.MemInfo(ctx)
 		assert.Equal(t, cudadrv.Call{}, c)
 		assert.Positive(t, total)
 		assert.LessOrEqual(t, free, total)
-		assert.Zero(t, uintptr(cu.CtxGetCurrent()))
+		assert.Zero(t, current(t))
 	})
 }
 
-// A free on another stream than the allocation's, ordered after it with
-// StreamWait, as the stream-ordered allocator requires; the event path
+// A free on another stream than the allocation's, ordered after it with a
+// stream wait, as the stream-ordered allocator requires; the event path
 // learns that it ran.
 func TestCrossStreamFreeByEvent(t *testing.T) {
 	ctx := primary(t, 0)
-	var s1, s2 cu.Stream
-	onThread(t, ctx, func() { s1, s2 = cu.StreamCreate(), cu.StreamCreate() })
-	defer onThread(t, ctx, func() { s1.Destroy(); s2.Destroy() })
-	a := cudadrv.AllocAsync(ctx, 1<<20, uintptr(s1))
+	s1, s2 := newStream(t, ctx), newStream(t, ctx)
+	a := cudadrv.AllocAsync(ctx, 1<<20, s1)
 	require.Equal(t, cudadrv.Call{}, a.Call)
-	require.Equal(t, cudadrv.Call{}, cudadrv.StreamWait(ctx, uintptr(s2), uintptr(s1)))
-	f := cudadrv.FreeAsync(ctx, a.Ptr, uintptr(s2), cudadrv.ByEvent, cudadrv.Event{})
+	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamWait(s2, s1)) })
+	f := cudadrv.FreeAsync(ctx, a.Ptr, s2, cudadrv.Event{})
 	require.Equal(t, cudadrv.Call{}, f.Call)
 	require.False(t, f.Event.IsZero())
-	onThread(t, ctx, func() { s2.Synchronize() })
+	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2)) })
 	out := make([]cudadrv.Result, 1)
 	cudadrv.EventsReached(ctx, []cudadrv.Event{f.Event}, out)
 	assert.Equal(t, cudadrv.Success, out[0])
@@ -108,10 +110,8 @@ func TestCrossStreamFreeByEvent(t *testing.T) {
 // A stream of another device: AllocAsync runs nothing and names its device.
 func TestAllocAsyncOtherDevice(t *testing.T) {
 	ctx0, ctx1 := primary(t, 0), primary(t, 1)
-	var s1 cu.Stream
-	onThread(t, ctx1, func() { s1 = cu.StreamCreate() })
-	defer onThread(t, ctx1, func() { s1.Destroy() })
-	a := cudadrv.AllocAsync(ctx0, 1<<20, uintptr(s1))
+	s1 := newStream(t, ctx1)
+	a := cudadrv.AllocAsync(ctx0, 1<<20, s1)
 	assert.True(t, a.OtherDevice)
 	assert.Equal(t, 1, a.StreamDevice)
 	assert.Zero(t, a.Ptr)
@@ -124,9 +124,7 @@ func TestAllocAsyncOtherDevice(t *testing.T) {
 // runs nothing.
 func TestCapture(t *testing.T) {
 	ctx := primary(t, 0)
-	var s cu.Stream
-	onThread(t, ctx, func() { s = cu.StreamCreate() })
-	defer onThread(t, ctx, func() { s.Destroy() })
+	s := newStream(t, ctx)
 	other := func(f func()) { // on another thread than the capture's
 		done := make(chan struct{})
 		go func() {
@@ -137,25 +135,25 @@ func TestCapture(t *testing.T) {
 	}
 
 	onThread(t, ctx, func() {
-		require.Equal(t, cudadrv.Success, cudadrv.BeginCapture(uintptr(s), cudadrv.CaptureGlobal))
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(s, cudatest.CaptureGlobal))
 		other(func() {
 			p, c := cudadrv.Alloc(ctx, 4096)
 			assert.Equal(t, cudadrv.Call{}, c, "relaxed: allowed")
 			assert.Equal(t, cudadrv.Call{}, cudadrv.Free(ctx, p))
 		})
-		a := cudadrv.AllocAsync(ctx, 4096, uintptr(s))
+		a := cudadrv.AllocAsync(ctx, 4096, s)
 		assert.True(t, a.Capturing)
 		assert.Zero(t, a.Ptr)
-		nodes, r := cudadrv.EndCapture(uintptr(s))
+		nodes, r := cudatest.EndCapture(s)
 		assert.Equal(t, cudadrv.Success, r, "the capture is valid")
 		assert.Zero(t, nodes)
 
-		require.Equal(t, cudadrv.Success, cudadrv.BeginCapture(uintptr(s), cudadrv.CaptureGlobal))
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(s, cudatest.CaptureGlobal))
 		other(func() {
-			r := recovered(func() { cu.MemAlloc(4096) }) // the default, global mode
-			assert.Equal(t, cu.Result(900), r, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+			_, r := cudatest.MemAlloc(4096) // the default, global mode
+			assert.Equal(t, cudadrv.Result(900), r, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
 		})
-		_, r = cudadrv.EndCapture(uintptr(s))
+		_, r = cudatest.EndCapture(s)
 		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
 	})
 }
@@ -166,20 +164,23 @@ func TestCurrentPool(t *testing.T) {
 	if ok, r := cudadrv.PoolsSupported(0); r != cudadrv.Success || !ok {
 		t.Skip("no memory pools")
 	}
-	def, r := cudadrv.DefaultPool(0)
+	def, r := cudatest.DefaultPool(0)
 	require.Equal(t, cudadrv.Success, r)
-	own, r := cudadrv.CreatePool(0)
-	require.Equal(t, cudadrv.Success, r)
-	require.Equal(t, cudadrv.Success, cudadrv.SetMemPool(0, own))
 	cur, r := cudadrv.MemPool(0)
 	require.Equal(t, cudadrv.Success, r)
-	assert.Equal(t, own, cur.Handle())
+	assert.Equal(t, def, uintptr(cur), "the default pool, until another is set")
+	own, r := cudatest.CreatePool(0)
+	require.Equal(t, cudadrv.Success, r)
+	require.Equal(t, cudadrv.Success, cudatest.SetMemPool(0, own))
+	cur, r = cudadrv.MemPool(0)
+	require.Equal(t, cudadrv.Success, r)
+	assert.Equal(t, own, uintptr(cur))
 	_, r = cudadrv.PoolGet(cur)
 	assert.Equal(t, cudadrv.Success, r)
-	require.Equal(t, cudadrv.Success, cudadrv.SetMemPool(0, def))
+	require.Equal(t, cudadrv.Success, cudatest.SetMemPool(0, def))
 	cur, _ = cudadrv.MemPool(0)
-	assert.Equal(t, def, cur.Handle())
-	require.Equal(t, cudadrv.Success, cudadrv.DestroyPool(own))
+	assert.Equal(t, def, uintptr(cur))
+	require.Equal(t, cudadrv.Success, cudatest.DestroyPool(own))
 }
 
 // The legacy default stream waits for the work enqueued before on a
@@ -189,25 +190,26 @@ func TestCurrentPool(t *testing.T) {
 // once it returns.
 func TestLegacyStreamOrder(t *testing.T) {
 	ctx := primary(t, 0)
-	var blocking cu.Stream
-	onThread(t, ctx, func() { blocking = cu.StreamCreate() })
-	defer onThread(t, ctx, func() { blocking.Destroy() })
-
-	require.Equal(t, cudadrv.Call{}, cudadrv.HoldStream(ctx, uintptr(blocking)))
-	e, c := cudadrv.RecordQuery(ctx, 0) // on the legacy stream
-	require.Equal(t, cudadrv.Success, c.Enter)
-	out := make([]cudadrv.Result, 1)
-	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
-		cudadrv.EventsReached(ctx, []cudadrv.Event{e}, out)
-		if out[0] != cudadrv.NotReady {
-			break
+	blocking := newStream(t, ctx)
+	var e uintptr
+	onThread(t, ctx, func() {
+		require.Equal(t, cudadrv.Success, cudatest.HoldStream(blocking))
+		var r cudadrv.Result
+		e, r = cudatest.RecordQuery(0) // on the legacy stream
+		require.Contains(t, []cudadrv.Result{cudadrv.Success, cudadrv.NotReady}, r)
+	})
+	r := cudadrv.NotReady
+	onThread(t, ctx, func() {
+		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline) && r == cudadrv.NotReady; {
+			r = cudatest.EventQuery(e)
+			runtime.Gosched()
 		}
-		runtime.Gosched()
-	}
-	cudadrv.ReleaseStreams()
-	assert.Equal(t, cudadrv.NotReady, out[0], "the legacy stream waited for the blocking stream's work")
-	onThread(t, ctx, func() { cu.StreamSynchronize(0) })
-	cudadrv.EventsReached(ctx, []cudadrv.Event{e}, out)
-	assert.Equal(t, cudadrv.Success, out[0])
-	cudadrv.EventDestroy(e)
+	})
+	cudatest.ReleaseStreams()
+	assert.Equal(t, cudadrv.NotReady, r, "the legacy stream waited for the blocking stream's work")
+	onThread(t, ctx, func() {
+		require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(0))
+		assert.Equal(t, cudadrv.Success, cudatest.EventQuery(e))
+		assert.Equal(t, cudadrv.Success, cudatest.EventDestroy(e))
+	})
 }

@@ -1,17 +1,34 @@
 // Package cudadrv is memtrack's binding of the CUDA driver API (libcuda,
-// built with -tags cuda): the calls that github.com/mumax/3/cuda/cu does not
-// make, or makes at a cost the hot path should not pay. Each operation is
-// one C function, so one cgo transition: it makes the context it needs
-// current on the calling thread, runs the operation and puts the thread's
-// previous context back, and reports the results of the three steps apart
-// (Call), so that the operation's own result decides what memtrack reports.
+// built with -tags cuda). Each operation is one C function, so one cgo
+// transition: it makes the context it needs current on the calling thread,
+// runs the operation and puts the thread's previous context back, and
+// reports the results of the three steps apart (Call), so that the
+// operation's own result decides what memtrack reports.
+//
+// # The driver, loaded at run time
+//
+// Nothing here needs cuda.h or libcuda to build: driver.h declares the few
+// types, values and calls used, and the binary carries no NEEDED libcuda,
+// so it starts on a machine without the driver. [Load] opens libcuda.so.1
+// (dlopen, RTLD_NOW | RTLD_LOCAL) on the first use, asks its version
+// (cuDriverGetVersion), and fills a table of function pointers, one line
+// of driver.h per call (its name, the CUDA version of the signature
+// declared, and the prototype): by cuGetProcAddress_v2 on a CUDA 12 driver,
+// by cuGetProcAddress from 11.3, by dlsym of the versioned names
+// (cuMemAlloc_v2) before, each call at the CUDA version of its signature,
+// never above the driver's (loader.c cites the rules). A call through the
+// table costs what the direct call of a linked binary cost: one indirect
+// call. Without the library, or without a call every operation needs,
+// Load says why ([*LoadError]) and nothing else may be called; without an
+// optional call, what needs it is off and says so ([MemPools], [UUIDs]).
+// [Fill] fills a table of one's own the same way (internal/cudatest's).
 //
 // # The driver rules it relies on
 //
 // Each rule below is the driver's documented behaviour, with the page of
 // the CUDA Driver API reference (docs.nvidia.com/cuda/cuda-driver-api) or
-// the comment of cuda.h (CUDA 11.8, as scripts/cuda-dev.sh fetches it) that
-// states it. The fake driver of testdata/fakecuda follows the same rules
+// the comment of cuda.h (CUDA 11.8, as scripts/cuda-dev.sh fetches it for
+// the fake driver) that states it. The fake driver of testdata/fakecuda follows the same rules
 // (its RULES.md), and the tests of this package check them against it.
 //
 //   - Contexts. cuDevicePrimaryCtxRetain retains a device's primary context
@@ -38,7 +55,7 @@
 //     included, must come between the stream executions of the allocation
 //     and the free (Stream Ordered Memory Allocator, overview): a free on
 //     another stream needs an event dependency (cuStreamWaitEvent) or a
-//     synchronization first, which [StreamWait] makes.
+//     synchronization first.
 //
 //   - Pools. The USED_MEM_HIGH and RESERVED_MEM_HIGH attributes accept only
 //     0, which resets them (cuMemPoolSetAttribute). The release threshold
@@ -63,8 +80,8 @@
 //     learns of a free by an event recorded after it, as PyTorch's and
 //     CuPy's allocators do, not by a host function: one would hold back the
 //     stream's later work, wait behind other streams' host functions, and
-//     never run after a kernel fault. Only [HoldStream], which holds a
-//     stream back for the tests of stream order, enqueues one.
+//     never run after a kernel fault. Only the tests of stream order
+//     enqueue one (internal/cudatest), to hold a stream back.
 //
 //   - Stream capture. During cuStreamBeginCapture, the work pushed into the
 //     stream is captured into a graph, not executed; capture may not begin

@@ -6,7 +6,9 @@ package cudadrv
 // cuMemAllocAsync allocates from.
 
 /*
-#include <cuda.h>
+#include "driver.h"
+
+#include <stdint.h>
 
 typedef struct {
 	CUresult status;
@@ -18,17 +20,18 @@ typedef struct {
 static memtrack_pool memtrack_pools_supported(int ordinal) {
 	memtrack_pool p = {CUDA_SUCCESS, 0, NULL};
 	CUdevice dev;
-	p.status = cuDeviceGet(&dev, ordinal);
-	if (p.status == CUDA_SUCCESS) p.status = cuDeviceGetAttribute(&p.supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev);
+	p.status = memtrack_cu.cuDeviceGet(&dev, ordinal);
+	if (p.status == CUDA_SUCCESS) p.status = memtrack_cu.cuDeviceGetAttribute(&p.supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev);
 	return p;
 }
 
 // memtrack_current_pool returns the current memory pool of device ordinal.
 static memtrack_pool memtrack_current_pool(int ordinal) {
-	memtrack_pool p = {CUDA_SUCCESS, 1, NULL};
+	memtrack_pool p = {CUDA_ERROR_NOT_SUPPORTED, 1, NULL};
+	if (!memtrack_cu.cuDeviceGetMemPool) return p;
 	CUdevice dev;
-	p.status = cuDeviceGet(&dev, ordinal);
-	if (p.status == CUDA_SUCCESS) p.status = cuDeviceGetMemPool(&p.pool, dev);
+	p.status = memtrack_cu.cuDeviceGet(&dev, ordinal);
+	if (p.status == CUDA_SUCCESS) p.status = memtrack_cu.cuDeviceGetMemPool(&p.pool, dev);
 	return p;
 }
 
@@ -37,38 +40,45 @@ typedef struct {
 	cuuint64_t reserved, reserved_high, used, used_high, threshold;
 } memtrack_pool_stats;
 
-static memtrack_pool_stats memtrack_pool_get(CUmemoryPool pool) {
-	memtrack_pool_stats s = {CUDA_SUCCESS, 0, 0, 0, 0, 0};
-	s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &s.reserved);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &s.reserved_high);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &s.used);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &s.used_high);
-	if (s.status == CUDA_SUCCESS) s.status = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &s.threshold);
+static memtrack_pool_stats memtrack_pool_get(uintptr_t handle) {
+	CUmemoryPool pool = (CUmemoryPool)handle;
+	memtrack_pool_stats s = {CUDA_ERROR_NOT_SUPPORTED, 0, 0, 0, 0, 0};
+	if (!memtrack_cu.cuMemPoolGetAttribute) return s;
+	s.status = memtrack_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &s.reserved);
+	if (s.status == CUDA_SUCCESS) s.status = memtrack_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &s.reserved_high);
+	if (s.status == CUDA_SUCCESS) s.status = memtrack_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &s.used);
+	if (s.status == CUDA_SUCCESS) s.status = memtrack_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &s.used_high);
+	if (s.status == CUDA_SUCCESS) s.status = memtrack_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &s.threshold);
 	return s;
 }
 
 // memtrack_pool_reset_highs sets both high-water marks to the current
 // figures: the driver accepts 0 for them and nothing else.
-static CUresult memtrack_pool_reset_highs(CUmemoryPool pool) {
+static CUresult memtrack_pool_reset_highs(uintptr_t handle) {
+	CUmemoryPool pool = (CUmemoryPool)handle;
+	if (!memtrack_cu.cuMemPoolSetAttribute) return CUDA_ERROR_NOT_SUPPORTED;
 	cuuint64_t zero = 0;
-	CUresult r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
-	if (r == CUDA_SUCCESS) r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+	CUresult r = memtrack_cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+	if (r == CUDA_SUCCESS) r = memtrack_cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
 	return r;
 }
 
-static CUresult memtrack_pool_set_threshold(CUmemoryPool pool, cuuint64_t threshold) {
-	return cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+static CUresult memtrack_pool_set_threshold(uintptr_t pool, cuuint64_t threshold) {
+	if (!memtrack_cu.cuMemPoolSetAttribute) return CUDA_ERROR_NOT_SUPPORTED;
+	return memtrack_cu.cuMemPoolSetAttribute((CUmemoryPool)pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+}
+
+static CUresult memtrack_pool_trim(uintptr_t pool, size_t keep) {
+	if (!memtrack_cu.cuMemPoolTrimTo) return CUDA_ERROR_NOT_SUPPORTED;
+	return memtrack_cu.cuMemPoolTrimTo((CUmemoryPool)pool, keep);
 }
 */
 import "C"
 
 import "unsafe"
 
-// Pool is a CUDA memory pool (CUmemoryPool).
-type Pool struct{ p C.CUmemoryPool }
-
-// Handle returns the pool as a number.
-func (p Pool) Handle() PoolHandle { return PoolHandle(uintptr(unsafe.Pointer(p.p))) }
+// Pool is a CUDA memory pool (CUmemoryPool), as a number.
+type Pool uintptr
 
 // PoolsSupported reports whether device ordinal has memory pools
 // (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).
@@ -82,7 +92,7 @@ func PoolsSupported(ordinal int) (bool, Result) {
 // another.
 func MemPool(ordinal int) (Pool, Result) {
 	p := C.memtrack_current_pool(C.int(ordinal))
-	return Pool{p.pool}, Result(p.status)
+	return Pool(uintptr(unsafe.Pointer(p.pool))), Result(p.status)
 }
 
 // PoolAttributes are a pool's figures (cuMemPoolGetAttribute), named as
@@ -97,7 +107,7 @@ type PoolAttributes struct {
 
 // PoolGet reads the pool's figures, in one call.
 func PoolGet(p Pool) (PoolAttributes, Result) {
-	s := C.memtrack_pool_get(p.p)
+	s := C.memtrack_pool_get(C.uintptr_t(p))
 	return PoolAttributes{
 		PoolReserved: int64(s.reserved), PeakPoolReserved: int64(s.reserved_high),
 		PoolUsed: int64(s.used), PeakPoolUsed: int64(s.used_high), ReleaseThreshold: int64(s.threshold),
@@ -106,13 +116,15 @@ func PoolGet(p Pool) (PoolAttributes, Result) {
 
 // PoolResetHighs sets the pool's high-water marks to its current figures
 // (the driver accepts 0 for them and nothing else).
-func PoolResetHighs(p Pool) Result { return Result(C.memtrack_pool_reset_highs(p.p)) }
+func PoolResetHighs(p Pool) Result { return Result(C.memtrack_pool_reset_highs(C.uintptr_t(p))) }
 
 // PoolSetReleaseThreshold sets CU_MEMPOOL_ATTR_RELEASE_THRESHOLD.
 func PoolSetReleaseThreshold(p Pool, bytes int64) Result {
-	return Result(C.memtrack_pool_set_threshold(p.p, C.cuuint64_t(bytes)))
+	return Result(C.memtrack_pool_set_threshold(C.uintptr_t(p), C.cuuint64_t(bytes)))
 }
 
 // PoolTrimTo returns to the device what the pool reserves beyond
 // max(keep, what is in use) (cuMemPoolTrimTo).
-func PoolTrimTo(p Pool, keep int64) Result { return Result(C.cuMemPoolTrimTo(p.p, C.size_t(keep))) }
+func PoolTrimTo(p Pool, keep int64) Result {
+	return Result(C.memtrack_pool_trim(C.uintptr_t(p), C.size_t(keep)))
+}

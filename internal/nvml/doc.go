@@ -1,30 +1,35 @@
 // Package nvml is memtrack's binding of NVIDIA's management library, NVML
-// (libnvidia-ml.so.1), through NVIDIA's own Go binding,
-// github.com/NVIDIA/go-nvml, built with -tags cuda. It answers one question
-// for memtrack's per-process figures: which processes hold device memory on
-// a GPU, and how much the driver attributes to each.
+// (libnvidia-ml.so.1), built with -tags cuda. It answers one question for
+// memtrack's per-process figures: which processes hold device memory on a
+// GPU, and how much the driver attributes to each.
 //
-// go-nvml loads the library with dlopen when [Open] initialises it, so a
-// binary starts where the library is missing; Open then says why it is
-// unavailable, with the loader's own message. Nothing here runs on
-// memtrack's allocation path: memtrack reads NVML only where it reads the
-// driver's figures (Usage, Baseline, Measure, the out-of-memory report).
+// [Open] loads the library with dlopen and finds its six calls with dlsym
+// (library.c), each by the versioned name nvml.h maps it to; library.h
+// declares the few types and values used. So nothing needs nvml.h to
+// build, and a binary carries no unresolved NVML symbol: it starts where
+// the library is missing, or older than these calls, even under immediate
+// binding (LD_BIND_NOW=1, or linked with -z now), where a binding that
+// leaves the symbols for lazy binding to resolve (NVIDIA's go-nvml, built
+// with --unresolved-symbols=ignore-in-object-files) stops the process at
+// start. Open then says why NVML is unavailable, in the dynamic loader's
+// words. Nothing here runs on memtrack's allocation path: memtrack reads
+// NVML only where it reads the driver's figures (Usage, Baseline, Measure,
+// the out-of-memory report).
 //
 // # The NVML rules it relies on
 //
 // Each rule is NVML's documented behaviour, with the page of the NVML API
 // Reference Guide (docs.nvidia.com/deploy/nvml-api) that states it, in the
-// words of nvml.h as go-nvml ships it (gen/nvml/nvml.h). The fake NVML of
-// testdata/fakenvml follows the same rules (its RULES.md), and the tests
-// of this package check them against it and, for the paths a fake machine
-// cannot reach, against go-nvml's mock package.
+// words of nvml.h as github.com/NVIDIA/go-nvml v0.13.4-1 ships it
+// (gen/nvml/nvml.h). The fake NVML of testdata/fakenvml follows the same
+// rules (its RULES.md), and the tests of this package check them against
+// it, the errors by its fault injection, each in a process of its own.
 //
 //   - Initialisation. nvmlInit_v2 must come "before calling any other
 //     methods", and "a reference count of the number of initializations is
 //     maintained"; nvmlShutdown undoes one (Initialization and Cleanup).
-//     go-nvml's Init opens the library first and answers
-//     ERROR_LIBRARY_NOT_FOUND where it cannot ([Open] then asks the loader
-//     why). A [Lib] initialises once and shuts down once ([Lib.Close]).
+//     [Open] loads the library once per process, then initialises it; a
+//     [Lib] initialises once and shuts down once ([Lib.Close]).
 //
 //   - Devices by UUID. nvmlDeviceGetHandleByUUID takes "the UUID of the
 //     target GPU or MIG instance" and returns "the device handle or MIG
@@ -37,9 +42,9 @@
 //     application which have active context)"; graphics applications are
 //     not listed, and neither is a process before it has a context. The
 //     list "is dynamic and the number of elements might change in time":
-//     go-nvml calls again with a larger array while the library answers
-//     NVML_ERROR_INSUFFICIENT_SIZE, and every call of [Lib.Processes] reads
-//     afresh.
+//     [Lib.Processes] asks its length ("call this function with *infoCount
+//     = 0"), then reads it, again with a larger array while the library
+//     answers NVML_ERROR_INSUFFICIENT_SIZE, at every call.
 //
 //   - Memory per process. "The usedGpuMemory field returned is all of the
 //     memory used by the application", its context included; "under WDDM,

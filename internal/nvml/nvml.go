@@ -2,20 +2,39 @@
 
 package nvml
 
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+
+#include "library.h"
+
+// cgo calls no function pointer: these call the library's.
+static nvmlReturn_t nvml_init(void) { return memtrack_nvml.nvmlInit_v2(); }
+static nvmlReturn_t nvml_shutdown(void) { return memtrack_nvml.nvmlShutdown(); }
+static const char *nvml_error_string(nvmlReturn_t r) { return memtrack_nvml.nvmlErrorString(r); }
+static nvmlReturn_t nvml_handle(const char *uuid, nvmlDevice_t *h) { return memtrack_nvml.nvmlDeviceGetHandleByUUID(uuid, h); }
+static nvmlReturn_t nvml_processes(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *infos) {
+	return memtrack_nvml.nvmlDeviceGetComputeRunningProcesses_v3(h, n, infos);
+}
+static nvmlReturn_t nvml_process_name(unsigned int pid, char *name, unsigned int len) {
+	return memtrack_nvml.nvmlSystemGetProcessName(pid, name, len);
+}
+*/
+import "C"
+
 import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/NVIDIA/go-nvml/pkg/dl"
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"unsafe"
 )
 
-// LibraryName is the library go-nvml loads.
+// LibraryName is the library Open loads.
 const LibraryName = "libnvidia-ml.so.1"
 
 // ErrUnavailable is matched by the error of [Open] where NVML cannot be
-// used at all: the library is missing or does not initialise.
+// used at all: the library is missing, lacks a call, or does not
+// initialise.
 var ErrUnavailable = errors.New("NVML is unavailable")
 
 // ErrValueNotAvailable is matched by the error of [Lib.Processes] where
@@ -23,14 +42,30 @@ var ErrUnavailable = errors.New("NVML is unavailable")
 // (NVML_VALUE_NOT_AVAILABLE, as under Windows WDDM).
 var ErrValueNotAvailable = errors.New("NVML reports no per-process memory (NVML_VALUE_NOT_AVAILABLE)")
 
+// Return is an nvmlReturn_t, the status of an NVML call.
+type Return int32
+
+// The results the package tells apart (nvml.h's values).
+const (
+	success          Return = C.NVML_SUCCESS
+	uninitialized    Return = C.NVML_ERROR_UNINITIALIZED
+	insufficientSize Return = C.NVML_ERROR_INSUFFICIENT_SIZE
+)
+
 // Error is a failed NVML call: the function and its nvmlReturn_t.
 type Error struct {
-	Op   string        // the NVML function, as nvml.h names it
-	Code gonvml.Return // its result
+	Op   string // the NVML function, as nvml.h names it
+	Code Return // its result
+	text string // nvmlErrorString's description of Code
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s: %s (nvmlReturn_t %d)", e.Op, gonvml.ErrorString(e.Code), int32(e.Code))
+	return fmt.Sprintf("%s: %s (nvmlReturn_t %d)", e.Op, e.text, int32(e.Code))
+}
+
+// callError returns the *Error of op's result r, described by the library.
+func callError(op string, r C.nvmlReturn_t) *Error {
+	return &Error{Op: op, Code: Return(r), text: C.GoString(C.nvml_error_string(r))}
 }
 
 // Process is one process that NVML lists on a device.
@@ -50,41 +85,42 @@ type Process struct {
 // Lib is an initialised NVML. Its methods may be called from any
 // goroutine.
 type Lib struct {
-	n gonvml.Interface
-
 	mu      sync.Mutex
-	handles map[string]gonvml.Device // by UUID
+	handles map[string]C.nvmlDevice_t // by UUID
 	closed  bool
 }
 
-// Open loads NVML and initialises it (nvmlInit_v2). Where it cannot, the
-// error matches [ErrUnavailable] and says why: the loader's message where
-// the library is missing, the [*Error] of the initialisation otherwise.
+// library is NVML's library, opened once per process: the calls are the
+// library's whatever Lib uses them.
+var library struct {
+	once sync.Once
+	err  error
+}
+
+// Open loads NVML (once per process) and initialises it (nvmlInit_v2).
+// Where it cannot, the error matches [ErrUnavailable] and says why: the
+// dynamic loader's message where the library is missing or lacks a call,
+// the [*Error] of the initialisation otherwise.
 func Open() (*Lib, error) {
-	return New(gonvml.New())
-}
-
-// New initialises NVML through n, go-nvml's interface to it (the loaded
-// library, or a mock).
-func New(n gonvml.Interface) (*Lib, error) {
-	if r := n.Init(); r != gonvml.SUCCESS {
-		if r == gonvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, fmt.Errorf("%w: %s", ErrUnavailable, loadError())
+	library.once.Do(func() {
+		name := C.CString(LibraryName)
+		defer C.free(unsafe.Pointer(name))
+		var path, msg [1024]C.char
+		if C.memtrack_nvml_open(name, &path[0], C.size_t(len(path)), &msg[0], C.size_t(len(msg))) == 0 {
+			where := LibraryName
+			if p := C.GoString(&path[0]); p != "" {
+				where += " at " + p
+			}
+			library.err = fmt.Errorf("%w: %s: %s", ErrUnavailable, where, C.GoString(&msg[0]))
 		}
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, &Error{Op: "nvmlInit_v2", Code: r})
+	})
+	if library.err != nil {
+		return nil, library.err
 	}
-	return &Lib{n: n, handles: make(map[string]gonvml.Device)}, nil
-}
-
-// loadError asks the loader why the library does not load, as go-nvml
-// does not say.
-func loadError() string {
-	lib := dl.New(LibraryName, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
-	if err := lib.Open(); err != nil {
-		return err.Error()
+	if r := C.nvml_init(); r != C.NVML_SUCCESS {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, callError("nvmlInit_v2", r))
 	}
-	lib.Close()
-	return LibraryName + " loads, but go-nvml could not open it"
+	return &Lib{handles: make(map[string]C.nvmlDevice_t)}, nil
 }
 
 // Close shuts NVML down (nvmlShutdown), once; later calls do nothing.
@@ -95,25 +131,27 @@ func (l *Lib) Close() error {
 		return nil
 	}
 	l.closed = true
-	if r := l.n.Shutdown(); r != gonvml.SUCCESS {
-		return &Error{Op: "nvmlShutdown", Code: r}
+	if r := C.nvml_shutdown(); r != C.NVML_SUCCESS {
+		return callError("nvmlShutdown", r)
 	}
 	return nil
 }
 
 // handle returns the device (or MIG device) handle of uuid, looked up once.
-func (l *Lib) handle(uuid string) (gonvml.Device, error) {
+func (l *Lib) handle(uuid string) (C.nvmlDevice_t, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, &Error{Op: "nvmlDeviceGetHandleByUUID", Code: gonvml.ERROR_UNINITIALIZED}
+		return nil, callError("nvmlDeviceGetHandleByUUID", C.nvmlReturn_t(uninitialized))
 	}
 	if h, ok := l.handles[uuid]; ok {
 		return h, nil
 	}
-	h, r := l.n.DeviceGetHandleByUUID(uuid)
-	if r != gonvml.SUCCESS {
-		return nil, &Error{Op: "nvmlDeviceGetHandleByUUID", Code: r}
+	s := C.CString(uuid)
+	defer C.free(unsafe.Pointer(s))
+	var h C.nvmlDevice_t
+	if r := C.nvml_handle(s, &h); r != C.NVML_SUCCESS {
+		return nil, callError("nvmlDeviceGetHandleByUUID", r)
 	}
 	l.handles[uuid] = h
 	return h, nil
@@ -128,22 +166,57 @@ func (l *Lib) Processes(uuid string) ([]Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	infos, r := h.GetComputeRunningProcesses()
-	if r != gonvml.SUCCESS {
-		return nil, &Error{Op: "nvmlDeviceGetComputeRunningProcesses_v3", Code: r}
+	infos, err := runningProcesses(h)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Process, len(infos))
 	err = nil
 	for i, p := range infos {
-		out[i] = Process{PID: int(p.Pid), Used: p.UsedGpuMemory, UsedKnown: p.UsedGpuMemory != notAvailable}
+		out[i] = Process{PID: int(p.pid), Used: uint64(p.usedGpuMemory), UsedKnown: uint64(p.usedGpuMemory) != notAvailable}
 		if !out[i].UsedKnown {
 			err = ErrValueNotAvailable
 		}
-		if name, r := l.n.SystemGetProcessName(int(p.Pid)); r == gonvml.SUCCESS {
-			out[i].Name = name
-		}
+		out[i].Name = processName(p.pid)
 	}
 	return out, err
+}
+
+// runningProcesses reads the device's list: its length first ("call this
+// function with *infoCount = 0. The return code will be
+// NVML_ERROR_INSUFFICIENT_SIZE, or NVML_SUCCESS if none are running"), then
+// the list, again with room for what NVML reports while it answers
+// NVML_ERROR_INSUFFICIENT_SIZE: "the number of elements might change in
+// time".
+func runningProcesses(h C.nvmlDevice_t) ([]C.nvmlProcessInfo_t, error) {
+	var infos []C.nvmlProcessInfo_t
+	for {
+		n := C.uint(len(infos))
+		var p *C.nvmlProcessInfo_t
+		if len(infos) > 0 {
+			p = &infos[0]
+		}
+		r := C.nvml_processes(h, &n, p)
+		switch Return(r) {
+		case success:
+			return infos[:min(int(n), len(infos))], nil
+		case insufficientSize:
+			infos = make([]C.nvmlProcessInfo_t, max(int(n), len(infos))+2)
+		default:
+			return nil, callError("nvmlDeviceGetComputeRunningProcesses_v3", r)
+		}
+	}
+}
+
+// processName returns nvmlSystemGetProcessName's name of pid, or "" where
+// NVML cannot tell.
+func processName(pid C.uint) string {
+	var name [256]C.char // the name is "cropped to provided length"
+	if C.nvml_process_name(pid, &name[0], C.uint(len(name))) != C.NVML_SUCCESS {
+		return ""
+	}
+	name[len(name)-1] = 0
+	return C.GoString(&name[0])
 }
 
 // notAvailable is NVML_VALUE_NOT_AVAILABLE, (-1), as an unsigned long long.

@@ -5,22 +5,22 @@ package nvml_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/mumax/3/cuda/cu"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/memtrack/memtrack/internal/childtest"
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/nvml"
 )
 
 // These tests run against the libnvidia-ml.so.1 the process loads: the fake
 // of testdata/fakenvml under scripts/test-cuda.sh, or a GPU's. They check
-// the rules of doc.go.
+// the rules of doc.go. The fake reads its switches once per process, so a
+// test of a switch runs in a process of its own (childtest.InChild).
 
 const fakeContextBytes = 3 << 20
 
@@ -33,13 +33,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// open initialises the CUDA driver and NVML, or skips the test.
+// open loads and initialises the CUDA driver, then NVML, or skips the
+// test; it reports whether the driver is the fake.
 func open(t *testing.T) (*nvml.Lib, bool) {
 	t.Helper()
-	var name string
-	if r := recovered(func() { cu.Init(0); name = cu.DeviceGet(0).Name() }); r != nil {
-		t.Skipf("needs a CUDA device: %v", r)
+	if _, err := cudadrv.Load(); err != nil {
+		t.Skipf("needs a CUDA device: %v", err)
 	}
+	if n, r := cudadrv.Init(); r != cudadrv.Success || n == 0 {
+		t.Skipf("needs a CUDA device: cuInit: %d, %d device(s)", r, n)
+	}
+	name, _, r := cudadrv.DeviceInfo(0)
+	require.Equal(t, cudadrv.Success, r)
 	l, err := nvml.Open()
 	if err != nil {
 		t.Skipf("needs NVML: %v", err)
@@ -48,10 +53,12 @@ func open(t *testing.T) (*nvml.Lib, bool) {
 	return l, strings.HasPrefix(name, "memtrack fakecuda")
 }
 
-func recovered(f func()) (r any) {
-	defer func() { r = recover() }()
-	f()
-	return nil
+// requireFake skips a test of the fake's switches on a real NVML.
+func requireFake(t *testing.T, fake bool) {
+	t.Helper()
+	if !fake {
+		t.Skip("needs the fake NVML of testdata/fakenvml and the fake driver")
+	}
 }
 
 // uuidOf returns CUDA device ordinal's UUID as NVML writes it.
@@ -72,18 +79,10 @@ func find(ps []nvml.Process, pid int) (nvml.Process, bool) {
 
 // A process is listed from its first context on, with all its memory:
 // the context's and what it allocates. The list is read afresh each time.
+// In a process of its own, whose device has no context yet whatever ran
+// before (other tests, -count).
 func TestProcessListedFromItsContext(t *testing.T) {
-	if os.Getenv("MEMTRACK_NVML_CHILD") != t.Name() {
-		// In a process of its own, whose device has no context yet
-		// whatever ran before (other tests, -count).
-		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), "MEMTRACK_NVML_CHILD="+t.Name(), "GORACE=atexit_sleep_ms=0")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		if strings.Contains(string(out), "--- SKIP: "+t.Name()) {
-			t.Skipf("%s", out)
-		}
-		assert.Contains(t, string(out), "--- PASS: "+t.Name(), "%s", out)
+	if !childtest.InChild(t, "MEMTRACK_NVML_CHILD") {
 		return
 	}
 	l, fake := open(t)
@@ -119,7 +118,7 @@ func TestProcessListedFromItsContext(t *testing.T) {
 // does not list it, and an unknown UUID is NVML_ERROR_NOT_FOUND.
 func TestDevicesByUUID(t *testing.T) {
 	l, _ := open(t)
-	if n := cu.DeviceGetCount(); n > 1 {
+	if n, _ := cudadrv.Init(); n > 1 {
 		if _, r := cudadrv.Retain(0); r != cudadrv.Success {
 			t.Fatalf("retain: %d", r)
 		}
@@ -132,24 +131,136 @@ func TestDevicesByUUID(t *testing.T) {
 	var e *nvml.Error
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, "nvmlDeviceGetHandleByUUID", e.Op)
+	assert.Equal(t, nvml.Return(6), e.Code, "NVML_ERROR_NOT_FOUND")
 	assert.Contains(t, err.Error(), "Not Found")
+}
+
+// The handle of a UUID is looked up once; the list is read at every call
+// (its length, then the list: two calls); one nvmlShutdown undoes the one
+// nvmlInit_v2, however often Close is called, and a closed Lib answers
+// NVML_ERROR_UNINITIALIZED. The fake NVML writes every call it gets to
+// FAKENVML_TRACE.
+func TestCallsMade(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace")
+	if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", "FAKENVML_TRACE="+trace, "MEMTRACK_NVML_TRACE="+trace) {
+		return
+	}
+	l, fake := open(t)
+	requireFake(t, fake)
+	uuid := uuidOf(t, 0)
+	_, r := cudadrv.Retain(0)
+	require.Equal(t, cudadrv.Success, r)
+	for range 2 {
+		ps, err := l.Processes(uuid)
+		require.NoError(t, err)
+		self, listed := find(ps, os.Getpid())
+		require.True(t, listed)
+		assert.Equal(t, nvml.Process{PID: os.Getpid(), Name: os.Args[0], Used: fakeContextBytes, UsedKnown: true}, self)
+	}
+	require.NoError(t, l.Close())
+	require.NoError(t, l.Close())
+	_, err := l.Processes(uuid)
+	var e *nvml.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, nvml.Return(1), e.Code, "NVML_ERROR_UNINITIALIZED")
+	assert.Contains(t, err.Error(), "Uninitialized")
+
+	b, err := os.ReadFile(os.Getenv("MEMTRACK_NVML_TRACE"))
+	require.NoError(t, err)
+	calls := map[string]int{}
+	for _, c := range strings.Fields(string(b)) {
+		calls[c]++
+	}
+	assert.Equal(t, map[string]int{
+		"nvmlInitWithFlags":                       1,
+		"nvmlDeviceGetHandleByUUID":               1,
+		"nvmlDeviceGetComputeRunningProcesses_v3": 4,
+		"nvmlSystemGetProcessName":                2,
+		"nvmlShutdown":                            1,
+	}, calls)
+}
+
+// usedGpuMemory of NVML_VALUE_NOT_AVAILABLE (Windows WDDM) is not a number
+// of bytes: the process is listed, its figure unknown, and the error says so.
+func TestValueNotAvailable(t *testing.T) {
+	if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", "FAKENVML_USED=na") {
+		return
+	}
+	l, fake := open(t)
+	requireFake(t, fake)
+	_, r := cudadrv.Retain(0)
+	require.Equal(t, cudadrv.Success, r)
+	ps, err := l.Processes(uuidOf(t, 0))
+	require.ErrorIs(t, err, nvml.ErrValueNotAvailable)
+	self, listed := find(ps, os.Getpid())
+	require.True(t, listed, "%+v", ps)
+	assert.False(t, self.UsedKnown)
+	assert.Equal(t, os.Args[0], self.Name)
+}
+
+// The errors of the list, each in a process whose fake NVML fails it once.
+func TestListErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code nvml.Return
+		text string
+	}{
+		{"no permission, as a full-GPU handle in MIG mode", 4, "Insufficient Permissions"},
+		{"not supported", 3, "Not Supported"},
+		{"GPU lost", 15, "GPU is lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", fmt.Sprintf("FAKENVML_FAIL=nvmlDeviceGetComputeRunningProcesses_v3:1:%d", tc.code)) {
+				return
+			}
+			l, fake := open(t)
+			requireFake(t, fake)
+			uuid := uuidOf(t, 0)
+			ps, err := l.Processes(uuid)
+			assert.Nil(t, ps)
+			var e *nvml.Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, "nvmlDeviceGetComputeRunningProcesses_v3", e.Op)
+			assert.Equal(t, tc.code, e.Code)
+			assert.Contains(t, err.Error(), tc.text)
+			_, err = l.Processes(uuid)
+			assert.NoError(t, err, "the next reading asks again")
+		})
+	}
+}
+
+// An NVML that does not initialise is unavailable, with the *Error of
+// nvmlInit_v2 (whose fake enters as nvmlInitWithFlags).
+func TestInitFails(t *testing.T) {
+	for _, code := range []nvml.Return{9, 4, 999} { // DRIVER_NOT_LOADED, NO_PERMISSION, UNKNOWN
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", fmt.Sprintf("FAKENVML_FAIL=nvmlInitWithFlags:1:%d", code)) {
+				return
+			}
+			if _, err := cudadrv.Load(); err != nil {
+				t.Skip(err)
+			}
+			cudadrv.Init()
+			l, err := nvml.Open()
+			assert.Nil(t, l)
+			require.ErrorIs(t, err, nvml.ErrUnavailable)
+			var e *nvml.Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, "nvmlInit_v2", e.Op)
+			assert.Equal(t, code, e.Code)
+			assert.NotErrorIs(t, err, nvml.ErrValueNotAvailable)
+			l, err = nvml.Open()
+			require.NoError(t, err, "the next Open initialises")
+			require.NoError(t, l.Close())
+		})
+	}
 }
 
 // Without the library, Open says that NVML is unavailable and why, in the
 // loader's words; the process runs on.
 func TestOpenWithoutLibrary(t *testing.T) {
-	if os.Getenv("MEMTRACK_NVML_ABSENT") == "1" {
-		l, err := nvml.Open()
-		if err == nil {
-			l.Close()
-			t.Skip("NVML loads without the fake's folder: the machine has one of its own")
-		}
-		require.ErrorIs(t, err, nvml.ErrUnavailable)
-		assert.Contains(t, err.Error(), "libnvidia-ml.so.1: cannot open shared object file")
-		return
-	}
 	dir := os.Getenv("FAKENVML_DIR")
-	if dir == "" {
+	if dir == "" && os.Getenv("MEMTRACK_NVML_CHILD") == "" {
 		t.Skip("set FAKENVML_DIR to the folder of the fake NVML (scripts/test-cuda.sh does)")
 	}
 	var path []string
@@ -158,12 +269,16 @@ func TestOpenWithoutLibrary(t *testing.T) {
 			path = append(path, p)
 		}
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenWithoutLibrary$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "MEMTRACK_NVML_ABSENT=1", "LD_LIBRARY_PATH="+strings.Join(path, ":"), "GORACE=atexit_sleep_ms=0")
-	out, err := cmd.CombinedOutput()
-	if strings.Contains(string(out), "SKIP") {
-		t.Skipf("the machine has an NVML of its own: %s", out)
+	if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", "LD_LIBRARY_PATH="+strings.Join(path, ":")) {
+		return
 	}
-	require.NoError(t, err, "%s", out)
-	assert.Contains(t, string(out), "--- PASS: TestOpenWithoutLibrary")
+	l, err := nvml.Open()
+	if err == nil {
+		l.Close()
+		t.Skip("NVML loads without the fake's folder: the machine has one of its own")
+	}
+	require.ErrorIs(t, err, nvml.ErrUnavailable)
+	assert.Contains(t, err.Error(), "libnvidia-ml.so.1: cannot open shared object file")
+	_, err = nvml.Open()
+	require.ErrorIs(t, err, nvml.ErrUnavailable, "and so at every Open")
 }

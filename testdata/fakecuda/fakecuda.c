@@ -3,10 +3,13 @@
 // library, and a model of the driver's documented behaviour: RULES.md lists
 // each rule it follows with its source. scripts/test-cuda.sh builds it with
 //
-//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c -lpthread
+//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c fakecuda_proc.c -lpthread
 //
 // It exports every cu* symbol that github.com/mumax/3/cuda/cu references, plus
-// the primary-context, context-stack and error-name calls memtrack makes.
+// the primary-context, context-stack and error-name calls memtrack makes, and
+// finds each by name and version as the driver does (cuGetProcAddress, in
+// fakecuda_proc.c, which can also make it an older driver, or one without
+// some calls).
 // Including cuda.h gives each function the signature and the versioned name
 // (cuMemAlloc_v2, ...) the real driver has. Init, devices, primary contexts
 // (retained and released, counted), contexts of one's own (cuCtxCreate,
@@ -15,7 +18,8 @@
 // that is not alive (a primary context retained by nobody, a destroyed one,
 // a pointer the fake never gave out) is refused where the driver refuses it.
 // Streams, events, host functions and memory pools are in fakecuda_stream.c,
-// built with it. Everything else returns CUDA_ERROR_NOT_SUPPORTED.
+// the version and cuGetProcAddress in fakecuda_proc.c, both built with it.
+// Everything else returns CUDA_ERROR_NOT_SUPPORTED.
 //
 // It is configured by environment variables, read once, on the first call:
 //
@@ -43,6 +47,8 @@
 //	                           cuCtxSetCurrent) fails with the CUresult code
 //	                           and does nothing
 //	FAKECUDA_ERROR=code        every call returns this CUresult
+//	FAKECUDA_VERSION=v         the driver is CUDA version v (fakecuda_proc.c)
+//	FAKECUDA_HIDE=f[,..]       the driver has no call f (fakecuda_proc.c)
 //	FAKECUDA_MACHINE=path      the machine's state (machine.h) is the file
 //	                           path, mapped shared: every process started
 //	                           with the same path, devices and capacities
@@ -116,6 +122,12 @@ static __thread CUcontext stack[STACK_DEPTH];
 static __thread int depth;
 
 static CUcontext current(void) { return depth > 0 ? stack[depth - 1] : NULL; }
+
+// From fakecuda_proc.c.
+extern int fakecuda_gated;
+void fakecuda_absent(const char *fn, void *variant);
+void fakecuda_proc_configure(void);
+int fakecuda_version(void);
 
 static long env_long(const char *name, long def) {
 	const char *s = getenv(name);
@@ -266,6 +278,7 @@ static void configure(void) {
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
 	nfaults = parse_faults(getenv("FAKECUDA_FAIL"), faults);
+	fakecuda_proc_configure();
 	machine_setup();
 }
 
@@ -294,10 +307,13 @@ static int sticky(CUresult r) {
 	}
 }
 
-// enter is the prologue of every call named fn: the configured error, the
-// sticky error, or the fault injected into this call, if any.
+// enter is the prologue of every call named fn: it stops the process if
+// the driver configured has no fn (fakecuda_proc.c), and returns the
+// configured error, the sticky error, or the fault injected into this call,
+// if any.
 static CUresult enter(const char *fn) {
 	pthread_once(&config_once, configure);
+	if (fakecuda_gated) fakecuda_absent(fn, NULL);
 	if (every_call != CUDA_SUCCESS) return every_call;
 	// Without faults nothing below can happen: no lock on the fast path.
 	if (nfaults == 0) return CUDA_SUCCESS;
@@ -366,11 +382,13 @@ static CUresult usable(CUcontext ctx) {
 	return alive(ctx) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
-// ---- shared with fakecuda_stream.c (streams, events, memory pools)
+// ---- shared with fakecuda_stream.c (streams, events, memory pools) and
+// fakecuda_proc.c (the version, cuGetProcAddress)
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
 CUresult fakecuda_unsafe_call(void);
 
+CUresult fakecuda_enter(const char *fn) { return enter(fn); }
 CUresult fakecuda_ready(const char *fn) { return ready(fn); }
 CUcontext fakecuda_current(void) { return current(); }
 
@@ -460,11 +478,15 @@ static CUresult lookup(CUresult code, const char **name, const char **text) {
 }
 
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+	pthread_once(&config_once, configure);
+	if (fakecuda_gated) fakecuda_absent("cuGetErrorName", NULL);
 	if (!pStr) return CUDA_ERROR_INVALID_VALUE;
 	return lookup(error, pStr, NULL);
 }
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+	pthread_once(&config_once, configure);
+	if (fakecuda_gated) fakecuda_absent("cuGetErrorString", NULL);
 	if (!pStr) return CUDA_ERROR_INVALID_VALUE;
 	return lookup(error, NULL, pStr);
 }
@@ -484,7 +506,7 @@ CUresult CUDAAPI cuDriverGetVersion(int *version) {
 	CUresult r = enter("cuDriverGetVersion");
 	if (r != CUDA_SUCCESS) return r;
 	if (!version) return CUDA_ERROR_INVALID_VALUE;
-	*version = CUDA_VERSION;
+	*version = fakecuda_version(); // FAKECUDA_VERSION (fakecuda_proc.c)
 	return CUDA_SUCCESS;
 }
 

@@ -34,9 +34,10 @@ struct machine {
 	struct machine_proc procs[MACHINE_PROCS];
 };
 
-// The fake driver's accessors, which the fake NVML finds with
-// dlsym(RTLD_DEFAULT, ...): NVML talks to the driver of the machine, and a
-// process without the driver loaded gets NVML_ERROR_DRIVER_NOT_LOADED.
+// The fake driver's accessors, which the fake NVML finds with dlsym in the
+// driver loaded (dlopen of libcuda.so.1 with RTLD_NOLOAD, however the
+// process loaded it): NVML talks to the driver of the machine, and a process
+// without the driver loaded gets NVML_ERROR_DRIVER_NOT_LOADED.
 //
 //	fakecuda_machine       the machine, configured on the first call
 //	fakecuda_machine_lock  locks it, reaping the processes that exited

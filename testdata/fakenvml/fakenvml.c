@@ -6,16 +6,17 @@
 //
 //	gcc -shared -fPIC -I<go-nvml's gen/nvml> -o libnvidia-ml.so.1 fakenvml.c -ldl -lpthread
 //
-// against NVIDIA's nvml.h as github.com/NVIDIA/go-nvml, the binding
-// memtrack uses, ships it (gen/nvml, from which the binding is generated),
-// so that every function has the signature and versioned name the real
-// library has. It reads the machine the fake driver keeps
+// against NVIDIA's nvml.h as github.com/NVIDIA/go-nvml v0.13.4-1 ships it
+// (gen/nvml, from which NVIDIA generates that binding; scripts/test-cuda.sh
+// fetches the module with go mod download), so that every function has the
+// signature and versioned name the real library has. It reads the machine the fake driver keeps
 // (testdata/fakecuda/machine.h): which processes hold a context on each
 // device and the memory the driver attributes to each, so that its figures
 // and every process's cuMemGetInfo agree as on a real machine; with
-// FAKECUDA_MACHINE, across processes. It finds the driver with dlsym, as
-// NVML talks to the driver that is loaded: without the fake driver in the
-// process, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED.
+// FAKECUDA_MACHINE, across processes. It finds the driver loaded in the
+// process (dlopen with RTLD_NOLOAD, then dlsym), as NVML talks to the
+// driver that is loaded: without the fake driver in the process,
+// nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED.
 //
 // Where the documentation leaves a behaviour open, or describes a machine
 // the fake is not, it is configured by environment variables, read once:
@@ -165,12 +166,18 @@ nvmlReturn_t DECLDIR nvmlInitWithFlags(unsigned int flags) {
 	if (r != NVML_SUCCESS) return r;
 	pthread_mutex_lock(&mu);
 	if (!drv_machine) {
-		drv_machine = (fakecuda_machine_fn)dlsym(RTLD_DEFAULT, "fakecuda_machine");
-		drv_lock = (fakecuda_machine_lock_fn)dlsym(RTLD_DEFAULT, "fakecuda_machine_lock");
-		drv_unlock = (fakecuda_machine_lock_fn)dlsym(RTLD_DEFAULT, "fakecuda_machine_unlock");
-		drv_devices = (fakecuda_devices_fn)dlsym(RTLD_DEFAULT, "fakecuda_devices");
-		drv_capacity = (fakecuda_capacity_fn)dlsym(RTLD_DEFAULT, "fakecuda_capacity");
-		drv_identity = (fakecuda_identity_fn)dlsym(RTLD_DEFAULT, "fakecuda_identity");
+		// The driver loaded in the process, however it was loaded
+		// (linked, or dlopen'd with RTLD_LOCAL as memtrack does):
+		// RTLD_NOLOAD opens nothing.
+		void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+		if (drv) {
+			drv_machine = (fakecuda_machine_fn)dlsym(drv, "fakecuda_machine");
+			drv_lock = (fakecuda_machine_lock_fn)dlsym(drv, "fakecuda_machine_lock");
+			drv_unlock = (fakecuda_machine_lock_fn)dlsym(drv, "fakecuda_machine_unlock");
+			drv_devices = (fakecuda_devices_fn)dlsym(drv, "fakecuda_devices");
+			drv_capacity = (fakecuda_capacity_fn)dlsym(drv, "fakecuda_capacity");
+			drv_identity = (fakecuda_identity_fn)dlsym(drv, "fakecuda_identity");
+		}
 		if (!drv_machine || !drv_lock || !drv_unlock || !drv_devices || !drv_capacity || !drv_identity) {
 			drv_machine = NULL;
 			pthread_mutex_unlock(&mu);

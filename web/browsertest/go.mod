@@ -10,10 +10,8 @@ require (
 )
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/pprof v0.0.0-20250820193118-f64d9cf942d6 // indirect
-	github.com/mumax/3 v0.0.0-20261020084628-54efa12420b2 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )

@@ -1,0 +1,138 @@
+//go:build cuda
+
+// driver.h: the part of the CUDA driver's ABI that memtrack uses, declared
+// here so that nothing needs cuda.h to build: the types, the values of the
+// enumerations used, and every call as a line of a table of function
+// pointers that loader.c fills at run time (dlopen of libcuda.so.1, then
+// cuGetProcAddress). Each value is cuda.h's (CUDA 11.8; unchanged in 12.x),
+// and each call's CUDA version is that of its PFN_<name>_v<version> typedef
+// in cudaTypedefs.h: the version that introduced the variant whose
+// signature is declared here.
+
+#ifndef MEMTRACK_CUDADRV_DRIVER_H
+#define MEMTRACK_CUDADRV_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- types (cuda.h, 64-bit platforms)
+
+typedef int CUresult;                   // enum cudaError_enum
+typedef int CUdevice;                   // CUdevice_v1
+typedef unsigned long long CUdeviceptr; // CUdeviceptr_v2
+typedef uint64_t cuuint64_t;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUuuid_st {
+	char bytes[16];
+} CUuuid;
+typedef int CUdevice_attribute;    // enum CUdevice_attribute_enum
+typedef int CUmemPool_attribute;   // enum CUmemPool_attribute_enum
+typedef int CUstreamCaptureMode;   // enum CUstreamCaptureMode_enum
+typedef int CUstreamCaptureStatus; // enum CUstreamCaptureStatus_enum
+
+// ---- values (cuda.h)
+
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_READY = 600,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+
+	CU_EVENT_DISABLE_TIMING = 0x2, // CUevent_flags
+
+	CU_STREAM_CAPTURE_STATUS_NONE = 0, // CUstreamCaptureStatus
+
+	CU_STREAM_CAPTURE_MODE_GLOBAL = 0, // CUstreamCaptureMode
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+
+	CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115, // CUdevice_attribute
+
+	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4, // CUmemPool_attribute
+	CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+	CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+	CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+};
+
+// ---- the calls
+
+// MEMTRACK_ESSENTIAL marks a call without which the backend is unavailable;
+// MEMTRACK_OPTIONAL one whose absence turns a feature off (ErrNotSupported).
+enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
+
+// MEMTRACK_CUDA_CALLS lists the driver calls of package cudadrv, one line
+// each:
+//
+//	X(name, suffix, version, need, parameters)
+//
+// name is the base name cuGetProcAddress takes; suffix the ending of the
+// versioned name the library exports ("_v2"), which dlsym needs on a driver
+// older than CUDA 11.3; version the CUDA version (1000*major + 10*minor) of
+// the signature declared; need MEMTRACK_ESSENTIAL or MEMTRACK_OPTIONAL;
+// parameters the C prototype's parameter list. Every call returns CUresult.
+// Adding a call is adding a line: loader.c fills it, and the C helpers call
+// it as memtrack_cu.name(...).
+#define MEMTRACK_CUDA_CALLS(X) \
+	X(cuInit, , 2000, MEMTRACK_ESSENTIAL, (unsigned int flags)) \
+	X(cuGetErrorName, , 6000, MEMTRACK_ESSENTIAL, (CUresult error, const char **str)) \
+	X(cuGetErrorString, , 6000, MEMTRACK_ESSENTIAL, (CUresult error, const char **str)) \
+	X(cuDeviceGetCount, , 2000, MEMTRACK_ESSENTIAL, (int *count)) \
+	X(cuDeviceGet, , 2000, MEMTRACK_ESSENTIAL, (CUdevice *device, int ordinal)) \
+	X(cuDeviceGetName, , 2000, MEMTRACK_ESSENTIAL, (char *name, int len, CUdevice dev)) \
+	X(cuDeviceGetAttribute, , 2000, MEMTRACK_ESSENTIAL, (int *value, CUdevice_attribute attrib, CUdevice dev)) \
+	X(cuDeviceGetUuid, _v2, 11040, MEMTRACK_OPTIONAL, (CUuuid *uuid, CUdevice dev)) \
+	X(cuDevicePrimaryCtxRetain, , 7000, MEMTRACK_ESSENTIAL, (CUcontext *ctx, CUdevice dev)) \
+	X(cuCtxGetCurrent, , 4000, MEMTRACK_ESSENTIAL, (CUcontext *ctx)) \
+	X(cuCtxSetCurrent, , 4000, MEMTRACK_ESSENTIAL, (CUcontext ctx)) \
+	X(cuCtxGetDevice, , 2000, MEMTRACK_ESSENTIAL, (CUdevice *device)) \
+	X(cuThreadExchangeStreamCaptureMode, , 10010, MEMTRACK_ESSENTIAL, (CUstreamCaptureMode *mode)) \
+	X(cuMemAlloc, _v2, 3020, MEMTRACK_ESSENTIAL, (CUdeviceptr *ptr, size_t size)) \
+	X(cuMemFree, _v2, 3020, MEMTRACK_ESSENTIAL, (CUdeviceptr ptr)) \
+	X(cuMemGetInfo, _v2, 3020, MEMTRACK_ESSENTIAL, (size_t *free, size_t *total)) \
+	X(cuStreamGetCtx, , 9020, MEMTRACK_ESSENTIAL, (CUstream stream, CUcontext *ctx)) \
+	X(cuStreamIsCapturing, , 10000, MEMTRACK_ESSENTIAL, (CUstream stream, CUstreamCaptureStatus *status)) \
+	X(cuStreamSynchronize, , 2000, MEMTRACK_ESSENTIAL, (CUstream stream)) \
+	X(cuStreamWaitEvent, , 3020, MEMTRACK_ESSENTIAL, (CUstream stream, CUevent event, unsigned int flags)) \
+	X(cuEventCreate, , 2000, MEMTRACK_ESSENTIAL, (CUevent *event, unsigned int flags)) \
+	X(cuEventRecord, , 2000, MEMTRACK_ESSENTIAL, (CUevent event, CUstream stream)) \
+	X(cuEventQuery, , 2000, MEMTRACK_ESSENTIAL, (CUevent event)) \
+	X(cuEventDestroy, _v2, 4000, MEMTRACK_ESSENTIAL, (CUevent event)) \
+	X(cuMemAllocAsync, , 11020, MEMTRACK_OPTIONAL, (CUdeviceptr *ptr, size_t size, CUstream stream)) \
+	X(cuMemFreeAsync, , 11020, MEMTRACK_OPTIONAL, (CUdeviceptr ptr, CUstream stream)) \
+	X(cuDeviceGetMemPool, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, CUdevice dev)) \
+	X(cuMemPoolGetAttribute, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
+	X(cuMemPoolSetAttribute, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
+	X(cuMemPoolTrimTo, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, size_t keep))
+
+// MEMTRACK_CUDA_FIELD declares a call of a list as a field of a table.
+#define MEMTRACK_CUDA_FIELD(name, suffix, version, need, params) CUresult (*name) params;
+
+// memtrack_cuda_entry describes a call of a list, for the loader: the
+// names, the version and the table's field it fills. A table of one's own
+// (internal/cudatest) defines MEMTRACK_CUDA_TABLE as its variable and
+// expands its list with MEMTRACK_CUDA_ENTRY.
+struct memtrack_cuda_entry {
+	const char *name;   // the base name
+	const char *suffix; // the versioned name's ending, or ""
+	int version;        // the CUDA version of the signature
+	int need;           // MEMTRACK_ESSENTIAL or MEMTRACK_OPTIONAL
+	void **slot;        // the table's function pointer
+};
+
+#define MEMTRACK_CUDA_ENTRY(name, suffix, version, need, params) \
+	{#name, #suffix, version, need, (void **)&MEMTRACK_CUDA_TABLE.name},
+
+// memtrack_cu is the driver as package cudadrv calls it; loader.c fills it
+// once, before the first call.
+struct memtrack_cuda {
+	MEMTRACK_CUDA_CALLS(MEMTRACK_CUDA_FIELD)
+};
+extern struct memtrack_cuda memtrack_cu;
+
+#endif
