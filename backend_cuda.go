@@ -123,13 +123,6 @@ func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, er
 	return d, c, nil
 }
 
-// context returns the primary context of device ordinal, retaining it on
-// first use.
-func (b *cudaBackend) context(ordinal int) (cuContext, error) {
-	_, c, err := b.device(ordinal, "context")
-	return c, err
-}
-
 func (b *cudaBackend) alloc(ordinal int, size int64, m *memory) error {
 	d, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {

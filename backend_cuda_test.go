@@ -363,7 +363,7 @@ func TestCUDAUsageTrackedVersusDriver(t *testing.T) {
 func TestCUDAContextRestored(t *testing.T) {
 	ds := cudaDevices(t, 2)
 	b := openTable(KindCUDA).b.(*cudaBackend)
-	c, err := b.context(1)
+	_, c, err := b.device(1, "context")
 	require.NoError(t, err)
 	ctx1 := uintptr(c)
 
