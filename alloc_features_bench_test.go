@@ -9,7 +9,8 @@ import "testing"
 // the default rate a 4 KiB buffer is rarely sampled, and the count would
 // measure the sampling's random number). It uses only the exported API, so
 // that scripts/bench-instructions.sh can run it at a base commit that
-// lacks it (OVERLAY=alloc_features_bench_test.go).
+// lacks it, with BenchmarkPair's file, whose loops it shares
+// (OVERLAY='alloc_bench_test.go alloc_features_bench_test.go').
 func BenchmarkPairFeature(b *testing.B) {
 	d := CPU()
 	for _, f := range []struct {
@@ -31,49 +32,17 @@ func BenchmarkPairFeature(b *testing.B) {
 		}},
 	} {
 		b.Run("feature="+f.name+"/op=alloc", func(b *testing.B) {
-			off := f.on(b)
-			defer off()
-			for b.Loop() {
-				buf, err := d.Alloc(4 << 10)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := buf.Free(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			defer f.on(b)()
+			allocPairs(b, d.Alloc, 4<<10)
 		})
 		b.Run("feature="+f.name+"/op=category", func(b *testing.B) {
-			c, err := d.Category("bench-pair")
-			if err != nil {
-				b.Fatal(err)
-			}
-			off := f.on(b)
-			defer off()
-			for b.Loop() {
-				buf, err := c.Alloc(4 << 10)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := buf.Free(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			c := benchCategory(b)
+			defer f.on(b)()
+			allocPairs(b, c.Alloc, 4<<10)
 		})
 		b.Run("feature="+f.name+"/op=track", func(b *testing.B) {
-			off := f.on(b)
-			defer off()
-			p := uintptr(0x10000000)
-			for b.Loop() {
-				p += 4 << 10
-				t, err := d.Track(4<<10, p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Release(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			defer f.on(b)()
+			trackPairs(b, d, 4<<10, true)
 		})
 	}
 }

@@ -86,10 +86,7 @@ func (p Pool) Usage() (PoolUsage, error) {
 // first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
 // [ErrNotSupported] where the device has no memory pool.
 func (p Pool) Trim(keep int64) error {
-	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, p.dev); err != nil {
-		return err
-	}
-	sb, err := p.pools("Pool().Trim", true)
+	sb, err := p.change("Pool().Trim", "bytes to keep", keep)
 	if err != nil {
 		return err
 	}
@@ -106,14 +103,21 @@ func (p Pool) Trim(keep int64) error {
 // negative threshold and with [ErrNotSupported] where the device has no
 // memory pool.
 func (p Pool) SetReleaseThreshold(bytes int64) error {
-	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, p.dev); err != nil {
-		return err
-	}
-	sb, err := p.pools("Pool().SetReleaseThreshold", true)
+	sb, err := p.change("Pool().SetReleaseThreshold", "release threshold in bytes", bytes)
 	if err != nil {
 		return err
 	}
 	return sb.setReleaseThreshold(p.dev.ordinal, bytes)
+}
+
+// change is the checks of pool call op that changes the pool to n bytes
+// of what, which must not be negative: the argument first, then the
+// device, as pools checks it (registering the device as used).
+func (p Pool) change(op, what string, n int64) (streamBackend, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, p.dev, what)
+	}
+	return p.pools(op, true)
 }
 
 // PoolStats are the figures of a CUDA device's current memory pool (the

@@ -23,15 +23,6 @@ const DefaultStream Stream = 0
 // CUDA device in a build without the tag, ErrNotSupported for a device that
 // is not a CUDA GPU or has no memory pools), then the stream.
 
-// checkPoolBytes is the argument check of a pool call given a number of
-// bytes, what, that must not be negative.
-func checkPoolBytes(op, what string, n int64, d Device) error {
-	if n < 0 {
-		return fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, d, what)
-	}
-	return nil
-}
-
 // notCUDA is the error of a stream-ordered or pool call on d, which is not
 // a CUDA device: the zero Device is no device, and a CPU or Metal device
 // never has CUDA's pools.
