@@ -242,6 +242,18 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	return b, err
 }
 
+// AllocAsync allocates size bytes in stream order on the category's device,
+// as [Device.AllocAsync] does, and counts them in the category besides, as
+// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
+// in both.
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if c.set == nil {
+		return nil, zeroCategory("AllocAsync", size)
+	}
+	b, _, err := c.dev.take(&request{size: size, cat: c, from: fromPool, stream: stream})
+	return b, err
+}
+
 // Track counts size bytes that other code allocated at ptr on the
 // category's device, as [Device.Track] does, and in the category besides.
 // It fails as Track does, and as [Category.Alloc] does where the category's

@@ -59,18 +59,6 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	return b, err
 }
 
-// AllocAsync allocates size bytes in stream order on the category's device,
-// as [Device.AllocAsync] does, and counts them in the category besides, as
-// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
-// in both.
-func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	if c.set == nil {
-		return nil, zeroCategory("AllocAsync", size)
-	}
-	b, _, err := c.dev.take(&request{size: size, cat: c, from: fromPool, stream: stream})
-	return b, err
-}
-
 // FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
 // returns to the pool once stream has executed the work enqueued before
 // this call; stream may differ from the one the buffer was allocated on.
