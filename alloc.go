@@ -31,57 +31,6 @@ import (
 // A refusal at steps 2 to 4 goes through Device.refuse. The release takes
 // one path back, deviceTable.release.
 
-// source is where an allocation's memory comes from.
-type source uint8
-
-const (
-	fromBackend source = iota // the backend allocates it now: Alloc
-	fromPool                  // the backend allocates it in stream order from the device's memory pool: AllocAsync
-	fromAddress               // the caller allocated it, at an address it gives: Track, TrackAddr
-)
-
-// allocation is one counted allocation as the paths know it: its size and
-// memory, its device, where it came from, and the marks the features put
-// on it. A [Buffer] and a [Tracked] handle each hold theirs; the leak
-// watch keeps a copy of a watched one. It takes 56 bytes, so that a Buffer
-// takes 64.
-type allocation struct {
-	size    int64
-	mem     memory // a Tracked handle's address is its mem.ptr
-	site    *site  // where it was allocated, if recorded (SiteRecorder)
-	state   uint32 // atomic: the Buffer's or the Tracked handle's states
-	ordinal int32  // the device, which locates the table and the record
-	wslot   uint32 // its entry while its device is watched for leaks (deviceLeaks), or 0
-	kind    Kind
-	from    source
-	cat     uint8 // its Category, 1-based; 0 for none
-}
-
-// fill describes the allocation that r asks of device d; fillAddress
-// describes one at the address r gives (fromAddress).
-func (a *allocation) fill(d Device, r *request) {
-	a.size, a.ordinal, a.kind, a.from, a.cat = r.size, int32(d.ordinal), d.kind, r.from, r.cat.idx
-}
-
-func (a *allocation) fillAddress(d Device, r *request) {
-	a.fill(d, r)
-	a.mem.ptr = r.ptr
-}
-
-// device returns the device of the allocation.
-func (a *allocation) device() Device { return Device{kind: a.kind, ordinal: int(a.ordinal)} }
-
-// request is what flows through the allocation path.
-type request struct {
-	size   int64
-	cat    Category // the zero Category for none
-	from   source
-	handle bool    // fromAddress: make a Tracked handle (Track), or count at the address only (TrackAddr)
-	ptr    uintptr // fromAddress: the address, 0 for none
-	stream Stream  // fromPool: the stream
-	skip   int     // frames to leave out of the site above the exported function's caller
-}
-
 // Alloc allocates size bytes on the device and counts them. It fails with
 // [ErrInvalidSize] for size <= 0 (counting nothing) and with an
 // [*OutOfMemoryError] when the memory limit or the device refuses it (adding
@@ -194,14 +143,6 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		x.insert(d, r, rec, t, a)
 	}
 	return b, t, nil
-}
-
-// newTracked returns the handle of the count at an address that r asks of
-// device d, whose record is rec.
-func newTracked(d Device, r *request, rec *tracker.Record) *Tracked {
-	t := &Tracked{rec: rec}
-	t.fillAddress(d, r)
-	return t
 }
 
 // sourceState is what the path holds of an address it claims
@@ -324,18 +265,4 @@ func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
 	return oom
-}
-
-// fillError completes an error from a backend with the device and figures.
-func fillError(err error, d Device, size int64, rec *tracker.Record) error {
-	switch e := err.(type) {
-	case *OutOfMemoryError:
-		e.Device, e.Requested = d, size
-		if rec != nil {
-			e.Tracked = rec.Tracked()
-		}
-	case *BackendError:
-		e.Device = d
-	}
-	return err
 }

@@ -1,8 +1,6 @@
 package memtrack
 
 import (
-	"sync/atomic"
-
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -91,26 +89,3 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 	}
 	return true, nil
 }
-
-// The states of a Buffer and of a Tracked handle (allocation.state). A
-// Buffer's Free moves it to stateFreed before it asks the backend, so that
-// one compare-and-swap settles concurrent Frees, and moves it back if the
-// backend fails. A handle's FreeWith moves it to stateFreeing while the
-// caller's free runs, so that its address may be tracked again as soon as
-// the memory is gone, and back to stateLive if the free fails.
-const (
-	stateLive uint32 = iota
-	stateFreed
-	stateFreeing
-)
-
-// claimState moves a from live to next, and reports whether it was live.
-func (a *allocation) claimState(next uint32) bool {
-	return atomic.CompareAndSwapUint32(&a.state, stateLive, next)
-}
-
-// loadState returns a's state.
-func (a *allocation) loadState() uint32 { return atomic.LoadUint32(&a.state) }
-
-// storeState sets a's state.
-func (a *allocation) storeState(v uint32) { atomic.StoreUint32(&a.state, v) }

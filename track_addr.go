@@ -1,51 +1,5 @@
 package memtrack
 
-import (
-	"fmt"
-
-	"github.com/memtrack/memtrack/internal/addrindex"
-	"github.com/memtrack/memtrack/tracker"
-)
-
-// TrackAddr counts size bytes that other code allocated at address ptr on
-// the device, as [Device.Track] does, without making a handle: the count
-// lives in the address index only, until [Kind.UntrackAddr] of ptr ends it
-// ([Kind.TrackedAt] makes a handle for it when asked). It is the path of a
-// drop-in binding, which is given only an address to free (see package
-// github.com/memtrack/memtrack/cu), and allocates nothing on the heap while
-// allocation sites and the memory history are off. It fails as Track
-// does, and with [ErrInvalidAddress] for ptr == 0.
-func (d Device) TrackAddr(size int64, ptr uintptr) error {
-	if size > 0 && ptr == 0 {
-		return errAddressZero(d, size)
-	}
-	_, _, err := d.take(&request{size: size, from: fromAddress, ptr: ptr})
-	return err
-}
-
-// TrackAddrSkip is [Device.TrackAddr] for a binding that wraps it: the
-// allocation site it records leaves out skip frames above its caller, as
-// [runtime.Caller] counts them, so that the site is the code that called
-// the binding, not the binding. Skip 0 records the caller of TrackAddrSkip,
-// as TrackAddr does; a wrapper called by the code to attribute passes 1,
-// and 1 more for each frame of its own in between. A negative skip is an
-// [ErrInvalidArgument] error.
-func (d Device) TrackAddrSkip(skip int, size int64, ptr uintptr) error {
-	if skip < 0 {
-		return fmt.Errorf("%w: TrackAddrSkip of %d frames on %v", ErrInvalidArgument, skip, d)
-	}
-	if size > 0 && ptr == 0 {
-		return errAddressZero(d, size)
-	}
-	_, _, err := d.take(&request{size: size, from: fromAddress, ptr: ptr, skip: skip})
-	return err
-}
-
-// errAddressZero is the error of a TrackAddr of size bytes at address 0.
-func errAddressZero(d Device, size int64) error {
-	return fmt.Errorf("%w: TrackAddr of %d bytes on %v: address 0", ErrInvalidAddress, size, d)
-}
-
 // UntrackAddr frees the memory tracked at address ptr on a device of kind
 // k with free, the caller's own release through the binding that allocated
 // it, and then uncounts it, as [Tracked.FreeWith] does for the handle that
@@ -131,29 +85,4 @@ func (k Kind) TrackedAt(ptr uintptr) *Tracked {
 		return nil
 	}
 	return h
-}
-
-// addrEntry is the count at one address: the handle, if one was made
-// ([Device.Track], or [Kind.TrackedAt] of a count of [Device.TrackAddr]), and
-// what uncounting it needs.
-type addrEntry struct {
-	h       *Tracked
-	rec     *tracker.Record
-	site    *site
-	size    int64
-	ordinal int32
-}
-
-// claim returns the slot for a new count at ptr, as Lookup does, and fails
-// with [ErrAlreadyTracked] if ptr is tracked and live. The shard is locked.
-func claim(sh *addrindex.Shard[addrEntry], d Device, ptr uintptr) (int, error) {
-	i, ok := sh.Lookup(ptr)
-	if !ok {
-		return i, nil
-	}
-	old := sh.At(i)
-	if old.h != nil && old.h.loadState() != stateLive {
-		return i, nil // being freed: the new count replaces it
-	}
-	return i, fmt.Errorf("%w: %#x on %v (%d bytes, tracked on %v)", ErrAlreadyTracked, ptr, d, old.size, Device{kind: d.kind, ordinal: int(old.ordinal)})
 }
