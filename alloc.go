@@ -22,14 +22,16 @@ import (
 //     allocates it now (fromBackend), or in stream order (fromPool), or
 //     the caller allocated it, and its address is claimed in the device's
 //     index (fromAddress);
-//  4. the ledger counts it (ledger.count);
+//  4. the ledger counts it: the device's record, and, as one operation
+//     with it, the category's (ledger.count);
 //  5. the device-side figure counts it (a backend's capability,
 //     deviceTable.held);
 //  6. the hooks of the features that are on run (hooks.allocated), one
 //     atomic load while every feature is off.
 //
-// A refusal at steps 2 to 4 goes through Device.refuse. The release takes
-// one path back, deviceTable.release.
+// Steps 2 to 6 are the tail that every source runs; a refusal at steps 2
+// to 4 goes through Device.refuse. The release takes one path back,
+// deviceTable.release.
 
 // Alloc allocates size bytes on the device and counts them. It fails with
 // [ErrInvalidSize] for size <= 0 (counting nothing) and with an
@@ -157,10 +159,10 @@ type sourceState struct {
 // backend's allocation now: it refuses the device where it has no memory
 // pools (fromPool, whose allocator is then deviceTable.stream), looks the
 // device up as Device.lookup does, and claims the address (fromAddress),
-// refusing one tracked already. The address's
-// shard stays locked from the claim until the count is indexed, so that a
-// concurrent Track of the address sees it; a refusal is built once it is
-// unlocked (sourceState.unlock).
+// refusing one tracked already. The address's shard stays locked from the
+// claim until the count is indexed, so that a concurrent Track of the
+// address sees it; a refusal is built once it is unlocked
+// (sourceState.unlock).
 func (x *sourceState) prepare(d Device, r *request) (*deviceTable, *tracker.Record, error) {
 	if r.from == fromPool {
 		if err := d.streamsSupported(); err != nil {

@@ -10,10 +10,11 @@ import (
 // LeakCheck), its categories (Category), its out-of-memory observers
 // (Device.OnOutOfMemory), its per-process figures (Usage) and its peak
 // scopes (PeakScope). Each keeps its state in a type of its own, which its
-// handle reaches through the device's features (Device.features); the
-// per-process figures and peak scopes keep none of a device's (the
-// backend gives the first, and the caller holds a scope). A feature reads
-// no other's state: it asks the other through a method.
+// handle reaches through the device's features (Device.features), or, for
+// the history, which has state only while it records (history), through
+// the hook set; the per-process figures and peak scopes keep none of a
+// device's (the backend gives the first, and the caller holds a scope). A
+// feature reads no other's state: it asks the other through a method.
 //
 // The features that observe the allocations and releases put their hooks
 // in the device's hook set, which the paths call at the one place every
@@ -110,13 +111,17 @@ func (h *hooks) refused(r *request, l *ledger, err error) {
 // the ledger l: its site's bytes, and its leak watch's entry (owner's; 0 for
 // a leak's copy, whose entry the leak watch removes itself), whatever is
 // on now; and the history, where it is on (h is nil while every hook is
-// off), records the release, on stream for one in stream order.
+// off), records the release, on stream for one in stream order. Where the
+// ledger refused to uncount a (l is nil), the memory is released all the
+// same: the leak watch's entry goes, and nothing that counts moves.
 func (h *hooks) released(a *allocation, l *ledger, stream Stream, owner uintptr) {
-	if a.site != nil {
-		a.site.Free()
-	}
-	if h != nil && h.history != nil {
-		h.history.released(a, l, stream)
+	if l != nil {
+		if a.site != nil {
+			a.site.Free()
+		}
+		if h != nil && h.history != nil {
+			h.history.released(a, l, stream)
+		}
 	}
 	if a.wslot != 0 && owner != 0 {
 		unwatch(a, owner)

@@ -79,6 +79,9 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 		err = l.uncount(a.size)
 	}
 	if err != nil {
+		// The memory is released all the same: the features let go of
+		// it, and nothing they count moves.
+		s.hooksOf(o).released(a, nil, stream, owner)
 		return true, err
 	}
 	if how.heldNow() && s.held != nil {
