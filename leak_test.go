@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -393,4 +394,23 @@ func TestLeakWatchUnderConcurrency(t *testing.T) {
 	assert.Zero(t, live)
 	assert.Zero(t, liveEntries(d))
 	d.Leaks().Disable()
+}
+
+// TestLeakEntryGoesWhenTheRecordRefuses: a watched buffer whose record
+// refuses to uncount it (the test uncounts it behind the buffer's back, as
+// in TestBufferFreeReportsRecordError) is released all the same, and its
+// entry leaves the leak watch, so that no entry stays claimed for ever.
+func TestLeakEntryGoesWhenTheRecordRefuses(t *testing.T) {
+	_, ds := fakeCUDA(t, 1, 1<<20)
+	d := ds[0]
+	require.NoError(t, d.Leaks().Enable(LeakWatch{Handler: func(Leak) {}}))
+	t.Cleanup(d.Leaks().Disable)
+	b, err := d.Alloc(100)
+	require.NoError(t, err)
+	require.Equal(t, 1, liveEntries(d))
+	rec := tableOf(KindCUDA).records.Lookup(0)
+	require.NoError(t, rec.Free(100)) // the record forgets the buffer
+
+	assert.ErrorIs(t, b.Free(), tracker.ErrFreeExceedsTracked)
+	assert.Zero(t, liveEntries(d), "the released buffer's entry stays in the watch")
 }
