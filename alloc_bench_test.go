@@ -14,15 +14,19 @@ func BenchmarkPair(b *testing.B) {
 		name string
 		n    int64
 	}{{"64B", 64}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}} {
-		b.Run("op=alloc/size="+sz.name, func(b *testing.B) { allocPairs(b, d.Alloc, sz.n) })
+		b.Run("op=alloc/size="+sz.name, func(b *testing.B) { benchAllocPairs(b, d.Alloc, sz.n) })
 	}
-	b.Run("op=category/size=4KiB", func(b *testing.B) { allocPairs(b, benchCategory(b).Alloc, 4<<10) })
-	b.Run("op=track/size=4KiB", func(b *testing.B) { trackPairs(b, d, 4<<10, false) })
-	b.Run("op=track-addressed/size=4KiB", func(b *testing.B) { trackPairs(b, d, 4<<10, true) })
+	b.Run("op=category/size=4KiB", func(b *testing.B) { benchAllocPairs(b, benchCategory(b).Alloc, 4<<10) })
+	b.Run("op=track/size=4KiB", func(b *testing.B) { benchTrackPairs(b, d, 4<<10, false) })
+	b.Run("op=track-addressed/size=4KiB", func(b *testing.B) { benchTrackPairs(b, d, 4<<10, true) })
 }
 
-// allocPairs allocates size bytes with alloc and frees them, b.N times.
-func allocPairs(b *testing.B, alloc func(int64) (*Buffer, error), size int64) {
+// The helpers of the pairs' loops are named bench..., so that
+// scripts/bench-instructions.sh leaves them out of the library's own
+// instructions, as it leaves out the Benchmark functions.
+
+// benchAllocPairs allocates size bytes with alloc and frees them, b.N times.
+func benchAllocPairs(b *testing.B, alloc func(int64) (*Buffer, error), size int64) {
 	for b.Loop() {
 		buf, err := alloc(size)
 		if err != nil {
@@ -34,9 +38,9 @@ func allocPairs(b *testing.B, alloc func(int64) (*Buffer, error), size int64) {
 	}
 }
 
-// trackPairs tracks size bytes on d and releases them, b.N times, at an
+// benchTrackPairs tracks size bytes on d and releases them, b.N times, at an
 // address of its own each time where addressed, else without one.
-func trackPairs(b *testing.B, d Device, size int64, addressed bool) {
+func benchTrackPairs(b *testing.B, d Device, size int64, addressed bool) {
 	next, p := uintptr(0x10000000), uintptr(0)
 	for b.Loop() {
 		if addressed {

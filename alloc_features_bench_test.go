@@ -33,16 +33,16 @@ func BenchmarkPairFeature(b *testing.B) {
 	} {
 		b.Run("feature="+f.name+"/op=alloc", func(b *testing.B) {
 			defer f.on(b)()
-			allocPairs(b, d.Alloc, 4<<10)
+			benchAllocPairs(b, d.Alloc, 4<<10)
 		})
 		b.Run("feature="+f.name+"/op=category", func(b *testing.B) {
 			c := benchCategory(b)
 			defer f.on(b)()
-			allocPairs(b, c.Alloc, 4<<10)
+			benchAllocPairs(b, c.Alloc, 4<<10)
 		})
 		b.Run("feature="+f.name+"/op=track", func(b *testing.B) {
 			defer f.on(b)()
-			trackPairs(b, d, 4<<10, true)
+			benchTrackPairs(b, d, 4<<10, true)
 		})
 	}
 }
