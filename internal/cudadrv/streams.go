@@ -120,20 +120,23 @@ type StreamCall struct {
 	OtherDevice  bool    // the stream is of another device than ctx's: nothing ran
 	StreamDevice int     // the stream's device, where OtherDevice
 	Capturing    bool    // the stream is capturing a graph: nothing ran
+	CaptureID    uint64  // where Capturing and the capture is active: its ID, unique in the process (0 where the driver cannot say, before CUDA 11.3)
 }
 
 func streamCallOf(r C.memtrack_result) StreamCall {
 	return StreamCall{
 		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Retired: r.retired != 0,
 		Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
-		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0,
+		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureID: uint64(r.capture_id),
 	}
 }
 
 // AllocAsync allocates size bytes on stream (cuMemAllocAsync), from the
 // current pool of the stream's device, in the stream's context
 // (cuStreamGetCtx). A stream of another device than ctx's, or one that is
-// capturing a graph (cuStreamIsCapturing), allocates nothing. Where the
+// capturing a graph (cuStreamGetCaptureInfo_v2, which gives the capture's
+// ID in the same call; cuStreamIsCapturing before CUDA 11.3), allocates
+// nothing. Where the
 // driver lacks cuMemAllocAsync the result is CUDA_ERROR_NOT_SUPPORTED
 // (MemPools says why); so for FreeAsync and cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
@@ -141,7 +144,8 @@ func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 }
 
 // CheckStream reports what AllocAsync would find of stream, in ctx, without
-// allocating: whether it is of another device, or capturing a graph.
+// allocating: whether it is of another device, or capturing a graph, and
+// which capture.
 func CheckStream(ctx Context, stream uintptr) StreamCall {
 	return streamCallOf(C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream)))
 }
