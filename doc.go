@@ -25,6 +25,12 @@
 // By hand, the same is [Device.ResetPeakMemoryStats], the pass,
 // [Device.MaxMemoryAllocated] and [Device.MemGetInfo].
 //
+// Where several GPUs hold one cache (tensor parallelism), [MeasureDevices]
+// measures one pass over all of them, and [NewCommonBudget] gives every
+// device the blocks that the one with the fewest can hold;
+// [CommonBudget.Reduce] agrees on them with ranks in other processes
+// through the caller's all-reduce.
+//
 // # Devices and backends
 //
 // A [Device] is a kind and an ordinal. The CPU backend is always built and

@@ -338,6 +338,11 @@ func (d Device) Baseline() (Usage, error) {
 // whole device's): a fraction of the device's memory, less the memory
 // set aside, in blocks of a given size.
 type Budget struct {
+	// Device is the device of the measurement the budget was computed
+	// from; the zero Device for one built from a Measurement without a
+	// device, which JSON leaves out (the zero Device is written "invalid",
+	// which names no device to read back).
+	Device      Device  `json:",omitzero"`
 	Utilization float64 // the fraction of the device's memory given
 	Requested   int64   // Utilization × Total, at most Total: what the device may be filled to (vLLM's requested_memory)
 
@@ -511,6 +516,7 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 			Reason: reason + "; lower the utilization or free the device"}
 	}
 	b := Budget{
+		Device:       p.Device,
 		Utilization:  utilization,
 		Requested:    requested,
 		ProcessUsed:  own,
@@ -559,6 +565,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		return Budget{}, err
 	}
 	b := Budget{
+		Device:            p.Device,
 		Utilization:       utilization,
 		Requested:         requestedOf(utilization, p.Total),
 		StartUsed:         p.StartUsed,

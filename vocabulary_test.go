@@ -70,6 +70,10 @@ var vocabulary = []vocabularyRule{
 		"web.Device.FailedAllocs", "json failedAllocs", "HistoryFailed",
 		"CategoryStats.FailedAllocs", "web.Category.FailedAllocs", "metric memtrack_category_failed_allocs_total"},
 		"the count of refused allocations, FailedAllocs (and HistoryFailed, the history's action for one)"},
+	{"rank", []string{"CommonBudget.LimitedByOtherRank"},
+		"one process of an engine whose cache spans several (CommonBudget.Reduce)"},
+	{"limiting", []string{"CommonBudget.Limiting"},
+		"the index of the budget whose device limits a CommonBudget; the memory limit is Limit"},
 	{"mark", markNames, markMeaning},
 	{"marks", markNames, markMeaning},
 }
@@ -183,6 +187,9 @@ func TestVocabularyRulesFail(t *testing.T) {
 		{"web.Mark", false},
 		{"web.History.RefusalMarks", true},
 		{"trace.MarkRefusal", true},
+		{"CommonBudget.LimitedByOtherRank", false},
+		{"CommonBudget.RankBlocks", true},
+		{"Budget.LimitingDevice", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.bad, len(violations([]string{tc.name})) > 0, "%v", violations([]string{tc.name}))

@@ -28,7 +28,8 @@
 #     so that what a GPU machine runs is known to work: once as a one-GPU
 #     machine whose device bears a real GPU's name (the tests then cannot
 #     tell the fake and take every branch they take on a GPU), once with
-#     two devices.
+#     two devices; last, examples/profile on two fake devices of unequal
+#     memory, whose common budget the smaller must limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -164,3 +165,15 @@ echo "== out/gpu-check/run.sh on the fake driver: one device named NVIDIA H200"
 FAKECUDA_DEVICES=1 FAKECUDA_NAME="NVIDIA H200" MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
 echo "== out/gpu-check/run.sh on the fake driver: two devices"
 FAKECUDA_DEVICES=2 MEMTRACK_BENCHTIME=100x out/gpu-check/run.sh
+
+# The main job on two devices of unequal memory (4 and 2 GiB, each with a
+# 300 MiB context): one forward pass split across both, each device's
+# budget, and the blocks both can hold, which the smaller device limits.
+echo "== go run -tags cuda ./examples/profile -device cuda:0,cuda:1 (fake driver, two devices of 4 and 2 GiB)"
+several=$(FAKECUDA_DEVICES=2 FAKECUDA_CAPACITY=$((4 << 30)),$((2 << 30)) FAKECUDA_CONTEXT_BYTES=$((300 << 20)) \
+	go run -tags cuda ./examples/profile -device cuda:0,cuda:1 -utilization 0.8)
+echo "$several"
+if ! grep -qx '  limited by: *cuda:1' <<<"$several"; then
+	echo "test-cuda.sh: the common budget of cuda:0 and cuda:1 is not limited by cuda:1, the smaller device" >&2
+	exit 1
+fi

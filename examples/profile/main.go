@@ -6,12 +6,19 @@
 //	go run ./examples/profile [-device cpu|cuda:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
 //	go run ./examples/profile -serve localhost:6060 -linger 1m -trace memtrack.json
 //	go run -tags cuda ./examples/profile -device cuda:0 -barrier DIR -instance a -peers 2
+//	go run -tags cuda ./examples/profile -device cuda:0,cuda:1
 //
 // With -barrier, instances started together line up at each step (the
 // baseline, the weights, the pass), as serving instances started at once on
 // one GPU do (scripts/two-instances.sh runs two); each prints, besides,
 // what the driver reported of each process (NVML) and the budget from the
 // device-wide figures beside the one Budget gives.
+//
+// With several devices, the program runs one pass over all of them, each
+// layer's weights and activations split across them as tensor parallelism
+// splits them (devices.go); it prints each device's figures and budget,
+// and the blocks every device can hold together, with the device that
+// limits them (memtrack.NewCommonBudget).
 //
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
@@ -32,6 +39,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/memtrack/memtrack"
@@ -41,7 +49,7 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("profile: ")
 	var (
-		devName     = flag.String("device", "cpu", "device to profile: cpu, cuda:N or metal:N")
+		devName     = flag.String("device", "cpu", "device to profile: cpu, cuda:N or metal:N; several, comma-separated (cuda:0,cuda:1), for one pass split across them")
 		utilization = flag.Float64("utilization", 0.9, "fraction of the device's memory the server may use, in (0, 1]")
 		blockSize   = flag.String("block-size", "16MiB", "size of one KV-cache block: bytes, or a number with a unit (16MiB, 16MB, 1.5GiB, 16Mi)")
 		workers     = flag.Int("workers", 4, "requests processed at once in the forward pass")
@@ -68,6 +76,13 @@ func main() {
 	}
 	if *workers < 1 || *layers < 1 {
 		log.Fatalf("-workers and -layers must be at least 1")
+	}
+	if names := strings.Split(*devName, ","); len(names) > 1 {
+		if *serve != "" || *traceFile != "" || *barrierDir != "" {
+			log.Fatalf("-serve, -trace and -barrier take one -device")
+		}
+		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks) // devices.go
+		return
 	}
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
@@ -98,22 +113,7 @@ func main() {
 	check(pass.End())
 	line.wait("measured")
 
-	// Each figure is named once, for what it is (docs/glossary.md).
-	// "Tracked" is what memtrack counts (buffers allocated through it);
-	// "used" is what the OS or driver reports (on the CPU, this process's
-	// resident memory, or its cgroup's usage); "untracked" is their
-	// difference.
-	fmt.Printf("device %v: %s total\n", dev, size(p.Total))
-	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
-	wm, _ := p.Category(memtrack.CategoryWeights)
-	fmt.Printf("  weights (tracked):             %s\n", size(wm.StartTracked))
-	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", *workers, *layers, size(act))
-	fmt.Printf("  peak tracked:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
-	am, _ := p.Category(memtrack.CategoryActivations)
-	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
-	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
-	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
-	printProcesses(base, p) // instances.go
+	printMeasurement(base, p, *workers, *layers, act)
 
 	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -154,6 +154,28 @@ func main() {
 	// The page lingers, and the trace ends, with the weights and the cache
 	// still allocated, so that they show the split.
 	stopView()
+}
+
+// printMeasurement writes the device's figures, from the baseline to the
+// end of the measured pass of workers requests through layers layers with
+// activations of act.
+//
+// Each figure is named once, for what it is (docs/glossary.md). "Tracked"
+// is what memtrack counts (buffers allocated through it); "used" is what
+// the OS or driver reports (on the CPU, this process's resident memory, or
+// its cgroup's usage); "untracked" is their difference.
+func printMeasurement(base memtrack.Usage, p memtrack.Measurement, workers, layers int, act int64) {
+	fmt.Printf("device %v: %s total\n", p.Device, size(p.Total))
+	fmt.Printf("  baseline (before the weights): %s used, %s free, %s tracked\n", size(base.Used), size(base.Free), size(base.Tracked))
+	wm, _ := p.Category(memtrack.CategoryWeights)
+	fmt.Printf("  weights (tracked):             %s\n", size(wm.StartTracked))
+	fmt.Printf("forward pass: %d requests x %d layers, activations of %s\n", workers, layers, size(act))
+	fmt.Printf("  peak tracked:                  %s, %s above the tracked bytes before the pass\n", size(p.PeakTracked), size(p.PeakTrackedIncrease))
+	am, _ := p.Category(memtrack.CategoryActivations)
+	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
+	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
+	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
+	printProcesses(base, p) // instances.go
 }
 
 // printBudget writes how a budget was reached; held and grown name its

@@ -48,7 +48,9 @@ func SetThreadContext(ctx uintptr) cudadrv.Result {
 // CtxCreate creates a context of one's own on device ordinal
 // (cuCtxCreate), which the driver pushes on the calling thread's stack: the
 // caller locks the thread.
-func CtxCreate(ordinal int) (uintptr, cudadrv.Result) { return handleOf(C.cudatest_ctx_create(C.int(ordinal))) }
+func CtxCreate(ordinal int) (uintptr, cudadrv.Result) {
+	return handleOf(C.cudatest_ctx_create(C.int(ordinal)))
+}
 
 // CtxDestroy destroys a context of CtxCreate (cuCtxDestroy).
 func CtxDestroy(ctx uintptr) cudadrv.Result {

@@ -40,4 +40,6 @@ func Load() error {
 
 // handleOf returns what a C helper made, as the package's functions return
 // it.
-func handleOf(h C.cudatest_handle) (uintptr, cudadrv.Result) { return uintptr(h.h), cudadrv.Result(h.r) }
+func handleOf(h C.cudatest_handle) (uintptr, cudadrv.Result) {
+	return uintptr(h.h), cudadrv.Result(h.r)
+}

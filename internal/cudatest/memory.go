@@ -24,7 +24,9 @@ import "github.com/memtrack/memtrack/internal/cudadrv"
 
 // MemAlloc allocates size bytes in the current context (cuMemAlloc), in the
 // calling thread's own stream capture mode.
-func MemAlloc(size int64) (uintptr, cudadrv.Result) { return handleOf(C.cudatest_mem_alloc(C.size_t(size))) }
+func MemAlloc(size int64) (uintptr, cudadrv.Result) {
+	return handleOf(C.cudatest_mem_alloc(C.size_t(size)))
+}
 
 // MemFree frees what MemAlloc allocated (cuMemFree).
 func MemFree(ptr uintptr) cudadrv.Result {

@@ -45,7 +45,9 @@ import "github.com/memtrack/memtrack/internal/cudadrv"
 
 // CreatePool creates a memory pool of device memory on device ordinal
 // (cuMemPoolCreate).
-func CreatePool(ordinal int) (uintptr, cudadrv.Result) { return handleOf(C.cudatest_pool_create(C.int(ordinal))) }
+func CreatePool(ordinal int) (uintptr, cudadrv.Result) {
+	return handleOf(C.cudatest_pool_create(C.int(ordinal)))
+}
 
 // SetMemPool makes pool the current pool of device ordinal
 // (cuDeviceSetMemPool), the one cuMemAllocAsync allocates from.
@@ -55,7 +57,9 @@ func SetMemPool(ordinal int, pool uintptr) cudadrv.Result {
 
 // DefaultPool returns the default pool of device ordinal
 // (cuDeviceGetDefaultMemPool).
-func DefaultPool(ordinal int) (uintptr, cudadrv.Result) { return handleOf(C.cudatest_default_pool(C.int(ordinal))) }
+func DefaultPool(ordinal int) (uintptr, cudadrv.Result) {
+	return handleOf(C.cudatest_default_pool(C.int(ordinal)))
+}
 
 // DestroyPool destroys a pool of CreatePool (cuMemPoolDestroy).
 func DestroyPool(pool uintptr) cudadrv.Result {
