@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memtrack/memtrack/internal/childtest"
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/memtrack/memtrack/internal/nvml"
@@ -34,15 +33,18 @@ const (
 type graphKit struct {
 	t      *testing.T
 	ctx    cudadrv.Context
-	fake   bool // the fake driver, under its own name: its figures are exact
+	fake   bool                    // the fake driver, under its own name: its figures are exact
+	base   cudadrv.GraphAttributes // the figures when the test began, trimmed
 	graphs map[uintptr]bool
 	execs  map[uintptr]bool
 }
 
 // newGraphKit retains device 0's primary context, or skips where the
-// driver has no graph memory, and trims the device's graph memory, so that
-// the test starts from what no graph holds.
-func newGraphKit(t *testing.T) *graphKit {
+// driver has no graph memory, trims the device's graph memory, so that the
+// test starts from what no graph holds, and reads the figures then
+// (k.base); it returns a stream of the device too, destroyed when the test
+// ends.
+func newGraphKit(t *testing.T) (*graphKit, uintptr) {
 	t.Helper()
 	ctx := primary(t, 0)
 	if err := cudadrv.GraphMem(); err != nil {
@@ -64,7 +66,8 @@ func newGraphKit(t *testing.T) *graphKit {
 		}
 	})
 	require.Equal(t, cudadrv.Call{}, cudadrv.GraphTrim(ctx))
-	return k
+	k.base = k.figures("before")
+	return k, newStream(t, ctx)
 }
 
 // in runs f on a locked thread whose current context is the device's.
@@ -112,6 +115,18 @@ func (k *graphKit) allocGraph(s uintptr, size int64, freed bool) (graph, ptr uin
 		}
 	})
 	return graph, ptr
+}
+
+// launched captures on s a graph that allocates size bytes and, where
+// freed, frees them, instantiates it, launches it on s and waits for the
+// stream; it returns the graph exec and the allocation's address.
+func (k *graphKit) launched(s uintptr, size int64, freed bool) (exec, ptr uintptr) {
+	k.t.Helper()
+	g, ptr := k.allocGraph(s, size, freed)
+	exec = k.exec(g)
+	require.Equal(k.t, cudadrv.Success, k.launch(exec, s))
+	k.sync(s)
+	return exec, ptr
 }
 
 // instantiate makes a graph exec of graph.
@@ -202,9 +217,8 @@ func (k *graphKit) exact(want, got int64, what string) {
 func TestGraphMemoryAtFirstLaunch(t *testing.T) {
 	for _, first := range []string{"launch", "upload"} {
 		t.Run(first, func(t *testing.T) {
-			k := newGraphKit(t)
-			s := newStream(t, k.ctx)
-			base, free0 := k.figures("before"), k.memFree()
+			k, s := newGraphKit(t)
+			base, free0 := k.base, k.memFree()
 			g, _ := k.allocGraph(s, 8*mib, true)
 			e := k.exec(g)
 			assert.Equal(t, base, k.figures("instantiated (the graph needs 8 MiB)"), "instantiation reserves no memory")
@@ -238,9 +252,8 @@ func TestGraphMemoryAtFirstLaunch(t *testing.T) {
 // Sharing: "Since the graphs in the same stream never run concurrently,
 // CUDA can and should use the same physical memory").
 func TestGraphMemoryReusedOnOneStream(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
-	base := k.figures("before")
+	k, s := newGraphKit(t)
+	base := k.base
 	ga, _ := k.allocGraph(s, 8*mib, true)
 	gb, _ := k.allocGraph(s, 12*mib, true)
 	a, b := k.exec(ga), k.exec(gb)
@@ -264,9 +277,8 @@ func TestGraphMemoryReusedOnOneStream(t *testing.T) {
 // "Blocks which are not in use by a graph that is either currently
 // executing or scheduled to execute are freed").
 func TestGraphMemoryOfConcurrentStreams(t *testing.T) {
-	k := newGraphKit(t)
-	s1, s2 := newStream(t, k.ctx), newStream(t, k.ctx)
-	base := k.figures("before")
+	k, s1 := newGraphKit(t)
+	s2, base := newStream(t, k.ctx), k.base
 	ga, _ := k.allocGraph(s1, 8*mib, true)
 	gb, _ := k.allocGraph(s2, 12*mib, true)
 	a, b := k.exec(ga), k.exec(gb)
@@ -302,13 +314,9 @@ func TestGraphMemoryOfConcurrentStreams(t *testing.T) {
 // footprint", graphMemoryFootprint sample); a trim then returns it, though
 // the graph exec still exists (Physical Memory Footprint).
 func TestGraphMemoryOfLiveAllocations(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
-	base := k.figures("before")
-	g, p := k.allocGraph(s, 8*mib, false)
-	e := k.exec(g)
-	require.Equal(t, cudadrv.Success, k.launch(e, s))
-	k.sync(s)
+	k, s := newGraphKit(t)
+	base := k.base
+	_, p := k.launched(s, 8*mib, false)
 	f1 := k.figures("a graph's 8 MiB allocation, live after the launch")
 	k.exact(base.GraphFootprint+8*mib, f1.GraphFootprint, "footprint")
 	k.trim()
@@ -331,9 +339,8 @@ func TestGraphMemoryOfLiveAllocations(t *testing.T) {
 // another graph's free node, cuMemFreeAsync and cuMemFree free it; and
 // destroying the graph and its exec frees none of it.
 func TestGraphAllocationOutlivesLaunch(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
-	base := k.figures("before")
+	k, s := newGraphKit(t)
+	base := k.base
 	g, p := k.allocGraph(s, 8*mib, false)
 	e := k.exec(g)
 	for launch := range 2 {
@@ -371,7 +378,7 @@ func TestGraphAllocationOutlivesLaunch(t *testing.T) {
 	assert.Equal(t, base.GraphFootprint, k.figures("freed, trimmed").GraphFootprint)
 
 	t.Run("auto free on launch", func(t *testing.T) {
-		k := newGraphKit(t)
+		k, _ := newGraphKit(t)
 		g, p := k.allocGraph(s, 8*mib, false)
 		e, r := k.instantiate(g, true)
 		require.Equal(t, cudadrv.Success, r)
@@ -390,8 +397,7 @@ func TestGraphAllocationOutlivesLaunch(t *testing.T) {
 // instantiation is refused until the first is destroyed
 // (cuGraphInstantiateWithFlags); a graph without them may have several.
 func TestGraphOneInstantiation(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
+	k, s := newGraphKit(t)
 	g, _ := k.allocGraph(s, 2*mib, true)
 	e := k.exec(g)
 	_, r := k.instantiate(g, false)
@@ -413,11 +419,8 @@ func TestGraphOneInstantiation(t *testing.T) {
 // current figure, the reference does not say: the fake offers both
 // (FAKECUDA_GRAPH_HIGH_RESET), and the test logs which the driver follows.
 func TestGraphHighsReset(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
-	g, _ := k.allocGraph(s, 12*mib, true)
-	require.Equal(t, cudadrv.Success, k.launch(k.exec(g), s))
-	k.sync(s)
+	k, s := newGraphKit(t)
+	k.launched(s, 12*mib, true)
 	f := k.figures("a 12 MiB graph launched")
 	require.Positive(t, f.GraphUsed)
 	assert.GreaterOrEqual(t, f.PeakGraphUsed, f.GraphUsed)
@@ -459,13 +462,9 @@ func TestGraphHighsReset(t *testing.T) {
 // the fake offers both (FAKECUDA_GRAPH_EXEC_DESTROY), and the test logs
 // which the driver follows.
 func TestGraphExecDestroyReading(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
-	base := k.figures("before")
-	g, _ := k.allocGraph(s, 8*mib, true)
-	e := k.exec(g)
-	require.Equal(t, cudadrv.Success, k.launch(e, s))
-	k.sync(s)
+	k, s := newGraphKit(t)
+	base := k.base
+	e, _ := k.launched(s, 8*mib, true)
 	f1 := k.figures("an 8 MiB graph launched")
 	k.destroyExec(e)
 	f2 := k.figures("its graph exec destroyed")
@@ -494,8 +493,7 @@ func TestGraphExecDestroyReading(t *testing.T) {
 // (Physical Memory Footprint: "cudaDeviceGraphMemTrim operates on a
 // different pool from cudaMemPoolTrimTo()").
 func TestGraphMemoryIsDeviceMemory(t *testing.T) {
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
+	k, s := newGraphKit(t)
 	pool, r := cudadrv.MemPool(0)
 	require.Equal(t, cudadrv.Success, r)
 	pool0, r := cudadrv.PoolGet(pool)
@@ -523,9 +521,7 @@ func TestGraphMemoryIsDeviceMemory(t *testing.T) {
 	}
 	base, free0 := k.figures("before"), k.memFree()
 	proc0, known0 := processUsed()
-	g, _ := k.allocGraph(s, 16*mib, true)
-	require.Equal(t, cudadrv.Success, k.launch(k.exec(g), s))
-	k.sync(s)
+	k.launched(s, 16*mib, true)
 	f := k.figures("a 16 MiB graph launched")
 	grown := f.GraphFootprint - base.GraphFootprint
 	free1 := k.memFree()
@@ -555,8 +551,8 @@ func TestGraphMemoryIsDeviceMemory(t *testing.T) {
 // driver call; an invalid operation invalidates the capture, which then
 // ends with no graph.
 func TestGraphCaptureID(t *testing.T) {
-	k := newGraphKit(t)
-	s1, s2 := newStream(t, k.ctx), newStream(t, k.ctx)
+	k, s1 := newGraphKit(t)
+	s2 := newStream(t, k.ctx)
 	info := func(s uintptr) cudadrv.Capture {
 		c, call := cudadrv.CaptureInfo(k.ctx, s)
 		require.Equal(t, cudadrv.Call{}, call)
@@ -619,10 +615,8 @@ func TestGraphCaptureID(t *testing.T) {
 // the test can fill.
 func TestGraphLaunchOutOfMemory(t *testing.T) {
 	requireFakeDriver(t)
-	k := newGraphKit(t)
-	s := newStream(t, k.ctx)
-	free0 := k.memFree()
-	base := k.figures("before")
+	k, s := newGraphKit(t)
+	free0, base := k.memFree(), k.base
 	g, _ := k.allocGraph(s, free0/2+mib, true)
 	e := k.exec(g)
 	p, c := cudadrv.Alloc(k.ctx, free0/2+mib)
@@ -697,73 +691,9 @@ func TestDriverCallsPerPair(t *testing.T) {
 	}, tracked, "one capture query per call, and no cuStreamIsCapturing")
 	assert.Equal(t, map[string]uint64{"cuCtxGetCurrent": 2, "cuMemAllocAsync": 1, "cuMemFreeAsync": 1}, raw)
 
-	k := newGraphKit(t)
+	k, _ := newGraphKit(t)
 	before, _ := cudatest.DriverCalls("cuDeviceGetGraphMemAttribute")
 	k.figures("read")
 	after, _ := cudatest.DriverCalls("cuDeviceGetGraphMemAttribute")
 	assert.Equal(t, uint64(4), after-before, "GraphGet reads the four figures")
-}
-
-// On a driver older than CUDA 11.4, or one without a graph memory call,
-// graph memory is off and says why (GraphMem), what needs the missing
-// calls answers CUDA_ERROR_NOT_SUPPORTED, and a capture makes no
-// allocation node; before CUDA 11.3 the capture check falls back to
-// cuStreamIsCapturing, which gives no ID.
-func TestGraphMemMissing(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		env   []string
-		call  string // what GraphMem names
-		why   string
-		nodes bool // a capture makes allocation nodes
-		id    bool // the capture check gives the ID
-	}{
-		{"CUDA 11.3", []string{"FAKECUDA_VERSION=11030"}, "cuDeviceGetGraphMemAttribute",
-			"cuDeviceGetGraphMemAttribute of CUDA 11.4 (it needs a driver of CUDA 11.4 or later)", false, true},
-		{"CUDA 11.2", []string{"FAKECUDA_VERSION=11020"}, "cuStreamGetCaptureInfo",
-			"cuStreamGetCaptureInfo of CUDA 11.3 (it needs a driver of CUDA 11.3 or later)", false, false},
-		{"no trim", []string{"FAKECUDA_HIDE=cuDeviceGraphMemTrim"}, "cuDeviceGraphMemTrim",
-			"cuDeviceGraphMemTrim of CUDA 11.4 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if !childtest.InChild(t, "MEMTRACK_CUDADRV_CHILD", tc.env...) {
-				return
-			}
-			requireFakeDriver(t)
-			ctx := primary(t, 0)
-			var m *cudadrv.MissingError
-			require.ErrorAs(t, cudadrv.GraphMem(), &m)
-			assert.Equal(t, tc.call, m.Call)
-			assert.Contains(t, m.Error(), tc.why)
-			if tc.call == "cuDeviceGraphMemTrim" {
-				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphTrim(ctx).Op)
-				_, c := cudadrv.GraphGet(ctx)
-				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
-			} else {
-				_, c := cudadrv.GraphGet(ctx)
-				assert.Equal(t, cudadrv.NotSupported, c.Op)
-				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphResetHighs(ctx).Op)
-			}
-			s := newStream(t, ctx)
-			onThread(t, ctx, func() {
-				require.Equal(t, cudadrv.Success, cudatest.BeginCapture(s, cudatest.CaptureRelaxed))
-				a := cudadrv.AllocAsync(ctx, mib, s)
-				assert.True(t, a.Capturing, "AllocAsync sees the capture")
-				assert.Equal(t, tc.id, a.CaptureID != 0, "and its ID where the driver has cuStreamGetCaptureInfo_v2")
-				p, r := cudatest.AllocAsync(uintptr(ctx), mib, s)
-				if tc.nodes {
-					assert.Equal(t, cudadrv.Success, r)
-					assert.Equal(t, cudadrv.Success, cudatest.FreeAsync(uintptr(ctx), p, s, 0))
-				} else {
-					assert.Equal(t, cudadrv.NotSupported, r, "no graph memory nodes before CUDA 11.4")
-				}
-				g, r := cudatest.EndCaptureGraph(s)
-				require.Equal(t, cudadrv.Success, r)
-				n, r := cudatest.GraphNodes(g)
-				require.Equal(t, cudadrv.Success, r)
-				assert.Equal(t, map[bool]int{true: 2, false: 0}[tc.nodes], n)
-				assert.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
-			})
-		})
-	}
 }
