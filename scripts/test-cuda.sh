@@ -103,9 +103,10 @@ if [[ -n ${CGO_CFLAGS:-} ]]; then
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
-echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c -> $fake/libcuda.so.1"
+echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
-	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c -lpthread
+	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c \
+	testdata/fakecuda/fakecuda_graph.c -lpthread
 nvml_module=$(go mod download -json github.com/NVIDIA/go-nvml@v0.13.4-1 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 fakenvml=$root/.cache/fakenvml
 mkdir -p "$fakenvml"
@@ -143,7 +144,8 @@ LD_BIND_NOW=1 go test -tags cuda -count=1 ./...
 # Where the driver's reference is silent the fake offers each reading behind
 # a switch (testdata/fakecuda/RULES.md); the figures must hold under every
 # one, not only the default.
-for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1; do
+for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 \
+	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done

@@ -27,7 +27,8 @@ typedef struct {
 	int spare_unused;   // memtrack_free_async: the event given was not used
 	CUdevice stream_device; // the stream's device, where other_device
 	int other_device;   // the stream is of another device: the operation did not run
-	int capturing;      // the stream captures a graph: the operation did not run
+	int capturing;      // the stream's CUstreamCaptureStatus: where not 0 (NONE), the operation did not run
+	cuuint64_t capture_id; // the stream's capture, where it is active (memtrack_check_capture)
 } memtrack_result;
 
 // memtrack_enter makes ctx current on the calling thread and returns in
@@ -71,12 +72,19 @@ static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUc
 	return r;
 }
 
-// memtrack_check_capture reports in res->capturing whether stream is
-// capturing a graph (cuStreamIsCapturing), or returns why it cannot say.
+// memtrack_check_capture reports in res->capturing the capture status of
+// stream (not 0 where it takes part in a capture), and in res->capture_id
+// the capture's ID where it is active, in one driver call:
+// cuStreamGetCaptureInfo_v2 (CUDA 11.3), or, on a driver without it,
+// cuStreamIsCapturing, which gives no ID. It returns why it cannot say,
+// where it cannot.
 static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *res) {
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-	CUresult r = memtrack_cu.cuStreamIsCapturing(stream, &st);
-	if (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) res->capturing = 1;
+	cuuint64_t id = 0;
+	CUresult r = memtrack_cu.cuStreamGetCaptureInfo ? memtrack_cu.cuStreamGetCaptureInfo(stream, &st, &id, NULL, NULL, NULL)
+							 : memtrack_cu.cuStreamIsCapturing(stream, &st);
+	if (r == CUDA_SUCCESS) res->capturing = st;
+	if (r == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE) res->capture_id = id;
 	return r;
 }
 

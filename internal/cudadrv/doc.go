@@ -20,7 +20,8 @@
 // table costs what the direct call of a linked binary cost: one indirect
 // call. Without the library, or without a call every operation needs,
 // Load says why ([*LoadError]) and nothing else may be called; without an
-// optional call, what needs it is off and says so ([MemPools], [UUIDs]).
+// optional call, what needs it is off and says so ([MemPools], [UUIDs],
+// [GraphMem]).
 // [Fill] fills a table of one's own the same way (internal/cudatest's).
 //
 // # The driver rules it relies on
@@ -95,8 +96,45 @@
 //     an event last recorded in a capture fails with CUDA_ERROR_CAPTURED_EVENT
 //     (cuda.h). [Alloc] and [Free] run in relaxed mode, as PyTorch's caching
 //     allocator wraps cudaMalloc, so that they never invalidate anyone's
-//     capture; [AllocAsync] and [FreeAsync] ask cuStreamIsCapturing and run
-//     nothing on a capturing stream.
+//     capture; [AllocAsync] and [FreeAsync] ask cuStreamGetCaptureInfo_v2
+//     (cuStreamIsCapturing before CUDA 11.3) and run nothing on a capturing
+//     stream, reporting the capture's ID from the same call. The ID is
+//     "unique over the lifetime of the process", and valid only while the
+//     capture is active (cuStreamGetCaptureInfo); a stream that waits for an
+//     event recorded in a capture joins it, capturing into the same graph,
+//     and leaves it when the capture ends on its origin stream (CUDA
+//     Programming Guide, Cross-stream Dependencies and Events), so it
+//     reports the same ID ([CaptureInfo]).
+//
+//   - Graph memory. On a capturing stream, cuMemAllocAsync and
+//     cuMemFreeAsync add allocation and free nodes to the graph; the
+//     allocation's address is assigned at once and "remains fixed across
+//     instantiations and launches" (cuGraphAddMemAllocNode). An allocation
+//     the graph does not free outlives each launch until cuMemFreeAsync,
+//     cuMemFree or another graph's free node frees it; a graph exec whose
+//     allocation is still live cannot be launched again
+//     (CUDA_ERROR_INVALID_VALUE, cuGraphLaunch), and a graph with memory
+//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags).
+//     Instantiation maps no memory; the first launch, or cuGraphUpload,
+//     does (CUDA Programming Guide, Graph Memory Nodes: First Launch /
+//     cudaGraphUpload). Graphs launched one after another on one stream
+//     share their memory; graphs that may run at once, on other streams,
+//     need their own (Physical Memory Management and Sharing). Freeing
+//     graph allocations does not shrink the memory kept; cuDeviceGraphMemTrim
+//     returns what no executing or scheduled graph and no unfreed
+//     allocation uses, from graph execs not destroyed too (Physical Memory
+//     Footprint; NVIDIA's graphMemoryFootprint sample). The figures
+//     ([GraphGet]): USED_MEM_CURRENT, "the amount of physical memory
+//     currently mapped by at least one graph", RESERVED_MEM_CURRENT, "the
+//     amount of physical memory reserved by the driver for graph
+//     allocations", and their high-water marks, which accept 0 alone
+//     (cuDeviceSetGraphMemAttribute); graph memory is in no memory pool's
+//     attributes ("cudaDeviceGraphMemTrim operates on a different pool from
+//     cudaMemPoolTrimTo()"), but it is the process's device memory, which
+//     cuMemGetInfo counts. Graph memory nodes need a driver of CUDA 11.4
+//     (Support and Compatibility). Whether a reset high-water mark reads 0
+//     or the current figure, and whether a destroyed graph exec's memory
+//     stays mapped until a trim, the documents do not say.
 //
 //   - The legacy default stream waits for the work enqueued before on every
 //     blocking stream of its context, and a blocking stream's work waits for

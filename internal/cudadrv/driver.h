@@ -25,6 +25,8 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUuuid_st {
 	char bytes[16];
 } CUuuid;
@@ -32,6 +34,7 @@ typedef int CUdevice_attribute;    // enum CUdevice_attribute_enum
 typedef int CUmemPool_attribute;   // enum CUmemPool_attribute_enum
 typedef int CUstreamCaptureMode;   // enum CUstreamCaptureMode_enum
 typedef int CUstreamCaptureStatus; // enum CUstreamCaptureStatus_enum
+typedef int CUgraphMem_attribute;  // enum CUgraphMem_attribute_enum
 
 // ---- values (cuda.h)
 
@@ -46,6 +49,8 @@ enum {
 	CU_EVENT_DISABLE_TIMING = 0x2, // CUevent_flags
 
 	CU_STREAM_CAPTURE_STATUS_NONE = 0, // CUstreamCaptureStatus
+	CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
 
 	CU_STREAM_CAPTURE_MODE_GLOBAL = 0, // CUstreamCaptureMode
 	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
@@ -58,6 +63,11 @@ enum {
 	CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
 	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
 	CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+
+	CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0, // CUgraphMem_attribute
+	CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+	CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
 };
 
 // ---- the calls
@@ -108,7 +118,12 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 	X(cuDeviceGetMemPool, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, CUdevice dev)) \
 	X(cuMemPoolGetAttribute, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
 	X(cuMemPoolSetAttribute, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
-	X(cuMemPoolTrimTo, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, size_t keep))
+	X(cuMemPoolTrimTo, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, size_t keep)) \
+	X(cuStreamGetCaptureInfo, _v2, 11030, MEMTRACK_OPTIONAL, (CUstream stream, CUstreamCaptureStatus *status, \
+		cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)) \
+	X(cuDeviceGetGraphMemAttribute, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev, CUgraphMem_attribute attr, void *value)) \
+	X(cuDeviceSetGraphMemAttribute, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev, CUgraphMem_attribute attr, void *value)) \
+	X(cuDeviceGraphMemTrim, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev))
 
 // MEMTRACK_CUDA_FIELD declares a call of a list as a field of a table.
 #define MEMTRACK_CUDA_FIELD(name, suffix, version, need, params) CUresult (*name) params;

@@ -10,6 +10,7 @@ import (
 
 	"github.com/memtrack/memtrack/internal/childtest"
 	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -183,6 +184,74 @@ func TestLoadHidden(t *testing.T) {
 			require.Equal(t, cudadrv.Call{}, f.Call)
 			cudadrv.EventDestroy(f.Event)
 			assert.Equal(t, cudadrv.NotSupported, cudadrv.PoolTrimTo(pool, 0))
+		})
+	}
+}
+
+// On a driver older than CUDA 11.4, or one without a graph memory call,
+// graph memory is off and says why (GraphMem), what needs the missing
+// calls answers CUDA_ERROR_NOT_SUPPORTED, and a capture makes no
+// allocation node; before CUDA 11.3 the capture check falls back to
+// cuStreamIsCapturing, which gives no ID.
+func TestGraphMemMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		call  string // what GraphMem names
+		why   string
+		nodes bool // a capture makes allocation nodes
+		id    bool // the capture check gives the ID
+	}{
+		{"CUDA 11.3", []string{"FAKECUDA_VERSION=11030"}, "cuDeviceGetGraphMemAttribute",
+			"cuDeviceGetGraphMemAttribute of CUDA 11.4 (it needs a driver of CUDA 11.4 or later)", false, true},
+		{"CUDA 11.2", []string{"FAKECUDA_VERSION=11020"}, "cuStreamGetCaptureInfo",
+			"cuStreamGetCaptureInfo of CUDA 11.3 (it needs a driver of CUDA 11.3 or later)", false, false},
+		{"no trim", []string{"FAKECUDA_HIDE=cuDeviceGraphMemTrim"}, "cuDeviceGraphMemTrim",
+			"cuDeviceGraphMemTrim of CUDA 11.4 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !childtest.InChild(t, "MEMTRACK_CUDADRV_CHILD", tc.env...) {
+				return
+			}
+			requireFakeDriver(t)
+			ctx := primary(t, 0)
+			var m *cudadrv.MissingError
+			require.ErrorAs(t, cudadrv.GraphMem(), &m)
+			assert.Equal(t, tc.call, m.Call)
+			assert.Contains(t, m.Error(), tc.why)
+			if tc.call == "cuDeviceGraphMemTrim" {
+				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphTrim(ctx).Op)
+				_, c := cudadrv.GraphGet(ctx)
+				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
+			} else {
+				_, c := cudadrv.GraphGet(ctx)
+				assert.Equal(t, cudadrv.NotSupported, c.Op)
+				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphResetHighs(ctx).Op)
+			}
+			s := newStream(t, ctx)
+			onThread(t, ctx, func() {
+				require.Equal(t, cudadrv.Success, cudatest.BeginCapture(s, cudatest.CaptureRelaxed))
+				a := cudadrv.AllocAsync(ctx, mib, s)
+				assert.True(t, a.Capturing, "AllocAsync sees the capture")
+				assert.Equal(t, tc.id, a.CaptureID != 0, "and its ID where the driver has cuStreamGetCaptureInfo_v2")
+				c, call := cudadrv.CaptureInfo(ctx, s)
+				assert.Equal(t, cudadrv.Call{}, call)
+				assert.Equal(t, cudadrv.CaptureOngoing, c.Status)
+				assert.Equal(t, a.CaptureID, c.ID)
+				p, r := cudatest.AllocAsync(uintptr(ctx), mib, s)
+				if tc.nodes {
+					assert.Equal(t, cudadrv.Success, r)
+					assert.Equal(t, cudadrv.Success, cudatest.FreeAsync(uintptr(ctx), p, s, 0))
+				} else {
+					assert.Equal(t, cudadrv.NotSupported, r, "no graph memory nodes before CUDA 11.4")
+				}
+				g, r := cudatest.EndCaptureGraph(s)
+				require.Equal(t, cudadrv.Success, r)
+				n, r := cudatest.GraphNodes(g)
+				require.Equal(t, cudadrv.Success, r)
+				assert.Equal(t, map[bool]int{true: 2, false: 0}[tc.nodes], n)
+				assert.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
+			})
 		})
 	}
 }

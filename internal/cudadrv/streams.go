@@ -2,10 +2,11 @@
 
 package cudadrv
 
-// Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) and how a
-// free is learned to have run: an event recorded after it. Each call makes the
-// stream's context current, operates and restores the thread's context, in
-// one cgo call, so that the goroutine need not be locked to its thread.
+// Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync), how a free
+// is learned to have run (an event recorded after it), and the capture a
+// stream takes part in. Each call makes the stream's context current,
+// operates and restores the thread's context, in one cgo call, so that the
+// goroutine need not be locked to its thread.
 
 /*
 #include <stdint.h>
@@ -69,13 +70,14 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 }
 
 // memtrack_check_stream reports what memtrack_alloc_async would find of
-// stream (another device, a capture) without allocating.
-static memtrack_result memtrack_check_stream(uintptr_t c, uintptr_t handle) {
+// stream (another device, a capture) without allocating; where any_device,
+// it asks for the capture of a stream of another device too.
+static memtrack_result memtrack_check_stream(uintptr_t c, uintptr_t handle, int any_device) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
 	CUcontext prev;
 	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = memtrack_check_capture((CUstream)handle, &a);
+	if (!a.other_device || any_device) a.op = memtrack_check_capture((CUstream)handle, &a);
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
@@ -120,20 +122,23 @@ type StreamCall struct {
 	OtherDevice  bool    // the stream is of another device than ctx's: nothing ran
 	StreamDevice int     // the stream's device, where OtherDevice
 	Capturing    bool    // the stream is capturing a graph: nothing ran
+	CaptureID    uint64  // where Capturing and the capture is active: its ID, unique in the process (0 where the driver cannot say, before CUDA 11.3)
 }
 
 func streamCallOf(r C.memtrack_result) StreamCall {
 	return StreamCall{
 		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Retired: r.retired != 0,
 		Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
-		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0,
+		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureID: uint64(r.capture_id),
 	}
 }
 
 // AllocAsync allocates size bytes on stream (cuMemAllocAsync), from the
 // current pool of the stream's device, in the stream's context
 // (cuStreamGetCtx). A stream of another device than ctx's, or one that is
-// capturing a graph (cuStreamIsCapturing), allocates nothing. Where the
+// capturing a graph (cuStreamGetCaptureInfo_v2, which gives the capture's
+// ID in the same call; cuStreamIsCapturing before CUDA 11.3), allocates
+// nothing. Where the
 // driver lacks cuMemAllocAsync the result is CUDA_ERROR_NOT_SUPPORTED
 // (MemPools says why); so for FreeAsync and cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
@@ -141,9 +146,10 @@ func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 }
 
 // CheckStream reports what AllocAsync would find of stream, in ctx, without
-// allocating: whether it is of another device, or capturing a graph.
+// allocating: whether it is of another device, or capturing a graph, and
+// which capture.
 func CheckStream(ctx Context, stream uintptr) StreamCall {
-	return streamCallOf(C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream)))
+	return streamCallOf(C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream), 0))
 }
 
 // FreeAsync frees ptr on stream (cuMemFreeAsync) in the stream's context
@@ -175,3 +181,32 @@ func EventsReached(ctx Context, events []Event, out []Result) {
 
 // EventDestroy destroys an event (cuEventDestroy).
 func EventDestroy(e Event) { C.memtrack_event_destroy(e.p) }
+
+// CaptureStatus is a stream's capture status (CUstreamCaptureStatus).
+type CaptureStatus int
+
+// The capture statuses of cuda.h.
+const (
+	CaptureNone        CaptureStatus = C.CU_STREAM_CAPTURE_STATUS_NONE        // not capturing
+	CaptureOngoing     CaptureStatus = C.CU_STREAM_CAPTURE_STATUS_ACTIVE      // capturing
+	CaptureInvalidated CaptureStatus = C.CU_STREAM_CAPTURE_STATUS_INVALIDATED // capturing, but the capture failed: it will end with no graph
+)
+
+// Capture is a stream's part in a capture (cuStreamGetCaptureInfo_v2).
+type Capture struct {
+	Status CaptureStatus
+	// ID is the capture's ID, "unique over the lifetime of the process",
+	// where Status is CaptureOngoing; 0 otherwise. Streams that joined a
+	// capture by waiting for an event recorded in it share its ID.
+	ID uint64
+}
+
+// CaptureInfo returns stream's capture status and, where it is active,
+// the capture's ID, asked in the stream's context (cuStreamGetCtx), a
+// stream of another device's too, in the one driver call AllocAsync makes
+// (cuStreamGetCaptureInfo_v2; cuStreamIsCapturing, which gives no ID,
+// before CUDA 11.3).
+func CaptureInfo(ctx Context, stream uintptr) (Capture, Call) {
+	r := C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream), 1)
+	return Capture{Status: CaptureStatus(r.capturing), ID: uint64(r.capture_id)}, callOf(r)
+}

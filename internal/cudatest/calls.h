@@ -10,8 +10,7 @@
 
 #include "../cudadrv/driver.h"
 
-typedef struct CUgraph_st *CUgraph;
-typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef void (*CUhostFn)(void *data);
 
 // CUmemPoolProps_v1: the pool's properties (cuMemPoolCreate).
@@ -29,6 +28,7 @@ typedef struct {
 enum {
 	CU_MEM_ALLOCATION_TYPE_PINNED = 1,
 	CU_MEM_LOCATION_TYPE_DEVICE = 1,
+	CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1, // CUgraphInstantiate_flags
 };
 
 // CUDATEST_CALLS lists the calls of the tests that the library does not
@@ -46,6 +46,10 @@ enum {
 	X(cuStreamEndCapture, , 10000, MEMTRACK_ESSENTIAL, (CUstream stream, CUgraph *graph)) \
 	X(cuGraphGetNodes, , 10000, MEMTRACK_ESSENTIAL, (CUgraph graph, CUgraphNode *nodes, size_t *n)) \
 	X(cuGraphDestroy, , 10000, MEMTRACK_ESSENTIAL, (CUgraph graph)) \
+	X(cuGraphInstantiateWithFlags, , 11040, MEMTRACK_OPTIONAL, (CUgraphExec *exec, CUgraph graph, unsigned long long flags)) \
+	X(cuGraphUpload, , 11010, MEMTRACK_OPTIONAL, (CUgraphExec exec, CUstream stream)) \
+	X(cuGraphLaunch, , 10000, MEMTRACK_OPTIONAL, (CUgraphExec exec, CUstream stream)) \
+	X(cuGraphExecDestroy, , 10000, MEMTRACK_OPTIONAL, (CUgraphExec exec)) \
 	X(cuMemPoolCreate, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, const CUmemPoolProps *props)) \
 	X(cuMemPoolDestroy, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool)) \
 	X(cuDeviceSetMemPool, , 11020, MEMTRACK_OPTIONAL, (CUdevice dev, CUmemoryPool pool)) \

@@ -1,7 +1,9 @@
 // Package cudatest is test equipment for memtrack's CUDA tests, built with
 // -tags cuda: the driver calls that only tests make (contexts and streams of
-// their own, stream capture, a memory pool set current, a stream held back
-// by a host function, the raw calls the benchmarks compare with). It calls
+// their own, stream capture, graphs instantiated, uploaded and launched, a
+// memory pool set current, a stream held back by a host function, the raw
+// calls the benchmarks compare with), and the fake driver's count of the
+// calls of each entry point (DriverCalls). It calls
 // the driver through a table of its own, filled by the loader of
 // internal/cudadrv (cudadrv.Fill), so that a test binary, like the library,
 // links no libcuda and needs no cuda.h to build. The library never imports

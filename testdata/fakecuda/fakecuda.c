@@ -3,7 +3,7 @@
 // library, and a model of the driver's documented behaviour: RULES.md lists
 // each rule it follows with its source. scripts/test-cuda.sh builds it with
 //
-//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c fakecuda_proc.c -lpthread
+//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c -lpthread
 //
 // It exports every cu* symbol that github.com/mumax/3/cuda/cu references, plus
 // the primary-context, context-stack and error-name calls memtrack makes, and
@@ -17,9 +17,16 @@
 // names and the memory calls work; device memory is host memory. A context
 // that is not alive (a primary context retained by nobody, a destroyed one,
 // a pointer the fake never gave out) is refused where the driver refuses it.
-// Streams, events, host functions and memory pools are in fakecuda_stream.c,
-// the version and cuGetProcAddress in fakecuda_proc.c, both built with it.
+// Streams, events, host functions, memory pools and stream capture are in
+// fakecuda_stream.c, graphs and graph memory in fakecuda_graph.c, the
+// version and cuGetProcAddress in fakecuda_proc.c, all built with it.
 // Everything else returns CUDA_ERROR_NOT_SUPPORTED.
+//
+// It counts the calls of each entry point, every call that passes its
+// prologue (the calls FAKECUDA_FAIL counts), per process:
+// fakecuda_calls(name), which a test finds with dlsym, returns the count of
+// the base name (cuMemAlloc for cuMemAlloc_v2), so that it can tell how
+// many driver calls an operation takes.
 //
 // It is configured by environment variables, read once, on the first call:
 //
@@ -307,12 +314,50 @@ static int sticky(CUresult r) {
 	}
 }
 
-// enter is the prologue of every call named fn: it stops the process if
-// the driver configured has no fn (fakecuda_proc.c), and returns the
-// configured error, the sticky error, or the fault injected into this call,
-// if any.
+// ---- the calls of each entry point
+
+// The counts of calls, by the address of the name each entry point passes
+// to its prologue: one slot per address, taken on the first call, counted
+// without a lock. Names are string literals, so an entry point always
+// passes the same address; fakecuda_calls sums the slots of one name.
+#define CALL_SLOTS 512
+static struct {
+	const char *name;
+	unsigned long calls;
+} call_counts[CALL_SLOTS];
+
+static void count_call(const char *fn) {
+	size_t h = (size_t)(((uintptr_t)fn >> 3) * 0x9E3779B97F4A7C15ull >> 40);
+	for (size_t i = 0; i < CALL_SLOTS; i++) {
+		size_t k = (h + i) % CALL_SLOTS;
+		const char *cur = __atomic_load_n(&call_counts[k].name, __ATOMIC_ACQUIRE);
+		if (!cur && __atomic_compare_exchange_n(&call_counts[k].name, &cur, fn, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			cur = fn;
+		if (cur == fn) {
+			__atomic_add_fetch(&call_counts[k].calls, 1, __ATOMIC_RELAXED);
+			return;
+		}
+	}
+}
+
+// fakecuda_calls returns how many calls the process made to the entry
+// points of base name name (cuMemAlloc for cuMemAlloc_v2) so far.
+unsigned long fakecuda_calls(const char *name) {
+	unsigned long n = 0;
+	for (size_t k = 0; k < CALL_SLOTS; k++) {
+		const char *cur = __atomic_load_n(&call_counts[k].name, __ATOMIC_ACQUIRE);
+		if (cur && strcmp(cur, name) == 0) n += __atomic_load_n(&call_counts[k].calls, __ATOMIC_RELAXED);
+	}
+	return n;
+}
+
+// enter is the prologue of every call named fn: it counts the call, stops
+// the process if the driver configured has no fn (fakecuda_proc.c), and
+// returns the configured error, the sticky error, or the fault injected
+// into this call, if any.
 static CUresult enter(const char *fn) {
 	pthread_once(&config_once, configure);
+	count_call(fn);
 	if (fakecuda_gated) fakecuda_absent(fn, NULL);
 	if (every_call != CUDA_SUCCESS) return every_call;
 	// Without faults nothing below can happen: no lock on the fast path.
@@ -479,6 +524,7 @@ static CUresult lookup(CUresult code, const char **name, const char **text) {
 
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
 	pthread_once(&config_once, configure);
+	count_call("cuGetErrorName");
 	if (fakecuda_gated) fakecuda_absent("cuGetErrorName", NULL);
 	if (!pStr) return CUDA_ERROR_INVALID_VALUE;
 	return lookup(error, pStr, NULL);
@@ -486,6 +532,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
 	pthread_once(&config_once, configure);
+	count_call("cuGetErrorString");
 	if (fakecuda_gated) fakecuda_absent("cuGetErrorString", NULL);
 	if (!pStr) return CUDA_ERROR_INVALID_VALUE;
 	return lookup(error, NULL, pStr);

@@ -1,7 +1,8 @@
 // fakecuda_stream.c is the stream-ordered half of the fake driver (see
 // fakecuda.c, with which it is built): streams, events, host functions,
-// cuMemsetD8Async, and each device's default memory pool with
-// cuMemAllocAsync and cuMemFreeAsync.
+// cuMemsetD8Async, each device's default memory pool with cuMemAllocAsync
+// and cuMemFreeAsync, and stream capture (the graphs it records, their
+// memory nodes and their launches are fakecuda_graph.c's).
 //
 // Each stream has a worker thread that executes its operations in order,
 // after a configurable delay per operation, so that "freed on the host,
@@ -16,6 +17,12 @@
 // cuMemAllocAsync's return; a free stops counting when its stream executes
 // it. Reserved memory above the release threshold (0 by default) returns to
 // the device at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo returns what is free above its argument.
+//
+// A capture (cuStreamBeginCapture) has an ID unique over the process's
+// lifetime (cuStreamGetCaptureInfo); a stream that waits for an event
+// recorded in it joins it, and cuStreamEndCapture on the origin stream ends
+// it for all of them. Work captured becomes nodes of the capture's graph
+// (fakecuda_graph.c), which each launch of the graph runs.
 //
 // Its environment variables, read once:
 //
@@ -66,20 +73,36 @@
 #define GRANULE ((size_t)2 << 20)
 
 struct CUstream_st;
-static CUresult graph_alloc(struct CUstream_st *s, CUdeviceptr *dptr, size_t size);
-static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr);
+
+// From fakecuda_graph.c: a capture's graph and its nodes, and the graph
+// allocations that outlive their launch (each with smu held but the first).
+struct CUgraph_st *fakecuda_graph_new(void);
+void fakecuda_graph_discard(struct CUgraph_st *g);
+void fakecuda_graph_node(struct CUgraph_st *g);
+void fakecuda_graph_host(struct CUgraph_st *g, CUhostFn fn, void *data);
+void fakecuda_graph_memset(struct CUgraph_st *g, void *dst, unsigned char value, size_t n);
+CUresult fakecuda_graph_alloc(struct CUgraph_st *g, int dev, size_t size, CUdeviceptr *dptr);
+CUresult fakecuda_graph_free(struct CUgraph_st *g, CUdeviceptr dptr);
+CUresult fakecuda_graph_free_async(struct CUstream_st *s, CUdeviceptr dptr);
+CUresult fakecuda_graph_free_now(CUdeviceptr dptr);
+void fakecuda_graph_stream_gone(struct CUstream_st *s);
 
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
 CUcontext fakecuda_current(void);
 CUresult fakecuda_poisoned(void);
 int fakecuda_context_device(CUcontext ctx);
+int fakecuda_version(void);
+
+// From fakecuda_proc.c.
+extern int fakecuda_gated;
+void fakecuda_absent(const char *fn, void *variant);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
 void fakecuda_give(int dev, size_t n);
 
-enum op_kind { OP_FREE, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_MEMSET };
+enum op_kind { OP_FREE, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_MEMSET, OP_CALL };
 
 struct op {
 	struct op *next;
@@ -88,9 +111,21 @@ struct op {
 	struct CUevent_st *event; // OP_RECORD, OP_WAIT
 	long gen;                 // OP_RECORD, OP_WAIT: the event's record
 	CUhostFn fn;              // OP_HOSTFN
-	void *data;               // OP_HOSTFN; OP_MEMSET: the memory
+	void *data;               // OP_HOSTFN, OP_CALL; OP_MEMSET: the memory
 	unsigned char value;      // OP_MEMSET
 	size_t n;                 // OP_MEMSET
+	void (*call)(void *data); // OP_CALL: fakecuda_graph.c's work (a launch, a free)
+};
+
+// A capture sequence: begun on its origin stream, joined by the streams
+// that wait for an event it captured, ended on the origin stream.
+struct capture {
+	unsigned long long id;     // unique over the process's lifetime
+	int status;                // CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED
+	CUstreamCaptureMode mode;
+	pthread_t thread;          // the thread that began it
+	struct CUstream_st *origin;
+	struct CUgraph_st *graph;  // what it recorded (fakecuda_graph.c)
 };
 
 #define MAX_KNOWN 16
@@ -103,9 +138,7 @@ struct CUstream_st {
 	long enq;        // operations enqueued so far, allocations included
 	long host_seen;  // enq when the host last saw the stream drained (a synchronize)
 	int capturing;   // CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED, or 0
-	CUstreamCaptureMode capture_mode;
-	pthread_t capture_thread; // the thread that began the capture
-	struct CUgraph_st *graph; // what the capture recorded
+	struct capture *cap; // the capture it takes part in, while capturing
 	struct {         // what this stream waits for of others (cuStreamWaitEvent)
 		struct CUstream_st *stream;
 		long pos;
@@ -127,6 +160,7 @@ struct CUevent_st {
 	struct CUstream_st *stream; // the stream of the last record
 	long pos;                   // that stream's enq at the last record
 	int captured;               // the last record was captured into a graph
+	unsigned long long capture_id; // that capture's
 	int pending;                // records and waits enqueued, not yet executed
 	int destroyed;              // cuEventDestroy was called: freed once nothing is pending
 };
@@ -138,11 +172,6 @@ static void release_event(struct CUevent_st *e) {
 	if (e->destroyed && e->pending == 0) free(e);
 }
 
-// A graph a capture returned: the fake keeps only how many nodes it holds.
-struct CUgraph_st {
-	long nodes;
-};
-
 struct palloc {
 	struct palloc *next;
 	void *mem;
@@ -150,7 +179,6 @@ struct palloc {
 	size_t used; // counted in the pool: size rounded up
 	int device;
 	int freeing; // a cuMemFreeAsync of it is enqueued
-	int graph;   // a graph allocation, made during a capture: not in the pool
 	int uncounted; // its bytes already left the pool's used figure (FAKECUDA_POOL_FREE=enqueued)
 	struct CUstream_st *free_stream; // cuMemFreeAsync: its stream and its position there
 	long free_pos;
@@ -292,6 +320,22 @@ static void pool_free(struct palloc *a, int by_stream) {
 
 // ---- streams
 
+// run_hostfn runs a host function as a stream or a graph launch reaches it.
+// A host function is not called after an error in the context
+// (cuLaunchHostFunc); host functions of different streams may be
+// serialized, and the fake serializes them unless FAKECUDA_HOSTFN_SERIAL=0;
+// each waits FAKECUDA_HOSTFN_DELAY_US first.
+static void run_hostfn(CUhostFn fn, void *data) {
+	if (fakecuda_poisoned() != CUDA_SUCCESS) return;
+	if (hostfn_delay_us > 0) {
+		struct timespec ts = {hostfn_delay_us / 1000000, (hostfn_delay_us % 1000000) * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (hostfn_serial) pthread_mutex_lock(&hostfn_mu);
+	fn(data);
+	if (hostfn_serial) pthread_mutex_unlock(&hostfn_mu);
+}
+
 static void execute(struct CUstream_st *s, struct op *o) {
 	switch (o->kind) {
 	case OP_FREE:
@@ -315,21 +359,13 @@ static void execute(struct CUstream_st *s, struct op *o) {
 		pthread_mutex_unlock(&smu);
 		break;
 	case OP_HOSTFN:
-		// A host function is not called after an error in the context
-		// (cuLaunchHostFunc); host functions of different streams may be
-		// serialized, and the fake serializes them unless
-		// FAKECUDA_HOSTFN_SERIAL=0; each waits FAKECUDA_HOSTFN_DELAY_US first.
-		if (fakecuda_poisoned() != CUDA_SUCCESS) break;
-		if (hostfn_delay_us > 0) {
-			struct timespec ts = {hostfn_delay_us / 1000000, (hostfn_delay_us % 1000000) * 1000};
-			nanosleep(&ts, NULL);
-		}
-		if (hostfn_serial) pthread_mutex_lock(&hostfn_mu);
-		o->fn(o->data);
-		if (hostfn_serial) pthread_mutex_unlock(&hostfn_mu);
+		run_hostfn(o->fn, o->data);
 		break;
 	case OP_MEMSET:
 		memset(o->data, o->value, o->n);
+		break;
+	case OP_CALL:
+		o->call(o->data);
 		break;
 	}
 }
@@ -426,6 +462,9 @@ static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, in
 // enqueue appends o to s (smu held).
 static void append(struct CUstream_st *s, struct op *o);
 static void implicit_order(struct CUstream_st *s);
+static void invalidate(struct capture *c);
+static struct capture *active_capture(unsigned long long id);
+static void join(struct CUstream_st *s, struct capture *c);
 
 static void enqueue(struct CUstream_st *s, struct op *o) {
 	if (!s->capturing) implicit_order(s);
@@ -475,8 +514,15 @@ static void implicit_order(struct CUstream_st *s) {
 static void append(struct CUstream_st *s, struct op *o) {
 	if (s->capturing) {
 		// Captured into the graph, not executed (cuStreamBeginCapture): a
-		// host function runs when the graph is launched, on every launch.
-		if (s->graph) s->graph->nodes++;
+		// host function or a memset runs when the graph is launched, on
+		// every launch.
+		struct CUgraph_st *g = s->cap->graph;
+		if (o->kind == OP_HOSTFN)
+			fakecuda_graph_host(g, o->fn, o->data);
+		else if (o->kind == OP_MEMSET)
+			fakecuda_graph_memset(g, o->data, o->value, o->n);
+		else
+			fakecuda_graph_node(g);
 		free(o);
 		return;
 	}
@@ -519,6 +565,17 @@ static void synchronized(void) {
 	}
 }
 
+// invalidate invalidates capture c, and with it every stream that takes
+// part in it: "When an invalid operation is attempted during stream
+// capture, any associated capture graphs are invalidated" (smu held).
+static void invalidate(struct capture *c) {
+	c->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct CUstream_st *t = all_streams[i];
+		if (t && t->cap == c) __atomic_store_n(&t->capturing, CU_STREAM_CAPTURE_STATUS_INVALIDATED, __ATOMIC_RELEASE);
+	}
+}
+
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	int dev;
 	sconfig();
@@ -543,6 +600,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	pthread_mutex_lock(&smu);
 	drain(h);
 	observe(h, h->enq);
+	fakecuda_graph_stream_gone(h);
 	for (int i = 0; i < MAX_STREAMS; i++)
 		if (all_streams[i] == h) all_streams[i] = NULL;
 	h->stop = 1;
@@ -563,7 +621,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 	pthread_mutex_lock(&smu);
 	if (s->capturing) {
 		// Not permitted while the stream captures; it invalidates the capture.
-		s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		invalidate(s->cap);
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
@@ -595,7 +653,7 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 	if (r != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	if (s->capturing) {
-		s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		invalidate(s->cap);
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
@@ -629,6 +687,8 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
 	*o = (struct op){.kind = OP_WAIT, .event = e, .gen = e->recorded};
+	struct capture *c = e->captured ? active_capture(e->capture_id) : NULL;
+	if (c && !s->capturing) join(s, c);
 	if (e->stream) learn(s, e->stream, e->pos);
 	if (!s->capturing) e->pending++;
 	enqueue(s, o);
@@ -657,7 +717,26 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CU
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 static __thread int own_strict_captures;
 static int global_captures; // captures begun in CU_STREAM_CAPTURE_MODE_GLOBAL, by any thread (smu)
-static struct CUstream_st *capturing_streams[64]; // smu
+#define MAX_CAPTURES 64
+static struct capture *captures[MAX_CAPTURES]; // the captures begun and not ended (smu)
+static unsigned long long capture_ids;        // the last capture's ID (smu)
+
+// active_capture returns the capture of ID id that has not ended, or NULL
+// (smu held).
+static struct capture *active_capture(unsigned long long id) {
+	for (int i = 0; i < MAX_CAPTURES; i++)
+		if (captures[i] && captures[i]->id == id) return captures[i];
+	return NULL;
+}
+
+// join places s, which waits for an event recorded in capture c, into
+// capture mode, capturing into c's graph ("When a captured event is waited
+// on by a stream, it places the stream in capture mode if it is not
+// already"; smu held).
+static void join(struct CUstream_st *s, struct capture *c) {
+	s->cap = c;
+	__atomic_store_n(&s->capturing, c->status, __ATOMIC_RELEASE);
+}
 
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
 	struct CUstream_st *s;
@@ -667,29 +746,38 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
 	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
 	// Capture may not be initiated on the legacy default stream.
 	if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-	struct CUgraph_st *g = calloc(1, sizeof *g);
-	if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+	struct capture *c = calloc(1, sizeof *c);
+	struct CUgraph_st *g = fakecuda_graph_new();
+	if (!c || !g) {
+		free(c);
+		free(g);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	pthread_mutex_lock(&smu);
 	int slot = -1;
-	for (int i = 0; i < 64 && slot < 0; i++)
-		if (!capturing_streams[i]) slot = i;
+	for (int i = 0; i < MAX_CAPTURES && slot < 0; i++)
+		if (!captures[i]) slot = i;
 	if (s->capturing || slot < 0) {
 		// Only a stream not already capturing may begin.
 		pthread_mutex_unlock(&smu);
+		free(c);
 		free(g);
 		return s->capturing ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	capturing_streams[slot] = s;
-	s->capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-	s->capture_mode = mode;
-	s->capture_thread = pthread_self();
-	s->graph = g;
+	*c = (struct capture){.id = ++capture_ids, .status = CU_STREAM_CAPTURE_STATUS_ACTIVE, .mode = mode,
+			      .thread = pthread_self(), .origin = s, .graph = g};
+	captures[slot] = c;
+	join(s, c);
 	if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures++;
 	pthread_mutex_unlock(&smu);
 	if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures++;
 	return CUDA_SUCCESS;
 }
 
+// cuStreamEndCapture ends a capture on its origin stream and takes every
+// stream that joined it out of capture mode; on another stream of the
+// capture it fails with CUDA_ERROR_STREAM_CAPTURE_UNMATCHED ("the capture
+// was not initiated in this stream").
 CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *phGraph) {
 	struct CUstream_st *s;
 	sconfig();
@@ -697,31 +785,36 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *phGraph) {
 	if (r != CUDA_SUCCESS) return r;
 	if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&smu);
+	struct capture *c = s->cap;
 	if (!s->capturing) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_ILLEGAL_STATE;
 	}
-	if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->capture_thread, pthread_self())) {
+	if (c->origin != s) {
+		pthread_mutex_unlock(&smu);
+		return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+	}
+	if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
 	}
-	int invalidated = s->capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-	if (s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures--;
-	for (int i = 0; i < 64; i++)
-		if (capturing_streams[i] == s) capturing_streams[i] = NULL;
-	struct CUgraph_st *g = s->graph;
-	s->graph = NULL;
-	s->capturing = 0;
-	CUstreamCaptureMode mode = s->capture_mode;
-	pthread_mutex_unlock(&smu);
-	if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures--;
-	if (invalidated) {
-		free(g);
-		*phGraph = NULL;
-		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures--;
+	for (int i = 0; i < MAX_CAPTURES; i++)
+		if (captures[i] == c) captures[i] = NULL;
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct CUstream_st *t = all_streams[i];
+		if (t && t->cap == c) {
+			t->cap = NULL;
+			__atomic_store_n(&t->capturing, 0, __ATOMIC_RELEASE);
+		}
 	}
-	*phGraph = g;
-	return CUDA_SUCCESS;
+	int invalidated = c->status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	if (invalidated) fakecuda_graph_discard(c->graph);
+	pthread_mutex_unlock(&smu);
+	if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) own_strict_captures--;
+	*phGraph = invalidated ? NULL : c->graph;
+	free(c);
+	return invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) {
@@ -734,6 +827,47 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) 
 	return CUDA_SUCCESS;
 }
 
+// capture_info is what both forms of cuStreamGetCaptureInfo share: the
+// stream's capture status, and, only while it is active ("A valid id is
+// returned only if ... captureStatus is set to
+// CU_STREAM_CAPTURE_STATUS_ACTIVE"), the capture's ID, unique over the
+// process's lifetime, and its graph.
+static CUresult capture_info(const char *fn, CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph) {
+	struct CUstream_st *s;
+	sconfig();
+	CUresult r = resolve(fn, h, &s, NULL);
+	if (r != CUDA_SUCCESS) return r;
+	if (!status) return CUDA_ERROR_INVALID_VALUE;
+	*status = (CUstreamCaptureStatus)__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE);
+	if (*status != CU_STREAM_CAPTURE_STATUS_ACTIVE || (!id && !graph)) return CUDA_SUCCESS; // no lock: the common case
+	pthread_mutex_lock(&smu);
+	*status = (CUstreamCaptureStatus)s->capturing;
+	if (s->capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+		if (id) *id = s->cap->id;
+		if (graph) *graph = s->cap->graph;
+	}
+	pthread_mutex_unlock(&smu);
+	return CUDA_SUCCESS;
+}
+
+// cuStreamGetCaptureInfo, CUDA 10.1's form: the status and the ID.
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id) {
+	return capture_info("cuStreamGetCaptureInfo", h, status, id, NULL);
+}
+
+// cuStreamGetCaptureInfo_v2, CUDA 11.3's form, which 12.0 makes the base
+// name's: also the graph being captured and the nodes the next one will
+// depend on, which the fake does not keep (CUDA_ERROR_NOT_SUPPORTED where
+// they are asked for).
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+					   const CUgraphNode **deps, size_t *ndeps) {
+	sconfig();
+	if (fakecuda_gated) fakecuda_absent("cuStreamGetCaptureInfo", (void *)cuStreamGetCaptureInfo_v2);
+	CUresult r = capture_info("cuStreamGetCaptureInfo", h, status, id, graph);
+	if (r == CUDA_SUCCESS && (deps || ndeps)) r = CUDA_ERROR_NOT_SUPPORTED;
+	return r;
+}
+
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 	CUresult r = sready("cuThreadExchangeStreamCaptureMode");
 	if (r != CUDA_SUCCESS) return r;
@@ -741,25 +875,6 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 	CUstreamCaptureMode old = thread_mode;
 	thread_mode = *mode;
 	*mode = old;
-	return CUDA_SUCCESS;
-}
-
-// cuGraphGetNodes reports how many nodes the graph holds; the fake gives
-// no node handles, so nodes must be NULL.
-CUresult CUDAAPI cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *numNodes) {
-	CUresult r = sready("cuGraphGetNodes");
-	if (r != CUDA_SUCCESS) return r;
-	if (!g || !numNodes) return CUDA_ERROR_INVALID_VALUE;
-	if (nodes) return CUDA_ERROR_NOT_SUPPORTED;
-	*numNodes = (size_t)g->nodes;
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
-	CUresult r = sready("cuGraphDestroy");
-	if (r != CUDA_SUCCESS) return r;
-	if (!g) return CUDA_ERROR_INVALID_VALUE;
-	free(g);
 	return CUDA_SUCCESS;
 }
 
@@ -776,12 +891,12 @@ CUresult fakecuda_unsafe_call(void) {
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&smu);
 	pthread_t self = pthread_self();
-	for (int i = 0; i < 64; i++) {
-		struct CUstream_st *s = capturing_streams[i];
-		if (!s) continue;
-		int own = pthread_equal(s->capture_thread, self) && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-		int global = s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-		if (own || global) s->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	for (int i = 0; i < MAX_CAPTURES; i++) {
+		struct capture *c = captures[i];
+		if (!c) continue;
+		int own = pthread_equal(c->thread, self) && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+		int global = c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+		if (own || global) invalidate(c);
 	}
 	pthread_mutex_unlock(&smu);
 	return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -826,8 +941,11 @@ CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
 	if (s->capturing) {
-		e->captured = 1; // a node of the graph: cuEventQuery now refuses it
-		if (s->graph) s->graph->nodes++;
+		// A node of the graph, a captured event: cuEventQuery now refuses
+		// it, and a stream that waits for it joins the capture.
+		e->captured = 1;
+		e->capture_id = s->cap->id;
+		fakecuda_graph_node(s->cap->graph);
 		pthread_mutex_unlock(&smu);
 		free(o);
 		return CUDA_SUCCESS;
@@ -1028,7 +1146,16 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	// The allocation comes from the pool current to the stream's device,
 	// whatever the current context's device (cuMemAllocAsync).
 	dev = s->device;
-	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) return graph_alloc(s, dptr, size);
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
+		// An allocation node of the capture's graph (fakecuda_graph.c),
+		// which needs a driver of CUDA 11.4 ("Graph memory nodes are only
+		// supported on driver versions 11.4 and newer").
+		if (fakecuda_version() < 11040) return CUDA_ERROR_NOT_SUPPORTED;
+		pthread_mutex_lock(&smu);
+		r = s->cap ? fakecuda_graph_alloc(s->cap->graph, dev, size, dptr) : CUDA_ERROR_ILLEGAL_STATE;
+		pthread_mutex_unlock(&smu);
+		return r;
+	}
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	a->size = size;
@@ -1073,33 +1200,34 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	return CUDA_SUCCESS;
 }
 
-// ordered_after reports whether work enqueued on s now runs after the
-// allocation a (smu held): s is a's stream; or the host has seen a's stream
-// drained past it (cuStreamSynchronize, cuEventSynchronize); or s waits for
-// an event recorded on a's stream after it (cuStreamWaitEvent); or one of
-// the two is the legacy default stream and the other a blocking stream,
-// which the legacy stream synchronizes with.
-static int ordered_after(struct CUstream_st *s, struct palloc *a) {
-	struct CUstream_st *t = a->stream;
-	if (!t || t == s || t->host_seen >= a->pos) return 1;
+// fakecuda_ordered_after reports whether work enqueued on s now runs
+// after the work enqueued on t up to position pos, an allocation (smu
+// held): s is t; or the host has seen t drained past it
+// (cuStreamSynchronize, cuEventSynchronize); or s waits for an event
+// recorded on t after it (cuStreamWaitEvent); or one of the two is the
+// legacy default stream and the other a blocking stream, which the legacy
+// stream synchronizes with.
+int fakecuda_ordered_after(struct CUstream_st *s, struct CUstream_st *t, long pos) {
+	if (!t || t == s || t->host_seen >= pos) return 1;
 	if ((t->legacy && !s->nonblocking) || (s->legacy && !t->nonblocking)) return 1;
 	for (int i = 0; i < MAX_KNOWN; i++)
-		if (s->known[i].stream == t && s->known[i].pos >= a->pos) return 1;
+		if (s->known[i].stream == t && s->known[i].pos >= pos) return 1;
 	return 0;
 }
 
-// unordered_free stops the process: the driver API's stream-ordered
-// allocator requires every access of an allocation, its free included, to
-// come between the stream executions of the allocation and the free; a free
-// on a stream not ordered after the allocation is undefined behaviour,
-// which the fake reports as a sanitizer would, unless FAKECUDA_UNORDERED=allow.
-static void unordered_free(struct CUstream_st *s, struct palloc *a) {
+// fakecuda_unordered_free stops the process: the driver API's
+// stream-ordered allocator requires every access of an allocation, its free
+// included, to come between the stream executions of the allocation and
+// the free; a free on stream s not ordered after the allocation of mem on
+// stream t is undefined behaviour, which the fake reports as a sanitizer
+// would, unless FAKECUDA_UNORDERED=allow.
+void fakecuda_unordered_free(struct CUstream_st *s, struct CUstream_st *t, const void *mem) {
 	if (allow_unordered) return;
 	fprintf(stderr,
 		"fakecuda: cuMemFreeAsync of %p (allocated on stream %p) on stream %p, which is not ordered after the "
 		"allocation: record an event after it and cuStreamWaitEvent, or synchronize (undefined behaviour on a "
 		"real driver)\n",
-		a->mem, (void *)a->stream, (void *)s);
+		mem, (void *)t, (void *)s);
 	abort();
 }
 
@@ -1115,18 +1243,31 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	sconfig();
 	CUresult r = resolve("cuMemFreeAsync", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
-	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) return graph_free(s, dptr);
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
+		// A free node of the capture's graph (fakecuda_graph.c).
+		pthread_mutex_lock(&smu);
+		r = s->cap ? fakecuda_graph_free(s->cap->graph, dptr) : CUDA_ERROR_ILLEGAL_STATE;
+		pthread_mutex_unlock(&smu);
+		return r;
+	}
 	struct op *o = calloc(1, sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
 	long n = ++nfrees_async;
 	struct palloc *a = find(dptr);
+	if (n != fail_free_async && !a) {
+		// A graph allocation that outlived its launch, or nothing.
+		r = fakecuda_graph_free_async(s, dptr);
+		pthread_mutex_unlock(&smu);
+		free(o);
+		return r;
+	}
 	if (n == fail_free_async || !a || a->freeing) {
 		pthread_mutex_unlock(&smu);
 		free(o);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!ordered_after(s, a)) unordered_free(s, a);
+	if (!fakecuda_ordered_after(s, a->stream, a->pos)) fakecuda_unordered_free(s, a->stream, a->mem);
 	a->freeing = 1;
 	if (free_enqueued) {
 		// The reading where the pool counts the bytes free as soon as the
@@ -1145,62 +1286,58 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	return CUDA_SUCCESS;
 }
 
-// graph_alloc is cuMemAllocAsync on a capturing stream: the driver adds an
-// allocation node to the graph and returns its address, whose memory the
-// graph takes from the pool when it runs; the pool's figures do not move.
-static CUresult graph_alloc(struct CUstream_st *s, CUdeviceptr *dptr, size_t size) {
-	struct palloc *a = calloc(1, sizeof *a);
-	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
-	a->mem = malloc(size);
-	if (!a->mem) {
-		free(a);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	a->size = size;
-	a->device = s->device;
-	a->graph = 1;
-	pthread_mutex_lock(&smu);
-	a->next = plive;
-	plive = a;
-	if (s->graph) s->graph->nodes++;
-	pthread_mutex_unlock(&smu);
-	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
-	return CUDA_SUCCESS;
-}
-
-// graph_free is cuMemFreeAsync on a capturing stream: a free node, which
-// must be given the address of a graph allocation (cuMemFreeAsync).
-static CUresult graph_free(struct CUstream_st *s, CUdeviceptr dptr) {
-	pthread_mutex_lock(&smu);
-	struct palloc *a = find(dptr);
-	if (!a || !a->graph) {
-		pthread_mutex_unlock(&smu);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	for (struct palloc **q = &plive; *q; q = &(*q)->next) {
-		if (*q == a) {
-			*q = a->next;
-			break;
-		}
-	}
-	if (s->graph) s->graph->nodes++;
-	pthread_mutex_unlock(&smu);
-	free(a->mem);
-	free(a);
-	return CUDA_SUCCESS;
-}
-
-// fakecuda_pool_free_now is cuMemFree of pool memory, called by fakecuda.c:
-// at once, without waiting for any stream, as the driver does.
+// fakecuda_pool_free_now is cuMemFree of pool memory, or of a graph
+// allocation that outlived its launch, called by fakecuda.c: at once,
+// without waiting for any stream, as the driver does.
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr) {
 	pthread_once(&sconfig_once, sconfigure);
 	pthread_mutex_lock(&smu);
 	struct palloc *a = find(dptr);
-	if (!a || a->freeing) {
-		pthread_mutex_unlock(&smu);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	pool_free(a, 0);
+	CUresult r = CUDA_SUCCESS;
+	if (!a)
+		r = fakecuda_graph_free_now(dptr);
+	else if (a->freeing)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else
+		pool_free(a, 0);
 	pthread_mutex_unlock(&smu);
-	return CUDA_SUCCESS;
+	return r;
 }
+
+// ---- for fakecuda_graph.c
+
+// fakecuda_lock and fakecuda_unlock take and give smu, which guards the
+// graphs too.
+void fakecuda_lock(void) {
+	pthread_once(&sconfig_once, sconfigure);
+	pthread_mutex_lock(&smu);
+}
+
+void fakecuda_unlock(void) { pthread_mutex_unlock(&smu); }
+
+// fakecuda_resolve returns the stream a handle names, as every call on a
+// stream finds it (resolve), and the current context's device.
+CUresult fakecuda_resolve(const char *fn, CUstream h, struct CUstream_st **out, int *dev) {
+	sconfig();
+	return resolve(fn, h, out, dev);
+}
+
+// fakecuda_capturing reports whether s takes part in a capture (smu held).
+int fakecuda_capturing(struct CUstream_st *s) { return s->capturing != 0; }
+
+// fakecuda_enqueue_call enqueues on s an operation that calls fn(data) as
+// the stream reaches it, and returns the stream's position after it, or -1
+// where there is no memory for it (smu held; s is not capturing).
+long fakecuda_enqueue_call(struct CUstream_st *s, void (*fn)(void *), void *data) {
+	struct op *o = calloc(1, sizeof *o);
+	if (!o) return -1;
+	o->kind = OP_CALL;
+	o->call = fn;
+	o->data = data;
+	enqueue(s, o);
+	return s->enq;
+}
+
+// fakecuda_run_hostfn runs a graph's host function node as a launch
+// reaches it, as a stream runs its own (run_hostfn).
+void fakecuda_run_hostfn(CUhostFn fn, void *data) { run_hostfn(fn, data); }

@@ -1,0 +1,43 @@
+//go:build cuda
+
+package cudatest
+
+// The fake driver's count of the calls of each entry point
+// (testdata/fakecuda: fakecuda_calls), found in the driver the process
+// loaded; a real driver has none.
+
+// #cgo LDFLAGS: -ldl
+// #include <dlfcn.h>
+// #include <stdlib.h>
+//
+// typedef unsigned long (*cudatest_calls_fn)(const char *name);
+//
+// // cudatest_driver_calls returns the fake driver's counter, found in the
+// // libcuda.so.1 the process loaded, or NULL for a driver without one.
+// static cudatest_calls_fn cudatest_driver_calls(void) {
+// 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+// 	if (!lib) return NULL;
+// 	cudatest_calls_fn f = (cudatest_calls_fn)dlsym(lib, "fakecuda_calls");
+// 	dlclose(lib); // NOLOAD took a reference; the loader keeps the library
+// 	return f;
+// }
+//
+// static unsigned long cudatest_calls(cudatest_calls_fn f, const char *name) { return f(name); }
+import "C"
+
+import "unsafe"
+
+// DriverCalls returns how many calls the process has made so far to the
+// driver's entry points of base name name (cuMemAlloc for cuMemAlloc_v2),
+// as the fake driver counts them; ok is false where the driver loaded does
+// not count (a real one), or none is loaded yet (Load). Its own look-up
+// calls no entry point of the driver.
+func DriverCalls(name string) (n uint64, ok bool) {
+	f := C.cudatest_driver_calls()
+	if f == nil {
+		return 0, false
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return uint64(C.cudatest_calls(f, cs)), true
+}
