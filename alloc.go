@@ -142,7 +142,15 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		h.allocated(r, &l, a)
 	}
 	if x.sh != nil {
-		x.insert(d, r, rec, t, a)
+		// The count is indexed at the address that prepare claimed, with
+		// its handle (nil for TrackAddr) and its site (nil where no hook
+		// ran), and the shard unlocked.
+		e := addrEntry{h: t, rec: rec, size: r.size, ordinal: int32(d.ordinal)}
+		if a != nil {
+			e.site = a.site
+		}
+		x.sh.InsertAt(x.slot, r.ptr, e)
+		x.sh.Unlock()
 	}
 	return b, t, nil
 }
@@ -188,19 +196,6 @@ func (x *sourceState) prepare(d Device, r *request) (*deviceTable, *tracker.Reco
 		x.sh = sh
 	}
 	return s, rec, nil
-}
-
-// insert indexes the count at the address that prepare claimed, with its
-// handle t (nil for TrackAddr) and the site of its allocation a (nil where
-// no hook ran), and unlocks the shard.
-func (x *sourceState) insert(d Device, r *request, rec *tracker.Record, t *Tracked, a *allocation) {
-	var st *site
-	if a != nil {
-		st = a.site
-	}
-	x.sh.InsertAt(x.slot, r.ptr, addrEntry{h: t, rec: rec, site: st, size: r.size, ordinal: int32(d.ordinal)})
-	x.sh.Unlock()
-	x.sh = nil
 }
 
 // unlock unlocks the address's shard, if prepare locked it, where the
