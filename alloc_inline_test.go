@@ -9,22 +9,24 @@ import (
 // intendedInlining lists the functions of this package whose inlining the
 // allocation and release paths rely on to cost what they do with every
 // feature off: the exported wrappers of the paths, so that they add no
-// call (Device.Alloc, Device.Track); the reads of the hook set and of the
-// limits and of a category's record (kindState.hooksOf, admitted.limited,
-// Category.recordOf); and the leak watch's
-// checks on Free of an unwatched buffer (claimWatched, unwatchBuffer).
+// call (Device.Alloc, Device.Track, Buffer.Free); the one accessor of the
+// device tables (tableOf); the reads of the hook set, of the limits and
+// of a category's record (deviceTable.hooksOf, ledger.limited,
+// ledger.inCategory); and the features' claim on the release of a buffer
+// they have no mark on (claimMarks).
 //
 // Not listed, because they do not fit the budget of 80 (costs in the test's
-// log): Device.resolve, Device.admit, Device.allocate and kindState.uncount,
-// which are one call each on the path.
+// log): Device.lookup, Device.take and deviceTable.release, which are one
+// call each on the paths.
 var intendedInlining = []string{
 	"Device.Alloc",
 	"Device.Track",
-	"(*kindState).hooksOf",
-	"(*admitted).limited",
-	"Category.recordOf",
-	"claimWatched",
-	"unwatchBuffer",
+	"(*Buffer).Free",
+	"tableOf",
+	"(*deviceTable).hooksOf",
+	"(*ledger).limited",
+	"(*ledger).inCategory",
+	"claimMarks",
 }
 
 // TestIntendedInlining builds the package with the compiler's inlining
@@ -35,5 +37,5 @@ func TestIntendedInlining(t *testing.T) {
 		t.Skip("builds the package: not with -short")
 	}
 	inlinetest.Check(t, "alloc.go", intendedInlining,
-		[]string{"Device.resolve", "Device.admit", "Device.allocate", "(*kindState).uncount"})
+		[]string{"Device.lookup", "Device.take", "(*deviceTable).release"})
 }

@@ -2,12 +2,9 @@ package memtrack
 
 import (
 	"fmt"
-	"sync"
 	"unsafe"
 
-	"github.com/memtrack/memtrack/internal/addrindex"
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // backend is the seam between the accounting in this package and one kind of
@@ -23,7 +20,7 @@ type backend interface {
 	devices() (int, error)
 	// alloc allocates size > 0 bytes on device ordinal and describes them
 	// in *m, which is zero (except for the CPU's small buffers, whose host
-	// memory comes with the Buffer; see kindState.inline); on an error it
+	// memory comes with the Buffer; see deviceTable.inline); on an error it
 	// leaves *m as it was.
 	alloc(ordinal int, size int64, m *memory) error
 	// free releases *m, which alloc made for size bytes on device ordinal.
@@ -61,7 +58,7 @@ type residencyReporter interface {
 // notResident returns the bytes of device ordinal's buffers that its
 // reported use leaves out, for a backend that has any; 0 for the others
 // and where they cannot be read.
-func (s *kindState) notResident(ordinal int) int64 {
+func (s *deviceTable) notResident(ordinal int) int64 {
 	if r, ok := s.b.(residencyReporter); ok {
 		if n, err := r.notResident(ordinal); err == nil {
 			return n
@@ -78,14 +75,15 @@ type recordUser interface {
 
 // heldFigure is a backend that keeps a device-side figure apart from the
 // tracked one: CUDA's, where memory freed in stream order stays held until
-// its stream executes the free. newKindState finds it once, in
-// kindState.held; for the other backends the device-side figure is the
+// its stream executes the free. newDeviceTable finds it once, in
+// deviceTable.held; for the other backends the device-side figure is the
 // tracked one.
 type heldFigure interface {
-	// heldAlloc and heldFree count and uncount size bytes of device
-	// ordinal; pooled says they are a stream-ordered buffer's.
-	heldAlloc(ordinal int, size int64, pooled bool)
-	heldFree(ordinal int, size int64, pooled bool)
+	// heldAdd and heldDrop add size bytes of device ordinal to the
+	// figure and take them from it; pooled says they are a stream-ordered
+	// buffer's.
+	heldAdd(ordinal int, size int64, pooled bool)
+	heldDrop(ordinal int, size int64, pooled bool)
 	// held returns the figure and its peak, after learning which
 	// stream-ordered frees have executed.
 	held(ordinal int) (cur, peak int64)
@@ -104,17 +102,15 @@ type heldFigure interface {
 // backend's, where it keeps one (heldFigure), and otherwise the tracked
 // figures current and peak, which are the same.
 func deviceHeld(d Device, current, peak int64) (int64, int64) {
-	if d.kind < numKinds {
-		if s := tables[d.kind].p.Load(); s != nil && s.held != nil {
-			return s.held.held(d.ordinal)
-		}
+	if s := tableOf(d.kind); s != nil && s.held != nil {
+		return s.held.held(d.ordinal)
 	}
 	return current, peak
 }
 
 // streamBackend is a backend that allocates in stream order from a
 // device's memory pool (CUDA's: Device.AllocAsync, Buffer.FreeAsync and
-// Device.Pool). newKindState finds it once, in kindState.stream; a build
+// Device.Pool). newDeviceTable finds it once, in deviceTable.stream; a build
 // without -tags cuda has none, and the stream-ordered and pool calls fail
 // there as on any device without memory pools.
 type streamBackend interface {
@@ -154,112 +150,6 @@ type uncounted struct{ err error }
 
 func (u uncounted) Error() string { return u.err.Error() }
 func (u uncounted) Unwrap() error { return u.err }
-
-// streams returns the stream-ordered allocator of device d of s, or an
-// error wrapping [ErrNotSupported] where it has none.
-func (s *kindState) streams(d Device) (streamBackend, error) {
-	if s.stream == nil {
-		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
-	}
-	if err := s.stream.poolsSupported(d.ordinal); err != nil {
-		return nil, err
-	}
-	return s.stream, nil
-}
-
-// streamsSupported fails where d is not a device that stream-ordered
-// allocation is for: only CUDA devices are.
-func (d Device) streamsSupported() error {
-	if d.kind == KindCUDA {
-		return nil
-	}
-	return notCUDA("AllocAsync", d)
-}
-
-// kindState is the device table of one kind: its backend, the number of its
-// devices (or why there are none) and the per-ordinal records.
-type kindState struct {
-	kind    Kind
-	b       backend
-	n       int
-	err     error
-	records tracker.Table
-	held    heldFigure       // the backend's device-side figure, or nil
-	stream  streamBackend    // the backend's stream-ordered allocator and memory pools, or nil
-	hooks   recorders[hooks] // the features that observe allocations (hooks)
-	sites   siteTable        // the sampling rates of allocation sites (SiteRecorder)
-	// inline: the backend is the CPU's, whose buffers of at most
-	// cpuInlineMax bytes Alloc allocates together with their memory.
-	inline    bool
-	tracked   addrindex.Index[addrEntry] // addresses of tracked memory (Device.Track, Device.TrackAddr)
-	observers recorders[oomObservers]    // out-of-memory observers (Device.OnOutOfMemory)
-	leaks     leakTable                  // watching for leaks (LeakWatcher)
-	cats      recorders[categorySet]     // the devices' categories (Device.Category)
-}
-
-// tables holds one kindState per kind, created on first use. These and the
-// records inside are the package's only global state.
-var tables [numKinds]struct {
-	mu sync.Mutex
-	p  atomic.Pointer[kindState]
-}
-
-// stateOf returns the device table of k, creating it (and so initialising
-// the backend) on first use.
-func stateOf(k Kind) *kindState {
-	t := &tables[k]
-	if s := t.p.Load(); s != nil {
-		return s
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if s := t.p.Load(); s != nil {
-		return s
-	}
-	s := newKindState(k, newBackend(k))
-	t.p.Store(s)
-	return s
-}
-
-func newKindState(k Kind, b backend) *kindState {
-	s := &kindState{kind: k, b: b}
-	if u, ok := b.(recordUser); ok {
-		u.useRecords(&s.records)
-	}
-	_, s.inline = b.(*cpuBackend)
-	s.held, _ = b.(heldFigure)
-	s.stream, _ = b.(streamBackend)
-	s.n, s.err = b.devices()
-	if s.err != nil {
-		s.n = 0
-	}
-	return s
-}
-
-func newBackend(k Kind) backend {
-	switch k {
-	case KindCUDA:
-		return newCUDABackend()
-	case KindMetal:
-		return newMetalBackend()
-	default:
-		return newCPUBackend()
-	}
-}
-
-// record returns the record of ordinal i, checking that the device exists.
-func (s *kindState) record(i int) (*tracker.Record, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
-	if r := s.records.Lookup(i); r != nil {
-		return r, nil
-	}
-	if i < 0 || i >= s.n {
-		return nil, fmt.Errorf("%w: %v:%d, this machine has %d %v device(s)", ErrInvalidOrdinal, s.kind, i, s.n, s.kind)
-	}
-	return s.records.Record(i)
-}
 
 // unbuilt is the backend of a kind whose build tag was not given.
 type unbuilt struct {

@@ -28,7 +28,7 @@ type cudaBackend struct {
 	initErr  error
 	devs     []cudaDevice // one per device
 	sides    []deviceSide // the device-side figure of each device (heldFigure)
-	nvml     nvmlState    // the driver's per-process figures (nvml_cuda.go)
+	nvml     nvmlState    // the driver's per-process figures (processBackend)
 }
 
 // cudaDevice is the backend's state of one device.
@@ -121,13 +121,6 @@ func (b *cudaBackend) device(ordinal int, op string) (*cudaDevice, cuContext, er
 	}
 	d.ctx.Store(&retained{c})
 	return d, c, nil
-}
-
-// context returns the primary context of device ordinal, retaining it on
-// first use.
-func (b *cudaBackend) context(ordinal int) (cuContext, error) {
-	_, c, err := b.device(ordinal, "context")
-	return c, err
 }
 
 func (b *cudaBackend) alloc(ordinal int, size int64, m *memory) error {
@@ -320,4 +313,20 @@ func (b *cudaBackend) info(ordinal int) (name, uuid string, err error) {
 func isMIG(name string) bool {
 	_, profile, ok := strings.Cut(name, " MIG ")
 	return ok && strings.Contains(profile, "g.")
+}
+
+// formatGPUUUID writes the 16 bytes of a CUDA device's UUID as nvidia-smi
+// and dcgm-exporter do: "GPU-", then the bytes in hex, in order, grouped
+// 8-4-4-4-12.
+func formatGPUUUID(b [16]byte) string {
+	const hexDigits = "0123456789abcdef"
+	out := make([]byte, 0, len("GPU-")+36)
+	out = append(out, "GPU-"...)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hexDigits[c>>4], hexDigits[c&0xf])
+	}
+	return string(out)
 }

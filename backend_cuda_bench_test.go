@@ -40,7 +40,7 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 		// The backend's own calls without the Device layer: one cgo call
 		// each, switching to the primary context and back.
 		b.Run("size="+size.name+"/pair=backend", func(b *testing.B) {
-			c, err := stateOf(KindCUDA).b.(*cudaBackend).context(0)
+			_, c, err := openTable(KindCUDA).b.(*cudaBackend).device(0, "context")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -56,7 +56,7 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 			}
 		})
 		b.Run("size="+size.name+"/pair=raw", func(b *testing.B) {
-			c, err := stateOf(KindCUDA).b.(*cudaBackend).context(0)
+			_, c, err := openTable(KindCUDA).b.(*cudaBackend).device(0, "context")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -362,8 +362,8 @@ func TestCUDAUsageTrackedVersusDriver(t *testing.T) {
 // current context as it found it.
 func TestCUDAContextRestored(t *testing.T) {
 	ds := cudaDevices(t, 2)
-	b := stateOf(KindCUDA).b.(*cudaBackend)
-	c, err := b.context(1)
+	b := openTable(KindCUDA).b.(*cudaBackend)
+	_, c, err := b.device(1, "context")
 	require.NoError(t, err)
 	ctx1 := uintptr(c)
 
@@ -708,7 +708,7 @@ func TestCUDAChildRestoreFailure(t *testing.T) {
 	require.NoError(t, err, "the device still works")
 	require.NoError(t, b2.Free())
 
-	be := stateOf(KindCUDA).b.(*cudaBackend)
+	be := openTable(KindCUDA).b.(*cudaBackend)
 	assert.Equal(t, int64(1), be.dev(0).restoreFailures.Load(), "the failed restore is counted")
 	assert.Equal(t, 1, strings.Count(log.String(), "level=WARN"), "%s", log)
 	assert.Contains(t, log.String(), "op="+failAt)

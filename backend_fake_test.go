@@ -86,7 +86,7 @@ func (f *fakeBackend) state(ordinal int) (used int64, live, calls int) {
 
 // useBackend makes b the backend of kind k for the rest of the test, with
 // fresh records: it builds the kind's table over b as the package builds
-// it over the real backend (newKindState), and puts the table it replaced
+// it over the real backend (newDeviceTable), and puts the table it replaced
 // back at the end.
 //
 // The package relies on a table staying for the life of the process:
@@ -103,7 +103,7 @@ func useBackend(t testing.TB, k Kind, b backend) {
 	}
 	tb.mu.Lock()
 	old := tb.p.Load()
-	s := newKindState(k, b)
+	s := newDeviceTable(k, b)
 	tb.p.Store(s)
 	tb.mu.Unlock()
 	t.Cleanup(func() {
@@ -124,16 +124,16 @@ func useBackend(t testing.TB, k Kind, b backend) {
 // nothing can free through another table.
 var leaks struct {
 	mu    sync.Mutex
-	bytes map[*kindState]map[int]int64
+	bytes map[*deviceTable]map[int]int64
 }
 
 // leftOnPurpose notes that a test leaked size bytes on d.
 func leftOnPurpose(d Device, size int64) {
-	s := tables[d.kind].p.Load()
+	s := tableOf(d.kind)
 	leaks.mu.Lock()
 	defer leaks.mu.Unlock()
 	if leaks.bytes == nil {
-		leaks.bytes = map[*kindState]map[int]int64{}
+		leaks.bytes = map[*deviceTable]map[int]int64{}
 	}
 	if leaks.bytes[s] == nil {
 		leaks.bytes[s] = map[int]int64{}
@@ -143,7 +143,7 @@ func leftOnPurpose(d Device, size int64) {
 
 // liveBytes describes what the records of s hold beyond what tests leaked
 // on purpose ("cuda:0 64 B"), or returns "" if they hold nothing else.
-func liveBytes(s *kindState) string {
+func liveBytes(s *deviceTable) string {
 	if s == nil {
 		return ""
 	}

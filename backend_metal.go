@@ -1,3 +1,5 @@
+//go:build metal && darwin && !ios
+
 package memtrack
 
 import (
@@ -114,9 +116,9 @@ func (m *metalBackend) memInfo(ordinal int) (free, total int64, err error) {
 // for Go; only release gives one back. A bridge must be safe for concurrent
 // use.
 //
-// The cgo implementation is in metal_bridge_cgo_darwin.go; tests put an
-// in-memory fake behind the same methods, so that everything above the C
-// calls is tested on any system.
+// The cgo implementation is cgoMetalBridge; the tests put an in-memory
+// fake behind the same methods, so that everything above the C calls is
+// tested without Metal (on Linux, against a C stand-in for the bridge).
 type metalBridge interface {
 	// copyDevices stores a retained handle for each Metal device, in a
 	// stable order, in devs (at most len(devs) of them) and returns how many

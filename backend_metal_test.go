@@ -1,3 +1,5 @@
+//go:build metal && darwin && !ios
+
 package memtrack
 
 import (
@@ -308,7 +310,7 @@ func TestMetalBackendConcurrent(t *testing.T) {
 	}
 }
 
-func TestInt64Of(t *testing.T) {
+func TestMetalInt64Of(t *testing.T) {
 	for _, tc := range []struct {
 		in   uint64
 		want int64

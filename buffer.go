@@ -3,15 +3,7 @@ package memtrack
 import (
 	"fmt"
 	"runtime"
-	"sync/atomic"
-)
-
-// The states of a Buffer. Free moves a buffer to bufFreed before it asks
-// the backend, so that one compare-and-swap settles concurrent Frees, and
-// moves it back if the backend fails.
-const (
-	bufLive uint32 = iota
-	bufFreed
+	"unsafe"
 )
 
 // Buffer is memory allocated by [Device.Alloc]. It is counted on its device
@@ -25,16 +17,8 @@ type Buffer struct {
 
 	// self is the buffer itself, set by Alloc once the buffer is counted: a
 	// zero Buffer or a copy holds another value, and is refused.
-	self    *Buffer
-	size    int64
-	mem     memory
-	site    *site         // where it was allocated, if recorded (siteRecorder)
-	state   atomic.Uint32 // sync/atomic's, 4 bytes, so that wslot fits in the padding
-	ordinal int32         // the device, which locates the backend and the record
-	kind    Kind
-	pooled  bool   // allocated in stream order from a CUDA memory pool (Device.AllocAsync); in the padding
-	cat     uint8  // its Category, 1-based; 0 for none; in the padding
-	wslot   uint32 // its entry while its device is watched for leaks (deviceLeaks), or 0; in the padding
+	self *Buffer
+	allocation
 }
 
 // noCopy makes go vet's copylocks check report a copy of the struct that
@@ -53,56 +37,46 @@ func (b *Buffer) valid() bool { return b != nil && b.self == b }
 // buffer and with [ErrInvalidBuffer] on a Buffer that Alloc did not return
 // (a zero Buffer, or a copy of one). If the backend fails to release the
 // memory, the buffer stays live and counted, and Free may be called again.
-func (b *Buffer) Free() error {
-	if b == nil || b.self != b || !b.state.CompareAndSwap(bufLive, bufFreed) {
+func (b *Buffer) Free() error { return b.release(freeNow, DefaultStream) }
+
+// release is Free and FreeAsync: the claim of the release path, then the
+// release of kind how (freeNow or freeInStream, on stream) and its tail
+// (deviceTable.release). Where the release fails, the claim is given back
+// (Buffer.unclaim).
+func (b *Buffer) release(how releaseKind, stream Stream) error {
+	if b == nil || b.self != b {
 		return b.refuseFree()
 	}
-	if !claimWatched(b) { // freed as a leak
+	if how == freeInStream && b.from != fromPool {
+		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.Device())
+	}
+	if !b.claimState(stateFreed) || !claimMarks(&b.allocation, b.owner()) {
 		return b.refuseFree()
 	}
-	released, err := releaseMemory(tables[b.kind].p.Load(), b.Device(), b.size, &b.mem, b.site, b.pooled, b.cat)
+	// The buffer was counted in its device's record, which is never removed.
+	t := tableOf(b.kind)
+	released, err := t.release(&b.allocation, t.records.Lookup(int(b.ordinal)), how, stream, b.owner())
+	runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled
 	if !released {
 		b.unclaim()
 		return fillError(err, b.Device(), b.size, nil)
 	}
-	unwatchBuffer(b)
-	runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled
 	if err != nil {
 		return b.uncountFailed(err)
 	}
 	return nil
 }
 
+// owner is the buffer's identity for the leak watch: the address of its
+// allocation, which the watch holds no reference to.
+func (b *Buffer) owner() uintptr { return uintptr(unsafe.Pointer(&b.allocation)) }
+
 // unclaim gives b back after a free that claimed it (its state, and its
 // leak watch's entry) and then did not happen: b is live and watched as
-// before, and may be freed again. Every refusal of Free and FreeAsync that
-// comes after the claim goes through it.
+// before, and may be freed again.
 func (b *Buffer) unclaim() {
-	b.state.Store(bufLive)
-	unclaimWatched(b)
-}
-
-// releaseMemory releases the memory of a buffer of size bytes on device
-// d of table s through its backend and then uncounts it (kindState.uncount):
-// the body of Free, and of the freeing of a leak (collected). released
-// reports whether the backend released the memory; if it did, err is the
-// record's refusal to uncount it, if any. pooled says that the memory came
-// from the device's pool (Device.AllocAsync); cat is its category, 1-based,
-// or 0 for none.
-func releaseMemory(s *kindState, d Device, size int64, mem *memory, st *site, pooled bool, cat uint8) (released bool, err error) {
-	if err := s.b.free(d.ordinal, size, mem); err != nil {
-		return false, err
-	}
-	var cs *categorySet
-	if cat != 0 {
-		cs = s.cats.lookup(d.ordinal)
-	}
-	how := releaseHeld
-	if pooled {
-		how |= releasePooled
-	}
-	// The buffer was counted in its device's record, which is never removed.
-	return true, s.uncount(s.records.Lookup(d.ordinal), cs, size, st, 0, d.ordinal, cat, how)
+	b.storeState(stateLive)
+	unclaimMarks(&b.allocation, b.owner())
 }
 
 // refuseFree says why Free refused b: nil, not from Alloc, or freed.
@@ -147,7 +121,7 @@ func (b *Buffer) Device() Device {
 // not return. The slice must not be used after Free: its memory may be
 // returned to the OS.
 func (b *Buffer) Bytes() []byte {
-	if !b.valid() || b.state.Load() != bufLive {
+	if !b.valid() || b.loadState() != stateLive {
 		return nil
 	}
 	return b.mem.hostBytes(b.size)
@@ -156,7 +130,7 @@ func (b *Buffer) Bytes() []byte {
 // Freed reports whether the buffer is freed: true from the moment a
 // [Buffer.Free] begins, unless the backend then fails to release it. It is
 // false for a Buffer that Alloc did not return.
-func (b *Buffer) Freed() bool { return b.valid() && b.state.Load() == bufFreed }
+func (b *Buffer) Freed() bool { return b.valid() && b.loadState() == stateFreed }
 
 // DevicePtr returns the address of the buffer's memory on its device, for
 // code that launches kernels or copies memory itself: a CUdeviceptr for a
@@ -166,7 +140,7 @@ func (b *Buffer) Freed() bool { return b.valid() && b.state.Load() == bufFreed }
 // buffer, once the buffer is freed and for a Buffer that Alloc did not
 // return.
 func (b *Buffer) DevicePtr() uintptr {
-	if !b.valid() || b.state.Load() != bufLive {
+	if !b.valid() || b.loadState() != stateLive {
 		return 0
 	}
 	return b.mem.ptr

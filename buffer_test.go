@@ -32,8 +32,8 @@ func TestBufferReserved(t *testing.T) {
 		want int64
 	}{
 		{"nil buffer", nil, 0},
-		{"backend reports no rounding", &Buffer{size: 100}, 100},
-		{"backend rounds up", &Buffer{size: 100, mem: memory{reserved: 16 << 10}}, 16 << 10},
+		{"backend reports no rounding", &Buffer{allocation: allocation{size: 100}}, 100},
+		{"backend rounds up", &Buffer{allocation: allocation{size: 100, mem: memory{reserved: 16 << 10}}}, 16 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, tc.buf.RoundedSize())
@@ -149,7 +149,7 @@ func TestBufferFreeReportsRecordError(t *testing.T) {
 	f, ds := fakeCUDA(t, 1, 1<<20)
 	b, err := ds[0].Alloc(100)
 	require.NoError(t, err)
-	rec := tables[KindCUDA].p.Load().records.Lookup(0)
+	rec := tableOf(KindCUDA).records.Lookup(0)
 	require.NotNil(t, rec)
 	require.NoError(t, rec.Free(100)) // the record forgets the buffer
 

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"text/tabwriter"
 
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 const (
@@ -54,42 +51,6 @@ var (
 	ErrTooManyCategories = errors.New("memtrack: too many categories")
 )
 
-// Category is a named share of one device's memory: the model's weights,
-// the KV cache, the activations, a library's workspace. Memory allocated or
-// tracked through a Category counts on its device as [Device.Alloc] and
-// [Device.Track] count it, and in the category's own figures besides:
-// Tracked, PeakTracked, Buffers, PeakBuffers and the cumulative figures,
-// exact and lock-free as the device's are, and an optional limit of its own.
-//
-// Obtain one once, with [Device.Category], and allocate through it:
-//
-//	kv, err := dev.Category(memtrack.CategoryKVCache)
-//	...
-//	b, err := kv.Alloc(n)
-//
-// A Category is a small comparable value bound to its device: it allocates
-// only there, and the same name on another device is another category with
-// figures of its own. A buffer stays in the category it was allocated
-// through until its Free, which uncounts it there: a buffer is never freed
-// through another category. The zero Category is no category; its methods
-// fail with [ErrInvalidCategory].
-type Category struct {
-	set *categorySet
-	idx uint8 // 1 to MaxCategories; 0 in the zero Category
-	dev Device
-}
-
-// categorySet holds one device's categories: their names, in the order
-// they were made, and their records. Names are written under mu before n
-// publishes them, and never change.
-type categorySet struct {
-	mu    sync.Mutex
-	n     atomic.Int32
-	names [MaxCategories]string
-	recs  [MaxCategories]tracker.Record
-	gate  resetGate // orders the category operations with the resets (resetAccumulated)
-}
-
 // Category returns the device's category called name, making it on first
 // use: every call with one name on one device returns the same Category.
 // A name is 1 to [MaxCategoryName] bytes of UTF-8 without control
@@ -102,19 +63,11 @@ func (d Device) Category(name string) (Category, error) {
 	if err := checkCategoryName(name); err != nil {
 		return Category{}, fmt.Errorf("%w on %v: %v", ErrInvalidCategory, d, err)
 	}
-	s, _, err := d.resolve()
+	_, f, err := d.features(use)
 	if err != nil {
 		return Category{}, err
 	}
-	var cs *categorySet
-	s.cats.update(d.ordinal, func(old *categorySet) *categorySet {
-		if old == nil {
-			old = &categorySet{}
-		}
-		cs = old
-		return old
-	})
-	return cs.category(d, name)
+	return f.categories().category(d, name)
 }
 
 // checkCategoryName says what is wrong with a category's name, if anything.
@@ -125,53 +78,7 @@ func checkCategoryName(name string) error {
 	case OtherCategories:
 		return fmt.Errorf("%q names the series of the categories a rendering folds together past the largest", name)
 	}
-	return checkName("category", name, MaxCategoryName) // name.go
-}
-
-// category returns the category called name, making it if there is room.
-func (cs *categorySet) category(d Device, name string) (Category, error) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	n := int(cs.n.Load())
-	for i, have := range cs.names[:n] {
-		if have == name {
-			return Category{set: cs, idx: uint8(i + 1), dev: d}, nil
-		}
-	}
-	if n == MaxCategories {
-		return Category{}, fmt.Errorf("%w: %v has %d categories (%s); %q would be one more",
-			ErrTooManyCategories, d, n, strings.Join(cs.names[:n], ", "), name)
-	}
-	cs.names[n] = name
-	cs.n.Store(int32(n + 1))
-	return Category{set: cs, idx: uint8(n + 1), dev: d}, nil
-}
-
-// list returns the categories' names and records, in the order they were
-// made.
-func (cs *categorySet) list() ([]string, []*tracker.Record) {
-	n := int(cs.n.Load())
-	recs := make([]*tracker.Record, n)
-	for i := range recs {
-		recs[i] = &cs.recs[i]
-	}
-	return cs.names[:n:n], recs
-}
-
-// name returns the name of category idx (1-based), or "" for 0.
-func (cs *categorySet) name(idx uint8) string {
-	if cs == nil || idx == 0 {
-		return ""
-	}
-	return cs.names[idx-1]
-}
-
-// categoryNamer returns the function that names the categories of device
-// ordinal in s by their 1-based index ("" for 0), for the readers of what
-// keeps only the index (the memory history); a category made later is
-// named too, since a name never changes once its index is published.
-func (s *kindState) categoryNamer(ordinal int) func(idx uint8) string {
-	return s.cats.lookup(ordinal).name // nil names every index ""
+	return checkName("category", name, MaxCategoryName)
 }
 
 // Categories returns the device's categories, in the order they were made.
@@ -187,9 +94,6 @@ func (d Device) Categories() []Category {
 	return out
 }
 
-// Name returns the category's name ("" for the zero Category).
-func (c Category) Name() string { return c.set.name(c.idx) }
-
 // Device returns the device the category belongs to.
 func (c Category) Device() Device { return c.dev }
 
@@ -200,18 +104,6 @@ func (c Category) String() string {
 	}
 	return c.dev.String() + "/" + c.Name()
 }
-
-// rec returns the category's record, or nil for the zero Category.
-func (c Category) rec() *tracker.Record {
-	if c.set == nil {
-		return nil
-	}
-	return &c.set.recs[c.idx-1]
-}
-
-// recordOf is rec for a Category that is not the zero one, small enough
-// to inline into the allocation path (TestIntendedInlining).
-func (c Category) recordOf() *tracker.Record { return &c.set.recs[c.idx-1] }
 
 // zeroCategory is the error of a method called on the zero Category.
 func zeroCategory(op string, size int64) error {
@@ -228,7 +120,20 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Alloc", size)
 	}
-	return c.dev.allocate(request{size: size, cat: c})
+	b, _, err := c.dev.take(&request{size: size, cat: c})
+	return b, err
+}
+
+// AllocAsync allocates size bytes in stream order on the category's device,
+// as [Device.AllocAsync] does, and counts them in the category besides, as
+// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
+// in both.
+func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
+	if c.set == nil {
+		return nil, zeroCategory("AllocAsync", size)
+	}
+	b, _, err := c.dev.take(&request{size: size, cat: c, from: fromPool, stream: stream})
+	return b, err
 }
 
 // Track counts size bytes that other code allocated at ptr on the
@@ -240,7 +145,8 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Track", size)
 	}
-	return c.dev.track(request{size: size, cat: c}, ptr)
+	_, t, err := c.dev.take(&request{size: size, cat: c, from: fromAddress, handle: true, ptr: ptr})
+	return t, err
 }
 
 // SetMemoryLimit caps the bytes the category's live buffers may hold, as
@@ -255,7 +161,7 @@ func (c Category) SetMemoryLimit(limit int64) error {
 	if limit < 0 {
 		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, c)
 	}
-	return c.recordOf().SetLimit(limit)
+	return c.record().SetLimit(limit)
 }
 
 // MemoryLimit returns the category's memory limit, or 0 if none is set.
@@ -263,7 +169,7 @@ func (c Category) MemoryLimit() int64 {
 	if c.set == nil {
 		return 0
 	}
-	return c.set.recs[c.idx-1].Limit()
+	return c.record().Limit()
 }
 
 // CategoryStats is a snapshot of one category's figures on a device, named
@@ -285,23 +191,12 @@ type CategoryStats struct {
 	Limit                  int64 // 0: none
 }
 
-func categoryStatsOf(d Device, name string, s tracker.Stats) CategoryStats {
-	return CategoryStats{
-		Device: d, Category: name,
-		Tracked: s.Tracked, PeakTracked: s.PeakTracked,
-		AllocBytes: s.AllocBytes, FreedBytes: s.FreedBytes,
-		Buffers: s.Buffers, PeakBuffers: s.PeakBuffers,
-		Allocs: s.Allocs, Frees: s.Frees,
-		FailedAllocs: s.FailedAllocs, Limit: s.Limit,
-	}
-}
-
 // Stats returns a snapshot of the category's figures.
 func (c Category) Stats() CategoryStats {
 	if c.set == nil {
 		return CategoryStats{}
 	}
-	return categoryStatsOf(c.dev, c.Name(), c.set.recs[c.idx-1].Snapshot())
+	return categoryStatsOf(c.dev, c.Name(), c.record().Snapshot())
 }
 
 // CategoryStats returns the figures of each of the device's categories, in
@@ -312,67 +207,8 @@ func (d Device) CategoryStats() []CategoryStats {
 	if r == nil {
 		return nil
 	}
-	return categoryRows(d, d.peekCategories(), r)
+	return d.peekCategories().rows(d, r)
 }
-
-// peekCategories returns the device's categories where it has any, as peek
-// reads: registering nothing and starting no backend.
-func (d Device) peekCategories() *categorySet {
-	if d.kind == 0 || d.kind >= numKinds {
-		return nil
-	}
-	if s := tables[d.kind].p.Load(); s != nil {
-		return s.cats.lookup(d.ordinal)
-	}
-	return nil
-}
-
-// categoryRows reads the categories of cs, then the device's record r, and
-// puts the row of the uncategorised memory after them.
-func categoryRows(d Device, cs *categorySet, r *tracker.Record) []CategoryStats {
-	if cs == nil || cs.n.Load() == 0 {
-		return nil
-	}
-	names, recs := cs.list()
-	out := make([]CategoryStats, 0, len(names)+1)
-	rest := CategoryStats{Device: d, Category: Uncategorised}
-	for i, rec := range recs {
-		c := categoryStatsOf(d, names[i], rec.Snapshot())
-		out = append(out, c)
-		rest.Tracked -= c.Tracked
-		rest.AllocBytes -= c.AllocBytes
-		rest.FreedBytes -= c.FreedBytes
-		rest.Buffers -= c.Buffers
-		rest.Allocs -= c.Allocs
-		rest.Frees -= c.Frees
-		rest.FailedAllocs -= c.FailedAllocs
-	}
-	all := r.Snapshot()
-	rest.Tracked = max(rest.Tracked+all.Tracked, 0)
-	rest.AllocBytes = max(rest.AllocBytes+all.AllocBytes, 0)
-	rest.FreedBytes = max(rest.FreedBytes+all.FreedBytes, 0)
-	rest.Buffers = max(rest.Buffers+all.Buffers, 0)
-	rest.Allocs = max(rest.Allocs+all.Allocs, 0)
-	rest.Frees = max(rest.Frees+all.Frees, 0)
-	rest.FailedAllocs = max(rest.FailedAllocs+all.FailedAllocs, 0)
-	return append(out, rest)
-}
-
-// resetCategoryPeaks resets the peaks of every category of device ordinal
-// in s, with the device's.
-func resetCategoryPeaks(s *kindState, ordinal int) {
-	if cs := s.cats.lookup(ordinal); cs != nil {
-		_, recs := cs.list()
-		for _, r := range recs {
-			r.ResetPeak()
-		}
-	}
-}
-
-// categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
-// that its category's limit refused; its Tracked and Limit are then the
-// category's.
-const categoryLimitReason = "the category's memory limit"
 
 // writeCategories writes the rows of [Device.CategoryStats] as a table of
 // [Device.MemorySummary], or nothing for a device without categories.
@@ -395,13 +231,12 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w.Flush()
 }
 
-// startCategories opens a peak scope on each category of the device as a
-// measurement begins, before it reads their starting figures, and records
-// those in p; it returns the scopes and the categories' records, in the
-// order of p.Categories, or nils for a device without categories. Nothing
-// is reset: measurements nest.
-func startCategories(s *kindState, ordinal int, p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
-	cs := s.cats.lookup(ordinal)
+// startMeasure opens a peak scope on each category of cs (nil for none)
+// as a measurement begins, before it reads their starting figures, and
+// records those in p; it returns the scopes and the categories' records,
+// in the order of p.Categories, or nils for a device without categories.
+// Nothing is reset: measurements nest.
+func (cs *categorySet) startMeasure(p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
 	if cs == nil {
 		return nil, nil
 	}
@@ -418,9 +253,9 @@ func startCategories(s *kindState, ordinal int, p *Measurement) ([]*tracker.Scop
 	return scopes, recs
 }
 
-// endCategories completes the categories of p as a measurement ends, from
-// the scopes startCategories opened, which it closes.
-func endCategories(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
+// endMeasure completes the categories of p as a measurement ends, from
+// the scopes startMeasure opened, which it closes.
+func endMeasure(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
 	for i, sc := range scopes {
 		c := &p.Categories[i]
 		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again

@@ -103,7 +103,7 @@ func TestMeasureCategoriesNested(t *testing.T) {
 	assert.Equal(t, int64(8<<10), act.Stats().PeakTracked, "a measurement reset the category's peak")
 
 	// A panicking pass leaves no category scope open.
-	_, _, err = d.resolve()
+	_, _, err = d.lookup(use)
 	require.NoError(t, err)
 	assert.Panics(t, func() {
 		_, _ = d.Measure(func() error { panic("f failed") })

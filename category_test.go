@@ -262,7 +262,7 @@ func TestCategoryDeviceRefusesAfterCategory(t *testing.T) {
 			require.NoError(t, d.SetMemoryLimit(100))
 			other, err := d.Alloc(10)
 			require.NoError(t, err)
-			_, rec, err := d.resolve()
+			_, rec, err := d.lookup(use)
 			require.NoError(t, err)
 			taken := false
 			take := func() { // the concurrent allocation, once

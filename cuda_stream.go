@@ -74,14 +74,14 @@ func (b *cudaBackend) side(ordinal int) *deviceSide {
 // initialises.
 func newSides(n int) []deviceSide { return make([]deviceSide, n) }
 
-// count adds size bytes, allocated on device ordinal, to the device-side
+// add adds size bytes, allocated on device ordinal, to the device-side
 // figure. Uncounting the frees known to have executed (reap) can only lower
 // the figure, so it must come first only where the addition raises the
 // peak: an addition that stays within the peak is made without it, in one
 // compare-and-swap against the peak, and only where that fails (or the
 // figures show it would) are the frees reaped (a cgo call per reapBatch
 // events) before the addition that raises the peak.
-func (sd *deviceSide) count(b *cudaBackend, ordinal int, size int64) {
+func (sd *deviceSide) add(b *cudaBackend, ordinal int, size int64) {
 	// With peak scopes open (PeakScope), every addition may raise one of
 	// theirs, so the frees are reaped first.
 	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
@@ -91,24 +91,31 @@ func (sd *deviceSide) count(b *cudaBackend, ordinal int, size int64) {
 	_ = sd.held.Alloc(size) // cannot fail: the record already holds size
 }
 
-// The device-side figure is the CUDA backend's capability (heldFigure),
-// which kindState.held holds.
+// drop takes size bytes from the device-side figure, and from its part
+// that stream-ordered buffers take where pooled: a Free's, at once, and a
+// FreeAsync's, once its stream has executed it.
+func (sd *deviceSide) drop(size int64, pooled bool) {
+	_ = sd.held.Free(size) // cannot fail: the figure holds the buffer's bytes
+	if pooled {
+		sd.pooled.Add(-size)
+	}
+}
 
-func (b *cudaBackend) heldAlloc(ordinal int, size int64, pooled bool) {
+// The device-side figure is the CUDA backend's capability (heldFigure),
+// which deviceTable.held holds.
+
+func (b *cudaBackend) heldAdd(ordinal int, size int64, pooled bool) {
 	if sd := b.side(ordinal); sd != nil {
-		sd.count(b, ordinal, size) // the peak leaves out what is known freed
+		sd.add(b, ordinal, size) // the peak leaves out what is known freed
 		if pooled {
 			sd.pooled.Add(size)
 		}
 	}
 }
 
-func (b *cudaBackend) heldFree(ordinal int, size int64, pooled bool) {
+func (b *cudaBackend) heldDrop(ordinal int, size int64, pooled bool) {
 	if sd := b.side(ordinal); sd != nil {
-		_ = sd.held.Free(size)
-		if pooled {
-			sd.pooled.Add(-size)
-		}
+		sd.drop(size, pooled)
 	}
 }
 
@@ -213,8 +220,7 @@ func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
 				continue
 			}
 			sd.npending.Add(-1)
-			_ = sd.held.Free(m.size)
-			sd.pooled.Add(-m.size)
+			sd.drop(m.size, true)
 			if m.foreign {
 				cudadrv.EventDestroy(m.event)
 			} else if answers[i] == cudadrv.Success {
@@ -257,8 +263,9 @@ func (sd *deviceSide) spareEvent() cudadrv.Event {
 }
 
 // Stream-ordered allocation and the memory pools are the CUDA backend's
-// capability (streamBackend), which kindState.stream holds: Device.allocate
-// uses it for AllocAsync, Buffer.FreeAsync and Pool's calls for theirs.
+// capability (streamBackend), which deviceTable.stream holds: Device.take
+// uses it for AllocAsync, deviceTable.release for Buffer.FreeAsync, and
+// Pool's calls for theirs.
 
 // poolsSupported fails where device ordinal has no memory pools; it asks
 // the driver until the driver answers, and keeps the answer. Where the
@@ -351,8 +358,7 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	}
 	// The free is enqueued: count it, then learn when it executes.
 	if f.Retired {
-		_ = sd.held.Free(size)
-		sd.pooled.Add(-size)
+		sd.drop(size, true)
 	} else {
 		sd.push(&retireNode{event: f.Event, size: size, foreign: f.Foreign})
 		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {

@@ -15,7 +15,7 @@ import (
 // where the CUDA table's backend is not the driver's (a test's fake) or has
 // no such device.
 func sideOf(ordinal int) *deviceSide {
-	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	b, ok := openTable(KindCUDA).b.(*cudaBackend)
 	if !ok {
 		return nil
 	}
@@ -25,7 +25,7 @@ func sideOf(ordinal int) *deviceSide {
 // cudaDeviceOf returns the CUDA backend's state of device ordinal and its
 // primary context, as the backend's own operations get them.
 func cudaDeviceOf(ordinal int, op string) (*cudaDevice, cuContext, error) {
-	b, ok := stateOf(KindCUDA).b.(*cudaBackend)
+	b, ok := openTable(KindCUDA).b.(*cudaBackend)
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: the CUDA table's backend is a test's, not the driver's", ErrBackendUnavailable)
 	}

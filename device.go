@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // Kind is a kind of device: the memory a [Device] allocates.
@@ -63,10 +61,11 @@ func CUDA(ordinal int) (Device, error) { return device(KindCUDA, ordinal) }
 func Metal(ordinal int) (Device, error) { return device(KindMetal, ordinal) }
 
 func device(k Kind, ordinal int) (Device, error) {
-	if _, err := stateOf(k).record(ordinal); err != nil {
+	d := Device{kind: k, ordinal: ordinal}
+	if _, _, err := d.lookup(use); err != nil {
 		return Device{}, err
 	}
-	return Device{kind: k, ordinal: ordinal}, nil
+	return d, nil
 }
 
 // ParseDevice reads a device written as by [Device.String]: "cpu",
@@ -127,7 +126,7 @@ func parseOrdinal(s string) (int, bool) {
 func Devices() []Device {
 	var ds []Device
 	for k := KindCPU; k < numKinds; k++ {
-		s := stateOf(k)
+		s := openTable(k)
 		for i := range s.n {
 			ds = append(ds, Device{kind: k, ordinal: i})
 		}
@@ -151,58 +150,6 @@ func (d Device) String() string {
 		return "cpu"
 	}
 	return d.kind.String() + ":" + strconv.Itoa(d.ordinal)
-}
-
-// resolve returns the device's table and record. Its fast path is for a
-// device whose record exists; resolveSlow makes the table and the record.
-func (d Device) resolve() (*kindState, *tracker.Record, error) {
-	if d.kind < numKinds {
-		if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
-			if r := s.records.Lookup(d.ordinal); r != nil {
-				return s, r, nil
-			}
-		}
-	}
-	return d.resolveSlow()
-}
-
-// resolveSlow is resolve where the table or the record may not exist yet.
-func (d Device) resolveSlow() (*kindState, *tracker.Record, error) {
-	s, err := d.state()
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := s.record(d.ordinal)
-	return s, r, err
-}
-
-// state returns the device's table, starting its backend, and checks that
-// the device exists, without registering it as used.
-func (d Device) state() (*kindState, error) {
-	if d.kind == 0 || d.kind >= numKinds {
-		return nil, errZeroDevice(d)
-	}
-	s := stateOf(d.kind)
-	if s.err != nil {
-		return nil, s.err
-	}
-	if d.ordinal < 0 || d.ordinal >= s.n {
-		return nil, fmt.Errorf("%w: %v, this machine has %d %v device(s)", ErrInvalidOrdinal, d, s.n, d.kind)
-	}
-	return s, nil
-}
-
-// peek returns the device's record where the device has been used, and nil
-// otherwise: the reads' lookup, which registers nothing and starts no
-// backend.
-func (d Device) peek() *tracker.Record {
-	if d.kind == 0 || d.kind >= numKinds {
-		return nil
-	}
-	if s := tables[d.kind].p.Load(); s != nil && s.err == nil {
-		return s.records.Lookup(d.ordinal)
-	}
-	return nil
 }
 
 func errZeroDevice(d Device) error {
@@ -244,67 +191,4 @@ func UsedDevices() []Device {
 		ds = append(ds, d)
 	})
 	return ds
-}
-
-// rangeUsed calls f for each used device and its record, in the order of
-// [Devices], without creating a device table.
-func rangeUsed(f func(Device, *tracker.Record)) {
-	for k := range numKinds {
-		s := tables[k].p.Load()
-		if s == nil {
-			continue
-		}
-		s.records.Range(func(i int, r *tracker.Record) bool {
-			f(Device{kind: k, ordinal: i}, r)
-			return true
-		})
-	}
-}
-
-// recorders publishes a value per device of one kind, by ordinal: the
-// devices' hook sets (hooks), categories, out-of-memory observers and leak
-// bookkeeping. While no device of the kind has one, the published slice is
-// nil, so that the allocation path pays one atomic load and a branch.
-type recorders[T any] struct {
-	mu   sync.Mutex // serialises changes
-	recs atomic.Pointer[[]*T]
-}
-
-// lookup returns the recorder of ordinal i, or nil if it records nothing.
-func (t *recorders[T]) lookup(i int) *T {
-	p := t.recs.Load()
-	if p == nil || i >= len(*p) {
-		return nil
-	}
-	return (*p)[i]
-}
-
-// update replaces the recorder of ordinal i, under the lock, by what f
-// returns for the one it has (nil if none); nil removes it. When the last
-// recorder of the kind goes, the published slice is nil again.
-func (t *recorders[T]) update(i int, f func(old *T) *T) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var old []*T
-	if p := t.recs.Load(); p != nil {
-		old = *p
-	}
-	var cur *T
-	if i < len(old) {
-		cur = old[i]
-	}
-	next := f(cur)
-	if next == cur {
-		return
-	}
-	recs := make([]*T, max(len(old), i+1))
-	copy(recs, old)
-	recs[i] = next
-	for _, r := range recs {
-		if r != nil {
-			t.recs.Store(&recs)
-			return
-		}
-	}
-	t.recs.Store(nil)
 }

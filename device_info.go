@@ -31,7 +31,7 @@ type infoBackend interface {
 // Ordinal and String does, but creates no context and allocates nothing on
 // the device.
 func (d Device) Info() (DeviceInfo, error) {
-	s, err := d.state()
+	s, _, err := d.lookup(start)
 	if err != nil {
 		return DeviceInfo{Device: d}, err
 	}
@@ -44,20 +44,4 @@ func (d Device) Info() (DeviceInfo, error) {
 		return DeviceInfo{Device: d}, fillError(err, d, 0, nil)
 	}
 	return DeviceInfo{Device: d, Name: name, UUID: uuid}, nil
-}
-
-// formatGPUUUID writes the 16 bytes of a CUDA device's UUID as nvidia-smi
-// and dcgm-exporter do: "GPU-", then the bytes in hex, in order, grouped
-// 8-4-4-4-12.
-func formatGPUUUID(b [16]byte) string {
-	const hexDigits = "0123456789abcdef"
-	out := make([]byte, 0, len("GPU-")+36)
-	out = append(out, "GPU-"...)
-	for i, c := range b {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			out = append(out, '-')
-		}
-		out = append(out, hexDigits[c>>4], hexDigits[c&0xf])
-	}
-	return string(out)
 }

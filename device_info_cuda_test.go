@@ -86,7 +86,7 @@ func TestCUDAInfoNoContext(t *testing.T) {
 	if d1, err := CUDA(1); err == nil {
 		d = d1 // the second device, which fewer tests use
 	}
-	b := stateOf(KindCUDA).b.(*cudaBackend)
+	b := openTable(KindCUDA).b.(*cudaBackend)
 	if b.dev(d.ordinal).ctx.Load() != nil {
 		t.Skipf("an earlier test retained the context of %v", d)
 	}
@@ -133,4 +133,22 @@ func TestCUDAChildInfoFault(t *testing.T) {
 	info, err = d.Info()
 	require.NoError(t, err)
 	assert.Regexp(t, gpuUUID, info.UUID)
+}
+
+func TestFormatGPUUUID(t *testing.T) {
+	tests := []struct {
+		name string
+		b    [16]byte
+		want string
+	}{
+		{"zero", [16]byte{}, "GPU-00000000-0000-0000-0000-000000000000"},
+		{"byte order", [16]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"},
+		{"high nibbles", [16]byte{0xde, 0xad, 0xbe, 0xef, 0xfe, 0xed, 0xfa, 0xce, 0xca, 0xfe, 0xba, 0xbe, 0x80, 0x7f, 0x10, 0xff},
+			"GPU-deadbeef-feed-face-cafe-babe807f10ff"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, formatGPUUUID(tt.b))
+		})
+	}
 }

@@ -79,21 +79,3 @@ func TestCPUInfoNoIdentifier(t *testing.T) {
 	assert.Equal(t, CPU(), info.Device)
 	assert.Empty(t, info.UUID)
 }
-
-func TestFormatGPUUUID(t *testing.T) {
-	tests := []struct {
-		name string
-		b    [16]byte
-		want string
-	}{
-		{"zero", [16]byte{}, "GPU-00000000-0000-0000-0000-000000000000"},
-		{"byte order", [16]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"},
-		{"high nibbles", [16]byte{0xde, 0xad, 0xbe, 0xef, 0xfe, 0xed, 0xfa, 0xce, 0xca, 0xfe, 0xba, 0xbe, 0x80, 0x7f, 0x10, 0xff},
-			"GPU-deadbeef-feed-face-cafe-babe807f10ff"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, formatGPUUUID(tt.b))
-		})
-	}
-}

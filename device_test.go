@@ -489,9 +489,9 @@ func TestOutOfMemoryErrorFields(t *testing.T) {
 	assert.Equal(t, int64(1000), oom.Tracked)
 }
 
-// TestRecordRefusal turns each refusal of the record into an
+// TestLedgerRefusal turns each refusal of a record of the ledger into an
 // OutOfMemoryError whose fields say what refused it.
-func TestRecordRefusal(t *testing.T) {
+func TestLedgerRefusal(t *testing.T) {
 	d := Device{kind: KindCUDA, ordinal: 1}
 	for _, tc := range []struct {
 		name string
@@ -510,7 +510,10 @@ func TestRecordRefusal(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := recordRefusal(tc.err, d, 10, 7)
+			var rec tracker.Record
+			require.NoError(t, rec.Alloc(7))
+			l := ledger{rec: &rec}
+			got := l.refusal(tc.err, false, d, 10)
 			assert.Equal(t, tc.want, *got)
 			assert.ErrorIs(t, got, ErrOutOfMemory)
 		})
@@ -696,8 +699,8 @@ func TestUsedDevicesCreatesNoTable(t *testing.T) {
 	CPU().MemoryAllocated()
 
 	assert.Equal(t, []Device{CPU()}, UsedDevices())
-	assert.Nil(t, tables[KindCUDA].p.Load(), "UsedDevices created the cuda table")
-	assert.Nil(t, tables[KindMetal].p.Load(), "UsedDevices created the metal table")
+	assert.Nil(t, tableOf(KindCUDA), "UsedDevices created the cuda table")
+	assert.Nil(t, tableOf(KindMetal), "UsedDevices created the metal table")
 }
 
 // resetState gives every kind fresh, empty records for the rest of the test,

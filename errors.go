@@ -137,7 +137,7 @@ type OutOfMemoryError struct {
 	Sites         []Site
 	// The driver's per-process figures (NVML, on CUDA devices), where
 	// PerProcess; PerProcessErr says why they are missing otherwise
-	// (process.go). They are [Usage]'s, read at the refusal.
+	// ([ErrPerProcessUnavailable]). They are [Usage]'s, read at the refusal.
 	PerProcess         bool
 	PerProcessErr      error
 	ProcessUsed        int64           // this process's device memory, as the driver accounts it
@@ -233,3 +233,17 @@ func (e *BackendError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *BackendError) Unwrap() error { return e.Err }
+
+// fillError completes an error from a backend with the device and figures.
+func fillError(err error, d Device, size int64, rec *tracker.Record) error {
+	switch e := err.(type) {
+	case *OutOfMemoryError:
+		e.Device, e.Requested = d, size
+		if rec != nil {
+			e.Tracked = rec.Tracked()
+		}
+	case *BackendError:
+		e.Device = d
+	}
+	return err
+}

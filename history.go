@@ -25,7 +25,7 @@ const (
 	HistoryLimit                                // an allocation was refused by the memory limit
 	HistoryOutOfMemory                          // an allocation was refused by the device (or the record's capacity)
 	HistoryFailed                               // an allocation failed in the backend for another reason
-	HistoryMark                                 // a named instant (HistoryRecorder.Mark, mark.go)
+	HistoryMark                                 // a named instant (HistoryRecorder.Mark)
 	HistoryBegin                                // the start of a named span (HistoryRecorder.BeginSpan)
 	HistoryEnd                                  // the end of a span (Span.End)
 )
@@ -150,7 +150,7 @@ func (r HistoryRecorder) Enable(maxEntries int) error {
 	if maxEntries < 1 || maxEntries > MaxHistoryEntries {
 		return fmt.Errorf("%w: history of %d events on %v: want 1 to %d", ErrInvalidArgument, maxEntries, d, MaxHistoryEntries)
 	}
-	s, _, err := d.resolve()
+	s, _, err := d.lookup(use)
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ func (r HistoryRecorder) Enable(maxEntries int) error {
 // was recorded. Recording that is off stays off.
 func (r HistoryRecorder) Disable() {
 	d := r.dev
-	if s, err := d.state(); err == nil { // off stays off: nothing registered
+	if s, _, err := d.lookup(start); err == nil { // off stays off: nothing registered
 		s.setHooks(d.ordinal, func(h *hooks) { h.history = nil })
 	}
 }
@@ -180,15 +180,11 @@ func (r HistoryRecorder) Disable() {
 // another is reading.
 func (r HistoryRecorder) Snapshot() (History, error) {
 	d := r.dev
-	s, err := d.state() // a read: nothing registered
+	h, err := r.recorded()
 	if err != nil {
 		return History{Device: d}, err
 	}
-	h := s.historyOf(d.ordinal)
-	if h == nil {
-		return History{Device: d}, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
-	}
-	hist := h.snapshot(s.categoryNamer(d.ordinal))
+	hist := h.snapshot(d.categoryNamer())
 	hist.Device = d
 	return hist, nil
 }
@@ -208,81 +204,77 @@ func (r HistoryRecorder) Range(f func(HistoryEvent) bool) (History, error) {
 	if f == nil {
 		return History{Device: d}, fmt.Errorf("%w: History().Range of %v: nil function", ErrInvalidArgument, d)
 	}
-	s, err := d.state() // a read: nothing registered
+	h, err := r.recorded()
 	if err != nil {
 		return History{Device: d}, err
 	}
-	h := s.historyOf(d.ordinal)
-	if h == nil {
-		return History{Device: d}, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
-	}
-	hist := h.each(s.categoryNamer(d.ordinal), nil, f)
+	hist := h.each(d.categoryNamer(), nil, f)
 	hist.Device = d
 	return hist, nil
 }
 
+// recorded returns the device's history, or an error matching
+// ErrHistoryNotRecorded where it records none. It registers nothing.
+func (r HistoryRecorder) recorded() (*history, error) {
+	d := r.dev
+	s, _, err := d.lookup(start)
+	if err != nil {
+		return nil, err
+	}
+	if h := s.historyOf(d.ordinal); h != nil {
+		return h, nil
+	}
+	return nil, fmt.Errorf("%w on %v: call Device.History().Enable first", ErrHistoryNotRecorded, d)
+}
+
 // historyOf returns the history of device ordinal, or nil if it records
 // none.
-func (s *kindState) historyOf(ordinal int) *history {
+func (s *deviceTable) historyOf(ordinal int) *history {
 	if h := s.hooksOf(ordinal); h != nil {
 		return h.history
 	}
 	return nil
 }
 
-// refused records a refused allocation of size bytes in category cat
-// (1-based; 0 for none) whose record is crec (nil for none). err is the
-// refusal: a limit (tracker.ErrLimitExceeded, or nil for memtrack's own
-// check of the limit), an *OutOfMemoryError or another failure.
-func (h *history) refused(size int64, rec *tracker.Record, err error, cat uint8, crec *tracker.Record) {
-	var oom *OutOfMemoryError
-	a := HistoryFailed
-	switch {
-	case err == nil || errors.Is(err, tracker.ErrLimitExceeded):
-		a = HistoryLimit
-	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
-		a = HistoryOutOfMemory
-	}
-	h.record(a, size, rec.Tracked(), nil, 0, cat, trackedOf(crec))
-}
-
 // history is one device's ring of events (histring.Ring), whose sites
 // are the allocation sites of the events' buffers.
 type history struct {
 	ring  *histring.Ring[site]
-	marks markNames // the names of its marks (mark.go)
+	marks markNames // the names of its marks (HistoryRecorder.Mark)
 }
 
 func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 
-// alloc and free record an allocation and a free in category cat
-// (1-based; 0 for none) whose record is crec (nil for none); s is the
-// buffer's site, if recorded, and stream the stream of a stream-ordered
-// allocation or free.
-func (h *history) alloc(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
-	h.record(HistoryAlloc, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+// allocated, released and refused record an allocation of r, counted in
+// the ledger l, whose site is st, if recorded; the release of a,
+// uncounted from l, on stream for one in stream order; and the refusal of
+// r, whose error err is a limit's (tracker.ErrLimitExceeded, or nil for
+// the path's own check of the limits), an *OutOfMemoryError or another
+// failure. The events hold the figures of the ledger just after.
+func (h *history) allocated(r *request, l *ledger, st *site) {
+	h.put(HistoryAlloc, r.size, l.rec.Tracked(), st, r.stream, r.cat.idx, l.categoryTracked(), 0)
 }
 
-func (h *history) free(size int64, s *site, rec *tracker.Record, stream Stream, cat uint8, crec *tracker.Record) {
-	h.record(HistoryFree, size, rec.Tracked(), s, stream, cat, trackedOf(crec))
+func (h *history) released(a *allocation, l *ledger, stream Stream) {
+	h.put(HistoryFree, a.size, l.rec.Tracked(), a.site, stream, a.cat, l.categoryTracked(), 0)
 }
 
-// trackedOf returns the bytes r tracks, or 0 for nil.
-func trackedOf(r *tracker.Record) int64 {
-	if r == nil {
-		return 0
+func (h *history) refused(r *request, l *ledger, err error) {
+	var oom *OutOfMemoryError
+	act := HistoryFailed
+	switch {
+	case err == nil || errors.Is(err, tracker.ErrLimitExceeded):
+		act = HistoryLimit
+	case errors.As(err, &oom), errors.Is(err, tracker.ErrCapacity):
+		act = HistoryOutOfMemory
 	}
-	return r.Tracked()
-}
-
-// record writes one event of category cat (0: none), which tracks ccur
-// bytes after it, into the ring, or counts it lost.
-func (h *history) record(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64) {
-	h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur, 0)
+	h.put(act, r.size, l.rec.Tracked(), nil, 0, r.cat.idx, l.categoryTracked(), 0)
 }
 
 // put writes one event into the ring, or counts it lost, and returns its
-// number; mark is a mark's name (mark.go), 0 for none.
+// number: the device's figure cur after it, and, in category cat (0:
+// none), the category's ccur; mark is a mark's name (markNames), 0 for
+// none.
 func (h *history) put(a HistoryAction, size, cur int64, s *site, stream Stream, cat uint8, ccur int64, mark uint32) uint64 {
 	return h.ring.Record(uint8(a), size, cur, s, uintptr(stream), cat, ccur, mark)
 }
@@ -320,7 +312,7 @@ func (h *history) each(name func(idx uint8) string, begin func(slots uint64), f 
 			CategoryTracked: re.CategoryTracked,
 		}
 		if re.Mark != 0 {
-			h.readMark(&e, re.Mark) // mark.go
+			h.readMark(&e, re.Mark)
 		}
 		if s := re.Site; s != nil {
 			e.SiteBytes = int64(math.Round(s.Bytes()))

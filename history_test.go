@@ -53,7 +53,7 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.History().Enable(tc.n), tc.err)
-			assert.Nil(t, stateOf(KindCPU).hooks.recs.Load(), "the CPU table stays off")
+			assert.Nil(t, openTable(KindCPU).hooks.vals.Load(), "the CPU table stays off")
 		})
 	}
 	_, err := CPU().History().Snapshot()
@@ -64,8 +64,8 @@ func TestEnableMemoryHistoryErrors(t *testing.T) {
 
 func TestHistoryEnableDisable(t *testing.T) {
 	_, ds := fakeCUDA(t, 2, 1<<20)
-	tab := stateOf(KindCUDA)
-	require.Nil(t, tab.hooks.recs.Load(), "off before the test enables it")
+	tab := openTable(KindCUDA)
+	require.Nil(t, tab.hooks.vals.Load(), "off before the test enables it")
 
 	require.NoError(t, ds[1].History().Enable(4))
 	t.Cleanup(ds[1].History().Disable)
@@ -84,7 +84,7 @@ func TestHistoryEnableDisable(t *testing.T) {
 	assert.Equal(t, 5, hist.MaxEntries)
 
 	ds[1].History().Disable()
-	assert.Nil(t, tab.hooks.recs.Load(), "no device records: one nil load again")
+	assert.Nil(t, tab.hooks.vals.Load(), "no device records: one nil load again")
 	require.NoError(t, b.Free(), "a buffer allocated while recording frees after")
 	ds[1].History().Disable() // off stays off
 	_, err = ds[1].History().Snapshot()
@@ -146,8 +146,8 @@ func TestHistoryRecordsEveryEvent(t *testing.T) {
 func TestHistoryRefusalKinds(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1000)
 	historyOn(t, ds[0], 8)
-	tab := stateOf(KindCUDA)
-	rec, err := stateOf(KindCUDA).record(0)
+	tab := openTable(KindCUDA)
+	_, rec, err := ds[0].lookup(use)
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		err  error
@@ -160,7 +160,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 		{&BackendError{Op: "alloc"}, HistoryFailed},
 		{errors.New("anything else"), HistoryFailed},
 	} {
-		tab.historyOf(0).refused(1, rec, tc.err, 0, nil)
+		tab.historyOf(0).refused(&request{size: 1}, &ledger{rec: rec}, tc.err)
 		h, err := ds[0].History().Snapshot()
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, h.Events[len(h.Events)-1].Action, "%v", tc.err)
@@ -420,17 +420,18 @@ func countMissing(h History) uint64 {
 // events (64 MiB: a cache miss an event), serially and from every P.
 func BenchmarkHistoryRecord(b *testing.B) {
 	var rec tracker.Record
+	l, r := ledger{rec: &rec}, request{size: 64}
 	for _, n := range []int{1 << 10, 1 << 20} {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.alloc(64, nil, &rec, 0, 0, nil)
+				h.allocated(&r, &l, nil)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.alloc(64, nil, &rec, 0, 0, nil)
+					h.allocated(&r, &l, nil)
 				}
 			})
 		})

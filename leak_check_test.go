@@ -128,7 +128,7 @@ func TestUserWatchOffDuringACheck(t *testing.T) {
 // leaksOn returns the leak watch in the hook set of device ordinal of kind
 // k, or nil while it is not watched.
 func leaksOn(k Kind, ordinal int) *deviceLeaks {
-	if h := tables[k].p.Load().hooksOf(ordinal); h != nil {
+	if h := tableOf(k).hooksOf(ordinal); h != nil {
 		return h.leaks
 	}
 	return nil

@@ -2,7 +2,6 @@ package memtrack
 
 import (
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,10 +25,10 @@ type modelBuffer struct {
 }
 
 // FuzzLeakWatch runs allocations, frees, collections (the cleanup called
-// as the runtime would for an unreachable buffer), and watching switched
-// on, off and reconfigured, against a sequential model of what each must
-// do to the figures: every free and every leak counted once, whatever the
-// order.
+// as the runtime would for an unreachable buffer, which no Free reaches
+// after), and watching switched on, off and reconfigured, against a
+// sequential model of what each must do to the figures: every free and
+// every leak counted once, whatever the order.
 func FuzzLeakWatch(f *testing.F) {
 	f.Add([]byte{3, 1, 0, 10, 2, 0, 1, 0})
 	f.Add([]byte{3, 0, 0, 5, 0, 6, 3, 0, 2, 0, 1, 0, 1, 1})
@@ -64,26 +63,25 @@ func FuzzLeakWatch(f *testing.F) {
 				assert.Equal(t, on, b.wslot != 0)
 			case 1: // Free
 				m := pick()
-				if m == nil {
-					continue
+				if m == nil || m.state != modelLive && m.state != modelFreed {
+					continue // collected: unreachable, which no program frees
 				}
 				err := m.b.Free()
-				switch m.state {
-				case modelLive, modelOldCollected:
-					require.NoError(t, err)
-					m.state = modelFreed
-					current -= m.size
-					frees++
-					freedBytes += m.size
-				default:
+				if m.state == modelFreed {
 					require.ErrorIs(t, err, ErrDoubleFree)
+					break
 				}
+				require.NoError(t, err)
+				m.state = modelFreed
+				current -= m.size
+				frees++
+				freedBytes += m.size
 			case 2: // the collector finds the buffer unreachable
 				m := pick()
 				if m == nil || !m.watched || m.state != modelLive {
 					continue
 				}
-				w := ownEntry(KindCUDA, m.b.ordinal, m.b.wslot, uintptr(unsafe.Pointer(m.b)))
+				w := ownEntry(&m.b.allocation, m.b.owner())
 				require.NotNil(t, w)
 				collected(w)
 				switch {
@@ -135,11 +133,11 @@ func FuzzLeakWatch(f *testing.F) {
 		}
 		// Free what is live, so that no cleanup of this run acts later.
 		for _, m := range bufs {
-			if m.state == modelLive || m.state == modelOldCollected {
+			if m.state == modelLive {
 				require.NoError(t, m.b.Free())
 			}
-			if m.state == modelLeakKept {
-				leftOnPurpose(d, m.size) // a leak, which no free reaches
+			if m.state == modelLeakKept || m.state == modelOldCollected {
+				leftOnPurpose(d, m.size) // collected, which no free reaches
 			}
 		}
 		d.Leaks().Disable()

@@ -30,7 +30,6 @@ const maxLeakLogSites = 1024
 type LeakLogger struct {
 	logger *slog.Logger // nil: slog.Default() at each warning
 	every  time.Duration
-	now    func() time.Time
 
 	mu    sync.Mutex
 	sites map[leakSiteKey]*leakSiteLog
@@ -54,16 +53,18 @@ type leakSiteLog struct {
 // as it is at each warning) at most once per site per every (every <= 0:
 // at every leak).
 func NewLeakLogger(l *slog.Logger, every time.Duration) *LeakLogger {
-	return &LeakLogger{logger: l, every: every, now: time.Now, sites: make(map[leakSiteKey]*leakSiteLog)}
+	return &LeakLogger{logger: l, every: every, sites: make(map[leakSiteKey]*leakSiteLog)}
 }
 
 // Handle reports l, or counts it for the site's next warning.
-func (g *LeakLogger) Handle(l Leak) {
+func (g *LeakLogger) Handle(l Leak) { g.handle(l, time.Now()) }
+
+// handle is Handle of a leak that comes at now.
+func (g *LeakLogger) handle(l Leak, now time.Time) {
 	key := leakSiteKey{dev: l.Device}
 	if l.Stack != nil {
 		key.hash = siterec.HashStack(l.Stack)
 	}
-	now := g.now()
 	g.mu.Lock()
 	s := g.sites[key]
 	if s == nil {

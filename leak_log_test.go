@@ -43,14 +43,13 @@ func TestLeakLoggerOneWarningPerSitePerInterval(t *testing.T) {
 	var buf bytes.Buffer
 	g := NewLeakLogger(slog.New(slog.NewJSONHandler(&buf, nil)), time.Minute)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	g.now = func() time.Time { return now }
 	a, b := siteA(), siteB()
 	cuda := Device{kind: KindCUDA}
 
-	g.Handle(Leak{Device: cuda, Size: 10, Stack: a, Collected: true})
-	g.Handle(Leak{Device: cuda, Size: 20, Stack: a, Collected: true})  // within the minute: counted
-	g.Handle(Leak{Device: cuda, Size: 30, Stack: b, Collected: true})  // another site: logged
-	g.Handle(Leak{Device: CPU(), Size: 40, Stack: a, Collected: true}) // another device: logged
+	g.handle(Leak{Device: cuda, Size: 10, Stack: a, Collected: true}, now)
+	g.handle(Leak{Device: cuda, Size: 20, Stack: a, Collected: true}, now)  // within the minute: counted
+	g.handle(Leak{Device: cuda, Size: 30, Stack: b, Collected: true}, now)  // another site: logged
+	g.handle(Leak{Device: CPU(), Size: 40, Stack: a, Collected: true}, now) // another device: logged
 	lines := logLines(t, &buf)
 	require.Len(t, lines, 3)
 	assert.Equal(t, "WARN", lines[0]["level"])
@@ -64,7 +63,7 @@ func TestLeakLoggerOneWarningPerSitePerInterval(t *testing.T) {
 	assert.Contains(t, lines[0]["stack"], "memtrack.siteA (leak_log_test.go:")
 
 	now = now.Add(time.Minute)
-	g.Handle(Leak{Device: cuda, Size: 50, Stack: a, Collected: true})
+	g.handle(Leak{Device: cuda, Size: 50, Stack: a, Collected: true}, now)
 	lines = logLines(t, &buf)
 	require.Len(t, lines, 1)
 	assert.Equal(t, float64(2), lines[0]["leaks"], "the leak held back, and this one")

@@ -125,7 +125,7 @@ func (d Device) markHistory(name string) (*history, error) {
 // currentHistory returns the device's history, or nil where none is
 // recorded, reading as peek reads: registering nothing, taking no lock.
 func (d Device) currentHistory() *history {
-	if s := tables[d.kind].p.Load(); s != nil {
+	if s := tableOf(d.kind); s != nil {
 		return s.historyOf(d.ordinal)
 	}
 	return nil

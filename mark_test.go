@@ -80,7 +80,7 @@ func TestMarksWithoutHistory(t *testing.T) {
 	assert.Equal(t, "", sp.Name())
 	_, err = d.History().Snapshot()
 	assert.ErrorIs(t, err, ErrHistoryNotRecorded)
-	assert.Nil(t, tables[KindCUDA].p.Load().historyOf(d.ordinal), "marks enable nothing")
+	assert.Nil(t, tableOf(KindCUDA).historyOf(d.ordinal), "marks enable nothing")
 }
 
 // TestMarksAllocateNothing: without a history a mark and a span allocate

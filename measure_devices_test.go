@@ -99,7 +99,7 @@ func TestMeasureDevicesScopes(t *testing.T) {
 	open := func() []bool {
 		var o []bool
 		for _, d := range ds {
-			_, r, err := d.resolve()
+			_, r, err := d.lookup(use)
 			require.NoError(t, err)
 			o = append(o, r.HasOpenScopes())
 		}
@@ -177,7 +177,7 @@ func TestMeasureDevicesErrors(t *testing.T) {
 				assert.Equal(t, Measurement{Device: d}, ms[i], "a measurement of nothing")
 			}
 			assert.Equal(t, before, ds[0].MemoryStats(), "a refused measurement moved a figure")
-			_, r, err := ds[0].resolve()
+			_, r, err := ds[0].lookup(use)
 			require.NoError(t, err)
 			assert.False(t, r.HasOpenScopes())
 		})

@@ -148,7 +148,7 @@ func TestMeasureNested(t *testing.T) {
 // scope is closed on the way out.
 func TestMeasurePanicClosesScope(t *testing.T) {
 	cpu := CPU()
-	_, r, err := cpu.resolve()
+	_, r, err := cpu.lookup(use)
 	require.NoError(t, err)
 	require.False(t, r.HasOpenScopes())
 	assert.Panics(t, func() {

@@ -7,8 +7,8 @@
 // command refuses C and Objective-C files in a package built without cgo
 // ("C source files not allowed when not using cgo"), so the Objective-C must
 // drop out of exactly the builds that drop this file: with the same line, a
-// CGO_ENABLED=0 build for darwin compiles metal_bridge_nocgo_darwin.go in
-// its place, and a build for another system (iOS included, which satisfies
+// CGO_ENABLED=0 build for darwin compiles the newMetalBackend without a
+// bridge in its place, and a build for another system (iOS included, which satisfies
 // darwin but lacks MTLCopyAllDevices) sees neither.
 
 package memtrack

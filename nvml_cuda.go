@@ -10,7 +10,7 @@ import (
 	"github.com/memtrack/memtrack/internal/nvml"
 )
 
-// The CUDA backend's half of the per-process figures (process.go): the
+// The CUDA backend's half of the per-process figures (processBackend): the
 // processes NVML lists on a GPU, found by the UUID the CUDA driver gives it,
 // as CUDA_VISIBLE_DEVICES renumbers CUDA's ordinals but not NVML's. NVML is
 // opened on the first reading, never on the allocation path, and kept for

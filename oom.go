@@ -3,14 +3,11 @@ package memtrack
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // maxReportSites is how many allocation sites an [OutOfMemoryError] lists.
@@ -19,11 +16,12 @@ const maxReportSites = 5
 // outOfMemory completes the report of e, an allocation of the device in
 // category c (the zero Category for none) refused by a limit, the tracker's
 // capacity or the backend, with what is known at this moment, and runs the
-// device's observers.
-// It runs on the refusal path only.
-func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryError, c Category) *OutOfMemoryError {
+// device's observers. Each feature writes its own part: the categories,
+// the per-process figures, the allocation sites. It runs on the refusal
+// path only.
+func (d Device) outOfMemory(s *deviceTable, rec *tracker.Record, e *OutOfMemoryError, c Category) *OutOfMemoryError {
 	e.Device = d
-	if crec := c.rec(); crec != nil {
+	if crec := c.record(); crec != nil {
 		e.Category = c.Name()
 		if e.Reason != categoryLimitReason {
 			e.CategoryTracked = crec.Tracked() // the category's limit's refusal has the figure it was held against
@@ -38,15 +36,10 @@ func (d Device) outOfMemory(s *kindState, rec *tracker.Record, e *OutOfMemoryErr
 	} else {
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
-	readProcesses(s, d).setOutOfMemory(e) // process.go
-	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
-		e.SitesRecorded = true
-		es, _ := sr.Snapshot(false)
-		sites := sitesOf(es)
-		e.Sites = sites[:min(len(sites), maxReportSites)]
-	}
-	e.Categories = categoryRows(d, s.cats.lookup(d.ordinal), rec) // category.go
-	s.observersOf(d.ordinal, false).notify(e)
+	readProcesses(s, d).setOutOfMemory(e)
+	d.Sites().report(e)
+	e.Categories = d.peekCategories().rows(d, rec)
+	d.observers().notify(e)
 	return e
 }
 
@@ -109,7 +102,7 @@ func (e *OutOfMemoryError) Report() string {
 	if e.NotResident > 0 {
 		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
 	}
-	for _, l := range e.processLines() { // process.go
+	for _, l := range e.processLines() {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	if len(e.Sites) > 0 {
@@ -118,7 +111,7 @@ func (e *OutOfMemoryError) Report() string {
 			fmt.Fprintf(&b, "    %s in %s: %s\n", exactBytes(s.Bytes), buffers(s.Buffers, "buffer"), siteName(s.Stack))
 		}
 	}
-	writeReportCategories(&b, e) // oom_category.go
+	writeReportCategories(&b, e)
 	for _, t := range e.tryThis() {
 		fmt.Fprintf(&b, "  try: %s\n", t)
 	}
@@ -186,155 +179,6 @@ func shortFile(path string) string {
 		return path[i+1:]
 	}
 	return path
-}
-
-// OutOfMemoryObserver is a function registered with [Device.OnOutOfMemory]
-// to run on every refused allocation of a device; remove it with
-// [OutOfMemoryObserver.Remove].
-type OutOfMemoryObserver struct {
-	dev     Device
-	f       func(*OutOfMemoryError)
-	removed atomic.Bool
-}
-
-// oomObservers is the observers of one device, published as an immutable
-// slice, and whether they are running.
-type oomObservers struct {
-	mu      sync.Mutex // serialises changes of list
-	list    atomic.Pointer[[]*OutOfMemoryObserver]
-	running atomic.Bool
-}
-
-// OnOutOfMemory registers f to run on every allocation of the device that
-// is refused with an [*OutOfMemoryError] (by the memory limit, the device
-// or the tracker's capacity), with that error and its report, before the
-// allocation returns it. f runs on the goroutine whose allocation was
-// refused, after the refusal is counted and with no lock of this package
-// held, so it may read the device's figures, write profiles or allocate;
-// package [github.com/memtrack/memtrack/oomdump] is such an observer,
-// ready-made. f receives a deep copy of the error, its own down to every
-// slice (Sites and their stacks, OtherProcesses, Categories) and every
-// error of this package it holds (MemInfoErr, PerProcessErr, and what they
-// wrap): changing it changes nothing the caller sees, nor what the next
-// observer receives.
-//
-// The rules, each tested:
-//   - Observers run in the order they were registered. Each call is a
-//     registration of its own: the same function registered twice runs
-//     twice per refusal, and each registration is removed by its own
-//     [OutOfMemoryObserver.Remove].
-//   - A panic of f is recovered and logged with [slog.Error]; the
-//     allocation returns its error as it would have, the figures are
-//     unchanged, and the next observers still run.
-//   - While observers of a device run, further refusals on that device
-//     (theirs, such as an allocation of a dump that fails, or another
-//     goroutine's) return their errors without running the observers
-//     again: no observer recurses into itself, and a burst of refusals
-//     runs them once. Refusals on other devices run their own observers
-//     meanwhile: a slow observer holds up only the allocation that is
-//     running it.
-//
-// It fails with [ErrInvalidArgument] for a nil f, and where the device
-// does not exist.
-func (d Device) OnOutOfMemory(f func(*OutOfMemoryError)) (*OutOfMemoryObserver, error) {
-	if f == nil {
-		return nil, fmt.Errorf("%w: OnOutOfMemory of %v: nil function", ErrInvalidArgument, d)
-	}
-	s, _, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	o := &OutOfMemoryObserver{dev: d, f: f}
-	obs := s.observersOf(d.ordinal, true)
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	var list []*OutOfMemoryObserver
-	if p := obs.list.Load(); p != nil {
-		list = append(list, *p...)
-	}
-	list = append(list, o)
-	obs.list.Store(&list)
-	return o, nil
-}
-
-// Remove unregisters the observer: refusals that begin after Remove
-// returns do not run it. It does not wait for a run under way, so an
-// observer may remove itself. Removing it again changes nothing and
-// returns an error matching [ErrInvalidArgument].
-func (o *OutOfMemoryObserver) Remove() error {
-	if o == nil {
-		return fmt.Errorf("%w: Remove of a nil *OutOfMemoryObserver", ErrInvalidArgument)
-	}
-	if !o.removed.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: out-of-memory observer of %v removed twice", ErrInvalidArgument, o.dev)
-	}
-	// OnOutOfMemory resolved the device: its table exists.
-	obs := tables[o.dev.kind].p.Load().observersOf(o.dev.ordinal, false)
-	if obs == nil {
-		return nil
-	}
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	var list []*OutOfMemoryObserver
-	if p := obs.list.Load(); p != nil {
-		for _, x := range *p {
-			if x != o {
-				list = append(list, x)
-			}
-		}
-	}
-	if len(list) == 0 {
-		obs.list.Store(nil)
-	} else {
-		obs.list.Store(&list)
-	}
-	return nil
-}
-
-// observersOf returns the observers of device ordinal, creating them where
-// create is set; nil where there are none.
-func (s *kindState) observersOf(ordinal int, create bool) *oomObservers {
-	if obs := s.observers.lookup(ordinal); obs != nil || !create {
-		return obs
-	}
-	var got *oomObservers
-	s.observers.update(ordinal, func(old *oomObservers) *oomObservers {
-		if old == nil {
-			old = new(oomObservers)
-		}
-		got = old
-		return old
-	})
-	return got
-}
-
-// notify runs the observers on e, unless they are running already.
-func (obs *oomObservers) notify(e *OutOfMemoryError) {
-	if obs == nil {
-		return
-	}
-	p := obs.list.Load()
-	if p == nil || !obs.running.CompareAndSwap(false, true) {
-		return
-	}
-	defer obs.running.Store(false)
-	for _, o := range *p {
-		if !o.removed.Load() {
-			o.run(e)
-		}
-	}
-}
-
-// run calls the observer with a deep copy of the error of its own,
-// recovering a panic.
-func (o *OutOfMemoryObserver) run(e *OutOfMemoryError) {
-	defer func() {
-		if p := recover(); p != nil {
-			slog.Error("memtrack: an out-of-memory observer panicked; the allocation's error is returned as it was",
-				"device", o.dev.String(), "panic", fmt.Sprint(p))
-		}
-	}()
-	o.f(e.clone())
 }
 
 // clone returns a deep copy of e: every slice it holds (Sites and their

@@ -142,7 +142,7 @@ func TestOnOutOfMemory(t *testing.T) {
 	require.NoError(t, b.Remove())
 	refuse(t, d)
 	assert.Empty(t, calls)
-	assert.Nil(t, stateOf(KindCUDA).observersOf(0, false).list.Load(), "the last removal leaves no list to load")
+	assert.Nil(t, d.observers().list.Load(), "the last removal leaves no list to load")
 
 	_, err = d.OnOutOfMemory(nil)
 	assert.ErrorIs(t, err, ErrInvalidArgument)

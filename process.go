@@ -51,7 +51,7 @@ type processFigures struct {
 // readProcesses reads the driver's per-process figures of device d. It
 // never runs on the allocation path: Usage, Baseline, Measure and the
 // out-of-memory report read it.
-func readProcesses(s *kindState, d Device) processFigures {
+func readProcesses(s *deviceTable, d Device) processFigures {
 	b, ok := s.b.(processBackend)
 	if !ok {
 		return processFigures{absent: true}
@@ -115,8 +115,9 @@ func (f processFigures) setUsage(u *Usage) {
 	u.OtherProcessesUsed, u.OtherProcesses = f.otherProcessesUsed, f.otherProcesses
 }
 
-// processUntracked is the one computation of ProcessUntracked: this
-// process's memory as the driver accounts it less the tracked bytes, or 0
+// processUntracked computes [Usage].ProcessUntracked, which the report of
+// an [*OutOfMemoryError] writes too: this process's memory as the driver
+// accounts it less the tracked bytes, or 0
 // where the driver charges tracked memory to another process (a buffer
 // imported over CUDA IPC and counted with Track) and that is negative.
 func processUntracked(processUsed, tracked int64) int64 { return max(processUsed-tracked, 0) }

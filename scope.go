@@ -42,7 +42,7 @@ type PeakScope struct {
 // allocation on the device a load. It fails where the device does not
 // exist.
 func (d Device) OpenPeakScope() (*PeakScope, error) {
-	s, r, err := d.resolve()
+	s, r, err := d.lookup(use)
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func TestPeakScope(t *testing.T) {
 	assert.Equal(t, Device{}, nilScope.Device())
 	_, err = Device{kind: KindCUDA, ordinal: 5}.OpenPeakScope()
 	assert.ErrorIs(t, err, ErrInvalidOrdinal)
-	_, r, err := d.resolve()
+	_, r, err := d.lookup(use)
 	require.NoError(t, err)
 	assert.False(t, r.HasOpenScopes(), "every scope is closed")
 }

@@ -94,11 +94,11 @@ func (r SiteRecorder) Enable(depth int) error {
 	if depth < 1 || depth > MaxSiteDepth {
 		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidArgument, depth, d, MaxSiteDepth)
 	}
-	s, _, err := d.resolve()
+	s, f, err := d.features(use)
 	if err != nil {
 		return err
 	}
-	s.enableSites(d.ordinal, depth)
+	f.sites.enable(s, d.ordinal, depth)
 	return nil
 }
 
@@ -108,8 +108,8 @@ func (r SiteRecorder) Enable(depth int) error {
 // stays off.
 func (r SiteRecorder) Disable() {
 	d := r.dev
-	if s, err := d.state(); err == nil { // off stays off: nothing registered
-		s.disableSites(d.ordinal)
+	if s, f, err := d.features(start); err == nil && f != nil { // off stays off: nothing registered
+		f.sites.disable(s, d.ordinal)
 	}
 }
 
@@ -132,26 +132,19 @@ func (r SiteRecorder) SetRate(rate int64) error {
 	if rate < 0 {
 		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidArgument, rate, d)
 	}
-	s, _, err := d.resolve()
+	s, f, err := d.features(use)
 	if err != nil {
 		return err
 	}
-	if rate == 0 {
-		rate = DefaultSiteRate
-	}
-	s.setSiteRate(d.ordinal, rate)
+	f.sites.setRate(s, d.ordinal, rate)
 	return nil
 }
 
 // Stats returns the state of the recording of allocation
 // sites on the device; the zero SiteStats if recording is off.
 func (r SiteRecorder) Stats() SiteStats {
-	d := r.dev
-	if d.peek() == nil {
-		return SiteStats{}
-	}
-	if r := tables[d.kind].p.Load().siteRecorderOf(d.ordinal); r != nil {
-		return siteStats(r.Stats())
+	if sr := r.recorder(); sr != nil {
+		return siteStats(sr.Stats())
 	}
 	return SiteStats{}
 }
@@ -189,8 +182,7 @@ type SiteSnapshot struct {
 // site, the largest first. It fails with an error matching
 // [ErrSitesNotRecorded] unless [SiteRecorder.Enable] was called.
 func (r SiteRecorder) Snapshot() (SiteSnapshot, error) {
-	d := r.dev
-	return d.siteSnapshot(false)
+	return r.snapshot(false)
 }
 
 // PeakSnapshot returns the recorded buffers that were live at the
@@ -198,69 +190,81 @@ func (r SiteRecorder) Snapshot() (SiteSnapshot, error) {
 // [Device.ResetPeakMemoryStats]), by allocation site, the largest first. It
 // fails as [SiteRecorder.Snapshot] does.
 func (r SiteRecorder) PeakSnapshot() (SiteSnapshot, error) {
-	d := r.dev
-	return d.siteSnapshot(true)
+	return r.snapshot(true)
 }
 
-func (d Device) siteSnapshot(atPeak bool) (SiteSnapshot, error) {
-	r, err := d.recorder()
+func (r SiteRecorder) snapshot(atPeak bool) (SiteSnapshot, error) {
+	d := r.dev
+	s, _, err := d.lookup(start) // a read: nothing registered
 	if err != nil {
 		return SiteSnapshot{Device: d, AtPeak: atPeak}, err
 	}
-	es, st := r.Snapshot(atPeak)
+	sr := s.siteRecorderOf(d.ordinal)
+	if sr == nil {
+		return SiteSnapshot{Device: d, AtPeak: atPeak}, fmt.Errorf("%w on %v: call Device.Sites().Enable first", ErrSitesNotRecorded, d)
+	}
+	es, st := sr.Snapshot(atPeak)
 	return SiteSnapshot{Device: d, Stats: siteStats(st), AtPeak: atPeak, Sites: sitesOf(es)}, nil
 }
 
-// recorder returns the device's recorder of allocation sites, or an error
-// matching ErrSitesNotRecorded.
-func (d Device) recorder() (*siterec.Recorder, error) {
-	s, err := d.state() // a read: nothing registered
-	if err != nil {
-		return nil, err
+// recorder returns the device's recorder of allocation sites, or nil
+// where it records none or was never used. It starts no backend.
+func (r SiteRecorder) recorder() *siterec.Recorder {
+	if s, _, _ := r.dev.lookup(read); s != nil {
+		return s.siteRecorderOf(r.dev.ordinal)
 	}
-	if r := s.siteRecorderOf(d.ordinal); r != nil {
-		return r, nil
-	}
-	return nil, fmt.Errorf("%w on %v: call Device.Sites().Enable first", ErrSitesNotRecorded, d)
+	return nil
 }
 
-// siteTable holds the sampling rates set for one kind's devices, by
-// ordinal; their recorders are in the devices' hook sets (kindState.hooks).
-type siteTable struct {
-	mu    sync.Mutex // serialises the changes of rates and recorders
-	rates []int64    // by ordinal, the rates set; 0: DefaultSiteRate
+// report puts the largest holders among the recorded live buffers into
+// the out-of-memory report e, where the device records sites.
+func (r SiteRecorder) report(e *OutOfMemoryError) {
+	sr := r.recorder()
+	if sr == nil {
+		return
+	}
+	e.SitesRecorded = true
+	es, _ := sr.Snapshot(false)
+	sites := sitesOf(es)
+	e.Sites = sites[:min(len(sites), maxReportSites)]
 }
 
-// rate returns the sampling rate of ordinal i. t.mu must be held.
-func (t *siteTable) rate(i int) int64 {
-	if i < len(t.rates) && t.rates[i] > 0 {
-		return t.rates[i]
+// resetPeak sets the recorded sites' peak to their figures, where the
+// device records sites.
+func (r SiteRecorder) resetPeak() {
+	if sr := r.recorder(); sr != nil {
+		sr.ResetPeak()
+	}
+}
+
+// siteSettings is what a device keeps of its recording of sites, in its
+// features: the sampling rate set, which holds whether it records or not.
+// Its recorder is in the device's hook set (hooks.sites).
+type siteSettings struct {
+	mu   sync.Mutex // serialises the changes of the rate and of the recorder
+	rate int64      // the rate set; 0: DefaultSiteRate
+}
+
+// rateOrDefault returns the sampling rate. t.mu must be held.
+func (t *siteSettings) rateOrDefault() int64 {
+	if t.rate > 0 {
+		return t.rate
 	}
 	return DefaultSiteRate
 }
 
-// setRate sets the rate of ordinal i (0: DefaultSiteRate). t.mu must be
-// held.
-func (t *siteTable) setRate(i int, rate int64) {
-	if i >= len(t.rates) {
-		t.rates = append(t.rates, make([]int64, i+1-len(t.rates))...)
-	}
-	t.rates[i] = rate
-}
-
 // siteRecorderOf returns the recorder of device ordinal, or nil if it
 // records nothing.
-func (s *kindState) siteRecorderOf(ordinal int) *siterec.Recorder {
+func (s *deviceTable) siteRecorderOf(ordinal int) *siterec.Recorder {
 	if h := s.hooksOf(ordinal); h != nil {
 		return h.sites
 	}
 	return nil
 }
 
-// enableSites makes device ordinal record its allocation sites at depth,
+// enable makes device ordinal of s record its allocation sites at depth,
 // or changes the depth of the recorder it has.
-func (s *kindState) enableSites(ordinal, depth int) {
-	t := &s.sites
+func (t *siteSettings) enable(s *deviceTable, ordinal, depth int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s.setHooks(ordinal, func(h *hooks) {
@@ -268,69 +272,66 @@ func (s *kindState) enableSites(ordinal, depth int) {
 			h.sites.SetDepth(depth)
 			return
 		}
-		h.sites = siterec.New(depth, t.rate(ordinal), MaxAllocationSites)
+		h.sites = siterec.New(depth, t.rateOrDefault(), MaxAllocationSites)
 	})
 }
 
-// disableSites stops the recording of device ordinal's sites.
-func (s *kindState) disableSites(ordinal int) {
-	t := &s.sites
+// disable stops the recording of device ordinal's sites.
+func (t *siteSettings) disable(s *deviceTable, ordinal int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s.setHooks(ordinal, func(h *hooks) { h.sites = nil })
 }
 
-// setSiteRate sets the sampling rate of device ordinal (0:
-// DefaultSiteRate), for its recorder too if it has one.
-func (s *kindState) setSiteRate(ordinal int, rate int64) {
-	t := &s.sites
+// setRate sets the sampling rate of device ordinal (0: DefaultSiteRate),
+// for its recorder too if it has one.
+func (t *siteSettings) setRate(s *deviceTable, ordinal int, rate int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.setRate(ordinal, rate)
+	t.rate = rate
 	if r := s.siteRecorderOf(ordinal); r != nil {
-		r.SetRate(t.rate(ordinal))
+		r.SetRate(t.rateOrDefault())
 	}
 }
 
 // siteOverride is the recording of sites as it was before a [LeakCheck]
-// made device ordinal record every allocation, to put back when it ends.
+// made its device record every allocation, to put back when it ends.
 type siteOverride struct {
-	ordinal int
 	rate    int64 // the rate that was set (0: none)
 	enabled bool  // the check enabled the recording
 }
 
-// recordEverySite makes device ordinal record the site of every
-// allocation, enabling its recording at depth if it is off, and returns
-// what restoreSites puts back.
-func (s *kindState) recordEverySite(ordinal, depth int) siteOverride {
-	t := &s.sites
+// recordEvery makes the device record the site of every allocation,
+// enabling its recording at depth if it is off, and returns what restore
+// puts back. The device is in use.
+func (r SiteRecorder) recordEvery(depth int) siteOverride {
+	d := r.dev
+	s, f, _ := d.features(use)
+	t := &f.sites
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	o := siteOverride{ordinal: ordinal}
-	if ordinal < len(t.rates) {
-		o.rate = t.rates[ordinal]
-	}
-	t.setRate(ordinal, 1)
-	if r := s.siteRecorderOf(ordinal); r != nil {
-		r.SetRate(1)
+	o := siteOverride{rate: t.rate}
+	t.rate = 1
+	if sr := s.siteRecorderOf(d.ordinal); sr != nil {
+		sr.SetRate(1)
 		return o
 	}
 	o.enabled = true
-	s.setHooks(ordinal, func(h *hooks) { h.sites = siterec.New(depth, 1, MaxAllocationSites) })
+	s.setHooks(d.ordinal, func(h *hooks) { h.sites = siterec.New(depth, 1, MaxAllocationSites) })
 	return o
 }
 
-// restoreSites puts back the recording of sites that recordEverySite
-// changed.
-func (s *kindState) restoreSites(o siteOverride) {
-	t := &s.sites
+// restore puts back the recording of sites that recordEvery changed.
+func (r SiteRecorder) restore(o siteOverride) {
+	d := r.dev
+	s, f, _ := d.features(use)
+	t := &f.sites
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.setRate(o.ordinal, o.rate)
+	t.rate = o.rate
 	if o.enabled {
-		s.setHooks(o.ordinal, func(h *hooks) { h.sites = nil })
-	} else if r := s.siteRecorderOf(o.ordinal); r != nil {
-		r.SetRate(t.rate(o.ordinal))
+		s.setHooks(d.ordinal, func(h *hooks) { h.sites = nil })
+	} else if sr := s.siteRecorderOf(d.ordinal); sr != nil {
+		sr.SetRate(t.rateOrDefault())
 	}
 }

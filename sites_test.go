@@ -78,15 +78,15 @@ func TestEnableAllocationSitesErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorIs(t, tc.d.Sites().Enable(tc.depth), tc.err)
 			assert.Equal(t, SiteStats{}, tc.d.Sites().Stats(), "nothing is recorded")
-			assert.Nil(t, stateOf(KindCPU).hooks.recs.Load(), "the CPU table stays off")
+			assert.Nil(t, openTable(KindCPU).hooks.vals.Load(), "the CPU table stays off")
 		})
 	}
 }
 
 func TestEnableDisable(t *testing.T) {
 	d := CPU()
-	s := stateOf(KindCPU)
-	require.Nil(t, s.hooks.recs.Load(), "off before any test enables it")
+	s := openTable(KindCPU)
+	require.Nil(t, s.hooks.vals.Load(), "off before any test enables it")
 
 	require.NoError(t, d.Sites().Enable(4))
 	r := s.siteRecorderOf(0)
@@ -96,7 +96,7 @@ func TestEnableDisable(t *testing.T) {
 	assert.Equal(t, 16, d.Sites().Stats().Depth)
 
 	d.Sites().Disable()
-	assert.Nil(t, s.hooks.recs.Load(), "the table is nil again: the off path is one nil load")
+	assert.Nil(t, s.hooks.vals.Load(), "the table is nil again: the off path is one nil load")
 	d.Sites().Disable() // off stays off
 	assert.Equal(t, SiteStats{}, d.Sites().Stats())
 
@@ -112,7 +112,7 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 	before := allocOK(t)(allocFromA(d, 1000))
 
 	require.NoError(t, d.Sites().Enable(8))
-	first := stateOf(KindCPU).siteRecorderOf(0)
+	first := openTable(KindCPU).siteRecorderOf(0)
 	during := allocOK(t)(allocFromB(d, 300))
 	require.NoError(t, before.Free())
 	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1, Sites: 1, Buffers: 1, Bytes: 300, PeakBytes: 300}, d.Sites().Stats(),
@@ -120,7 +120,7 @@ func TestSitesAcrossEnableAndDisable(t *testing.T) {
 
 	d.Sites().Disable()
 	require.NoError(t, d.Sites().Enable(8))
-	assert.NotSame(t, first, stateOf(KindCPU).siteRecorderOf(0), "re-enabling starts afresh")
+	assert.NotSame(t, first, openTable(KindCPU).siteRecorderOf(0), "re-enabling starts afresh")
 	require.NoError(t, during.Free())
 	assert.Equal(t, SiteStats{Enabled: true, Depth: 8, Rate: 1}, d.Sites().Stats(),
 		"the free of a buffer recorded by the old recorder leaves the new one alone")
@@ -195,7 +195,7 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	<-toggled
 	defer d.Sites().Disable()
 
-	final := stateOf(KindCPU).siteRecorderOf(0)
+	final := openTable(KindCPU).siteRecorderOf(0)
 	require.NotNil(t, final)
 	// Every kept buffer is either unrecorded or counted by exactly the
 	// recorder it points to; sum them per recorder.
@@ -265,7 +265,7 @@ func TestAllocationSitesErrors(t *testing.T) {
 func TestAllocationSitesFoldIntoOther(t *testing.T) {
 	d := recording(t, 32)
 	// A recorder that holds one stack, in place of the one of recording.
-	stateOf(KindCPU).setHooks(0, func(h *hooks) { h.sites = siterec.New(32, 1, 1) })
+	openTable(KindCPU).setHooks(0, func(h *hooks) { h.sites = siterec.New(32, 1, 1) })
 	a := allocOK(t)(allocFromA(d, 100))
 	b := allocOK(t)(allocFromB(d, 200))
 	defer freeAll(t, a, b)

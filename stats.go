@@ -53,10 +53,8 @@ func statsOf(d Device, s tracker.Stats) Stats {
 		Limit:        s.Limit,
 	}
 	st.Held, st.PeakHeld = deviceHeld(d, s.Tracked, s.PeakTracked)
-	if ks := tables[d.kind].p.Load(); ks != nil {
-		l := ks.leaks.stats(d.ordinal)
-		st.Leaks, st.LeakedBytes = l.Leaks, l.LeakedBytes
-	}
+	l := d.Leaks().Stats()
+	st.Leaks, st.LeakedBytes = l.Leaks, l.LeakedBytes
 	return st
 }
 
@@ -95,7 +93,7 @@ func (d Device) MemorySummary() string {
 		if u.NotResident > 0 {
 			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", formatBytes(u.NotResident))
 		}
-		buf.WriteString(u.processSummary()) // process.go
+		buf.WriteString(u.processSummary())
 	} else {
 		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
 	}
@@ -127,34 +125,25 @@ func (d Device) MaxMemoryAllocated() int64 {
 // peaks of open [PeakScope]s, and so of running [Device.Measure] calls, are
 // their own: it does not move them.
 func (d Device) ResetPeakMemoryStats() {
-	if s, r, err := d.resolve(); err == nil {
-		resetPeaks(s, r, d.ordinal)
+	s, r, err := d.lookup(use)
+	if err != nil {
+		return
 	}
-}
-
-// resetPeaks resets every peak of one device: its record's, its
-// categories', its device-side figure's and its memory pool's highs
-// (heldFigure) and, where they are
-// recorded, its allocation sites'. Peak scopes (PeakScope) keep their own
-// peaks, which it does not move.
-func resetPeaks(s *kindState, r *tracker.Record, ordinal int) {
 	r.ResetPeak()
-	resetCategoryPeaks(s, ordinal)
+	d.peekCategories().resetPeaks()
 	if s.held != nil {
-		s.held.resetHeldPeak(ordinal)
+		s.held.resetHeldPeak(d.ordinal)
 	}
-	if sr := s.siteRecorderOf(ordinal); sr != nil {
-		sr.ResetPeak()
-	}
+	d.Sites().resetPeak()
 }
 
 // ResetAccumulatedMemoryStats sets the cumulative figures (allocations,
 // frees, their bytes, failures, leaks) back to zero, the device's and its
 // categories'; current figures and peaks stay.
 func (d Device) ResetAccumulatedMemoryStats() {
-	if s, r, err := d.resolve(); err == nil {
-		resetAccumulated(s, r, d.ordinal) // with its categories' (category_count.go)
-		s.leaks.resetAccumulated(d.ordinal)
+	if _, r, err := d.lookup(use); err == nil {
+		d.peekCategories().resetAccumulated(r) // with the device's record, as one step
+		d.Leaks().resetAccumulated()
 	}
 }
 
@@ -245,7 +234,7 @@ func Expvar() expvar.Var {
 	return expvar.Func(func() any {
 		m := make(map[string]expvarDevice)
 		rangeUsed(func(d Device, r *tracker.Record) {
-			m[d.String()] = expvarDevice{Stats: statsOf(d, r.Snapshot()), Categories: categoryRows(d, d.peekCategories(), r)}
+			m[d.String()] = expvarDevice{Stats: statsOf(d, r.Snapshot()), Categories: d.peekCategories().rows(d, r)}
 		})
 		return m
 	})

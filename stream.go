@@ -1,9 +1,6 @@
 package memtrack
 
-import (
-	"fmt"
-	"runtime"
-)
+import "fmt"
 
 // Stream is a CUDA stream (a CUstream handle), for stream-ordered
 // allocation with [Device.AllocAsync] and [Buffer.FreeAsync]. The zero
@@ -25,15 +22,6 @@ const DefaultStream Stream = 0
 // device (ErrInvalidDevice for the zero Device, ErrBackendNotBuilt for a
 // CUDA device in a build without the tag, ErrNotSupported for a device that
 // is not a CUDA GPU or has no memory pools), then the stream.
-
-// checkPoolBytes is the argument check of a pool call given a number of
-// bytes, what, that must not be negative.
-func checkPoolBytes(op, what string, n int64, d Device) error {
-	if n < 0 {
-		return fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, d, what)
-	}
-	return nil
-}
 
 // notCUDA is the error of a stream-ordered or pool call on d, which is not
 // a CUDA device: the zero Device is no device, and a CPU or Metal device
@@ -67,18 +55,8 @@ func notCUDA(op string, d Device) error {
 // Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
 // that uses it is done.
 func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	return d.allocate(request{size: size, stream: stream, async: true})
-}
-
-// AllocAsync allocates size bytes in stream order on the category's device,
-// as [Device.AllocAsync] does, and counts them in the category besides, as
-// [Category.Alloc] does. [Buffer.FreeAsync] and [Buffer.Free] uncount them
-// in both.
-func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
-	if c.set == nil {
-		return nil, zeroCategory("AllocAsync", size)
-	}
-	return c.dev.allocate(request{size: size, cat: c, stream: stream, async: true})
+	b, _, err := d.take(&request{size: size, from: fromPool, stream: stream})
+	return b, err
 }
 
 // FreeAsync frees the buffer in stream order (cuMemFreeAsync): the memory
@@ -100,204 +78,25 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // Where it refuses the stream, or the driver refuses the free, the buffer
 // stays live and counted (and watched, on a device watched for leaks), and
 // FreeAsync or Free may be called again.
-func (b *Buffer) FreeAsync(stream Stream) error {
-	if !b.valid() {
-		return b.refuseFree()
-	}
-	if !b.pooled {
-		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.Device())
-	}
-	if !b.state.CompareAndSwap(bufLive, bufFreed) || !claimWatched(b) {
-		return b.refuseFree()
-	}
-	defer runtime.KeepAlive(b) // reachable until its leak cleanup is cancelled (unwatchBuffer)
-	// A pooled buffer comes from its table's stream-ordered allocator.
-	s, o := tables[b.kind].p.Load(), int(b.ordinal)
-	if err := s.stream.freeAsync(o, b.size, &b.mem, stream); err != nil {
-		b.unclaim()
-		return err
-	}
-	unwatchBuffer(b)
-	var cs *categorySet
-	if b.cat != 0 {
-		cs = s.cats.lookup(o)
-	}
-	// The device-side figure drops once the stream executes the free.
-	if err := s.uncount(s.records.Lookup(o), cs, b.size, b.site, stream, o, b.cat, 0); err != nil {
-		return b.uncountFailed(err)
-	}
-	return nil
-}
+func (b *Buffer) FreeAsync(stream Stream) error { return b.release(freeInStream, stream) }
 
-// Pool is the current memory pool of one CUDA device, the one
-// [Device.AllocAsync] allocates from: its figures and controls. Obtain it
-// with [Device.Pool]; it is a small comparable value, as [Device] is. On a
-// device that is not a CUDA GPU, or has no memory pools, its methods fail
-// with [ErrNotSupported].
-type Pool struct{ dev Device }
-
-// Pool returns the device's current memory pool.
-func (d Device) Pool() Pool { return Pool{dev: d} }
-
-// Device returns the device of the pool.
-func (p Pool) Device() Device { return p.dev }
-
-// pools returns the stream-ordered allocator of the device of the pool, or
-// the error of pool call op where it has none: the zero Device is no
-// device, a CPU or Metal device has no CUDA pool (in every build), a CUDA
-// device needs the CUDA backend, and then memory pools. A call that
-// changes the pool (change) registers the device as used, as a setting
-// does; a reading registers nothing.
-func (p Pool) pools(op string, change bool) (streamBackend, error) {
-	d := p.dev
-	if d.kind != KindCUDA {
-		return nil, notCUDA(op, d)
+// streams returns the stream-ordered allocator of device d of s, or an
+// error wrapping [ErrNotSupported] where it has none.
+func (s *deviceTable) streams(d Device) (streamBackend, error) {
+	if s.stream == nil {
+		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
 	}
-	s, err := d.state()
-	if err == nil && change {
-		_, _, err = d.resolve()
-	}
-	if err != nil {
+	if err := s.stream.poolsSupported(d.ordinal); err != nil {
 		return nil, err
 	}
-	return s.streams(d)
+	return s.stream, nil
 }
 
-// Stats returns the figures of the device's current memory pool (the
-// default pool, unless cuDeviceSetMemPool set another) as the driver
-// reports them. It fails with [ErrNotSupported] on a device that is
-// not a CUDA GPU or has no memory pools.
-func (p Pool) Stats() (PoolStats, error) {
-	sb, err := p.pools("PoolStats", false)
-	if err != nil {
-		return PoolStats{Device: p.dev}, err
+// streamsSupported fails where d is not a device that stream-ordered
+// allocation is for: only CUDA devices are.
+func (d Device) streamsSupported() error {
+	if d.kind == KindCUDA {
+		return nil
 	}
-	ps, err := sb.poolStats(p.dev.ordinal)
-	ps.Device = p.dev
-	return ps, err
-}
-
-// Usage returns the tracked and device-side figures of the device beside
-// its memory pool's; see [PoolUsage] for how to read their differences.
-// It fails as [Pool.Stats] does.
-func (p Pool) Usage() (PoolUsage, error) {
-	d := p.dev
-	sb, err := p.pools("PoolUsage", false)
-	if err != nil {
-		return PoolUsage{Device: d}, err
-	}
-	st := d.MemoryStats()
-	pooled := sb.pooled(d.ordinal)
-	ps, err := sb.poolStats(d.ordinal)
-	if err != nil {
-		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
-	}
-	return PoolUsage{
-		Device: d, Tracked: st.Tracked, Held: st.Held, PoolUsed: ps.PoolUsed, PoolReserved: ps.PoolReserved,
-		InFlight: st.Held - st.Tracked, Rounding: max(0, ps.PoolUsed-pooled), Cached: ps.PoolReserved - ps.PoolUsed,
-	}, nil
-}
-
-// Trim returns to the device the memory the pool reserves beyond
-// max(keep, what is in use) (cuMemPoolTrimTo): the counterpart of
-// torch.cuda.empty_cache for stream-ordered memory. A pool of 64 MiB
-// reserved with 2 MiB in use holds, after Pool().Trim(0), the 2 MiB (rounded
-// up to the driver's granularity); [PoolStats] shows the figures before and
-// after. The driver trims only memory whose frees the host has observed
-// complete, "eg. by a synchronize": a buffer freed with [Buffer.FreeAsync]
-// whose stream has not been synchronized may stay reserved even once the
-// device-side figure no longer counts it (FreeAsync learns of executed
-// frees by event queries, which the driver need not count), so Pool().Trim can
-// return less than [PoolUsage].Cached suggests; synchronize the streams
-// first to return all of it. It fails with [ErrInvalidSize] for keep < 0 and with
-// [ErrNotSupported] where the device has no memory pool.
-func (p Pool) Trim(keep int64) error {
-	if err := checkPoolBytes("Pool().Trim", "bytes to keep", keep, p.dev); err != nil {
-		return err
-	}
-	sb, err := p.pools("Pool().Trim", true)
-	if err != nil {
-		return err
-	}
-	return sb.trimPool(p.dev.ordinal, keep)
-}
-
-// SetReleaseThreshold sets how much reserved memory the pool keeps at
-// each synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): with the
-// driver's default of 0, the pool returns everything unused to the device
-// whenever a stream, event or context is synchronized; with a threshold, it
-// keeps up to that many bytes reserved for later allocations, which then
-// cost no call to the OS. [PoolStats].PoolReserved shows the effect
-// after the next synchronization. It fails with [ErrInvalidSize] for a
-// negative threshold and with [ErrNotSupported] where the device has no
-// memory pool.
-func (p Pool) SetReleaseThreshold(bytes int64) error {
-	if err := checkPoolBytes("Pool().SetReleaseThreshold", "release threshold in bytes", bytes, p.dev); err != nil {
-		return err
-	}
-	sb, err := p.pools("Pool().SetReleaseThreshold", true)
-	if err != nil {
-		return err
-	}
-	return sb.setReleaseThreshold(p.dev.ordinal, bytes)
-}
-
-// PoolStats are the figures of a CUDA device's current memory pool (the
-// default one unless cuDeviceSetMemPool set another), the one
-// [Device.AllocAsync] allocates from, as the driver reports them
-// (cuMemPoolGetAttribute). Reserved is what the pool holds of the device,
-// used or not: PyTorch's memory_reserved and max_memory_reserved. Used is
-// what live stream-ordered allocations take of it, by anyone in the process,
-// rounded as the driver rounds them. The highs are reset by
-// [Device.ResetPeakMemoryStats].
-type PoolStats struct {
-	Device           Device
-	PoolReserved     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
-	PeakPoolReserved int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
-	PoolUsed         int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
-	PeakPoolUsed     int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
-	ReleaseThreshold int64 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-}
-
-// String describes the pool's figures on one line.
-func (p PoolStats) String() string {
-	return fmt.Sprintf("%v pool: reserved %s (high %s), used %s (high %s), release threshold %s",
-		p.Device, exactBytes(p.PoolReserved), exactBytes(p.PeakPoolReserved),
-		exactBytes(p.PoolUsed), exactBytes(p.PeakPoolUsed), exactBytes(p.ReleaseThreshold))
-}
-
-// PoolUsage puts side by side, for a CUDA device, the figures of its
-// stream-ordered memory at two moments and at two levels, and names their
-// differences:
-//
-//	Tracked       bytes of live buffers, counted when the host calls Free or FreeAsync
-//	Held          bytes the device holds for this package's buffers: Tracked plus
-//	              the buffers freed with FreeAsync whose stream has not reached the free
-//	PoolUsed      the pool's used bytes, as the driver reports them
-//	PoolReserved  the pool's reserved bytes, as the driver reports them
-//
-// Held - Tracked (InFlight) is memory freed on the host and still in use on
-// the device. PoolUsed - Held (Rounding) counts only the stream-ordered
-// buffers of Held, those [Device.AllocAsync] took from the pool (buffers of
-// [Device.Alloc] are not in the pool): it is the driver's rounding of each
-// allocation and stream-ordered allocations made outside this package, and
-// is never negative. The driver's reference does not say when a free's
-// bytes leave the pool's used figure: when the stream executes the free, or
-// as soon as it is enqueued (memory freed on a stream may be reused at once
-// by later allocations on that stream); under the second reading PoolUsed
-// can fall below the stream-ordered part of Held by up to InFlight, and
-// Rounding, taken as 0 there, is a lower bound. PoolReserved - PoolUsed
-// (Cached) is memory the pool keeps for later allocations without anything
-// in it, which [Pool.Trim] returns to the device. The figures are read
-// one after another, not at one instant.
-type PoolUsage struct {
-	Device       Device
-	Tracked      int64
-	Held         int64
-	PoolUsed     int64
-	PoolReserved int64
-
-	InFlight int64 // Held - Tracked: freed on the host, not yet on the device
-	Rounding int64 // PoolUsed - Held of stream-ordered buffers, or 0: the driver's rounding and allocations outside this package
-	Cached   int64 // PoolReserved - PoolUsed: reserved by the pool, used by nothing
+	return notCUDA("AllocAsync", d)
 }

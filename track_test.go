@@ -402,7 +402,7 @@ func FuzzTrack(f *testing.F) {
 				}
 			case 7: // release a released handle again
 				if len(released) > 0 {
-					require.ErrorIs(t, released[int(op)%len(released)].Release(), ErrDoubleFree)
+					require.ErrorIs(t, released[int(op)%len(released)].Release(), ErrAlreadyReleased)
 				}
 			}
 			s := d.MemoryStats()

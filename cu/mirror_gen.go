@@ -1,7 +1,7 @@
 //go:build ignore
 
 // mirror_gen writes mirror.go: every exported name of
-// github.com/mumax/3/cuda/cu that alloc.go does not define, forwarded to cu,
+// github.com/mumax/3/cuda/cu that package cu does not define itself, forwarded to cu,
 // so that this package replaces cu with one import path.
 //
 //	go run mirror_gen.go           rewrite mirror.go
@@ -25,8 +25,8 @@ import (
 	"strings"
 )
 
-// own are the names alloc.go defines: the allocation calls, counted, and the
-// type whose Free method is one of them.
+// own are the names package cu defines itself: the allocation calls,
+// counted, and the type whose Free method is one of them.
 var own = map[string]bool{"MemAlloc": true, "MemFree": true, "DevicePtr": true, "DevicePtr.Free": true}
 
 func main() {

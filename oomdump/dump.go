@@ -44,7 +44,6 @@ type Dumper struct {
 	interval time.Duration
 	logger   *slog.Logger
 	obs      *memtrack.OutOfMemoryObserver
-	now      func() time.Time // time.Now; tests set another
 
 	mu        sync.Mutex
 	last      time.Time // when the last dump began; zero before the first
@@ -72,7 +71,7 @@ func Install(d memtrack.Device, dir string, opt Options) (*Dumper, error) {
 	if opt.MinInterval < 0 {
 		return nil, fmt.Errorf("%w: oomdump interval %v is negative", memtrack.ErrInvalidArgument, opt.MinInterval)
 	}
-	du := &Dumper{dev: d, dir: dir, interval: opt.MinInterval, logger: opt.Logger, now: time.Now}
+	du := &Dumper{dev: d, dir: dir, interval: opt.MinInterval, logger: opt.Logger}
 	if du.interval == 0 {
 		du.interval = DefaultMinInterval
 	}
@@ -114,9 +113,12 @@ func (du *Dumper) Unwritten() int {
 	return du.unwritten
 }
 
-// observe is the Dumper's observer.
-func (du *Dumper) observe(e *memtrack.OutOfMemoryError) {
-	now := du.now()
+// observe is the Dumper's observer: it dumps e now.
+func (du *Dumper) observe(e *memtrack.OutOfMemoryError) { du.dump(e, time.Now()) }
+
+// dump writes the dump of e, refused at now, unless it comes within the
+// interval of the last dump.
+func (du *Dumper) dump(e *memtrack.OutOfMemoryError, now time.Time) {
 	du.mu.Lock()
 	if !du.last.IsZero() && now.Sub(du.last) < du.interval {
 		du.skipped++

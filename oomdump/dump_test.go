@@ -52,6 +52,17 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
+// clocked makes du dump at the times of clk instead of the wall clock's:
+// it replaces the observer that Install registered by one that gives du
+// the refusals as that one does (Dumper.observe), at clk's time.
+func clocked(t *testing.T, du *Dumper, clk *clock) {
+	t.Helper()
+	require.NoError(t, du.obs.Remove())
+	obs, err := du.dev.OnOutOfMemory(func(e *memtrack.OutOfMemoryError) { du.dump(e, clk.now()) })
+	require.NoError(t, err)
+	du.obs = obs
+}
+
 func TestDump(t *testing.T) {
 	d := limited(t, 1<<20)
 	recordEverything(t, d)
@@ -60,7 +71,7 @@ func TestDump(t *testing.T) {
 	require.NoError(t, err)
 	defer du.Remove()
 	clk := &clock{t: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)}
-	du.now = clk.now
+	clocked(t, du, clk)
 
 	load, err := d.History().BeginSpan("load weights")
 	require.NoError(t, err)
@@ -182,7 +193,7 @@ func TestDumpUnwritable(t *testing.T) {
 	require.NoError(t, err)
 	defer du.Remove()
 	clk := &clock{t: time.Unix(1e9, 0)}
-	du.now = clk.now
+	clocked(t, du, clk)
 
 	want := refusal(t, d).Error()
 	for range 3 {
@@ -229,7 +240,7 @@ func TestDumpNoRecursion(t *testing.T) {
 	require.NoError(t, err)
 	defer du.Remove()
 	clk := &clock{t: time.Unix(1e9, 0)}
-	du.now = clk.now
+	clocked(t, du, clk)
 
 	refusal(t, d)
 	assert.ErrorIs(t, nested, memtrack.ErrOutOfMemory)

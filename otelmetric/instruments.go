@@ -104,7 +104,7 @@ func deviceUtilization(r *reading) (float64, bool) {
 }
 
 // instruments are every instrument of the package, in the order of the
-// table in doc.go. memtrack's own instruments are named after package
+// table of the package's documentation. memtrack's own instruments are named after package
 // prom's metrics, so that OpenTelemetry's Prometheus exporter serves them
 // under the same names: memtrack.held (By) becomes memtrack_held_bytes, a
 // counter gets _total. A test holds the two to each other.

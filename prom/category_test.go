@@ -54,9 +54,7 @@ memtrack_category_limit_bytes{backend="cpu",category="kv_cache",ordinal="0"} 100
 // label category, the row "uncategorised" has no peak, and the limit is
 // sent only where one is set.
 func TestCategoryMetrics(t *testing.T) {
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
-	c.catStats = fixedCategories
+	c := of(NewCollector(), func(r *reading) { r.cats = fixedCategories(r.dev) }, memtrack.CPU())
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(categoryText),
 		"memtrack_category_tracked_bytes", "memtrack_category_peak_tracked_bytes", "memtrack_category_buffers",
 		"memtrack_category_failed_allocs_total", "memtrack_category_limit_bytes"))
@@ -74,8 +72,7 @@ func TestCategoryMetricsHundred(t *testing.T) {
 	const n = 100
 	cpu := memtrack.CPU()
 	cats := rendertest.Categories(t, cpu, n)
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{cpu} }
+	c := of(NewCollector(), nil, cpu)
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	stop := rendertest.Churn(t, cats, 4, 0)

@@ -91,14 +91,6 @@ type Collector struct {
 	poolReserved, poolUsed                     [2]*prometheus.Desc // current, peak
 	cat                                        categoryDescs
 	proc                                       processDescs
-
-	// Seams for tests; the package's functions otherwise.
-	devices   func() []memtrack.Device
-	memInfo   func(memtrack.Device) (free, total int64, err error)
-	devInfo   func(memtrack.Device) (memtrack.DeviceInfo, error)
-	poolStats func(memtrack.Device) (memtrack.PoolStats, error)
-	catStats  func(memtrack.Device) []memtrack.CategoryStats
-	usage     func(memtrack.Device) (memtrack.Usage, error)
 }
 
 // Option configures a [Collector].
@@ -157,14 +149,8 @@ func NewCollector(opts ...Option) *Collector {
 			desc("pool_used_bytes", "Bytes in use in the device's CUDA memory pool, as the driver reports them."),
 			desc("peak_pool_used_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
 		},
-		cat:       newCategoryDescs(cfg.constLabels),
-		proc:      newProcessDescs(desc),
-		devices:   memtrack.UsedDevices,
-		memInfo:   memtrack.Device.MemGetInfo,
-		devInfo:   memtrack.Device.Info,
-		poolStats: func(d memtrack.Device) (memtrack.PoolStats, error) { return d.Pool().Stats() },
-		catStats:  memtrack.Device.CategoryStats,
-		usage:     memtrack.Device.Usage,
+		cat:  newCategoryDescs(cfg.constLabels),
+		proc: newProcessDescs(desc),
 	}
 }
 
@@ -195,46 +181,81 @@ func sender(ch chan<- prometheus.Metric, labels []string) func(*prometheus.Desc,
 
 // Collect reads the figures of every used device and sends them.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, d := range c.devices() {
-		labels := []string{d.Kind().String(), strconv.Itoa(d.Ordinal())}
-		send := sender(ch, labels)
-		s := d.MemoryStats()
-		send(c.tracked, prometheus.GaugeValue, s.Tracked)
-		send(c.peakTracked, prometheus.GaugeValue, s.PeakTracked)
-		send(c.buffers, prometheus.GaugeValue, s.Buffers)
-		send(c.peakBuffers, prometheus.GaugeValue, s.PeakBuffers)
-		send(c.allocBytes, prometheus.CounterValue, s.AllocBytes)
-		send(c.freedBytes, prometheus.CounterValue, s.FreedBytes)
-		send(c.allocs, prometheus.CounterValue, s.Allocs)
-		send(c.frees, prometheus.CounterValue, s.Frees)
-		send(c.failedAllocs, prometheus.CounterValue, s.FailedAllocs)
-		send(c.leaks, prometheus.CounterValue, s.Leaks)
-		send(c.leakedBytes, prometheus.CounterValue, s.LeakedBytes)
-		send(c.held, prometheus.GaugeValue, s.Held)
-		send(c.peakHeld, prometheus.GaugeValue, s.PeakHeld)
-		if s.Limit > 0 {
-			send(c.limit, prometheus.GaugeValue, s.Limit)
-		}
-		if free, total, err := c.memInfo(d); err == nil {
-			send(c.devFree, prometheus.GaugeValue, free)
-			send(c.devTotal, prometheus.GaugeValue, total)
-		}
-		if info, err := c.devInfo(d); err == nil {
-			m, err := prometheus.NewConstMetric(c.info, prometheus.GaugeValue, 1, append(labels, info.UUID, info.Name)...)
-			if err != nil {
-				m = prometheus.NewInvalidMetric(c.info, err)
-			}
-			ch <- m
-		}
-		if p, err := c.poolStats(d); err == nil {
-			send(c.poolReserved[0], prometheus.GaugeValue, p.PoolReserved)
-			send(c.poolReserved[1], prometheus.GaugeValue, p.PeakPoolReserved)
-			send(c.poolUsed[0], prometheus.GaugeValue, p.PoolUsed)
-			send(c.poolUsed[1], prometheus.GaugeValue, p.PeakPoolUsed)
-		}
-		if u, err := c.usage(d); err == nil {
-			c.proc.collect(send, u)
-		}
-		c.cat.collect(ch, labels, c.catStats(d))
+	for _, d := range memtrack.UsedDevices() {
+		c.send(ch, read(d))
 	}
+}
+
+// reading is what Collect reads of one device through memtrack's API,
+// before it sends the metrics (Collector.send): the figures, and the
+// errors of the queries that can fail, whose metrics are then absent.
+type reading struct {
+	dev         memtrack.Device
+	stats       memtrack.Stats
+	free, total int64
+	memErr      error
+	info        memtrack.DeviceInfo
+	infoErr     error
+	pool        memtrack.PoolStats
+	poolErr     error
+	usage       memtrack.Usage
+	usageErr    error
+	cats        []memtrack.CategoryStats
+}
+
+// read reads the figures of device d.
+func read(d memtrack.Device) reading {
+	r := reading{dev: d, stats: d.MemoryStats()}
+	r.free, r.total, r.memErr = d.MemGetInfo()
+	r.info, r.infoErr = d.Info()
+	r.pool, r.poolErr = d.Pool().Stats()
+	r.usage, r.usageErr = d.Usage()
+	r.cats = d.CategoryStats()
+	return r
+}
+
+// send sends the metrics of one device's reading.
+func (c *Collector) send(ch chan<- prometheus.Metric, r reading) {
+	d := r.dev
+	labels := []string{d.Kind().String(), strconv.Itoa(d.Ordinal())}
+	send := sender(ch, labels)
+	s := r.stats
+	send(c.tracked, prometheus.GaugeValue, s.Tracked)
+	send(c.peakTracked, prometheus.GaugeValue, s.PeakTracked)
+	send(c.buffers, prometheus.GaugeValue, s.Buffers)
+	send(c.peakBuffers, prometheus.GaugeValue, s.PeakBuffers)
+	send(c.allocBytes, prometheus.CounterValue, s.AllocBytes)
+	send(c.freedBytes, prometheus.CounterValue, s.FreedBytes)
+	send(c.allocs, prometheus.CounterValue, s.Allocs)
+	send(c.frees, prometheus.CounterValue, s.Frees)
+	send(c.failedAllocs, prometheus.CounterValue, s.FailedAllocs)
+	send(c.leaks, prometheus.CounterValue, s.Leaks)
+	send(c.leakedBytes, prometheus.CounterValue, s.LeakedBytes)
+	send(c.held, prometheus.GaugeValue, s.Held)
+	send(c.peakHeld, prometheus.GaugeValue, s.PeakHeld)
+	if s.Limit > 0 {
+		send(c.limit, prometheus.GaugeValue, s.Limit)
+	}
+	if r.memErr == nil {
+		send(c.devFree, prometheus.GaugeValue, r.free)
+		send(c.devTotal, prometheus.GaugeValue, r.total)
+	}
+	if r.infoErr == nil {
+		m, err := prometheus.NewConstMetric(c.info, prometheus.GaugeValue, 1, append(labels, r.info.UUID, r.info.Name)...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(c.info, err)
+		}
+		ch <- m
+	}
+	if r.poolErr == nil {
+		p := r.pool
+		send(c.poolReserved[0], prometheus.GaugeValue, p.PoolReserved)
+		send(c.poolReserved[1], prometheus.GaugeValue, p.PeakPoolReserved)
+		send(c.poolUsed[0], prometheus.GaugeValue, p.PoolUsed)
+		send(c.poolUsed[1], prometheus.GaugeValue, p.PeakPoolUsed)
+	}
+	if r.usageErr == nil {
+		c.proc.collect(send, r.usage)
+	}
+	c.cat.collect(ch, labels, r.cats)
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memtrack/memtrack"
 	"github.com/memtrack/memtrack/internal/rendertest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -23,8 +22,7 @@ func TestCollectorCUDAInfo(t *testing.T) {
 	}
 	d, info := rendertest.CUDA0(t)
 
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{d} }
+	c := of(NewCollector(), nil, d)
 	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	want := expect(`backend="cuda",name="`+esc.Replace(info.Name)+`",ordinal="0",uuid="`+info.UUID+`"`, infoText)
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "memtrack_device_info"))
@@ -48,8 +46,7 @@ func TestCollectorCUDAProcesses(t *testing.T) {
 	if err != nil || !u.PerProcess {
 		t.Skipf("no per-process figures here: %v %v", err, u.PerProcessErr)
 	}
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{d} }
+	c := of(NewCollector(), nil, d)
 	assert.Equal(t, 3, testutil.CollectAndCount(c, "memtrack_process_used_bytes", "memtrack_process_untracked_bytes", "memtrack_other_processes_used_bytes"))
 	assert.GreaterOrEqual(t, u.ProcessUsed, u.Tracked)
 	assert.Equal(t, u.ProcessUsed-u.Tracked, u.ProcessUntracked)

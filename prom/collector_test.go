@@ -100,6 +100,35 @@ func fixedDevInfo(d memtrack.Device) (memtrack.DeviceInfo, error) {
 	return memtrack.DeviceInfo{Device: d, Name: `Fake CPU \ "9000"`, UUID: "CPU-0"}, nil
 }
 
+// over is a collector that sends, at each scrape, the readings that read
+// returns, as the Collector sends what Collect reads of every used device
+// (Collector.send): a scrape of chosen devices, or of figures a test sets.
+type over struct {
+	*Collector
+	read func() []reading
+}
+
+func (o over) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range o.read() {
+		o.send(ch, r)
+	}
+}
+
+// of returns a collector of c that reads devices ds only, as Collect reads
+// every used device, each reading passed through set (nil: as read).
+func of(c *Collector, set func(*reading), ds ...memtrack.Device) over {
+	return over{c, func() []reading {
+		rs := make([]reading, len(ds))
+		for i, d := range ds {
+			rs[i] = read(d)
+			if set != nil {
+				set(&rs[i])
+			}
+		}
+		return rs
+	}}
+}
+
 // cpuLabels are the labels of the CPU's metrics without constant labels.
 const cpuLabels = `backend="cpu",ordinal="0"`
 
@@ -136,10 +165,10 @@ func TestCollectorCompare(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rendertest.SetCPU(t, tt.limit)
-			c := NewCollector(tt.opts...)
-			c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
-			c.memInfo = tt.memInfo
-			c.devInfo = tt.devInfo
+			c := of(NewCollector(tt.opts...), func(r *reading) {
+				r.free, r.total, r.memErr = tt.memInfo(r.dev)
+				r.info, r.infoErr = tt.devInfo(r.dev)
+			}, memtrack.CPU())
 
 			reg := prometheus.NewPedanticRegistry()
 			require.NoError(t, reg.Register(c))
@@ -219,26 +248,20 @@ memtrack_peak_pool_used_bytes{%[1]s} 4
 // one whose pool query fails (a CPU, a GPU without pools) gets none.
 func TestCollectorPool(t *testing.T) {
 	rendertest.SetCPU(t, 0)
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
-	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
-	c.devInfo = func(memtrack.Device) (memtrack.DeviceInfo, error) {
-		return memtrack.DeviceInfo{}, errors.New("no info")
-	}
-	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
-		return memtrack.PoolStats{Device: d, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
-	}
+	c := of(NewCollector(), func(r *reading) {
+		r.free, r.total, r.memErr = 1000, 4000, nil
+		r.info, r.infoErr = memtrack.DeviceInfo{}, errors.New("no info")
+		r.pool, r.poolErr = memtrack.PoolStats{Device: r.dev, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
+	}, memtrack.CPU())
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expect(cpuLabels, countersText, deviceText, poolText))))
 
-	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) { return d.Pool().Stats() }
-	assert.Zero(t, testutil.CollectAndCount(c, "memtrack_pool_used_bytes"))
+	assert.Zero(t, testutil.CollectAndCount(of(NewCollector(), nil, memtrack.CPU()), "memtrack_pool_used_bytes"), "the CPU's pool query fails")
 }
 
 func TestCollectorNoDevices(t *testing.T) {
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return nil }
+	c := of(NewCollector(), nil)
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()
@@ -303,9 +326,8 @@ func TestConstLabelsClashDocumented(t *testing.T) {
 func TestWithConstLabelsCopies(t *testing.T) {
 	rendertest.SetCPU(t, 0)
 	labels := prometheus.Labels{"model": "llama"}
-	c := NewCollector(WithConstLabels(labels))
+	c := of(NewCollector(WithConstLabels(labels)), nil, memtrack.CPU())
 	labels["model"] = "changed"
-	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(`backend="cpu",model="llama",ordinal="0"`, countersText)), counterNames...))
 }
 
@@ -315,15 +337,13 @@ func TestWithConstLabelsCopies(t *testing.T) {
 // for a clean exposition.
 func TestCollectorPromlint(t *testing.T) {
 	rendertest.SetCPU(t, 1<<20)
-	c := NewCollector(WithConstLabels(prometheus.Labels{"service": "llm"}))
-	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
-	c.memInfo = func(memtrack.Device) (int64, int64, error) { return 1000, 4000, nil }
-	c.devInfo = fixedDevInfo
-	c.poolStats = func(d memtrack.Device) (memtrack.PoolStats, error) {
-		return memtrack.PoolStats{Device: d, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
-	}
-	c.catStats = fixedCategories
-	c.usage = fixedUsage
+	c := of(NewCollector(WithConstLabels(prometheus.Labels{"service": "llm"})), func(r *reading) {
+		r.free, r.total, r.memErr = 1000, 4000, nil
+		r.info, r.infoErr = fixedDevInfo(r.dev)
+		r.pool, r.poolErr = memtrack.PoolStats{Device: r.dev, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
+		r.cats = fixedCategories(r.dev)
+		r.usage, r.usageErr = fixedUsage(r.dev)
+	}, memtrack.CPU())
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()
@@ -372,8 +392,7 @@ func TestCollectorLeaks(t *testing.T) {
 			require.True(t, time.Now().Before(deadline), "the leak was never found")
 		}
 	}
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{cpu} }
+	c := of(NewCollector(), nil, cpu)
 	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(expect(cpuLabels, `
 # HELP memtrack_leaked_bytes_total Bytes of the leaks counted by memtrack_leaks_total.
 # TYPE memtrack_leaked_bytes_total counter

@@ -22,9 +22,8 @@ func fixedUsage(d memtrack.Device) (memtrack.Usage, error) {
 
 func TestCollectorProcesses(t *testing.T) {
 	rendertest.SetCPU(t, 0)
-	c := NewCollector()
-	c.devices = func() []memtrack.Device { return []memtrack.Device{memtrack.CPU()} }
-	c.usage = fixedUsage
+	usage := fixedUsage
+	c := of(NewCollector(), func(r *reading) { r.usage, r.usageErr = usage(r.dev) }, memtrack.CPU())
 	names := []string{"memtrack_process_used_bytes", "memtrack_process_untracked_bytes", "memtrack_other_processes_used_bytes"}
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP memtrack_other_processes_used_bytes The other processes' device memory as the driver accounts it (NVML, on CUDA GPUs); absent where the driver gives no per-process figures.
@@ -39,12 +38,12 @@ memtrack_process_used_bytes{backend="cpu",ordinal="0"} 2500
 `), names...))
 
 	// Without the figures (NVML unavailable, the CPU), the metrics are absent.
-	c.usage = func(d memtrack.Device) (memtrack.Usage, error) {
+	usage = func(d memtrack.Device) (memtrack.Usage, error) {
 		return memtrack.Usage{Device: d, PerProcessErr: memtrack.ErrPerProcessUnavailable}, nil
 	}
 	assert.Zero(t, testutil.CollectAndCount(c, names...))
-	c.usage = func(d memtrack.Device) (memtrack.Usage, error) { return memtrack.Usage{}, errors.New("no device") }
+	usage = func(d memtrack.Device) (memtrack.Usage, error) { return memtrack.Usage{}, errors.New("no device") }
 	assert.Zero(t, testutil.CollectAndCount(c, names...))
-	c.usage = memtrack.Device.Usage // the CPU has no per-process figures
+	usage = memtrack.Device.Usage // the CPU has no per-process figures
 	assert.Zero(t, testutil.CollectAndCount(c, names...))
 }

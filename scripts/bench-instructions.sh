@@ -51,7 +51,9 @@ names=$("$out/head.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x 
 # irs prints the instructions (Ir) that one run of binary $1 executes for
 # benchmark $2 at $3 iterations: the program's, then those of the
 # library's own functions (the packages of github.com/memtrack/memtrack,
-# the benchmarks' own loops left out), which leave out the runtime's work
+# the benchmarks' own loops left out: the functions named Benchmark..., and
+# the helpers of their loops, named bench... in the benchmarks' files),
+# which leave out the runtime's work
 # (the allocations, and the memory the OS hands the runtime, which can
 # vary from run to run); "missing" where the binary has no such benchmark.
 irs() {
@@ -72,7 +74,7 @@ irs() {
 	fi
 	callgrind_annotate --auto=no --threshold=100 "$out/cg.out" | awk '
 		/^ *[0-9,]+ .*PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
-		/^ *[0-9,]+ \(.*:github\.com\/memtrack\/memtrack[.\/]/ && !/\.Benchmark/ { gsub(",", "", $1); own += $1 }
+		/^ *[0-9,]+ \(.*:github\.com\/memtrack\/memtrack[.\/]/ && !/\.(Benchmark|bench[A-Z])/ { gsub(",", "", $1); own += $1 }
 		END { print total, own }'
 }
 

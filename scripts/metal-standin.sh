@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the Metal backend's cgo layer (metal_bridge_cgo_darwin.go) and its
+# Runs the Metal backend (backend_metal.go, which only a macOS build with
+# -tags metal compiles), its tests over an in-memory bridge
+# (backend_metal_test.go), its cgo layer (metal_bridge_cgo_darwin.go) and its
 # macOS tests (metal_test.go) on Linux, under -race, against a C stand-in for
 # metal_bridge.m (scripts/metal_bridge_standin.c). It works on a copy of the
 # package, built with -tags metal, in which those files are retargeted from
@@ -27,6 +29,8 @@ retarget() {
 retarget metal_bridge_cgo_darwin.go 'metal && darwin && !ios && cgo' 'metal && linux && cgo'
 retarget metal_bridge.h 'metal && darwin && !ios && cgo' 'metal && linux && cgo'
 retarget metal_test.go 'metal && darwin && !ios' 'metal && linux'
+retarget backend_metal.go 'metal && darwin && !ios' 'metal && linux'
+retarget backend_metal_test.go 'metal && darwin && !ios' 'metal && linux'
 mv metal_bridge_cgo_darwin.go metal_bridge_cgo_linux.go
 # The Apple frameworks do not exist here, the Objective-C is replaced, and
 # the guard against -tags metal on Linux must not stop this build.

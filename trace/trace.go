@@ -52,7 +52,7 @@ import (
 const (
 	tidEvents = 1 // refusals and the highest figure
 	tidGaps   = 2 // the gaps
-	tidMarks  = 3 // the marks, and the first lane of spans; lane i is tidMarks+i (marks.go)
+	tidMarks  = 3 // the marks, and the first lane of spans; lane i is tidMarks+i (markEvents)
 )
 
 // Event is one event of the Trace Event Format, as Write writes it.
@@ -112,7 +112,7 @@ func Events(hs ...memtrack.History) []Event {
 		)
 		high := -1 // the highest figure of the history
 		byCat := categorised(h)
-		evs = append(evs, markEvents(h, pid, us)...) // marks.go
+		evs = append(evs, markEvents(h, pid, us)...)
 		for j, e := range h.Events {
 			if e.Action.IsMark() {
 				continue

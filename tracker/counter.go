@@ -40,7 +40,7 @@ type Counter struct {
 	cur  int64              // atomic
 	_    [cacheLineSize - 8]byte
 	peak int64 // atomic
-	// The open peak scopes (scope.go), read by every Alloc: nil while
+	// The open peak scopes (Counter.OpenScope), read by every Alloc: nil while
 	// none is open.
 	scopes scopeSet
 	_      [cacheLineSize - 8 - unsafe.Sizeof(scopeSet{})]byte

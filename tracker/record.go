@@ -109,7 +109,7 @@ type Record struct {
 	peakBytes int64    // atomic
 	peakLive  int64    // atomic
 	limit     int64    // atomic
-	scopes    scopeSet // the open peak scopes (scope.go): nil while none is open
+	scopes    scopeSet // the open peak scopes (Record.OpenScope): nil while none is open
 	_         [cacheLineSize - 24 - unsafe.Sizeof(scopeSet{})]byte
 
 	// Cold line: written on folds, failures, resets and by readers.
@@ -118,8 +118,7 @@ type Record struct {
 	failed      stdatomic.Int64
 	limitMu     stdatomic.Int64 // 1 while a SetLimit runs
 	limitGen    int64           // the last non-zero generation; under limitMu
-	genCycle    int64           // how many non-zero generations there are; 0 means 31 (tests set 1)
-	// Cancelled allocations (cancel.go): counted in the counts word and
+	// Cancelled allocations (Record.Cancel): counted in the counts word and
 	// the freed bytes as frees, and taken out of the cumulative figures.
 	cancels, cancelledBytes stdatomic.Int64
 	// The bases are the figures at the last ResetAccumulated, written
@@ -421,11 +420,7 @@ func (r *Record) SetLimit(limit int64) error {
 	// only while no limit is set, which is what it assumed.
 	g := int64(0)
 	if limit > 0 {
-		cycle := r.genCycle
-		if cycle <= 0 || cycle > 31 {
-			cycle = 31
-		}
-		r.limitGen = r.limitGen%cycle + 1
+		r.limitGen = r.limitGen%31 + 1
 		g = r.limitGen
 	}
 	for {

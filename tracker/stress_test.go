@@ -55,29 +55,32 @@ func loop(n int, stop <-chan struct{}, f func()) (wait func()) {
 // and its add, which is the window this test looks for.
 func TestRecordLimitPromise(t *testing.T) {
 	var r Record
-	if bad, rounds := limitPromise(t, &r); bad > 0 {
+	if bad, rounds := limitPromise(t, &r, 0); bad > 0 {
 		t.Errorf("Current rose past a limit set before (%d times in %d rounds)", bad, rounds)
 	}
 }
 
 // TestRecordLimitPromiseWithoutNewGenerations is TestRecordLimitPromise
-// where every SetLimit reuses one generation (genCycle 1), which is what a
-// compare-and-swap of the exact path sees when it was prepared under one
-// limit and lands a multiple of the cycle of SetLimits later, with the held
-// bytes and the tag as they were. Before the exact path checked the limit
-// again after its compare-and-swap, this failed in every run (thousands of
-// rises past the limit); with the cycle of 31, CI saw it twice in 102,134
-// rounds.
+// where the tight limit comes back to the loose limit's generation: 30 more
+// SetLimits of the loose limit precede it, so that it is the 31st since
+// the allocators took the loose one, and the generations, which cycle
+// through 31, come round. A compare-and-swap of the exact path prepared
+// under the loose limit and suspended over those SetLimits then finds the
+// held bytes, the tag and the generation as they were. Before the exact
+// path checked the limit again after its compare-and-swap, this failed in
+// every run (hundreds of rises past the limit); with a single SetLimit
+// between, CI saw it twice in 102,134 rounds.
 func TestRecordLimitPromiseWithoutNewGenerations(t *testing.T) {
-	r := Record{genCycle: 1}
-	if bad, rounds := limitPromise(t, &r); bad > 0 {
+	var r Record
+	if bad, rounds := limitPromise(t, &r, 30); bad > 0 {
 		t.Errorf("Current rose past a limit set before (%d times in %d rounds)", bad, rounds)
 	}
 }
 
 // limitPromise runs TestRecordLimitPromise's race on r and returns how many
-// rises past the limit it saw, in how many rounds.
-func limitPromise(t *testing.T, r *Record) (bad, rounds int) {
+// rises past the limit it saw, in how many rounds; each round sets the
+// loose limit again more times before the tight one.
+func limitPromise(t *testing.T, r *Record, more int) (bad, rounds int) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	const k = 1000
 	stop := make(chan struct{})
@@ -94,6 +97,9 @@ func limitPromise(t *testing.T, r *Record) (bad, rounds int) {
 		assert.NoError(t, r.SetLimit(1<<40))
 		for range 20 {
 			_ = r.Tracked() // let the allocators take the loose limit
+		}
+		for range more {
+			assert.NoError(t, r.SetLimit(1<<40))
 		}
 		assert.NoError(t, r.SetLimit(k))
 		prev := r.Tracked()

@@ -47,7 +47,7 @@ func (t *Table) Record(i int) (*Record, error) {
 // Lookup returns the record of ordinal i, or nil if it was never created.
 func (t *Table) Lookup(i int) *Record {
 	p := t.recs.Load()
-	if p == nil || i < 0 || i >= len(*p) {
+	if p == nil || uint(i) >= uint(len(*p)) { // i < 0 too
 		return nil
 	}
 	return (*p)[i]

@@ -43,11 +43,11 @@ type Device struct {
 	Sites     bool     `json:"sites"` // allocation sites are recorded
 	History   *History `json:"history,omitempty"`
 	// Categories are the figures of the device's categories and of the
-	// memory outside them (category.go); absent without categories.
+	// memory outside them (Category); absent without categories.
 	Categories []Category `json:"categories,omitempty"`
 	// The driver's per-process figures ([memtrack.Usage]), on a CUDA GPU
 	// where NVML gives them (PerProcess); PerProcessError says why not
-	// where it does not (process.go).
+	// where it does not.
 	PerProcess         bool      `json:"perProcess"`
 	ProcessUsed        int64     `json:"processUsed"`
 	ProcessUntracked   int64     `json:"processUntracked"`
@@ -74,7 +74,7 @@ type History struct {
 	MaxAtPeak bool      `json:"maxAtPeak"`
 	Gaps      []Gap     `json:"gaps,omitempty"`
 	Refusals  []Refusal `json:"refusals,omitempty"`
-	// Marks are the history's marks and spans (marks.go), the oldest
+	// Marks are the history's marks and spans (Mark), the oldest
 	// first; past MaxMarks, the newest MaxMarks, and MarksLeftOut counts
 	// the others. MarkEvents counts the events of marks read (among
 	// Events: they are no points).
@@ -88,7 +88,7 @@ type History struct {
 	// Categories, when the history has events in categories, are each
 	// category's tracked bytes at each point (past TopCategories, those
 	// that track the most at the highest point, then the others as
-	// OtherCategories), the last "uncategorised" (category.go).
+	// OtherCategories), the last "uncategorised".
 	Categories []SiteSeries `json:"categories,omitempty"`
 }
 
@@ -124,12 +124,12 @@ func Read() Page {
 func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
 	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
-	out.Categories = categories(d) // category.go
+	out.Categories = categories(d)
 	if u, err := d.Usage(); err != nil {
 		out.InfoError = err.Error()
 	} else {
 		out.Free, out.Total = u.Free, u.Total
-		processes(&out, u) // process.go
+		processes(&out, u)
 	}
 	out.Sites = d.Sites().Stats().Enabled
 	p := newPlotter(MaxPoints)

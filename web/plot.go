@@ -50,8 +50,8 @@ type plotter struct {
 	nameID map[string]int
 
 	// The categories' figures at the kept points, computed as the sites'
-	// sums are (category.go): cats holds each category's bytes after its
-	// latest event, catLog the open bucket's changes to them.
+	// sums are (plotter.categoryEvent): cats holds each category's bytes
+	// after its latest event, catLog the open bucket's changes to them.
 	cats     []int64
 	catLog   []siteEvent
 	catNames []string
@@ -65,8 +65,8 @@ type plotter struct {
 	last      point                 // the newest point, in the open bucket
 	refusals  []refusal
 
-	pairs           spans.Pairer // the spans (marks.go)
-	instants        []instant    // the marks that are no span, the newest (marks.go)
+	pairs           spans.Pairer // the spans (plotter.mark)
+	instants        []instant    // the marks that are no span, the newest (plotter.mark)
 	instantsDropped int
 	markEvents      int
 }
@@ -112,7 +112,7 @@ func (p *plotter) add(e memtrack.HistoryEvent) bool {
 	p.events++
 	p.pairs.Add(e)
 	if e.Action.IsMark() {
-		p.mark(e) // marks.go
+		p.mark(e)
 		return true
 	}
 	gap := p.started && e.Seq != p.prev.Seq+1
@@ -141,7 +141,7 @@ func (p *plotter) add(e memtrack.HistoryEvent) bool {
 		p.log = append(p.log, siteEvent{seq: e.Seq, id: id, bytes: d})
 	}
 	if e.Category != "" {
-		p.categoryEvent(e) // category.go
+		p.categoryEvent(e)
 	}
 	pt := point{seq: e.Seq, t: e.Time, cur: e.Tracked}
 	p.last = pt
@@ -215,7 +215,7 @@ func (p *plotter) close() {
 			q.vec = slices.Clone(work)
 		}
 	}
-	p.closeCategories(need) // category.go
+	p.closeCategories(need)
 	p.need, p.work, p.log = need[:0], work[:0], p.log[:0]
 }
 
@@ -297,7 +297,7 @@ func (p *plotter) finish(h memtrack.History, peak int64, now map[string]int64) *
 	for _, g := range h.Gaps {
 		out.Gaps = append(out.Gaps, Gap{From: ms(g.From), To: ms(g.To), Missing: g.Missing})
 	}
-	out.Marks, out.MarksLeftOut = p.markList(ms) // marks.go
+	out.Marks, out.MarksLeftOut = p.markList(ms)
 	out.MarkEvents = p.markEvents
 	if !p.plotted {
 		return out
@@ -323,7 +323,7 @@ func (p *plotter) finish(h memtrack.History, peak int64, now map[string]int64) *
 		}
 	}
 	out.Max, out.MaxT, out.MaxAtPeak = p.max.cur, ms(p.max.t), p.max.cur == peak
-	out.Categories = p.categorySeries(pts, atMax) // category.go
+	out.Categories = p.categorySeries(pts, atMax)
 	if now == nil {
 		return out
 	}

@@ -34,7 +34,7 @@ func profileDevices(names []string, utilization float64, block int64, workers, l
 		bases[i], err = d.Baseline()
 		check(err)
 		var weightsCat memtrack.Category
-		weightsCat, kvCaches[i], activations[i] = categories(d) // categories.go
+		weightsCat, kvCaches[i], activations[i] = categories(d)
 		// Each device holds its share of every layer's weights.
 		w, err := weightsCat.Alloc(weights / n)
 		check(err)
@@ -50,7 +50,7 @@ func profileDevices(names []string, utilization float64, block int64, workers, l
 	var budgets []memtrack.Budget
 	var refused []string
 	for i, m := range ms {
-		printMeasurement(bases[i], m, workers, layers, share) // main.go
+		printMeasurement(bases[i], m, workers, layers, share)
 		fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
 		b, err := m.Budget(bases[i], utilization, block)
 		if err != nil {
@@ -61,7 +61,7 @@ func profileDevices(names []string, utilization float64, block int64, workers, l
 			refused = append(refused, m.Device.String())
 			continue
 		}
-		printBudget(b, "weights", "untracked growth since the baseline") // main.go
+		printBudget(b, "weights", "untracked growth since the baseline")
 		budgets = append(budgets, b)
 	}
 	if len(refused) > 0 {
@@ -76,13 +76,13 @@ func profileDevices(names []string, utilization float64, block int64, workers, l
 	}
 
 	for i := range devs {
-		cache, err := allocCache(kvCaches[i], min(cacheBlocks, c.Blocks), block) // categories.go
+		cache, err := allocCache(kvCaches[i], min(cacheBlocks, c.Blocks), block)
 		check(err)
 		defer freeAll(cache)
 	}
 	for _, d := range devs {
 		fmt.Printf("%v: ", d)
-		printCategories(d) // categories.go
+		printCategories(d)
 	}
 }
 
@@ -100,7 +100,7 @@ func printCommonBudget(c memtrack.CommonBudget) {
 }
 
 // splitPass runs the forward pass on every device at once, each with its
-// share of every request's activations (forwardPass, main.go), as tensor
+// share of every request's activations (forwardPass), as tensor
 // parallelism splits each layer across the devices.
 func splitPass(activations []memtrack.Category, workers, layers int, share int64) error {
 	var wg sync.WaitGroup

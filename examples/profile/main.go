@@ -16,7 +16,7 @@
 //
 // With several devices, the program runs one pass over all of them, each
 // layer's weights and activations split across them as tensor parallelism
-// splits them (devices.go); it prints each device's figures and budget,
+// splits them (profileDevices); it prints each device's figures and budget,
 // and the blocks every device can hold together, with the device that
 // limits them (memtrack.NewCommonBudget).
 //
@@ -81,15 +81,15 @@ func main() {
 		if *serve != "" || *traceFile != "" || *barrierDir != "" {
 			log.Fatalf("-serve, -trace and -barrier take one -device")
 		}
-		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks) // devices.go
+		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks)
 		return
 	}
 	dev, err := memtrack.ParseDevice(*devName)
 	check(err)
-	stopView := startView(dev, *serve, *traceFile, *linger) // view.go
+	stopView := startView(dev, *serve, *traceFile, *linger)
 	defer stopView()
-	weightsCat, kvCache, activations := categories(dev)               // categories.go
-	line := barrier{dir: *barrierDir, name: *instance, peers: *peers} // instances.go
+	weightsCat, kvCache, activations := categories(dev)
+	line := barrier{dir: *barrierDir, name: *instance, peers: *peers}
 
 	// The baseline, before anything of the instance is on the device.
 	base, err := dev.Baseline()
@@ -146,7 +146,7 @@ func main() {
 	}
 	cacheSpan, err := dev.History().BeginSpan("cache")
 	check(err)
-	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block) // categories.go
+	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
 	check(err)
 	check(cacheSpan.End())
 	defer freeAll(cache)
@@ -175,7 +175,7 @@ func printMeasurement(base memtrack.Usage, p memtrack.Measurement, workers, laye
 	fmt.Printf("  activations' peak tracked:     %s, while the weights held %s\n", size(am.PeakTracked), size(wm.PeakTracked))
 	fmt.Printf("  used before / after:           %s / %s\n", size(p.StartUsed), size(p.EndUsed))
 	fmt.Printf("  untracked growth in the pass:  %s (used grew %s, tracked bytes %s)\n", size(p.Untracked), size(p.UsedIncrease), size(p.EndTracked-p.StartTracked))
-	printProcesses(base, p) // instances.go
+	printProcesses(base, p)
 }
 
 // printBudget writes how a budget was reached; held and grown name its

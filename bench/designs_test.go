@@ -190,8 +190,8 @@ func (r *mutexRecord) snapshot() tracker.Stats {
 // fast paths, the same slow paths), without its padding: the current figure
 // and the peak share a cache line, and in a slice four devices share one
 // more. It shows what the padding buys. Keep it in step with
-// tracker/counter.go: bench/agree_test.go checks that it reports the same
-// figures, and accepts and refuses the same steps, as tracker.Counter.
+// tracker.Counter: TestCountersAgree checks that it reports the same
+// figures, and accepts and refuses the same steps.
 type packedCounter struct {
 	_    [0]atomic.Int64 // 64-bit alignment on 32-bit platforms
 	cur  int64           // atomic
@@ -316,8 +316,8 @@ func (c *rawPeak) pair(n int64) {
 }
 
 // rawRecord is the floor of tracker.Record's pair: as many atomic adds as
-// Record's fast paths perform (see tracker/record.go: two on Alloc, the
-// bytes and the counts; three on Free, the bytes, the freed bytes and the
+// Record's fast paths perform (two in Record.Alloc, the bytes and the
+// counts; three in Record.Free, the bytes, the freed bytes and the
 // counts), in the same order, on separate words of one cache line, with no
 // check and no load.
 type rawRecord struct {

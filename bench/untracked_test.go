@@ -3,7 +3,7 @@ package bench
 import "github.com/memtrack/memtrack/internal/hostmem"
 
 // mmapThreshold is the size from which memtrack's CPU backend maps buffers
-// from the OS instead of taking them from the Go heap (backend_cpu.go).
+// from the OS instead of taking them from the Go heap (memtrack's mmapThreshold).
 const mmapThreshold = 1 << 20
 
 // allocUntracked allocates size bytes the way memtrack's CPU backend does,

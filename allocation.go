@@ -1,0 +1,77 @@
+package memtrack
+
+import "sync/atomic"
+
+// source is where an allocation's memory comes from.
+type source uint8
+
+const (
+	fromBackend source = iota // the backend allocates it now: Alloc
+	fromPool                  // the backend allocates it in stream order from the device's memory pool: AllocAsync
+	fromAddress               // the caller allocated it, at an address it gives: Track, TrackAddr
+)
+
+// allocation is one counted allocation as the paths know it: its size and
+// memory, its device, where it came from, and the marks the features put
+// on it. A [Buffer] and a [Tracked] handle each hold theirs; the leak
+// watch keeps a copy of a watched one. It takes 56 bytes, so that a Buffer
+// takes 64.
+type allocation struct {
+	size    int64
+	mem     memory // a Tracked handle's address is its mem.ptr
+	site    *site  // where it was allocated, if recorded (SiteRecorder)
+	state   uint32 // atomic: the Buffer's or the Tracked handle's states
+	ordinal int32  // the device, which locates the table and the record
+	wslot   uint32 // its entry while its device is watched for leaks (deviceLeaks), or 0
+	kind    Kind
+	from    source
+	cat     uint8 // its Category, 1-based; 0 for none
+}
+
+// fill describes the allocation that r asks of device d; fillAddress
+// describes one at the address r gives (fromAddress).
+func (a *allocation) fill(d Device, r *request) {
+	a.size, a.ordinal, a.kind, a.from, a.cat = r.size, int32(d.ordinal), d.kind, r.from, r.cat.idx
+}
+
+func (a *allocation) fillAddress(d Device, r *request) {
+	a.fill(d, r)
+	a.mem.ptr = r.ptr
+}
+
+// device returns the device of the allocation.
+func (a *allocation) device() Device { return Device{kind: a.kind, ordinal: int(a.ordinal)} }
+
+// request is what flows through the allocation path.
+type request struct {
+	size   int64
+	cat    Category // the zero Category for none
+	from   source
+	handle bool    // fromAddress: make a Tracked handle (Track), or count at the address only (TrackAddr)
+	ptr    uintptr // fromAddress: the address, 0 for none
+	stream Stream  // fromPool: the stream
+	skip   int     // frames to leave out of the site above the exported function's caller
+}
+
+// The states of a Buffer and of a Tracked handle (allocation.state). A
+// Buffer's Free moves it to stateFreed before it asks the backend, so that
+// one compare-and-swap settles concurrent Frees, and moves it back if the
+// backend fails. A handle's FreeWith moves it to stateFreeing while the
+// caller's free runs, so that its address may be tracked again as soon as
+// the memory is gone, and back to stateLive if the free fails.
+const (
+	stateLive uint32 = iota
+	stateFreed
+	stateFreeing
+)
+
+// claimState moves a from live to next, and reports whether it was live.
+func (a *allocation) claimState(next uint32) bool {
+	return atomic.CompareAndSwapUint32(&a.state, stateLive, next)
+}
+
+// loadState returns a's state.
+func (a *allocation) loadState() uint32 { return atomic.LoadUint32(&a.state) }
+
+// storeState sets a's state.
+func (a *allocation) storeState(v uint32) { atomic.StoreUint32(&a.state, v) }

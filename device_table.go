@@ -1,0 +1,220 @@
+package memtrack
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/memtrack/memtrack/internal/addrindex"
+	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
+)
+
+// deviceTable is the device table of one kind: its backend, the number of
+// its devices (or why there are none), their records and the counts at the
+// addresses of tracked memory, and two seams of the features, each by
+// ordinal: the state of the device's features, and the hooks of those that
+// are on, which the allocation and release paths call.
+type deviceTable struct {
+	kind    Kind
+	b       backend
+	n       int
+	err     error
+	records tracker.Table
+	held    heldFigure    // the backend's device-side figure, or nil
+	stream  streamBackend // the backend's stream-ordered allocator and memory pools, or nil
+	// inline: the backend is the CPU's, whose buffers of at most
+	// cpuInlineMax bytes the allocation path allocates together with their
+	// memory.
+	inline bool
+	addrs  addrindex.Index[addrEntry] // the counts at the addresses of tracked memory (Device.Track, Device.TrackAddr)
+	// features holds each device's features, made on the first use of
+	// one and kept for the life of the process; hooks holds the hooks of
+	// the features that are on, nil while every one is off, so that the
+	// paths pay one atomic load for all of them.
+	features perDevice[features]
+	hooks    perDevice[hooks]
+}
+
+// tables holds one deviceTable per kind, created on first use. These and
+// the records inside are the package's only global state.
+var tables [numKinds]struct {
+	mu sync.Mutex
+	p  atomic.Pointer[deviceTable]
+}
+
+// tableOf returns the device table of k, or nil where it was never made
+// (or k is no kind): every read of tables goes through it, and only
+// openTable, which makes a table, takes its entry's lock.
+func tableOf(k Kind) *deviceTable {
+	if k < numKinds {
+		return tables[k].p.Load()
+	}
+	return nil
+}
+
+// openTable returns the device table of k, a kind, making it (and so
+// starting the backend) on first use.
+func openTable(k Kind) *deviceTable {
+	if s := tableOf(k); s != nil {
+		return s
+	}
+	t := &tables[k]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.p.Load(); s != nil {
+		return s
+	}
+	s := newDeviceTable(k, newBackend(k))
+	t.p.Store(s)
+	return s
+}
+
+func newDeviceTable(k Kind, b backend) *deviceTable {
+	s := &deviceTable{kind: k, b: b}
+	if u, ok := b.(recordUser); ok {
+		u.useRecords(&s.records)
+	}
+	_, s.inline = b.(*cpuBackend)
+	s.held, _ = b.(heldFigure)
+	s.stream, _ = b.(streamBackend)
+	s.n, s.err = b.devices()
+	if s.err != nil {
+		s.n = 0
+	}
+	return s
+}
+
+func newBackend(k Kind) backend {
+	switch k {
+	case KindCUDA:
+		return newCUDABackend()
+	case KindMetal:
+		return newMetalBackend()
+	default:
+		return newCPUBackend()
+	}
+}
+
+// access says what a look-up of a device ([Device.lookup]) may do.
+type access uint8
+
+const (
+	// read starts no backend and registers nothing: the reads of figures.
+	// It fails never: it returns no table where the kind's was never
+	// made, and no record where the device was never used.
+	read access = iota
+	// start starts the backend and checks that the device exists, and
+	// registers nothing: the reads of a feature that is off, and turning
+	// one off.
+	start
+	// use registers the device as used as well, making its record: the
+	// allocations and the settings.
+	use
+)
+
+// lookup is the look-up of a device by every function of the package
+// that is given one: its table and its record, as a allows. Its fast path is for a device whose record exists, which every
+// access returns alike (a table that failed to start has no record).
+func (d Device) lookup(a access) (*deviceTable, *tracker.Record, error) {
+	if s := tableOf(d.kind); s != nil {
+		if r := s.records.Lookup(d.ordinal); r != nil {
+			return s, r, nil
+		}
+	}
+	return d.lookupSlow(a)
+}
+
+// lookupSlow is lookup where the table or the record may not exist yet.
+func (d Device) lookupSlow(a access) (*deviceTable, *tracker.Record, error) {
+	if a == read {
+		if s := tableOf(d.kind); s != nil && s.err == nil && d.kind != 0 {
+			return s, nil, nil
+		}
+		return nil, nil, nil
+	}
+	if d.kind == 0 || d.kind >= numKinds {
+		return nil, nil, errZeroDevice(d)
+	}
+	s := openTable(d.kind)
+	if s.err != nil {
+		return nil, nil, s.err
+	}
+	if d.ordinal < 0 || d.ordinal >= s.n {
+		return nil, nil, fmt.Errorf("%w: %v, this machine has %d %v device(s)", ErrInvalidOrdinal, d, s.n, d.kind)
+	}
+	if a == start {
+		return s, s.records.Lookup(d.ordinal), nil
+	}
+	r, err := s.records.Record(d.ordinal) // the device is used from now on
+	return s, r, err
+}
+
+// peek returns the device's record where the device has been used, and nil
+// otherwise: lookup's read, for the reads of the device's own figures.
+func (d Device) peek() *tracker.Record {
+	_, r, _ := d.lookup(read)
+	return r
+}
+
+// rangeUsed calls f for each used device and its record, in the order of
+// [Devices], without making a device table.
+func rangeUsed(f func(Device, *tracker.Record)) {
+	for k := range numKinds {
+		s := tableOf(k)
+		if s == nil {
+			continue
+		}
+		s.records.Range(func(i int, r *tracker.Record) bool {
+			f(Device{kind: k, ordinal: i}, r)
+			return true
+		})
+	}
+}
+
+// perDevice publishes a value per device of one kind, by ordinal: the
+// devices' features and their hooks. While no device of the kind has one,
+// the published slice is nil, so that a path pays one atomic load and a
+// branch.
+type perDevice[T any] struct {
+	mu   sync.Mutex // serialises changes
+	vals atomic.Pointer[[]*T]
+}
+
+// lookup returns the value of ordinal i, or nil if it has none.
+func (t *perDevice[T]) lookup(i int) *T {
+	p := t.vals.Load()
+	if p == nil || i >= len(*p) {
+		return nil
+	}
+	return (*p)[i]
+}
+
+// update replaces the value of ordinal i, under the lock, by what f
+// returns for the one it has (nil if none); nil removes it. When the last
+// value of the kind goes, the published slice is nil again.
+func (t *perDevice[T]) update(i int, f func(old *T) *T) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var old []*T
+	if p := t.vals.Load(); p != nil {
+		old = *p
+	}
+	var cur *T
+	if i < len(old) {
+		cur = old[i]
+	}
+	next := f(cur)
+	if next == cur {
+		return
+	}
+	vals := make([]*T, max(len(old), i+1))
+	copy(vals, old)
+	vals[i] = next
+	for _, v := range vals {
+		if v != nil {
+			t.vals.Store(&vals)
+			return
+		}
+	}
+	t.vals.Store(nil)
+}

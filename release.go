@@ -1,0 +1,94 @@
+package memtrack
+
+import (
+	"github.com/memtrack/memtrack/tracker"
+)
+
+// The release path. Every way memory stops being counted takes the same
+// steps, in this order:
+//
+//  1. the claim: the Buffer's or Tracked handle's state moves from live,
+//     in one compare-and-swap, so that of two releases one goes on, and,
+//     for a Buffer, the features claim their marks (claimMarks): the leak
+//     watch's entry, if it has one, so that a free and the collector's
+//     cleanup never both go on (a Tracked handle's release ends its entry
+//     whatever the collector did, since its memory is not this package's
+//     to free);
+//  2. the release itself, of one of these kinds (releaseKind): the
+//     backend frees the memory now (Buffer.Free, and a leaked buffer the
+//     leak watch frees), or in stream order (Buffer.FreeAsync); the
+//     caller's function frees it (Tracked.FreeWith, Kind.UntrackAddr); or
+//     nothing is freed (Tracked.Release). Where it fails, the claim is
+//     given back, and the memory stays live and counted;
+//  3. the tail, in deviceTable.release: the ledger takes the bytes back (the
+//     category's and the device's records), the device-side figure drops
+//     (unless the stream has yet to execute the free), and the features
+//     take back their marks (hooks.released): the site's bytes, the
+//     history's event, the leak watch's entry.
+
+// releaseKind is how a release frees the memory.
+type releaseKind uint8
+
+const (
+	freeNow      releaseKind = iota // the backend frees it now: Buffer.Free
+	freeInStream                    // the backend frees it in stream order: Buffer.FreeAsync
+	freeLeak                        // the backend frees a leaked buffer's memory now: LeakWatch.FreeLeaks
+	freeWith                        // the caller's function frees it: Tracked.FreeWith, Kind.UntrackAddr
+	releaseOnly                     // nothing is freed: Tracked.Release, and Kind.UntrackAddr without a function
+)
+
+// heldNow reports whether the device-side figure drops with the tracked
+// one: for every kind but a free in stream order, whose stream has yet to
+// execute it.
+func (k releaseKind) heldNow() bool { return k != freeInStream }
+
+// release is the release of a's memory, of kind how, and then its tail:
+// the backend frees the memory now (freeNow, freeLeak) or in stream order
+// on stream (freeInStream), or nothing is freed here (freeWith, whose
+// caller has freed it, and releaseOnly). released reports whether the
+// memory is released; if it is, err is the refusal of rec, the device's
+// record, to uncount it, if any. owner is the address of the allocation
+// that the leak watch knows, or 0 for a leak's copy, whose entry the leak
+// watch removes itself.
+//
+// The tail takes a's bytes from the ledger (from rec, and from the
+// category's record, if any), then from the device-side figure where how
+// drops it now, and has the features take back their marks
+// (hooks.released). With every feature off and no category it is
+// rec.Free.
+func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKind, stream Stream, owner uintptr) (released bool, err error) {
+	switch how {
+	case freeNow, freeLeak:
+		err = s.b.free(int(a.ordinal), a.size, &a.mem)
+	case freeInStream:
+		err = s.stream.freeAsync(int(a.ordinal), a.size, &a.mem, stream)
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.cat == 0 && a.site == nil && a.wslot == 0 && (!how.heldNow() || s.held == nil) && s.hooks.vals.Load() == nil {
+		return true, rec.Free(a.size)
+	}
+	// A category, the device-side figure or a feature has a part in it.
+	o := int(a.ordinal)
+	l := ledger{rec: rec}
+	if a.cat == 0 {
+		err = rec.Free(a.size)
+	} else {
+		l.inCategoryOf(s, o, a.cat)
+		err = l.uncount(a.size)
+	}
+	if err != nil {
+		// The memory is released all the same: the features let go of
+		// it, and nothing they count moves.
+		s.hooksOf(o).released(a, nil, stream, owner)
+		return true, err
+	}
+	if how.heldNow() && s.held != nil {
+		s.held.heldDrop(o, a.size, a.from == fromPool)
+	}
+	if h := s.hooksOf(o); h != nil || a.site != nil || a.wslot != 0 {
+		h.released(a, &l, stream, owner)
+	}
+	return true, nil
+}
