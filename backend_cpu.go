@@ -66,17 +66,20 @@ func (c *cpuBackend) held() int64 {
 // pass the capacity; a small buffer's memory may have come with its Buffer
 // already (newSmallCPUBuffer), in m.host.
 func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
-	if held := c.held(); !c.capacity.fits(size, held) {
-		if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
-			return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
-				"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
-		}
-	}
+	held := c.held()
 	if size < mmapThreshold {
+		if !c.capacity.fits(size, held) {
+			if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+				return pastCapacity(capacity, held)
+			}
+		}
 		if m.host == nil {
 			m.setHost(make([]byte, size))
 		}
 		return nil
+	}
+	if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+		return pastCapacity(capacity, held)
 	}
 	b, err := c.maps.Map(size)
 	if err != nil {
@@ -84,6 +87,13 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	}
 	m.setHost(b)
 	return nil
+}
+
+// pastCapacity is the refusal of a request that, beside the held bytes the
+// device holds already, passes the capacity.
+func pastCapacity(capacity, held int64) error {
+	return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
+		"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
 }
 
 // cpuInlineMax is the largest CPU buffer whose memory is allocated together
