@@ -8,7 +8,6 @@ import (
 
 	"github.com/memtrack/memtrack/internal/hostmem"
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // mmapThreshold is the size from which CPU buffers come from the OS (mmap)
@@ -16,31 +15,17 @@ import (
 // the tracked figure; smaller buffers come from the Go heap.
 const mmapThreshold = 1 << 20
 
-// cpuCapacityValidity is how long the CPU backend trusts the capacity it
-// last read (the machine's memory, or its cgroup's limit, which can change
-// at run time) before a request that needs it reads it again.
-const cpuCapacityValidity = 100 * time.Millisecond
-
-// cpuBackend allocates host memory. It has one device, ordinal 0. The zero
-// cpuBackend reads the host's capacity with the wall clock.
+// cpuBackend allocates host memory. It has one device, ordinal 0.
 //
 // It refuses a request when the bytes its device holds plus the request
 // pass the capacity, the most memory the process may hold (the cgroup's
 // limit or the machine's memory): Go's runtime aborts the process on a make
 // it cannot satisfy, and an mmap past RAM can succeed only to be killed when
-// touched. The capacity is read when the device table is made and again,
-// when the figure is older than [cpuCapacityValidity], by large requests
-// (which make a system call anyway) and by small ones that it would refuse.
-// A small request that fits reads no file and no clock: one atomic load of
-// the capacity and one of the bytes held.
+// touched. The capacity is read when the device table is made and again
+// when it is stale ([cpuCapacity]).
 type cpuBackend struct {
-	readCapacity func() (int64, error)
-	now          func() time.Time
-	records      *tracker.Table // the device table's records (recordUser)
-
-	capacity atomic.Int64 // the figure last read; 0 if unknown
-	mu       sync.Mutex   // serialises reads of the capacity
-	readAt   time.Time    // when it was last read, under mu
+	records  *tracker.Table // the device table's records (recordUser)
+	capacity cpuCapacity    // read with hostCapacity, at time.Now
 
 	modelMu sync.Mutex
 	model   *string // the CPU's model name, once read (package hostmem)
@@ -50,13 +35,7 @@ type cpuBackend struct {
 	maps hostmem.Mappings
 }
 
-func newCPUBackend() backend { return newCPUBackendOver(hostCapacity, time.Now) }
-
-// newCPUBackendOver returns a CPU backend that reads its capacity with read
-// and the time with now.
-func newCPUBackendOver(read func() (int64, error), now func() time.Time) *cpuBackend {
-	return &cpuBackend{readCapacity: read, now: now}
-}
+func newCPUBackend() backend { return new(cpuBackend) }
 
 // hostCapacity returns the memory of the machine, or of its cgroup where
 // that is lower.
@@ -68,27 +47,8 @@ func hostCapacity() (int64, error) {
 func (c *cpuBackend) useRecords(t *tracker.Table) { c.records = t }
 
 func (c *cpuBackend) devices() (int, error) {
-	c.readCapacityIfStale()
+	c.capacity.get(time.Now(), hostCapacity)
 	return 1, nil
-}
-
-// readCapacityIfStale reads the capacity again if the figure is older than
-// cpuCapacityValidity, and returns it. A read that fails keeps the old
-// figure.
-func (c *cpuBackend) readCapacityIfStale() int64 {
-	read, clock := c.readCapacity, c.now
-	if read == nil { // the zero cpuBackend reads the host's figures
-		read, clock = hostCapacity, time.Now
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if now := clock(); c.readAt.IsZero() || now.Sub(c.readAt) >= cpuCapacityValidity {
-		if v, err := read(); err == nil && v > 0 {
-			c.capacity.Store(v)
-		}
-		c.readAt = now
-	}
-	return c.capacity.Load()
 }
 
 // held returns the bytes the device holds.
@@ -102,27 +62,15 @@ func (c *cpuBackend) held() int64 {
 	return 0
 }
 
-// admit refuses size bytes if, beside what the device holds, they pass the
-// capacity, read again first if it is stale.
-func (c *cpuBackend) admit(size int64) error {
-	capacity := c.readCapacityIfStale()
-	if capacity <= 0 {
-		return nil // unknown: mmap and the runtime decide
-	}
-	if held := c.held(); size > capacity-held {
-		return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
-			"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
-	}
-	return nil
-}
-
-// alloc allocates size bytes; a small buffer's memory may have come with
-// its Buffer already (newSmallCPUBuffer), in m.host.
+// alloc allocates size bytes, unless, beside what the device holds, they
+// pass the capacity; a small buffer's memory may have come with its Buffer
+// already (newSmallCPUBuffer), in m.host.
 func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
+	held := c.held()
 	if size < mmapThreshold {
-		if capacity := c.capacity.Load(); capacity > 0 && size > capacity-c.held() {
-			if err := c.admit(size); err != nil {
-				return err
+		if !c.capacity.fits(size, held) {
+			if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+				return pastCapacity(capacity, held)
 			}
 		}
 		if m.host == nil {
@@ -130,8 +78,8 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 		}
 		return nil
 	}
-	if err := c.admit(size); err != nil {
-		return err
+	if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+		return pastCapacity(capacity, held)
 	}
 	b, err := c.maps.Map(size)
 	if err != nil {
@@ -139,6 +87,13 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	}
 	m.setHost(b)
 	return nil
+}
+
+// pastCapacity is the refusal of a request that, beside the held bytes the
+// device holds already, passes the capacity.
+func pastCapacity(capacity, held int64) error {
+	return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
+		"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
 }
 
 // cpuInlineMax is the largest CPU buffer whose memory is allocated together

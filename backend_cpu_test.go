@@ -63,88 +63,91 @@ func TestCPUMemGetInfo(t *testing.T) {
 	assert.LessOrEqual(t, free, total)
 }
 
-// fakeClock is a clock that moves only when told.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
-// cpuWithCapacity makes a CPU backend whose machine (or cgroup) gives at
-// most *capacity bytes, read through the backend's cache on clk, the CPU
-// backend of the test.
-func cpuWithCapacity(t *testing.T, capacity *int64, clk *fakeClock) {
-	t.Helper()
-	c := newCPUBackendOver(func() (int64, error) { return *capacity, nil }, clk.now)
-	useBackend(t, KindCPU, c)
-}
-
-// TestCPURefusesPastCapacity holds buffers on a CPU whose capacity is 3 MiB:
-// each request is checked against what the device already holds, not
-// against the capacity alone, for large (mapped) and small (Go heap)
-// buffers, and a refusal is an OutOfMemoryError that names the capacity
-// and moves nothing but FailedAllocs.
+// TestCPURefusesPastCapacity fills a fresh CPU device to within room bytes
+// of the real capacity (the machine's memory or its cgroup's limit, read
+// as the backend reads it) with a mapped buffer, never written, and a
+// count of Device.Track, which holds no memory: each request is checked
+// against what the device already holds, not against the capacity alone,
+// for large (mapped) and small (Go heap) buffers; a refusal is an
+// OutOfMemoryError that names the capacity and moves nothing but
+// FailedAllocs, and a request of exactly the room left succeeds.
 func TestCPURefusesPastCapacity(t *testing.T) {
-	capacity := int64(3 << 20)
-	clk := &fakeClock{t: time.Unix(1e9, 0)}
-	cpuWithCapacity(t, &capacity, clk)
-	cpu := CPU()
+	for _, tc := range []struct {
+		name string
+		room int64
+	}{
+		{"mapped", 2 << 20},
+		{"Go heap", 512 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			capacity, err := hostCapacity()
+			require.NoError(t, err, "the capacity the backend reads")
+			cpu := freshCPU(t)
+			mapped, err := cpu.Alloc(mmapThreshold)
+			require.NoError(t, err)
+			defer mapped.Free()
+			held := capacity - tc.room
+			rest, err := cpu.Track(held-mmapThreshold, 0)
+			require.NoError(t, err)
+			defer rest.Release()
 
-	first, err := cpu.Alloc(2 << 20)
-	require.NoError(t, err)
-	defer first.Free()
-	for _, size := range []int64{2 << 20, 1<<20 + 1, 1<<20 + 4096} {
-		before := cpu.MemoryStats()
-		b, err := cpu.Alloc(size)
-		assert.True(t, b == nil, "a buffer came with the error")
-		var oom *OutOfMemoryError
-		require.ErrorAs(t, err, &oom, "%d bytes beside 2 MiB on a 3 MiB machine", size)
-		assert.Equal(t, OutOfMemoryError{Device: cpu, Requested: size, Tracked: 2 << 20, Capacity: 3 << 20, Reason: oom.Reason,
-			PeakTracked: 2 << 20, Buffers: 1, Total: oom.Total, Free: oom.Free,
-			NotResident: 2 << 20, Untracked: oom.Total - oom.Free + 2<<20 - 2<<20}, *oom) // the first buffer was never written
-		assert.Positive(t, oom.Total, "the report reads the device's figures")
-		assert.Contains(t, oom.Reason, "machine or its cgroup")
-		before.FailedAllocs++
-		assert.Equal(t, before, cpu.MemoryStats())
+			for _, size := range []int64{tc.room + 1, tc.room + 4096, 2 * tc.room} {
+				before := cpu.MemoryStats()
+				b, err := cpu.Alloc(size)
+				assert.True(t, b == nil, "a buffer came with the error")
+				var oom *OutOfMemoryError
+				require.ErrorAs(t, err, &oom, "%d bytes beside %d on a machine of %d", size, held, capacity)
+				assert.Equal(t, OutOfMemoryError{Device: cpu, Requested: size, Tracked: held, Capacity: capacity, Reason: oom.Reason,
+					PeakTracked: held, Buffers: 2, Total: oom.Total, Free: oom.Free,
+					NotResident: mmapThreshold, Untracked: max(max(oom.Total-oom.Free, 0)+mmapThreshold-held, 0)}, *oom) // the mapped buffer was never written
+				assert.Equal(t, capacity, oom.Total, "the report reads the device's figures")
+				assert.Contains(t, oom.Reason, "machine or its cgroup")
+				before.FailedAllocs++
+				assert.Equal(t, before, cpu.MemoryStats())
+			}
+			b, err := cpu.Alloc(tc.room)
+			require.NoError(t, err, "exactly the capacity")
+			require.NoError(t, b.Free())
+		})
 	}
-	// Small buffers come from the Go heap, and are checked too.
-	small, err := cpu.Alloc(512 << 10)
-	require.NoError(t, err)
-	_, err = cpu.Alloc(512<<10 + 1)
-	assert.ErrorIs(t, err, ErrOutOfMemory, "a small buffer past the capacity")
-	require.NoError(t, small.Free())
-	b, err := cpu.Alloc(1 << 20)
-	require.NoError(t, err, "exactly the capacity")
-	require.NoError(t, b.Free())
 }
 
-// TestCPUCapacityChanges lowers and raises the capacity (as a cgroup's
-// memory.max can be) and checks that the backend follows once its cached
-// figure is older than cpuCapacityValidity.
-func TestCPUCapacityChanges(t *testing.T) {
-	capacity := int64(8 << 20)
-	clk := &fakeClock{t: time.Unix(1e9, 0)}
-	cpuWithCapacity(t, &capacity, clk)
-	cpu := CPU()
-
-	capacity = 3 << 20 // lowered
-	clk.t = clk.t.Add(cpuCapacityValidity + time.Millisecond)
-	_, err := cpu.Alloc(4 << 20)
-	assert.ErrorIs(t, err, ErrOutOfMemory, "the lowered capacity was not read")
-
-	capacity = 16 << 20 // raised
-	clk.t = clk.t.Add(cpuCapacityValidity + time.Millisecond)
-	b, err := cpu.Alloc(12 << 20)
-	require.NoError(t, err, "the raised capacity was not read")
-	require.NoError(t, b.Free())
-	// The figure read now (16 MiB) is kept for cpuCapacityValidity: a small
-	// request that it would refuse re-reads it first, once it is stale.
-	big, err := cpu.Alloc(16<<20 - 256<<10)
-	require.NoError(t, err)
-	defer big.Free()
-	capacity = 32 << 20
-	clk.t = clk.t.Add(cpuCapacityValidity + time.Millisecond)
-	s, err := cpu.Alloc(512 << 10)
-	require.NoError(t, err, "a small request refused on a stale figure")
-	require.NoError(t, s.Free())
+// TestCPUAllocReadsStaleCapacity runs the backend's alloc, on the real
+// clock and machine, over a capacity whose figure the test read first (at
+// a time it chose, from a figure it chose): a figure older than
+// cpuCapacityValidity is read again (the machine's, which has room for
+// the request) by a large request and by a small one it would refuse; one
+// within it (read "in an hour") refuses them.
+func TestCPUAllocReadsStaleCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		readAt time.Duration // when the figure was read, from now
+		figure int64
+		size   int64
+		want   int64 // the capacity that refuses the request; 0 where it succeeds
+	}{
+		{"large, stale", -cpuCapacityValidity, 3 << 20, 4 << 20, 0},
+		{"large, within validity", time.Hour, 3 << 20, 4 << 20, 3 << 20},
+		{"small, stale", -cpuCapacityValidity, 256 << 10, 512 << 10, 0},
+		{"small, within validity", time.Hour, 256 << 10, 512 << 10, 256 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := new(cpuBackend)
+			require.Equal(t, tc.figure, c.capacity.get(time.Now().Add(tc.readAt), func() (int64, error) { return tc.figure, nil }))
+			var m memory
+			err := c.alloc(0, tc.size, &m)
+			if tc.want == 0 {
+				require.NoError(t, err, "the machine's capacity was not read again")
+				require.NotNil(t, m.hostBytes(tc.size))
+				require.NoError(t, c.free(0, tc.size, &m))
+				return
+			}
+			var oom *OutOfMemoryError
+			require.ErrorAs(t, err, &oom)
+			assert.Equal(t, tc.want, oom.Capacity, "the figure within its validity")
+			assert.Nil(t, m.host)
+		})
+	}
 }
 
 // TestCPUThreeQuartersTwice asks the real machine for three quarters of its

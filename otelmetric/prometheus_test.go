@@ -43,7 +43,7 @@ func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily
 }
 
 // exporter returns a registry fed by the OpenTelemetry Prometheus exporter
-// over a provider on which the instruments read source.
+// over a provider on which the instruments observe what source returns.
 func exporter(t *testing.T, source func() []reading) *prometheus.Registry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -51,7 +51,7 @@ func exporter(t *testing.T, source func() []reading) *prometheus.Registry {
 	require.NoError(t, err)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
-	r, err := register(mp, source, nil)
+	r, err := observing(source)(mp)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, r.Unregister()) })
 	return reg

@@ -61,11 +61,20 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 // gets the same instruments from the SDK, which then adds the two
 // callbacks' observations of a series, so that every sum is doubled.
 func Register(mp metric.MeterProvider, opts ...Option) (metric.Registration, error) {
-	return register(mp, readUsed, opts)
+	c, err := newCollection(mp, opts)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := c.meter.RegisterCallback(c.observeUsed, c.obs...)
+	if err != nil {
+		return nil, fmt.Errorf("memtrack: registering the callback: %w", err)
+	}
+	return reg, nil
 }
 
-// register is Register reading the devices through source.
-func register(mp metric.MeterProvider, source func() []reading, opts []Option) (metric.Registration, error) {
+// newCollection checks the options and creates the instruments on a
+// meter of mp.
+func newCollection(mp metric.MeterProvider, opts []Option) (*collection, error) {
 	if mp == nil {
 		return nil, errors.New("memtrack: Register: nil MeterProvider")
 	}
@@ -92,12 +101,7 @@ func register(mp metric.MeterProvider, source func() []reading, opts []Option) (
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("memtrack: creating the instruments: %w", err)
 	}
-	c := &collection{obs: obs, attrs: cfg.attrs, source: source}
-	reg, err := m.RegisterCallback(c.observe, obs...)
-	if err != nil {
-		return nil, fmt.Errorf("memtrack: registering the callback: %w", err)
-	}
-	return reg, nil
+	return &collection{meter: m, obs: obs, attrs: cfg.attrs}, nil
 }
 
 // create creates the observable instrument of in on m.
@@ -114,18 +118,24 @@ func create(m metric.Meter, in instrument) (metric.Observable, error) {
 	return m.Int64ObservableGauge(in.name, metric.WithUnit(in.unit), metric.WithDescription(in.desc))
 }
 
-// collection is one registration's instruments (obs[i] is instruments[i]),
-// its fixed attributes and where it reads the devices.
+// collection is one registration's meter, its instruments (obs[i] is
+// instruments[i]) and its fixed attributes.
 type collection struct {
-	obs    []metric.Observable
-	attrs  []attribute.KeyValue
-	source func() []reading
+	meter metric.Meter
+	obs   []metric.Observable
+	attrs []attribute.KeyValue
 }
 
-// observe is the callback: it reads every device and observes each of its
-// figures.
-func (c *collection) observe(_ context.Context, o metric.Observer) error {
-	for _, r := range c.source() {
+// observeUsed is the callback: it reads every used device, then observes
+// the readings.
+func (c *collection) observeUsed(_ context.Context, o metric.Observer) error {
+	c.observe(o, readUsed())
+	return nil
+}
+
+// observe observes each figure of each reading.
+func (c *collection) observe(o metric.Observer, readings []reading) {
+	for _, r := range readings {
 		own, hw, isGPU := c.attributes(&r)
 		rows := rowAttributes(own, r.cats)
 		for i, in := range instruments {
@@ -153,7 +163,6 @@ func (c *collection) observe(_ context.Context, o metric.Observer) error {
 			}
 		}
 	}
-	return nil
 }
 
 // rowAttributes returns the attribute set of each of a device's category

@@ -17,7 +17,8 @@ import (
 // the hw.gpu.memory figures are the driver's, with the GPU's UUID as hw.id
 // and its name as hw.model, and memtrack's own figures carry the same
 // hw.id. It runs in a process of its own, since using cuda:0 adds it to
-// the used devices that the other tests and the example read.
+// the used devices that the other tests and the example read; there it is
+// the only used device, so that every point collected is cuda:0's.
 func TestInstrumentsCUDA(t *testing.T) {
 	if !rendertest.InChild(t, "MEMTRACK_OTEL_CHILD") {
 		return
@@ -27,16 +28,9 @@ func TestInstrumentsCUDA(t *testing.T) {
 	require.NoError(t, err)
 	defer buf.Free()
 
-	got := collect(t, func() []reading {
-		rs := readUsed()
-		for i := range rs {
-			if rs[i].kind == memtrack.KindCPU {
-				rs = append(rs[:i], rs[i+1:]...) // the CPU is checked elsewhere
-				break
-			}
-		}
-		return rs
-	})
+	require.Equal(t, []memtrack.Device{d}, memtrack.UsedDevices(), "the child uses cuda:0 alone")
+
+	got := collect(t, registered())
 	free, total, err := d.MemGetInfo()
 	require.NoError(t, err)
 	s := d.MemoryStats()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -27,17 +28,39 @@ type point struct {
 	value float64
 }
 
-// collect registers the instruments over source on a provider with a
+// collect registers the instruments with register on a provider with a
 // manual reader, collects once, and returns the points by instrument name.
-func collect(t *testing.T, source func() []reading, opts ...Option) map[string][]point {
+func collect(t *testing.T, register func(metric.MeterProvider) (metric.Registration, error)) map[string][]point {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
-	reg, err := register(mp, source, opts)
+	reg, err := register(mp)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, reg.Unregister()) })
 	return read1(t, reader)
+}
+
+// registered registers the instruments with Register, as a program does.
+func registered(opts ...Option) func(metric.MeterProvider) (metric.Registration, error) {
+	return func(mp metric.MeterProvider) (metric.Registration, error) { return Register(mp, opts...) }
+}
+
+// observing registers the instruments as Register makes them
+// (newCollection), with a callback of the test's own that observes what
+// source returns, where Register's observes what it reads of the used
+// devices.
+func observing(source func() []reading, opts ...Option) func(metric.MeterProvider) (metric.Registration, error) {
+	return func(mp metric.MeterProvider) (metric.Registration, error) {
+		c, err := newCollection(mp, opts)
+		if err != nil {
+			return nil, err
+		}
+		return c.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			c.observe(o, source())
+			return nil
+		}, c.obs...)
+	}
 }
 
 // read1 collects from reader once.
@@ -253,7 +276,7 @@ func TestInstruments(t *testing.T) {
 		{"cpu without memory figures", []reading{cpuNoMem}, merge(wantCPUNoMem)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := collect(t, func() []reading { return tc.devs })
+			got := collect(t, observing(func() []reading { return tc.devs }))
 			assert.Equal(t, tc.want, got)
 		})
 	}
@@ -263,7 +286,7 @@ func TestInstruments(t *testing.T) {
 // Stats and MemGetInfo, read through Register as a program would.
 func TestInstrumentsCPU(t *testing.T) {
 	rendertest.SetCPU(t, 1<<30)
-	got := collect(t, readUsed)
+	got := collect(t, registered())
 	cpu := memtrack.CPU()
 	s := cpu.MemoryStats()
 	require.Equal(t, int64(2048), s.Tracked, "setCPU left one buffer of 2 KiB")
@@ -311,7 +334,7 @@ func TestInstrumentsCategories(t *testing.T) {
 	require.NoError(t, err)
 	defer u.Free()
 
-	got := collect(t, readUsed)
+	got := collect(t, registered())
 	rows := cpu.CategoryStats()
 	require.Len(t, rows, 3, "kv_cache, weights, uncategorised")
 	require.Equal(t, memtrack.CategoryStats{Device: cpu, Category: "kv_cache", Tracked: 2048, PeakTracked: 2560,
@@ -332,7 +355,7 @@ func TestInstrumentsCategories(t *testing.T) {
 
 func TestWithAttributes(t *testing.T) {
 	model := attribute.String("model", "llama-3-8b")
-	got := collect(t, func() []reading { return []reading{fakeGPU()} }, WithAttributes(model))
+	got := collect(t, observing(func() []reading { return []reading{fakeGPU()} }, WithAttributes(model)))
 	require.NotEmpty(t, got)
 	for name, ps := range got {
 		for _, p := range ps {
@@ -365,31 +388,26 @@ func TestRegisterRefuses(t *testing.T) {
 	assert.Nil(t, reg)
 }
 
-// TestReadAtCollection checks that the devices are read once per
-// collection and never in between, and not after Unregister.
-func TestReadAtCollection(t *testing.T) {
+// TestRegisterReadsAtCollection checks that Register's callback reads the
+// used devices anew at each collection, and not after Unregister: the CPU's
+// figures follow a buffer allocated and freed between collections.
+func TestRegisterReadsAtCollection(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
-	reads := 0
-	g := fakeGPU()
-	reg, err := register(mp, func() []reading { reads++; return []reading{g} }, nil)
+	cpu := memtrack.CPU()
+	require.Zero(t, cpu.MemoryAllocated(), "an earlier test left CPU buffers live")
+	reg, err := Register(mp)
 	require.NoError(t, err)
-	assert.Zero(t, reads, "registering reads nothing")
 
-	got := read1(t, reader)
-	assert.Equal(t, 1, reads)
-	assert.Equal(t, 1.0*(1<<20), got["memtrack.tracked"][0].value)
-
-	g.stats.Tracked = 5 << 20 // the figure changes between collections
-	got = read1(t, reader)
-	assert.Equal(t, 2, reads)
-	assert.Equal(t, 5.0*(1<<20), got["memtrack.tracked"][0].value, "each collection reads the figures anew")
+	b, err := cpu.Alloc(4096)
+	require.NoError(t, err)
+	assert.Equal(t, []point{{"By", "UpDownCounter", cpuOwn, 4096}}, read1(t, reader)["memtrack.tracked"])
+	require.NoError(t, b.Free())
+	assert.Equal(t, []point{{"By", "UpDownCounter", cpuOwn, 0}}, read1(t, reader)["memtrack.tracked"], "each collection reads the figures anew")
 
 	require.NoError(t, reg.Unregister())
-	got = read1(t, reader)
-	assert.Equal(t, 2, reads, "an unregistered callback reads nothing")
-	assert.Empty(t, got)
+	assert.Empty(t, read1(t, reader), "an unregistered callback reads nothing")
 }
 
 // TestDocTable checks the tables of doc.go against the instruments: every
