@@ -37,6 +37,9 @@ func (b *Buffer) valid() bool { return b != nil && b.self == b }
 // buffer and with [ErrInvalidBuffer] on a Buffer that Alloc did not return
 // (a zero Buffer, or a copy of one). If the backend fails to release the
 // memory, the buffer stays live and counted, and Free may be called again.
+// For a graph's buffer (an allocation of [Device.AllocAsync] in a capture,
+// counted in no figure) Free frees the allocation of the graph's last
+// launch, which outlived it (cuMemFree), and the buffer stays the graph's.
 func (b *Buffer) Free() error { return b.release(freeNow, DefaultStream) }
 
 // release is Free and FreeAsync: the claim of the release path, then the
