@@ -512,3 +512,28 @@ func TestCUDAChildNoGraphMemory(t *testing.T) {
 	assert.NotContains(t, d.MemorySummary(), "graph memory")
 	d.ResetPeakMemoryStats()
 }
+
+// ResetPeakMemoryStats resets the graph memory high-water marks with the
+// pool's, by the driver's set of 0: to 0 or to the current figure, which
+// the reference leaves open (the fake offers both,
+// FAKECUDA_GRAPH_HIGH_RESET); either way the peak of a graph launched and
+// trimmed before the reset is gone.
+func TestCUDAGraphHighsReset(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, c, _ := k.allocGraph(s, 10*graphMiB, true)
+	k.launch(k.exec(g), s)
+	syncStream(t, k.d, s)
+	k.grew(c.Need, k.stats("a 10 MiB graph launched"), "its need")
+	require.NoError(t, k.g.Trim())
+	before := k.stats("trimmed")
+	require.GreaterOrEqual(t, before.PeakGraphReserved, c.Need)
+	k.d.ResetPeakMemoryStats()
+	after := k.stats("ResetPeakMemoryStats")
+	assert.Equal(t, before.GraphReserved, after.GraphReserved, "the figures stay")
+	assert.Contains(t, []int64{0, after.GraphReserved}, after.PeakGraphReserved, "reset to 0 or to the current figure")
+	assert.Contains(t, []int64{0, after.GraphUsed}, after.PeakGraphUsed)
+	assert.Less(t, after.PeakGraphReserved, before.PeakGraphReserved)
+	u, err := k.d.Usage()
+	require.NoError(t, err)
+	assert.Equal(t, after.PeakGraphReserved, u.PeakGraphReserved)
+}

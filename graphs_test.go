@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -236,5 +237,70 @@ func TestBudgetGraphs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(gib/4), b.GraphReserved)
 		assert.Equal(t, sharedPlain.SetAside+gib/8, b.SetAside)
+	})
+}
+
+// FuzzGraphCaptures: captures counted from several goroutines at once, one
+// per capture (a stream's nodes are captured in its order), against a
+// sequential model of each: its nodes, the bytes of its own allocations
+// live, and their peak.
+func FuzzGraphCaptures(f *testing.F) {
+	f.Add([]byte{0, 5, 1, 7, 0x80, 0, 0, 3, 0x81, 0, 2, 9})
+	f.Add([]byte{3, 15, 3, 15, 0x83, 1, 0x83, 0, 3, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const captures = 4
+		type model struct {
+			allocs, frees, need int64
+			live                []int64 // the sizes of its own allocations not freed
+		}
+		perCapture := make([][][2]byte, captures)
+		for i := 0; i+1 < len(ops); i += 2 {
+			id := int(ops[i]&0x7f) % captures
+			perCapture[id] = append(perCapture[id], [2]byte{ops[i], ops[i+1]})
+		}
+		models := make([]model, captures)
+		var g graphCaptures
+		var wg sync.WaitGroup
+		for id := range captures {
+			wg.Go(func() {
+				m := &models[id]
+				for _, op := range perCapture[id] {
+					if op[0]&0x80 == 0 || len(m.live) == 0 {
+						size := int64(op[1]%16) << 20
+						g.allocated(uint64(id+1), Stream(id+1), size)
+						m.allocs++
+						m.live = append(m.live, size)
+						var sum int64
+						for _, n := range m.live {
+							sum += n
+						}
+						m.need = max(m.need, sum)
+						continue
+					}
+					j := int(op[1]) % len(m.live)
+					g.freed(uint64(id+1), Stream(id+1), m.live[j])
+					m.frees++
+					m.live = append(m.live[:j], m.live[j+1:]...)
+				}
+			})
+		}
+		wg.Wait()
+		d := Device{kind: KindCUDA}
+		list := g.list(d, func(s Stream) (captureState, error) {
+			return captureState{id: uint64(s), capturing: true}, nil
+		})
+		want := []Capture{}
+		for id, m := range models {
+			if m.allocs == 0 {
+				continue
+			}
+			var live int64
+			for _, n := range m.live {
+				live += n
+			}
+			want = append(want, Capture{Device: d, ID: uint64(id + 1), Stream: Stream(id + 1), Capturing: true,
+				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
+		}
+		assert.Equal(t, want, list)
 	})
 }
