@@ -537,3 +537,21 @@ func TestCUDAGraphHighsReset(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, after.PeakGraphReserved, u.PeakGraphReserved)
 }
+
+// The out-of-memory report names the part of the untracked memory that the
+// driver reserves for graphs, read when the report is made.
+func TestCUDAGraphOutOfMemoryReport(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, c, _ := k.allocGraph(s, 10*graphMiB, true)
+	k.launch(k.exec(g), s)
+	syncStream(t, k.d, s)
+	st := k.stats("a 10 MiB graph launched")
+	k.grew(c.Need, st, "its need")
+	require.NoError(t, k.d.SetMemoryLimit(graphMiB))
+	t.Cleanup(func() { require.NoError(t, k.d.SetMemoryLimit(0)) })
+	_, err := k.d.Alloc(2 * graphMiB)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, st.GraphReserved, oom.GraphReserved)
+	assert.Contains(t, oom.Report(), "of it, "+exactBytes(st.GraphReserved)+" the driver reserves for CUDA graphs")
+}
