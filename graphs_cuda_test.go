@@ -555,3 +555,33 @@ func TestCUDAGraphOutOfMemoryReport(t *testing.T) {
 	assert.Equal(t, st.GraphReserved, oom.GraphReserved)
 	assert.Contains(t, oom.Report(), "of it, "+exactBytes(st.GraphReserved)+" the driver reserves for CUDA graphs")
 }
+
+// A stream of another device is bad input for the graph calls as for the
+// stream-ordered ones, capturing or not: refused with ErrInvalidArgument,
+// naming the stream's device, and nothing counted in either device's
+// figures or captures.
+func TestCUDAGraphOtherDevice(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	d0, d1 := ds[0], ds[1]
+	if _, err := d0.Graphs().Stats(); err != nil {
+		t.Skip(err)
+	}
+	s1 := newStream(t, d1)
+	before0, before1 := d0.MemoryStats(), d1.MemoryStats()
+	nodes, r := capturing(t, d1, s1, cudatest.CaptureRelaxed, func() {
+		b, err := d0.AllocAsync(graphMiB, s1)
+		assert.Nil(t, b)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorContains(t, err, "belongs to cuda:1")
+		_, err = d0.Graphs().Capture(s1)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		c, err := d1.Graphs().Capture(s1)
+		require.NoError(t, err)
+		assert.True(t, c.Capturing)
+		assert.Zero(t, c.Allocs)
+	})
+	assert.Equal(t, cudadrv.Success, r)
+	assert.Zero(t, nodes, "nothing in the graph")
+	assert.Equal(t, before0, d0.MemoryStats())
+	assert.Equal(t, before1, d1.MemoryStats())
+}
