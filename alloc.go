@@ -21,7 +21,11 @@ import (
 //  3. the memory is acquired, from one of three sources: the backend
 //     allocates it now (fromBackend), or in stream order (fromPool), or
 //     the caller allocated it, and its address is claimed in the device's
-//     index (fromAddress);
+//     index (fromAddress); a stream-ordered allocation on a stream that
+//     captures a CUDA graph is the graph's (fromGraph), which each launch
+//     of the graph makes: its capture counts it (Device.captured), and
+//     the steps below do not, since the host holds nothing of it between
+//     launches;
 //  4. the ledger counts it: the device's record, and, as one operation
 //     with it, the category's (ledger.count);
 //  5. the device-side figure counts it (a backend's capability,
@@ -70,9 +74,11 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		if e := l.limitRefusal(r.size); e != nil {
 			x.unlock()
 			if r.from == fromPool {
-				// The stream is bad input, refused before a failure is counted.
-				if err := s.stream.checkStream(d.ordinal, r.stream); err != nil {
-					return nil, nil, err
+				// The stream is bad input, refused before a failure is
+				// counted; and no limit is on a graph's allocation, which
+				// is not tracked: on a capturing stream it goes on.
+				if b, err := d.takeInCapture(s, r); b != nil || err != nil {
+					return b, nil, err
 				}
 			}
 			return nil, nil, d.refuse(s, &l, r, refusal{oom: e})
@@ -99,9 +105,13 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		if r.from == fromBackend {
 			err = s.b.alloc(d.ordinal, r.size, &b.mem)
 		} else {
-			err = s.stream.allocAsync(d.ordinal, r.size, r.stream, &b.mem)
+			var capture uint64
+			capture, err = s.stream.allocAsync(d.ordinal, r.size, r.stream, &b.mem)
 			if u, ok := err.(uncounted); ok {
 				return nil, nil, u.err // bad input, or nothing asked of the device: nothing counted
+			}
+			if capture != 0 {
+				return d.captured(s, r, b.mem, capture), nil, nil // a graph's allocation (graphs.go)
 			}
 		}
 		if err != nil {

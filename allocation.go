@@ -9,6 +9,7 @@ const (
 	fromBackend source = iota // the backend allocates it now: Alloc
 	fromPool                  // the backend allocates it in stream order from the device's memory pool: AllocAsync
 	fromAddress               // the caller allocated it, at an address it gives: Track, TrackAddr
+	fromGraph                 // a graph allocates it at each launch: AllocAsync on a stream that captures a CUDA graph
 )
 
 // allocation is one counted allocation as the paths know it: its size and
@@ -59,10 +60,15 @@ type request struct {
 // backend fails. A handle's FreeWith moves it to stateFreeing while the
 // caller's free runs, so that its address may be tracked again as soon as
 // the memory is gone, and back to stateLive if the free fails.
+//
+// A graph's buffer (fromGraph) is in stateGraph from its capture, where no
+// claim of the release path takes it (Buffer.releaseGraph frees it), until
+// a free node of its own capture frees it (stateFreed).
 const (
 	stateLive uint32 = iota
 	stateFreed
 	stateFreeing
+	stateGraph
 )
 
 // claimState moves a from live to next, and reports whether it was live.

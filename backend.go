@@ -110,24 +110,30 @@ func deviceHeld(d Device, current, peak int64) (int64, int64) {
 
 // streamBackend is a backend that allocates in stream order from a
 // device's memory pool (CUDA's: Device.AllocAsync, Buffer.FreeAsync and
-// Device.Pool). newDeviceTable finds it once, in deviceTable.stream; a build
-// without -tags cuda has none, and the stream-ordered and pool calls fail
+// Device.Pool), and in the graphs that its streams capture (Device.Graphs).
+// newDeviceTable finds it once, in deviceTable.stream; a build without
+// -tags cuda has none, and the stream-ordered, pool and graph calls fail
 // there as on any device without memory pools.
 type streamBackend interface {
 	// poolsSupported fails, wrapping ErrNotSupported, where device
 	// ordinal has no memory pools; where the driver cannot say (a lost
 	// device), it does not fail, and allocAsync meets the device's error.
 	poolsSupported(ordinal int) error
-	// checkStream fails where stream cannot be used on device ordinal
-	// (bad input: a stream of another device, or one capturing a graph);
-	// where the device cannot be reached it knows nothing of the stream,
-	// and does not fail.
-	checkStream(ordinal int, stream Stream) error
 	// allocAsync allocates size bytes on device ordinal in stream order
-	// and describes them in *m. An error that is bad input is uncounted
+	// and describes them in *m. On a stream whose capture is active it
+	// allocates in the capture's graph, where the driver has graph memory
+	// nodes, and returns the capture's ID (else 0). An error that is bad
+	// input (a stream of another device, one whose capture memtrack does
+	// not allocate in) or a graph's allocation refused is uncounted
 	// (wrapped in uncounted); a failure of the device is counted, as
 	// alloc's is.
-	allocAsync(ordinal int, size int64, stream Stream, m *memory) error
+	allocAsync(ordinal int, size int64, stream Stream, m *memory) (capture uint64, err error)
+	// allocInCapture is allocAsync where the stream captures a graph, and
+	// allocates nothing (returning 0 and nil) where it does not: the path
+	// of a request that a limit refuses, which no limit refuses in a
+	// capture. It fails as allocAsync does for bad input; where the device
+	// cannot be reached it knows nothing of the stream, and does not fail.
+	allocInCapture(ordinal int, size int64, stream Stream, m *memory) (capture uint64, err error)
 	// freeAsync frees *m, which allocAsync made for size bytes on device
 	// ordinal, in stream order on stream, and learns when the stream
 	// executes the free (the device-side figure drops then). On an error
@@ -142,6 +148,24 @@ type streamBackend interface {
 	// Pool.SetReleaseThreshold, their argument checked.
 	trimPool(ordinal int, keep int64) error
 	setReleaseThreshold(ordinal int, bytes int64) error
+
+	// graphsSupported fails, wrapping ErrNotSupported, where the driver
+	// has no graph memory nodes; allocAsync then refuses a capturing
+	// stream.
+	graphsSupported(ordinal int) error
+	// captureOf reports the capture that stream of device ordinal takes
+	// part in, or fails for a stream of another device (bad input).
+	captureOf(ordinal int, stream Stream) (captureState, error)
+	// freeGraph frees *m, a graph's allocation of size bytes, in stream
+	// order on stream: on a stream whose capture is active, a free node of
+	// that capture's graph, whose ID it returns; on one that is not
+	// capturing, the allocation of the graph's last launch. On an error
+	// nothing was freed.
+	freeGraph(ordinal int, size int64, m *memory, stream Stream) (capture uint64, err error)
+	// graphStats reads the driver's graph memory figures of device
+	// ordinal, without their Device; trimGraphs is Graphs.Trim.
+	graphStats(ordinal int) (GraphStats, error)
+	trimGraphs(ordinal int) error
 }
 
 // uncounted is an error of a backend that counts no failed allocation:

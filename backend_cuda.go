@@ -29,6 +29,10 @@ type cudaBackend struct {
 	devs     []cudaDevice // one per device
 	sides    []deviceSide // the device-side figure of each device (heldFigure)
 	nvml     nvmlState    // the driver's per-process figures (processBackend)
+	// captureMode is what AllocAsync does on a capturing stream: allocate
+	// in the capture's graph where the driver has graph memory nodes
+	// (cudadrv.GraphMem), else refuse.
+	captureMode cudadrv.CaptureAlloc
 }
 
 // cudaDevice is the backend's state of one device.
@@ -59,6 +63,9 @@ func (b *cudaBackend) init() error {
 			b.devs[i].ordinal = i
 		}
 		b.sides = newSides(b.n)
+		if b.initErr == nil && cudadrv.GraphMem() == nil {
+			b.captureMode = cudadrv.AllowCapture
+		}
 	})
 	return b.initErr
 }

@@ -52,16 +52,26 @@ type Budget struct {
 	// was released); for SharedBudget, the untracked growth during the pass
 	// ([Measurement].Untracked), or 0 where that is negative. Buffers whose
 	// stream-ordered frees were in flight at the end are not in it: the
-	// device still held them, and PeakIncrease counts them already.
+	// device still held them, and PeakIncrease counts them already; nor is
+	// the graph memory reserved in the pass, which GraphReserved counts.
 	UntrackedIncrease int64
+	// GraphReserved is the memory the device reserves for the instance's
+	// CUDA graphs ([Graphs]): the larger of what the graphs launched in the
+	// measured pass reserved (the growth of [Usage].GraphReserved since
+	// the baseline, for SharedBudget since the start of the pass) and what
+	// graphs captured after the pass will reserve at their launch
+	// ([Measurement].GraphNeed). The first is no longer in
+	// UntrackedIncrease, so that graph memory is set aside once.
+	GraphReserved int64
 	// OtherProcessesUsed is, for SharedBudget with per-process figures,
 	// the other processes' device memory as the driver accounts it: the
 	// larger of its readings at the start and the end of the pass. 0
 	// otherwise (StartUsed then holds the others' memory with the rest).
 	OtherProcessesUsed int64
 	// SetAside is Weights + OtherTracked + StartUsed + ProcessUsed +
-	// OtherProcessesUsed + PeakIncrease + UntrackedIncrease: the memory
-	// that is not the cache's (vLLM's non_kv_cache_memory).
+	// OtherProcessesUsed + PeakIncrease + UntrackedIncrease +
+	// GraphReserved: the memory that is not the cache's (vLLM's
+	// non_kv_cache_memory).
 	SetAside int64
 
 	// PerProcess says that the budget used the driver's per-process
@@ -88,10 +98,18 @@ type Budget struct {
 //	                    and the rest of that growth is OtherTracked)
 //	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
 //	                    PeakHeldIncrease where stream-ordered frees raised that higher)
+//	GraphReserved     = max(EndGraphReserved - Baseline.GraphReserved, GraphNeed)
 //	UntrackedIncrease = (EndUsed + EndNotResident - EndHeld)
 //	                  - (Baseline.Used + Baseline.NotResident - Baseline.Tracked)
-//	                                                                 (non_torch_increase)
-//	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
+//	                  - (EndGraphReserved - Baseline.GraphReserved)  (non_torch_increase)
+//	Available         = Requested - (Weights + OtherTracked + PeakIncrease + UntrackedIncrease + GraphReserved)
+//
+// On a CUDA GPU the memory the driver reserves for CUDA graphs is set
+// aside once, apart (GraphReserved): what the graphs launched in the pass
+// reserved, which leaves the untracked growth, or, for graphs captured
+// after the pass, as vLLM captures them, what their captures say they
+// will reserve ([Measurement.WithGraphs]), whichever is larger. vLLM
+// estimates that memory; memtrack counts it.
 //
 // Where the baseline and the measurement both have the driver's
 // per-process figures (NVML, on a CUDA GPU: [Usage].PerProcess), the
@@ -99,6 +117,7 @@ type Budget struct {
 // reads it:
 //
 //	UntrackedIncrease = (EndProcessUsed - EndHeld) - (Baseline.ProcessUsed - Baseline.Tracked)
+//	                  - (EndGraphReserved - Baseline.GraphReserved)
 //
 // so that what other processes allocate meanwhile (a second instance
 // loading its weights on the same GPU) is not counted against this one,
@@ -145,7 +164,7 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 // leaves outside the request:
 //
 //	ProcessUsed = Baseline.ProcessUsed
-//	Available   = Requested - (ProcessUsed + Weights + OtherTracked + PeakIncrease + UntrackedIncrease)
+//	Available   = Requested - (ProcessUsed + Weights + OtherTracked + PeakIncrease + UntrackedIncrease + GraphReserved)
 //
 // That memory being part of the request, it refuses, with an
 // [*OutOfMemoryError], where the device had less than Requested -
@@ -206,7 +225,61 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 	if w, ok := p.Category(CategoryWeights); ok {
 		b.Weights, b.OtherTracked = w.StartTracked, subSat(b.Weights, w.StartTracked)
 	}
+	var launched int64 // the graph memory reserved since the baseline
+	if base.GraphErr == nil {
+		launched = max(subSat(p.EndGraphReserved, base.GraphReserved), 0)
+	}
+	b.setGraphs(launched, p.GraphNeed)
 	return b.fill(p.Total), nil
+}
+
+// WithGraphs returns p with what captures will reserve when their graphs
+// are launched added to GraphNeed, for a budget of graphs captured after
+// the measured pass (as vLLM captures them, once the cache is allocated).
+// Each call is the graphs of one stream: graphs launched one after another
+// on one stream share one reservation (CUDA Programming Guide, Graph
+// Memory Nodes: "Since the graphs in the same stream never run
+// concurrently, CUDA can and should use the same physical memory"), the
+// largest Need, not their sum; graphs launched on streams that run at
+// once need memory of their own, so a call per stream adds them up. An
+// allocation a graph does not free (Outliving) keeps its memory apart
+// from the stream's, until freed:
+//
+//	need = max(Need - Outliving) + sum(Outliving)   over captures
+//
+// which is the largest Need where no graph's allocation outlives its
+// launch, and covers every outliving allocation live at once otherwise.
+// The driver reserves in granules of its own, which Need, the sizes asked
+// for, does not round to. [Measurement.Budget] sets aside the larger of GraphNeed
+// and what the pass's own launches reserved, never both.
+//
+// It fails with [ErrInvalidArgument], returning p unchanged, for a capture
+// of another device, with no ID, that the driver invalidated, or whose
+// figures are not a capture's (a negative Need, or Outliving above it).
+func (p Measurement) WithGraphs(captures ...Capture) (Measurement, error) {
+	var peak, outliving int64
+	for i, c := range captures {
+		if c.Device != p.Device || c.ID == 0 || c.Outliving < 0 || c.Outliving > c.Need {
+			return p, fmt.Errorf("%w: capture %d (ID %d of %v, need %d bytes, %d outliving) for the measurement of %v: want a capture of the device, from Graphs().Capture",
+				ErrInvalidArgument, i, c.ID, c.Device, c.Need, c.Outliving, p.Device)
+		}
+		if c.Invalidated {
+			return p, fmt.Errorf("%w: capture %d (ID %d of %v) was invalidated by the driver: it ends with no graph, and nothing of it will launch",
+				ErrInvalidArgument, i, c.ID, c.Device)
+		}
+		peak = max(peak, c.Need-c.Outliving)
+		outliving = addSat(outliving, c.Outliving)
+	}
+	p.GraphNeed = addSat(p.GraphNeed, addSat(peak, outliving))
+	return p, nil
+}
+
+// setGraphs sets aside, as GraphReserved, the larger of launched, the
+// graph memory reserved during the pass, which is moved out of the
+// untracked growth, and need, what graphs captured after it will reserve.
+func (b *Budget) setGraphs(launched, need int64) {
+	b.UntrackedIncrease = subSat(b.UntrackedIncrease, launched)
+	b.GraphReserved = max(launched, need)
 }
 
 // SharedBudget sizes a cache for a device shared with others: the device may
@@ -228,6 +301,15 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 // so that memory the others allocated or freed during the pass is theirs,
 // not this process's growth. Budget.PerProcess says which figures it used.
 //
+// The memory reserved for CUDA graphs is set aside as Budget sets it
+// aside, from the start of the pass (graph memory reserved before it is in
+// StartUsed):
+//
+//	GraphReserved     = max(EndGraphReserved - StartGraphReserved, GraphNeed)
+//	UntrackedIncrease = max(Untracked - (EndGraphReserved - StartGraphReserved), 0)
+//
+// (ProcessUntracked in place of Untracked with the per-process figures).
+//
 // This is not vLLM's formula ([Measurement.Budget] is): it leaves other
 // processes the memory they held, where vLLM leaves them only what the
 // utilization does not request. It saturates and fails as Budget does,
@@ -242,7 +324,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		Requested:         requestedOf(utilization, p.Total),
 		StartUsed:         p.StartUsed,
 		PeakIncrease:      max(p.PeakTrackedIncrease, p.PeakHeldIncrease),
-		UntrackedIncrease: max(p.Untracked, 0),
+		UntrackedIncrease: p.Untracked,
 		BlockSize:         blockSize,
 		PerProcess:        p.PerProcess,
 		PerProcessErr:     p.PerProcessErr,
@@ -250,8 +332,10 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 	if p.PerProcess {
 		b.StartUsed = subSat(p.StartUsed, p.StartOtherProcessesUsed)
 		b.OtherProcessesUsed = max(p.StartOtherProcessesUsed, p.EndOtherProcessesUsed)
-		b.UntrackedIncrease = max(p.ProcessUntracked, 0)
+		b.UntrackedIncrease = p.ProcessUntracked
 	}
+	b.setGraphs(max(subSat(p.EndGraphReserved, p.StartGraphReserved), 0), p.GraphNeed)
+	b.UntrackedIncrease = max(b.UntrackedIncrease, 0)
 	return b.fill(p.Total), nil
 }
 
@@ -274,7 +358,7 @@ func (p Measurement) inFlight() int64 { return max(subSat(p.EndHeld, p.EndTracke
 // device of total bytes.
 func (b Budget) fill(total int64) Budget {
 	b.SetAside = 0
-	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.ProcessUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease} {
+	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.ProcessUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease, b.GraphReserved} {
 		b.SetAside = addSat(b.SetAside, n)
 	}
 	b.Available = min(max(subSat(b.Requested, b.SetAside), 0), total)

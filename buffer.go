@@ -37,6 +37,9 @@ func (b *Buffer) valid() bool { return b != nil && b.self == b }
 // buffer and with [ErrInvalidBuffer] on a Buffer that Alloc did not return
 // (a zero Buffer, or a copy of one). If the backend fails to release the
 // memory, the buffer stays live and counted, and Free may be called again.
+// For a graph's buffer (an allocation of [Device.AllocAsync] in a capture,
+// counted in no figure) Free frees the allocation of the graph's last
+// launch, which outlived it (cuMemFree), and the buffer stays the graph's.
 func (b *Buffer) Free() error { return b.release(freeNow, DefaultStream) }
 
 // release is Free and FreeAsync: the claim of the release path, then the
@@ -47,10 +50,16 @@ func (b *Buffer) release(how releaseKind, stream Stream) error {
 	if b == nil || b.self != b {
 		return b.refuseFree()
 	}
-	if how == freeInStream && b.from != fromPool {
+	if how == freeInStream && b.from == fromBackend {
 		return fmt.Errorf("%w: FreeAsync of a %d-byte buffer on %v that Device.Alloc allocated; free it with Free", ErrInvalidArgument, b.size, b.Device())
 	}
-	if !b.claimState(stateFreed) || !claimMarks(&b.allocation, b.owner()) {
+	if !b.claimState(stateFreed) {
+		if b.loadState() == stateGraph {
+			return b.releaseGraph(how, stream) // a graph's buffer, which no claim takes (graphs.go)
+		}
+		return b.refuseFree()
+	}
+	if !claimMarks(&b.allocation, b.owner()) {
 		return b.refuseFree()
 	}
 	// The buffer was counted in its device's record, which is never removed.
@@ -135,12 +144,17 @@ func (b *Buffer) Freed() bool { return b.valid() && b.loadState() == stateFreed 
 // DevicePtr returns the address of the buffer's memory on its device, for
 // code that launches kernels or copies memory itself: a CUdeviceptr for a
 // CUDA buffer (cu.DevicePtr(b.DevicePtr()) with github.com/mumax/3/cuda/cu),
-// valid in the device's primary context and so for the CUDA runtime too. It
+// valid in the device's primary context and so for the CUDA runtime too; for
+// a buffer of [Device.AllocAsync] on a stream that captures a CUDA graph,
+// the address of the graph's allocation, fixed across its launches. It
 // returns 0 for CPU buffers, whose memory [Buffer.Bytes] gives, for a nil
 // buffer, once the buffer is freed and for a Buffer that Alloc did not
 // return.
 func (b *Buffer) DevicePtr() uintptr {
-	if !b.valid() || b.loadState() != stateLive {
+	if !b.valid() {
+		return 0
+	}
+	if st := b.loadState(); st != stateLive && st != stateGraph {
 		return 0
 	}
 	return b.mem.ptr

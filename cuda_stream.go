@@ -129,8 +129,8 @@ func (b *cudaBackend) held(ordinal int) (cur, peak int64) {
 }
 
 // resetHeldPeak sets the device-side peak of device ordinal to its current
-// figure, and the high-water marks of its memory pool, where it has one, to
-// the pool's current figures.
+// figure, and the high-water marks of its memory pool and of its graph
+// memory, where it has them, as the driver resets them.
 func (b *cudaBackend) resetHeldPeak(ordinal int) {
 	if sd := b.side(ordinal); sd != nil {
 		sd.reap(b, ordinal)
@@ -138,6 +138,7 @@ func (b *cudaBackend) resetHeldPeak(ordinal int) {
 		if pool, err := b.pool(ordinal); err == nil {
 			cudadrv.PoolResetHighs(pool)
 		}
+		b.resetGraphHighs(ordinal)
 	}
 }
 
@@ -288,42 +289,66 @@ func (b *cudaBackend) poolsSupported(ordinal int) error {
 	return *sd.pools.Load()
 }
 
-// checkStream fails where stream belongs to another device or is
-// capturing a CUDA graph. Where the device cannot be reached, nothing is
-// known of the stream, and nothing is refused: the call fails on the
-// device, counted, as Alloc does.
-func (b *cudaBackend) checkStream(ordinal int, stream Stream) error {
-	d := Device{kind: KindCUDA, ordinal: ordinal}
+// allocInCapture is allocAsync where stream captures a graph, and
+// allocates nothing where it does not. Where the device cannot be reached,
+// nothing is known of the stream, and nothing is refused: the limit's
+// refusal stands.
+func (b *cudaBackend) allocInCapture(ordinal int, size int64, stream Stream, m *memory) (uint64, error) {
 	_, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return nil
+		return 0, nil
 	}
-	if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
-		return refusedStream("AllocAsync", d, stream, cs)
+	if b.captureMode == cudadrv.RefuseCapture {
+		// No graph memory nodes: the stream is checked, nothing allocated.
+		if cs := cudadrv.CheckStream(ctx, uintptr(stream)); cs.Enter == cudadrv.Success && (cs.OtherDevice || cs.Capturing) {
+			return 0, uncounted{refusedStream("AllocAsync", Device{kind: KindCUDA, ordinal: ordinal}, stream, cs)}
+		}
+		return 0, nil
 	}
-	return nil
+	return b.allocIn(ordinal, size, stream, m, cudadrv.OnlyCapture)
 }
 
 // allocAsync allocates size bytes on device ordinal from its current pool
-// in stream order (cuMemAllocAsync).
-func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memory) error {
+// in stream order (cuMemAllocAsync); on a stream whose capture is active,
+// in the capture's graph, where the driver has graph memory nodes.
+func (b *cudaBackend) allocAsync(ordinal int, size int64, stream Stream, m *memory) (uint64, error) {
+	return b.allocIn(ordinal, size, stream, m, b.captureMode)
+}
+
+// allocIn is allocAsync with what it does on a capturing stream (mode).
+func (b *cudaBackend) allocIn(ordinal int, size int64, stream Stream, m *memory, mode cudadrv.CaptureAlloc) (uint64, error) {
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	dev, ctx, err := b.device(ordinal, "alloc")
 	if err != nil {
-		return err // a lost device, or its context not retained: counted, as Alloc's
+		return 0, err // a lost device, or its context not retained: counted, as Alloc's
 	}
-	a := cudadrv.AllocAsync(ctx, size, uintptr(stream))
+	a := cudadrv.AllocAsyncIn(ctx, size, uintptr(stream), mode)
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
-		// Nothing allocated, nothing counted: cuMemAllocAsync would have
-		// allocated on the stream's device, or in the graph.
-		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
-		return uncounted{refusedStream("AllocAsync", d, stream, a)}
+		return b.inCapture(dev, d, size, stream, a, m)
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
-		return err
+		return 0, err
 	}
 	m.ptr = a.Ptr
-	return nil
+	return 0, nil
+}
+
+// inCapture settles an allocation that a met on a stream of another device
+// or a capturing one: refused, as bad input, where nothing was allocated
+// (cuMemAllocAsync would have allocated on the stream's device, or in a
+// graph memtrack does not allocate in), and a graph's allocation, in the
+// capture whose ID it returns, where the driver made one. A graph's
+// allocation that the driver refuses is counted nowhere.
+func (b *cudaBackend) inCapture(dev *cudaDevice, d Device, size int64, stream Stream, a cudadrv.StreamCall, m *memory) (uint64, error) {
+	if a.OtherDevice || (a.Ptr == 0 && a.Op == cudadrv.Success) {
+		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
+		return 0, uncounted{refusedStream("AllocAsync", d, stream, a)}
+	}
+	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
+		return 0, uncounted{fillError(err, d, size, nil)}
+	}
+	m.ptr = a.Ptr
+	return a.CaptureID, nil
 }
 
 // freeAsync frees m in stream order (cuMemFreeAsync) and learns when the
@@ -373,14 +398,28 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 
 // refusedStream is the error of a stream-ordered call on d that c found
 // with a stream of another device, which the driver would run on that
-// device, or with a stream that is capturing a CUDA graph.
+// device, or with a stream that is capturing a CUDA graph, where memtrack
+// does not run it: a capture the driver invalidated, a driver without
+// graph memory nodes, or a FreeAsync of a buffer that no graph allocated.
 func refusedStream(op string, d Device, stream Stream, c cudadrv.StreamCall) error {
 	if c.OtherDevice {
 		return fmt.Errorf("%w: %s on %v with stream %#x, which belongs to cuda:%d: a stream-ordered call runs on its stream's device; use a stream of %v",
 			ErrInvalidArgument, op, d, uintptr(stream), c.StreamDevice, d)
 	}
-	return fmt.Errorf("%w: %s on %v with stream %#x, which is capturing a CUDA graph: memtrack counts stream-ordered memory only outside capture (in a graph the allocation and the free would run at every launch); allocate before the capture begins, or after it ends",
-		ErrNotSupported, op, d, uintptr(stream))
+	switch {
+	case c.CaptureStatus == cudadrv.CaptureInvalidated:
+		return fmt.Errorf("%w: %s on %v with stream %#x, whose CUDA graph capture the driver invalidated: it ends with no graph; end it (cuStreamEndCapture) and capture again",
+			ErrNotSupported, op, d, uintptr(stream))
+	case op == "FreeAsync":
+		return fmt.Errorf("%w: FreeAsync on %v with stream %#x, which is capturing a CUDA graph, of a buffer that no graph allocated: a graph's free node takes only an allocation of a graph (cuGraphAddMemFreeNode), and the launch, when the free would run, is the program's; free the buffer before the capture begins or after it ends",
+			ErrNotSupported, d, uintptr(stream))
+	}
+	why := "the driver gives no capture ID"
+	if err := cudadrv.GraphMem(); err != nil {
+		why = err.Error()
+	}
+	return fmt.Errorf("%w: %s on %v with stream %#x, which is capturing a CUDA graph: memtrack allocates in a capture only with the driver's graph memory nodes (CUDA 11.4), and %s; allocate before the capture begins, or after it ends",
+		ErrNotSupported, op, d, uintptr(stream), why)
 }
 
 // The figures and controls of each CUDA device's current memory pool, the

@@ -25,34 +25,6 @@ func capturing(t *testing.T, d Device, s Stream, mode cudatest.CaptureMode, f fu
 	return nodes, r
 }
 
-// TestCUDACaptureRefusesStreamOrdered: while a stream captures a graph,
-// AllocAsync and FreeAsync on it are refused (in a graph they would run at
-// every launch, and the event recorded after the free would count it at
-// every launch), and nothing moves; the capture stays valid and
-// holds nothing of memtrack's.
-func TestCUDACaptureRefusesStreamOrdered(t *testing.T) {
-	d := cudaDevices(t, 1)[0]
-	s := newStream(t, d)
-	live, err := d.AllocAsync(1<<20, s)
-	require.NoError(t, err)
-	before := d.MemoryStats()
-	nodes, r := capturing(t, d, s, cudatest.CaptureGlobal, func() {
-		b, err := d.AllocAsync(1<<20, s)
-		assert.Nil(t, b)
-		assert.ErrorIs(t, err, ErrNotSupported)
-		assert.ErrorContains(t, err, "capturing a CUDA graph")
-		err = live.FreeAsync(s)
-		assert.ErrorIs(t, err, ErrNotSupported)
-		assert.False(t, live.Freed(), "the buffer stays live")
-		assert.Equal(t, before, d.MemoryStats(), "no figure moves")
-	})
-	assert.Equal(t, cudadrv.Success, r, "the capture is still valid")
-	assert.Zero(t, nodes, "memtrack put nothing in the graph")
-	require.NoError(t, live.FreeAsync(s))
-	syncStream(t, d, s)
-	assert.Equal(t, before.Held-1<<20, d.MemoryStats().Held)
-}
-
 // TestCUDACaptureAllocDoesNotInvalidate: Device.Alloc and Free, from the
 // capturing thread or from another, neither fail nor invalidate a capture
 // begun in global mode (the driver forbids cuMemAlloc and cuMemFree then,

@@ -130,6 +130,10 @@ type OutOfMemoryError struct {
 	NotResident int64 // on the CPU, the tracked bytes not resident yet, which Total - Free leaves out ([Usage].NotResident)
 	Untracked   int64 // Total - Free + NotResident - Tracked, or 0: memory in use on the device that this package did not allocate
 	MemInfoErr  error // why Total and Free are missing; nil if they are not
+	// GraphReserved is, on a CUDA GPU, the part of Untracked that the
+	// driver reserves for CUDA graphs ([Usage].GraphReserved); 0 where the
+	// driver gives no such figure.
+	GraphReserved int64
 	// SitesRecorded is true where the device records allocation sites
 	// ([SiteRecorder.Enable]); Sites then holds the largest
 	// holders among its live buffers, the largest first (at most 5).

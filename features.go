@@ -8,9 +8,10 @@ import (
 // The features of a device are its allocation sites (SiteRecorder), its
 // memory history and marks (HistoryRecorder), its leak watch (LeakWatcher,
 // LeakCheck), its categories (Category), its out-of-memory observers
-// (Device.OnOutOfMemory), its per-process figures (Usage) and its peak
-// scopes (PeakScope). Each keeps its state in a type of its own, which its
-// handle reaches through the device's features (Device.features), or, for
+// (Device.OnOutOfMemory), its CUDA graphs' captures (Graphs), its
+// per-process figures (Usage) and its peak scopes (PeakScope). Each keeps
+// its state in a type of its own, which its handle reaches through the
+// device's features (Device.features), or, for
 // the history, which has state only while it records (history), through
 // the hook set; the per-process figures and peak scopes keep none of a
 // device's (the backend gives the first, and the caller holds a scope). A
@@ -26,10 +27,11 @@ import (
 // them (a leak watch's entry, a category), and the settings of a feature
 // that is off stay (a sampling rate).
 type features struct {
-	sites siteSettings
-	leaks deviceLeaks
-	oom   oomObservers
-	cats  atomic.Pointer[categorySet] // nil until the device's first category
+	sites  siteSettings
+	leaks  deviceLeaks
+	oom    oomObservers
+	cats   atomic.Pointer[categorySet] // nil until the device's first category
+	graphs graphCaptures               // the CUDA graphs its streams captured (Graphs)
 }
 
 // featuresOf returns the features of device ordinal, or nil where none

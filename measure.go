@@ -53,6 +53,18 @@ type Measurement struct {
 	// memory during the run.
 	Untracked int64
 
+	// StartGraphReserved and EndGraphReserved are the driver's graph
+	// memory reserved ([Usage].GraphReserved) when the run began and
+	// ended, on a CUDA GPU whose driver has graph memory nodes (both 0
+	// where either reading had none): their difference is what the graphs
+	// launched during the run reserved, which Untracked includes and
+	// [Measurement.Budget] sets aside apart.
+	StartGraphReserved, EndGraphReserved int64
+	// GraphNeed is what graphs captured after the run will reserve when
+	// they are launched, which [Measurement.WithGraphs] adds from their
+	// captures; Measure leaves it 0.
+	GraphNeed int64
+
 	// Categories holds, on a device with categories ([Device.Category]),
 	// each category's figures during the run, in the order the categories
 	// were made: "the activations peaked at X while the KV cache held Y"
@@ -143,6 +155,7 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0), StartNotResident: s.notResident(d.ordinal)}
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
 	readProcesses(s, d).setStart(&p)
+	graphs := readGraphs(s, d)
 	// Each category gets a scope of its own too.
 	catScopes, cats := d.peekCategories().startMeasure(&p)
 
@@ -163,6 +176,11 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	p.UsedIncrease = p.EndUsed - p.StartUsed
 	p.Untracked = p.UsedIncrease + (p.EndNotResident - p.StartNotResident) - (p.EndHeld - p.StartHeld)
 	readProcesses(s, d).setEnd(&p)
+	if !graphs.absent && graphs.err == nil {
+		if end := readGraphs(s, d); end.err == nil {
+			p.StartGraphReserved, p.EndGraphReserved = graphs.reserved(), end.reserved()
+		}
+	}
 	return p, wrapRun(d, ferr)
 }
 

@@ -37,6 +37,7 @@ func (d Device) outOfMemory(s *deviceTable, rec *tracker.Record, e *OutOfMemoryE
 		e.MemInfoErr = fillError(err, d, 0, nil)
 	}
 	readProcesses(s, d).setOutOfMemory(e)
+	e.GraphReserved = readGraphs(s, d).reserved()
 	d.Sites().report(e)
 	e.Categories = d.peekCategories().rows(d, rec)
 	d.observers().notify(e)
@@ -97,7 +98,11 @@ func (e *OutOfMemoryError) Report() string {
 		b.WriteString("\n")
 	}
 	if e.Total > 0 {
-		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)\n", exactBytes(max(e.Untracked, 0)))
+		graphs := ""
+		if e.GraphReserved > 0 {
+			graphs = fmt.Sprintf("; of it, %s the driver reserves for CUDA graphs", exactBytes(e.GraphReserved))
+		}
+		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)%s\n", exactBytes(max(e.Untracked, 0)), graphs)
 	}
 	if e.NotResident > 0 {
 		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
@@ -129,6 +134,9 @@ func (e *OutOfMemoryError) tryThis() []string {
 	}
 	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Tracked && e.Untracked > e.Requested {
 		t = append(t, fmt.Sprintf("most of the memory in use is not memtrack's (%s): look for other processes or libraries on the device", formatBytes(e.Untracked)))
+	}
+	if e.GraphReserved > e.Requested && e.Free < e.Requested {
+		t = append(t, fmt.Sprintf("return the graph memory no graph uses now to the device (Graphs().Trim; the driver reserves %s for CUDA graphs)", formatBytes(e.GraphReserved)))
 	}
 	if e.Total > 0 && e.Limit == 0 && e.Free >= e.Requested {
 		t = append(t, "the device reports enough free memory in all but one piece: allocate in smaller buffers, or free and allocate again, to work around fragmentation")

@@ -78,6 +78,11 @@ func (d Device) MemorySummary() string {
 		fmt.Fprintf(&buf, "memory pool: reserved %s (peak %s), used %s (peak %s)\n",
 			formatBytes(p.PoolReserved), formatBytes(p.PeakPoolReserved), formatBytes(p.PoolUsed), formatBytes(p.PeakPoolUsed))
 	}
+	u, uerr := d.Usage()
+	if uerr == nil && u.GraphErr == nil && d.kind == KindCUDA {
+		fmt.Fprintf(&buf, "graph memory: reserved %s (peak %s), used %s (peak %s)\n",
+			formatBytes(u.GraphReserved), formatBytes(u.PeakGraphReserved), formatBytes(u.GraphUsed), formatBytes(u.PeakGraphUsed))
+	}
 	fmt.Fprintf(&buf, "failed allocs: %d\n", s.FailedAllocs)
 	if s.Leaks > 0 {
 		fmt.Fprintf(&buf, "leaks: %d, %s (unreachable without a free)\n", s.Leaks, formatBytes(s.LeakedBytes))
@@ -87,15 +92,19 @@ func (d Device) MemorySummary() string {
 	} else {
 		fmt.Fprintf(&buf, "memory limit: none\n")
 	}
-	if u, err := d.Usage(); err == nil {
-		fmt.Fprintf(&buf, "device (reported): %s used of %s, %s free; tracked %s, untracked %s\n",
-			formatBytes(u.Used), formatBytes(u.Total), formatBytes(u.Free), formatBytes(u.Tracked), formatBytes(u.Untracked))
+	if uerr == nil {
+		graphs := ""
+		if u.GraphReserved > 0 {
+			graphs = fmt.Sprintf(" (of which CUDA graphs %s)", formatBytes(u.GraphReserved))
+		}
+		fmt.Fprintf(&buf, "device (reported): %s used of %s, %s free; tracked %s, untracked %s%s\n",
+			formatBytes(u.Used), formatBytes(u.Total), formatBytes(u.Free), formatBytes(u.Tracked), formatBytes(u.Untracked), graphs)
 		if u.NotResident > 0 {
 			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", formatBytes(u.NotResident))
 		}
 		buf.WriteString(u.processSummary())
 	} else {
-		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", err)
+		fmt.Fprintf(&buf, "device (reported): unavailable: %v\n", uerr)
 	}
 	return buf.String()
 }
@@ -119,11 +128,14 @@ func (d Device) MaxMemoryAllocated() int64 {
 }
 
 // ResetPeakMemoryStats sets the peaks (bytes and live buffers, the
-// device's and its categories', the device-side peak, the allocation sites at the peak where they are
-// recorded, and a CUDA memory pool's high-water marks) to their current
-// figures, so that the next peak measures what happens from now on. The
-// peaks of open [PeakScope]s, and so of running [Device.Measure] calls, are
-// their own: it does not move them.
+// device's and its categories', the device-side peak, the allocation sites
+// at the peak where they are recorded, and a CUDA device's memory pool and
+// graph memory high-water marks) to their current figures, so that the
+// next peak measures what happens from now on (the driver resets graph
+// memory's high-water marks by a set of 0, the one value it accepts: to 0
+// or to the current figures, its reference does not say; docs/graphs.md).
+// The peaks of open [PeakScope]s, and so of running [Device.Measure] calls,
+// are their own: it does not move them.
 func (d Device) ResetPeakMemoryStats() {
 	s, r, err := d.lookup(use)
 	if err != nil {

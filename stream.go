@@ -41,7 +41,8 @@ func notCUDA(op string, d Device) error {
 // else). It fails with [ErrNotSupported] on a device that is not a CUDA GPU
 // or whose driver has no memory pools (CUDA before 11.2, or
 // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0), and on a stream that is
-// capturing a CUDA graph (whose allocation would run at every launch);
+// capturing a CUDA graph where it allocates nothing (a capture the driver
+// invalidated, or a driver without graph memory nodes, CUDA before 11.4);
 // with [ErrInvalidArgument] on a stream of another device, on which
 // cuMemAllocAsync would allocate. Each changes nothing, and is refused
 // before the limits: a bad stream counts no failure whatever limit the
@@ -54,6 +55,14 @@ func notCUDA(op string, d Device) error {
 // ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
 // Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
 // that uses it is done.
+//
+// On a stream whose capture is active (cuStreamBeginCapture) the buffer is
+// an allocation node of the graph: its memory is allocated at each launch
+// of the graph, at an address fixed across launches (DevicePtr), and the
+// host holds nothing of it between launches. It is counted in its capture
+// ([Graphs.Capture]), and in no figure of the device's or its category's,
+// under no limit, in no history and no leak watch; see [Graphs] and
+// docs/graphs.md.
 func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	b, _, err := d.take(&request{size: size, from: fromPool, stream: stream})
 	return b, err
@@ -74,8 +83,12 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // [ErrNilBuffer] on a nil buffer, with [ErrInvalidArgument] on a buffer
 // that [Device.Alloc] allocated (free it with [Buffer.Free]; in a build
 // without -tags cuda every buffer is one) or a stream of another device,
-// and with [ErrNotSupported] on a stream that is capturing a CUDA graph.
-// Where it refuses the stream, or the driver refuses the free, the buffer
+// and with [ErrNotSupported] on a stream that is capturing a CUDA graph,
+// unless the buffer is a graph's (an allocation of AllocAsync in a
+// capture): FreeAsync of it on a stream of its capture adds a free node,
+// and frees it; elsewhere it frees the allocation of the graph's last
+// launch, which outlived it, and the buffer stays the graph's
+// ([Graphs]). Where it refuses the stream, or the driver refuses the free, the buffer
 // stays live and counted (and watched, on a device watched for leaks), and
 // FreeAsync or Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error { return b.release(freeInStream, stream) }

@@ -55,23 +55,61 @@ func TestStreamCallsCheckOrder(t *testing.T) {
 // fakeStreams is a fake backend with the stream-ordered capability
 // (streamBackend): its stream-ordered buffers are the fake's buffers, and
 // its pool uses what they take.
+//
+// A stream in capturing captures the graph of that ID: its allocations are
+// the graph's, at addresses of their own, and its frees free nodes.
 type fakeStreams struct {
 	*fakeBackend
 	freeErr    error // returned by freeAsync, if set
 	asyncFrees int   // frees freeAsync made
 	inPool     int64 // bytes of live stream-ordered buffers
+
+	capturing  map[Stream]uint64 // the streams that capture, and their captures' IDs
+	nodes      uintptr           // the graph allocations made, which give their addresses
+	graphFrees int               // frees freeGraph made
+	graphs     GraphStats        // what graphStats returns
+	trims      int               // the trims trimGraphs made
 }
 
-func (f *fakeStreams) poolsSupported(int) error      { return nil }
-func (f *fakeStreams) checkStream(int, Stream) error { return nil }
+func (f *fakeStreams) poolsSupported(int) error { return nil }
 
-func (f *fakeStreams) allocAsync(ordinal int, size int64, _ Stream, m *memory) error {
+func (f *fakeStreams) allocAsync(ordinal int, size int64, s Stream, m *memory) (uint64, error) {
+	if id := f.capturing[s]; id != 0 {
+		f.nodes++
+		m.ptr = 0x100000 * f.nodes
+		return id, nil
+	}
 	err := f.alloc(ordinal, size, m)
 	if err == nil {
 		f.inPool += size
 	}
-	return err
+	return 0, err
 }
+
+func (f *fakeStreams) allocInCapture(ordinal int, size int64, s Stream, m *memory) (uint64, error) {
+	if f.capturing[s] == 0 {
+		return 0, nil
+	}
+	return f.allocAsync(ordinal, size, s, m)
+}
+
+func (f *fakeStreams) graphsSupported(int) error { return nil }
+
+func (f *fakeStreams) captureOf(_ int, s Stream) (captureState, error) {
+	id := f.capturing[s]
+	return captureState{id: id, capturing: id != 0}, nil
+}
+
+func (f *fakeStreams) freeGraph(_ int, _ int64, _ *memory, s Stream) (uint64, error) {
+	if f.freeErr != nil {
+		return 0, f.freeErr
+	}
+	f.graphFrees++
+	return f.capturing[s], nil
+}
+
+func (f *fakeStreams) graphStats(int) (GraphStats, error) { return f.graphs, nil }
+func (f *fakeStreams) trimGraphs(int) error               { f.trims++; return nil }
 
 func (f *fakeStreams) freeAsync(ordinal int, size int64, m *memory, _ Stream) error {
 	if f.freeErr != nil {

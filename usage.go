@@ -47,6 +47,11 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // PerProcess says whether those figures are there; where they are not on a
 // CUDA GPU, PerProcessErr says why (it matches [ErrPerProcessUnavailable]);
 // it is nil on devices that have no such figures (the CPU, Metal).
+//
+// On a CUDA GPU the driver's graph memory figures ([GraphStats]) name the
+// part of Untracked that the driver reserves for CUDA graphs
+// (GraphReserved), which a buffer of [Device.AllocAsync] on a capturing
+// stream, being the graph's, never adds to Tracked.
 type Usage struct {
 	Device  Device
 	Tracked int64 // bytes held by live buffers, as counted ([Device.MemoryAllocated])
@@ -60,6 +65,18 @@ type Usage struct {
 	// never on the allocation path.
 	NotResident int64
 	Untracked   int64 // Used + NotResident - Tracked, or 0 where that is negative: memory in use that this package did not allocate
+
+	// The driver's graph memory figures, on a CUDA GPU whose driver has
+	// graph memory nodes ([Graphs.Stats]), read with the others, never on
+	// the allocation path: GraphReserved is part of Untracked (and of
+	// ProcessUntracked). Where they are missing on a CUDA GPU, GraphErr
+	// says why (it matches [ErrNotSupported] for a driver before CUDA 11.4);
+	// it is nil on devices that have no CUDA graphs (the CPU, Metal).
+	GraphReserved     int64
+	PeakGraphReserved int64
+	GraphUsed         int64
+	PeakGraphUsed     int64
+	GraphErr          error
 
 	PerProcess         bool
 	PerProcessErr      error
@@ -82,8 +99,49 @@ func (d Device) Usage() (Usage, error) {
 	u := Usage{Device: d, Tracked: tracked, Total: total, Free: free, Used: used, NotResident: nr, Untracked: untracked(used, nr, tracked)}
 	if s, _, err := d.lookup(start); err == nil {
 		readProcesses(s, d).setUsage(&u)
+		readGraphs(s, d).setUsage(&u)
 	}
 	return u, nil
+}
+
+// graphFigures is what the driver reported of a device's graph memory at
+// one moment: absent on a device without CUDA graphs, else its figures or
+// why they are missing.
+type graphFigures struct {
+	absent bool
+	err    error
+	stats  GraphStats
+}
+
+// readGraphs reads the driver's graph memory figures of device d. It never
+// runs on the allocation path: Usage, Measure and the out-of-memory report
+// read it.
+func readGraphs(s *deviceTable, d Device) graphFigures {
+	if s.stream == nil || d.kind != KindCUDA {
+		return graphFigures{absent: true}
+	}
+	st, err := d.Graphs().Stats()
+	return graphFigures{err: err, stats: st}
+}
+
+// setUsage puts the figures into u.
+func (f graphFigures) setUsage(u *Usage) {
+	if f.absent {
+		return
+	}
+	u.GraphErr = f.err
+	if f.err == nil {
+		u.GraphReserved, u.PeakGraphReserved = f.stats.GraphReserved, f.stats.PeakGraphReserved
+		u.GraphUsed, u.PeakGraphUsed = f.stats.GraphUsed, f.stats.PeakGraphUsed
+	}
+}
+
+// reserved returns the graph memory reserved, or 0 where it is not known.
+func (f graphFigures) reserved() int64 {
+	if f.absent || f.err != nil {
+		return 0
+	}
+	return f.stats.GraphReserved
 }
 
 // untracked is the memory in use that this package did not count: used,

@@ -41,6 +41,10 @@
 //	memtrack.peak_pool_reserved  Gauge          By            its high-water mark (max_memory_reserved)
 //	memtrack.pool_used           UpDownCounter  By            the bytes in use in the pool, as the driver counts them
 //	memtrack.peak_pool_used      Gauge          By            its high-water mark
+//	memtrack.graph_reserved      UpDownCounter  By            the memory the CUDA driver reserves for graphs, untracked
+//	memtrack.peak_graph_reserved Gauge          By            its high-water mark
+//	memtrack.graph_used          UpDownCounter  By            the part of it that graphs map now
+//	memtrack.peak_graph_used     Gauge          By            its high-water mark
 //	memtrack.buffers             UpDownCounter  {buffer}      live buffers and tracked handles
 //	memtrack.peak_buffers        Gauge          {buffer}      its high-water mark
 //	memtrack.allocs              Counter        {allocation}  allocations
@@ -76,7 +80,7 @@
 //	memtrack.category_limit          UpDownCounter  By            the category's memory limit, where one is set
 //
 // The pool figures are left out for a device without a CUDA memory pool,
-// the per-process ones where the driver gives none ([memtrack.Usage].PerProcess),
+// the graph figures for one without CUDA graph memory, the per-process ones where the driver gives none ([memtrack.Usage].PerProcess),
 // the device ones for a device whose query fails. The counters restart from
 // zero after [memtrack.Device.ResetAccumulatedMemoryStats] and the peaks
 // follow [memtrack.Device.ResetPeakMemoryStats]. Since the names are

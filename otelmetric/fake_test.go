@@ -21,7 +21,8 @@ func fakeGPU() reading {
 		},
 		info: memtrack.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", UUID: gpuUUID},
 		free: 60 << 30, total: 80 << 30,
-		pool: memtrack.PoolStats{PoolReserved: 32 << 20, PeakPoolReserved: 48 << 20, PoolUsed: 16 << 20, PeakPoolUsed: 24 << 20},
+		pool:   memtrack.PoolStats{PoolReserved: 32 << 20, PeakPoolReserved: 48 << 20, PoolUsed: 16 << 20, PeakPoolUsed: 24 << 20},
+		graphs: memtrack.GraphStats{GraphReserved: 12 << 20, PeakGraphReserved: 14 << 20, GraphUsed: 10 << 20, PeakGraphUsed: 13 << 20},
 		usage: memtrack.Usage{Tracked: 1 << 20, PerProcess: true, ProcessUsed: 600 << 20, ProcessUntracked: 599 << 20,
 			OtherProcessesUsed: 19 << 30, OtherProcesses: []memtrack.ProcessMemory{{PID: 4242, Name: "python3", Used: 19 << 30}}},
 		cats: []memtrack.CategoryStats{
@@ -35,8 +36,8 @@ func fakeGPU() reading {
 	}
 }
 
-// fakeCPU is a reading of the CPU device, which has no pool, no UUID and
-// no categories.
+// fakeCPU is a reading of the CPU device, which has no pool, no graph
+// memory, no UUID and no categories.
 func fakeCPU() reading {
 	return reading{
 		kind: memtrack.KindCPU, name: "cpu",
@@ -44,6 +45,7 @@ func fakeCPU() reading {
 			Buffers: 1, PeakBuffers: 2, Allocs: 3, Frees: 2, Held: 4096, PeakHeld: 8192},
 		info: memtrack.DeviceInfo{Name: "Some CPU"},
 		free: 3 << 30, total: 4 << 30,
-		poolErr: errors.New("no pool"),
+		poolErr:   errors.New("no pool"),
+		graphsErr: errors.New("no CUDA graphs"),
 	}
 }

@@ -74,6 +74,11 @@ func pool(f func(p *memtrack.PoolStats) int64) func(r *reading) (int64, bool) {
 	return func(r *reading) (int64, bool) { return f(&r.pool), r.poolErr == nil }
 }
 
+// graphs wraps a figure of a CUDA device's graph memory.
+func graphs(f func(g *memtrack.GraphStats) int64) func(r *reading) (int64, bool) {
+	return func(r *reading) (int64, bool) { return f(&r.graphs), r.graphsErr == nil }
+}
+
 // perProcess wraps a figure of the driver's per-process figures.
 func perProcess(f func(u *memtrack.Usage) int64) func(r *reading) (int64, bool) {
 	return func(r *reading) (int64, bool) { return f(&r.usage), r.usageErr == nil && r.usage.PerProcess }
@@ -145,6 +150,18 @@ var instruments = []instrument{
 	{name: "memtrack.peak_pool_used", unit: "By", kind: gauge,
 		desc:  "High-water mark of memtrack.pool_used since the last peak reset, as the driver reports it.",
 		value: pool(func(p *memtrack.PoolStats) int64 { return p.PeakPoolUsed })},
+	{name: "memtrack.graph_reserved", unit: "By", kind: upDownCounter,
+		desc:  "Bytes the CUDA driver reserves for the allocations of CUDA graphs, mapped or not, as it reports them: device memory memtrack does not track.",
+		value: graphs(func(g *memtrack.GraphStats) int64 { return g.GraphReserved })},
+	{name: "memtrack.peak_graph_reserved", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.graph_reserved since the last peak reset, as the driver reports it.",
+		value: graphs(func(g *memtrack.GraphStats) int64 { return g.PeakGraphReserved })},
+	{name: "memtrack.graph_used", unit: "By", kind: upDownCounter,
+		desc:  "Bytes of memtrack.graph_reserved that CUDA graphs map now, as the driver reports them.",
+		value: graphs(func(g *memtrack.GraphStats) int64 { return g.GraphUsed })},
+	{name: "memtrack.peak_graph_used", unit: "By", kind: gauge,
+		desc:  "High-water mark of memtrack.graph_used since the last peak reset, as the driver reports it.",
+		value: graphs(func(g *memtrack.GraphStats) int64 { return g.PeakGraphUsed })},
 	{name: "memtrack.buffers", unit: "{buffer}", kind: upDownCounter,
 		desc:  "Live buffers and tracked handles memtrack counts on the device.",
 		value: always(func(s *memtrack.Stats) int64 { return s.Buffers })},

@@ -21,6 +21,9 @@ type reading struct {
 	pool    memtrack.PoolStats
 	poolErr error
 
+	graphs    memtrack.GraphStats
+	graphsErr error
+
 	usage    memtrack.Usage // for the driver's per-process figures
 	usageErr error
 
@@ -33,6 +36,7 @@ func read(d memtrack.Device) reading {
 	r.info, r.infoErr = d.Info()
 	r.free, r.total, r.memErr = d.MemGetInfo()
 	r.pool, r.poolErr = d.Pool().Stats()
+	r.graphs, r.graphsErr = d.Graphs().Stats()
 	r.usage, r.usageErr = d.Usage()
 	r.cats = d.CategoryStats()
 	return r

@@ -51,6 +51,12 @@ func TestInstrumentsCUDA(t *testing.T) {
 		want["memtrack.pool_used"] = point{"By", "UpDownCounter", own, float64(p.PoolUsed)}
 		want["memtrack.peak_pool_used"] = point{"By", "Gauge", own, float64(p.PeakPoolUsed)}
 	}
+	if g, err := d.Graphs().Stats(); err == nil {
+		want["memtrack.graph_reserved"] = point{"By", "UpDownCounter", own, float64(g.GraphReserved)}
+		want["memtrack.peak_graph_reserved"] = point{"By", "Gauge", own, float64(g.PeakGraphReserved)}
+		want["memtrack.graph_used"] = point{"By", "UpDownCounter", own, float64(g.GraphUsed)}
+		want["memtrack.peak_graph_used"] = point{"By", "Gauge", own, float64(g.PeakGraphUsed)}
+	}
 	if u, err := d.Usage(); err == nil && u.PerProcess { // NVML's figures, where the machine has them
 		want["memtrack.process_used"] = point{"By", "UpDownCounter", own, float64(u.ProcessUsed)}
 		want["memtrack.process_untracked"] = point{"By", "UpDownCounter", own, float64(u.ProcessUntracked)}

@@ -212,6 +212,10 @@ func wantGPU() map[string]point {
 	want["memtrack.peak_pool_reserved"] = point{"By", "Gauge", gpuOwn, 48 << 20}
 	want["memtrack.pool_used"] = point{"By", "UpDownCounter", gpuOwn, 16 << 20}
 	want["memtrack.peak_pool_used"] = point{"By", "Gauge", gpuOwn, 24 << 20}
+	want["memtrack.graph_reserved"] = point{"By", "UpDownCounter", gpuOwn, 12 << 20}
+	want["memtrack.peak_graph_reserved"] = point{"By", "Gauge", gpuOwn, 14 << 20}
+	want["memtrack.graph_used"] = point{"By", "UpDownCounter", gpuOwn, 10 << 20}
+	want["memtrack.peak_graph_used"] = point{"By", "Gauge", gpuOwn, 13 << 20}
 	want["memtrack.process_used"] = point{"By", "UpDownCounter", gpuOwn, 600 << 20}
 	want["memtrack.process_untracked"] = point{"By", "UpDownCounter", gpuOwn, 599 << 20}
 	want["memtrack.other_processes_used"] = point{"By", "UpDownCounter", gpuOwn, 19 << 30}

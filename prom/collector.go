@@ -33,6 +33,11 @@
 //	memtrack_peak_pool_reserved_bytes   gauge    its high-water mark (max_memory_reserved)
 //	memtrack_pool_used_bytes            gauge    the bytes in use in the pool, as the driver counts them
 //	memtrack_peak_pool_used_bytes       gauge    its high-water mark
+//	memtrack_graph_reserved_bytes       gauge    the memory the CUDA driver reserves for graphs, part of
+//	                                             the device's untracked memory ([memtrack.GraphStats])
+//	memtrack_peak_graph_reserved_bytes  gauge    its high-water mark
+//	memtrack_graph_used_bytes           gauge    the part of it that graphs map now
+//	memtrack_peak_graph_used_bytes      gauge    its high-water mark
 //
 // A device with categories ([memtrack.Device.Category]) has, besides, the
 // figures of each category with the label category (its name, or
@@ -62,8 +67,9 @@
 //
 // The device_* metrics are left out for a device whose query fails, the
 // process_* and other_processes_* metrics where the driver gives no
-// per-process figures ([memtrack.Usage].PerProcess), and the
-// pool_* metrics for a device without a CUDA memory pool; the rest of the
+// per-process figures ([memtrack.Usage].PerProcess), the
+// pool_* metrics for a device without a CUDA memory pool, and the graph_*
+// metrics for a device without CUDA graph memory; the rest of the
 // scrape goes on. The counters restart from zero after
 // [memtrack.Device.ResetAccumulatedMemoryStats], which rate() and increase()
 // treat as a counter reset, and the peaks follow
@@ -89,6 +95,7 @@ type Collector struct {
 	info                                       *prometheus.Desc
 	held, peakHeld                             *prometheus.Desc
 	poolReserved, poolUsed                     [2]*prometheus.Desc // current, peak
+	graphReserved, graphUsed                   [2]*prometheus.Desc // current, peak
 	cat                                        categoryDescs
 	proc                                       processDescs
 }
@@ -149,6 +156,14 @@ func NewCollector(opts ...Option) *Collector {
 			desc("pool_used_bytes", "Bytes in use in the device's CUDA memory pool, as the driver reports them."),
 			desc("peak_pool_used_bytes", "High-water mark of memtrack_pool_used_bytes since the last peak reset, as the driver reports it."),
 		},
+		graphReserved: [2]*prometheus.Desc{
+			desc("graph_reserved_bytes", "Bytes the CUDA driver reserves for the allocations of CUDA graphs, mapped or not, as it reports them: device memory memtrack does not track."),
+			desc("peak_graph_reserved_bytes", "High-water mark of memtrack_graph_reserved_bytes since the last peak reset, as the driver reports it."),
+		},
+		graphUsed: [2]*prometheus.Desc{
+			desc("graph_used_bytes", "Bytes of memtrack_graph_reserved_bytes that CUDA graphs map now, as the driver reports them."),
+			desc("peak_graph_used_bytes", "High-water mark of memtrack_graph_used_bytes since the last peak reset, as the driver reports it."),
+		},
 		cat:  newCategoryDescs(cfg.constLabels),
 		proc: newProcessDescs(desc),
 	}
@@ -165,6 +180,7 @@ func (c *Collector) descs() []*prometheus.Desc {
 	return append([]*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
 		c.allocs, c.frees, c.failedAllocs, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
 		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1],
+		c.graphReserved[0], c.graphReserved[1], c.graphUsed[0], c.graphUsed[1],
 		c.proc.processUsed, c.proc.processUntracked, c.proc.otherProcessesUsed}, c.cat.all()...)
 }
 
@@ -198,6 +214,8 @@ type reading struct {
 	infoErr     error
 	pool        memtrack.PoolStats
 	poolErr     error
+	graphs      memtrack.GraphStats
+	graphsErr   error
 	usage       memtrack.Usage
 	usageErr    error
 	cats        []memtrack.CategoryStats
@@ -209,6 +227,7 @@ func read(d memtrack.Device) reading {
 	r.free, r.total, r.memErr = d.MemGetInfo()
 	r.info, r.infoErr = d.Info()
 	r.pool, r.poolErr = d.Pool().Stats()
+	r.graphs, r.graphsErr = d.Graphs().Stats()
 	r.usage, r.usageErr = d.Usage()
 	r.cats = d.CategoryStats()
 	return r
@@ -253,6 +272,13 @@ func (c *Collector) send(ch chan<- prometheus.Metric, r reading) {
 		send(c.poolReserved[1], prometheus.GaugeValue, p.PeakPoolReserved)
 		send(c.poolUsed[0], prometheus.GaugeValue, p.PoolUsed)
 		send(c.poolUsed[1], prometheus.GaugeValue, p.PeakPoolUsed)
+	}
+	if r.graphsErr == nil {
+		g := r.graphs
+		send(c.graphReserved[0], prometheus.GaugeValue, g.GraphReserved)
+		send(c.graphReserved[1], prometheus.GaugeValue, g.PeakGraphReserved)
+		send(c.graphUsed[0], prometheus.GaugeValue, g.GraphUsed)
+		send(c.graphUsed[1], prometheus.GaugeValue, g.PeakGraphUsed)
 	}
 	if r.usageErr == nil {
 		c.proc.collect(send, r.usage)

@@ -260,6 +260,37 @@ func TestCollectorPool(t *testing.T) {
 	assert.Zero(t, testutil.CollectAndCount(of(NewCollector(), nil, memtrack.CPU()), "memtrack_pool_used_bytes"), "the CPU's pool query fails")
 }
 
+const graphsText = `# HELP memtrack_graph_reserved_bytes Bytes the CUDA driver reserves for the allocations of CUDA graphs, mapped or not, as it reports them: device memory memtrack does not track.
+# TYPE memtrack_graph_reserved_bytes gauge
+memtrack_graph_reserved_bytes{%[1]s} 6
+# HELP memtrack_peak_graph_reserved_bytes High-water mark of memtrack_graph_reserved_bytes since the last peak reset, as the driver reports it.
+# TYPE memtrack_peak_graph_reserved_bytes gauge
+memtrack_peak_graph_reserved_bytes{%[1]s} 12
+# HELP memtrack_graph_used_bytes Bytes of memtrack_graph_reserved_bytes that CUDA graphs map now, as the driver reports them.
+# TYPE memtrack_graph_used_bytes gauge
+memtrack_graph_used_bytes{%[1]s} 4
+# HELP memtrack_peak_graph_used_bytes High-water mark of memtrack_graph_used_bytes since the last peak reset, as the driver reports it.
+# TYPE memtrack_peak_graph_used_bytes gauge
+memtrack_peak_graph_used_bytes{%[1]s} 10
+`
+
+// TestCollectorGraphs: a device whose graph memory answers gets the
+// graph_* metrics, each under its name; one whose query fails (a CPU, a
+// driver before CUDA 11.4) gets none.
+func TestCollectorGraphs(t *testing.T) {
+	rendertest.SetCPU(t, 0)
+	c := of(NewCollector(), func(r *reading) {
+		r.free, r.total, r.memErr = 1000, 4000, nil
+		r.info, r.infoErr = memtrack.DeviceInfo{}, errors.New("no info")
+		r.graphs, r.graphsErr = memtrack.GraphStats{Device: r.dev, GraphReserved: 6, PeakGraphReserved: 12, GraphUsed: 4, PeakGraphUsed: 10}, nil
+	}, memtrack.CPU())
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expect(cpuLabels, countersText, deviceText, graphsText))))
+
+	assert.Zero(t, testutil.CollectAndCount(of(NewCollector(), nil, memtrack.CPU()), "memtrack_graph_reserved_bytes"), "the CPU has no CUDA graphs")
+}
+
 func TestCollectorNoDevices(t *testing.T) {
 	c := of(NewCollector(), nil)
 	reg := prometheus.NewPedanticRegistry()
@@ -341,6 +372,7 @@ func TestCollectorPromlint(t *testing.T) {
 		r.free, r.total, r.memErr = 1000, 4000, nil
 		r.info, r.infoErr = fixedDevInfo(r.dev)
 		r.pool, r.poolErr = memtrack.PoolStats{Device: r.dev, PoolReserved: 8, PeakPoolReserved: 16, PoolUsed: 2, PeakPoolUsed: 4}, nil
+		r.graphs, r.graphsErr = memtrack.GraphStats{Device: r.dev, GraphReserved: 6, PeakGraphReserved: 12, GraphUsed: 4, PeakGraphUsed: 10}, nil
 		r.cats = fixedCategories(r.dev)
 		r.usage, r.usageErr = fixedUsage(r.dev)
 	}, memtrack.CPU())

@@ -59,6 +59,7 @@ declare -A skip_cmds=(
 	['go build -tags cuda ./...']='scripts/test-cuda.sh builds with -tags cuda after scripts/cuda-dev.sh (package cu and examples/track need cuda.h)'
 	['./scripts/gpu-check.sh']='scripts/test-cuda.sh runs it, and its run.sh on the fake driver'
 	["go test -run '^\$' -bench CPUNotResident -benchtime 200x -count 3 ."]='by hand on a quiet machine (docs/devices.md); .ci/run runs every root benchmark once with -benchtime 1x'
+	['LD_LIBRARY_PATH=$PWD/.cache/fakecuda:$PWD/.cache/fakenvml go run -tags cuda ./examples/profile -device cuda:0 -graphs']='scripts/test-cuda.sh runs it on the fake driver, which it builds first, and checks the budget'"'"'s graph figure against the driver'"'"'s (docs/graphs.md)'
 	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1']='scripts/test-cuda.sh runs it on the fake driver with two devices (it needs a GPU or the fake)'
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'

@@ -32,8 +32,13 @@
 #	                    the two instances, the stream-ordered table
 #	                    (per size: tracked peak, device-side peak, the
 #	                    pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
-#	                    buffers freed behind a memset of 1 GiB) and the CUDA
-#	                    benchmarks
+#	                    buffers freed behind a memset of 1 GiB), CUDA
+#	                    graphs (the root package's graph tests, each
+#	                    printing the driver's graph memory figures beside
+#	                    memtrack's need of each graph, and the main job
+#	                    with its decode step captured in graphs: the
+#	                    budget's figure beside what the driver reserved)
+#	                    and the CUDA benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
 # NVIDIA driver (libcuda.so.1, found as the dynamic loader finds it:
@@ -137,6 +142,16 @@ step "two instances started together: each budget from NVML's per-process figure
 	env PROFILE=./profile ./two-instances.sh
 step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
+graphs() {
+	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAGraph' -test.v -test.timeout 60s >graphs.log 2>&1
+	local rc=$?
+	grep -E '^(=== RUN|--- |    graphs_cuda_test.go:[0-9]+: .*(driver|memtrack):)' graphs.log
+	grep -q -- '--- FAIL' graphs.log && cat graphs.log
+	return $rc
+}
+step "CUDA graphs: the driver's graph memory figures beside memtrack's need of each graph" graphs
+step "CUDA graphs in the main job: its decode step captured after the pass, the budget's figure beside what the driver reserved" \
+	./profile -device cuda:0 -graphs
 # Where the driver's reference is silent, the fake driver offers each
 # reading behind a switch; these say which one this driver follows.
 readings() {

@@ -29,7 +29,9 @@
 #     machine whose device bears a real GPU's name (the tests then cannot
 #     tell the fake and take every branch they take on a GPU), once with
 #     two devices; last, examples/profile on two fake devices of unequal
-#     memory, whose common budget the smaller must limit.
+#     memory, whose common budget the smaller must limit, and on one with
+#     its decode step captured in CUDA graphs (-graphs), whose budget must
+#     set aside what the driver then reserves for them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -175,5 +177,20 @@ several=$(FAKECUDA_DEVICES=2 FAKECUDA_CAPACITY=$((4 << 30)),$((2 << 30)) FAKECUD
 echo "$several"
 if ! grep -qx '  limited by: *cuda:1' <<<"$several"; then
 	echo "test-cuda.sh: the common budget of cuda:0 and cuda:1 is not limited by cuda:1, the smaller device" >&2
+	exit 1
+fi
+
+# The main job with its decode step captured in CUDA graphs after the pass
+# (-graphs): the budget sets aside what the captures say the graphs need,
+# and the driver, once they are launched, must have reserved exactly that
+# (the fake reserves in 2 MiB granules, and the example's sizes are whole
+# granules).
+echo "== go run -tags cuda ./examples/profile -device cuda:0 -graphs (fake driver)"
+graphs=$(go run -tags cuda ./examples/profile -device cuda:0 -graphs)
+echo "$graphs"
+grown=$(sed -n "s/.*the driver's GraphReserved grew \([^)]*\)).*/\1/p" <<<"$graphs")
+aside=$(sed -n 's/.*; the budget set aside \(.*\)$/\1/p' <<<"$graphs")
+if [[ -z $grown || $grown != "$aside" ]] || ! grep -q ' CUDA graphs$' <<<"$graphs"; then
+	echo "test-cuda.sh: examples/profile -graphs: the budget set aside ${aside:-nothing} for CUDA graphs, the driver reserved ${grown:-nothing}" >&2
 	exit 1
 fi

@@ -54,6 +54,11 @@ type Device struct {
 	OtherProcessesUsed int64     `json:"otherProcessesUsed"`
 	OtherProcesses     []Process `json:"otherProcesses,omitempty"`
 	PerProcessError    string    `json:"perProcessError,omitempty"`
+	// GraphReserved and GraphUsed are the driver's figures of the memory
+	// it keeps for CUDA graphs ([memtrack.Usage]), untracked; 0 where the
+	// device has none.
+	GraphReserved int64 `json:"graphReserved,omitempty"`
+	GraphUsed     int64 `json:"graphUsed,omitempty"`
 }
 
 // History is a device's history as the plot draws it: times in
@@ -129,6 +134,7 @@ func readDevice(d memtrack.Device) Device {
 		out.InfoError = err.Error()
 	} else {
 		out.Free, out.Total = u.Free, u.Total
+		out.GraphReserved, out.GraphUsed = u.GraphReserved, u.GraphUsed
 		processes(&out, u)
 	}
 	out.Sites = d.Sites().Stats().Enabled

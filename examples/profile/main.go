@@ -7,6 +7,7 @@
 //	go run ./examples/profile -serve localhost:6060 -linger 1m -trace memtrack.json
 //	go run -tags cuda ./examples/profile -device cuda:0 -barrier DIR -instance a -peers 2
 //	go run -tags cuda ./examples/profile -device cuda:0,cuda:1
+//	go run -tags cuda ./examples/profile -device cuda:0 -graphs
 //
 // With -barrier, instances started together line up at each step (the
 // baseline, the weights, the pass), as serving instances started at once on
@@ -19,6 +20,16 @@
 // splits them (profileDevices); it prints each device's figures and budget,
 // and the blocks every device can hold together, with the device that
 // limits them (memtrack.NewCommonBudget).
+//
+// With -graphs (CUDA), the program captures its decode step in CUDA graphs
+// once the pass is measured, one graph per batch size on one stream, as a
+// server captures them after profiling: their allocations go through
+// memtrack on the capturing stream, and each graph's capture says what it
+// needs at a launch (Graphs.Capture) before any is launched. The budget
+// sets that memory aside (Measurement.WithGraphs: graphs of one stream
+// share the largest need), and once the cache is allocated the program
+// launches the graphs and prints what the driver reserved for them beside
+// it.
 //
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
@@ -63,6 +74,7 @@ func main() {
 		barrierDir  = flag.String("barrier", "", "line up with the other instances at each step through files in this directory")
 		instance    = flag.String("instance", "a", "with -barrier, this instance's name")
 		peers       = flag.Int("peers", 2, "with -barrier, how many instances line up")
+		graphs      = flag.Bool("graphs", false, "capture the decode step in CUDA graphs once the pass is measured, and set their memory aside in the budget (CUDA)")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -78,8 +90,8 @@ func main() {
 		log.Fatalf("-workers and -layers must be at least 1")
 	}
 	if names := strings.Split(*devName, ","); len(names) > 1 {
-		if *serve != "" || *traceFile != "" || *barrierDir != "" {
-			log.Fatalf("-serve, -trace and -barrier take one -device")
+		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs {
+			log.Fatalf("-serve, -trace, -barrier and -graphs take one -device")
 		}
 		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks)
 		return
@@ -114,6 +126,19 @@ func main() {
 	line.wait("measured")
 
 	printMeasurement(base, p, *workers, *layers, act)
+
+	// The decode step's graphs, captured after the pass and before the
+	// cache is sized: capture reserves nothing, and each capture says what
+	// its graph will need.
+	var decode *decodeGraphs
+	if *graphs {
+		decode, err = captureDecode(dev, activations, *workers, *layers, act)
+		check(err)
+		defer decode.close()
+		decode.print()
+		p, err = p.WithGraphs(decode.captures...) // one call: the graphs of one stream
+		check(err)
+	}
 
 	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
@@ -150,10 +175,27 @@ func main() {
 	check(err)
 	check(cacheSpan.End())
 	defer freeAll(cache)
+	if decode != nil {
+		launchDecode(dev, decode, b.GraphReserved)
+	}
 	printCategories(dev)
 	// The page lingers, and the trace ends, with the weights and the cache
 	// still allocated, so that they show the split.
 	stopView()
+}
+
+// launchDecode launches the decode step's graphs once the cache is
+// allocated, as a server's first steps do, and prints what the driver
+// reserved for them beside what the budget set aside.
+func launchDecode(dev memtrack.Device, decode *decodeGraphs, setAside int64) {
+	before, err := dev.Graphs().Stats()
+	check(err)
+	check(decode.launch())
+	after, err := dev.Graphs().Stats()
+	check(err)
+	fmt.Printf("CUDA graphs launched, one after another on one stream:\n")
+	fmt.Printf("  graph reserved: %s (the driver's GraphReserved grew %s); the budget set aside %s\n",
+		size(after.GraphReserved), size(after.GraphReserved-before.GraphReserved), size(setAside))
 }
 
 // printMeasurement writes the device's figures, from the baseline to the
@@ -190,8 +232,12 @@ func printBudget(b memtrack.Budget, held, grown string) {
 	if b.OtherProcessesUsed != 0 {
 		other += " + " + size(b.OtherProcessesUsed) + " of other processes"
 	}
-	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s\n",
-		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown)
+	graphs := ""
+	if b.GraphReserved != 0 {
+		graphs = " + " + size(b.GraphReserved) + " CUDA graphs"
+	}
+	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s%s\n",
+		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown, graphs)
 	if b.PerProcess {
 		fmt.Printf("  figures:   per process (NVML)\n")
 	} else if b.PerProcessErr != nil {

@@ -89,12 +89,12 @@ type GraphAttributes struct {
 	// PeakGraphUsed is CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, its high-water
 	// mark since the last GraphResetHighs.
 	PeakGraphUsed int64
-	// GraphFootprint is CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: "the amount
+	// GraphReserved is CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: "the amount
 	// of physical memory reserved by the driver for graph allocations in
 	// the current process", mapped or not, until GraphTrim returns it.
-	GraphFootprint int64
-	// PeakGraphFootprint is CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH.
-	PeakGraphFootprint int64
+	GraphReserved int64
+	// PeakGraphReserved is CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH.
+	PeakGraphReserved int64
 }
 
 // GraphGet reads the graph memory figures of ctx's device, in one call.
@@ -102,7 +102,7 @@ func GraphGet(ctx Context) (GraphAttributes, Call) {
 	g := C.memtrack_graph(C.uintptr_t(ctx), C.MEMTRACK_GRAPH_GET)
 	return GraphAttributes{
 		GraphUsed: int64(g.used), PeakGraphUsed: int64(g.used_high),
-		GraphFootprint: int64(g.reserved), PeakGraphFootprint: int64(g.reserved_high),
+		GraphReserved: int64(g.reserved), PeakGraphReserved: int64(g.reserved_high),
 	}, callOf(g.call)
 }
 

@@ -188,8 +188,8 @@ func (k *graphKit) figures(when string) cudadrv.GraphAttributes {
 	k.t.Helper()
 	g, c := cudadrv.GraphGet(k.ctx)
 	require.Equal(k.t, cudadrv.Call{}, c)
-	k.t.Logf("%-58s used %6.1f MiB (peak %6.1f), footprint %6.1f MiB (peak %6.1f)", when+":",
-		float64(g.GraphUsed)/mib, float64(g.PeakGraphUsed)/mib, float64(g.GraphFootprint)/mib, float64(g.PeakGraphFootprint)/mib)
+	k.t.Logf("%-58s used %6.1f MiB (peak %6.1f), reserved %6.1f MiB (peak %6.1f)", when+":",
+		float64(g.GraphUsed)/mib, float64(g.PeakGraphUsed)/mib, float64(g.GraphReserved)/mib, float64(g.PeakGraphReserved)/mib)
 	return g
 }
 
@@ -230,19 +230,19 @@ func TestGraphMemoryAtFirstLaunch(t *testing.T) {
 			}
 			k.sync(s)
 			f1 := k.figures("after the first " + first)
-			assert.GreaterOrEqual(t, f1.GraphFootprint-base.GraphFootprint, int64(8*mib), "the first %s reserves what the graph needs", first)
+			assert.GreaterOrEqual(t, f1.GraphReserved-base.GraphReserved, int64(8*mib), "the first %s reserves what the graph needs", first)
 			assert.GreaterOrEqual(t, f1.GraphUsed-base.GraphUsed, int64(8*mib), "and maps it")
-			k.exact(base.GraphFootprint+8*mib, f1.GraphFootprint, "footprint")
+			k.exact(base.GraphReserved+8*mib, f1.GraphReserved, "reserved")
 			k.exact(base.GraphUsed+8*mib, f1.GraphUsed, "used")
 			k.exact(free0-8*mib, k.memFree(), "cuMemGetInfo's free memory")
 			require.Equal(t, cudadrv.Success, k.launch(e, s))
 			require.Equal(t, cudadrv.Success, k.launch(e, s))
 			k.sync(s)
 			f2 := k.figures("after two more launches on the same stream")
-			assert.Equal(t, f1.GraphFootprint, f2.GraphFootprint, "a launch on the same stream reuses the memory")
+			assert.Equal(t, f1.GraphReserved, f2.GraphReserved, "a launch on the same stream reuses the memory")
 			assert.Equal(t, f1.GraphUsed, f2.GraphUsed)
 			k.trim()
-			assert.Equal(t, base.GraphFootprint, k.figures("trimmed").GraphFootprint, "nothing executes: a trim returns it all")
+			assert.Equal(t, base.GraphReserved, k.figures("trimmed").GraphReserved, "nothing executes: a trim returns it all")
 		})
 	}
 }
@@ -262,10 +262,10 @@ func TestGraphMemoryReusedOnOneStream(t *testing.T) {
 	require.Equal(t, cudadrv.Success, k.launch(a, s))
 	k.sync(s)
 	f := k.figures("graphs of 8 and 12 MiB, one after the other on one stream")
-	grown := f.GraphFootprint - base.GraphFootprint
+	grown := f.GraphReserved - base.GraphReserved
 	assert.GreaterOrEqual(t, grown, int64(12*mib), "the larger graph's need")
 	assert.Less(t, grown, int64(20*mib), "less than both: the memory is shared")
-	k.exact(12*mib, grown, "footprint")
+	k.exact(12*mib, grown, "reserved")
 	k.exact(base.GraphUsed+12*mib, f.GraphUsed, "used")
 }
 
@@ -295,17 +295,17 @@ func TestGraphMemoryOfConcurrentStreams(t *testing.T) {
 	require.Equal(t, cudadrv.Success, k.launch(b, s2))
 	k.sync(s2)
 	f := k.figures("8 MiB scheduled on a held stream, 12 MiB run on another")
-	assert.GreaterOrEqual(t, f.GraphFootprint-base.GraphFootprint, int64(20*mib), "each stream's graph has memory of its own")
-	k.exact(base.GraphFootprint+20*mib, f.GraphFootprint, "footprint")
+	assert.GreaterOrEqual(t, f.GraphReserved-base.GraphReserved, int64(20*mib), "each stream's graph has memory of its own")
+	k.exact(base.GraphReserved+20*mib, f.GraphReserved, "reserved")
 	k.trim()
 	ft := k.figures("trimmed while the 8 MiB graph is scheduled")
-	assert.GreaterOrEqual(t, ft.GraphFootprint-base.GraphFootprint, int64(8*mib), "the scheduled graph keeps its memory")
-	assert.Less(t, ft.GraphFootprint, f.GraphFootprint, "the finished graph's memory is returned")
-	k.exact(base.GraphFootprint+8*mib, ft.GraphFootprint, "footprint")
+	assert.GreaterOrEqual(t, ft.GraphReserved-base.GraphReserved, int64(8*mib), "the scheduled graph keeps its memory")
+	assert.Less(t, ft.GraphReserved, f.GraphReserved, "the finished graph's memory is returned")
+	k.exact(base.GraphReserved+8*mib, ft.GraphReserved, "reserved")
 	release()
 	k.sync(s1)
 	k.trim()
-	assert.Equal(t, base.GraphFootprint, k.figures("both finished, trimmed").GraphFootprint)
+	assert.Equal(t, base.GraphReserved, k.figures("both finished, trimmed").GraphReserved)
 }
 
 // A graph allocation the graph does not free outlives the launch at its
@@ -318,17 +318,17 @@ func TestGraphMemoryOfLiveAllocations(t *testing.T) {
 	base := k.base
 	_, p := k.launched(s, 8*mib, false)
 	f1 := k.figures("a graph's 8 MiB allocation, live after the launch")
-	k.exact(base.GraphFootprint+8*mib, f1.GraphFootprint, "footprint")
+	k.exact(base.GraphReserved+8*mib, f1.GraphReserved, "reserved")
 	k.trim()
 	f2 := k.figures("trimmed")
-	assert.Equal(t, f1.GraphFootprint, f2.GraphFootprint, "a live allocation keeps its memory through a trim")
+	assert.Equal(t, f1.GraphReserved, f2.GraphReserved, "a live allocation keeps its memory through a trim")
 	k.in(func() { require.Equal(t, cudadrv.Success, cudatest.MemFree(p), "cuMemFree of the graph allocation") })
 	f3 := k.figures("freed with cuMemFree")
-	assert.Equal(t, f1.GraphFootprint, f3.GraphFootprint, "freeing does not shrink the footprint")
+	assert.Equal(t, f1.GraphReserved, f3.GraphReserved, "freeing does not shrink the footprint")
 	assert.Equal(t, f1.GraphUsed, f3.GraphUsed, "nor what is mapped")
 	k.trim()
 	f4 := k.figures("trimmed, the graph exec still there")
-	assert.Equal(t, base.GraphFootprint, f4.GraphFootprint)
+	assert.Equal(t, base.GraphReserved, f4.GraphReserved)
 	assert.Equal(t, base.GraphUsed, f4.GraphUsed)
 }
 
@@ -370,12 +370,12 @@ func TestGraphAllocationOutlivesLaunch(t *testing.T) {
 	k.destroyGraph(g)
 	k.trim()
 	live := k.figures("graph and graph exec destroyed, trimmed")
-	assert.GreaterOrEqual(t, live.GraphFootprint-base.GraphFootprint, int64(8*mib), "destruction freed nothing")
-	k.exact(base.GraphFootprint+8*mib, live.GraphFootprint, "footprint")
+	assert.GreaterOrEqual(t, live.GraphReserved-base.GraphReserved, int64(8*mib), "destruction freed nothing")
+	k.exact(base.GraphReserved+8*mib, live.GraphReserved, "reserved")
 	require.Equal(t, cudadrv.Success, k.free(p, s), "still live after its graph was destroyed")
 	k.sync(s)
 	k.trim()
-	assert.Equal(t, base.GraphFootprint, k.figures("freed, trimmed").GraphFootprint)
+	assert.Equal(t, base.GraphReserved, k.figures("freed, trimmed").GraphReserved)
 
 	t.Run("auto free on launch", func(t *testing.T) {
 		k, _ := newGraphKit(t)
@@ -387,7 +387,7 @@ func TestGraphAllocationOutlivesLaunch(t *testing.T) {
 		}
 		k.sync(s)
 		f := k.figures("three launches with AUTO_FREE_ON_LAUNCH")
-		k.exact(base.GraphFootprint+8*mib, f.GraphFootprint, "footprint: one allocation live")
+		k.exact(base.GraphReserved+8*mib, f.GraphReserved, "reserved: one allocation live")
 		require.Equal(t, cudadrv.Success, k.free(p, s))
 		k.sync(s)
 	})
@@ -424,7 +424,7 @@ func TestGraphHighsReset(t *testing.T) {
 	f := k.figures("a 12 MiB graph launched")
 	require.Positive(t, f.GraphUsed)
 	assert.GreaterOrEqual(t, f.PeakGraphUsed, f.GraphUsed)
-	assert.GreaterOrEqual(t, f.PeakGraphFootprint, f.GraphFootprint)
+	assert.GreaterOrEqual(t, f.PeakGraphReserved, f.GraphReserved)
 	for _, attr := range []cudatest.GraphMemAttr{cudatest.GraphMemUsedHigh, cudatest.GraphMemFootprintHigh} {
 		r := cudatest.SetGraphMemAttribute(0, attr, 1)
 		assert.NotEqual(t, cudadrv.Success, r, "a high-water mark set to 1")
@@ -442,8 +442,8 @@ func TestGraphHighsReset(t *testing.T) {
 	t.Logf("graph high reading: %s (cuDeviceSetGraphMemAttribute of 0 sets a high-water mark to %s)", reading,
 		map[string]string{"current": "the current figure", "zero": "0"}[reading])
 	want := map[string]cudadrv.GraphAttributes{
-		"current": {GraphUsed: f.GraphUsed, PeakGraphUsed: f.GraphUsed, GraphFootprint: f.GraphFootprint, PeakGraphFootprint: f.GraphFootprint},
-		"zero":    {GraphUsed: f.GraphUsed, GraphFootprint: f.GraphFootprint},
+		"current": {GraphUsed: f.GraphUsed, PeakGraphUsed: f.GraphUsed, GraphReserved: f.GraphReserved, PeakGraphReserved: f.GraphReserved},
+		"zero":    {GraphUsed: f.GraphUsed, GraphReserved: f.GraphReserved},
 	}[reading]
 	assert.Equal(t, want, h)
 	if k.fake {
@@ -452,7 +452,7 @@ func TestGraphHighsReset(t *testing.T) {
 	}
 	k.trim()
 	after := k.figures("trimmed")
-	assert.Equal(t, h.PeakGraphFootprint, after.PeakGraphFootprint, "a trim leaves the high-water marks")
+	assert.Equal(t, h.PeakGraphReserved, after.PeakGraphReserved, "a trim leaves the high-water marks")
 }
 
 // Destroying the graph exec frees nothing of the reservation (Physical
@@ -468,7 +468,7 @@ func TestGraphExecDestroyReading(t *testing.T) {
 	f1 := k.figures("an 8 MiB graph launched")
 	k.destroyExec(e)
 	f2 := k.figures("its graph exec destroyed")
-	assert.Equal(t, f1.GraphFootprint, f2.GraphFootprint, "destruction returns nothing to the device")
+	assert.Equal(t, f1.GraphReserved, f2.GraphReserved, "destruction returns nothing to the device")
 	reading := "keep"
 	if f2.GraphUsed < f1.GraphUsed {
 		reading = "unmap"
@@ -484,7 +484,7 @@ func TestGraphExecDestroyReading(t *testing.T) {
 	}
 	k.trim()
 	tr := k.figures("trimmed")
-	assert.Equal(t, base.GraphFootprint, tr.GraphFootprint, "a trim returns it")
+	assert.Equal(t, base.GraphReserved, tr.GraphReserved, "a trim returns it")
 	assert.Equal(t, base.GraphUsed, tr.GraphUsed)
 }
 
@@ -523,10 +523,10 @@ func TestGraphMemoryIsDeviceMemory(t *testing.T) {
 	proc0, known0 := processUsed()
 	k.launched(s, 16*mib, true)
 	f := k.figures("a 16 MiB graph launched")
-	grown := f.GraphFootprint - base.GraphFootprint
+	grown := f.GraphReserved - base.GraphReserved
 	free1 := k.memFree()
 	proc1, known1 := processUsed()
-	t.Logf("footprint +%d MiB; cuMemGetInfo free -%d MiB; NVML's figure of this process %+d MiB (known: %v)",
+	t.Logf("reserved +%d MiB; cuMemGetInfo free -%d MiB; NVML's figure of this process %+d MiB (known: %v)",
 		grown/mib, (free0-free1)/mib, (int64(proc1)-int64(proc0))/mib, known0 && known1)
 	assert.GreaterOrEqual(t, free0-free1, grown, "cuMemGetInfo counts graph memory")
 	k.exact(grown, free0-free1, "cuMemGetInfo's drop")
@@ -540,7 +540,7 @@ func TestGraphMemoryIsDeviceMemory(t *testing.T) {
 	require.Equal(t, cudadrv.Success, r)
 	assert.Equal(t, pool0, pool1, "the memory pool's attributes leave graph memory out")
 	require.Equal(t, cudadrv.Success, cudadrv.PoolTrimTo(pool, 0))
-	assert.Equal(t, f.GraphFootprint, k.figures("the pool trimmed").GraphFootprint, "a pool's trim leaves graph memory")
+	assert.Equal(t, f.GraphReserved, k.figures("the pool trimmed").GraphReserved, "a pool's trim leaves graph memory")
 }
 
 // A capture has an ID unique over the process's lifetime, which
@@ -607,6 +607,86 @@ func TestGraphCaptureID(t *testing.T) {
 		g, r := cudatest.EndCaptureGraph(s1)
 		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
 		assert.Zero(t, g)
+	})
+}
+
+// AllocAsyncIn allocates on a capturing stream as the modes say, in the
+// one call that asks the stream's capture: an allocation node whose address
+// the driver gives at once, of the capture the call reports; FreeGraph adds
+// a free node there, and frees a launch's allocation that outlived it on a
+// stream that is not capturing, recording no event; an invalidated capture
+// gets nothing from either.
+func TestGraphAllocAsyncIn(t *testing.T) {
+	k, s := newGraphKit(t)
+	other := newStream(t, k.ctx)
+	none := cudadrv.AllocAsyncIn(k.ctx, mib, s, cudadrv.OnlyCapture)
+	assert.Equal(t, cudadrv.StreamCall{}, none, "OnlyCapture allocates nothing on a stream that is not capturing")
+
+	var node, outliving uintptr
+	var g uintptr
+	k.in(func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(s, cudatest.CaptureRelaxed))
+		c, call := cudadrv.CaptureInfo(k.ctx, s)
+		require.Equal(t, cudadrv.Call{}, call)
+		refused := cudadrv.AllocAsyncIn(k.ctx, mib, s, cudadrv.RefuseCapture)
+		assert.True(t, refused.Capturing)
+		assert.Zero(t, refused.Ptr, "RefuseCapture adds no node")
+		for _, mode := range []cudadrv.CaptureAlloc{cudadrv.AllowCapture, cudadrv.OnlyCapture} {
+			a := cudadrv.AllocAsyncIn(k.ctx, 2*mib, s, mode)
+			require.Equal(t, cudadrv.Call{}, a.Call)
+			assert.True(t, a.Capturing)
+			assert.Equal(t, cudadrv.CaptureOngoing, a.CaptureStatus)
+			assert.Equal(t, c.ID, a.CaptureID)
+			assert.NotZero(t, a.Ptr, "the node's address, at once")
+			if node == 0 {
+				node = a.Ptr
+			} else {
+				outliving = a.Ptr
+			}
+		}
+		f := cudadrv.FreeGraph(k.ctx, node, s)
+		require.Equal(t, cudadrv.Call{}, f.Call)
+		assert.Equal(t, c.ID, f.CaptureID)
+		assert.True(t, f.Event.IsZero(), "no event")
+		var r cudadrv.Result
+		g, r = cudatest.EndCaptureGraph(s)
+		require.Equal(t, cudadrv.Success, r)
+	})
+	k.graphs[g] = true
+	n, r := cudatest.GraphNodes(g)
+	require.Equal(t, cudadrv.Success, r)
+	assert.Equal(t, 3, n, "two allocation nodes and a free node")
+	early := cudadrv.FreeGraph(k.ctx, outliving, s).Op
+	assert.NotEqual(t, cudadrv.Success, early, "not live before a launch")
+	if k.fake {
+		assert.Equal(t, invalidValue, early)
+	}
+
+	e := k.exec(g)
+	require.Equal(t, cudadrv.Success, k.launch(e, s))
+	f := cudadrv.FreeGraph(k.ctx, outliving, s)
+	require.Equal(t, cudadrv.Call{}, f.Call, "the launch's allocation, outliving it")
+	assert.False(t, f.Capturing)
+	assert.Zero(t, f.CaptureID)
+	k.sync(s)
+	require.Equal(t, cudadrv.Success, k.launch(e, s), "freed: the graph may be launched again")
+	require.Equal(t, cudadrv.Call{}, cudadrv.FreeGraph(k.ctx, outliving, s).Call)
+	k.sync(s)
+
+	k.in(func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(other, cudatest.CaptureRelaxed))
+		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(other), "an invalid operation invalidates the capture")
+	})
+	a := cudadrv.AllocAsyncIn(k.ctx, mib, other, cudadrv.AllowCapture)
+	assert.Equal(t, cudadrv.CaptureInvalidated, a.CaptureStatus)
+	assert.Zero(t, a.Ptr, "an invalidated capture gets nothing")
+	assert.Equal(t, cudadrv.Success, a.Op)
+	fr := cudadrv.FreeGraph(k.ctx, outliving, other)
+	assert.Equal(t, cudadrv.CaptureInvalidated, fr.CaptureStatus)
+	assert.Equal(t, cudadrv.Success, fr.Op, "nothing ran")
+	k.in(func() {
+		_, r := cudatest.EndCaptureGraph(other)
+		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
 	})
 }
 

@@ -13,10 +13,17 @@ package cudadrv
 
 #include "context.h"
 
+// What memtrack_alloc_async does on a stream that captures a graph
+// (CaptureAlloc).
+enum { MEMTRACK_CAPTURE_REFUSE, MEMTRACK_CAPTURE_ALLOW, MEMTRACK_CAPTURE_ONLY };
+
 // memtrack_alloc_async allocates size bytes on stream from the current pool
 // of the stream's device, in the stream's context; a stream of another
-// device than ctx's allocates nothing (other_device).
-static memtrack_result memtrack_alloc_async(uintptr_t c, size_t size, uintptr_t handle) {
+// device than ctx's allocates nothing (other_device). On a stream whose
+// capture is active, the allocation is an allocation node of the capture's
+// graph where mode allows it, and nothing otherwise; mode ONLY allocates
+// nothing on a stream that is not capturing.
+static memtrack_result memtrack_alloc_async(uintptr_t c, size_t size, uintptr_t handle, int mode) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
 	if (!memtrack_cu.cuMemAllocAsync) {
@@ -26,7 +33,32 @@ static memtrack_result memtrack_alloc_async(uintptr_t c, size_t size, uintptr_t 
 	CUcontext prev;
 	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
 	if (!a.other_device) a.op = memtrack_check_capture((CUstream)handle, &a);
-	if (!a.other_device && !a.capturing && a.op == CUDA_SUCCESS) a.op = memtrack_cu.cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	int run = a.capturing ? mode != MEMTRACK_CAPTURE_REFUSE && a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE && a.capture_id != 0
+			      : mode != MEMTRACK_CAPTURE_ONLY;
+	if (!a.other_device && a.op == CUDA_SUCCESS && run) a.op = memtrack_cu.cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	a.restore = memtrack_leave_stream(ctx, prev, &a);
+	return a;
+}
+
+// memtrack_free_graph frees ptr, a graph allocation, on stream
+// (cuMemFreeAsync), in the stream's context and without an event: on a
+// stream whose capture is active, a free node of the capture's graph; on
+// one that is not capturing, the free of the allocation's last launch. A
+// stream of another device, or one whose capture is invalidated, frees
+// nothing.
+static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr_t handle) {
+	CUcontext ctx = (CUcontext)c;
+	memtrack_result a = {0};
+	if (!memtrack_cu.cuMemFreeAsync) {
+		a.op = CUDA_ERROR_NOT_SUPPORTED;
+		return a;
+	}
+	CUstream stream = (CUstream)handle;
+	CUcontext prev;
+	if ((a.enter = memtrack_enter_stream(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
+	if (!a.other_device) a.op = memtrack_check_capture(stream, &a);
+	if (!a.other_device && a.op == CUDA_SUCCESS && (!a.capturing || a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE))
+		a.op = memtrack_cu.cuMemFreeAsync(ptr, stream);
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
@@ -121,15 +153,19 @@ type StreamCall struct {
 	SpareUnused  bool    // FreeAsync: the event given was not used (another context's stream)
 	OtherDevice  bool    // the stream is of another device than ctx's: nothing ran
 	StreamDevice int     // the stream's device, where OtherDevice
-	Capturing    bool    // the stream is capturing a graph: nothing ran
-	CaptureID    uint64  // where Capturing and the capture is active: its ID, unique in the process (0 where the driver cannot say, before CUDA 11.3)
+	Capturing    bool    // the stream takes part in a capture: nothing ran, unless AllocAsyncIn or FreeGraph added a node
+	// CaptureStatus is the stream's capture status where Capturing: active,
+	// or invalidated.
+	CaptureStatus CaptureStatus
+	CaptureID     uint64 // where the capture is active: its ID, unique in the process (0 where the driver cannot say, before CUDA 11.3)
 }
 
 func streamCallOf(r C.memtrack_result) StreamCall {
 	return StreamCall{
 		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Retired: r.retired != 0,
 		Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
-		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureID: uint64(r.capture_id),
+		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureStatus: CaptureStatus(r.capturing),
+		CaptureID: uint64(r.capture_id),
 	}
 }
 
@@ -142,7 +178,45 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 // driver lacks cuMemAllocAsync the result is CUDA_ERROR_NOT_SUPPORTED
 // (MemPools says why); so for FreeAsync and cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
-	return streamCallOf(C.memtrack_alloc_async(C.uintptr_t(ctx), C.size_t(size), C.uintptr_t(stream)))
+	return AllocAsyncIn(ctx, size, stream, RefuseCapture)
+}
+
+// CaptureAlloc says what AllocAsyncIn does on a stream that captures a
+// graph.
+type CaptureAlloc int
+
+// The choices of AllocAsyncIn.
+const (
+	// RefuseCapture allocates nothing on a capturing stream, as AllocAsync.
+	RefuseCapture CaptureAlloc = C.MEMTRACK_CAPTURE_REFUSE
+	// AllowCapture allocates on a stream whose capture is active too:
+	// cuMemAllocAsync then adds an allocation node to the capture's graph
+	// and returns its address, fixed across the graph's launches
+	// (cuGraphAddMemAllocNode). An invalidated capture, or one whose ID
+	// the driver does not give (before CUDA 11.3), gets nothing.
+	AllowCapture CaptureAlloc = C.MEMTRACK_CAPTURE_ALLOW
+	// OnlyCapture is AllowCapture on a capturing stream, and allocates
+	// nothing on a stream that is not capturing.
+	OnlyCapture CaptureAlloc = C.MEMTRACK_CAPTURE_ONLY
+)
+
+// AllocAsyncIn is AllocAsync, with mode saying what it does on a stream
+// that captures a graph. Where it allocated in a capture, the result has
+// Capturing set, the capture's ID and the node's address (Ptr).
+func AllocAsyncIn(ctx Context, size int64, stream uintptr, mode CaptureAlloc) StreamCall {
+	return streamCallOf(C.memtrack_alloc_async(C.uintptr_t(ctx), C.size_t(size), C.uintptr_t(stream), C.int(mode)))
+}
+
+// FreeGraph frees ptr, an allocation of a graph, on stream
+// (cuMemFreeAsync) in the stream's context, recording no event: on a
+// stream whose capture is active it adds a free node to the capture's
+// graph; on one that is not capturing it frees the allocation of the
+// graph's last launch, which outlived it, when the stream reaches the free
+// (cuGraphAddMemAllocNode). It reports the stream's capture, and its ID,
+// from the same call. A stream of another device, or one whose capture is
+// invalidated, frees nothing.
+func FreeGraph(ctx Context, ptr uintptr, stream uintptr) StreamCall {
+	return streamCallOf(C.memtrack_free_graph(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream)))
 }
 
 // CheckStream reports what AllocAsync would find of stream, in ctx, without

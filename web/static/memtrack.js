@@ -224,6 +224,10 @@
     }
     if (dev.categories) sec.appendChild(categoryTable(dev.name, dev.categories));
     processNote(sec, dev);
+    if (dev.graphReserved) {
+      sec.appendChild(html("p", { "class": "note graphs" },
+        `CUDA graphs (the driver's figures, not tracked): ${fmtBytes(dev.graphReserved)} reserved, ${fmtBytes(dev.graphUsed || 0)} used`));
+    }
     return sec;
   }
 

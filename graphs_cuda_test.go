@@ -1,0 +1,587 @@
+//go:build cuda
+
+package memtrack
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/cudatest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The rules of graph memory (testdata/fakecuda/RULES.md, "Graph memory"),
+// through the root API: buffers that Device.AllocAsync makes on a
+// capturing stream, what their captures say each graph needs, and the
+// driver's figures beside them. The fake's figures are known to the byte
+// (2 MiB granules, and every size here is a multiple), a GPU's only within
+// the bounds the documentation sets: each test checks the bounds, the exact
+// figures on the fake, and logs the driver's figures beside memtrack's per
+// graph, so that a GPU run (scripts/gpu-check.sh) shows both.
+
+const graphMiB = 1 << 20
+
+// graphKit captures, instantiates and launches graphs on device 0 for one
+// test, and destroys, when the test ends, the graph execs and graphs it
+// made that the test did not destroy.
+type graphKit struct {
+	t      *testing.T
+	d      Device
+	g      Graphs
+	base   GraphStats // the figures when the test began, trimmed
+	graphs map[uintptr]bool
+	execs  map[uintptr]bool
+}
+
+// newGraphKit skips where device 0 has no graph memory, trims its graph
+// memory so that the test starts from what no graph holds, and reads the
+// figures then (k.base); it returns a stream of the device too.
+func newGraphKit(t *testing.T) (*graphKit, Stream) {
+	t.Helper()
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.Graphs().Stats(); err != nil {
+		require.ErrorIs(t, err, ErrNotSupported)
+		t.Skip(err)
+	}
+	k := &graphKit{t: t, d: d, g: d.Graphs(), graphs: map[uintptr]bool{}, execs: map[uintptr]bool{}}
+	t.Cleanup(func() {
+		for e := range k.execs {
+			assert.Equal(t, cudadrv.Success, cudatest.GraphExecDestroy(e))
+		}
+		for g := range k.graphs {
+			assert.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
+		}
+	})
+	require.NoError(t, k.g.Trim())
+	k.base = k.stats("before")
+	return k, newStream(t, d)
+}
+
+// capture records, on stream s in relaxed mode, what f enqueues on it,
+// and returns the graph and its Capture as memtrack reads it just before
+// the capture ends.
+func (k *graphKit) capture(s Stream, f func()) (uintptr, Capture) {
+	k.t.Helper()
+	var g uintptr
+	var c Capture
+	inContext(k.t, k.d, func() {
+		require.Equal(k.t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+		f()
+		var err error
+		c, err = k.g.Capture(s)
+		require.NoError(k.t, err)
+		var r cudadrv.Result
+		g, r = cudatest.EndCaptureGraph(uintptr(s))
+		require.Equal(k.t, cudadrv.Success, r)
+	})
+	k.graphs[g] = true
+	return g, c
+}
+
+// allocGraph captures on s a graph that allocates size bytes through
+// memtrack and frees them where freed; it returns the graph, its Capture
+// and the graph's buffer.
+func (k *graphKit) allocGraph(s Stream, size int64, freed bool) (uintptr, Capture, *Buffer) {
+	k.t.Helper()
+	var b *Buffer
+	g, c := k.capture(s, func() {
+		var err error
+		b, err = k.d.AllocAsync(size, s)
+		require.NoError(k.t, err)
+		if freed {
+			require.NoError(k.t, b.FreeAsync(s))
+		}
+	})
+	return g, c, b
+}
+
+func (k *graphKit) instantiate(graph uintptr) (uintptr, cudadrv.Result) {
+	var e uintptr
+	var r cudadrv.Result
+	inContext(k.t, k.d, func() { e, r = cudatest.GraphInstantiate(graph, false) })
+	if r == cudadrv.Success {
+		k.execs[e] = true
+	}
+	return e, r
+}
+
+func (k *graphKit) exec(graph uintptr) uintptr {
+	k.t.Helper()
+	e, r := k.instantiate(graph)
+	require.Equal(k.t, cudadrv.Success, r)
+	return e
+}
+
+func (k *graphKit) destroyExec(e uintptr) {
+	k.t.Helper()
+	delete(k.execs, e)
+	require.Equal(k.t, cudadrv.Success, cudatest.GraphExecDestroy(e))
+}
+
+func (k *graphKit) launch(e uintptr, s Stream) {
+	k.t.Helper()
+	inContext(k.t, k.d, func() { require.Equal(k.t, cudadrv.Success, cudatest.GraphLaunch(e, uintptr(s))) })
+}
+
+func (k *graphKit) upload(e uintptr, s Stream) {
+	k.t.Helper()
+	inContext(k.t, k.d, func() { require.Equal(k.t, cudadrv.Success, cudatest.GraphUpload(e, uintptr(s))) })
+}
+
+// stats reads the driver's graph figures and logs them.
+func (k *graphKit) stats(when string) GraphStats {
+	k.t.Helper()
+	st, err := k.g.Stats()
+	require.NoError(k.t, err)
+	k.t.Logf("%-62s driver: reserved %6.1f MiB (peak %6.1f), used %6.1f MiB (peak %6.1f)", when+":",
+		float64(st.GraphReserved)/graphMiB, float64(st.PeakGraphReserved)/graphMiB, float64(st.GraphUsed)/graphMiB, float64(st.PeakGraphUsed)/graphMiB)
+	return st
+}
+
+// logCapture logs memtrack's figures of one graph, for the GPU run.
+func (k *graphKit) logCapture(name string, c Capture) {
+	k.t.Logf("%-62s memtrack: need %6.1f MiB, outliving %6.1f MiB (%d allocation nodes, %d free nodes)", "graph "+name+":",
+		float64(c.Need)/graphMiB, float64(c.Outliving)/graphMiB, c.Allocs, c.Frees)
+}
+
+// grew checks that the driver's reserve grew from k.base by at least want,
+// as the documentation has it, and by exactly want on the fake.
+func (k *graphKit) grew(want int64, st GraphStats, what string) {
+	k.t.Helper()
+	assert.GreaterOrEqual(k.t, st.GraphReserved-k.base.GraphReserved, want, what)
+	if onFake() {
+		assert.Equal(k.t, want, st.GraphReserved-k.base.GraphReserved, "%s: exactly, on the fake", what)
+	}
+}
+
+// A buffer of AllocAsync on a capturing stream is the graph's: it is in no
+// figure of the device's (Stats, its category, the limit, the history, the
+// leak watch), and its capture counts it, so that what a launch needs is
+// known before the first launch. Instantiation reserves nothing; the first
+// upload (or launch) reserves the capture's Need; an allocation the graph
+// does not free outlives each launch until freed, by FreeAsync on a stream
+// that is not capturing or by Free, and the buffer stays the graph's; a trim
+// returns the memory once nothing uses it.
+func TestCUDAGraphBuffers(t *testing.T) {
+	k, s := newGraphKit(t)
+	d := k.d
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	require.NoError(t, d.SetMemoryLimit(graphMiB))
+	t.Cleanup(func() { require.NoError(t, d.SetMemoryLimit(0)) })
+	require.NoError(t, d.History().Enable(64))
+	t.Cleanup(d.History().Disable)
+	check, err := d.Leaks().StartCheck()
+	require.NoError(t, err)
+	t.Cleanup(check.End)
+	before, kvBefore := d.MemoryStats(), kv.Stats()
+	h0, err := d.History().Snapshot()
+	require.NoError(t, err)
+
+	var a, b *Buffer
+	graph, c := k.capture(s, func() {
+		a, err = kv.AllocAsync(8*graphMiB, s) // above the limit: no limit is on a graph's allocation
+		require.NoError(t, err)
+		b, err = d.AllocAsync(4*graphMiB, s)
+		require.NoError(t, err)
+		require.NoError(t, a.FreeAsync(s), "a free node")
+		assert.True(t, a.Freed(), "freed by a free node of its own capture")
+		assert.ErrorIs(t, a.FreeAsync(s), ErrDoubleFree)
+		assert.NotZero(t, b.DevicePtr(), "the node's address, at once")
+	})
+	k.logCapture("8 MiB freed, 4 MiB outliving", c)
+	assert.NotZero(t, c.ID)
+	assert.Equal(t, Capture{Device: d, ID: c.ID, Stream: s, Capturing: true, Allocs: 2, Frees: 1, Need: 12 * graphMiB, Outliving: 4 * graphMiB}, c)
+	n, r := cudatest.GraphNodes(graph)
+	require.Equal(t, cudadrv.Success, r)
+	assert.Equal(t, 3, n, "two allocation nodes and a free node")
+	ended, err := k.g.Capture(s)
+	require.NoError(t, err)
+	c.Capturing = false
+	assert.Equal(t, c, ended, "ended: the stream's last capture")
+	list, err := k.g.Captures()
+	require.NoError(t, err)
+	assert.Contains(t, list, c)
+
+	assert.Equal(t, before, d.MemoryStats(), "no figure of the device's moves")
+	assert.Equal(t, kvBefore, kv.Stats(), "nor of its category")
+	h1, err := d.History().Snapshot()
+	require.NoError(t, err)
+	assert.Equal(t, len(h0.Events), len(h1.Events), "nor the history")
+	assert.Empty(t, check.Leaks(), "nor the leak watch")
+
+	e := k.exec(graph)
+	k.grew(0, k.stats("captured, instantiated"), "instantiation reserves nothing")
+	assert.LessOrEqual(t, k.stats("captured, instantiated").GraphReserved, k.base.GraphReserved)
+	k.upload(e, s)
+	k.grew(c.Need, k.stats("uploaded"), "the upload reserves the graph's need")
+	for i := range 3 {
+		k.launch(e, s)
+		syncStream(t, d, s)
+		k.grew(c.Need, k.stats(fmt.Sprintf("launch %d on the upload's stream", i+1)), "launches on the same stream reuse it")
+		if i < 2 {
+			require.NoError(t, b.FreeAsync(s), "the launch's allocation, which outlived it")
+		}
+		assert.False(t, b.Freed(), "the graph allocates it again at its next launch")
+	}
+	require.NoError(t, b.Free(), "cuMemFree of the last launch's allocation")
+	assert.False(t, b.Freed())
+	assert.Equal(t, before, d.MemoryStats(), "no figure of the device's moved")
+
+	u, err := d.Usage()
+	require.NoError(t, err)
+	require.NoError(t, u.GraphErr)
+	st := k.stats("freed")
+	assert.Equal(t, st.GraphReserved, u.GraphReserved, "Usage reads the driver's figures")
+	assert.GreaterOrEqual(t, u.Untracked, u.GraphReserved, "graph memory is untracked")
+	assert.Contains(t, d.MemorySummary(), "graph memory: reserved "+formatBytes(st.GraphReserved))
+	require.NoError(t, k.g.Trim())
+	k.grew(0, k.stats("trimmed"), "nothing executes and nothing is live: a trim returns it all")
+}
+
+// Graphs launched one after another on one stream share one reservation,
+// the largest need (Programming Guide: "Since the graphs in the same stream
+// never run concurrently, CUDA can and should use the same physical
+// memory"); Measurement.WithGraphs of their captures, in one call, says so.
+func TestCUDAGraphReuseOneStream(t *testing.T) {
+	k, s := newGraphKit(t)
+	g8, c8, _ := k.allocGraph(s, 8*graphMiB, true)
+	g12, c12, _ := k.allocGraph(s, 12*graphMiB, true)
+	k.logCapture("8 MiB", c8)
+	k.logCapture("12 MiB", c12)
+	p, err := Measurement{Device: k.d}.WithGraphs(c8, c12)
+	require.NoError(t, err)
+	assert.Equal(t, int64(12*graphMiB), p.GraphNeed, "the largest, not the sum")
+	e8, e12 := k.exec(g8), k.exec(g12)
+	k.launch(e8, s)
+	k.launch(e12, s)
+	k.launch(e8, s)
+	syncStream(t, k.d, s)
+	k.grew(p.GraphNeed, k.stats("8 and 12 MiB graphs, one after the other on one stream"), "one reservation")
+}
+
+// Graphs that may run at once need memory of their own (Performance
+// Considerations: "concurrent graphs require distinct memory"): a call of
+// WithGraphs per stream adds them up. A trim keeps what a scheduled graph
+// uses and returns the rest.
+func TestCUDAGraphConcurrentStreams(t *testing.T) {
+	k, s1 := newGraphKit(t)
+	s2 := newStream(t, k.d)
+	ga, ca, _ := k.allocGraph(s1, 8*graphMiB, true)
+	gb, cb, _ := k.allocGraph(s2, 12*graphMiB, true)
+	k.logCapture("8 MiB on stream 1", ca)
+	k.logCapture("12 MiB on stream 2", cb)
+	p, err := Measurement{Device: k.d}.WithGraphs(ca)
+	require.NoError(t, err)
+	p, err = p.WithGraphs(cb)
+	require.NoError(t, err)
+	assert.Equal(t, int64(20*graphMiB), p.GraphNeed, "a stream each: the sum")
+	a, b := k.exec(ga), k.exec(gb)
+	released := false
+	release := func() {
+		if !released {
+			cudatest.ReleaseStreams()
+			released = true
+		}
+	}
+	t.Cleanup(release)
+	inContext(t, k.d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(s1))) })
+	k.launch(a, s1)
+	k.launch(b, s2)
+	syncStream(t, k.d, s2)
+	k.grew(p.GraphNeed, k.stats("8 MiB scheduled on a held stream, 12 MiB run on another"), "memory of their own")
+	require.NoError(t, k.g.Trim())
+	k.grew(ca.Need, k.stats("trimmed while the 8 MiB graph is scheduled"), "the scheduled graph keeps its memory")
+	release()
+	syncStream(t, k.d, s1)
+	require.NoError(t, k.g.Trim())
+	k.grew(0, k.stats("both finished, trimmed"), "all returned")
+}
+
+// A graph with memory nodes may have one instantiation at a time
+// (cuGraphInstantiateWithFlags): memtrack's capture is the graph's, and
+// stays as it was through a refused instantiation and a new one.
+func TestCUDAGraphOneInstantiation(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, c, _ := k.allocGraph(s, 2*graphMiB, true)
+	e := k.exec(g)
+	_, r := k.instantiate(g)
+	assert.NotEqual(t, cudadrv.Success, r, "a second instantiation")
+	t.Logf("a second instantiation of a graph with memory nodes: CUresult %d (%s)", r, cudadrv.Name(r))
+	k.destroyExec(e)
+	e = k.exec(g)
+	again, err := k.g.Capture(s)
+	require.NoError(t, err)
+	assert.Equal(t, c.Need, again.Need)
+	k.launch(e, s)
+	syncStream(t, k.d, s)
+	k.grew(c.Need, k.stats("the second instantiation launched"), "the capture's need")
+}
+
+// Budget sets graph memory aside once: what the graphs launched in the
+// measured pass reserved, taken out of the untracked growth, or what graphs
+// captured after the pass will reserve, from their captures; the device
+// then reserves what the budget set aside.
+func TestCUDAGraphBudget(t *testing.T) {
+	k, s := newGraphKit(t)
+	d := k.d
+	base, err := d.Baseline()
+	require.NoError(t, err)
+
+	t.Run("launched in the pass", func(t *testing.T) {
+		g, c, _ := k.allocGraph(s, 6*graphMiB, true)
+		e := k.exec(g)
+		p, err := d.Measure(func() error {
+			k.launch(e, s)
+			syncStream(t, d, s)
+			return nil
+		})
+		require.NoError(t, err)
+		k.grew(c.Need, k.stats("a 6 MiB graph launched in the pass"), "the launch reserved it")
+		assert.Equal(t, p.EndGraphReserved-p.StartGraphReserved, p.EndGraphReserved-base.GraphReserved)
+		b, err := p.Budget(base, 0.9, graphMiB)
+		require.NoError(t, err)
+		assert.Equal(t, p.EndGraphReserved-base.GraphReserved, b.GraphReserved)
+		if onFake() {
+			assert.Equal(t, c.Need, b.GraphReserved)
+			assert.Zero(t, b.UntrackedIncrease, "the graph memory left the untracked growth")
+		}
+		shared, err := p.SharedBudget(0.9, graphMiB)
+		require.NoError(t, err)
+		assert.Equal(t, b.GraphReserved, shared.GraphReserved)
+		require.NoError(t, k.g.Trim())
+	})
+
+	t.Run("captured after the pass", func(t *testing.T) {
+		require.NoError(t, k.g.Trim())
+		p, err := d.Measure(func() error { return nil })
+		require.NoError(t, err)
+		plain, err := p.Budget(base, 0.9, graphMiB)
+		require.NoError(t, err)
+		g6, c6, _ := k.allocGraph(s, 6*graphMiB, true)
+		g10, c10, _ := k.allocGraph(s, 10*graphMiB, true)
+		k.logCapture("6 MiB", c6)
+		k.logCapture("10 MiB", c10)
+		p, err = p.WithGraphs(c6, c10)
+		require.NoError(t, err)
+		b, err := p.Budget(base, 0.9, graphMiB)
+		require.NoError(t, err)
+		assert.Equal(t, int64(10*graphMiB), b.GraphReserved)
+		assert.Equal(t, plain.SetAside+b.GraphReserved, b.SetAside, "set aside once")
+		e6, e10 := k.exec(g6), k.exec(g10)
+		k.launch(e6, s)
+		k.launch(e10, s)
+		syncStream(t, d, s)
+		k.grew(b.GraphReserved, k.stats("both launched on one stream"), "the device reserves what the budget set aside")
+	})
+}
+
+// Captures on several streams at once, from several goroutines, each
+// allocating and freeing through memtrack: each capture counts its own
+// nodes exactly, and no figure of the device's moves.
+func TestCUDAGraphCapturesConcurrent(t *testing.T) {
+	k, _ := newGraphKit(t)
+	const workers, allocs = 4, 16
+	streams := make([]Stream, workers)
+	for i := range streams {
+		streams[i] = newStream(t, k.d)
+	}
+	before := k.d.MemoryStats()
+	var ready, start sync.WaitGroup
+	ready.Add(workers)
+	start.Add(1)
+	got := make([]Capture, workers)
+	graphs := make([]uintptr, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			s := streams[w]
+			inContext(t, k.d, func() {
+				require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+				ready.Done()
+				start.Wait()
+				for i := range allocs {
+					b, err := k.d.AllocAsync(int64(w+1)*graphMiB, s)
+					if !assert.NoError(t, err) {
+						break
+					}
+					if i%2 == 0 {
+						assert.NoError(t, b.FreeAsync(s))
+					}
+				}
+				var err error
+				got[w], err = k.g.Capture(s)
+				assert.NoError(t, err)
+				var r cudadrv.Result
+				graphs[w], r = cudatest.EndCaptureGraph(uintptr(s))
+				assert.Equal(t, cudadrv.Success, r)
+			})
+		})
+	}
+	ready.Wait()
+	start.Done()
+	wg.Wait()
+	for w, c := range got {
+		if graphs[w] != 0 {
+			k.graphs[graphs[w]] = true
+		}
+		size := int64(w+1) * graphMiB
+		assert.Equal(t, Capture{Device: k.d, ID: c.ID, Stream: streams[w], Capturing: true, Allocs: allocs, Frees: allocs / 2,
+			Need: allocs / 2 * size, Outliving: allocs / 2 * size}, c, "worker %d", w) // the odd ones outlive; the peak is at the last
+	}
+	assert.Equal(t, before, k.d.MemoryStats())
+}
+
+// Refusals: a capture the driver invalidated gets nothing, and counts
+// nothing; a FreeAsync of a pool buffer on a capturing stream is refused
+// (a graph's free node takes only a graph's allocation), and the buffer
+// stays live; each error has one prefix.
+func TestCUDAGraphRefusals(t *testing.T) {
+	k, s := newGraphKit(t)
+	d := k.d
+	live, err := d.AllocAsync(graphMiB, s)
+	require.NoError(t, err)
+	before := d.MemoryStats()
+	var graphBuf *Buffer
+	inContext(t, d, func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureGlobal))
+		err := live.FreeAsync(s)
+		assert.ErrorIs(t, err, ErrNotSupported)
+		assert.ErrorContains(t, err, "no graph allocated")
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+		assert.False(t, live.Freed(), "the buffer stays live")
+		graphBuf, err = d.AllocAsync(2*graphMiB, s)
+		require.NoError(t, err)
+		c, err := k.g.Capture(s)
+		require.NoError(t, err)
+
+		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(uintptr(s)), "an invalid operation invalidates the capture")
+		b, err := d.AllocAsync(graphMiB, s)
+		assert.Nil(t, b)
+		assert.ErrorIs(t, err, ErrNotSupported)
+		assert.ErrorContains(t, err, "invalidated")
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+		err = graphBuf.FreeAsync(s)
+		assert.ErrorIs(t, err, ErrNotSupported)
+		assert.False(t, graphBuf.Freed())
+		after, err := k.g.Capture(s)
+		require.NoError(t, err)
+		assert.True(t, after.Invalidated)
+		assert.Equal(t, c.Allocs, after.Allocs, "nothing counted")
+		assert.Equal(t, c.Need, after.Need)
+		_, r := cudatest.EndCaptureGraph(uintptr(s))
+		assert.NotEqual(t, cudadrv.Success, r, "an invalidated capture ends with no graph")
+		_, err = Measurement{Device: d}.WithGraphs(after)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "it launches nothing")
+	})
+	assert.Equal(t, before, d.MemoryStats(), "no figure moves")
+	require.NoError(t, live.FreeAsync(s))
+	syncStream(t, d, s)
+}
+
+// TestCUDAChildNoGraphMemory: a driver without graph memory nodes (CUDA
+// 11.3) refuses AllocAsync on a capturing stream, as before, naming what
+// is missing, and counts nothing; the graph calls fail with
+// ErrNotSupported, and Usage says why its graph figures are missing.
+func TestCUDAChildNoGraphMemory(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	before := d.MemoryStats()
+	nodes, r := capturing(t, d, s, cudatest.CaptureRelaxed, func() {
+		b, err := d.AllocAsync(graphMiB, s)
+		assert.Nil(t, b)
+		require.ErrorIs(t, err, ErrNotSupported)
+		assert.Contains(t, err.Error(), "capturing a CUDA graph")
+		assert.Contains(t, err.Error(), "cuDeviceGetGraphMemAttribute of CUDA 11.4")
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+	})
+	assert.Equal(t, cudadrv.Success, r)
+	assert.Zero(t, nodes, "memtrack put nothing in the graph")
+	assert.Equal(t, before, d.MemoryStats(), "nothing counted")
+	_, err := d.Graphs().Stats()
+	assert.ErrorIs(t, err, ErrNotSupported)
+	assert.ErrorIs(t, d.Graphs().Trim(), ErrNotSupported)
+	u, err := d.Usage()
+	require.NoError(t, err)
+	assert.ErrorIs(t, u.GraphErr, ErrNotSupported)
+	assert.NotContains(t, d.MemorySummary(), "graph memory")
+	d.ResetPeakMemoryStats()
+}
+
+// ResetPeakMemoryStats resets the graph memory high-water marks with the
+// pool's, by the driver's set of 0: to 0 or to the current figure, which
+// the reference leaves open (the fake offers both,
+// FAKECUDA_GRAPH_HIGH_RESET); either way the peak of a graph launched and
+// trimmed before the reset is gone.
+func TestCUDAGraphHighsReset(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, c, _ := k.allocGraph(s, 10*graphMiB, true)
+	k.launch(k.exec(g), s)
+	syncStream(t, k.d, s)
+	k.grew(c.Need, k.stats("a 10 MiB graph launched"), "its need")
+	require.NoError(t, k.g.Trim())
+	before := k.stats("trimmed")
+	require.GreaterOrEqual(t, before.PeakGraphReserved, c.Need)
+	k.d.ResetPeakMemoryStats()
+	after := k.stats("ResetPeakMemoryStats")
+	assert.Equal(t, before.GraphReserved, after.GraphReserved, "the figures stay")
+	assert.Contains(t, []int64{0, after.GraphReserved}, after.PeakGraphReserved, "reset to 0 or to the current figure")
+	assert.Contains(t, []int64{0, after.GraphUsed}, after.PeakGraphUsed)
+	assert.Less(t, after.PeakGraphReserved, before.PeakGraphReserved)
+	u, err := k.d.Usage()
+	require.NoError(t, err)
+	assert.Equal(t, after.PeakGraphReserved, u.PeakGraphReserved)
+}
+
+// The out-of-memory report names the part of the untracked memory that the
+// driver reserves for graphs, read when the report is made.
+func TestCUDAGraphOutOfMemoryReport(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, c, _ := k.allocGraph(s, 10*graphMiB, true)
+	k.launch(k.exec(g), s)
+	syncStream(t, k.d, s)
+	st := k.stats("a 10 MiB graph launched")
+	k.grew(c.Need, st, "its need")
+	require.NoError(t, k.d.SetMemoryLimit(graphMiB))
+	t.Cleanup(func() { require.NoError(t, k.d.SetMemoryLimit(0)) })
+	_, err := k.d.Alloc(2 * graphMiB)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, st.GraphReserved, oom.GraphReserved)
+	assert.Contains(t, oom.Report(), "of it, "+exactBytes(st.GraphReserved)+" the driver reserves for CUDA graphs")
+}
+
+// A stream of another device is bad input for the graph calls as for the
+// stream-ordered ones, capturing or not: refused with ErrInvalidArgument,
+// naming the stream's device, and nothing counted in either device's
+// figures or captures.
+func TestCUDAGraphOtherDevice(t *testing.T) {
+	ds := cudaDevices(t, 2)
+	d0, d1 := ds[0], ds[1]
+	if _, err := d0.Graphs().Stats(); err != nil {
+		t.Skip(err)
+	}
+	s1 := newStream(t, d1)
+	before0, before1 := d0.MemoryStats(), d1.MemoryStats()
+	nodes, r := capturing(t, d1, s1, cudatest.CaptureRelaxed, func() {
+		b, err := d0.AllocAsync(graphMiB, s1)
+		assert.Nil(t, b)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorContains(t, err, "belongs to cuda:1")
+		_, err = d0.Graphs().Capture(s1)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		c, err := d1.Graphs().Capture(s1)
+		require.NoError(t, err)
+		assert.True(t, c.Capturing)
+		assert.Zero(t, c.Allocs)
+	})
+	assert.Equal(t, cudadrv.Success, r)
+	assert.Zero(t, nodes, "nothing in the graph")
+	assert.Equal(t, before0, d0.MemoryStats())
+	assert.Equal(t, before1, d1.MemoryStats())
+}

@@ -1,0 +1,306 @@
+package memtrack
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGraphsCheckOrder: the graph calls check in one order in every build,
+// as the pool's do: the device (ErrInvalidDevice for the zero Device,
+// ErrNotSupported for a device that is not a CUDA GPU), counting nothing.
+func TestGraphsCheckOrder(t *testing.T) {
+	cpu := freshCPU(t)
+	for _, dev := range []struct {
+		name string
+		d    Device
+		want error
+	}{{"zero Device", Device{}, ErrInvalidDevice}, {"cpu", cpu, ErrNotSupported}, {"metal", Device{kind: KindMetal}, ErrNotSupported}} {
+		t.Run(dev.name, func(t *testing.T) {
+			g := dev.d.Graphs()
+			assert.Equal(t, dev.d, g.Device())
+			c, err := g.Capture(DefaultStream)
+			assert.ErrorIs(t, err, dev.want)
+			assert.Equal(t, Capture{Device: dev.d}, c)
+			list, err := g.Captures()
+			assert.ErrorIs(t, err, dev.want)
+			assert.Nil(t, list)
+			st, err := g.Stats()
+			assert.ErrorIs(t, err, dev.want)
+			assert.Equal(t, GraphStats{Device: dev.d}, st)
+			assert.ErrorIs(t, g.Trim(), dev.want)
+		})
+	}
+	u, err := cpu.Usage()
+	require.NoError(t, err)
+	assert.NoError(t, u.GraphErr, "a device without CUDA graphs misses nothing")
+	assert.Zero(t, u.GraphReserved)
+	assert.Equal(t, Stats{Device: cpu}, cpu.MemoryStats(), "nothing counted")
+}
+
+// TestGraphsThroughTheBackend: AllocAsync and FreeAsync on a stream that
+// captures a graph reach the backend's graph capability, in every build:
+// the buffers are the graph's, counted in their capture and in no figure
+// of the device's, and a free node of the buffer's own capture frees it.
+func TestGraphsThroughTheBackend(t *testing.T) {
+	f := &fakeStreams{fakeBackend: newFakeBackend(1, 1<<20), capturing: map[Stream]uint64{7: 41, 8: 42}}
+	useBackend(t, KindCUDA, f)
+	d, err := CUDA(0)
+	require.NoError(t, err)
+	kv, err := d.Category(CategoryKVCache)
+	require.NoError(t, err)
+	require.NoError(t, d.SetMemoryLimit(100))
+	before := d.MemoryStats()
+
+	a, err := d.AllocAsync(300, 7) // above the limit: no limit is on a graph's allocation
+	require.NoError(t, err)
+	b, err := kv.AllocAsync(200, 7)
+	require.NoError(t, err)
+	c, err := d.AllocAsync(50, 8)
+	require.NoError(t, err)
+	assert.NotZero(t, a.DevicePtr(), "the node's address")
+	assert.Equal(t, before, d.MemoryStats(), "no figure of the device's moves")
+	assert.Zero(t, kv.Stats().Tracked, "nor its category's")
+
+	require.NoError(t, a.FreeAsync(7))
+	assert.True(t, a.Freed(), "freed by a free node of its capture")
+	assert.Zero(t, a.DevicePtr())
+	assert.ErrorIs(t, a.FreeAsync(7), ErrDoubleFree)
+	assert.Equal(t, 1, f.graphFrees, "the second free asks nothing of the driver")
+	require.NoError(t, c.FreeAsync(7), "a free node of capture 41 of capture 42's allocation")
+	assert.False(t, c.Freed(), "another graph frees it at each of its launches")
+
+	got, err := d.Graphs().Capture(7)
+	require.NoError(t, err)
+	assert.Equal(t, Capture{Device: d, ID: 41, Stream: 7, Capturing: true, Allocs: 2, Frees: 2, Need: 500, Outliving: 200}, got)
+	got, err = d.Graphs().Capture(8)
+	require.NoError(t, err)
+	assert.Equal(t, Capture{Device: d, ID: 42, Stream: 8, Capturing: true, Allocs: 1, Need: 50, Outliving: 50}, got)
+
+	delete(f.capturing, 7) // the capture ends
+	got, err = d.Graphs().Capture(7)
+	require.NoError(t, err)
+	assert.Equal(t, Capture{Device: d, ID: 41, Stream: 7, Allocs: 2, Frees: 2, Need: 500, Outliving: 200}, got, "the last capture memtrack saw on the stream")
+	list, err := d.Graphs().Captures()
+	require.NoError(t, err)
+	assert.Equal(t, []Capture{got, {Device: d, ID: 42, Stream: 8, Capturing: true, Allocs: 1, Need: 50, Outliving: 50}}, list)
+	none, err := d.Graphs().Capture(9)
+	require.NoError(t, err)
+	assert.Equal(t, Capture{Device: d, Stream: 9}, none, "a stream memtrack never saw capturing")
+
+	require.NoError(t, b.FreeAsync(7), "after the launch: the launch's allocation")
+	assert.False(t, b.Freed(), "the graph allocates it again at its next launch")
+	assert.Equal(t, before, d.MemoryStats())
+
+	f.freeErr = errFakeDriver
+	assert.ErrorIs(t, b.FreeAsync(7), errFakeDriver, "the driver's refusal")
+	f.freeErr = nil
+
+	f.graphs = GraphStats{GraphReserved: 2 << 20, PeakGraphReserved: 4 << 20, GraphUsed: 1 << 20, PeakGraphUsed: 3 << 20}
+	st, err := d.Graphs().Stats()
+	require.NoError(t, err)
+	assert.Equal(t, GraphStats{Device: d, GraphReserved: 2 << 20, PeakGraphReserved: 4 << 20, GraphUsed: 1 << 20, PeakGraphUsed: 3 << 20}, st)
+	u, err := d.Usage()
+	require.NoError(t, err)
+	assert.Equal(t, [4]int64{2 << 20, 4 << 20, 1 << 20, 3 << 20}, [4]int64{u.GraphReserved, u.PeakGraphReserved, u.GraphUsed, u.PeakGraphUsed})
+	require.NoError(t, d.Graphs().Trim())
+	assert.Equal(t, 1, f.trims)
+	assert.Contains(t, d.MemorySummary(), "graph memory: reserved 2.00 MiB (peak 4.00 MiB), used 1.00 MiB (peak 3.00 MiB)")
+}
+
+// TestGraphCapturesBounded: a device keeps every capture in progress and
+// the last MaxCaptures that ended, so that a program capturing graphs for
+// ever holds a bounded record of them.
+func TestGraphCapturesBounded(t *testing.T) {
+	var g graphCaptures
+	d := Device{kind: KindCUDA}
+	live := g.allocated(1, 1, 10) // in progress throughout, on stream 1
+	for id := uint64(2); id < 2+MaxCaptures+10; id++ {
+		g.allocated(id, 2, int64(id)) // each ends when the next is seen on stream 2
+	}
+	list := g.list(d, func(s Stream) (captureState, error) {
+		if s == 1 {
+			return captureState{id: 1, capturing: true}, nil
+		}
+		return captureState{}, nil // stream 2 no longer captures
+	})
+	require.Len(t, list, MaxCaptures+1)
+	assert.Equal(t, live.value(d), list[0], "the capture in progress stays")
+	assert.True(t, list[0].Capturing)
+	assert.Equal(t, uint64(2+10), list[1].ID, "the oldest ended ones go")
+	assert.Equal(t, uint64(2+MaxCaptures+9), list[MaxCaptures].ID)
+	assert.False(t, list[MaxCaptures].Capturing, "the last ended when its stream stopped capturing")
+	assert.Len(t, g.byStream, 2)
+	assert.Len(t, g.byID, MaxCaptures+1)
+}
+
+// TestWithGraphs: graphs of one call (one stream) share one reservation,
+// the largest need less what outlives a launch; calls (streams) add up;
+// what is not a capture of the device that will launch is refused, and p
+// is returned unchanged.
+func TestWithGraphs(t *testing.T) {
+	d := Device{kind: KindCUDA}
+	c := func(id uint64, need, outliving int64) Capture {
+		return Capture{Device: d, ID: id, Need: need, Outliving: outliving}
+	}
+	p := Measurement{Device: d}
+	for _, tc := range []struct {
+		name  string
+		calls [][]Capture
+		want  int64
+	}{
+		{"none", nil, 0},
+		{"one graph", [][]Capture{{c(1, 8, 0)}}, 8},
+		{"one stream: the largest", [][]Capture{{c(1, 8, 0), c(2, 12, 0), c(3, 4, 0)}}, 12},
+		{"two streams: the sum", [][]Capture{{c(1, 8, 0)}, {c(2, 12, 0)}}, 20},
+		{"outliving allocations apart", [][]Capture{{c(1, 8, 2), c(2, 12, 1)}}, max(8-2, 12-1) + 2 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := p
+			for _, call := range tc.calls {
+				var err error
+				q, err = q.WithGraphs(call...)
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.want, q.GraphNeed)
+		})
+	}
+	p.GraphNeed = 5
+	for _, bad := range []Capture{
+		{Device: CPU(), ID: 1, Need: 8},
+		{Device: Device{kind: KindCUDA, ordinal: 1}, ID: 1, Need: 8},
+		{Device: d, Need: 8},
+		{Device: d, ID: 1, Need: 8, Invalidated: true},
+		{Device: d, ID: 1, Need: 8, Outliving: 9},
+		{Device: d, ID: 1, Need: -1},
+	} {
+		q, err := p.WithGraphs(c(7, 8, 0), bad)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "%+v", bad)
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+		assert.Equal(t, p, q, "unchanged")
+	}
+}
+
+// TestBudgetGraphs: graph memory is set aside once, as GraphReserved: what
+// the pass's graphs reserved (the growth of Usage.GraphReserved since the
+// baseline, or the start for SharedBudget) leaves the untracked growth, so
+// that SetAside is as before, split; what graphs captured after the pass
+// need (GraphNeed) is added; where both are there, the larger, not both.
+func TestBudgetGraphs(t *testing.T) {
+	const gib = 1 << 30
+	base, m := measuringExample(0)
+	plain, err := m.Budget(base, 0.9, gib/4)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name                        string
+		baseGraphs, start, end      int64
+		need                        int64
+		baseErr                     error
+		graphs, untracked, setAside int64
+	}{
+		{"no graphs", 0, 0, 0, 0, nil, 0, gib / 2, plain.SetAside},
+		{"launched in the pass", 0, 0, gib / 4, 0, nil, gib / 4, gib / 4, plain.SetAside},
+		{"launched before the pass and in it", gib / 8, gib / 4, gib / 4, 0, nil, gib / 8, gib/2 - gib/8, plain.SetAside},
+		{"captured after the pass", 0, 0, 0, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
+		{"both: the larger", 0, 0, gib / 4, gib / 8, nil, gib / 4, gib / 4, plain.SetAside},
+		{"both: the need larger", 0, 0, gib / 8, gib / 4, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
+		{"no figures at the baseline", 0, 0, gib / 4, 0, ErrNotSupported, 0, gib / 2, plain.SetAside},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := base
+			base.GraphReserved, base.GraphErr = tc.baseGraphs, tc.baseErr
+			m := m
+			m.StartGraphReserved, m.EndGraphReserved, m.GraphNeed = tc.start, tc.end, tc.need
+			b, err := m.Budget(base, 0.9, gib/4)
+			require.NoError(t, err)
+			assert.Equal(t, tc.graphs, b.GraphReserved)
+			assert.Equal(t, tc.untracked, b.UntrackedIncrease)
+			assert.Equal(t, tc.setAside, b.SetAside)
+			assert.Equal(t, plain.Requested-tc.setAside, b.Available)
+		})
+	}
+	t.Run("SharedBudget", func(t *testing.T) {
+		sharedPlain, err := m.SharedBudget(0.9, gib/4)
+		require.NoError(t, err)
+		m := m
+		m.StartGraphReserved, m.EndGraphReserved = gib/8, gib/4 // gib/8 in StartUsed already
+		b, err := m.SharedBudget(0.9, gib/4)
+		require.NoError(t, err)
+		assert.Equal(t, int64(gib/8), b.GraphReserved)
+		assert.Equal(t, int64(gib/2-gib/8), b.UntrackedIncrease)
+		assert.Equal(t, sharedPlain.SetAside, b.SetAside)
+		m.GraphNeed = gib / 4
+		b, err = m.SharedBudget(0.9, gib/4)
+		require.NoError(t, err)
+		assert.Equal(t, int64(gib/4), b.GraphReserved)
+		assert.Equal(t, sharedPlain.SetAside+gib/8, b.SetAside)
+	})
+}
+
+// FuzzGraphCaptures: captures counted from several goroutines at once, one
+// per capture (a stream's nodes are captured in its order), against a
+// sequential model of each: its nodes, the bytes of its own allocations
+// live, and their peak.
+func FuzzGraphCaptures(f *testing.F) {
+	f.Add([]byte{0, 5, 1, 7, 0x80, 0, 0, 3, 0x81, 0, 2, 9})
+	f.Add([]byte{3, 15, 3, 15, 0x83, 1, 0x83, 0, 3, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const captures = 4
+		type model struct {
+			allocs, frees, need int64
+			live                []int64 // the sizes of its own allocations not freed
+		}
+		perCapture := make([][][2]byte, captures)
+		for i := 0; i+1 < len(ops); i += 2 {
+			id := int(ops[i]&0x7f) % captures
+			perCapture[id] = append(perCapture[id], [2]byte{ops[i], ops[i+1]})
+		}
+		models := make([]model, captures)
+		var g graphCaptures
+		var wg sync.WaitGroup
+		for id := range captures {
+			wg.Go(func() {
+				m := &models[id]
+				for _, op := range perCapture[id] {
+					if op[0]&0x80 == 0 || len(m.live) == 0 {
+						size := int64(op[1]%16) << 20
+						g.allocated(uint64(id+1), Stream(id+1), size)
+						m.allocs++
+						m.live = append(m.live, size)
+						var sum int64
+						for _, n := range m.live {
+							sum += n
+						}
+						m.need = max(m.need, sum)
+						continue
+					}
+					j := int(op[1]) % len(m.live)
+					g.freed(uint64(id+1), Stream(id+1), m.live[j])
+					m.frees++
+					m.live = append(m.live[:j], m.live[j+1:]...)
+				}
+			})
+		}
+		wg.Wait()
+		d := Device{kind: KindCUDA}
+		list := g.list(d, func(s Stream) (captureState, error) {
+			return captureState{id: uint64(s), capturing: true}, nil
+		})
+		want := []Capture{}
+		for id, m := range models {
+			if m.allocs == 0 {
+				continue
+			}
+			var live int64
+			for _, n := range m.live {
+				live += n
+			}
+			want = append(want, Capture{Device: d, ID: uint64(id + 1), Stream: Stream(id + 1), Capturing: true,
+				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
+		}
+		assert.Equal(t, want, list)
+	})
+}
