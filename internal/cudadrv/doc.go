@@ -70,8 +70,12 @@
 //
 //   - Events. cuEventRecord: "hEvent and hStream must be from the same
 //     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the
-//     context it was created in (cuStreamGetCtx). FreeAsync therefore runs
-//     in the stream's context and records an event of that context.
+//     context it was created in, and for the special handles (NULL,
+//     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) cuStreamGetCtx returns "the
+//     context current to the calling thread". FreeAsync therefore runs in
+//     the stream's context and records an event of that context; AllocAsync
+//     and FreeAsync make ctx current first, so they ask cuStreamGetCtx only
+//     about a stream of one's own.
 //
 //   - Host functions. cuLaunchHostFunc: the function "will block work added
 //     after it"; "host functions without a mandated order (such as in

@@ -105,11 +105,22 @@ static void memtrack_events_reached(uintptr_t c, const CUevent *events, CUresult
 */
 import "C"
 
+import "unsafe"
+
 // Event is a CUDA event (CUevent); the zero Event is none.
 type Event struct{ p C.CUevent }
 
 // IsZero reports whether e is no event.
 func (e Event) IsZero() bool { return e.p == nil }
+
+// The handles of the default streams: 0 and StreamLegacy name the legacy
+// default stream of the calling thread's current context, StreamPerThread
+// the thread's own default stream (cuda.h's CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD).
+const (
+	StreamLegacy    uintptr = 0x1
+	StreamPerThread uintptr = 0x2
+)
 
 // StreamCall is what a stream-ordered operation reports.
 type StreamCall struct {
@@ -117,6 +128,7 @@ type StreamCall struct {
 	Ptr          uintptr // AllocAsync: the allocation
 	Event        Event   // FreeAsync: the event recorded after the free
 	Retired      bool    // FreeAsync: the free is known to have run (the stream was synchronized)
+	StreamCtx    Context // the stream's context
 	Foreign      bool    // the stream is of another context than ctx
 	SpareUnused  bool    // FreeAsync: the event given was not used (another context's stream)
 	OtherDevice  bool    // the stream is of another device than ctx's: nothing ran
@@ -128,19 +140,20 @@ type StreamCall struct {
 func streamCallOf(r C.memtrack_result) StreamCall {
 	return StreamCall{
 		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Retired: r.retired != 0,
-		Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
+		StreamCtx: Context(uintptr(unsafe.Pointer(r.stream_ctx))), Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
 		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureID: uint64(r.capture_id),
 	}
 }
 
 // AllocAsync allocates size bytes on stream (cuMemAllocAsync), from the
 // current pool of the stream's device, in the stream's context
-// (cuStreamGetCtx). A stream of another device than ctx's, or one that is
-// capturing a graph (cuStreamGetCaptureInfo_v2, which gives the capture's
-// ID in the same call; cuStreamIsCapturing before CUDA 11.3), allocates
-// nothing. Where the
-// driver lacks cuMemAllocAsync the result is CUDA_ERROR_NOT_SUPPORTED
-// (MemPools says why); so for FreeAsync and cuMemFreeAsync.
+// (cuStreamGetCtx; ctx itself for a default stream's handle, which the
+// driver is not asked about). A stream of another device than ctx's, or
+// one that is capturing a graph (cuStreamGetCaptureInfo_v2, which gives the
+// capture's ID in the same call; cuStreamIsCapturing before CUDA 11.3),
+// allocates nothing. Where the driver lacks cuMemAllocAsync the result is
+// CUDA_ERROR_NOT_SUPPORTED (MemPools says why); so for FreeAsync and
+// cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 	return streamCallOf(C.memtrack_alloc_async(C.uintptr_t(ctx), C.size_t(size), C.uintptr_t(stream)))
 }
