@@ -25,6 +25,7 @@ typedef struct {
 	int retired;        // memtrack_free_async: the free is known to be executed
 	int foreign;        // the stream is of another context than ctx (memtrack_enter_stream)
 	int spare_unused;   // memtrack_free_async: the event given was not used
+	unsigned long long seq; // memtrack_free_async: the event's number among those recorded on its stream
 	CUcontext stream_ctx; // the stream's context (memtrack_enter_stream)
 	CUdevice stream_device; // the stream's device, where other_device
 	int other_device;   // the stream is of another device: the operation did not run

@@ -3,6 +3,8 @@
 package cudadrv_test
 
 import (
+	"fmt"
+	"math/bits"
 	"testing"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
@@ -23,6 +25,84 @@ func countsCalls(t *testing.T) {
 func calls(name string) uint64 {
 	n, _ := cudatest.DriverCalls(name)
 	return n
+}
+
+// TestStreamEventsReached: of n events of FreeAsync on one stream, the
+// stream has reached the first k, the others being enqueued behind a host
+// function that holds it back; StreamEvents.Query finds k, for every k, in
+// at most 1 + ceil(log2 n) queries, and in one where k is n. With two
+// streams, it answers for each apart.
+func TestStreamEventsReached(t *testing.T) {
+	ctx := primary(t, 0)
+	countsCalls(t)
+	if err := cudadrv.MemPools(); err != nil {
+		t.Skip(err)
+	}
+	s1, s2 := newStream(t, ctx), newStream(t, ctx)
+	free := func(s uintptr) cudadrv.Event {
+		a := cudadrv.AllocAsync(ctx, 1<<10, s)
+		require.Equal(t, cudadrv.Call{}, a.Call)
+		f := cudadrv.FreeAsync(ctx, a.Ptr, s, cudadrv.Event{})
+		require.Equal(t, cudadrv.Call{}, f.Call)
+		require.False(t, f.Retired)
+		return f.Event
+	}
+	const n = 9
+	for k := 0; k <= n; k++ {
+		t.Run(fmt.Sprintf("%d of %d reached", k, n), func(t *testing.T) {
+			// s1 reaches k of its n events, s2 all of its two.
+			var e1, e2 []cudadrv.Event
+			for range k {
+				e1 = append(e1, free(s1))
+			}
+			e2 = append(e2, free(s2), free(s2))
+			defer cudatest.ReleaseStreams() // where the test stops before it does
+			onThread(t, ctx, func() {
+				require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s1))
+				require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2))
+				require.Equal(t, cudadrv.Success, cudatest.HoldStream(s1))
+			})
+			for range n - k {
+				e1 = append(e1, free(s1))
+			}
+			var q cudadrv.StreamEvents
+			for _, evs := range [][]cudadrv.Event{e1, e2} {
+				for _, e := range evs {
+					q.Add(e)
+				}
+				q.EndStream()
+			}
+			require.Equal(t, 2, q.Streams())
+			before := calls("cuEventQuery")
+			q.Query(ctx)
+			queries := calls("cuEventQuery") - before
+			got, r := q.Reached(0)
+			assert.Equal(t, k, got, "the first stream's events reached")
+			assert.Equal(t, cudadrv.Success, r)
+			got, r = q.Reached(1)
+			assert.Equal(t, 2, got, "the second stream's")
+			assert.Equal(t, cudadrv.Success, r)
+			most := 1 + (1 + bits.Len(n-1)) // the second stream's newest, then the first's bound
+			if k == n {
+				most = 2
+			}
+			assert.LessOrEqual(t, queries, uint64(most), "queries")
+
+			cudatest.ReleaseStreams()
+			onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s1)) })
+			q.Reset()
+			for _, e := range e1 {
+				q.Add(e)
+			}
+			q.EndStream()
+			q.Query(ctx)
+			got, _ = q.Reached(0)
+			assert.Equal(t, n, got, "after the synchronization")
+			for _, e := range append(e1, e2...) {
+				cudadrv.EventDestroy(e)
+			}
+		})
+	}
 }
 
 // TestDefaultStreamContext: a default stream's handle names the default
