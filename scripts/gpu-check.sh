@@ -32,8 +32,10 @@
 #	                    the two instances, the stream-ordered table
 #	                    (per size: tracked peak, device-side peak, the
 #	                    pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
-#	                    buffers freed behind a memset of 1 GiB) and the CUDA
-#	                    benchmarks
+#	                    buffers freed behind a memset of 1 GiB), the
+#	                    stream-ordered pair's benchmark (tracked and raw
+#	                    side by side, the event's own cost apart) and the
+#	                    other CUDA benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
 # NVIDIA driver (libcuda.so.1, found as the dynamic loader finds it:
@@ -146,8 +148,14 @@ readings() {
 	return $rc
 }
 step "readings: which semantics this driver follows where the fake offers a choice" readings
-step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
-	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
+# The stream-ordered pair alone, for its table: per size, the raw pair,
+# the tracked pair, and, interleaved in one run, each per pair (raw-ns,
+# tracked-ns) with the event's own cost apart (event-ns: cuEventRecord and
+# cuEventQuery of one event) and the ratio of tracked to raw.
+step "benchmarks: the stream-ordered pair, tracked against raw, the event's own cost apart" \
+	./memtrack.test -test.run '^$' -test.bench '^BenchmarkCUDAAllocFreeAsync$' -test.benchmem -test.benchtime "$benchtime" -test.count 3
+step "benchmarks: tracked cuMemAlloc+cuMemFree and the other CUDA benchmarks against the raw pairs" \
+	./memtrack.test -test.run '^$' -test.bench CUDA -test.skip '^BenchmarkCUDAAllocFreeAsync$' -test.benchmem -test.benchtime "$benchtime" -test.count 3
 cutests() {
 	./cu.test -test.count=1 -test.short -test.v -test.timeout 90s >cu-tests.log 2>&1
 	local rc=$?
