@@ -264,13 +264,20 @@ func (sd *deviceSide) reapLocked(b *cudaBackend, ordinal int) {
 	// leaves little brings the bound back down.
 	defer func() { sd.reapAt.Store(2 * sd.npending.Load()) }()
 	w := sd.waiting
+	k := len(w)
 	for n := sd.pending.Swap(nil); n != nil; n = n.next {
 		w = append(w, n)
 	}
 	if len(w) == 0 {
 		return
 	}
-	slices.SortFunc(w, byStream)
+	// The stack gives the newest first: reversed, the frees of one stream
+	// that one thread pushed come in their stream's order, after those
+	// that waited already, and the frees need no sort.
+	slices.Reverse(w[k:])
+	if !slices.IsSortedFunc(w, byStream) {
+		slices.SortFunc(w, byStream)
+	}
 	q := &sd.queries
 	q.Reset()
 	for i, n := range w {

@@ -65,9 +65,10 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 							default:
 							}
 							n := behind.Load()
-							st := d.MemoryStats()
-							assert.GreaterOrEqual(t, st.Held, base.Held+n*size, "a free behind the hold left Held")
-							assert.GreaterOrEqual(t, st.Held, st.Tracked)
+							// Held and Tracked are two counters, which a
+							// reading beside allocations does not take at
+							// one instant: only Held is checked here.
+							assert.GreaterOrEqual(t, d.MemoryStats().Held, base.Held+n*size, "a free behind the hold left Held")
 						}
 					}()
 				}
