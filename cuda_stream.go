@@ -3,7 +3,9 @@
 package memtrack
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
@@ -29,6 +31,15 @@ import (
 // different streams may be serialized, and none is called after a context
 // error, so that a free behind a kernel fault would stay in the device-side
 // figure.
+//
+// An event captures all the work enqueued on its stream before it
+// (cuEventRecord), so where a stream has reached the event after one free,
+// it has executed every free enqueued on it before: a reading queries each
+// stream's newest pending event first, and one answer retires all the
+// stream's frees; where the stream has not reached it, bisection finds the
+// first free not executed. Each free still needs an event of its own: the
+// program enqueues its own work between two frees, which memtrack cannot
+// see, so that only an event right after a free says when that free ran.
 
 // deviceSide is the device-side figure of one CUDA device: what the device
 // holds for this package's buffers, with its peak. It counts every buffer
@@ -38,14 +49,23 @@ type deviceSide struct {
 	held   tracker.Counter
 	pooled atomic.Int64 // the part of held that stream-ordered buffers take
 
-	// pending holds the frees awaiting their events: pushed by FreeAsync,
-	// taken whole by readers (so no node is ever popped alone, and a stack
-	// needs no lock).
+	// pending holds the frees awaiting their events that no reap has taken
+	// yet: pushed by FreeAsync, taken whole by reap (so no node is ever
+	// popped alone, and a stack needs no lock).
 	pending  atomic.Pointer[retireNode]
-	npending atomic.Int64 // the nodes in pending, or about to be pushed back
-	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (at least reapBatch), set by reap
-	spareMu  sync.Mutex
-	spare    []cudadrv.Event // events reached, for reuse
+	npending atomic.Int64 // the frees awaiting their events: in pending, or in waiting
+	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (at least pendingBound), set by reap
+
+	// reapMu lets one reap run at a time, and guards what the reaps keep:
+	// waiting, the frees taken from pending whose streams had not reached
+	// their events, by stream and in each stream's order, and the events
+	// of the queries.
+	reapMu  sync.Mutex
+	waiting []*retireNode
+	queries cudadrv.StreamEvents
+
+	spareMu sync.Mutex
+	spare   []*retireNode // frees retired, with their events, reached, for reuse
 
 	// pools holds the driver's answer to whether the device has memory
 	// pools, once it gave one: nil where it has, the error that says so
@@ -57,8 +77,46 @@ type deviceSide struct {
 type retireNode struct {
 	next    *retireNode
 	event   cudadrv.Event
+	stream  streamKey
+	seq     uint64 // the event's number, which rises along its stream's order
 	size    int64
 	foreign bool // the event is of another context than the device's primary one
+}
+
+// streamKey names the stream of a free: its handle, in the stream's
+// context (a default stream's handle names one stream per context), the
+// legacy default stream by 0 whichever of its two handles named it. A
+// handle names one stream at a time for the frees pending on it: a
+// destroyed stream's resources are released once the device has completed
+// its work (cuStreamDestroy), so that a stream created later with the same
+// handle finds every event of the old one reached.
+type streamKey struct {
+	ctx    cuContext
+	handle uintptr
+}
+
+// ordered reports whether the events of the stream k names are reached in
+// the order of their numbers: not those of the per-thread default stream,
+// whose handle names another stream on each thread.
+func (k streamKey) ordered() bool { return k.handle != cudadrv.StreamPerThread }
+
+func keyOf(ctx cuContext, stream Stream) streamKey {
+	h := uintptr(stream)
+	if h == cudadrv.StreamLegacy {
+		h = 0
+	}
+	return streamKey{ctx, h}
+}
+
+// byStream orders frees by stream, then in each stream's order.
+func byStream(a, b *retireNode) int {
+	if c := cmp.Compare(a.stream.ctx, b.stream.ctx); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.stream.handle, b.stream.handle); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.seq, b.seq)
 }
 
 // side returns the device-side figure of device ordinal, or nil if there
@@ -79,8 +137,8 @@ func newSides(n int) []deviceSide { return make([]deviceSide, n) }
 // the figure, so it must come first only where the addition raises the
 // peak: an addition that stays within the peak is made without it, in one
 // compare-and-swap against the peak, and only where that fails (or the
-// figures show it would) are the frees reaped (a cgo call per reapBatch
-// events) before the addition that raises the peak.
+// figures show it would) are the frees reaped (one cgo call) before the
+// addition that raises the peak.
 func (sd *deviceSide) add(b *cudaBackend, ordinal int, size int64) {
 	// With peak scopes open (PeakScope), every addition may raise one of
 	// theirs, so the frees are reaped first.
@@ -182,58 +240,95 @@ func (b *cudaBackend) closeHeldScope(ordinal int, sc *tracker.Scope) error {
 	return err
 }
 
-// reap uncounts the pending frees whose events their streams have reached,
-// and keeps the others pending. A query that fails (the event or its context
-// is gone) retires the free too: nothing would ever reach it.
+// reap uncounts the pending frees whose streams have executed them, and
+// keeps the others pending. It asks each stream with frees pending, in one
+// cgo call (cudadrv.StreamEvents.Query): the newest event first, which
+// retires all of them where the stream has reached it, and otherwise the
+// first one not reached, by bisection. A query that fails (the event or its
+// context is gone) retires the free too: nothing would ever reach it.
 func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
-	// FreeAsync reaps next at twice what this reap leaves, so that a
-	// stream far behind is not queried whole at every free, and a reap
-	// that leaves little brings the bound back down.
-	defer func() { sd.reapAt.Store(2 * sd.npending.Load()) }()
-	n := sd.pending.Swap(nil)
-	if n == nil {
+	if sd.npending.Load() == 0 {
+		if sd.reapAt.Load() != 0 {
+			sd.reapAt.Store(0)
+		}
 		return
 	}
-	_, ctx, err := b.device(ordinal, "event query")
-	// The events are queried in batches of up to reapBatch, a cgo call
-	// each.
-	k := 0
-	for m := n; m != nil && k < reapBatch; m = m.next {
-		k++
+	sd.reapMu.Lock()
+	sd.reapLocked(b, ordinal)
+	sd.reapMu.Unlock()
+}
+
+// reapLocked is reap, with reapMu held.
+func (sd *deviceSide) reapLocked(b *cudaBackend, ordinal int) {
+	// FreeAsync reaps next at twice what this reap leaves, so that a
+	// stream far behind is not queried at every free, and a reap that
+	// leaves little brings the bound back down.
+	defer func() { sd.reapAt.Store(2 * sd.npending.Load()) }()
+	w := sd.waiting
+	k := len(w)
+	for n := sd.pending.Swap(nil); n != nil; n = n.next {
+		w = append(w, n)
 	}
-	nodes := make([]*retireNode, 0, k)
-	events := make([]cudadrv.Event, k)
-	answers := make([]cudadrv.Result, k)
-	for n != nil {
-		nodes = nodes[:0]
-		for ; n != nil && len(nodes) < k; n = n.next {
-			events[len(nodes)] = n.event
-			nodes = append(nodes, n)
+	if len(w) == 0 {
+		return
+	}
+	// The stack gives the newest first: reversed, the frees of one stream
+	// that one thread pushed come in their stream's order, after those
+	// that waited already, and the frees need no sort.
+	slices.Reverse(w[k:])
+	if !slices.IsSortedFunc(w, byStream) {
+		slices.SortFunc(w, byStream)
+	}
+	q := &sd.queries
+	q.Reset()
+	for i, n := range w {
+		q.Add(n.event)
+		if i+1 == len(w) || w[i+1].stream != n.stream || !n.stream.ordered() {
+			q.EndStream()
 		}
+	}
+	_, ctx, err := b.device(ordinal, "event query")
+	if err == nil {
+		q.Query(ctx)
+	}
+	kept, start, retired, bytes := w[:0], 0, int64(0), int64(0)
+	for i := range q.Streams() {
+		end := start + q.Len(i)
+		reached, r := end-start, cudadrv.Success // a lost device: nothing would ever reach them, retired
 		if err == nil {
-			cudadrv.EventsReached(ctx, events[:len(nodes)], answers)
-		} else {
-			clear(answers) // nothing would ever reach them: retired
+			reached, r = q.Reached(i)
 		}
-		for i, m := range nodes {
-			if answers[i] == cudadrv.NotReady {
-				sd.push(m)
-				continue
-			}
-			sd.npending.Add(-1)
-			sd.drop(m.size, true)
-			if m.foreign {
-				cudadrv.EventDestroy(m.event)
-			} else if answers[i] == cudadrv.Success {
-				sd.putSpare(m.event)
-			}
+		for _, n := range w[start : start+reached] {
+			retired++
+			bytes += n.size
+			sd.retire(n, r)
 		}
+		kept = append(kept, w[start+reached:end]...)
+		start = end
+	}
+	clear(w[len(kept):]) // the retired, held by the slice no more
+	sd.waiting = kept
+	sd.npending.Add(-retired)
+	sd.drop(bytes, true)
+}
+
+// retire ends the wait of free n, whose stream has reached its event (r
+// Success) or whose query failed (r the error): an event of the device's
+// primary context is kept, with n, for the next FreeAsync; one of another
+// context is destroyed; one whose query failed is left alone.
+func (sd *deviceSide) retire(n *retireNode, r cudadrv.Result) {
+	switch {
+	case n.foreign:
+		cudadrv.EventDestroy(n.event)
+	case r == cudadrv.Success:
+		*n = retireNode{event: n.event}
+		sd.putSpare(n)
 	}
 }
 
-// reapBatch is how many events reap queries in one cgo call, and how many
-// frees may wait for their events before FreeAsync reaps them itself.
-const reapBatch = 64
+// pendingBound is how many frees may wait for their events before
+// FreeAsync reaps them itself.
+const pendingBound = 64
 
 func (sd *deviceSide) push(n *retireNode) {
 	for {
@@ -244,23 +339,26 @@ func (sd *deviceSide) push(n *retireNode) {
 	}
 }
 
-// putSpare keeps e, an event of the device's primary context, for reuse.
-func (sd *deviceSide) putSpare(e cudadrv.Event) {
+// putSpare keeps n, with its event of the device's primary context, for
+// reuse.
+func (sd *deviceSide) putSpare(n *retireNode) {
 	sd.spareMu.Lock()
-	sd.spare = append(sd.spare, e)
+	sd.spare = append(sd.spare, n)
 	sd.spareMu.Unlock()
 }
 
-// spareEvent returns an event reached before, or the zero Event.
-func (sd *deviceSide) spareEvent() cudadrv.Event {
+// takeSpare returns a node with an event reached before, or nil.
+func (sd *deviceSide) takeSpare() *retireNode {
 	sd.spareMu.Lock()
 	defer sd.spareMu.Unlock()
-	if k := len(sd.spare); k > 0 {
-		e := sd.spare[k-1]
-		sd.spare = sd.spare[:k-1]
-		return e
+	k := len(sd.spare)
+	if k == 0 {
+		return nil
 	}
-	return cudadrv.Event{}
+	n := sd.spare[k-1]
+	sd.spare[k-1] = nil
+	sd.spare = sd.spare[:k-1]
+	return n
 }
 
 // Stream-ordered allocation and the memory pools are the CUDA backend's
@@ -360,38 +458,51 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if err != nil {
 		return fillError(err, d, size, nil)
 	}
-	event := sd.spareEvent()
+	n := sd.takeSpare() // a node, and its event, to reuse
+	var event cudadrv.Event
+	if n != nil {
+		event = n.event
+	}
 	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), event)
-	if !event.IsZero() && f.SpareUnused {
-		sd.putSpare(event)
-		event = cudadrv.Event{}
+	if n != nil && f.SpareUnused {
+		sd.putSpare(n) // the stream's context needs an event of its own
+		n = nil
 	}
 	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
 		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
-		if !event.IsZero() {
-			sd.putSpare(event)
+		if n != nil {
+			sd.putSpare(n)
 		}
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
-		if !event.IsZero() {
-			sd.putSpare(event)
+		if n != nil {
+			sd.putSpare(n)
 		}
 		return fillError(err, d, size, nil)
 	}
+	if n == nil {
+		n = new(retireNode)
+	}
+	*n = retireNode{event: f.Event, stream: keyOf(f.StreamCtx, stream), seq: f.Seq, size: size, foreign: f.Foreign}
 	// The free is enqueued: count it, then learn when it executes.
 	if f.Retired {
+		// The event could not be recorded; the stream was synchronized.
 		sd.drop(size, true)
-	} else {
-		sd.push(&retireNode{event: f.Event, size: size, foreign: f.Foreign})
-		if sd.npending.Add(1) >= max(sd.reapAt.Load(), reapBatch) {
-			// Nothing else may read the figures for a while: keep the
-			// frees waiting, and their events, bounded (reap sets the
-			// next bound).
-			sd.reap(b, ordinal)
+		if !f.Event.IsZero() {
+			sd.retire(n, cudadrv.Success) // never recorded: reached
 		}
+		return nil
+	}
+	sd.push(n)
+	if sd.npending.Add(1) >= max(sd.reapAt.Load(), pendingBound) && sd.reapMu.TryLock() {
+		// Nothing else may read the figures for a while: keep the frees
+		// waiting, and their events, bounded (reap sets the next bound).
+		// Where another reap runs, it does that.
+		sd.reapLocked(b, ordinal)
+		sd.reapMu.Unlock()
 	}
 	return nil
 }

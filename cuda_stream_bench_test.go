@@ -104,6 +104,11 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// trackedWork of arithmetic, the host time that the tracked
 		// pair's Go code takes: the control that shows what any host work
 		// between the driver calls costs on the fake, whatever it does.
+		// A fifth block, event, is the event's own cost apart: 64 times
+		// the marker recorded on the stream again and queried at once
+		// (cuEventRecord and cuEventQuery, one cgo call), in a context
+		// already current, which a pair that learned of its free by an
+		// event recorded and queried on its own would pay.
 		b.Run("size="+size.name+"/pair=interleaved", func(b *testing.B) {
 			_, ctx, err := cudaDeviceOf(0, "bench")
 			if err != nil {
@@ -158,12 +163,26 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 					}
 					syncStream(b, d, s)
 				},
+				func() { // event
+					r := cudatest.InContext(uintptr(ctx), func() {
+						for range block {
+							if r := cudatest.RecordAgain(marker, uintptr(s)); r != cudadrv.Success && r != cudadrv.NotReady {
+								b.Fatal(resultError("event", "", r))
+							}
+						}
+					})
+					if r != cudadrv.Success {
+						b.Fatal(resultError("context", "", r))
+					}
+					syncStream(b, d, s)
+				},
 			)
-			raw, marked, tracked, busy := took[0], took[1], took[2], took[3]
+			raw, marked, tracked, busy, event := took[0], took[1], took[2], took[3], took[4]
 			b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
 			b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
 			b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
 			b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
+			b.ReportMetric(float64(event.Nanoseconds())/float64(n), "event-ns/pair")
 			b.ReportMetric(float64(tracked)/float64(raw), "ratio")
 			b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
 			b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")

@@ -4,9 +4,11 @@ package memtrack
 
 import (
 	"fmt"
+	"testing"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"
+	"github.com/stretchr/testify/require"
 )
 
 // Helpers of the stream-ordered tests and benchmarks.
@@ -72,4 +74,47 @@ func rawAllocFreeAsync(ctx cuContext, size int64, stream Stream, marker uintptr)
 		return resultError("free", "", r)
 	}
 	return nil
+}
+
+// driverCalls returns a function that gives, for each of names (the driver's
+// entry points by base name), the calls the process has made to it since
+// driverCalls was called, as the fake driver counts them; the test skips
+// where the driver counts none (a real one).
+func driverCalls(tb testing.TB, names ...string) func() map[string]uint64 {
+	tb.Helper()
+	require.NoError(tb, cudatest.Load())
+	if _, ok := cudatest.DriverCalls("cuInit"); !ok {
+		tb.Skip("the driver counts no calls: needs the fake driver of testdata/fakecuda")
+	}
+	snapshot := func() map[string]uint64 {
+		m := make(map[string]uint64, len(names))
+		for _, n := range names {
+			m[n], _ = cudatest.DriverCalls(n)
+		}
+		return m
+	}
+	before := snapshot()
+	return func() map[string]uint64 {
+		made := snapshot()
+		for n := range made {
+			made[n] -= before[n]
+		}
+		return made
+	}
+}
+
+// quietSide readies device d for a count of the calls that learn of frees:
+// its device-side peak well above what the test holds, so that no
+// allocation raises it (which would read the events first), and no free
+// pending.
+func quietSide(t *testing.T, d Device) *deviceSide {
+	t.Helper()
+	sd := sideOf(d.Ordinal())
+	require.NotNil(t, sd)
+	big, err := d.Alloc(64 << 20)
+	require.NoError(t, err)
+	require.NoError(t, big.Free())
+	d.MemoryStats() // reads every event reached
+	require.Zero(t, sd.npending.Load(), "a free of an earlier test is still pending")
+	return sd
 }

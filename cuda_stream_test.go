@@ -628,7 +628,7 @@ func TestCUDAStreamReconcile(t *testing.T) {
 // order and never reads its figures must not pile up a pending free (and an
 // event) per FreeAsync. An allocation that stays within the device-side
 // peak no longer reaps the pending events (count), so FreeAsync reaps them
-// itself once reapBatch wait; the figures stay exact when read.
+// itself once pendingBound wait; the figures stay exact when read.
 func TestCUDAPendingEventsBounded(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
@@ -640,24 +640,24 @@ func TestCUDAPendingEventsBounded(t *testing.T) {
 	require.NoError(t, big.Free())
 	// A stream far behind at an earlier FreeAsync raised the bound; a
 	// reading that reaps every free must bring it down again.
-	sd.reapAt.Store(10 * reapBatch)
+	sd.reapAt.Store(10 * pendingBound)
 	before := d.MemoryStats()
 	require.Zero(t, sd.npending.Load())
-	const rounds = 20 * reapBatch
+	const rounds = 20 * pendingBound
 	most := int64(0)
 	for i := range rounds {
 		b, err := d.AllocAsync(1<<10, s)
 		require.NoError(t, err)
 		require.NoError(t, b.FreeAsync(s))
 		most = max(most, sd.npending.Load())
-		if i%reapBatch == reapBatch-1 {
-			syncStream(t, d, s) // at most reapBatch frees unexecuted at once
+		if i%pendingBound == pendingBound-1 {
+			syncStream(t, d, s) // at most pendingBound frees unexecuted at once
 		}
 	}
-	// A reap leaves at most the reapBatch frees since the last synchronize,
+	// A reap leaves at most the pendingBound frees since the last synchronize,
 	// and the next one comes at twice that: far below one per free (which
 	// is what the loop left before FreeAsync reaped).
-	assert.LessOrEqual(t, most, int64(2*reapBatch), "pending frees after %d FreeAsyncs", rounds)
+	assert.LessOrEqual(t, most, int64(2*pendingBound), "pending frees after %d FreeAsyncs", rounds)
 	syncStream(t, d, s)
 	after := d.MemoryStats()
 	assert.Equal(t, before.Held, after.Held, "every free executed and counted")
@@ -1047,16 +1047,19 @@ func TestCUDATrimReading(t *testing.T) {
 }
 
 // FuzzCUDAStreamFigures runs a sequence of stream-ordered allocations and
-// frees on three streams
-// against a sequential model: at every step Held is at least Tracked and
-// Tracked is the model's live bytes; after the streams are synchronized,
-// Held meets Tracked, and on the fake (which rounds nothing) the pool's used
+// frees on three streams, some of them held back (a host function that
+// waits), against a sequential model: at every step Held is at least
+// Tracked and Tracked is the model's live bytes, and on the fake (which
+// rounds nothing) Held is at least the pool's used bytes read after it, so
+// that no free leaves Held before its stream has run it; after the streams
+// are synchronized, Held meets Tracked, and on the fake the pool's used
 // bytes are the live stream-ordered bytes and Rounding is 0.
 //
 //	go test -tags cuda -run '^$' -fuzz FuzzCUDAStreamFigures -fuzztime 30s
 func FuzzCUDAStreamFigures(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{0, 0, 0, 3, 3, 3, 9, 1, 4, 7, 2, 5, 8, 6})
+	f.Add([]byte{0, 0, 2, 5, 0, 0, 2, 2, 1, 11, 1, 8, 2, 2, 4})
 	d, err := CUDA(0)
 	if err != nil {
 		f.Skip(err)
@@ -1066,6 +1069,7 @@ func FuzzCUDAStreamFigures(f *testing.F) {
 	}
 	streams := []Stream{DefaultStream, newStream(f, d), newStream(f, d)}
 	syncAll := func(t *testing.T) {
+		cudatest.ReleaseStreams()
 		for _, s := range streams {
 			syncStream(t, d, s)
 		}
@@ -1080,8 +1084,9 @@ func FuzzCUDAStreamFigures(f *testing.F) {
 		}
 		var bufs []live
 		var tracked, pooled int64
+		defer cudatest.ReleaseStreams() // where the input fails
 		for i, op := range ops {
-			switch op % 5 {
+			switch op % 6 {
 			case 0, 1: // allocate on one of the streams
 				s := streams[int(op/5)%len(streams)]
 				size := int64(op%7+1) << 12
@@ -1115,10 +1120,17 @@ func FuzzCUDAStreamFigures(f *testing.F) {
 					pooled -= bufs[n-1].b.Size()
 					bufs = bufs[:n-1]
 				}
+			case 5: // hold one of the streams back until the next synchronization
+				inContext(t, d, func() {
+					require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(streams[int(op/6)%len(streams)])))
+				})
 			}
 			st := d.MemoryStats()
 			require.Equal(t, base.Tracked+tracked, st.Tracked, "step %d", i)
 			require.GreaterOrEqual(t, st.Held, st.Tracked, "step %d", i)
+			if onFake() {
+				require.GreaterOrEqual(t, st.Held-base.Held, poolStats(t, d).PoolUsed-basePool, "step %d: a free left Held before its stream ran it", i)
+			}
 		}
 		syncAll(t)
 		st := d.MemoryStats()

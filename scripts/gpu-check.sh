@@ -37,8 +37,10 @@
 #	                    printing the driver's graph memory figures beside
 #	                    memtrack's need of each graph, and the main job
 #	                    with its decode step captured in graphs: the
-#	                    budget's figure beside what the driver reserved)
-#	                    and the CUDA benchmarks
+#	                    budget's figure beside what the driver reserved),
+#	                    the stream-ordered pair's benchmark (tracked and
+#	                    raw side by side, the event's own cost apart) and
+#	                    the other CUDA benchmarks
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
 # NVIDIA driver (libcuda.so.1, found as the dynamic loader finds it:
@@ -161,8 +163,14 @@ readings() {
 	return $rc
 }
 step "readings: which semantics this driver follows where the fake offers a choice" readings
-step "benchmarks: tracked cuMemAlloc+cuMemFree and cuMemAllocAsync+cuMemFreeAsync against the raw pairs" \
-	./memtrack.test -test.run '^$' -test.bench CUDA -test.benchmem -test.benchtime "$benchtime" -test.count 3
+# The stream-ordered pair alone, for its table: per size, the raw pair,
+# the tracked pair, and, interleaved in one run, each per pair (raw-ns,
+# tracked-ns) with the event's own cost apart (event-ns: cuEventRecord and
+# cuEventQuery of one event) and the ratio of tracked to raw.
+step "benchmarks: the stream-ordered pair, tracked against raw, the event's own cost apart" \
+	./memtrack.test -test.run '^$' -test.bench '^BenchmarkCUDAAllocFreeAsync$' -test.benchmem -test.benchtime "$benchtime" -test.count 3
+step "benchmarks: tracked cuMemAlloc+cuMemFree and the other CUDA benchmarks against the raw pairs" \
+	./memtrack.test -test.run '^$' -test.bench CUDA -test.skip '^BenchmarkCUDAAllocFreeAsync$' -test.benchmem -test.benchtime "$benchtime" -test.count 3
 cutests() {
 	./cu.test -test.count=1 -test.short -test.v -test.timeout 90s >cu-tests.log 2>&1
 	local rc=$?

@@ -25,6 +25,8 @@ typedef struct {
 	int retired;        // memtrack_free_async: the free is known to be executed
 	int foreign;        // the stream is of another context than ctx (memtrack_enter_stream)
 	int spare_unused;   // memtrack_free_async: the event given was not used
+	unsigned long long seq; // memtrack_free_async: the event's number among those recorded on its stream
+	CUcontext stream_ctx; // the stream's context (memtrack_enter_stream)
 	CUdevice stream_device; // the stream's device, where other_device
 	int other_device;   // the stream is of another device: the operation did not run
 	int capturing;      // the stream's CUstreamCaptureStatus: where not 0 (NONE), the operation did not run
@@ -45,17 +47,29 @@ static inline CUresult memtrack_leave(CUcontext ctx, CUcontext prev) {
 	return prev == ctx ? CUDA_SUCCESS : memtrack_cu.cuCtxSetCurrent(prev);
 }
 
+// memtrack_default_stream reports whether stream is one of the handles that
+// name the calling thread's current context's default stream: NULL and
+// CU_STREAM_LEGACY (the legacy default stream), CU_STREAM_PER_THREAD (the
+// thread's own).
+static inline int memtrack_default_stream(CUstream stream) {
+	return stream == NULL || stream == MEMTRACK_STREAM_LEGACY || stream == MEMTRACK_STREAM_PER_THREAD;
+}
+
 // memtrack_enter_stream makes current, on the calling thread, the context
-// that stream belongs to (cuStreamGetCtx: ctx itself for the default
-// streams and ctx's streams), so that an event recorded on the stream is of
-// its context, as cuEventRecord requires. It returns in *prev the context
-// that was current, and reports a stream of another context in res->foreign
-// and one of another device than ctx's in res->other_device, with its
-// device in res->stream_device (nothing else should then run). Undo it with
+// that stream belongs to, so that an event recorded on the stream is of its
+// context, as cuEventRecord requires: cuStreamGetCtx's answer, or, for a
+// default stream's handle, ctx itself without asking (cuStreamGetCtx
+// returns the calling thread's current context for those). It returns in
+// *prev the context that was current, reports the stream's context in
+// res->stream_ctx, a stream of another context in res->foreign and one of
+// another device than ctx's in res->other_device, with its device in
+// res->stream_device (nothing else should then run). Undo it with
 // memtrack_leave_stream.
 static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *res) {
 	CUresult r = memtrack_enter(ctx, prev);
 	if (r != CUDA_SUCCESS) return r;
+	res->stream_ctx = ctx;
+	if (memtrack_default_stream(stream)) return CUDA_SUCCESS;
 	CUcontext sctx = NULL;
 	r = memtrack_cu.cuStreamGetCtx(stream, &sctx);
 	if (r != CUDA_SUCCESS || sctx == ctx) {
@@ -63,6 +77,7 @@ static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUc
 		return r;
 	}
 	res->foreign = 1;
+	res->stream_ctx = sctx;
 	CUdevice want = 0;
 	r = memtrack_cu.cuCtxGetDevice(&want);
 	if (r == CUDA_SUCCESS) r = memtrack_cu.cuCtxSetCurrent(sctx);

@@ -101,9 +101,13 @@ func TestCrossStreamFreeByEvent(t *testing.T) {
 	require.Equal(t, cudadrv.Call{}, f.Call)
 	require.False(t, f.Event.IsZero())
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2)) })
-	out := make([]cudadrv.Result, 1)
-	cudadrv.EventsReached(ctx, []cudadrv.Event{f.Event}, out)
-	assert.Equal(t, cudadrv.Success, out[0])
+	var q cudadrv.StreamEvents
+	q.Add(f.Event)
+	q.EndStream()
+	q.Query(ctx)
+	n, r := q.Reached(0)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, cudadrv.Success, r)
 	cudadrv.EventDestroy(f.Event)
 }
 

@@ -70,8 +70,24 @@
 //
 //   - Events. cuEventRecord: "hEvent and hStream must be from the same
 //     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the
-//     context it was created in (cuStreamGetCtx). FreeAsync therefore runs
-//     in the stream's context and records an event of that context.
+//     context it was created in, and for the special handles (NULL,
+//     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) cuStreamGetCtx returns "the
+//     context current to the calling thread". FreeAsync therefore runs in
+//     the stream's context and records an event of that context; AllocAsync
+//     and FreeAsync make ctx current first, so they ask cuStreamGetCtx only
+//     about a stream of one's own.
+
+//   - Event order. cuEventRecord "Captures in hEvent the contents of hStream
+//     at the time of this call", and cuEventQuery returns CUDA_SUCCESS "if
+//     all captured work has been completed": of two events recorded on one
+//     stream, the later one's work holds the earlier one's, so where the
+//     later is reached so is the earlier. StreamEvents.Query asks each
+//     stream for its newest event first, and bisects only where it is not
+//     reached. cuStreamDestroy, called while the device still works on the
+//     stream, returns at once, and the stream's resources are "released
+//     automatically once the device has completed all work" in it: a handle
+//     the driver gives a new stream finds every event of the old one
+//     reached.
 //
 //   - Host functions. cuLaunchHostFunc: the function "will block work added
 //     after it"; "host functions without a mandated order (such as in

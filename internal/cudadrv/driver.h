@@ -70,6 +70,11 @@ enum {
 	CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
 };
 
+// The handles of the default streams (cuda.h's CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD; NULL is the legacy one too).
+#define MEMTRACK_STREAM_LEGACY ((CUstream)0x1)
+#define MEMTRACK_STREAM_PER_THREAD ((CUstream)0x2)
+
 // ---- the calls
 
 // MEMTRACK_ESSENTIAL marks a call without which the backend is unavailable;

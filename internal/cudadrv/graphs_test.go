@@ -620,7 +620,8 @@ func TestGraphAllocAsyncIn(t *testing.T) {
 	k, s := newGraphKit(t)
 	other := newStream(t, k.ctx)
 	none := cudadrv.AllocAsyncIn(k.ctx, mib, s, cudadrv.OnlyCapture)
-	assert.Equal(t, cudadrv.StreamCall{}, none, "OnlyCapture allocates nothing on a stream that is not capturing")
+	assert.Equal(t, cudadrv.StreamCall{StreamCtx: none.StreamCtx}, none, "OnlyCapture allocates nothing on a stream that is not capturing")
+	assert.Equal(t, k.ctx, none.StreamCtx, "and reports the stream's context")
 
 	var node, outliving uintptr
 	var g uintptr

@@ -9,6 +9,7 @@ package cudadrv
 // goroutine need not be locked to its thread.
 
 /*
+#include <pthread.h>
 #include <stdint.h>
 
 #include "context.h"
@@ -16,6 +17,33 @@ package cudadrv
 // What memtrack_alloc_async does on a stream that captures a graph
 // (CaptureAlloc).
 enum { MEMTRACK_CAPTURE_REFUSE, MEMTRACK_CAPTURE_ALLOW, MEMTRACK_CAPTURE_ONLY };
+
+// The events FreeAsync records after its frees are numbered per stream, in
+// the stream's order: a stream hashes to one of these locks, under which
+// its event is recorded and numbered, so that of two threads that free on
+// one stream at once, the one whose event comes first in the stream takes
+// the lower number. Streams that share a lock share its numbers, which
+// still rise along each stream.
+#define MEMTRACK_RECORD_LOCKS 64
+static pthread_mutex_t memtrack_record_mu[MEMTRACK_RECORD_LOCKS] = {[0 ... MEMTRACK_RECORD_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER};
+static unsigned long long memtrack_record_seq[MEMTRACK_RECORD_LOCKS];
+
+// memtrack_record records event on stream and returns in *seq its number:
+// 0 for the per-thread default stream, whose handle names another stream
+// on each thread, so that its events are not numbered in one order.
+static CUresult memtrack_record(CUevent event, CUstream stream, unsigned long long *seq) {
+	if (stream == MEMTRACK_STREAM_PER_THREAD) {
+		*seq = 0;
+		return memtrack_cu.cuEventRecord(event, stream);
+	}
+	uintptr_t h = stream == MEMTRACK_STREAM_LEGACY ? 0 : (uintptr_t)stream; // NULL names the same stream
+	unsigned i = (unsigned)(((h >> 4) * 0x9E3779B97F4A7C15ull) >> 58); // 64 locks
+	pthread_mutex_lock(&memtrack_record_mu[i]);
+	CUresult r = memtrack_cu.cuEventRecord(event, stream);
+	*seq = ++memtrack_record_seq[i];
+	pthread_mutex_unlock(&memtrack_record_mu[i]);
+	return r;
+}
 
 // memtrack_alloc_async allocates size bytes on stream from the current pool
 // of the stream's device, in the stream's context; a stream of another
@@ -65,8 +93,8 @@ static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr
 
 // memtrack_free_async frees ptr on stream and arranges to learn when the
 // stream has executed the free: with event (created if NULL) recorded after
-// the free. Where the event cannot be recorded, it waits for the stream and
-// reports the free retired.
+// the free, and numbered (memtrack_record). Where the event cannot be
+// recorded, it waits for the stream and reports the free retired.
 static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr_t handle, CUevent event) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
@@ -91,7 +119,7 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 	a.op = memtrack_cu.cuMemFreeAsync(ptr, stream);
 	if (a.op == CUDA_SUCCESS) {
 		CUresult r = a.event ? CUDA_SUCCESS : memtrack_cu.cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
-		if (r == CUDA_SUCCESS) r = memtrack_cu.cuEventRecord(a.event, stream);
+		if (r == CUDA_SUCCESS) r = memtrack_record(a.event, stream, &a.seq);
 		if (r != CUDA_SUCCESS) {
 			memtrack_cu.cuStreamSynchronize(stream);
 			a.retired = 1;
@@ -118,24 +146,67 @@ static memtrack_result memtrack_check_stream(uintptr_t c, uintptr_t handle, int 
 // once reached: memtrack keeps only events of its own context for reuse.
 static void memtrack_event_destroy(CUevent e) { memtrack_cu.cuEventDestroy(e); }
 
-// memtrack_events_reached queries the n events in ctx, in one call, and
-// writes each one's answer to out: CUDA_SUCCESS once its stream has reached
-// it, CUDA_ERROR_NOT_READY before. Where the context cannot be made current,
-// or the previous one current again, that failure is the answer of every
-// event that would have answered CUDA_SUCCESS.
-static void memtrack_events_reached(uintptr_t c, const CUevent *events, CUresult *out, int n) {
+// memtrack_reached is, for the events of one stream, how many of them the
+// stream has reached, from the oldest, and the answer that says so:
+// CUDA_SUCCESS, or the error of a query that failed, which counts as
+// reached (nothing will run in the context again).
+typedef struct {
+	int reached;
+	CUresult result;
+} memtrack_reached;
+
+// memtrack_reached_prefix answers for the n events of one stream, oldest
+// first (n > 0). A query that finds an event reached finds every older one
+// reached too: an event captures all the work enqueued on its stream before
+// it (cuEventRecord), so the work of an older event is part of a newer
+// one's. The newest is queried first, and where the stream has not reached
+// it, the first event not reached is found by bisection: at most
+// 1 + ceil(log2 n) queries.
+static memtrack_reached memtrack_reached_prefix(const CUevent *ev, int n) {
+	memtrack_reached a = {n, memtrack_cu.cuEventQuery(ev[n - 1])};
+	if (a.result != CUDA_ERROR_NOT_READY) return a;
+	a.result = CUDA_SUCCESS;
+	int lo = 0, hi = n - 1; // ev[0..lo) reached, ev[hi] not
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		CUresult r = memtrack_cu.cuEventQuery(ev[mid]);
+		if (r == CUDA_ERROR_NOT_READY) {
+			hi = mid;
+			continue;
+		}
+		lo = mid + 1;
+		if (r != CUDA_SUCCESS) a.result = r;
+	}
+	a.reached = lo;
+	return a;
+}
+
+// memtrack_streams_reached answers, in ctx and in one call, for the events
+// of nstreams streams: stream i's, oldest first, end at ends[i] in events
+// (and start at ends[i-1], or 0). Where the context cannot be made current,
+// that failure is every stream's answer, every event counting as reached;
+// where the previous context cannot be made current again, that failure
+// replaces every CUDA_SUCCESS.
+static void memtrack_streams_reached(uintptr_t c, const CUevent *events, const int *ends, int nstreams, memtrack_reached *out) {
 	CUcontext ctx = (CUcontext)c;
 	CUcontext prev;
 	CUresult r = memtrack_enter(ctx, &prev);
-	for (int i = 0; i < n; i++) out[i] = r == CUDA_SUCCESS ? memtrack_cu.cuEventQuery(events[i]) : r;
+	for (int i = 0, start = 0; i < nstreams; start = ends[i++]) {
+		out[i] = r == CUDA_SUCCESS ? memtrack_reached_prefix(events + start, ends[i] - start) : (memtrack_reached){ends[i] - start, r};
+	}
 	if (r != CUDA_SUCCESS) return;
 	CUresult r2 = memtrack_leave(ctx, prev);
-	for (int i = 0; r2 != CUDA_SUCCESS && i < n; i++) {
-		if (out[i] == CUDA_SUCCESS) out[i] = r2;
+	for (int i = 0; r2 != CUDA_SUCCESS && i < nstreams; i++) {
+		if (out[i].result == CUDA_SUCCESS) out[i].result = r2;
 	}
 }
 */
 import "C"
+
+import (
+	"slices"
+	"unsafe"
+)
 
 // Event is a CUDA event (CUevent); the zero Event is none.
 type Event struct{ p C.CUevent }
@@ -143,12 +214,23 @@ type Event struct{ p C.CUevent }
 // IsZero reports whether e is no event.
 func (e Event) IsZero() bool { return e.p == nil }
 
+// The handles of the default streams: 0 and StreamLegacy name the legacy
+// default stream of the calling thread's current context, StreamPerThread
+// the thread's own default stream (cuda.h's CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD).
+const (
+	StreamLegacy    uintptr = 0x1
+	StreamPerThread uintptr = 0x2
+)
+
 // StreamCall is what a stream-ordered operation reports.
 type StreamCall struct {
 	Call
 	Ptr          uintptr // AllocAsync: the allocation
 	Event        Event   // FreeAsync: the event recorded after the free
+	Seq          uint64  // FreeAsync: the event's number, which rises along its stream's order
 	Retired      bool    // FreeAsync: the free is known to have run (the stream was synchronized)
+	StreamCtx    Context // the stream's context
 	Foreign      bool    // the stream is of another context than ctx
 	SpareUnused  bool    // FreeAsync: the event given was not used (another context's stream)
 	OtherDevice  bool    // the stream is of another device than ctx's: nothing ran
@@ -162,8 +244,8 @@ type StreamCall struct {
 
 func streamCallOf(r C.memtrack_result) StreamCall {
 	return StreamCall{
-		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Retired: r.retired != 0,
-		Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
+		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Seq: uint64(r.seq), Retired: r.retired != 0,
+		StreamCtx: Context(uintptr(unsafe.Pointer(r.stream_ctx))), Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
 		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureStatus: CaptureStatus(r.capturing),
 		CaptureID: uint64(r.capture_id),
 	}
@@ -171,12 +253,13 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 
 // AllocAsync allocates size bytes on stream (cuMemAllocAsync), from the
 // current pool of the stream's device, in the stream's context
-// (cuStreamGetCtx). A stream of another device than ctx's, or one that is
-// capturing a graph (cuStreamGetCaptureInfo_v2, which gives the capture's
-// ID in the same call; cuStreamIsCapturing before CUDA 11.3), allocates
-// nothing. Where the
-// driver lacks cuMemAllocAsync the result is CUDA_ERROR_NOT_SUPPORTED
-// (MemPools says why); so for FreeAsync and cuMemFreeAsync.
+// (cuStreamGetCtx; ctx itself for a default stream's handle, which the
+// driver is not asked about). A stream of another device than ctx's, or
+// one that is capturing a graph (cuStreamGetCaptureInfo_v2, which gives the
+// capture's ID in the same call; cuStreamIsCapturing before CUDA 11.3),
+// allocates nothing. Where the driver lacks cuMemAllocAsync the result is
+// CUDA_ERROR_NOT_SUPPORTED (MemPools says why); so for FreeAsync and
+// cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 	return AllocAsyncIn(ctx, size, stream, RefuseCapture)
 }
@@ -228,29 +311,75 @@ func CheckStream(ctx Context, stream uintptr) StreamCall {
 
 // FreeAsync frees ptr on stream (cuMemFreeAsync) in the stream's context
 // and arranges to learn when it has run: with event (created where zero, or
-// where the stream is of another context) recorded after the free. Where
-// the event cannot be recorded it synchronizes the stream and reports the
-// free retired.
+// where the stream is of another context) recorded after the free, and
+// numbered so that of two events of FreeAsync on one stream, the one the
+// stream reaches first has the lower Seq, whichever threads recorded them
+// (the per-thread default stream's are not numbered: Seq 0).
+// Where the event cannot be recorded it synchronizes the stream and reports
+// the free retired.
 func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall {
 	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), event.p))
 }
 
-// EventsReached queries events in ctx (cuEventQuery), in one call, and
-// writes each one's answer to out: Success once its stream has reached it,
-// NotReady before, or the error of the query.
-func EventsReached(ctx Context, events []Event, out []Result) {
-	if len(events) == 0 {
+// StreamEvents holds events recorded on streams, grouped by stream, each
+// stream's in the order the stream reaches them, and, once Query has asked
+// the driver, how many of each stream's events, from the oldest, the stream
+// has reached. Its buffers are kept from one use to the next.
+type StreamEvents struct {
+	events []C.CUevent
+	ends   []C.int // where each stream's events end in events
+	out    []C.memtrack_reached
+}
+
+// Reset empties s, keeping its buffers.
+func (s *StreamEvents) Reset() {
+	s.events, s.ends, s.out = s.events[:0], s.ends[:0], s.out[:0]
+}
+
+// Add adds e, the next event of the stream being added; EndStream ends
+// the stream.
+func (s *StreamEvents) Add(e Event) { s.events = append(s.events, e.p) }
+
+// EndStream ends the stream being added; the next Add starts another.
+func (s *StreamEvents) EndStream() {
+	if n := len(s.events); len(s.ends) == 0 || int(s.ends[len(s.ends)-1]) < n {
+		s.ends = append(s.ends, C.int(n))
+	}
+}
+
+// Streams returns how many streams s holds.
+func (s *StreamEvents) Streams() int { return len(s.ends) }
+
+// Len returns how many events stream i holds.
+func (s *StreamEvents) Len(i int) int {
+	if i == 0 {
+		return int(s.ends[0])
+	}
+	return int(s.ends[i] - s.ends[i-1])
+}
+
+// Query asks, in ctx and in one call, how far each stream has come through
+// its events (cuEventQuery): the newest event of each stream first, all
+// older ones being reached where it is (an event captures all the work
+// enqueued on its stream before it), and, where it is not, the first event
+// not reached found by bisection, in at most 1 + ceil(log2 n) queries for
+// n events. A query that fails counts as reached: nothing will run in the
+// context again.
+func (s *StreamEvents) Query(ctx Context) {
+	s.out = slices.Grow(s.out[:0], len(s.ends))[:len(s.ends)]
+	if len(s.ends) == 0 {
 		return
 	}
-	ev := make([]C.CUevent, len(events))
-	for i, e := range events {
-		ev[i] = e.p
-	}
-	res := make([]C.CUresult, len(events))
-	C.memtrack_events_reached(C.uintptr_t(ctx), &ev[0], &res[0], C.int(len(events)))
-	for i := range out[:len(events)] {
-		out[i] = Result(res[i])
-	}
+	C.memtrack_streams_reached(C.uintptr_t(ctx), &s.events[0], &s.ends[0], C.int(len(s.ends)), &s.out[0])
+}
+
+// Reached returns how many of stream i's events, from the oldest, the
+// stream has reached, as Query found, and the answer that said so: Success,
+// or the error of a failed query (or of making ctx current, or the previous
+// context current again), after which the events are not to be recorded
+// again.
+func (s *StreamEvents) Reached(i int) (int, Result) {
+	return int(s.out[i].reached), Result(s.out[i].result)
 }
 
 // EventDestroy destroys an event (cuEventDestroy).

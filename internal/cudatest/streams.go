@@ -47,6 +47,13 @@ static cudatest_handle cudatest_record_query(uintptr_t stream) {
 	return (cudatest_handle){(uintptr_t)e, r};
 }
 
+// cudatest_record_again records event e, of the current context, on stream
+// once more and queries it at once.
+static CUresult cudatest_record_again(uintptr_t e, uintptr_t stream) {
+	CUresult r = CUDATEST_CALL(cudatest_lib.cuEventRecord, (CUevent)e, (CUstream)stream);
+	return r == CUDA_SUCCESS ? CUDATEST_CALL(cudatest_lib.cuEventQuery, (CUevent)e) : r;
+}
+
 static CUresult cudatest_event_query(uintptr_t e) { return CUDATEST_CALL(cudatest_lib.cuEventQuery, (CUevent)e); }
 static CUresult cudatest_event_destroy(uintptr_t e) { return CUDATEST_CALL(cudatest_lib.cuEventDestroy, (CUevent)e); }
 
@@ -143,6 +150,14 @@ func StreamWait(waiter, after uintptr) cudadrv.Result {
 // EventQuery and EventDestroy.
 func RecordQuery(stream uintptr) (event uintptr, _ cudadrv.Result) {
 	return handleOf(C.cudatest_record_query(C.uintptr_t(stream)))
+}
+
+// RecordAgain records event, of the current context, on stream once more
+// (cuEventRecord) and queries it at once (cuEventQuery), in one cgo call:
+// Success if the stream had nothing before it left to run, NotReady if it
+// had. It is the event's own cost in learning when a free has executed.
+func RecordAgain(event, stream uintptr) cudadrv.Result {
+	return cudadrv.Result(C.cudatest_record_again(C.uintptr_t(event), C.uintptr_t(stream)))
 }
 
 // EventCreate creates an event without timing in ctx (cuEventCreate), for
