@@ -99,33 +99,15 @@ func (s GraphStats) String() string {
 // before it ends the capture).
 const MaxCaptures = 4096
 
-// graphs returns the stream-ordered allocator of the device, or the error
-// of graph call op where the device has no graph memory: the zero Device
-// is no device, a CPU or Metal device has no CUDA graphs (in every build),
-// a CUDA device needs the CUDA backend, then memory pools and graph
-// memory nodes. A call that changes something (change) registers the
-// device as used, as a setting does; a reading registers nothing.
+// graphs returns the device table of the device, or the error of graph
+// call op where the device has no graph memory: as [Device.streamTable]
+// says, and a CUDA device needs graph memory nodes besides memory pools.
 func (g Graphs) graphs(op string, change bool) (*deviceTable, error) {
-	d := g.dev
-	if d.kind != KindCUDA {
-		if d.kind == 0 || d.kind >= numKinds {
-			return nil, errZeroDevice(d)
-		}
-		return nil, fmt.Errorf("%w: %s on %v: CUDA graphs are CUDA's", ErrNotSupported, op, d)
-	}
-	a := start
-	if change {
-		a = use
-	}
-	s, _, err := d.lookup(a)
+	s, sb, err := g.dev.streamTable(op, change, "CUDA graphs")
 	if err != nil {
 		return nil, err
 	}
-	sb, err := s.streams(d)
-	if err != nil {
-		return nil, err
-	}
-	if err := sb.graphsSupported(d.ordinal); err != nil {
+	if err := sb.graphsSupported(g.dev.ordinal); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -16,25 +16,10 @@ func (d Device) Pool() Pool { return Pool{dev: d} }
 func (p Pool) Device() Device { return p.dev }
 
 // pools returns the stream-ordered allocator of the device of the pool, or
-// the error of pool call op where it has none: the zero Device is no
-// device, a CPU or Metal device has no CUDA pool (in every build), a CUDA
-// device needs the CUDA backend, and then memory pools. A call that
-// changes the pool (change) registers the device as used, as a setting
-// does; a reading registers nothing.
+// the error of pool call op where it has none ([Device.streamTable]).
 func (p Pool) pools(op string, change bool) (streamBackend, error) {
-	d := p.dev
-	if d.kind != KindCUDA {
-		return nil, notCUDA(op, d)
-	}
-	a := start
-	if change {
-		a = use
-	}
-	s, _, err := d.lookup(a)
-	if err != nil {
-		return nil, err
-	}
-	return s.streams(d)
+	_, sb, err := p.dev.streamTable(op, change, "stream-ordered allocation and memory pools")
+	return sb, err
 }
 
 // Stats returns the figures of the device's current memory pool (the

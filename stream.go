@@ -27,10 +27,40 @@ const DefaultStream Stream = 0
 // a CUDA device: the zero Device is no device, and a CPU or Metal device
 // never has CUDA's pools.
 func notCUDA(op string, d Device) error {
+	return notCUDAFeature(op, d, "stream-ordered allocation and memory pools")
+}
+
+// notCUDAFeature is notCUDA for a call of feature, a feature of CUDA's.
+func notCUDAFeature(op string, d Device, feature string) error {
 	if d.kind == 0 || d.kind >= numKinds {
 		return errZeroDevice(d)
 	}
-	return fmt.Errorf("%w: %s on %v: stream-ordered allocation and memory pools are CUDA's", ErrNotSupported, op, d)
+	return fmt.Errorf("%w: %s on %v: %s are CUDA's", ErrNotSupported, op, d, feature)
+}
+
+// streamTable returns the device table and the stream-ordered allocator of
+// d for call op of feature, or the error where d has none: the zero Device
+// is no device, a CPU or Metal device has none of CUDA's features (in every
+// build), a CUDA device needs the CUDA backend, then memory pools. A call
+// that changes something (change) registers the device as used, as a
+// setting does; a reading registers nothing.
+func (d Device) streamTable(op string, change bool, feature string) (*deviceTable, streamBackend, error) {
+	if d.kind != KindCUDA {
+		return nil, nil, notCUDAFeature(op, d, feature)
+	}
+	a := start
+	if change {
+		a = use
+	}
+	s, _, err := d.lookup(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := s.streams(d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, sb, nil
 }
 
 // AllocAsync allocates size bytes on the device in stream order: from the
