@@ -29,6 +29,9 @@ type Stats struct {
 	// freed with [Buffer.FreeAsync] whose stream has not yet executed the
 	// free; PeakHeld is its high-water mark, exact like PeakTracked. They
 	// equal Tracked and PeakTracked except for stream-ordered frees on CUDA.
+	// Held is read after Tracked, not with it: while other goroutines free
+	// in stream order, a buffer freed and retired between the two reads
+	// is in Tracked and not in Held, which can then read below Tracked.
 	Held, PeakHeld int64
 	// Leaks is the buffers and tracked handles that the garbage collector
 	// found unreachable without a free while the device was watched
