@@ -93,10 +93,11 @@ func TestCUDADevices(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	assert.Equal(t, KindCUDA, d.Kind())
 	assert.Equal(t, "cuda:0", d.String())
-	assert.Contains(t, Devices(), d)
+	ds := listDevices(t)
+	assert.Contains(t, ds, d)
 
 	n := 0
-	for _, d := range Devices() {
+	for _, d := range ds {
 		if d.Kind() == KindCUDA {
 			assert.Equal(t, n, d.Ordinal())
 			n++
@@ -116,7 +117,7 @@ func TestCUDADevices(t *testing.T) {
 
 func TestCUDAInvalidOrdinal(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
-	n := len(Devices()) - 1 // all but the CPU, with no Metal in a cuda build
+	n := len(listDevices(t)) - 1 // all but the CPU, with no Metal in a cuda build
 	before := d.MemoryStats()
 	for _, ord := range []int{-1, n, n + 1, 1 << 20} {
 		_, err := CUDA(ord)
@@ -567,9 +568,18 @@ func TestCUDAChildInitFailure(t *testing.T) {
 	}
 	_, err = ParseDevice("cuda:0")
 	assert.ErrorIs(t, err, ErrBackendUnavailable)
-	for _, d := range Devices() {
-		assert.NotEqual(t, KindCUDA, d.Kind(), "Devices lists %v", d)
+	ds, err := Devices()
+	require.Error(t, err, "Devices says why it lists no CUDA device")
+	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	var be *BackendError
+	if assert.ErrorAs(t, err, &be) {
+		assert.Equal(t, code, be.Code)
 	}
+	for _, want := range strings.Split(os.Getenv("MEMTRACK_WANT_TEXT"), "|") {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "one prefix: %v", err)
+	assert.Equal(t, []Device{CPU()}, ds, "the CPU alone")
 
 	d := Device{kind: KindCUDA}
 	b, err := d.Alloc(1 << 10)

@@ -1,6 +1,7 @@
 package memtrack
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -122,16 +123,27 @@ func parseOrdinal(s string) (int, bool) {
 }
 
 // Devices returns every device this build and machine reach: the CPU, then
-// each CUDA GPU, then each Metal GPU.
-func Devices() []Device {
+// each CUDA GPU, then each Metal GPU. A backend that this build has (-tags
+// cuda, -tags metal) but that cannot start here, for want of a driver or of
+// a device, lists no device, and err says why, wrapping
+// [ErrBackendUnavailable] (a [*BackendError] where the driver answered,
+// the loader's reason where it could not be loaded); the devices returned
+// work whatever err says. A backend that the build lacks is no error:
+// [CUDA], [Metal] and [ParseDevice] answer [ErrBackendNotBuilt] for its
+// devices.
+func Devices() ([]Device, error) {
 	var ds []Device
+	var errs []error
 	for k := KindCPU; k < numKinds; k++ {
 		s := openTable(k)
+		if s.err != nil && !errors.Is(s.err, ErrBackendNotBuilt) {
+			errs = append(errs, s.err)
+		}
 		for i := range s.n {
 			ds = append(ds, Device{kind: k, ordinal: i})
 		}
 	}
-	return ds
+	return ds, errors.Join(errs...)
 }
 
 // Kind returns the kind of the device.

@@ -31,8 +31,10 @@ func TestMetalDevices(t *testing.T) {
 	assert.Equal(t, memtrack.KindMetal, d.Kind())
 	assert.Equal(t, "metal:0", d.String())
 
+	ds, err := memtrack.Devices()
+	require.NoError(t, err)
 	n := 0
-	for _, dev := range memtrack.Devices() {
+	for _, dev := range ds {
 		if dev.Kind() == memtrack.KindMetal {
 			assert.Equal(t, n, dev.Ordinal(), "Devices lists the Metal GPUs in ordinal order")
 			n++

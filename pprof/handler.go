@@ -87,7 +87,12 @@ func (handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func serveIndex(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	for _, d := range memtrack.Devices() {
+	ds, err := memtrack.Devices()
+	if err != nil {
+		// A backend that cannot start: why, as a comment line each.
+		fmt.Fprintf(w, "# %s\n", strings.ReplaceAll(err.Error(), "\n", "\n# "))
+	}
+	for _, d := range ds {
 		st := d.Sites().Stats()
 		if st.Enabled {
 			fmt.Fprintf(w, "%v\trecording, %d sites, %d live buffers, %d bytes\n", d, st.Sites, st.Buffers, st.Bytes)
