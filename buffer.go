@@ -121,7 +121,7 @@ func (b *Buffer) Device() Device {
 	if b == nil {
 		return Device{}
 	}
-	return Device{kind: b.kind, ordinal: int(b.ordinal)}
+	return b.device()
 }
 
 // Bytes returns the buffer's memory where the host can address it (CPU
