@@ -45,6 +45,17 @@ static CUresult memtrack_record(CUevent event, CUstream stream, unsigned long lo
 	return r;
 }
 
+// memtrack_enter_capture enters the stream's context as
+// memtrack_enter_stream does and, for a stream of ctx's device, asks for
+// the stream's capture (memtrack_check_capture, its result in a->op). It
+// returns what entering returned; where that succeeded, the caller leaves
+// with memtrack_leave_stream.
+static inline CUresult memtrack_enter_capture(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *a) {
+	CUresult r = memtrack_enter_stream(ctx, stream, prev, a);
+	if (r == CUDA_SUCCESS && !a->other_device) a->op = memtrack_check_capture(stream, a);
+	return r;
+}
+
 // memtrack_alloc_async allocates size bytes on stream from the current pool
 // of the stream's device, in the stream's context; a stream of another
 // device than ctx's allocates nothing (other_device). On a stream whose
@@ -59,8 +70,7 @@ static memtrack_result memtrack_alloc_async(uintptr_t c, size_t size, uintptr_t 
 		return a;
 	}
 	CUcontext prev;
-	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = memtrack_check_capture((CUstream)handle, &a);
+	if ((a.enter = memtrack_enter_capture(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
 	int run = a.capturing ? mode != MEMTRACK_CAPTURE_REFUSE && a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE && a.capture_id != 0
 			      : mode != MEMTRACK_CAPTURE_ONLY;
 	if (!a.other_device && a.op == CUDA_SUCCESS && run) a.op = memtrack_cu.cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
@@ -83,8 +93,7 @@ static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr
 	}
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
-	if ((a.enter = memtrack_enter_stream(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = memtrack_check_capture(stream, &a);
+	if ((a.enter = memtrack_enter_capture(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
 	if (!a.other_device && a.op == CUDA_SUCCESS && (!a.capturing || a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE))
 		a.op = memtrack_cu.cuMemFreeAsync(ptr, stream);
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
@@ -105,8 +114,7 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
 	a.event = event;
-	if ((a.enter = memtrack_enter_stream(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device) a.op = memtrack_check_capture(stream, &a);
+	if ((a.enter = memtrack_enter_capture(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
 	if (a.other_device || a.capturing || a.op != CUDA_SUCCESS) {
 		a.restore = memtrack_leave_stream(ctx, prev, &a);
 		return a;
