@@ -137,61 +137,118 @@ func (d Device) Measure(f func() error) (Measurement, error) {
 	if f == nil {
 		return Measurement{Device: d}, fmt.Errorf("%w: measurement of %v: nil function", ErrInvalidArgument, d)
 	}
-	s, r, err := d.lookup(use)
+	m, err := d.startMeasure()
 	if err != nil {
 		return Measurement{Device: d}, err
+	}
+	if err := m.open(); err != nil {
+		return Measurement{Device: d}, err
+	}
+	ferr := runScoped([]*measuring{m}, f)
+	p, err := m.end()
+	if err != nil {
+		return p, errors.Join(wrapRun(d, ferr), err)
+	}
+	return p, wrapRun(d, ferr)
+}
+
+// measuring is a measurement under way on one device, taken in three
+// steps so that a measurement of several devices (MeasureDevices) can
+// refuse before it changes anything: startMeasure checks the device and
+// reads its memory, registering nothing; open registers it, opens the
+// scopes and reads the rest of the start; end reads the end, once
+// runScoped has run the function and closed the scopes.
+type measuring struct {
+	p         Measurement
+	s         *deviceTable
+	r         *tracker.Record
+	sc        *PeakScope
+	catScopes []*tracker.Scope
+	cats      []*tracker.Record
+	graphs    graphFigures
+}
+
+// startMeasure is the first step of a measurement of d: it checks the
+// device and reads its memory, which are what may refuse the measurement,
+// and registers nothing.
+func (d Device) startMeasure() (*measuring, error) {
+	if _, _, err := d.lookup(start); err != nil {
+		return nil, err
 	}
 	settle(d)
 	free, total, err := d.MemGetInfo()
 	if err != nil {
-		return Measurement{Device: d}, err
+		return nil, err
 	}
-	// The scope opens before the start is read, so that its peaks are
-	// never below it.
+	return &measuring{p: Measurement{Device: d, Total: total, StartUsed: max(total-free, 0)}}, nil
+}
+
+// open is the second step: it registers the device, opens the peak scopes
+// (the scope opens before the start is read, so that its peaks are never
+// below it) and reads the rest of the start.
+func (m *measuring) open() error {
+	d, p := m.p.Device, &m.p
+	s, r, err := d.lookup(use)
+	if err != nil {
+		return err
+	}
 	sc, err := d.OpenPeakScope()
 	if err != nil {
-		return Measurement{Device: d}, err
+		return err
 	}
-	p := Measurement{Device: d, StartTracked: r.Tracked(), Total: total, StartUsed: max(total-free, 0), StartNotResident: s.notResident(d.ordinal)}
+	m.s, m.r, m.sc = s, r, sc
+	p.StartTracked, p.StartNotResident = r.Tracked(), s.notResident(d.ordinal)
 	p.StartHeld, _ = deviceHeld(d, p.StartTracked, p.StartTracked)
-	readProcesses(s, d).setStart(&p)
-	graphs := readGraphs(s, d)
+	readProcesses(s, d).setStart(p)
+	m.graphs = readGraphs(s, d)
 	// Each category gets a scope of its own too.
-	catScopes, cats := d.peekCategories().startMeasure(&p)
+	m.catScopes, m.cats = d.peekCategories().startMeasure(p)
+	return nil
+}
 
-	ferr := runScoped(sc, catScopes, f)
+// close closes the scopes that open opened: once, by runScoped.
+func (m *measuring) close() {
+	m.sc.Close()
+	for _, c := range m.catScopes {
+		c.Close() // end reads the peak again
+	}
+}
 
-	p.PeakTracked, p.EndTracked = sc.PeakTracked(), r.Tracked()
-	endMeasure(catScopes, cats, &p)
+// end is the last step: it reads the end of the measurement, whose
+// scopes are closed. Its error is that of the reading of the device's
+// memory, with the figures read so far.
+func (m *measuring) end() (Measurement, error) {
+	d, p, s := m.p.Device, m.p, m.s
+	p.PeakTracked, p.EndTracked = m.sc.PeakTracked(), m.r.Tracked()
+	endMeasure(m.catScopes, m.cats, &p)
 	p.PeakTrackedIncrease = p.PeakTracked - p.StartTracked
 	settle(d)
 	p.EndHeld, _ = deviceHeld(d, p.EndTracked, p.EndTracked)
-	p.PeakHeld = sc.PeakHeld()
+	p.PeakHeld = m.sc.PeakHeld()
 	p.PeakHeldIncrease = p.PeakHeld - p.StartHeld
-	free, total, err = d.MemGetInfo()
+	free, total, err := d.MemGetInfo()
 	if err != nil {
-		return p, errors.Join(wrapRun(d, ferr), err)
+		return p, err
 	}
 	p.Total, p.EndUsed, p.EndNotResident = total, max(total-free, 0), s.notResident(d.ordinal)
 	p.UsedIncrease = p.EndUsed - p.StartUsed
 	p.Untracked = p.UsedIncrease + (p.EndNotResident - p.StartNotResident) - (p.EndHeld - p.StartHeld)
 	readProcesses(s, d).setEnd(&p)
-	if !graphs.absent && graphs.err == nil {
+	if g := m.graphs; !g.absent && g.err == nil {
 		if end := readGraphs(s, d); end.err == nil {
-			p.StartGraphReserved, p.EndGraphReserved = graphs.reserved(), end.reserved()
+			p.StartGraphReserved, p.EndGraphReserved = g.reserved(), end.reserved()
 		}
 	}
-	return p, wrapRun(d, ferr)
+	return p, nil
 }
 
-// runScoped runs f and closes sc and the categories' scopes cats, also
+// runScoped runs f and closes the scopes of the measurements ms, also
 // where f panics, so that no scope is left open to cost every later
 // allocation a load per scope.
-func runScoped(sc *PeakScope, cats []*tracker.Scope, f func() error) error {
+func runScoped(ms []*measuring, f func() error) error {
 	defer func() {
-		sc.Close() // Measure's own scope: closed once, here
-		for _, c := range cats {
-			c.Close() // closed once, here; endMeasure reads the peak again
+		for _, m := range ms {
+			m.close()
 		}
 	}()
 	return f()

@@ -39,37 +39,29 @@ func MeasureDevices(devices []Device, f func() error) ([]Measurement, error) {
 	if f == nil {
 		return ms, fmt.Errorf("%w: measurement of %s: nil function", ErrInvalidArgument, deviceList(devices))
 	}
-	// Each device's Measure runs the next device's as its function, the
-	// last one f: every scope is open while f runs. Each function returns
-	// nil, so that each Measure's error is its device's own; f's is kept
-	// aside and wrapped once.
-	ran := false
-	var ferr error
-	errs := make([]error, len(devices))
-	run := func() error {
-		ran = true
-		ferr = f()
-		return nil
-	}
-	for i := len(devices) - 1; i >= 0; i-- {
-		inner := run
-		run = func() error {
-			ms[i], errs[i] = devices[i].Measure(inner)
-			return nil
+	// Every device is checked and its memory read before any is
+	// registered, so that a refusal changes nothing; then each opens its
+	// scopes, in order, and every scope is open while f runs.
+	runs := make([]*measuring, len(devices))
+	for i, d := range devices {
+		m, err := d.startMeasure()
+		if err != nil {
+			return ms, err
 		}
+		runs[i] = m
 	}
-	_ = run() // returns nil: the errors are in errs and ferr
-	if !ran {
-		// A device failed before its scope opened, as Device.Measure
-		// fails, and the devices before it measured nothing.
-		for i, d := range devices {
-			ms[i] = Measurement{Device: d}
-		}
-		for _, err := range errs {
-			if err != nil {
-				return ms, err
+	for i, m := range runs {
+		if err := m.open(); err != nil {
+			for _, o := range runs[:i] {
+				o.close()
 			}
+			return ms, err
 		}
+	}
+	ferr := runScoped(runs, f)
+	errs := make([]error, len(devices))
+	for i := len(runs) - 1; i >= 0; i-- {
+		ms[i], errs[i] = runs[i].end()
 	}
 	if ferr != nil {
 		ferr = wrapf(ferr, "measurement of %s", deviceList(devices))

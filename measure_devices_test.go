@@ -243,3 +243,52 @@ func (f *memInfoFailsAfter) memInfo(ordinal int) (free, total int64, err error) 
 	}
 	return f.fakeBackend.memInfo(ordinal)
 }
+
+// TestMeasureRefusedRegistersNothing: a measurement refused before f runs
+// (a device that does not exist, or whose memory cannot be queried)
+// registers no device, not even those of the list that do exist: every
+// device is checked and read before any is used.
+func TestMeasureRefusedRegistersNothing(t *testing.T) {
+	cuda0, cuda1 := Device{kind: KindCUDA}, Device{kind: KindCUDA, ordinal: 1}
+	for _, tt := range []struct {
+		name    string
+		devices []Device // one for Device.Measure, more for MeasureDevices
+		failing int      // the ordinal of the CUDA device whose memory cannot be queried
+		want    error
+	}{
+		{"the zero device after the CPU", []Device{CPU(), {}}, -1, ErrInvalidDevice},
+		{"a device past the machine's after the CPU", []Device{CPU(), {kind: KindCUDA, ordinal: 2}}, -1, ErrInvalidOrdinal},
+		{"cuda:1 cannot be queried", []Device{CPU(), cuda0, cuda1}, 1, errFakeDriver},
+		{"Measure of cuda:0, which cannot be queried", []Device{cuda0}, 0, errFakeDriver},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resetState(t)
+			useBackend(t, KindCUDA, &memInfoFails{fakeBackend: newFakeBackend(2, 1<<30), ordinal: tt.failing})
+			require.Empty(t, UsedDevices())
+			ran := false
+			f := func() error { ran = true; return nil }
+			var err error
+			if len(tt.devices) == 1 {
+				_, err = tt.devices[0].Measure(f)
+			} else {
+				_, err = MeasureDevices(tt.devices, f)
+			}
+			assert.ErrorIs(t, err, tt.want)
+			assert.False(t, ran, "the function ran")
+			assert.Empty(t, UsedDevices(), "a refused measurement registered a device")
+		})
+	}
+}
+
+// memInfoFails is a fake backend whose device ordinal cannot be queried.
+type memInfoFails struct {
+	*fakeBackend
+	ordinal int
+}
+
+func (f *memInfoFails) memInfo(ordinal int) (free, total int64, err error) {
+	if ordinal == f.ordinal {
+		return 0, 0, errFakeDriver
+	}
+	return f.fakeBackend.memInfo(ordinal)
+}
