@@ -560,14 +560,17 @@ func TestCUDAChildInitFailure(t *testing.T) {
 		require.ErrorAs(t, err, &be)
 		assert.Equal(t, code, be.Code)
 		assert.Equal(t, "init", be.Op)
+		assert.Equal(t, Device{kind: KindCUDA, ordinal: ord}, be.Device, "the error names the device asked for")
+		assert.True(t, strings.HasPrefix(err.Error(), fmt.Sprintf("memtrack: cuda:%d: init failed", ord)), "%v", err)
 		assert.Equal(t, initFailureNames[code], be.Name)
 		for _, want := range strings.Split(os.Getenv("MEMTRACK_WANT_TEXT"), "|") {
 			assert.Contains(t, err.Error(), want)
 		}
 		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "one prefix: %v", err)
 	}
-	_, err = ParseDevice("cuda:0")
+	_, err = ParseDevice("cuda:1")
 	assert.ErrorIs(t, err, ErrBackendUnavailable)
+	assert.True(t, strings.HasPrefix(err.Error(), "memtrack: cuda:1: init failed"), "%v", err)
 	ds, err := Devices()
 	require.Error(t, err, "Devices says why it lists no CUDA device")
 	assert.ErrorIs(t, err, ErrBackendUnavailable)

@@ -137,7 +137,7 @@ func (d Device) lookupSlow(a access) (*deviceTable, *tracker.Record, error) {
 	}
 	s := openTable(d.kind)
 	if s.err != nil {
-		return nil, nil, s.err
+		return nil, nil, s.startErr(d)
 	}
 	if d.ordinal < 0 || d.ordinal >= s.n {
 		return nil, nil, fmt.Errorf("%w: %v, this machine has %d %v device(s)", ErrInvalidOrdinal, d, s.n, d.kind)
@@ -147,6 +147,19 @@ func (d Device) lookupSlow(a access) (*deviceTable, *tracker.Record, error) {
 	}
 	r, err := s.records.Record(d.ordinal) // the device is used from now on
 	return s, r, err
+}
+
+// startErr returns the error of a backend that could not start, as a
+// function given device d reports it: a *BackendError names d, the device
+// asked for (the backend's own names the kind's first device, and stays as
+// it is for Devices).
+func (s *deviceTable) startErr(d Device) error {
+	if be, ok := s.err.(*BackendError); ok {
+		e := *be
+		e.Device = d
+		return &e
+	}
+	return s.err
 }
 
 // peek returns the device's record where the device has been used, and nil

@@ -727,3 +727,35 @@ func resetState(t *testing.T) {
 		useBackend(t, k, newBackend(k))
 	}
 }
+
+// TestBackendStartFailureNamesDevice: where a kind's backend cannot start
+// (no driver), the error of each function given a device of that kind
+// names the device asked for, not the kind's first.
+func TestBackendStartFailureNamesDevice(t *testing.T) {
+	f := newFakeBackend(0, 0)
+	f.initErr = &BackendError{Device: Device{kind: KindCUDA}, Op: "init", Err: fmt.Errorf("%w: no driver", ErrBackendUnavailable)}
+	useBackend(t, KindCUDA, f)
+	cuda1 := Device{kind: KindCUDA, ordinal: 1}
+	for _, tt := range []struct {
+		name string
+		call func() error
+	}{
+		{"CUDA(1)", func() error { _, err := CUDA(1); return err }},
+		{"ParseDevice", func() error { _, err := ParseDevice("cuda:1"); return err }},
+		{"Alloc", func() error { _, err := cuda1.Alloc(1); return err }},
+		{"MemGetInfo", func() error { _, _, err := cuda1.MemGetInfo(); return err }},
+		{"SetMemoryLimit", func() error { return cuda1.SetMemoryLimit(1) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			assert.ErrorIs(t, err, ErrBackendUnavailable)
+			var be *BackendError
+			require.ErrorAs(t, err, &be)
+			assert.Equal(t, cuda1, be.Device)
+			assert.EqualError(t, err, "memtrack: cuda:1: init failed: backend unavailable: no driver")
+		})
+	}
+	var be *BackendError
+	require.ErrorAs(t, f.initErr, &be)
+	assert.Equal(t, Device{kind: KindCUDA}, be.Device, "the backend's own error is left as it was")
+}
