@@ -51,6 +51,54 @@ var (
 	ErrTooManyCategories = errors.New("memtrack: too many categories")
 )
 
+// Category is a named share of one device's memory: the model's weights,
+// the KV cache, the activations, a library's workspace. Memory allocated or
+// tracked through a Category counts on its device as [Device.Alloc] and
+// [Device.Track] count it, and in the category's own figures besides:
+// Tracked, PeakTracked, Buffers, PeakBuffers and the cumulative figures,
+// exact and lock-free as the device's are, and an optional limit of its own.
+//
+// Obtain one once, with [Device.Category], and allocate through it:
+//
+//	kv, err := dev.Category(memtrack.CategoryKVCache)
+//	...
+//	b, err := kv.Alloc(n)
+//
+// A Category is a small comparable value bound to its device: it allocates
+// only there, and the same name on another device is another category with
+// figures of its own. A buffer stays in the category it was allocated
+// through until its Free, which uncounts it there: a buffer is never freed
+// through another category. The zero Category is no category; its methods
+// fail with [ErrInvalidCategory].
+type Category struct {
+	set *categorySet
+	idx uint8 // 1 to MaxCategories; 0 in the zero Category
+	dev Device
+}
+
+// categoryNamer returns the function that names the device's categories
+// by their 1-based index ("" for 0), for the readers of what keeps only
+// the index (the memory history); a category made later is named too,
+// since a name never changes once its index is published.
+func (d Device) categoryNamer() func(idx uint8) string {
+	return d.peekCategories().name // nil names every index ""
+}
+
+// categoryName returns the name of the device's category idx (1-based),
+// or "" for 0.
+func (d Device) categoryName(idx uint8) string { return d.peekCategories().name(idx) }
+
+// Name returns the category's name ("" for the zero Category).
+func (c Category) Name() string { return c.set.name(c.idx) }
+
+// record returns the category's record, or nil for the zero Category.
+func (c Category) record() *tracker.Record {
+	if c.set == nil {
+		return nil
+	}
+	return &c.set.recs[c.idx-1]
+}
+
 // Category returns the device's category called name, making it on first
 // use: every call with one name on one device returns the same Category.
 // A name is 1 to [MaxCategoryName] bytes of UTF-8 without control
@@ -63,11 +111,11 @@ func (d Device) Category(name string) (Category, error) {
 	if err := checkCategoryName(name); err != nil {
 		return Category{}, fmt.Errorf("%w on %v: %v", ErrInvalidCategory, d, err)
 	}
-	_, f, err := d.features(use)
+	s, _, err := d.lookup(use)
 	if err != nil {
 		return Category{}, err
 	}
-	return f.categories().category(d, name)
+	return s.categories(d.ordinal).category(d, name)
 }
 
 // checkCategoryName says what is wrong with a category's name, if anything.
@@ -120,7 +168,7 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Alloc", size)
 	}
-	b, _, err := c.dev.take(&request{size: size, cat: c})
+	b, _, err := c.dev.take(&request{size: size, cats: c.set, cat: c.idx})
 	return b, err
 }
 
@@ -132,7 +180,7 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("AllocAsync", size)
 	}
-	b, _, err := c.dev.take(&request{size: size, cat: c, from: fromPool, stream: stream})
+	b, _, err := c.dev.take(&request{size: size, cats: c.set, cat: c.idx, from: fromPool, stream: stream})
 	return b, err
 }
 
@@ -145,7 +193,7 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Track", size)
 	}
-	_, t, err := c.dev.take(&request{size: size, cat: c, from: fromAddress, handle: true, ptr: ptr})
+	_, t, err := c.dev.take(&request{size: size, cats: c.set, cat: c.idx, from: fromAddress, handle: true, ptr: ptr})
 	return t, err
 }
 

@@ -11,9 +11,10 @@ import (
 
 // deviceTable is the device table of one kind: its backend, the number of
 // its devices (or why there are none), their records and the counts at the
-// addresses of tracked memory, and two seams of the features, each by
-// ordinal: the state of the device's features, and the hooks of those that
-// are on, which the allocation and release paths call.
+// addresses of tracked memory, and, by ordinal, what each device keeps
+// beside its record (its categories and its features' states) and the
+// hooks of its features that are on, which the allocation and release
+// paths call (hooks.go).
 type deviceTable struct {
 	kind    Kind
 	b       backend
@@ -27,12 +28,12 @@ type deviceTable struct {
 	// memory.
 	inline bool
 	addrs  addrindex.Index[addrEntry] // the counts at the addresses of tracked memory (Device.Track, Device.TrackAddr)
-	// features holds each device's features, made on the first use of
-	// one and kept for the life of the process; hooks holds the hooks of
-	// the features that are on, nil while every one is off, so that the
-	// paths pay one atomic load for all of them.
-	features perDevice[features]
-	hooks    perDevice[hooks]
+	// states holds each device's state, made on the first use of a
+	// category or a feature and kept for the life of the process; hooks
+	// holds the hooks of the features that are on, nil while every one is
+	// off, so that the paths pay one atomic load for all of them.
+	states perDevice[deviceState]
+	hooks  perDevice[hookSet]
 }
 
 // tables holds one deviceTable per kind, created on first use. These and
@@ -185,7 +186,7 @@ func rangeUsed(f func(Device, *tracker.Record)) {
 }
 
 // perDevice publishes a value per device of one kind, by ordinal: the
-// devices' features and their hooks. While no device of the kind has one,
+// devices' states and their hook sets. While no device of the kind has one,
 // the published slice is nil, so that a path pays one atomic load and a
 // branch.
 type perDevice[T any] struct {

@@ -129,7 +129,7 @@ func (g Graphs) Capture(stream Stream) (Capture, error) {
 	if err != nil {
 		return Capture{Device: g.dev}, err
 	}
-	return s.makeFeatures(g.dev.ordinal).graphs.onStream(g.dev, stream, st), nil
+	return graphCapturesOf(s, g.dev.ordinal).onStream(g.dev, stream, st), nil
 }
 
 // Captures returns the captures memtrack saw on the device, the
@@ -140,11 +140,11 @@ func (g Graphs) Captures() ([]Capture, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := s.featuresOf(g.dev.ordinal)
-	if f == nil {
+	gc := featureOf[graphCaptures](s, g.dev.ordinal, graphsSlot, nil)
+	if gc == nil {
 		return nil, nil
 	}
-	return f.graphs.list(g.dev, func(stream Stream) (captureState, error) {
+	return gc.list(g.dev, func(stream Stream) (captureState, error) {
 		return s.stream.captureOf(g.dev.ordinal, stream)
 	}), nil
 }
@@ -200,7 +200,7 @@ func graphOf(b *Buffer) *graphBuffer { return (*graphBuffer)(unsafe.Pointer(b)) 
 // device-side figure and the hooks do not, since the host holds nothing
 // of it between the graph's launches.
 func (d Device) captured(s *deviceTable, r *request, m memory, id uint64) *Buffer {
-	c := s.makeFeatures(d.ordinal).graphs.allocated(id, r.stream, r.size)
+	c := graphCapturesOf(s, d.ordinal).allocated(id, r.stream, r.size)
 	g := &graphBuffer{capture: c}
 	g.fill(d, r)
 	g.mem, g.from, g.cat, g.state = m, fromGraph, 0, stateGraph
@@ -256,10 +256,10 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	case id == 0:
 	case id == c.id:
 		if atomic.CompareAndSwapUint32(&b.state, stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
-			t.makeFeatures(o).graphs.freed(id, stream, b.size)
+			graphCapturesOf(t, o).freed(id, stream, b.size)
 		}
 	default:
-		t.makeFeatures(o).graphs.freed(id, stream, 0)
+		graphCapturesOf(t, o).freed(id, stream, 0)
 	}
 	return nil
 }
@@ -274,8 +274,17 @@ func notLive(err error, b *Buffer) error {
 	return fillError(err, b.Device(), b.size, nil)
 }
 
-// graphCaptures is the captures memtrack saw on one device, under one
-// lock: capture is not the allocation path of a program's steps, which
+// graphsSlot is the slot of the CUDA graphs' captures (hooks.go).
+const graphsSlot = 4
+
+// graphCapturesOf returns the captures of device ordinal of s, which is in
+// use, making them on first use.
+func graphCapturesOf(s *deviceTable, ordinal int) *graphCaptures {
+	return featureOf(s, ordinal, graphsSlot, func() *graphCaptures { return new(graphCaptures) })
+}
+
+// graphCaptures is the captures memtrack saw on one device, in its state,
+// under one lock: capture is not the allocation path of a program's steps, which
 // launch the graphs.
 type graphCaptures struct {
 	mu       sync.Mutex

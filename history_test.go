@@ -233,7 +233,7 @@ func TestHistoryCarriesSites(t *testing.T) {
 	// Sampled: an event adds its scaled bytes, what its site's figure gained.
 	require.NoError(t, d.Sites().SetRate(1<<20))
 	var c *Buffer
-	for c == nil || c.site == nil {
+	for c == nil || siteOf(&c.allocation) == nil {
 		if c != nil {
 			require.NoError(t, c.Free())
 		}

@@ -1,33 +1,37 @@
 package memtrack
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"text/tabwriter"
 
-	"github.com/memtrack/memtrack/tracker"
+	"go.uber.org/atomic"
 )
 
 // maxReportSites is how many allocation sites an [OutOfMemoryError] lists.
 const maxReportSites = 5
 
-// outOfMemory completes the report of e, an allocation of the device in
-// category c (the zero Category for none) refused by a limit, the tracker's
-// capacity or the backend, with what is known at this moment, and runs the
-// device's observers. Each feature writes its own part: the categories,
-// the per-process figures, the allocation sites. It runs on the refusal
-// path only.
-func (d Device) outOfMemory(s *deviceTable, rec *tracker.Record, e *OutOfMemoryError, c Category) *OutOfMemoryError {
+// outOfMemory completes the report of e, a request r of the device
+// refused by a limit, the tracker's capacity or the backend, counted in
+// the ledger l, with what is known at this moment: the device's figures,
+// the driver's per-process and graph memory figures, the categories', and
+// the parts of the device's reporters (the allocation sites), which then
+// act on it (the observers). It runs on the refusal path only.
+func (d Device) outOfMemory(s *deviceTable, r *request, l *ledger, e *OutOfMemoryError) *OutOfMemoryError {
 	e.Device = d
-	if crec := c.record(); crec != nil {
-		e.Category = c.Name()
+	if l.crec != nil {
+		e.Category = r.cats.name(r.cat)
 		if e.Reason != categoryLimitReason {
-			e.CategoryTracked = crec.Tracked() // the category's limit's refusal has the figure it was held against
+			e.CategoryTracked = l.crec.Tracked() // the category's limit's refusal has the figure it was held against
 		}
 	}
-	st := rec.Snapshot()
+	st := l.rec.Snapshot()
 	e.Buffers, e.PeakTracked = st.Buffers, st.PeakTracked
 	if free, total, err := s.b.memInfo(d.ordinal); err == nil {
 		e.Total, e.Free = total, free
@@ -38,9 +42,8 @@ func (d Device) outOfMemory(s *deviceTable, rec *tracker.Record, e *OutOfMemoryE
 	}
 	readProcesses(s, d).setOutOfMemory(e)
 	e.GraphReserved = readGraphs(s, d).reserved()
-	d.Sites().report(e)
-	e.Categories = d.peekCategories().rows(d, rec)
-	d.observers().notify(e)
+	e.Categories = s.categoriesOf(d.ordinal).rows(d, l.rec)
+	s.report(d.ordinal, e)
 	return e
 }
 
@@ -224,4 +227,223 @@ func cloneError(err error) error {
 		return &perProcessError{dev: e.dev, err: cloneError(e.err)}
 	}
 	return err
+}
+
+// OutOfMemoryObserver is a function registered with [Device.OnOutOfMemory]
+// to run on every refused allocation of a device; remove it with
+// [OutOfMemoryObserver.Remove].
+type OutOfMemoryObserver struct {
+	dev     Device
+	f       func(*OutOfMemoryError)
+	removed atomic.Bool
+}
+
+// observersSlot is the out-of-memory observers' slot (hooks.go): last, so
+// that they run on the whole report.
+const observersSlot = 3
+
+// oomObservers is the observers of one device, in its state, published as
+// an immutable slice, and whether they are running. Once a device has had
+// an observer, they are one of its reporters.
+type oomObservers struct {
+	mu      sync.Mutex // serialises changes of list
+	list    atomic.Pointer[[]*OutOfMemoryObserver]
+	running atomic.Bool
+}
+
+// OnOutOfMemory registers f to run on every allocation of the device that
+// is refused with an [*OutOfMemoryError] (by the memory limit, the device
+// or the tracker's capacity), with that error and its report, before the
+// allocation returns it. f runs on the goroutine whose allocation was
+// refused, after the refusal is counted and with no lock of this package
+// held, so it may read the device's figures, write profiles or allocate;
+// package [github.com/memtrack/memtrack/oomdump] is such an observer,
+// ready-made. f receives a deep copy of the error, its own down to every
+// slice (Sites and their stacks, OtherProcesses, Categories) and every
+// error of this package it holds (MemInfoErr, PerProcessErr, and what they
+// wrap): changing it changes nothing the caller sees, nor what the next
+// observer receives.
+//
+// The rules, each tested:
+//   - Observers run in the order they were registered. Each call is a
+//     registration of its own: the same function registered twice runs
+//     twice per refusal, and each registration is removed by its own
+//     [OutOfMemoryObserver.Remove].
+//   - A panic of f is recovered and logged with [slog.Error]; the
+//     allocation returns its error as it would have, the figures are
+//     unchanged, and the next observers still run.
+//   - While observers of a device run, further refusals on that device
+//     (theirs, such as an allocation of a dump that fails, or another
+//     goroutine's) return their errors without running the observers
+//     again: no observer recurses into itself, and a burst of refusals
+//     runs them once. Refusals on other devices run their own observers
+//     meanwhile: a slow observer holds up only the allocation that is
+//     running it.
+//
+// It fails with [ErrInvalidArgument] for a nil f, and where the device
+// does not exist.
+func (d Device) OnOutOfMemory(f func(*OutOfMemoryError)) (*OutOfMemoryObserver, error) {
+	if f == nil {
+		return nil, fmt.Errorf("%w: OnOutOfMemory of %v: nil function", ErrInvalidArgument, d)
+	}
+	s, _, err := d.lookup(use)
+	if err != nil {
+		return nil, err
+	}
+	o := &OutOfMemoryObserver{dev: d, f: f}
+	obs := featureOf(s, d.ordinal, observersSlot, func() *oomObservers { return new(oomObservers) })
+	s.setReporter(d.ordinal, observersSlot, obs)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	var list []*OutOfMemoryObserver
+	if p := obs.list.Load(); p != nil {
+		list = append(list, *p...)
+	}
+	list = append(list, o)
+	obs.list.Store(&list)
+	return o, nil
+}
+
+// Remove unregisters the observer: refusals that begin after Remove
+// returns do not run it. It does not wait for a run under way, so an
+// observer may remove itself. Removing it again changes nothing and
+// returns an error matching [ErrInvalidArgument].
+func (o *OutOfMemoryObserver) Remove() error {
+	if o == nil {
+		return fmt.Errorf("%w: Remove of a nil *OutOfMemoryObserver", ErrInvalidArgument)
+	}
+	if !o.removed.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: out-of-memory observer of %v removed twice", ErrInvalidArgument, o.dev)
+	}
+	obs := o.dev.observers() // OnOutOfMemory made them
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	var list []*OutOfMemoryObserver
+	if p := obs.list.Load(); p != nil {
+		for _, x := range *p {
+			if x != o {
+				list = append(list, x)
+			}
+		}
+	}
+	if len(list) == 0 {
+		obs.list.Store(nil)
+	} else {
+		obs.list.Store(&list)
+	}
+	return nil
+}
+
+// observers returns the device's observers, or nil where it has none.
+func (d Device) observers() *oomObservers {
+	if s, _, _ := d.lookup(read); s != nil {
+		return featureOf[oomObservers](s, d.ordinal, observersSlot, nil)
+	}
+	return nil
+}
+
+// report runs the observers on e, unless they are running already.
+func (obs *oomObservers) report(e *OutOfMemoryError) {
+	p := obs.list.Load()
+	if p == nil || !obs.running.CompareAndSwap(false, true) {
+		return
+	}
+	defer obs.running.Store(false)
+	for _, o := range *p {
+		if !o.removed.Load() {
+			o.run(e)
+		}
+	}
+}
+
+// run calls the observer with a deep copy of the error of its own,
+// recovering a panic.
+func (o *OutOfMemoryObserver) run(e *OutOfMemoryError) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("memtrack: an out-of-memory observer panicked; the allocation's error is returned as it was",
+				"device", o.dev.String(), "panic", fmt.Sprint(p))
+		}
+	}()
+	o.f(e.clone())
+}
+
+// maxReportCategories is how many categories an [OutOfMemoryError]'s
+// report lists one by one: those that track the most, and the one the
+// request was made in; the others are summed on one line.
+const maxReportCategories = 8
+
+// writeReportCategories writes the categories of the report: tracked, peak
+// tracked and limit of each, the uncategorised memory last; nothing for a
+// device without categories.
+func writeReportCategories(b *strings.Builder, e *OutOfMemoryError) {
+	if len(e.Categories) == 0 {
+		return
+	}
+	rows := slices.Clone(e.Categories)
+	var rest CategoryStats
+	if n := len(rows) - 1; rows[n].Category == Uncategorised {
+		rest, rows = rows[n], rows[:n]
+	}
+	var more []CategoryStats
+	if len(rows) > maxReportCategories {
+		rows, more = largestCategories(rows, e.Category)
+	}
+	b.WriteString("  by category:\n")
+	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "    category\ttracked\tpeak tracked\tlimit\n")
+	for _, c := range rows {
+		limit := "none"
+		if c.Limit > 0 {
+			limit = exactBytes(c.Limit)
+		}
+		name := c.Category
+		if c.Category == e.Category {
+			name += " (the request's)"
+		}
+		fmt.Fprintf(w, "    %s\t%s\t%s\t%s\n", name, exactBytes(c.Tracked), exactBytes(c.PeakTracked), limit)
+	}
+	if len(more) > 0 {
+		var n int64
+		for _, c := range more {
+			n += c.Tracked
+		}
+		fmt.Fprintf(w, "    %d more categories\t%s\t-\t-\n", len(more), exactBytes(n))
+	}
+	if rest.Category != "" {
+		fmt.Fprintf(w, "    %s\t%s\t-\t-\n", rest.Category, exactBytes(rest.Tracked))
+	}
+	w.Flush()
+}
+
+// largestCategories splits rows into the maxReportCategories that track the
+// most, the category named first among them, each part in the order of
+// rows.
+func largestCategories(rows []CategoryStats, first string) (shown, more []CategoryStats) {
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(boolInt(rows[b].Category == first), boolInt(rows[a].Category == first)), cmp.Compare(rows[b].Tracked, rows[a].Tracked))
+	})
+	keep := make([]bool, len(rows))
+	for _, i := range order[:maxReportCategories] {
+		keep[i] = true
+	}
+	for i, c := range rows {
+		if keep[i] {
+			shown = append(shown, c)
+		} else {
+			more = append(more, c)
+		}
+	}
+	return shown, more
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

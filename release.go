@@ -9,8 +9,8 @@ import (
 //
 //  1. the claim: the Buffer's or Tracked handle's state moves from live,
 //     in one compare-and-swap, so that of two releases one goes on, and,
-//     for a Buffer, the features claim their marks (claimMarks): the leak
-//     watch's entry, if it has one, so that a free and the collector's
+//     for a Buffer, the device's marker claims its entry, if it has one
+//     (claimMarks): the leak watch's, so that a free and the collector's
 //     cleanup never both go on (a Tracked handle's release ends its entry
 //     whatever the collector did, since its memory is not this package's
 //     to free);
@@ -22,9 +22,10 @@ import (
 //     given back, and the memory stays live and counted;
 //  3. the tail, in deviceTable.release: the ledger takes the bytes back (the
 //     category's and the device's records), the device-side figure drops
-//     (unless the stream has yet to execute the free), and the features
-//     take back their marks (hooks.released): the site's bytes, the
-//     history's event, the leak watch's entry.
+//     (unless the stream has yet to execute the free), the hooks of the
+//     features that are on observe it (hookSet.released: the site's bytes,
+//     the history's event), and the marker ends its entry (the leak
+//     watch's).
 
 // releaseKind is how a release frees the memory.
 type releaseKind uint8
@@ -53,9 +54,8 @@ func (k releaseKind) heldNow() bool { return k != freeInStream }
 //
 // The tail takes a's bytes from the ledger (from rec, and from the
 // category's record, if any), then from the device-side figure where how
-// drops it now, and has the features take back their marks
-// (hooks.released). With every feature off and no category it is
-// rec.Free.
+// drops it now, runs the hooks and ends the marker's entry (hooks.go).
+// With every feature off and no category it is rec.Free.
 func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKind, stream Stream, owner uintptr) (released bool, err error) {
 	switch how {
 	case freeNow, freeLeak:
@@ -66,7 +66,7 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 	if err != nil {
 		return false, err
 	}
-	if a.cat == 0 && a.site == nil && a.wslot == 0 && (!how.heldNow() || s.held == nil) && s.hooks.vals.Load() == nil {
+	if a.cat == 0 && !a.marked() && (!how.heldNow() || s.held == nil) && s.hooks.vals.Load() == nil {
 		return true, rec.Free(a.size)
 	}
 	// A category, the device-side figure or a feature has a part in it.
@@ -78,17 +78,17 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 		l.inCategoryOf(s, o, a.cat)
 		err = l.uncount(a.size)
 	}
+	lp := &l
 	if err != nil {
-		// The memory is released all the same: the features let go of
-		// it, and nothing they count moves.
-		s.hooksOf(o).released(a, nil, stream, owner)
-		return true, err
-	}
-	if how.heldNow() && s.held != nil {
+		lp = nil // the memory is released all the same: the features let go of it, and nothing they count moves
+	} else if how.heldNow() && s.held != nil {
 		s.held.heldDrop(o, a.size, a.from == fromPool)
 	}
-	if h := s.hooksOf(o); h != nil || a.site != nil || a.wslot != 0 {
-		h.released(a, &l, stream, owner)
+	if h := s.hooksOf(o); h != nil {
+		h.released(a, lp, stream)
 	}
-	return true, nil
+	if a.marked() {
+		s.endMarks(a, lp != nil, owner)
+	}
+	return true, err
 }

@@ -1,0 +1,314 @@
+package memtrack
+
+import (
+	"unsafe"
+
+	"go.uber.org/atomic"
+)
+
+// How the features hook into the paths. The core (the device table, the
+// ledger, the allocation and release paths) names no feature: it holds
+// what the features give it as values of the interfaces below, by slot,
+// and calls them at the one place every allocation, refusal and release
+// passes.
+//
+//   - A feature that observes a device's allocations (the allocation
+//     sites, the memory history, the leak watch) puts a hook in the
+//     device's hook set while it is on (deviceTable.setHook). The
+//     allocation path runs the set's hooks after the count
+//     (Device.take) and on a refusal (Device.refuse), the release path
+//     after the ledger's uncount (deviceTable.release). While every hook
+//     of a device is off its set is nil, and the paths pay one atomic load
+//     for all of them.
+//   - A hook may keep a mark on an allocation it observes, which outlives
+//     the hook: a pointer (allocation.mark: the allocation sites' site) or
+//     the number of an entry (allocation.entry: the leak watch's). The
+//     feature is then the device's marker of that word
+//     (deviceTable.setMarker, deviceTable.setClaimer), and the release
+//     path hands the mark back to it, whatever is on then. An entry is
+//     claimed before anything is released (claimMarks), so that the
+//     release and the feature's own release of the memory (the leak
+//     watch's, for a leak) never both go on.
+//   - A feature that adds to the report of a refused allocation, or acts
+//     on it (the allocation sites, the out-of-memory observers), is one of
+//     the device's reporters (deviceTable.setReporter), which the refusal
+//     runs once its report is built.
+//
+// A feature's state per device is its own, kept in the device's state by
+// the feature's slot (stateOf).
+
+// hook is a feature that observes the allocations of a device while it
+// is on: allocated observes a, the allocation that r asked for, just
+// counted in l, and may put its mark on a (a count at an address only,
+// TrackAddr, has an allocation of its own for the hooks). A hook that
+// observes refusals or releases as well is a refusalHook or a releaseHook.
+type hook interface {
+	allocated(r *request, l *ledger, a *allocation)
+}
+
+// refusalHook is a hook that observes the refusals: of r with err, a
+// limit's (tracker.ErrLimitExceeded, or nil for the path's own check of
+// the limits), an *OutOfMemoryError or another failure.
+type refusalHook interface {
+	hook
+	refused(r *request, l *ledger, err error)
+}
+
+// releaseHook is a hook that observes the releases: of a, just uncounted
+// from l (nil where the ledger refused to uncount it: the memory is
+// released all the same, and nothing that counts moves), on stream for
+// one in stream order.
+type releaseHook interface {
+	hook
+	released(a *allocation, l *ledger, stream Stream)
+}
+
+// marker is the feature whose marks on a device's allocations outlive its
+// hook: the release path hands it back the mark of each allocation it
+// releases (end), after the ledger's uncount, uncounted saying whether
+// that uncount happened (where the ledger refused, the memory is released
+// all the same, and nothing the feature counts should move). owner is
+// the address of the allocation, the feature's identity of it, or 0 for
+// the feature's own copy of it.
+type marker interface {
+	end(a *allocation, uncounted bool, owner uintptr)
+}
+
+// claimer is the marker of allocation.entry, whose entries the release
+// claims before anything is released.
+type claimer interface {
+	marker
+	// claim claims a's entry for the release of a, the allocation at
+	// owner, and reports false where the feature claimed it first.
+	claim(a *allocation, owner uintptr) bool
+	// unclaim gives the entry back after a release that failed.
+	unclaim(a *allocation, owner uintptr)
+}
+
+// reporter is a feature with a part in the report of a refused allocation
+// ([OutOfMemoryError]): it adds it to e, or acts on the report.
+type reporter interface {
+	report(e *OutOfMemoryError)
+}
+
+// numSlots is how many features have a slot: a feature's place among a
+// device's hooks, reporters and states, a constant of the feature's own.
+// The hooks and reporters run in the order of their slots, so that a
+// feature that reads another's mark or part of the report comes after it.
+const numSlots = 5
+
+// hookSet is the hooks of one device that are on, in the order of their
+// slots, and among them those that observe refusals and releases. A set
+// is never changed once published: deviceTable.setHook makes a new one.
+type hookSet struct {
+	slots    [numSlots]hook
+	allocs   []hook
+	refusals []refusalHook
+	releases []releaseHook
+}
+
+// allocated, refused and released run the hooks (see hook).
+func (h *hookSet) allocated(r *request, l *ledger, a *allocation) {
+	for _, k := range h.allocs {
+		k.allocated(r, l, a)
+	}
+}
+
+func (h *hookSet) refused(r *request, l *ledger, err error) {
+	for _, k := range h.refusals {
+		k.refused(r, l, err)
+	}
+}
+
+func (h *hookSet) released(a *allocation, l *ledger, stream Stream) {
+	for _, k := range h.releases {
+		k.released(a, l, stream)
+	}
+}
+
+// hookSkip is the frames between the exported function that allocates and
+// a hook's allocated, for the allocation sites: the exported function
+// calls Device.take, which calls hookSet.allocated, which calls the hook.
+const hookSkip = 3
+
+// setHook replaces the hook in slot i of device ordinal by k (nil
+// removes it).
+func (s *deviceTable) setHook(ordinal, i int, k hook) {
+	s.updateHook(ordinal, i, func(hook) hook { return k })
+}
+
+// updateHook replaces the hook in slot i of device ordinal by what f
+// returns for the one there (nil for none), as one change.
+func (s *deviceTable) updateHook(ordinal, i int, f func(old hook) hook) {
+	s.hooks.update(ordinal, func(old *hookSet) *hookSet {
+		var slots [numSlots]hook
+		if old != nil {
+			slots = old.slots
+		}
+		k := f(slots[i])
+		if slots[i] == k {
+			return old
+		}
+		slots[i] = k
+		next := &hookSet{slots: slots}
+		for _, x := range slots {
+			if x == nil {
+				continue
+			}
+			next.allocs = append(next.allocs, x)
+			if r, ok := x.(refusalHook); ok {
+				next.refusals = append(next.refusals, r)
+			}
+			if r, ok := x.(releaseHook); ok {
+				next.releases = append(next.releases, r)
+			}
+		}
+		if next.allocs == nil {
+			return nil
+		}
+		return next
+	})
+}
+
+// hooksOf returns the hook set of device ordinal, or nil while every hook
+// is off.
+func (s *deviceTable) hooksOf(ordinal int) *hookSet { return s.hooks.lookup(ordinal) }
+
+// hookOf returns the hook in slot i of device ordinal, or nil.
+func (s *deviceTable) hookOf(ordinal, i int) hook {
+	if h := s.hooksOf(ordinal); h != nil {
+		return h.slots[i]
+	}
+	return nil
+}
+
+// deviceState is what a device keeps beside its record, made on the
+// first use of a category or a feature and kept for the life of the
+// process: its categories (the ledger's), its markers, its reporters and
+// each feature's state, by slot.
+type deviceState struct {
+	cats      atomic.Pointer[categorySet] // nil until the device's first category
+	marker    atomic.Pointer[markerBox]   // the marker of allocation.mark, once set
+	claimer   atomic.Pointer[claimerBox]  // the marker of allocation.entry, once set
+	reporters atomic.Pointer[[numSlots]reporter]
+	features  [numSlots]atomic.UnsafePointer // each feature's state, by slot (featureOf)
+}
+
+// markerBox and claimerBox hold a marker, for an atomic pointer.
+type (
+	markerBox  struct{ m marker }
+	claimerBox struct{ c claimer }
+)
+
+// stateOf returns device ordinal's state, made where make is true (the
+// device is in use), or nil where it was never made.
+func (s *deviceTable) stateOf(ordinal int, make bool) *deviceState {
+	if st := s.states.lookup(ordinal); st != nil || !make {
+		return st
+	}
+	var got *deviceState
+	s.states.update(ordinal, func(old *deviceState) *deviceState {
+		if old == nil {
+			old = new(deviceState)
+		}
+		got = old
+		return old
+	})
+	return got
+}
+
+// featureOf returns the state of the feature in slot i of device ordinal
+// of s, made by newState on first use where newState is not nil; nil
+// where it was never made. A slot holds one type, the feature's.
+func featureOf[T any](s *deviceTable, ordinal, i int, newState func() *T) *T {
+	st := s.stateOf(ordinal, newState != nil)
+	if st == nil {
+		return nil
+	}
+	p := &st.features[i]
+	if v := p.Load(); v != nil || newState == nil {
+		return (*T)(v)
+	}
+	p.CompareAndSwap(nil, unsafe.Pointer(newState())) // a loser's state is dropped unused
+	return (*T)(p.Load())
+}
+
+// setMarker makes m the marker of allocation.mark of device ordinal,
+// which is in use, and setClaimer c that of allocation.entry: once set,
+// for good.
+func (s *deviceTable) setMarker(ordinal int, m marker) {
+	s.stateOf(ordinal, true).marker.Store(&markerBox{m})
+}
+
+func (s *deviceTable) setClaimer(ordinal int, c claimer) {
+	s.stateOf(ordinal, true).claimer.Store(&claimerBox{c})
+}
+
+// claimerOf returns the marker of allocation.entry of device ordinal,
+// which marked an allocation of it.
+func (s *deviceTable) claimerOf(ordinal int) claimer {
+	return s.stateOf(ordinal, false).claimer.Load().c
+}
+
+// endMarks hands the marks of a, the allocation at owner, released, back
+// to their markers, uncounted saying whether the ledger uncounted it.
+func (s *deviceTable) endMarks(a *allocation, uncounted bool, owner uintptr) {
+	st := s.stateOf(int(a.ordinal), false)
+	if a.mark != nil {
+		st.marker.Load().m.end(a, uncounted, owner)
+	}
+	if a.entry != 0 {
+		st.claimer.Load().c.end(a, uncounted, owner)
+	}
+}
+
+// claimMarks is the release's claim of a's entry with its device's marker,
+// which runs before anything is released: a is the allocation at owner.
+// It reports false where the release must not go on. Without an entry it
+// is a branch, inlined into Buffer.release (TestIntendedInlining).
+func claimMarks(a *allocation, owner uintptr) bool {
+	return a.entry == 0 || claimEntry(a, owner)
+}
+
+// claimEntry is claimMarks of an allocation with an entry.
+func claimEntry(a *allocation, owner uintptr) bool {
+	return tableOf(a.kind).claimerOf(int(a.ordinal)).claim(a, owner)
+}
+
+// unclaimMarks gives back what claimMarks claimed, after a release that
+// failed.
+func unclaimMarks(a *allocation, owner uintptr) {
+	if a.entry != 0 {
+		tableOf(a.kind).claimerOf(int(a.ordinal)).unclaim(a, owner)
+	}
+}
+
+// setReporter replaces the reporter in slot i of device ordinal, which is
+// in use, by r (nil removes it).
+func (s *deviceTable) setReporter(ordinal, i int, r reporter) {
+	st := s.stateOf(ordinal, true)
+	s.states.mu.Lock() // serialises the changes of every device's reporters
+	defer s.states.mu.Unlock()
+	var next [numSlots]reporter
+	if p := st.reporters.Load(); p != nil {
+		next = *p
+	}
+	next[i] = r
+	st.reporters.Store(&next)
+}
+
+// report runs the reporters of device ordinal on e, in the order of their
+// slots.
+func (s *deviceTable) report(ordinal int, e *OutOfMemoryError) {
+	st := s.stateOf(ordinal, false)
+	if st == nil {
+		return
+	}
+	if p := st.reporters.Load(); p != nil {
+		for _, r := range p {
+			if r != nil {
+				r.report(e)
+			}
+		}
+	}
+}
