@@ -55,18 +55,6 @@ type residencyReporter interface {
 	notResident(ordinal int) (int64, error)
 }
 
-// notResident returns the bytes of device ordinal's buffers that its
-// reported use leaves out, for a backend that has any; 0 for the others
-// and where they cannot be read.
-func (s *deviceTable) notResident(ordinal int) int64 {
-	if r, ok := s.b.(residencyReporter); ok {
-		if n, err := r.notResident(ordinal); err == nil {
-			return n
-		}
-	}
-	return 0
-}
-
 // recordUser is a backend that reads the figures of its device table (the
 // CPU backend, which checks requests against what its device holds).
 type recordUser interface {
@@ -96,16 +84,6 @@ type heldFigure interface {
 	openHeldScope(ordinal int) *tracker.Scope
 	heldScopePeak(ordinal int, sc *tracker.Scope) int64
 	closeHeldScope(ordinal int, sc *tracker.Scope) error
-}
-
-// deviceHeld returns the device-side figure of d and its peak: the
-// backend's, where it keeps one (heldFigure), and otherwise the tracked
-// figures current and peak, which are the same.
-func deviceHeld(d Device, current, peak int64) (int64, int64) {
-	if s := tableOf(d.kind); s != nil && s.held != nil {
-		return s.held.held(d.ordinal)
-	}
-	return current, peak
 }
 
 // streamBackend is a backend that allocates in stream order from a

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/hostmem"
 	"github.com/memtrack/memtrack/tracker"
 )
@@ -93,7 +94,7 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 // device holds already, passes the capacity.
 func pastCapacity(capacity, held int64) error {
 	return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
-		"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
+		"the machine or its cgroup gives the process at most %s, and the device already holds %s", bytesize.Format(capacity), bytesize.Format(held))}
 }
 
 // cpuInlineMax is the largest CPU buffer whose memory is allocated together

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"unsafe"
+
+	"github.com/memtrack/memtrack/internal/bytesize"
 )
 
 // metalMaxDevices bounds the Metal devices the backend takes from the bridge:
@@ -70,13 +72,13 @@ func (m *metalBackend) alloc(ordinal int, size int64, mem *memory) error {
 		return err
 	}
 	if size > d.maxBuffer {
-		return &OutOfMemoryError{Reason: "larger than the largest Metal buffer this device allows (maxBufferLength " + formatBytes(d.maxBuffer) + ")"}
+		return &OutOfMemoryError{Reason: "larger than the largest Metal buffer this device allows (maxBufferLength " + bytesize.Format(d.maxBuffer) + ")"}
 	}
 	buf := m.bridge.newBuffer(d.handle, size)
 	if buf == 0 {
 		ws, used := m.bridge.memInfo(d.handle)
 		return &OutOfMemoryError{Reason: fmt.Sprintf("Metal returned no buffer (the device has %s allocated of a recommended working set of %s)",
-			formatBytes(used), formatBytes(ws))}
+			bytesize.Format(used), bytesize.Format(ws))}
 	}
 	p := m.bridge.bufferContents(buf)
 	if p == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -220,25 +221,6 @@ func (c Category) MemoryLimit() int64 {
 	return c.record().Limit()
 }
 
-// CategoryStats is a snapshot of one category's figures on a device, named
-// as [Stats]' are. The figures of a category are exact as the device's are.
-//
-// The row of the memory outside every category ([Uncategorised]) is the
-// device's figures less its categories', read one after the other: exact
-// whenever no allocation or free runs meanwhile. Memory outside categories
-// costs nothing more than it did before categories, so that row keeps no
-// peaks of its own: its PeakTracked and PeakBuffers are 0, and no limit.
-type CategoryStats struct {
-	Device                 Device
-	Category               string // the category's name, or Uncategorised
-	Tracked, PeakTracked   int64
-	AllocBytes, FreedBytes int64
-	Buffers, PeakBuffers   int64
-	Allocs, Frees          int64
-	FailedAllocs           int64
-	Limit                  int64 // 0: none
-}
-
 // Stats returns a snapshot of the category's figures.
 func (c Category) Stats() CategoryStats {
 	if c.set == nil {
@@ -267,14 +249,14 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w := tabwriter.NewWriter(buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "category\ttracked\tpeak tracked\tbuffers\tallocs\tfrees\tfailed allocs\tlimit\t\n")
 	for _, c := range rows {
-		peak, limit := formatBytes(c.PeakTracked), "none"
+		peak, limit := bytesize.Format(c.PeakTracked), "none"
 		if c.Category == Uncategorised {
 			peak = "-"
 		}
 		if c.Limit > 0 {
-			limit = formatBytes(c.Limit)
+			limit = bytesize.Format(c.Limit)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", c.Category, formatBytes(c.Tracked), peak, c.Buffers, c.Allocs, c.Frees, c.FailedAllocs, limit)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", c.Category, bytesize.Format(c.Tracked), peak, c.Buffers, c.Allocs, c.Frees, c.FailedAllocs, limit)
 	}
 	w.Flush()
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
@@ -618,7 +619,7 @@ func TestCUDAStreamReconcile(t *testing.T) {
 		assert.Equal(t, st.Tracked, st.Held, "after the synchronization the figures meet")
 		assert.GreaterOrEqual(t, st.PeakHeld, st.PeakTracked)
 		assert.GreaterOrEqual(t, pool.PeakPoolReserved, pool.PeakPoolUsed)
-		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", formatBytes(size), st.PeakTracked-blockerSize, st.PeakHeld-blockerSize,
+		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", bytesize.Format(size), st.PeakTracked-blockerSize, st.PeakHeld-blockerSize,
 			pool.PeakPoolUsed, pool.PeakPoolReserved, atFree.Held-blockerSize, atFree.Tracked-blockerSize)
 	}
 	t.Log("\n" + out.String())

@@ -3,6 +3,7 @@ package memtrack
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/internal/addrindex"
 	"github.com/memtrack/memtrack/tracker"
@@ -185,6 +186,56 @@ func rangeUsed(f func(Device, *tracker.Record)) {
 	}
 }
 
+// deviceState is what a device keeps beside its record, made on the
+// first use of a category or a feature and kept for the life of the
+// process: one word per slot, each the state of a feature or of one of the
+// core's mechanisms (its categories, its markers, its reporters), by the
+// slot that its own file names, and opaque here.
+type deviceState struct {
+	slots [numSlots]atomic.UnsafePointer
+}
+
+// numSlots is how many slots a device's state has (deviceState).
+const numSlots = 9
+
+// stateOf returns device ordinal's state, made where make is true (the
+// device is in use), or nil where it was never made.
+func (s *deviceTable) stateOf(ordinal int, make bool) *deviceState {
+	if st := s.states.lookup(ordinal); st != nil || !make {
+		return st
+	}
+	var got *deviceState
+	s.states.update(ordinal, func(old *deviceState) *deviceState {
+		if old == nil {
+			old = new(deviceState)
+		}
+		got = old
+		return old
+	})
+	return got
+}
+
+// slotOf returns what slot i of device ordinal of s holds, made by newState
+// on first use where newState is not nil; nil where it was never made. A
+// slot holds values of one type, its owner's.
+func slotOf[T any](s *deviceTable, ordinal, i int, newState func() *T) *T {
+	st := s.stateOf(ordinal, newState != nil)
+	if st == nil {
+		return nil
+	}
+	p := &st.slots[i]
+	if v := p.Load(); v != nil || newState == nil {
+		return (*T)(v)
+	}
+	p.CompareAndSwap(nil, unsafe.Pointer(newState())) // a loser's state is dropped unused
+	return (*T)(p.Load())
+}
+
+// setSlot puts v in slot i of device ordinal of s, which is in use.
+func setSlot[T any](s *deviceTable, ordinal, i int, v *T) {
+	s.stateOf(ordinal, true).slots[i].Store(unsafe.Pointer(v))
+}
+
 // perDevice publishes a value per device of one kind, by ordinal: the
 // devices' states and their hook sets. While no device of the kind has one,
 // the published slice is nil, so that a path pays one atomic load and a
@@ -231,4 +282,26 @@ func (t *perDevice[T]) update(i int, f func(old *T) *T) {
 		}
 	}
 	t.vals.Store(nil)
+}
+
+// notResident returns the bytes of device ordinal's buffers that its
+// reported use leaves out, for a backend that has any; 0 for the others
+// and where they cannot be read.
+func (s *deviceTable) notResident(ordinal int) int64 {
+	if r, ok := s.b.(residencyReporter); ok {
+		if n, err := r.notResident(ordinal); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// deviceHeld returns the device-side figure of d and its peak: the
+// backend's, where it keeps one (heldFigure), and otherwise the tracked
+// figures current and peak, which are the same.
+func deviceHeld(d Device, current, peak int64) (int64, int64) {
+	if s := tableOf(d.kind); s != nil && s.held != nil {
+		return s.held.held(d.ordinal)
+	}
+	return current, peak
 }

@@ -2,7 +2,6 @@ package memtrack
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -67,31 +66,6 @@ type Capture struct {
 	Outliving int64
 }
 
-// GraphStats are the driver's figures of a CUDA device's graph memory
-// (cuDeviceGetGraphMemAttribute): the physical memory it keeps for the
-// allocations of graphs, apart from every memory pool. It is device
-// memory of this process that memtrack does not track ([Usage].Untracked
-// includes it). The highs are reset by [Device.ResetPeakMemoryStats].
-type GraphStats struct {
-	Device Device
-	// GraphReserved is what the driver reserves for graphs, mapped or not
-	// (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT): it grows at a graph's
-	// first launch or upload and shrinks only at [Graphs.Trim].
-	GraphReserved     int64
-	PeakGraphReserved int64 // CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH
-	// GraphUsed is what graphs have mapped of it
-	// (CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT): the memory of the streams'
-	// graphs and of their allocations that outlive a launch.
-	GraphUsed     int64
-	PeakGraphUsed int64 // CU_GRAPH_MEM_ATTR_USED_MEM_HIGH
-}
-
-// String describes the figures on one line.
-func (s GraphStats) String() string {
-	return fmt.Sprintf("%v graphs: reserved %s (high %s), used %s (high %s)", s.Device,
-		exactBytes(s.GraphReserved), exactBytes(s.PeakGraphReserved), exactBytes(s.GraphUsed), exactBytes(s.PeakGraphUsed))
-}
-
 // MaxCaptures is how many ended captures each device keeps, besides those
 // in progress, for [Graphs.Captures] and [Graphs.Capture]: the most
 // recently ended ones. A program that captures more graphs keeps the
@@ -140,7 +114,7 @@ func (g Graphs) Captures() ([]Capture, error) {
 	if err != nil {
 		return nil, err
 	}
-	gc := featureOf[graphCaptures](s, g.dev.ordinal, graphsSlot, nil)
+	gc := slotOf[graphCaptures](s, g.dev.ordinal, graphsSlot, nil)
 	if gc == nil {
 		return nil, nil
 	}
@@ -280,7 +254,7 @@ const graphsSlot = 4
 // graphCapturesOf returns the captures of device ordinal of s, which is in
 // use, making them on first use.
 func graphCapturesOf(s *deviceTable, ordinal int) *graphCaptures {
-	return featureOf(s, ordinal, graphsSlot, func() *graphCaptures { return new(graphCaptures) })
+	return slotOf(s, ordinal, graphsSlot, func() *graphCaptures { return new(graphCaptures) })
 }
 
 // graphCaptures is the captures memtrack saw on one device, in its state,

@@ -1,11 +1,5 @@
 package memtrack
 
-import (
-	"unsafe"
-
-	"go.uber.org/atomic"
-)
-
 // How the features hook into the paths. The core (the device table, the
 // ledger, the allocation and release paths) names no feature: it holds
 // what the features give it as values of the interfaces below, by slot,
@@ -35,7 +29,7 @@ import (
 //     runs once its report is built.
 //
 // A feature's state per device is its own, kept in the device's state by
-// the feature's slot (stateOf).
+// the feature's slot (deviceTable.stateOf).
 
 // hook is a feature that observes the allocations of a device while it
 // is on: allocated observes a, the allocation that r asked for, just
@@ -91,11 +85,9 @@ type reporter interface {
 	report(e *OutOfMemoryError)
 }
 
-// numSlots is how many features have a slot: a feature's place among a
-// device's hooks, reporters and states, a constant of the feature's own.
-// The hooks and reporters run in the order of their slots, so that a
-// feature that reads another's mark or part of the report comes after it.
-const numSlots = 5
+// The hooks and the reporters of a device run in the order of their
+// features' slots (deviceTable.stateOf), so that a feature that reads
+// another's mark or part of the report comes after it.
 
 // hookSet is the hooks of one device that are on, in the order of their
 // slots, and among them those that observe refusals and releases. A set
@@ -182,83 +174,46 @@ func (s *deviceTable) hookOf(ordinal, i int) hook {
 	return nil
 }
 
-// deviceState is what a device keeps beside its record, made on the
-// first use of a category or a feature and kept for the life of the
-// process: its categories (the ledger's), its markers, its reporters and
-// each feature's state, by slot.
-type deviceState struct {
-	cats      atomic.Pointer[categorySet] // nil until the device's first category
-	marker    atomic.Pointer[markerBox]   // the marker of allocation.mark, once set
-	claimer   atomic.Pointer[claimerBox]  // the marker of allocation.entry, once set
-	reporters atomic.Pointer[[numSlots]reporter]
-	features  [numSlots]atomic.UnsafePointer // each feature's state, by slot (featureOf)
-}
+// The slots of the hooks' own mechanisms in a device's state
+// (deviceTable.stateOf): its markers and its reporters.
+const (
+	markerSlot    = 5 // a *markerBox: the marker of allocation.mark, once set
+	claimerSlot   = 6 // a *claimerBox: the marker of allocation.entry, once set
+	reportersSlot = 7 // a *[numSlots]reporter: the reporters, by slot
+)
 
-// markerBox and claimerBox hold a marker, for an atomic pointer.
+// markerBox and claimerBox hold a marker, for a slot.
 type (
 	markerBox  struct{ m marker }
 	claimerBox struct{ c claimer }
 )
 
-// stateOf returns device ordinal's state, made where make is true (the
-// device is in use), or nil where it was never made.
-func (s *deviceTable) stateOf(ordinal int, make bool) *deviceState {
-	if st := s.states.lookup(ordinal); st != nil || !make {
-		return st
-	}
-	var got *deviceState
-	s.states.update(ordinal, func(old *deviceState) *deviceState {
-		if old == nil {
-			old = new(deviceState)
-		}
-		got = old
-		return old
-	})
-	return got
-}
-
-// featureOf returns the state of the feature in slot i of device ordinal
-// of s, made by newState on first use where newState is not nil; nil
-// where it was never made. A slot holds one type, the feature's.
-func featureOf[T any](s *deviceTable, ordinal, i int, newState func() *T) *T {
-	st := s.stateOf(ordinal, newState != nil)
-	if st == nil {
-		return nil
-	}
-	p := &st.features[i]
-	if v := p.Load(); v != nil || newState == nil {
-		return (*T)(v)
-	}
-	p.CompareAndSwap(nil, unsafe.Pointer(newState())) // a loser's state is dropped unused
-	return (*T)(p.Load())
-}
-
 // setMarker makes m the marker of allocation.mark of device ordinal,
 // which is in use, and setClaimer c that of allocation.entry: once set,
 // for good.
 func (s *deviceTable) setMarker(ordinal int, m marker) {
-	s.stateOf(ordinal, true).marker.Store(&markerBox{m})
+	setSlot(s, ordinal, markerSlot, &markerBox{m})
 }
 
 func (s *deviceTable) setClaimer(ordinal int, c claimer) {
-	s.stateOf(ordinal, true).claimer.Store(&claimerBox{c})
+	setSlot(s, ordinal, claimerSlot, &claimerBox{c})
 }
 
 // claimerOf returns the marker of allocation.entry of device ordinal,
 // which marked an allocation of it.
 func (s *deviceTable) claimerOf(ordinal int) claimer {
-	return s.stateOf(ordinal, false).claimer.Load().c
+	return slotOf[claimerBox](s, ordinal, claimerSlot, nil).c
 }
 
 // endMarks hands the marks of a, the allocation at owner, released, back
 // to their markers, uncounted saying whether the ledger uncounted it.
 func (s *deviceTable) endMarks(a *allocation, uncounted bool, owner uintptr) {
-	st := s.stateOf(int(a.ordinal), false)
+	o := int(a.ordinal)
 	if a.mark != nil {
-		st.marker.Load().m.end(a, uncounted, owner)
+		slotOf[markerBox](s, o, markerSlot, nil).m.end(a, uncounted, owner)
 	}
 	if a.entry != 0 {
-		st.claimer.Load().c.end(a, uncounted, owner)
+		slotOf[claimerBox](s, o, claimerSlot, nil).c.end(a, uncounted, owner)
 	}
 }
 
@@ -286,25 +241,20 @@ func unclaimMarks(a *allocation, owner uintptr) {
 // setReporter replaces the reporter in slot i of device ordinal, which is
 // in use, by r (nil removes it).
 func (s *deviceTable) setReporter(ordinal, i int, r reporter) {
-	st := s.stateOf(ordinal, true)
 	s.states.mu.Lock() // serialises the changes of every device's reporters
 	defer s.states.mu.Unlock()
 	var next [numSlots]reporter
-	if p := st.reporters.Load(); p != nil {
+	if p := slotOf[[numSlots]reporter](s, ordinal, reportersSlot, nil); p != nil {
 		next = *p
 	}
 	next[i] = r
-	st.reporters.Store(&next)
+	setSlot(s, ordinal, reportersSlot, &next)
 }
 
 // report runs the reporters of device ordinal on e, in the order of their
 // slots.
 func (s *deviceTable) report(ordinal int, e *OutOfMemoryError) {
-	st := s.stateOf(ordinal, false)
-	if st == nil {
-		return
-	}
-	if p := st.reporters.Load(); p != nil {
+	if p := slotOf[[numSlots]reporter](s, ordinal, reportersSlot, nil); p != nil {
 		for _, r := range p {
 			if r != nil {
 				r.report(e)

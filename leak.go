@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/siterec"
 	"github.com/memtrack/memtrack/internal/slots"
 	"go.uber.org/atomic"
@@ -191,7 +192,7 @@ func (lw LeakWatcher) watch(a access) (*deviceLeaks, error) {
 	if a == use {
 		newState = func() *deviceLeaks { return &deviceLeaks{s: s, ordinal: d.ordinal} }
 	}
-	return featureOf(s, d.ordinal, leaksSlot, newState), nil
+	return slotOf(s, d.ordinal, leaksSlot, newState), nil
 }
 
 // leakCheckDepth is the stack depth a LeakCheck records sites with where
@@ -693,5 +694,5 @@ func (l Leak) String() string {
 			state += ", freed"
 		}
 	}
-	return exactBytes(l.Size) + what + " on " + l.Device.String() + ", allocated at " + at + " " + l.Age.Round(time.Millisecond).String() + " before, " + state
+	return bytesize.Exact(l.Size) + what + " on " + l.Device.String() + ", allocated at " + at + " " + l.Age.Round(time.Millisecond).String() + " before, " + state
 }

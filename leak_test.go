@@ -107,7 +107,7 @@ func collectUntil(t testing.TB, done <-chan struct{}, what string) {
 
 // liveEntries returns the entries the device's bookkeeping holds.
 func liveEntries(d Device) int {
-	dl := featureOf[deviceLeaks](tableOf(d.kind), d.ordinal, leaksSlot, nil)
+	dl := slotOf[deviceLeaks](tableOf(d.kind), d.ordinal, leaksSlot, nil)
 	if dl == nil {
 		return 0
 	}

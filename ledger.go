@@ -218,21 +218,17 @@ type categorySet struct {
 // categories returns the categories of device ordinal of s, which is in
 // use, making them on first use.
 func (s *deviceTable) categories(ordinal int) *categorySet {
-	st := s.stateOf(ordinal, true)
-	if cs := st.cats.Load(); cs != nil {
-		return cs
-	}
-	st.cats.CompareAndSwap(nil, &categorySet{}) // a loser's set is dropped unused
-	return st.cats.Load()
+	return slotOf(s, ordinal, categoriesSlot, func() *categorySet { return new(categorySet) })
 }
+
+// categoriesSlot is the slot of a device's categories in its state
+// (deviceTable.stateOf).
+const categoriesSlot = 8
 
 // categoriesOf returns the categories of device ordinal, nil where it has
 // none.
 func (s *deviceTable) categoriesOf(ordinal int) *categorySet {
-	if st := s.stateOf(ordinal, false); st != nil {
-		return st.cats.Load()
-	}
-	return nil
+	return slotOf[categorySet](s, ordinal, categoriesSlot, nil)
 }
 
 // category returns the category called name, making it if there is room.
@@ -351,8 +347,3 @@ func (cs *categorySet) resetAccumulated(r *tracker.Record) {
 		r.ResetAccumulated()
 	})
 }
-
-// categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
-// that its category's limit refused; its Tracked and Limit are then the
-// category's.
-const categoryLimitReason = "the category's memory limit"

@@ -11,8 +11,101 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"go.uber.org/atomic"
 )
+
+// OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory],
+// and [ErrLimitExceeded] too where the memory limit refused it (Limit > 0).
+//
+// Besides what refused it, an allocation refused by [Device.Alloc],
+// [Device.AllocAsync] or [Device.Track] carries a report of what was known
+// at that moment, read on the refusal path only: the device's figures as
+// the OS or driver reports them, the untracked memory, the live buffers
+// and, where allocation sites are recorded, the largest holders. Error
+// stays one line; %+v (or [OutOfMemoryError.Report]) writes the whole
+// report. The observers of [Device.OnOutOfMemory] receive it too.
+type OutOfMemoryError struct {
+	Device    Device
+	Requested int64  // bytes asked for
+	Tracked   int64  // bytes tracked on the device when it was refused
+	Limit     int64  // the memory limit that refused it (the device's or the category's); 0 if it was not the cause
+	Capacity  int64  // the device's memory that refused it (for the CPU, the machine's or its cgroup's); 0 if it was not the cause
+	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
+	Reason    string // what refused it, in words
+	// Category is the category the request was made in ([Category.Alloc]),
+	// or "" for none, and CategoryTracked the bytes tracked in it when it
+	// was refused. Where the category's own limit refused it, Reason says
+	// so and Limit is the category's; Tracked is the device's either way.
+	Category        string
+	CategoryTracked int64
+
+	// The report. Total and Free are 0 where the device's figures could
+	// not be read (MemInfoErr says why).
+	PeakTracked int64 // the tracked high-water mark since the last ResetPeakMemoryStats
+	Buffers     int64 // live buffers on the device
+	Total       int64 // the device's memory, as the OS or driver reports it
+	Free        int64 // its free memory, as reported
+	NotResident int64 // on the CPU, the tracked bytes not resident yet, which Total - Free leaves out ([Usage].NotResident)
+	Untracked   int64 // Total - Free + NotResident - Tracked, or 0: memory in use on the device that this package did not allocate
+	MemInfoErr  error // why Total and Free are missing; nil if they are not
+	// GraphReserved is, on a CUDA GPU, the part of Untracked that the
+	// driver reserves for CUDA graphs ([Usage].GraphReserved); 0 where the
+	// driver gives no such figure.
+	GraphReserved int64
+	// SitesRecorded is true where the device records allocation sites
+	// ([SiteRecorder.Enable]); Sites then holds the largest
+	// holders among its live buffers, the largest first (at most 5).
+	SitesRecorded bool
+	Sites         []Site
+	// The driver's per-process figures (NVML, on CUDA devices), where
+	// PerProcess; PerProcessErr says why they are missing otherwise
+	// ([ErrPerProcessUnavailable]). They are [Usage]'s, read at the refusal.
+	PerProcess         bool
+	PerProcessErr      error
+	ProcessUsed        int64           // this process's device memory, as the driver accounts it
+	OtherProcessesUsed int64           // the other processes' device memory, as the driver accounts it
+	OtherProcesses     []ProcessMemory // them, the largest first
+	// Categories are the rows of [Device.CategoryStats] at the refusal
+	// (the uncategorised one last), nil for a device without categories.
+	Categories []CategoryStats
+}
+
+// Error describes the refused allocation.
+func (e *OutOfMemoryError) Error() string {
+	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested", e.Device, e.Requested)
+	if e.Category != "" {
+		s += fmt.Sprintf(" in category %q (%d tracked there)", e.Category, e.CategoryTracked)
+	}
+	s += fmt.Sprintf(", %d tracked", e.Tracked)
+	if e.byCategoryLimit() {
+		s += fmt.Sprintf(", category limit %d", e.Limit)
+	} else if e.Limit > 0 {
+		s += fmt.Sprintf(", limit %d", e.Limit)
+	}
+	if e.Capacity > 0 {
+		s += fmt.Sprintf(", capacity %d", e.Capacity)
+	}
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	if e.Code != 0 {
+		s += fmt.Sprintf(" (code %d)", e.Code)
+	}
+	return s
+}
+
+// byCategoryLimit reports whether the limit of the request's category
+// refused it (Limit is then the category's).
+func (e *OutOfMemoryError) byCategoryLimit() bool {
+	return e.Category != "" && e.Limit > 0 && e.Reason == categoryLimitReason
+}
+
+// Is reports whether target is [ErrOutOfMemory], or [ErrLimitExceeded] where
+// the memory limit refused the allocation.
+func (e *OutOfMemoryError) Is(target error) bool {
+	return target == ErrOutOfMemory || (target == ErrLimitExceeded && e.Limit > 0)
+}
 
 // maxReportSites is how many allocation sites an [OutOfMemoryError] lists.
 const maxReportSites = 5
@@ -70,7 +163,7 @@ func (e *OutOfMemoryError) Report() string {
 		return e.Error()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "memtrack: out of memory on %v: tried to allocate %s\n", e.Device, exactBytes(e.Requested))
+	fmt.Fprintf(&b, "memtrack: out of memory on %v: tried to allocate %s\n", e.Device, bytesize.Exact(e.Requested))
 	refused := e.Reason
 	if refused == "" {
 		refused = "the device"
@@ -81,34 +174,34 @@ func (e *OutOfMemoryError) Report() string {
 	fmt.Fprintf(&b, "  refused by:     %s\n", refused)
 	switch {
 	case e.Total > 0:
-		fmt.Fprintf(&b, "  device:         %s total, %s free (as the OS or driver reports them)\n", exactBytes(e.Total), exactBytes(e.Free))
+		fmt.Fprintf(&b, "  device:         %s total, %s free (as the OS or driver reports them)\n", bytesize.Exact(e.Total), bytesize.Exact(e.Free))
 	case e.MemInfoErr != nil:
 		fmt.Fprintf(&b, "  device:         figures unavailable: %v\n", e.MemInfoErr)
 	}
-	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", exactBytes(e.Tracked), buffers(e.Buffers, "live buffer"), exactBytes(e.PeakTracked))
+	fmt.Fprintf(&b, "  this process:   %s tracked in %s, peak %s", bytesize.Exact(e.Tracked), buffers(e.Buffers, "live buffer"), bytesize.Exact(e.PeakTracked))
 	if e.Limit > 0 && !e.byCategoryLimit() {
-		fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
+		fmt.Fprintf(&b, ", memory limit %s", bytesize.Exact(e.Limit))
 	}
 	if e.Capacity > 0 {
-		fmt.Fprintf(&b, ", capacity %s", exactBytes(e.Capacity))
+		fmt.Fprintf(&b, ", capacity %s", bytesize.Exact(e.Capacity))
 	}
 	b.WriteString("\n")
 	if e.Category != "" {
-		fmt.Fprintf(&b, "  category:       %q: %s tracked", e.Category, exactBytes(e.CategoryTracked))
+		fmt.Fprintf(&b, "  category:       %q: %s tracked", e.Category, bytesize.Exact(e.CategoryTracked))
 		if e.byCategoryLimit() {
-			fmt.Fprintf(&b, ", memory limit %s", exactBytes(e.Limit))
+			fmt.Fprintf(&b, ", memory limit %s", bytesize.Exact(e.Limit))
 		}
 		b.WriteString("\n")
 	}
 	if e.Total > 0 {
 		graphs := ""
 		if e.GraphReserved > 0 {
-			graphs = fmt.Sprintf("; of it, %s the driver reserves for CUDA graphs", exactBytes(e.GraphReserved))
+			graphs = fmt.Sprintf("; of it, %s the driver reserves for CUDA graphs", bytesize.Exact(e.GraphReserved))
 		}
-		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)%s\n", exactBytes(max(e.Untracked, 0)), graphs)
+		fmt.Fprintf(&b, "  not tracked:    %s in use on the device that memtrack did not allocate (the rest of this process, libraries, a CUDA context, other processes)%s\n", bytesize.Exact(max(e.Untracked, 0)), graphs)
 	}
 	if e.NotResident > 0 {
-		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", exactBytes(e.NotResident))
+		fmt.Fprintf(&b, "  not resident:   %s of the tracked bytes not written yet, which the device does not count as used\n", bytesize.Exact(e.NotResident))
 	}
 	for _, l := range e.processLines() {
 		fmt.Fprintf(&b, "  %s\n", l)
@@ -116,7 +209,7 @@ func (e *OutOfMemoryError) Report() string {
 	if len(e.Sites) > 0 {
 		b.WriteString("  largest holders (allocation sites, live buffers; sampled figures are estimates):\n")
 		for _, s := range e.Sites {
-			fmt.Fprintf(&b, "    %s in %s: %s\n", exactBytes(s.Bytes), buffers(s.Buffers, "buffer"), siteName(s.Stack))
+			fmt.Fprintf(&b, "    %s in %s: %s\n", bytesize.Exact(s.Bytes), buffers(s.Buffers, "buffer"), siteName(s.Stack))
 		}
 	}
 	writeReportCategories(&b, e)
@@ -131,15 +224,15 @@ func (e *OutOfMemoryError) tryThis() []string {
 	var t []string
 	switch {
 	case e.byCategoryLimit():
-		t = append(t, fmt.Sprintf("raise the memory limit of the category %q (Category.SetMemoryLimit, now %s) or free its buffers", e.Category, formatBytes(e.Limit)))
+		t = append(t, fmt.Sprintf("raise the memory limit of the category %q (Category.SetMemoryLimit, now %s) or free its buffers", e.Category, bytesize.Format(e.Limit)))
 	case e.Limit > 0:
-		t = append(t, fmt.Sprintf("raise the memory limit (Device.SetMemoryLimit, now %s) or free buffers", formatBytes(e.Limit)))
+		t = append(t, fmt.Sprintf("raise the memory limit (Device.SetMemoryLimit, now %s) or free buffers", bytesize.Format(e.Limit)))
 	}
 	if e.Limit == 0 && e.Total > 0 && e.Untracked > e.Tracked && e.Untracked > e.Requested {
-		t = append(t, fmt.Sprintf("most of the memory in use is not memtrack's (%s): look for other processes or libraries on the device", formatBytes(e.Untracked)))
+		t = append(t, fmt.Sprintf("most of the memory in use is not memtrack's (%s): look for other processes or libraries on the device", bytesize.Format(e.Untracked)))
 	}
 	if e.GraphReserved > e.Requested && e.Free < e.Requested {
-		t = append(t, fmt.Sprintf("return the graph memory no graph uses now to the device (Graphs().Trim; the driver reserves %s for CUDA graphs)", formatBytes(e.GraphReserved)))
+		t = append(t, fmt.Sprintf("return the graph memory no graph uses now to the device (Graphs().Trim; the driver reserves %s for CUDA graphs)", bytesize.Format(e.GraphReserved)))
 	}
 	if e.Total > 0 && e.Limit == 0 && e.Free >= e.Requested {
 		t = append(t, "the device reports enough free memory in all but one piece: allocate in smaller buffers, or free and allocate again, to work around fragmentation")
@@ -291,7 +384,7 @@ func (d Device) OnOutOfMemory(f func(*OutOfMemoryError)) (*OutOfMemoryObserver, 
 		return nil, err
 	}
 	o := &OutOfMemoryObserver{dev: d, f: f}
-	obs := featureOf(s, d.ordinal, observersSlot, func() *oomObservers { return new(oomObservers) })
+	obs := slotOf(s, d.ordinal, observersSlot, func() *oomObservers { return new(oomObservers) })
 	s.setReporter(d.ordinal, observersSlot, obs)
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
@@ -337,7 +430,7 @@ func (o *OutOfMemoryObserver) Remove() error {
 // observers returns the device's observers, or nil where it has none.
 func (d Device) observers() *oomObservers {
 	if s, _, _ := d.lookup(read); s != nil {
-		return featureOf[oomObservers](s, d.ordinal, observersSlot, nil)
+		return slotOf[oomObservers](s, d.ordinal, observersSlot, nil)
 	}
 	return nil
 }
@@ -395,23 +488,23 @@ func writeReportCategories(b *strings.Builder, e *OutOfMemoryError) {
 	for _, c := range rows {
 		limit := "none"
 		if c.Limit > 0 {
-			limit = exactBytes(c.Limit)
+			limit = bytesize.Exact(c.Limit)
 		}
 		name := c.Category
 		if c.Category == e.Category {
 			name += " (the request's)"
 		}
-		fmt.Fprintf(w, "    %s\t%s\t%s\t%s\n", name, exactBytes(c.Tracked), exactBytes(c.PeakTracked), limit)
+		fmt.Fprintf(w, "    %s\t%s\t%s\t%s\n", name, bytesize.Exact(c.Tracked), bytesize.Exact(c.PeakTracked), limit)
 	}
 	if len(more) > 0 {
 		var n int64
 		for _, c := range more {
 			n += c.Tracked
 		}
-		fmt.Fprintf(w, "    %d more categories\t%s\t-\t-\n", len(more), exactBytes(n))
+		fmt.Fprintf(w, "    %d more categories\t%s\t-\t-\n", len(more), bytesize.Exact(n))
 	}
 	if rest.Category != "" {
-		fmt.Fprintf(w, "    %s\t%s\t-\t-\n", rest.Category, exactBytes(rest.Tracked))
+		fmt.Fprintf(w, "    %s\t%s\t-\t-\n", rest.Category, bytesize.Exact(rest.Tracked))
 	}
 	w.Flush()
 }
@@ -447,3 +540,8 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
+// that its category's limit refused; its Tracked and Limit are then the
+// category's.
+const categoryLimitReason = "the category's memory limit"

@@ -1,6 +1,8 @@
 package memtrack
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // Pool is the current memory pool of one CUDA device, the one
 // [Device.AllocAsync] allocates from: its figures and controls. Obtain it
@@ -103,30 +105,6 @@ func (p Pool) change(op, what string, n int64) (streamBackend, error) {
 		return nil, fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, p.dev, what)
 	}
 	return p.pools(op, true)
-}
-
-// PoolStats are the figures of a CUDA device's current memory pool (the
-// default one unless cuDeviceSetMemPool set another), the one
-// [Device.AllocAsync] allocates from, as the driver reports them
-// (cuMemPoolGetAttribute). Reserved is what the pool holds of the device,
-// used or not: PyTorch's memory_reserved and max_memory_reserved. Used is
-// what live stream-ordered allocations take of it, by anyone in the process,
-// rounded as the driver rounds them. The highs are reset by
-// [Device.ResetPeakMemoryStats].
-type PoolStats struct {
-	Device           Device
-	PoolReserved     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
-	PeakPoolReserved int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
-	PoolUsed         int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
-	PeakPoolUsed     int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
-	ReleaseThreshold int64 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-}
-
-// String describes the pool's figures on one line.
-func (p PoolStats) String() string {
-	return fmt.Sprintf("%v pool: reserved %s (high %s), used %s (high %s), release threshold %s",
-		p.Device, exactBytes(p.PoolReserved), exactBytes(p.PeakPoolReserved),
-		exactBytes(p.PoolUsed), exactBytes(p.PeakPoolUsed), exactBytes(p.ReleaseThreshold))
 }
 
 // PoolUsage puts side by side, for a CUDA device, the figures of its

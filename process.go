@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/memtrack/memtrack/internal/bytesize"
 )
 
 // ErrPerProcessUnavailable is matched by the PerProcessErr of a [Usage], a
@@ -16,18 +18,6 @@ import (
 // does not list this process (a container whose PID namespace hides it),
 // or gives no figure for it. The device-wide figures are then all there is.
 var ErrPerProcessUnavailable = errors.New("memtrack: no per-process figures")
-
-// ProcessMemory is one process's memory on a device as the driver accounts
-// it: NVML's entry for it in nvmlDeviceGetComputeRunningProcesses.
-type ProcessMemory struct {
-	PID int // the process's ID, as the driver knows it
-	// Name is the process's name as NVML gives it (nvmlSystemGetProcessName,
-	// the executable's path on Linux), or "" where it cannot.
-	Name string
-	// Used is the device memory the driver attributes to the process: all
-	// of it, its CUDA context included.
-	Used int64
-}
 
 // processBackend is a backend that can say which processes hold memory on
 // a device, as the driver accounts it (CUDA, through NVML).
@@ -174,17 +164,17 @@ func (e *OutOfMemoryError) processLines() []string {
 		return []string{fmt.Sprintf("in use (NVML):  unavailable: %v", e.PerProcessErr)}
 	}
 	lines := []string{fmt.Sprintf("in use (NVML):  this process %s, of which %s not tracked (its CUDA context, libraries, memory allocated without memtrack)",
-		exactBytes(e.ProcessUsed), exactBytes(processUntracked(e.ProcessUsed, e.Tracked)))}
+		bytesize.Exact(e.ProcessUsed), bytesize.Exact(processUntracked(e.ProcessUsed, e.Tracked)))}
 	if len(e.OtherProcesses) == 0 {
 		return append(lines, "other processes: none on the device")
 	}
-	lines = append(lines, fmt.Sprintf("other processes: %s in %d", exactBytes(e.OtherProcessesUsed), len(e.OtherProcesses)))
+	lines = append(lines, fmt.Sprintf("other processes: %s in %d", bytesize.Exact(e.OtherProcessesUsed), len(e.OtherProcesses)))
 	for _, p := range e.OtherProcesses {
 		name := p.Name
 		if name == "" {
 			name = "(name unknown)"
 		}
-		lines = append(lines, fmt.Sprintf("  process %d (%s) has %s in use", p.PID, name, exactBytes(p.Used)))
+		lines = append(lines, fmt.Sprintf("  process %d (%s) has %s in use", p.PID, name, bytesize.Exact(p.Used)))
 	}
 	return lines
 }
@@ -200,13 +190,13 @@ func (u Usage) processSummary() string {
 		return fmt.Sprintf("processes (NVML): unavailable: %v\n", u.PerProcessErr)
 	}
 	s := fmt.Sprintf("processes (NVML): this process %s (untracked %s); other processes %s in %d\n",
-		formatBytes(u.ProcessUsed), formatBytes(u.ProcessUntracked), formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
+		bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked), bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
 	for _, p := range u.OtherProcesses {
 		name := p.Name
 		if name == "" {
 			name = "(name unknown)"
 		}
-		s += fmt.Sprintf("  process %d %s: %s\n", p.PID, name, formatBytes(p.Used))
+		s += fmt.Sprintf("  process %d %s: %s\n", p.PID, name, bytesize.Format(p.Used))
 	}
 	return s
 }

@@ -110,7 +110,7 @@ func (r SiteRecorder) Enable(depth int) error {
 func (r SiteRecorder) Disable() {
 	d := r.dev
 	if s, _, err := d.lookup(start); err == nil { // off stays off: nothing registered
-		if t := featureOf[siteSettings](s, d.ordinal, sitesSlot, nil); t != nil {
+		if t := slotOf[siteSettings](s, d.ordinal, sitesSlot, nil); t != nil {
 			t.disable(s, d.ordinal)
 		}
 	}
@@ -150,24 +150,6 @@ func (r SiteRecorder) Stats() SiteStats {
 		return siteStats(sr.Stats())
 	}
 	return SiteStats{}
-}
-
-// Site is one call stack that allocated recorded buffers, with the figures
-// of its live buffers, now or at the latest peak. The figures are scaled by
-// the sampling ([SiteRecorder.SetRate]): each sampled buffer counts
-// as the buffers and bytes it stands for, so they estimate the stack's true
-// figures without bias, and equal them at rate 1.
-type Site struct {
-	// Stack holds the stack's return addresses, innermost first, as
-	// [runtime.Callers] writes them (read them with [runtime.CallersFrames]);
-	// nil for the site [OtherSite].
-	Stack   []uintptr
-	Buffers int64 // live buffers allocated from the stack (scaled)
-	Bytes   int64 // their bytes (scaled)
-	// Category is the category the buffers were allocated through
-	// ([Category.Alloc]), or "" for none: one stack that allocates in two
-	// categories is two sites.
-	Category string
 }
 
 // SiteSnapshot is the allocation sites of one device at one moment, the
@@ -276,7 +258,7 @@ type siteSettings struct {
 // siteSettingsOf returns the settings of device ordinal of s, which is in
 // use, making them on first use.
 func siteSettingsOf(s *deviceTable, ordinal int) *siteSettings {
-	return featureOf(s, ordinal, sitesSlot, func() *siteSettings { return new(siteSettings) })
+	return slotOf(s, ordinal, sitesSlot, func() *siteSettings { return new(siteSettings) })
 }
 
 // rateOrDefault returns the sampling rate. t.mu must be held.

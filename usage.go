@@ -1,7 +1,5 @@
 package memtrack
 
-import ()
-
 // MemGetInfo returns the free and total memory of the device as the OS or
 // driver reports them, not this package's counters. For CUDA they are
 // cuMemGetInfo's, for the whole GPU. For the CPU, total is the machine's
