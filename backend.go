@@ -168,3 +168,10 @@ func (u unbuilt) devices() (int, error)                      { return 0, u.error
 func (u unbuilt) alloc(int, int64, *memory) error            { return u.error() }
 func (u unbuilt) free(int, int64, *memory) error             { return u.error() }
 func (u unbuilt) memInfo(int) (free, total int64, err error) { return 0, 0, u.error() }
+
+// captureState is what the driver reports of a stream's part in a capture.
+type captureState struct {
+	id          uint64 // the capture's ID, where it is active
+	capturing   bool   // the stream takes part in a capture
+	invalidated bool   // the capture is invalidated: it ends with no graph
+}

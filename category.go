@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/memtrack/memtrack/internal/bytesize"
@@ -261,35 +262,120 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w.Flush()
 }
 
-// startMeasure opens a peak scope on each category of cs (nil for none)
-// as a measurement begins, before it reads their starting figures, and
-// records those in p; it returns the scopes and the categories' records,
-// in the order of p.Categories, or nils for a device without categories.
-// Nothing is reset: measurements nest.
-func (cs *categorySet) startMeasure(p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
-	if cs == nil {
-		return nil, nil
+// categories returns the categories of device ordinal of s, which is in
+// use, making them on first use.
+func (s *deviceTable) categories(ordinal int) *categorySet {
+	if cs := s.categoriesOf(ordinal); cs != nil {
+		return cs
 	}
-	names, recs := cs.list()
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	scopes := make([]*tracker.Scope, len(recs))
-	p.Categories = make([]CategoryMeasurement, len(recs))
-	for i, r := range recs {
-		scopes[i] = r.OpenScope()
-		p.Categories[i] = CategoryMeasurement{Category: names[i], StartTracked: r.Tracked()}
-	}
-	return scopes, recs
+	cs := slotOf(s, ordinal, categoriesSlot, func() *categorySet {
+		return &categorySet{names: make([]string, MaxCategories), recs: make([]tracker.Record, MaxCategories)}
+	})
+	s.setReporter(ordinal, categoriesSlot, cs)
+	return cs
 }
 
-// endMeasure completes the categories of p as a measurement ends, from
-// the scopes startMeasure opened, which it closes.
-func endMeasure(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
-	for i, sc := range scopes {
-		c := &p.Categories[i]
-		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again
-		c.EndTracked = recs[i].Tracked()
-		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
+// report puts the rows of the categories (Device.CategoryStats) into the
+// out-of-memory report e.
+func (cs *categorySet) report(e *OutOfMemoryError) {
+	d := e.Device
+	e.Categories = cs.rows(d, tableOf(d.kind).records.Lookup(d.ordinal))
+}
+
+// category returns the category called name, making it if there is room.
+func (cs *categorySet) category(d Device, name string) (Category, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := int(cs.n.Load())
+	for i, have := range cs.names[:n] {
+		if have == name {
+			return Category{set: cs, idx: uint8(i + 1), dev: d}, nil
+		}
 	}
+	if n == MaxCategories {
+		return Category{}, fmt.Errorf("%w: %v has %d categories (%s); %q would be one more",
+			ErrTooManyCategories, d, n, strings.Join(cs.names[:n], ", "), name)
+	}
+	cs.names[n] = name
+	cs.n.Store(int32(n + 1))
+	return Category{set: cs, idx: uint8(n + 1), dev: d}, nil
+}
+
+func categoryStatsOf(d Device, name string, s tracker.Stats) CategoryStats {
+	return CategoryStats{
+		Device: d, Category: name,
+		Tracked: s.Tracked, PeakTracked: s.PeakTracked,
+		AllocBytes: s.AllocBytes, FreedBytes: s.FreedBytes,
+		Buffers: s.Buffers, PeakBuffers: s.PeakBuffers,
+		Allocs: s.Allocs, Frees: s.Frees,
+		FailedAllocs: s.FailedAllocs, Limit: s.Limit,
+	}
+}
+
+// peekCategories returns the device's categories where it has any, as peek
+// reads: registering nothing and starting no backend.
+func (d Device) peekCategories() *categorySet {
+	if s, _, _ := d.lookup(read); s != nil {
+		return s.categoriesOf(d.ordinal)
+	}
+	return nil
+}
+
+// rows reads the categories of cs (nil for none), then the record r of
+// their device d, and puts the row of the uncategorised memory after them.
+func (cs *categorySet) rows(d Device, r *tracker.Record) []CategoryStats {
+	if cs == nil || cs.n.Load() == 0 {
+		return nil
+	}
+	names, recs := cs.list()
+	out := make([]CategoryStats, 0, len(names)+1)
+	rest := CategoryStats{Device: d, Category: Uncategorised}
+	for i, rec := range recs {
+		c := categoryStatsOf(d, names[i], rec.Snapshot())
+		out = append(out, c)
+		rest.Tracked -= c.Tracked
+		rest.AllocBytes -= c.AllocBytes
+		rest.FreedBytes -= c.FreedBytes
+		rest.Buffers -= c.Buffers
+		rest.Allocs -= c.Allocs
+		rest.Frees -= c.Frees
+		rest.FailedAllocs -= c.FailedAllocs
+	}
+	all := r.Snapshot()
+	rest.Tracked = max(rest.Tracked+all.Tracked, 0)
+	rest.AllocBytes = max(rest.AllocBytes+all.AllocBytes, 0)
+	rest.FreedBytes = max(rest.FreedBytes+all.FreedBytes, 0)
+	rest.Buffers = max(rest.Buffers+all.Buffers, 0)
+	rest.Allocs = max(rest.Allocs+all.Allocs, 0)
+	rest.Frees = max(rest.Frees+all.Frees, 0)
+	rest.FailedAllocs = max(rest.FailedAllocs+all.FailedAllocs, 0)
+	return append(out, rest)
+}
+
+// resetPeaks resets the peaks of every category of cs (nil for none).
+func (cs *categorySet) resetPeaks() {
+	if cs == nil {
+		return
+	}
+	_, recs := cs.list()
+	for _, r := range recs {
+		r.ResetPeak()
+	}
+}
+
+// resetAccumulated resets the cumulative figures of the categories of cs
+// (nil for none) and of their device's record r, as one step for the
+// category operations (resetGate).
+func (cs *categorySet) resetAccumulated(r *tracker.Record) {
+	if cs == nil {
+		r.ResetAccumulated()
+		return
+	}
+	cs.gate.reset(func() {
+		_, recs := cs.list()
+		for _, cr := range recs {
+			cr.ResetAccumulated()
+		}
+		r.ResetAccumulated()
+	})
 }

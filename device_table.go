@@ -1,7 +1,9 @@
 package memtrack
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -304,4 +306,179 @@ func deviceHeld(d Device, current, peak int64) (int64, int64) {
 		return s.held.held(d.ordinal)
 	}
 	return current, peak
+}
+
+// streams returns the stream-ordered allocator of device d of s, or an
+// error wrapping [ErrNotSupported] where it has none.
+func (s *deviceTable) streams(d Device) (streamBackend, error) {
+	if s.stream == nil {
+		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+	}
+	if err := s.stream.poolsSupported(d.ordinal); err != nil {
+		return nil, err
+	}
+	return s.stream, nil
+}
+
+// streamsSupported fails where d is not a device that stream-ordered
+// allocation is for: only CUDA devices are.
+func (d Device) streamsSupported() error {
+	if d.kind == KindCUDA {
+		return nil
+	}
+	return notCUDA("AllocAsync", d)
+}
+
+// graphMemory returns the stream-ordered allocator of device d of s where
+// the device has graph memory, or the error that says why not (see
+// Graphs).
+func (s *deviceTable) graphMemory(d Device) (streamBackend, error) {
+	sb, err := s.streams(d)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.graphsSupported(d.ordinal); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// notCUDA is the error of a stream-ordered or pool call on d, which is not
+// a CUDA device: the zero Device is no device, and a CPU or Metal device
+// never has CUDA's pools.
+func notCUDA(op string, d Device) error {
+	return notCUDAFeature(op, d, "stream-ordered allocation and memory pools")
+}
+
+// notCUDAFeature is notCUDA for a call of feature, a feature of CUDA's.
+func notCUDAFeature(op string, d Device, feature string) error {
+	if d.kind == 0 || d.kind >= numKinds {
+		return errZeroDevice(d)
+	}
+	return fmt.Errorf("%w: %s on %v: %s are CUDA's", ErrNotSupported, op, d, feature)
+}
+
+// CUDA returns NVIDIA GPU ordinal. It fails with [ErrBackendNotBuilt] in a
+// build without -tags cuda, with [ErrBackendUnavailable] where the driver or
+// the GPUs are missing, and with [ErrInvalidOrdinal] past the last GPU.
+func CUDA(ordinal int) (Device, error) { return device(KindCUDA, ordinal) }
+
+// Metal returns Apple GPU ordinal. It fails with [ErrBackendNotBuilt] in a
+// build without -tags metal (or not on macOS), and with [ErrInvalidOrdinal]
+// past the last GPU.
+func Metal(ordinal int) (Device, error) { return device(KindMetal, ordinal) }
+
+func device(k Kind, ordinal int) (Device, error) {
+	d := Device{kind: k, ordinal: ordinal}
+	if _, _, err := d.lookup(use); err != nil {
+		return Device{}, err
+	}
+	return d, nil
+}
+
+// ParseDevice reads a device written as by [Device.String]: "cpu",
+// "cuda:1", "metal:0". A kind without an ordinal ("cuda") means ordinal 0.
+// It accepts nothing else: kind names are lower case, an ordinal is written
+// in decimal without sign, leading zero or spaces, and nothing may surround
+// the device, and the CPU has no ordinal ("cpu:0" is refused); anything
+// else fails with [ErrInvalidDevice]. The device must exist in this build
+// and on this machine. On failure it returns the zero Device, which is no
+// device (see [Device]), beside the error.
+func ParseDevice(s string) (Device, error) {
+	name, ord, hasOrd := strings.Cut(s, ":")
+	k := numKinds
+	for i, n := range kindNames {
+		if i > 0 && name == n {
+			k = Kind(i)
+		}
+	}
+	if k == numKinds {
+		return Device{}, fmt.Errorf("%w: %q: want cpu, cuda:N or metal:N", ErrInvalidDevice, s)
+	}
+	if k == KindCPU && hasOrd {
+		return Device{}, fmt.Errorf("%w: %q: the CPU is one device, written cpu without an ordinal", ErrInvalidDevice, s)
+	}
+	n := 0
+	if hasOrd {
+		var ok bool
+		if n, ok = parseOrdinal(ord); !ok {
+			return Device{}, fmt.Errorf("%w: %q: the ordinal must be written as a decimal number >= 0 without sign or leading zeros", ErrInvalidDevice, s)
+		}
+		if n > tracker.MaxOrdinal {
+			return Device{}, fmt.Errorf("%w: %q: no machine has that many %v devices", ErrInvalidOrdinal, s, k)
+		}
+	}
+	return device(k, n)
+}
+
+// parseOrdinal reads an ordinal as strconv.Itoa writes it: ASCII digits,
+// no sign, no leading zero. Past [tracker.MaxOrdinal] it returns
+// tracker.MaxOrdinal+1 instead of overflowing.
+func parseOrdinal(s string) (int, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for i := range len(s) {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = min(n*10+int(c-'0'), tracker.MaxOrdinal+1)
+	}
+	return n, true
+}
+
+// Devices returns every device this build and machine reach: the CPU, then
+// each CUDA GPU, then each Metal GPU. A backend that this build has (-tags
+// cuda, -tags metal) but that cannot start here, for want of a driver or of
+// a device, lists no device, and err says why, wrapping
+// [ErrBackendUnavailable] (a [*BackendError] where the driver answered,
+// the loader's reason where it could not be loaded); the devices returned
+// work whatever err says. A backend that the build lacks is no error:
+// [CUDA], [Metal] and [ParseDevice] answer [ErrBackendNotBuilt] for its
+// devices.
+func Devices() ([]Device, error) {
+	var ds []Device
+	var errs []error
+	for k := KindCPU; k < numKinds; k++ {
+		s := openTable(k)
+		if s.err != nil && !errors.Is(s.err, ErrBackendNotBuilt) {
+			errs = append(errs, s.err)
+		}
+		for i := range s.n {
+			ds = append(ds, Device{kind: k, ordinal: i})
+		}
+	}
+	return ds, errors.Join(errs...)
+}
+
+// UnmarshalText reads a device as [ParseDevice] does; the device must exist
+// in this build and on this machine.
+func (d *Device) UnmarshalText(text []byte) error {
+	v, err := ParseDevice(string(text))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// UsedDevices returns every device the process has used, in the order of
+// [Devices]: those obtained with [CUDA], [Metal] or [ParseDevice], and those
+// on which memory was allocated or tracked or a setting was changed (the
+// CPU, which [CPU] returns without checking, is listed once it has been used
+// so, and so is a device that [Devices] lists). Reading a figure registers
+// nothing: the device's (MemoryAllocated, MemoryStats, MemGetInfo, Usage,
+// Baseline, Info, CategoryStats, ...), its features' (Sites().Snapshot,
+// History().Snapshot, Leaks().Stats, Leaks().Enabled, Pool().Stats, ...),
+// and neither does turning off a feature that is off. It only reads the
+// device tables: a kind never used stays uninitialised, so listing never
+// starts a driver.
+func UsedDevices() []Device {
+	var ds []Device
+	rangeUsed(func(d Device, _ *tracker.Record) {
+		ds = append(ds, d)
+	})
+	return ds
 }

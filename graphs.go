@@ -77,11 +77,11 @@ const MaxCaptures = 4096
 // call op where the device has no graph memory: as [Device.streamTable]
 // says, and a CUDA device needs graph memory nodes besides memory pools.
 func (g Graphs) graphs(op string, change bool) (*deviceTable, error) {
-	s, sb, err := g.dev.streamTable(op, change, "CUDA graphs")
+	s, _, err := g.dev.streamTable(op, change, "CUDA graphs")
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.graphsSupported(g.dev.ordinal); err != nil {
+	if _, err := s.graphMemory(g.dev); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -148,13 +148,6 @@ func (g Graphs) Trim() error {
 		return err
 	}
 	return s.stream.trimGraphs(g.dev.ordinal)
-}
-
-// captureState is what the driver reports of a stream's part in a capture.
-type captureState struct {
-	id          uint64 // the capture's ID, where it is active
-	capturing   bool   // the stream takes part in a capture
-	invalidated bool   // the capture is invalidated: it ends with no graph
 }
 
 // graphBuffer is a graph's buffer: the Buffer that AllocAsync returns on a
@@ -249,7 +242,7 @@ func notLive(err error, b *Buffer) error {
 }
 
 // graphsSlot is the slot of the CUDA graphs' captures (hooks.go).
-const graphsSlot = 4
+const graphsSlot = 5
 
 // graphCapturesOf returns the captures of device ordinal of s, which is in
 // use, making them on first use.

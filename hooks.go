@@ -177,9 +177,9 @@ func (s *deviceTable) hookOf(ordinal, i int) hook {
 // The slots of the hooks' own mechanisms in a device's state
 // (deviceTable.stateOf): its markers and its reporters.
 const (
-	markerSlot    = 5 // a *markerBox: the marker of allocation.mark, once set
-	claimerSlot   = 6 // a *claimerBox: the marker of allocation.entry, once set
-	reportersSlot = 7 // a *[numSlots]reporter: the reporters, by slot
+	markerSlot    = 6 // a *markerBox: the marker of allocation.mark, once set
+	claimerSlot   = 7 // a *claimerBox: the marker of allocation.entry, once set
+	reportersSlot = 8 // a *[numSlots]reporter: the reporters, by slot
 )
 
 // markerBox and claimerBox hold a marker, for a slot.

@@ -2,9 +2,7 @@ package memtrack
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 
 	"github.com/memtrack/memtrack/tracker"
@@ -210,44 +208,19 @@ func (l *ledger) inCategoryOf(s *deviceTable, ordinal int, cat uint8) {
 type categorySet struct {
 	mu    sync.Mutex
 	n     atomic.Int32
-	names [MaxCategories]string
-	recs  [MaxCategories]tracker.Record
-	gate  resetGate // orders the category operations with the resets (resetAccumulated)
-}
-
-// categories returns the categories of device ordinal of s, which is in
-// use, making them on first use.
-func (s *deviceTable) categories(ordinal int) *categorySet {
-	return slotOf(s, ordinal, categoriesSlot, func() *categorySet { return new(categorySet) })
+	names []string         // room for every category the device may have, made with the set
+	recs  []tracker.Record // likewise
+	gate  resetGate        // orders the category operations with the resets (resetAccumulated)
 }
 
 // categoriesSlot is the slot of a device's categories in its state
 // (deviceTable.stateOf).
-const categoriesSlot = 8
+const categoriesSlot = 3
 
 // categoriesOf returns the categories of device ordinal, nil where it has
 // none.
 func (s *deviceTable) categoriesOf(ordinal int) *categorySet {
 	return slotOf[categorySet](s, ordinal, categoriesSlot, nil)
-}
-
-// category returns the category called name, making it if there is room.
-func (cs *categorySet) category(d Device, name string) (Category, error) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	n := int(cs.n.Load())
-	for i, have := range cs.names[:n] {
-		if have == name {
-			return Category{set: cs, idx: uint8(i + 1), dev: d}, nil
-		}
-	}
-	if n == MaxCategories {
-		return Category{}, fmt.Errorf("%w: %v has %d categories (%s); %q would be one more",
-			ErrTooManyCategories, d, n, strings.Join(cs.names[:n], ", "), name)
-	}
-	cs.names[n] = name
-	cs.n.Store(int32(n + 1))
-	return Category{set: cs, idx: uint8(n + 1), dev: d}, nil
 }
 
 // list returns the categories' names and records, in the order they were
@@ -267,83 +240,4 @@ func (cs *categorySet) name(idx uint8) string {
 		return ""
 	}
 	return cs.names[idx-1]
-}
-
-func categoryStatsOf(d Device, name string, s tracker.Stats) CategoryStats {
-	return CategoryStats{
-		Device: d, Category: name,
-		Tracked: s.Tracked, PeakTracked: s.PeakTracked,
-		AllocBytes: s.AllocBytes, FreedBytes: s.FreedBytes,
-		Buffers: s.Buffers, PeakBuffers: s.PeakBuffers,
-		Allocs: s.Allocs, Frees: s.Frees,
-		FailedAllocs: s.FailedAllocs, Limit: s.Limit,
-	}
-}
-
-// peekCategories returns the device's categories where it has any, as peek
-// reads: registering nothing and starting no backend.
-func (d Device) peekCategories() *categorySet {
-	if s, _, _ := d.lookup(read); s != nil {
-		return s.categoriesOf(d.ordinal)
-	}
-	return nil
-}
-
-// rows reads the categories of cs (nil for none), then the record r of
-// their device d, and puts the row of the uncategorised memory after them.
-func (cs *categorySet) rows(d Device, r *tracker.Record) []CategoryStats {
-	if cs == nil || cs.n.Load() == 0 {
-		return nil
-	}
-	names, recs := cs.list()
-	out := make([]CategoryStats, 0, len(names)+1)
-	rest := CategoryStats{Device: d, Category: Uncategorised}
-	for i, rec := range recs {
-		c := categoryStatsOf(d, names[i], rec.Snapshot())
-		out = append(out, c)
-		rest.Tracked -= c.Tracked
-		rest.AllocBytes -= c.AllocBytes
-		rest.FreedBytes -= c.FreedBytes
-		rest.Buffers -= c.Buffers
-		rest.Allocs -= c.Allocs
-		rest.Frees -= c.Frees
-		rest.FailedAllocs -= c.FailedAllocs
-	}
-	all := r.Snapshot()
-	rest.Tracked = max(rest.Tracked+all.Tracked, 0)
-	rest.AllocBytes = max(rest.AllocBytes+all.AllocBytes, 0)
-	rest.FreedBytes = max(rest.FreedBytes+all.FreedBytes, 0)
-	rest.Buffers = max(rest.Buffers+all.Buffers, 0)
-	rest.Allocs = max(rest.Allocs+all.Allocs, 0)
-	rest.Frees = max(rest.Frees+all.Frees, 0)
-	rest.FailedAllocs = max(rest.FailedAllocs+all.FailedAllocs, 0)
-	return append(out, rest)
-}
-
-// resetPeaks resets the peaks of every category of cs (nil for none).
-func (cs *categorySet) resetPeaks() {
-	if cs == nil {
-		return
-	}
-	_, recs := cs.list()
-	for _, r := range recs {
-		r.ResetPeak()
-	}
-}
-
-// resetAccumulated resets the cumulative figures of the categories of cs
-// (nil for none) and of their device's record r, as one step for the
-// category operations (resetGate).
-func (cs *categorySet) resetAccumulated(r *tracker.Record) {
-	if cs == nil {
-		r.ResetAccumulated()
-		return
-	}
-	cs.gate.reset(func() {
-		_, recs := cs.list()
-		for _, cr := range recs {
-			cr.ResetAccumulated()
-		}
-		r.ResetAccumulated()
-	})
 }

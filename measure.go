@@ -3,7 +3,6 @@ package memtrack
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/memtrack/memtrack/tracker"
 )
@@ -254,23 +253,62 @@ func runScoped(ms []*measuring, f func() error) error {
 	return f()
 }
 
-// settle makes the reported figures of the CPU measure what stays: it runs
-// the Go garbage collector and returns the freed memory to the OS
-// ([debug.FreeOSMemory] does both), as vLLM runs gc.collect() and
-// torch.cuda.empty_cache() before it reads the device. Without it, Go-heap
-// memory that is garbage (CPU buffers under 1 MiB once freed, anything f
-// dropped) counts as in use until a collection and the scavenger get to it,
-// and the untracked growth swings by hundreds of MiB from run to run. Other
-// devices' memory is not in the Go heap: nothing to do.
-func settle(d Device) {
-	if d.kind == KindCPU {
-		debug.FreeOSMemory()
-	}
-}
-
 func wrapRun(d Device, err error) error {
 	if err == nil {
 		return nil
 	}
 	return wrapf(err, "measurement of %v", d)
+}
+
+// startMeasure opens a peak scope on each category of cs (nil for none)
+// as a measurement begins, before it reads their starting figures, and
+// records those in p; it returns the scopes and the categories' records,
+// in the order of p.Categories, or nils for a device without categories.
+// Nothing is reset: measurements nest.
+func (cs *categorySet) startMeasure(p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
+	if cs == nil {
+		return nil, nil
+	}
+	names, recs := cs.list()
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	scopes := make([]*tracker.Scope, len(recs))
+	p.Categories = make([]CategoryMeasurement, len(recs))
+	for i, r := range recs {
+		scopes[i] = r.OpenScope()
+		p.Categories[i] = CategoryMeasurement{Category: names[i], StartTracked: r.Tracked()}
+	}
+	return scopes, recs
+}
+
+// endMeasure completes the categories of p as a measurement ends, from
+// the scopes startMeasure opened, which it closes.
+func endMeasure(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
+	for i, sc := range scopes {
+		c := &p.Categories[i]
+		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again
+		c.EndTracked = recs[i].Tracked()
+		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
+	}
+}
+
+// setStart and setEnd put the figures of the start and the end of a run
+// into p; a run has per-process figures where both readings have them.
+func (f processFigures) setStart(p *Measurement) {
+	p.PerProcess, p.PerProcessErr = f.ok(), f.err
+	p.StartProcessUsed, p.StartOtherProcessesUsed = f.processUsed, f.otherProcessesUsed
+}
+
+func (f processFigures) setEnd(p *Measurement) {
+	if p.PerProcess && !f.ok() {
+		p.PerProcess, p.PerProcessErr = false, f.err
+	}
+	if !p.PerProcess {
+		p.StartProcessUsed, p.StartOtherProcessesUsed = 0, 0
+		return
+	}
+	p.EndProcessUsed, p.EndOtherProcessesUsed = f.processUsed, f.otherProcessesUsed
+	p.OtherProcesses = f.otherProcesses
+	p.ProcessUntracked = (p.EndProcessUsed - p.StartProcessUsed) - (p.EndHeld - p.StartHeld)
 }

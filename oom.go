@@ -15,106 +15,14 @@ import (
 	"go.uber.org/atomic"
 )
 
-// OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory],
-// and [ErrLimitExceeded] too where the memory limit refused it (Limit > 0).
-//
-// Besides what refused it, an allocation refused by [Device.Alloc],
-// [Device.AllocAsync] or [Device.Track] carries a report of what was known
-// at that moment, read on the refusal path only: the device's figures as
-// the OS or driver reports them, the untracked memory, the live buffers
-// and, where allocation sites are recorded, the largest holders. Error
-// stays one line; %+v (or [OutOfMemoryError.Report]) writes the whole
-// report. The observers of [Device.OnOutOfMemory] receive it too.
-type OutOfMemoryError struct {
-	Device    Device
-	Requested int64  // bytes asked for
-	Tracked   int64  // bytes tracked on the device when it was refused
-	Limit     int64  // the memory limit that refused it (the device's or the category's); 0 if it was not the cause
-	Capacity  int64  // the device's memory that refused it (for the CPU, the machine's or its cgroup's); 0 if it was not the cause
-	Code      int    // the backend's error code (a CUresult for CUDA); 0 if none
-	Reason    string // what refused it, in words
-	// Category is the category the request was made in ([Category.Alloc]),
-	// or "" for none, and CategoryTracked the bytes tracked in it when it
-	// was refused. Where the category's own limit refused it, Reason says
-	// so and Limit is the category's; Tracked is the device's either way.
-	Category        string
-	CategoryTracked int64
-
-	// The report. Total and Free are 0 where the device's figures could
-	// not be read (MemInfoErr says why).
-	PeakTracked int64 // the tracked high-water mark since the last ResetPeakMemoryStats
-	Buffers     int64 // live buffers on the device
-	Total       int64 // the device's memory, as the OS or driver reports it
-	Free        int64 // its free memory, as reported
-	NotResident int64 // on the CPU, the tracked bytes not resident yet, which Total - Free leaves out ([Usage].NotResident)
-	Untracked   int64 // Total - Free + NotResident - Tracked, or 0: memory in use on the device that this package did not allocate
-	MemInfoErr  error // why Total and Free are missing; nil if they are not
-	// GraphReserved is, on a CUDA GPU, the part of Untracked that the
-	// driver reserves for CUDA graphs ([Usage].GraphReserved); 0 where the
-	// driver gives no such figure.
-	GraphReserved int64
-	// SitesRecorded is true where the device records allocation sites
-	// ([SiteRecorder.Enable]); Sites then holds the largest
-	// holders among its live buffers, the largest first (at most 5).
-	SitesRecorded bool
-	Sites         []Site
-	// The driver's per-process figures (NVML, on CUDA devices), where
-	// PerProcess; PerProcessErr says why they are missing otherwise
-	// ([ErrPerProcessUnavailable]). They are [Usage]'s, read at the refusal.
-	PerProcess         bool
-	PerProcessErr      error
-	ProcessUsed        int64           // this process's device memory, as the driver accounts it
-	OtherProcessesUsed int64           // the other processes' device memory, as the driver accounts it
-	OtherProcesses     []ProcessMemory // them, the largest first
-	// Categories are the rows of [Device.CategoryStats] at the refusal
-	// (the uncategorised one last), nil for a device without categories.
-	Categories []CategoryStats
-}
-
-// Error describes the refused allocation.
-func (e *OutOfMemoryError) Error() string {
-	s := fmt.Sprintf("memtrack: out of memory on %v: %d bytes requested", e.Device, e.Requested)
-	if e.Category != "" {
-		s += fmt.Sprintf(" in category %q (%d tracked there)", e.Category, e.CategoryTracked)
-	}
-	s += fmt.Sprintf(", %d tracked", e.Tracked)
-	if e.byCategoryLimit() {
-		s += fmt.Sprintf(", category limit %d", e.Limit)
-	} else if e.Limit > 0 {
-		s += fmt.Sprintf(", limit %d", e.Limit)
-	}
-	if e.Capacity > 0 {
-		s += fmt.Sprintf(", capacity %d", e.Capacity)
-	}
-	if e.Reason != "" {
-		s += ": " + e.Reason
-	}
-	if e.Code != 0 {
-		s += fmt.Sprintf(" (code %d)", e.Code)
-	}
-	return s
-}
-
-// byCategoryLimit reports whether the limit of the request's category
-// refused it (Limit is then the category's).
-func (e *OutOfMemoryError) byCategoryLimit() bool {
-	return e.Category != "" && e.Limit > 0 && e.Reason == categoryLimitReason
-}
-
-// Is reports whether target is [ErrOutOfMemory], or [ErrLimitExceeded] where
-// the memory limit refused the allocation.
-func (e *OutOfMemoryError) Is(target error) bool {
-	return target == ErrOutOfMemory || (target == ErrLimitExceeded && e.Limit > 0)
-}
-
 // maxReportSites is how many allocation sites an [OutOfMemoryError] lists.
 const maxReportSites = 5
 
 // outOfMemory completes the report of e, a request r of the device
 // refused by a limit, the tracker's capacity or the backend, counted in
 // the ledger l, with what is known at this moment: the device's figures,
-// the driver's per-process and graph memory figures, the categories', and
-// the parts of the device's reporters (the allocation sites), which then
+// the driver's per-process and graph memory figures, and the parts of the
+// device's reporters (the allocation sites, the categories), which then
 // act on it (the observers). It runs on the refusal path only.
 func (d Device) outOfMemory(s *deviceTable, r *request, l *ledger, e *OutOfMemoryError) *OutOfMemoryError {
 	e.Device = d
@@ -135,7 +43,6 @@ func (d Device) outOfMemory(s *deviceTable, r *request, l *ledger, e *OutOfMemor
 	}
 	readProcesses(s, d).setOutOfMemory(e)
 	e.GraphReserved = readGraphs(s, d).reserved()
-	e.Categories = s.categoriesOf(d.ordinal).rows(d, l.rec)
 	s.report(d.ordinal, e)
 	return e
 }
@@ -333,7 +240,7 @@ type OutOfMemoryObserver struct {
 
 // observersSlot is the out-of-memory observers' slot (hooks.go): last, so
 // that they run on the whole report.
-const observersSlot = 3
+const observersSlot = 4
 
 // oomObservers is the observers of one device, in its state, published as
 // an immutable slice, and whether they are running. Once a device has had
@@ -541,7 +448,36 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
-// that its category's limit refused; its Tracked and Limit are then the
-// category's.
-const categoryLimitReason = "the category's memory limit"
+// setOutOfMemory puts the figures into the report of e.
+func (f processFigures) setOutOfMemory(e *OutOfMemoryError) {
+	e.PerProcess, e.PerProcessErr = f.ok(), f.err
+	if f.ok() {
+		e.ProcessUsed, e.OtherProcessesUsed, e.OtherProcesses = f.processUsed, f.otherProcessesUsed, f.otherProcesses
+	}
+}
+
+// processLines writes the report's lines of the driver's per-process
+// figures: this process's own, and each other process with its usage, as
+// PyTorch's out-of-memory message lists them.
+func (e *OutOfMemoryError) processLines() []string {
+	if !e.PerProcess {
+		if e.PerProcessErr == nil {
+			return nil
+		}
+		return []string{fmt.Sprintf("in use (NVML):  unavailable: %v", e.PerProcessErr)}
+	}
+	lines := []string{fmt.Sprintf("in use (NVML):  this process %s, of which %s not tracked (its CUDA context, libraries, memory allocated without memtrack)",
+		bytesize.Exact(e.ProcessUsed), bytesize.Exact(processUntracked(e.ProcessUsed, e.Tracked)))}
+	if len(e.OtherProcesses) == 0 {
+		return append(lines, "other processes: none on the device")
+	}
+	lines = append(lines, fmt.Sprintf("other processes: %s in %d", bytesize.Exact(e.OtherProcessesUsed), len(e.OtherProcesses)))
+	for _, p := range e.OtherProcesses {
+		name := p.Name
+		if name == "" {
+			name = "(name unknown)"
+		}
+		lines = append(lines, fmt.Sprintf("  process %d (%s) has %s in use", p.PID, name, bytesize.Exact(p.Used)))
+	}
+	return lines
+}

@@ -47,15 +47,19 @@ func (p Pool) Usage() (PoolUsage, error) {
 	if err != nil {
 		return PoolUsage{Device: d}, err
 	}
-	st := d.MemoryStats()
+	var tracked int64
+	if r := d.peek(); r != nil {
+		tracked = r.Tracked()
+	}
+	held, _ := deviceHeld(d, tracked, tracked)
 	pooled := sb.pooled(d.ordinal)
 	ps, err := sb.poolStats(d.ordinal)
 	if err != nil {
-		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
+		return PoolUsage{Device: d, Tracked: tracked, Held: held}, err
 	}
 	return PoolUsage{
-		Device: d, Tracked: st.Tracked, Held: st.Held, PoolUsed: ps.PoolUsed, PoolReserved: ps.PoolReserved,
-		InFlight: st.Held - st.Tracked, Rounding: max(0, ps.PoolUsed-pooled), Cached: ps.PoolReserved - ps.PoolUsed,
+		Device: d, Tracked: tracked, Held: held, PoolUsed: ps.PoolUsed, PoolReserved: ps.PoolReserved,
+		InFlight: held - tracked, Rounding: max(0, ps.PoolUsed-pooled), Cached: ps.PoolReserved - ps.PoolUsed,
 	}, nil
 }
 

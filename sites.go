@@ -8,28 +8,6 @@ import (
 	"github.com/memtrack/memtrack/internal/siterec"
 )
 
-const (
-	// MaxSiteDepth is the deepest call stack [SiteRecorder.Enable]
-	// records.
-	MaxSiteDepth = 128
-
-	// MaxAllocationSites is the most distinct call stacks a device records at
-	// once. Allocations from further stacks are folded into one site,
-	// "memtrack.other", and counted in [SiteStats].Folded.
-	MaxAllocationSites = 4096
-
-	// OtherSite names the site that holds the allocations past
-	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
-	OtherSite = "memtrack.other"
-
-	// DefaultSiteRate is the sampling rate of allocation sites unless
-	// [SiteRecorder.SetRate] sets another: on average one sample
-	// per 512 KiB allocated, the default of Go's heap profiler
-	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
-	// they are nearly all recorded; a small buffer costs one random number.
-	DefaultSiteRate = 512 << 10
-)
-
 // The recorder of one device's sites is a siterec.Recorder, in the
 // device's hook set; a recorded Buffer or Tracked handle keeps its
 // siterec.Site.

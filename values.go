@@ -108,3 +108,37 @@ func (s GraphStats) String() string {
 	return fmt.Sprintf("%v graphs: reserved %s (high %s), used %s (high %s)", s.Device,
 		bytesize.Exact(s.GraphReserved), bytesize.Exact(s.PeakGraphReserved), bytesize.Exact(s.GraphUsed), bytesize.Exact(s.PeakGraphUsed))
 }
+
+// Stream is a CUDA stream (a CUstream handle), for stream-ordered
+// allocation with [Device.AllocAsync] and [Buffer.FreeAsync]. The zero
+// Stream is [DefaultStream]. A stream of github.com/mumax/3/cuda/cu converts
+// to it, memtrack.Stream(cu.StreamCreate()), and so does the handle of
+// another binding, memtrack.Stream(h) for a uintptr h. A Stream belongs to
+// the device whose context created it; memtrack never destroys one.
+type Stream uintptr
+
+// DefaultStream is the legacy default stream (the NULL stream) of the
+// device's primary context.
+const DefaultStream Stream = 0
+
+const (
+	// MaxSiteDepth is the deepest call stack [SiteRecorder.Enable]
+	// records.
+	MaxSiteDepth = 128
+
+	// MaxAllocationSites is the most distinct call stacks a device records at
+	// once. Allocations from further stacks are folded into one site,
+	// "memtrack.other", and counted in [SiteStats].Folded.
+	MaxAllocationSites = 4096
+
+	// OtherSite names the site that holds the allocations past
+	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
+	OtherSite = "memtrack.other"
+
+	// DefaultSiteRate is the sampling rate of allocation sites unless
+	// [SiteRecorder.SetRate] sets another: on average one sample
+	// per 512 KiB allocated, the default of Go's heap profiler
+	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
+	// they are nearly all recorded; a small buffer costs one random number.
+	DefaultSiteRate = 512 << 10
+)
