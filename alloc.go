@@ -97,8 +97,8 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		}
 	} else {
 		// The backend writes straight into the buffer (see backend).
-		if s.inline && r.size <= cpuInlineMax {
-			b = newSmallCPUBuffer(r.size)
+		if s.inline && r.size <= inlineMax {
+			b = newInlineBuffer(r.size)
 		} else {
 			b = new(Buffer)
 		}
@@ -245,8 +245,12 @@ type refusal struct {
 // allocated, builds the error and runs the report and the observers
 // (Device.outOfMemory).
 func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
+	err := f.err
+	if f.byBackend {
+		err = fillError(err, d, r.size, l.rec)
+	}
 	if h := s.hooksOf(d.ordinal); h != nil {
-		h.refused(r, l, f.err)
+		h.refused(r, l, err)
 	}
 	var oom *OutOfMemoryError
 	switch {
@@ -255,17 +259,16 @@ func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
 		oom = f.oom
 	case f.byBackend:
 		l.countFailure()
-		err := fillError(f.err, d, r.size, l.rec)
 		var ok bool
 		if oom, ok = err.(*OutOfMemoryError); !ok {
 			return err
 		}
 	default:
-		oom = l.refusal(f.err, f.byCategory, d, r.size)
+		oom = l.refusal(err, f.byCategory, d, r.size)
 	}
 	var ferr error
 	if f.mem != nil {
-		ferr = s.b.free(d.ordinal, r.size, f.mem)
+		ferr = fillError(s.b.free(d.ordinal, r.size, f.mem), d, r.size, nil)
 	}
 	d.outOfMemory(s, r, l, oom)
 	if ferr != nil {

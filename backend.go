@@ -55,6 +55,22 @@ type residencyReporter interface {
 	notResident(ordinal int) (int64, error)
 }
 
+// inlineHoster is a backend some of whose buffers come with host memory
+// that may be allocated together with the Buffer (the CPU's): inlineHost
+// reports it, and the allocation path then gives the backend, for a buffer
+// of at most inlineMax bytes, a Buffer whose m.host is that memory.
+type inlineHoster interface {
+	inlineHost() bool
+}
+
+// heapBacked is a backend some of whose buffers' memory is Go heap memory,
+// which the garbage collector takes back with the Buffer (the CPU's small
+// buffers): goHeap reports whether a buffer of size bytes is one. A copy
+// of such a buffer's memory must not keep it (the leak watch's).
+type heapBacked interface {
+	goHeap(size int64) bool
+}
+
 // recordUser is a backend that reads the figures of its device table (the
 // CPU backend, which checks requests against what its device holds).
 type recordUser interface {
@@ -145,6 +161,25 @@ type streamBackend interface {
 	graphStats(ordinal int) (GraphStats, error)
 	trimGraphs(ordinal int) error
 }
+
+// callError is the one error type of the seam: a call of a backend that
+// failed. A backend says what happened, in its driver's words and codes;
+// the core makes of it the error it returns, naming the device
+// (fillError): an [*OutOfMemoryError] where the device had no memory for
+// it, a [*BackendError] otherwise, which matches [ErrDeviceLost] where the
+// device is lost. No backend builds those itself.
+type callError struct {
+	op       string // the operation: "alloc", "free", "meminfo", "info", "init", ...
+	code     int    // the driver's code (a CUresult for CUDA); 0 for none
+	name     string // the code's name ("CUDA_ERROR_INVALID_VALUE"); "" for none
+	oom      bool   // the device had no memory for it: err says what refused it
+	lost     bool   // the device is lost: every later call fails with this error
+	capacity int64  // oom: the capacity that refused it (the CPU's), 0 if none
+	err      error  // what happened, in the driver's words
+}
+
+func (e *callError) Error() string { return e.op + " failed: " + e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
 
 // uncounted is an error of a backend that counts no failed allocation:
 // bad input, or a refusal before the device was asked.

@@ -26,9 +26,9 @@ type deviceTable struct {
 	records tracker.Table
 	held    heldFigure    // the backend's device-side figure, or nil
 	stream  streamBackend // the backend's stream-ordered allocator and memory pools, or nil
-	// inline: the backend is the CPU's, whose buffers of at most
-	// cpuInlineMax bytes the allocation path allocates together with their
-	// memory.
+	// inline: the backend's buffers of at most inlineMax bytes come with
+	// their host memory, which the allocation path allocates together with
+	// the Buffer (inlineHoster: the CPU's).
 	inline bool
 	addrs  addrindex.Index[addrEntry] // the counts at the addresses of tracked memory (Device.Track, Device.TrackAddr)
 	// states holds each device's state, made on the first use of a
@@ -78,7 +78,9 @@ func newDeviceTable(k Kind, b backend) *deviceTable {
 	if u, ok := b.(recordUser); ok {
 		u.useRecords(&s.records)
 	}
-	_, s.inline = b.(*cpuBackend)
+	if h, ok := b.(inlineHoster); ok {
+		s.inline = h.inlineHost()
+	}
 	s.held, _ = b.(heldFigure)
 	s.stream, _ = b.(streamBackend)
 	s.n, s.err = b.devices()
@@ -481,4 +483,35 @@ func UsedDevices() []Device {
 		ds = append(ds, d)
 	})
 	return ds
+}
+
+// fillError completes an error of a backend (callError) as one of the
+// package's errors on device d, for a request of size bytes where the
+// device's record rec is given: an [*OutOfMemoryError] with the figures,
+// or a [*BackendError]. The package's own errors (a backend's refusal of
+// bad input) come back as they are, with the device filled in.
+func fillError(err error, d Device, size int64, rec *tracker.Record) error {
+	switch e := err.(type) {
+	case *callError:
+		if e.oom {
+			oom := &OutOfMemoryError{Device: d, Requested: size, Capacity: e.capacity, Code: e.code, Reason: e.err.Error()}
+			if rec != nil {
+				oom.Tracked = rec.Tracked()
+			}
+			return oom
+		}
+		be := &BackendError{Device: d, Op: e.op, Code: e.code, Name: e.name, Err: e.err}
+		if e.lost {
+			be.Err = fmt.Errorf("%w: %w", ErrDeviceLost, e.err)
+		}
+		return be
+	case *OutOfMemoryError:
+		e.Device, e.Requested = d, size
+		if rec != nil {
+			e.Tracked = rec.Tracked()
+		}
+	case *BackendError:
+		e.Device = d
+	}
+	return err
 }

@@ -243,20 +243,6 @@ func (e *BackendError) Error() string {
 // Unwrap returns the underlying error.
 func (e *BackendError) Unwrap() error { return e.Err }
 
-// fillError completes an error from a backend with the device and figures.
-func fillError(err error, d Device, size int64, rec *tracker.Record) error {
-	switch e := err.(type) {
-	case *OutOfMemoryError:
-		e.Device, e.Requested = d, size
-		if rec != nil {
-			e.Tracked = rec.Tracked()
-		}
-	case *BackendError:
-		e.Device = d
-	}
-	return err
-}
-
 func errZeroDevice(d Device) error {
 	if d.kind == 0 {
 		return fmt.Errorf("%w: the zero Device is no device; obtain one from CPU, CUDA, Metal or ParseDevice", ErrInvalidDevice)

@@ -372,7 +372,7 @@ func (dl *deviceLeaks) switchOff() {
 // cleanup is registered for it.
 func (dl *deviceLeaks) watch(a *allocation) uint32 {
 	w := &watched{dl: dl, owner: uintptr(unsafe.Pointer(a)), alloc: *a, born: time.Now()}
-	if a.kind == KindCPU && a.size < mmapThreshold {
+	if h, ok := dl.s.b.(heapBacked); ok && h.goHeap(a.size) {
 		// Go heap memory, which may share the Buffer's own allocation:
 		// the cleanup must not hold it, and needs nothing to free it.
 		w.alloc.mem.host = nil
