@@ -5,8 +5,9 @@ package memtrack
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
+
+	"go.uber.org/atomic"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"

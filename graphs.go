@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -222,7 +221,7 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	switch {
 	case id == 0:
 	case id == c.id:
-		if atomic.CompareAndSwapUint32(&b.state, stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
+		if b.moveState(stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
 			graphCapturesOf(t, o).freed(id, stream, b.size)
 		}
 	default:

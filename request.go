@@ -1,6 +1,10 @@
 package memtrack
 
 import (
+	// sync/atomic, not go.uber.org/atomic, for allocation.state alone: an
+	// atomic.Uint32 of go.uber.org/atomic is aligned as a pointer, and
+	// would make the allocation, and so every Buffer, 8 bytes larger
+	// (TestBufferSize).
 	"sync/atomic"
 	"unsafe"
 )
@@ -82,8 +86,12 @@ const (
 )
 
 // claimState moves a from live to next, and reports whether it was live.
-func (a *allocation) claimState(next uint32) bool {
-	return atomic.CompareAndSwapUint32(&a.state, stateLive, next)
+func (a *allocation) claimState(next uint32) bool { return a.moveState(stateLive, next) }
+
+// moveState moves a from state from to next, and reports whether it was in
+// from.
+func (a *allocation) moveState(from, next uint32) bool {
+	return atomic.CompareAndSwapUint32(&a.state, from, next)
 }
 
 // loadState returns a's state.
