@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/tracker"
@@ -20,26 +22,6 @@ const (
 
 	// MaxCategoryName is the longest name of a category, in bytes.
 	MaxCategoryName = 64
-)
-
-// The names of the usual categories of an inference server, for
-// [Device.Category]. Any other name of up to [MaxCategoryName] bytes may be
-// used; [Measurement.Budget] reads the one named CategoryWeights.
-const (
-	CategoryWeights     = "weights"     // the model's weights
-	CategoryKVCache     = "kv_cache"    // the KV cache
-	CategoryActivations = "activations" // activations of a forward pass
-	CategoryWorkspace   = "workspace"   // libraries' and kernels' workspaces
-
-	// Uncategorised names the row of the memory allocated outside any
-	// category, in [Device.CategoryStats], the summary and the renderings.
-	// No category may take the name.
-	Uncategorised = "uncategorised"
-
-	// OtherCategories names the one series into which a rendering that
-	// shows the largest categories one by one folds the others (the
-	// page's plot, package web). No category may take the name.
-	OtherCategories = "other categories"
 )
 
 var (
@@ -378,4 +360,34 @@ func (cs *categorySet) resetAccumulated(r *tracker.Record) {
 		}
 		r.ResetAccumulated()
 	})
+}
+
+// checkName says what is wrong with the name of a category or a mark (what),
+// if anything: it must be 1 to maxLen bytes of UTF-8 without control
+// characters.
+func checkName(what, name string, maxLen int) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty %s name", what)
+	case len(name) > maxLen:
+		return fmt.Errorf("%s name of %d bytes, longer than %d", what, len(name), maxLen)
+	case printableASCII(name):
+		return nil
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%s name %q is not UTF-8", what, name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("%s name %q holds a control character", what, name)
+	}
+	return nil
+}
+
+// printableASCII reports whether s is ASCII without control characters:
+// the usual name, checked without decoding it.
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }

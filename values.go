@@ -142,3 +142,23 @@ const (
 	// they are nearly all recorded; a small buffer costs one random number.
 	DefaultSiteRate = 512 << 10
 )
+
+// The names of the usual categories of an inference server, for
+// [Device.Category]. Any other name of up to [MaxCategoryName] bytes may be
+// used; [Measurement.Budget] reads the one named CategoryWeights.
+const (
+	CategoryWeights     = "weights"     // the model's weights
+	CategoryKVCache     = "kv_cache"    // the KV cache
+	CategoryActivations = "activations" // activations of a forward pass
+	CategoryWorkspace   = "workspace"   // libraries' and kernels' workspaces
+
+	// Uncategorised names the row of the memory allocated outside any
+	// category, in [Device.CategoryStats], the summary and the renderings.
+	// No category may take the name.
+	Uncategorised = "uncategorised"
+
+	// OtherCategories names the one series into which a rendering that
+	// shows the largest categories one by one folds the others (the
+	// page's plot, package web). No category may take the name.
+	OtherCategories = "other categories"
+)
