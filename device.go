@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"strconv"
+	"strings"
 )
 
 // Kind is a kind of device: the memory a [Device] allocates.
@@ -24,6 +25,25 @@ func (k Kind) String() string {
 		return kindNames[k]
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// pooled reports whether devices of kind k may have memory pools: the
+// kinds whose backend allocates in stream order (a streamBackend), which
+// the stream-ordered, pool and graph calls are for. A call on a device of
+// another kind fails without starting its backend.
+func (k Kind) pooled() bool { return k < numKinds && kindPooled[k] }
+
+var kindPooled = [numKinds]bool{KindCUDA: true}
+
+// pooledKinds names the kinds that may have memory pools: "cuda".
+func pooledKinds() string {
+	var names []string
+	for k := range numKinds {
+		if k.pooled() {
+			names = append(names, k.String())
+		}
+	}
+	return strings.Join(names, " and ")
 }
 
 // buildTag is the build tag that compiles the backend of k.

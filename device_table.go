@@ -314,7 +314,7 @@ func deviceHeld(d Device, current, peak int64) (int64, int64) {
 // error wrapping [ErrNotSupported] where it has none.
 func (s *deviceTable) streams(d Device) (streamBackend, error) {
 	if s.stream == nil {
-		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
+		return nil, fmt.Errorf("%w: %v has no memory pool: stream-ordered allocation needs a device of %s", ErrNotSupported, d, pooledKinds())
 	}
 	if err := s.stream.poolsSupported(d.ordinal); err != nil {
 		return nil, err
@@ -322,13 +322,13 @@ func (s *deviceTable) streams(d Device) (streamBackend, error) {
 	return s.stream, nil
 }
 
-// streamsSupported fails where d is not a device that stream-ordered
-// allocation is for: only CUDA devices are.
+// streamsSupported fails where d is not of a kind that stream-ordered
+// allocation is for (Kind.pooled).
 func (d Device) streamsSupported() error {
-	if d.kind == KindCUDA {
+	if d.kind.pooled() {
 		return nil
 	}
-	return notCUDA("AllocAsync", d)
+	return notPooled("AllocAsync", d, "stream-ordered allocation and memory pools")
 }
 
 // graphMemory returns the stream-ordered allocator of device d of s where
@@ -345,19 +345,15 @@ func (s *deviceTable) graphMemory(d Device) (streamBackend, error) {
 	return sb, nil
 }
 
-// notCUDA is the error of a stream-ordered or pool call on d, which is not
-// a CUDA device: the zero Device is no device, and a CPU or Metal device
-// never has CUDA's pools.
-func notCUDA(op string, d Device) error {
-	return notCUDAFeature(op, d, "stream-ordered allocation and memory pools")
-}
-
-// notCUDAFeature is notCUDA for a call of feature, a feature of CUDA's.
-func notCUDAFeature(op string, d Device, feature string) error {
+// notPooled is the error of call op of feature (stream-ordered
+// allocation, memory pools, graph memory) on d, which is not of a kind
+// whose devices have memory pools: the zero Device is no device, and the
+// CPU or a Metal device never has them.
+func notPooled(op string, d Device, feature string) error {
 	if d.kind == 0 || d.kind >= numKinds {
 		return errZeroDevice(d)
 	}
-	return fmt.Errorf("%w: %s on %v: %s are CUDA's", ErrNotSupported, op, d, feature)
+	return fmt.Errorf("%w: %s on %v: %s are for %s devices", ErrNotSupported, op, d, feature, pooledKinds())
 }
 
 // CUDA returns NVIDIA GPU ordinal. It fails with [ErrBackendNotBuilt] in a

@@ -81,7 +81,7 @@ func (d Device) MemorySummary() string {
 			bytesize.Format(p.PoolReserved), bytesize.Format(p.PeakPoolReserved), bytesize.Format(p.PoolUsed), bytesize.Format(p.PeakPoolUsed))
 	}
 	u, uerr := d.Usage()
-	if uerr == nil && u.GraphErr == nil && d.kind == KindCUDA {
+	if uerr == nil && u.GraphErr == nil && d.kind.pooled() {
 		fmt.Fprintf(&buf, "graph memory: reserved %s (peak %s), used %s (peak %s)\n",
 			bytesize.Format(u.GraphReserved), bytesize.Format(u.PeakGraphReserved), bytesize.Format(u.GraphUsed), bytesize.Format(u.PeakGraphUsed))
 	}

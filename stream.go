@@ -11,13 +11,14 @@ package memtrack
 
 // streamTable returns the device table and the stream-ordered allocator of
 // d for call op of feature, or the error where d has none: the zero Device
-// is no device, a CPU or Metal device has none of CUDA's features (in every
-// build), a CUDA device needs the CUDA backend, then memory pools. A call
+// is no device, a device of a kind without memory pools (Kind.pooled: the
+// CPU, Metal) has none, in every build; the others need their backend,
+// then memory pools. A call
 // that changes something (change) registers the device as used, as a
 // setting does; a reading registers nothing.
 func (d Device) streamTable(op string, change bool, feature string) (*deviceTable, streamBackend, error) {
-	if d.kind != KindCUDA {
-		return nil, nil, notCUDAFeature(op, d, feature)
+	if !d.kind.pooled() {
+		return nil, nil, notPooled(op, d, feature)
 	}
 	a := start
 	if change {

@@ -130,7 +130,7 @@ type graphFigures struct {
 // runs on the allocation path: Usage, Measure and the out-of-memory report
 // read it.
 func readGraphs(s *deviceTable, d Device) graphFigures {
-	if s.stream == nil || d.kind != KindCUDA {
+	if s.stream == nil {
 		return graphFigures{absent: true}
 	}
 	sb, err := s.graphMemory(d)
