@@ -149,7 +149,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			a = new(allocation)
 			a.fillAddress(d, r)
 		}
-		h.allocated(r, &l, a)
+		h.allocated(*r, l, a)
 	}
 	if x.sh != nil {
 		// The count is indexed at the address that prepare claimed, with
@@ -250,7 +250,7 @@ func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
 		err = fillError(err, d, r.size, l.rec)
 	}
 	if h := s.hooksOf(d.ordinal); h != nil {
-		h.refused(r, l, err)
+		h.refused(*r, *l, err)
 	}
 	var oom *OutOfMemoryError
 	switch {

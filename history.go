@@ -258,17 +258,17 @@ func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 // whose error err is a limit's (tracker.ErrLimitExceeded, or nil for the
 // path's own check of the limits), an *OutOfMemoryError or another
 // failure. The events hold the figures of the ledger just after.
-func (h *history) allocated(r *request, l *ledger, a *allocation) {
+func (h *history) allocated(r request, l ledger, a *allocation) {
 	h.put(HistoryAlloc, r.size, l.rec.Tracked(), siteOf(a), r.stream, r.cat, l.categoryTracked(), 0)
 }
 
-func (h *history) released(a *allocation, l *ledger, stream Stream) {
-	if l != nil {
-		h.put(HistoryFree, a.size, l.rec.Tracked(), siteOf(a), stream, a.cat, l.categoryTracked(), 0)
+func (h *history) released(a allocation, l ledger, stream Stream) {
+	if l.rec != nil {
+		h.put(HistoryFree, a.size, l.rec.Tracked(), siteOf(&a), stream, a.cat, l.categoryTracked(), 0)
 	}
 }
 
-func (h *history) refused(r *request, l *ledger, err error) {
+func (h *history) refused(r request, l ledger, err error) {
 	var oom *OutOfMemoryError
 	act := HistoryFailed
 	switch {

@@ -160,7 +160,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 		{&BackendError{Op: "alloc"}, HistoryFailed},
 		{errors.New("anything else"), HistoryFailed},
 	} {
-		tab.historyOf(0).refused(&request{size: 1}, &ledger{rec: rec}, tc.err)
+		tab.historyOf(0).refused(request{size: 1}, ledger{rec: rec}, tc.err)
 		h, err := ds[0].History().Snapshot()
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, h.Events[len(h.Events)-1].Action, "%v", tc.err)
@@ -425,13 +425,13 @@ func BenchmarkHistoryRecord(b *testing.B) {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.allocated(&r, &l, nil)
+				h.allocated(r, l, nil)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.allocated(&r, &l, nil)
+					h.allocated(r, l, nil)
 				}
 			})
 		})

@@ -31,13 +31,18 @@ package memtrack
 // A feature's state per device is its own, kept in the device's state by
 // the feature's slot (deviceTable.stateOf).
 
+// The hooks, markers and claimers are given the request, the ledger and
+// the allocation as values, not pointers, wherever they need not change
+// them: what is given to an interface's method escapes to the heap, and
+// the paths' own request and ledger live on their stacks.
+
 // hook is a feature that observes the allocations of a device while it
 // is on: allocated observes a, the allocation that r asked for, just
 // counted in l, and may put its mark on a (a count at an address only,
 // TrackAddr, has an allocation of its own for the hooks). A hook that
 // observes refusals or releases as well is a refusalHook or a releaseHook.
 type hook interface {
-	allocated(r *request, l *ledger, a *allocation)
+	allocated(r request, l ledger, a *allocation)
 }
 
 // refusalHook is a hook that observes the refusals: of r with err, a
@@ -45,16 +50,16 @@ type hook interface {
 // the limits), an *OutOfMemoryError or another failure.
 type refusalHook interface {
 	hook
-	refused(r *request, l *ledger, err error)
+	refused(r request, l ledger, err error)
 }
 
 // releaseHook is a hook that observes the releases: of a, just uncounted
-// from l (nil where the ledger refused to uncount it: the memory is
-// released all the same, and nothing that counts moves), on stream for
-// one in stream order.
+// from l (the zero ledger where the ledger refused to uncount it: the
+// memory is released all the same, and nothing that counts moves), on
+// stream for one in stream order.
 type releaseHook interface {
 	hook
-	released(a *allocation, l *ledger, stream Stream)
+	released(a allocation, l ledger, stream Stream)
 }
 
 // marker is the feature whose marks on a device's allocations outlive its
@@ -65,7 +70,7 @@ type releaseHook interface {
 // the address of the allocation, the feature's identity of it, or 0 for
 // the feature's own copy of it.
 type marker interface {
-	end(a *allocation, uncounted bool, owner uintptr)
+	end(a allocation, uncounted bool, owner uintptr)
 }
 
 // claimer is the marker of allocation.entry, whose entries the release
@@ -74,9 +79,9 @@ type claimer interface {
 	marker
 	// claim claims a's entry for the release of a, the allocation at
 	// owner, and reports false where the feature claimed it first.
-	claim(a *allocation, owner uintptr) bool
+	claim(a allocation, owner uintptr) bool
 	// unclaim gives the entry back after a release that failed.
-	unclaim(a *allocation, owner uintptr)
+	unclaim(a allocation, owner uintptr)
 }
 
 // reporter is a feature with a part in the report of a refused allocation
@@ -100,19 +105,19 @@ type hookSet struct {
 }
 
 // allocated, refused and released run the hooks (see hook).
-func (h *hookSet) allocated(r *request, l *ledger, a *allocation) {
+func (h *hookSet) allocated(r request, l ledger, a *allocation) {
 	for _, k := range h.allocs {
 		k.allocated(r, l, a)
 	}
 }
 
-func (h *hookSet) refused(r *request, l *ledger, err error) {
+func (h *hookSet) refused(r request, l ledger, err error) {
 	for _, k := range h.refusals {
 		k.refused(r, l, err)
 	}
 }
 
-func (h *hookSet) released(a *allocation, l *ledger, stream Stream) {
+func (h *hookSet) released(a allocation, l ledger, stream Stream) {
 	for _, k := range h.releases {
 		k.released(a, l, stream)
 	}
@@ -210,10 +215,10 @@ func (s *deviceTable) claimerOf(ordinal int) claimer {
 func (s *deviceTable) endMarks(a *allocation, uncounted bool, owner uintptr) {
 	o := int(a.ordinal)
 	if a.mark != nil {
-		slotOf[markerBox](s, o, markerSlot, nil).m.end(a, uncounted, owner)
+		slotOf[markerBox](s, o, markerSlot, nil).m.end(*a, uncounted, owner)
 	}
 	if a.entry != 0 {
-		slotOf[claimerBox](s, o, claimerSlot, nil).c.end(a, uncounted, owner)
+		slotOf[claimerBox](s, o, claimerSlot, nil).c.end(*a, uncounted, owner)
 	}
 }
 
@@ -227,14 +232,14 @@ func claimMarks(a *allocation, owner uintptr) bool {
 
 // claimEntry is claimMarks of an allocation with an entry.
 func claimEntry(a *allocation, owner uintptr) bool {
-	return tableOf(a.kind).claimerOf(int(a.ordinal)).claim(a, owner)
+	return tableOf(a.kind).claimerOf(int(a.ordinal)).claim(*a, owner)
 }
 
 // unclaimMarks gives back what claimMarks claimed, after a release that
 // failed.
 func unclaimMarks(a *allocation, owner uintptr) {
 	if a.entry != 0 {
-		tableOf(a.kind).claimerOf(int(a.ordinal)).unclaim(a, owner)
+		tableOf(a.kind).claimerOf(int(a.ordinal)).unclaim(*a, owner)
 	}
 }
 

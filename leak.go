@@ -405,7 +405,7 @@ func (dl *deviceLeaks) remove(w *watched) {
 // allocated watches a, the allocation of a Buffer or Tracked handle that
 // r asked for, marking it with its entry; a count at an address only,
 // which nothing would collect, is not watched.
-func (dl *deviceLeaks) allocated(r *request, _ *ledger, a *allocation) {
+func (dl *deviceLeaks) allocated(r request, _ ledger, a *allocation) {
 	if r.from != fromAddress || r.handle {
 		a.entry = dl.watch(a)
 	}
@@ -415,8 +415,8 @@ func (dl *deviceLeaks) allocated(r *request, _ *ledger, a *allocation) {
 // has just moved it from live (claimMarks): it reports false where the
 // collector's cleanup claimed it first, and the release must not go on.
 // An allocation whose entry went since (see ownEntry) is claimed.
-func (dl *deviceLeaks) claim(a *allocation, owner uintptr) bool {
-	w := dl.ownEntry(a, owner)
+func (dl *deviceLeaks) claim(a allocation, owner uintptr) bool {
+	w := dl.ownEntry(&a, owner)
 	return w == nil || w.state.CompareAndSwap(watchLive, watchFreed)
 }
 
@@ -433,8 +433,8 @@ func (dl *deviceLeaks) ownEntry(a *allocation, owner uintptr) *watched {
 }
 
 // unclaim gives the entry of a back after a release that failed.
-func (dl *deviceLeaks) unclaim(a *allocation, owner uintptr) {
-	if w := dl.ownEntry(a, owner); w != nil {
+func (dl *deviceLeaks) unclaim(a allocation, owner uintptr) {
+	if w := dl.ownEntry(&a, owner); w != nil {
 		w.state.CompareAndSwap(watchFreed, watchLive)
 	}
 }
@@ -446,7 +446,7 @@ func (dl *deviceLeaks) unclaim(a *allocation, owner uintptr) {
 // cancelled while the object is still reachable (the release keeps it
 // alive past this call). A leak's copy (owner 0) is the watch's own, whose
 // entry collected removes.
-func (dl *deviceLeaks) end(a *allocation, _ bool, owner uintptr) {
+func (dl *deviceLeaks) end(a allocation, _ bool, owner uintptr) {
 	if owner == 0 {
 		return
 	}

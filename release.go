@@ -78,17 +78,16 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 		l.inCategoryOf(s, o, a.cat)
 		err = l.uncount(a.size)
 	}
-	lp := &l
 	if err != nil {
-		lp = nil // the memory is released all the same: the features let go of it, and nothing they count moves
+		l = ledger{} // the memory is released all the same: the features let go of it, and nothing they count moves
 	} else if how.heldNow() && s.held != nil {
 		s.held.heldDrop(o, a.size, a.from == fromPool)
 	}
 	if h := s.hooksOf(o); h != nil {
-		h.released(a, lp, stream)
+		h.released(*a, l, stream)
 	}
 	if a.marked() {
-		s.endMarks(a, lp != nil, owner)
+		s.endMarks(a, err == nil, owner)
 	}
 	return true, err
 }

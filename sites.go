@@ -197,7 +197,7 @@ const sitesSlot = 0
 // largest holders into the report of a refusal.
 type siteHook struct{ rec *siterec.Recorder }
 
-func (h *siteHook) allocated(r *request, _ *ledger, a *allocation) {
+func (h *siteHook) allocated(r request, _ ledger, a *allocation) {
 	a.mark = unsafe.Pointer(h.rec.Alloc(r.size, hookSkip+r.skip, r.cats.name(r.cat)))
 }
 
@@ -207,9 +207,9 @@ func (h *siteHook) allocated(r *request, _ *ledger, a *allocation) {
 // figures stay exact.
 type siteMarker struct{}
 
-func (siteMarker) end(a *allocation, uncounted bool, _ uintptr) {
+func (siteMarker) end(a allocation, uncounted bool, _ uintptr) {
 	if uncounted {
-		siteOf(a).Free()
+		siteOf(&a).Free()
 	}
 }
 
