@@ -149,7 +149,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			a = new(allocation)
 			a.fillAddress(d, r)
 		}
-		h.allocated(*r, l, a)
+		h.allocated(a, l, r.stream, r.skip, r.from != fromAddress || r.handle)
 	}
 	if x.sh != nil {
 		// The count is indexed at the address that prepare claimed, with

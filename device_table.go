@@ -193,14 +193,17 @@ func rangeUsed(f func(Device, *tracker.Record)) {
 // deviceState is what a device keeps beside its record, made on the
 // first use of a category or a feature and kept for the life of the
 // process: one word per slot, each the state of a feature or of one of the
-// core's mechanisms (its categories, its markers, its reporters), by the
-// slot that its own file names, and opaque here.
+// core's mechanisms (its categories, its reporters), by the slot that its
+// own file names, and opaque here; and the markers of its allocations'
+// marks, which the release path reads (hooks.go).
 type deviceState struct {
-	slots [numSlots]atomic.UnsafePointer
+	slots   [numSlots]atomic.UnsafePointer
+	marker  atomic.Pointer[markerBox]  // the marker of allocation.mark (hooks.go), once set
+	claimer atomic.Pointer[claimerBox] // the claimer of allocation.entry, once set
 }
 
 // numSlots is how many slots a device's state has (deviceState).
-const numSlots = 9
+const numSlots = 7
 
 // stateOf returns device ordinal's state, made where make is true (the
 // device is in use), or nil where it was never made.

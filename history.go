@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/internal/histring"
 	"github.com/memtrack/memtrack/tracker"
@@ -258,13 +259,13 @@ func newHistory(n int) *history { return &history{ring: histring.New[site](n)} }
 // whose error err is a limit's (tracker.ErrLimitExceeded, or nil for the
 // path's own check of the limits), an *OutOfMemoryError or another
 // failure. The events hold the figures of the ledger just after.
-func (h *history) allocated(r request, l ledger, a *allocation) {
-	h.put(HistoryAlloc, r.size, l.rec.Tracked(), siteOf(a), r.stream, r.cat, l.categoryTracked(), 0)
+func (h *history) allocated(a *allocation, l ledger, stream Stream, _ int, _ bool) {
+	h.put(HistoryAlloc, a.size, l.rec.Tracked(), siteOf(a), stream, a.cat, l.categoryTracked(), 0)
 }
 
-func (h *history) released(a allocation, l ledger, stream Stream) {
+func (h *history) released(size int64, mark unsafe.Pointer, cat uint8, l ledger, stream Stream) {
 	if l.rec != nil {
-		h.put(HistoryFree, a.size, l.rec.Tracked(), siteOf(&a), stream, a.cat, l.categoryTracked(), 0)
+		h.put(HistoryFree, size, l.rec.Tracked(), (*site)(mark), stream, cat, l.categoryTracked(), 0)
 	}
 }
 

@@ -420,18 +420,18 @@ func countMissing(h History) uint64 {
 // events (64 MiB: a cache miss an event), serially and from every P.
 func BenchmarkHistoryRecord(b *testing.B) {
 	var rec tracker.Record
-	l, r := ledger{rec: &rec}, request{size: 64}
+	l, a := ledger{rec: &rec}, &allocation{size: 64}
 	for _, n := range []int{1 << 10, 1 << 20} {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.allocated(r, l, nil)
+				h.allocated(a, l, DefaultStream, 0, true)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.allocated(r, l, nil)
+					h.allocated(a, l, DefaultStream, 0, true)
 				}
 			})
 		})

@@ -1,5 +1,7 @@
 package memtrack
 
+import "unsafe"
+
 // How the features hook into the paths. The core (the device table, the
 // ledger, the allocation and release paths) names no feature: it holds
 // what the features give it as values of the interfaces below, by slot,
@@ -31,18 +33,23 @@ package memtrack
 // A feature's state per device is its own, kept in the device's state by
 // the feature's slot (deviceTable.stateOf).
 
-// The hooks, markers and claimers are given the request, the ledger and
-// the allocation as values, not pointers, wherever they need not change
-// them: what is given to an interface's method escapes to the heap, and
-// the paths' own request and ledger live on their stacks.
+// What the hooks, markers and claimers are given is values, not pointers
+// to the paths' own request and ledger, and the words of the allocation
+// that they read rather than the allocation wherever they need not change
+// it: what is given to an interface's method escapes to the heap, and the
+// paths keep their request, their ledger and, for a count at an address,
+// their allocation on the stack. Each signature fits the registers of Go's
+// calling convention.
 
 // hook is a feature that observes the allocations of a device while it
-// is on: allocated observes a, the allocation that r asked for, just
-// counted in l, and may put its mark on a (a count at an address only,
-// TrackAddr, has an allocation of its own for the hooks). A hook that
-// observes refusals or releases as well is a refusalHook or a releaseHook.
+// is on: allocated observes a, just counted in l, on stream for one in
+// stream order, and may put its mark on a. skip is the frames to leave out
+// of its site above the exported function's caller; owned is false for a
+// count at an address only (TrackAddr), whose allocation is the hooks'
+// own, and which no object holds. A hook that observes refusals or
+// releases as well is a refusalHook or a releaseHook.
 type hook interface {
-	allocated(r request, l ledger, a *allocation)
+	allocated(a *allocation, l ledger, stream Stream, skip int, owned bool)
 }
 
 // refusalHook is a hook that observes the refusals: of r with err, a
@@ -53,35 +60,38 @@ type refusalHook interface {
 	refused(r request, l ledger, err error)
 }
 
-// releaseHook is a hook that observes the releases: of a, just uncounted
-// from l (the zero ledger where the ledger refused to uncount it: the
-// memory is released all the same, and nothing that counts moves), on
-// stream for one in stream order.
+// releaseHook is a hook that observes the releases: of size bytes of
+// category cat with mark, just uncounted from l (the zero ledger where the
+// ledger refused to uncount them: the memory is released all the same,
+// and nothing that counts moves), on stream for one in stream order.
 type releaseHook interface {
 	hook
-	released(a allocation, l ledger, stream Stream)
+	released(size int64, mark unsafe.Pointer, cat uint8, l ledger, stream Stream)
 }
 
-// marker is the feature whose marks on a device's allocations outlive its
-// hook: the release path hands it back the mark of each allocation it
-// releases (end), after the ledger's uncount, uncounted saying whether
-// that uncount happened (where the ledger refused, the memory is released
-// all the same, and nothing the feature counts should move). owner is
-// the address of the allocation, the feature's identity of it, or 0 for
-// the feature's own copy of it.
+// marker is the feature whose marks (allocation.mark) outlive its hook:
+// the release path hands it back the mark of each allocation it releases
+// (end), after the ledger's uncount, uncounted saying whether that uncount
+// happened (where the ledger refused, the memory is released all the
+// same, and nothing the feature counts should move).
 type marker interface {
-	end(a allocation, uncounted bool, owner uintptr)
+	end(mark unsafe.Pointer, uncounted bool)
 }
 
-// claimer is the marker of allocation.entry, whose entries the release
-// claims before anything is released.
+// claimer is the feature whose entries (allocation.entry) outlive its
+// hook, and which the release claims before anything is released, so that
+// the release and the feature's own release of the memory (the leak
+// watch's, for a leak) never both go on. owner is the address of the
+// allocation, the feature's identity of it, or 0 for the feature's own
+// copy of it.
 type claimer interface {
-	marker
-	// claim claims a's entry for the release of a, the allocation at
-	// owner, and reports false where the feature claimed it first.
-	claim(a allocation, owner uintptr) bool
+	// claim claims the entry for the release of the allocation at owner,
+	// and reports false where the feature claimed it first.
+	claim(entry uint32, owner uintptr) bool
 	// unclaim gives the entry back after a release that failed.
-	unclaim(a allocation, owner uintptr)
+	unclaim(entry uint32, owner uintptr)
+	// end ends the entry of the allocation at owner, released.
+	end(entry uint32, owner uintptr)
 }
 
 // reporter is a feature with a part in the report of a refused allocation
@@ -105,9 +115,9 @@ type hookSet struct {
 }
 
 // allocated, refused and released run the hooks (see hook).
-func (h *hookSet) allocated(r request, l ledger, a *allocation) {
+func (h *hookSet) allocated(a *allocation, l ledger, stream Stream, skip int, owned bool) {
 	for _, k := range h.allocs {
-		k.allocated(r, l, a)
+		k.allocated(a, l, stream, skip, owned)
 	}
 }
 
@@ -117,15 +127,16 @@ func (h *hookSet) refused(r request, l ledger, err error) {
 	}
 }
 
-func (h *hookSet) released(a allocation, l ledger, stream Stream) {
+func (h *hookSet) released(size int64, mark unsafe.Pointer, cat uint8, l ledger, stream Stream) {
 	for _, k := range h.releases {
-		k.released(a, l, stream)
+		k.released(size, mark, cat, l, stream)
 	}
 }
 
 // hookSkip is the frames between the exported function that allocates and
 // a hook's allocated, for the allocation sites: the exported function
-// calls Device.take, which calls hookSet.allocated, which calls the hook.
+// calls Device.take, which calls hookSet.allocated (inlined or not: the
+// stack counts an inlined frame as a frame), which calls the hook.
 const hookSkip = 3
 
 // setHook replaces the hook in slot i of device ordinal by k (nil
@@ -179,46 +190,36 @@ func (s *deviceTable) hookOf(ordinal, i int) hook {
 	return nil
 }
 
-// The slots of the hooks' own mechanisms in a device's state
-// (deviceTable.stateOf): its markers and its reporters.
-const (
-	markerSlot    = 6 // a *markerBox: the marker of allocation.mark, once set
-	claimerSlot   = 7 // a *claimerBox: the marker of allocation.entry, once set
-	reportersSlot = 8 // a *[numSlots]reporter: the reporters, by slot
-)
-
-// markerBox and claimerBox hold a marker, for a slot.
-type (
-	markerBox  struct{ m marker }
-	claimerBox struct{ c claimer }
-)
+// reportersSlot is the slot of a device's reporters in its state
+// (deviceTable.stateOf): a *[numSlots]reporter, by the reporters' slots.
+const reportersSlot = 6
 
 // setMarker makes m the marker of allocation.mark of device ordinal,
 // which is in use, and setClaimer c that of allocation.entry: once set,
 // for good.
 func (s *deviceTable) setMarker(ordinal int, m marker) {
-	setSlot(s, ordinal, markerSlot, &markerBox{m})
+	s.stateOf(ordinal, true).marker.Store(&markerBox{m})
 }
 
 func (s *deviceTable) setClaimer(ordinal int, c claimer) {
-	setSlot(s, ordinal, claimerSlot, &claimerBox{c})
+	s.stateOf(ordinal, true).claimer.Store(&claimerBox{c})
 }
 
-// claimerOf returns the marker of allocation.entry of device ordinal,
-// which marked an allocation of it.
-func (s *deviceTable) claimerOf(ordinal int) claimer {
-	return slotOf[claimerBox](s, ordinal, claimerSlot, nil).c
-}
+// markerBox and claimerBox hold a marker, for an atomic pointer.
+type (
+	markerBox  struct{ m marker }
+	claimerBox struct{ c claimer }
+)
 
 // endMarks hands the marks of a, the allocation at owner, released, back
 // to their markers, uncounted saying whether the ledger uncounted it.
 func (s *deviceTable) endMarks(a *allocation, uncounted bool, owner uintptr) {
-	o := int(a.ordinal)
+	st := s.states.lookup(int(a.ordinal)) // a feature marked a: the device has a state
 	if a.mark != nil {
-		slotOf[markerBox](s, o, markerSlot, nil).m.end(*a, uncounted, owner)
+		st.marker.Load().m.end(a.mark, uncounted)
 	}
 	if a.entry != 0 {
-		slotOf[claimerBox](s, o, claimerSlot, nil).c.end(*a, uncounted, owner)
+		st.claimer.Load().c.end(a.entry, owner)
 	}
 }
 
@@ -232,14 +233,14 @@ func claimMarks(a *allocation, owner uintptr) bool {
 
 // claimEntry is claimMarks of an allocation with an entry.
 func claimEntry(a *allocation, owner uintptr) bool {
-	return tableOf(a.kind).claimerOf(int(a.ordinal)).claim(*a, owner)
+	return tableOf(a.kind).states.lookup(int(a.ordinal)).claimer.Load().c.claim(a.entry, owner)
 }
 
 // unclaimMarks gives back what claimMarks claimed, after a release that
 // failed.
 func unclaimMarks(a *allocation, owner uintptr) {
 	if a.entry != 0 {
-		tableOf(a.kind).claimerOf(int(a.ordinal)).unclaim(*a, owner)
+		tableOf(a.kind).states.lookup(int(a.ordinal)).claimer.Load().c.unclaim(a.entry, owner)
 	}
 }
 

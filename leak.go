@@ -405,8 +405,8 @@ func (dl *deviceLeaks) remove(w *watched) {
 // allocated watches a, the allocation of a Buffer or Tracked handle that
 // r asked for, marking it with its entry; a count at an address only,
 // which nothing would collect, is not watched.
-func (dl *deviceLeaks) allocated(r request, _ ledger, a *allocation) {
-	if r.from != fromAddress || r.handle {
+func (dl *deviceLeaks) allocated(a *allocation, _ ledger, _ Stream, _ int, owned bool) {
+	if owned {
 		a.entry = dl.watch(a)
 	}
 }
@@ -415,26 +415,26 @@ func (dl *deviceLeaks) allocated(r request, _ ledger, a *allocation) {
 // has just moved it from live (claimMarks): it reports false where the
 // collector's cleanup claimed it first, and the release must not go on.
 // An allocation whose entry went since (see ownEntry) is claimed.
-func (dl *deviceLeaks) claim(a allocation, owner uintptr) bool {
-	w := dl.ownEntry(&a, owner)
+func (dl *deviceLeaks) claim(entry uint32, owner uintptr) bool {
+	w := dl.ownEntry(entry, owner)
 	return w == nil || w.state.CompareAndSwap(watchLive, watchFreed)
 }
 
 // ownEntry returns the entry of a, the allocation at owner, or nil if it
 // has none any more: a slot another entry took since is not a's (that
 // entry's owner, still reachable, holds another address).
-func (dl *deviceLeaks) ownEntry(a *allocation, owner uintptr) *watched {
+func (dl *deviceLeaks) ownEntry(entry uint32, owner uintptr) *watched {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	if w, o := dl.slots.At(a.entry); o == owner {
+	if w, o := dl.slots.At(entry); o == owner {
 		return w
 	}
 	return nil
 }
 
 // unclaim gives the entry of a back after a release that failed.
-func (dl *deviceLeaks) unclaim(a allocation, owner uintptr) {
-	if w := dl.ownEntry(&a, owner); w != nil {
+func (dl *deviceLeaks) unclaim(entry uint32, owner uintptr) {
+	if w := dl.ownEntry(entry, owner); w != nil {
 		w.state.CompareAndSwap(watchFreed, watchLive)
 	}
 }
@@ -446,12 +446,12 @@ func (dl *deviceLeaks) unclaim(a allocation, owner uintptr) {
 // cancelled while the object is still reachable (the release keeps it
 // alive past this call). A leak's copy (owner 0) is the watch's own, whose
 // entry collected removes.
-func (dl *deviceLeaks) end(a allocation, _ bool, owner uintptr) {
+func (dl *deviceLeaks) end(entry uint32, owner uintptr) {
 	if owner == 0 {
 		return
 	}
 	dl.mu.Lock()
-	if w, o := dl.slots.At(a.entry); w != nil && o == owner && (w.state.Load() == watchFreed || w.tracked()) {
+	if w, o := dl.slots.At(entry); w != nil && o == owner && (w.state.Load() == watchFreed || w.tracked()) {
 		w.state.Store(watchFreed)
 		w.cleanup.Stop()
 		dl.remove(w)

@@ -84,7 +84,7 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 		s.held.heldDrop(o, a.size, a.from == fromPool)
 	}
 	if h := s.hooksOf(o); h != nil {
-		h.released(*a, l, stream)
+		h.released(a.size, a.mark, a.cat, l, stream)
 	}
 	if a.marked() {
 		s.endMarks(a, err == nil, owner)

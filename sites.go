@@ -197,19 +197,17 @@ const sitesSlot = 0
 // largest holders into the report of a refusal.
 type siteHook struct{ rec *siterec.Recorder }
 
-func (h *siteHook) allocated(r request, _ ledger, a *allocation) {
-	a.mark = unsafe.Pointer(h.rec.Alloc(r.size, hookSkip+r.skip, r.cats.name(r.cat)))
+func (h *siteHook) allocated(a *allocation, l ledger, _ Stream, skip int, _ bool) {
+	a.mark = unsafe.Pointer(h.rec.Alloc(a.size, hookSkip+skip, l.set.name(a.cat)))
 }
 
-// siteMarker is the marker of a device whose allocations were marked with
-// their sites (allocation.mark): a free takes the buffer's figures from
-// the site's recorder, the current one or one dropped since, whose
-// figures stay exact.
-type siteMarker struct{}
-
-func (siteMarker) end(a allocation, uncounted bool, _ uintptr) {
+// end is the device's settings as the marker of the allocations it
+// marked with their sites (allocation.mark): a free takes the buffer's
+// figures from the site's recorder, the current one or one dropped since,
+// whose figures stay exact.
+func (*siteSettings) end(mark unsafe.Pointer, uncounted bool) {
 	if uncounted {
-		siteOf(&a).Free()
+		(*site)(mark).Free()
 	}
 }
 
@@ -265,7 +263,7 @@ func (t *siteSettings) record(s *deviceTable, ordinal int, rec *siterec.Recorder
 		return
 	}
 	h := &siteHook{rec: rec}
-	s.setMarker(ordinal, siteMarker{})
+	s.setMarker(ordinal, t)
 	s.setHook(ordinal, sitesSlot, h)
 	s.setReporter(ordinal, sitesSlot, h)
 }
