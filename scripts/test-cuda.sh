@@ -32,6 +32,12 @@
 #     memory, whose common budget the smaller must limit, and on one with
 #     its decode step captured in CUDA graphs (-graphs), whose budget must
 #     set aside what the driver then reserves for them.
+#  5. NVIDIA's own driver libraries, 535 and 470, as Debian's non-free
+#     packages ship them, fetched and unpacked into .cache/nvidia-libs,
+#     never installed (scripts/test-nvidia-libs.sh): every call of
+#     memtrack's driver table at the version memtrack asks, the main job's
+#     stop at cuInit without a GPU, the CPU with the driver on the path, and
+#     each NVML beside the fake driver failing at nvmlInit_v2 alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -194,3 +200,8 @@ if [[ -z $grown || $grown != "$aside" ]] || ! grep -q ' CUDA graphs$' <<<"$graph
 	echo "test-cuda.sh: examples/profile -graphs: the budget set aside ${aside:-nothing} for CUDA graphs, the driver reserved ${grown:-nothing}" >&2
 	exit 1
 fi
+
+# ---- 5. NVIDIA's own driver libraries
+
+echo "== scripts/test-nvidia-libs.sh: NVIDIA's 535 and 470 driver libraries, without a GPU"
+./scripts/test-nvidia-libs.sh

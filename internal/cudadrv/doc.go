@@ -23,6 +23,9 @@
 // optional call, what needs it is off and says so ([MemPools], [UUIDs],
 // [GraphMem]).
 // [Fill] fills a table of one's own the same way (internal/cudatest's).
+// [Table] lists the package's table as Load resolved it, each call with
+// the CUDA version asked; scripts/test-nvidia-libs.sh checks it against
+// NVIDIA's own libraries of the 535 and 470 drivers.
 //
 // # The driver rules it relies on
 //
