@@ -254,18 +254,22 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 // and what the pass's own launches reserved, never both.
 //
 // It fails with [ErrInvalidArgument], returning p unchanged, for a capture
-// of another device, with no ID, that the driver invalidated, or whose
-// figures are not a capture's (a negative Need, or Outliving above it).
+// that the driver invalidated (Invalidated: read while its capture was
+// invalidated, or known so by its ID), of another device, with no ID, or
+// whose figures are not a capture's (a negative Need, or Outliving above
+// it). A capture invalidated without memtrack learning its ID reads
+// Invalidated false once it ended (see [Capture]): pass only captures whose
+// cuStreamEndCapture returned a graph, read just before that call.
 func (p Measurement) WithGraphs(captures ...Capture) (Measurement, error) {
 	var peak, outliving int64
 	for i, c := range captures {
+		if c.Invalidated {
+			return p, fmt.Errorf("%w: capture %d (ID %d, stream %#x of %v) was invalidated by the driver: it ends with no graph, and nothing of it will launch",
+				ErrInvalidArgument, i, c.ID, uintptr(c.Stream), c.Device)
+		}
 		if c.Device != p.Device || c.ID == 0 || c.Outliving < 0 || c.Outliving > c.Need {
 			return p, fmt.Errorf("%w: capture %d (ID %d of %v, need %d bytes, %d outliving) for the measurement of %v: want a capture of the device, from Graphs().Capture",
 				ErrInvalidArgument, i, c.ID, c.Device, c.Need, c.Outliving, p.Device)
-		}
-		if c.Invalidated {
-			return p, fmt.Errorf("%w: capture %d (ID %d of %v) was invalidated by the driver: it ends with no graph, and nothing of it will launch",
-				ErrInvalidArgument, i, c.ID, c.Device)
 		}
 		peak = max(peak, c.Need-c.Outliving)
 		outliving = addSat(outliving, c.Outliving)

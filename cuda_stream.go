@@ -436,14 +436,19 @@ func (b *cudaBackend) allocIn(ordinal int, size int64, stream Stream, m *memory,
 // (cuMemAllocAsync would have allocated on the stream's device, or in a
 // graph memtrack does not allocate in), and a graph's allocation, in the
 // capture whose ID it returns, where the driver made one. A graph's
-// allocation that the driver refuses is counted nowhere.
+// allocation that the driver refuses is counted nowhere; where the refusal
+// left the capture invalidated, the error says which (invalidatedIn).
 func (b *cudaBackend) inCapture(dev *cudaDevice, d Device, size int64, stream Stream, a cudadrv.StreamCall, m *memory) (uint64, error) {
 	if a.OtherDevice || (a.Ptr == 0 && a.Op == cudadrv.Success) {
 		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
 		return 0, uncounted{refusedStream("AllocAsync", d, stream, a)}
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
-		return 0, uncounted{fillError(err, d, size, nil)}
+		err = fillError(err, d, size, nil)
+		if a.Invalidated {
+			err = &invalidatedIn{id: a.CaptureID, err: err}
+		}
+		return 0, uncounted{err}
 	}
 	m.ptr = a.Ptr
 	return a.CaptureID, nil

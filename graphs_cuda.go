@@ -60,6 +60,9 @@ func (b *cudaBackend) freeGraph(ordinal int, size int64, m *memory, stream Strea
 		return 0, refusedStream("FreeAsync", d, stream, f)
 	}
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
+		if f.Invalidated {
+			return 0, &invalidatedIn{id: f.CaptureID, err: err}
+		}
 		return 0, fillError(err, d, size, nil)
 	}
 	return f.CaptureID, nil

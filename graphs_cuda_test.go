@@ -470,9 +470,10 @@ func TestCUDAGraphRefusals(t *testing.T) {
 		assert.False(t, graphBuf.Freed())
 		after, err := k.g.Capture(s)
 		require.NoError(t, err)
-		assert.True(t, after.Invalidated)
-		assert.Equal(t, c.Allocs, after.Allocs, "nothing counted")
-		assert.Equal(t, c.Need, after.Need)
+		assert.Equal(t, Capture{Device: d, Stream: s, Capturing: true, Invalidated: true}, after, "invalidated, and named by no ID")
+		list, err := k.g.Captures()
+		require.NoError(t, err)
+		assert.Contains(t, list, c, "nothing counted")
 		_, r := cudatest.EndCaptureGraph(uintptr(s))
 		assert.NotEqual(t, cudadrv.Success, r, "an invalidated capture ends with no graph")
 		_, err = Measurement{Device: d}.WithGraphs(after)
@@ -584,4 +585,119 @@ func TestCUDAGraphOtherDevice(t *testing.T) {
 	assert.Zero(t, nodes, "nothing in the graph")
 	assert.Equal(t, before0, d0.MemoryStats())
 	assert.Equal(t, before1, d1.MemoryStats())
+}
+
+// The driver gives no ID for a capture it invalidated
+// (cuStreamGetCaptureInfo: the ID is valid only while the capture is
+// active), so memtrack knows which capture was invalidated only where a
+// call of its own in a capture whose ID it had just read was refused for
+// it; a reading of a stream whose capture is invalidated says so of that
+// reading alone, and of no record memtrack holds.
+func TestCUDAGraphInvalidation(t *testing.T) {
+	invalidate := func(t *testing.T, s Stream) {
+		t.Helper()
+		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(uintptr(s)), "an invalid operation invalidates the capture")
+	}
+	idless := func(k *graphKit, s Stream) Capture {
+		k.t.Helper()
+		read, err := k.g.Capture(s)
+		require.NoError(k.t, err)
+		assert.Equal(k.t, Capture{Device: k.d, Stream: s, Capturing: true, Invalidated: true}, read,
+			"the stream's capture is invalidated, and the driver names it by no ID")
+		_, err = Measurement{Device: k.d}.WithGraphs(read)
+		assert.ErrorIs(k.t, err, ErrInvalidArgument, "it makes no graph")
+		assert.ErrorContains(k.t, err, "invalidated")
+		return read
+	}
+
+	t.Run("a later capture on the stream", func(t *testing.T) {
+		// A capture read just before it ends, as documented, ends with its
+		// graph; the next capture on the stream is invalidated before
+		// memtrack sees it, and the stream is read once.
+		k, s := newGraphKit(t)
+		g, good, _ := k.allocGraph(s, 2*graphMiB, true)
+		inContext(t, k.d, func() {
+			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+			invalidate(t, s)
+			idless(k, s)
+			_, r := cudatest.EndCaptureGraph(uintptr(s))
+			assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: no graph")
+		})
+		good.Capturing = false
+		list, err := k.g.Captures()
+		require.NoError(t, err)
+		assert.Contains(t, list, good, "the good capture, ended and not invalidated")
+		last, err := k.g.Capture(s)
+		require.NoError(t, err)
+		assert.Equal(t, good, last, "the stream's last capture memtrack saw")
+		_, err = Measurement{Device: k.d}.WithGraphs(last)
+		require.NoError(t, err)
+		k.launch(k.exec(g), s)
+		syncStream(t, k.d, s)
+		k.grew(good.Need, k.stats("the good graph launched"), "its graph was made")
+	})
+
+	t.Run("an allocation refused in the invalidated capture", func(t *testing.T) {
+		// memtrack refuses AllocAsync where the stream's capture is
+		// invalidated, from a reading with no ID: it cannot tell that
+		// capture from the stream's last one, which may have ended before
+		// it began, and leaves that record as it was.
+		k, s := newGraphKit(t)
+		var made Capture
+		inContext(t, k.d, func() {
+			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+			_, err := k.d.AllocAsync(2*graphMiB, s)
+			require.NoError(t, err)
+			made, err = k.g.Capture(s)
+			require.NoError(t, err)
+			invalidate(t, s)
+			b, err := k.d.AllocAsync(2*graphMiB, s)
+			assert.Nil(t, b)
+			assert.ErrorIs(t, err, ErrNotSupported)
+			assert.ErrorContains(t, err, "invalidated")
+			idless(k, s) // what the program reads just before it ends the capture
+			_, r := cudatest.EndCaptureGraph(uintptr(s))
+			assert.Equal(t, cudadrv.Result(901), r)
+		})
+		ended, err := k.g.Capture(s)
+		require.NoError(t, err)
+		made.Capturing = false
+		assert.Equal(t, made, ended, "read after its end: the record as memtrack counted it, not known invalidated")
+	})
+
+	t.Run("a free node the driver refused", func(t *testing.T) {
+		// The driver refuses a second free node of one allocation in one
+		// graph (cuGraphAddMemFreeNode), an invalid operation, which
+		// invalidates the capture: memtrack read the capture's ID in the
+		// same call, and its record says so.
+		k, s1 := newGraphKit(t)
+		s2 := newStream(t, k.d)
+		_, _, b := k.allocGraph(s1, 2*graphMiB, false)
+		var id uint64
+		inContext(t, k.d, func() {
+			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s2), cudatest.CaptureRelaxed))
+			require.NoError(t, b.FreeAsync(s2), "a free node of another graph's allocation")
+			c, err := k.g.Capture(s2)
+			require.NoError(t, err)
+			id = c.ID
+			err = b.FreeAsync(s2)
+			require.Error(t, err, "a second free node of it in the same graph")
+			assert.ErrorContains(t, err, "invalidated")
+			assert.ErrorContains(t, err, fmt.Sprint(id))
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+			assert.False(t, b.Freed(), "the buffer stays the other graph's")
+			idless(k, s2)
+			_, r := cudatest.EndCaptureGraph(uintptr(s2))
+			assert.Equal(t, cudadrv.Result(901), r)
+		})
+		ended, err := k.g.Capture(s2)
+		require.NoError(t, err)
+		assert.Equal(t, Capture{Device: k.d, ID: id, Stream: s2, Invalidated: true, Frees: 1}, ended)
+		list, err := k.g.Captures()
+		require.NoError(t, err)
+		assert.Contains(t, list, ended)
+		_, err = Measurement{Device: k.d}.WithGraphs(ended)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorContains(t, err, "invalidated")
+	})
 }

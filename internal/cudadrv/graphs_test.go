@@ -691,6 +691,55 @@ func TestGraphAllocAsyncIn(t *testing.T) {
 	})
 }
 
+// A node the driver refuses in a capture, as an invalid operation,
+// invalidates it ("When an invalid operation is attempted during stream
+// capture, any associated capture graphs are invalidated", CUDA
+// Programming Guide, Stream Capture: Invalidation): FreeGraph reports the
+// refusal with the ID of the capture it read in the same call, which the
+// driver gives no more, and that the capture is invalidated; a later node
+// is refused (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) until the capture
+// ends, with no graph. A second free node of one allocation in one graph
+// is such an operation (cuGraphAddMemFreeNode).
+func TestGraphRefusedNodeInvalidates(t *testing.T) {
+	k, s := newGraphKit(t)
+	other := newStream(t, k.ctx)
+	_, p := k.launched(s, 2*mib, false) // outliving its launch, live
+	k.in(func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(other, cudatest.CaptureRelaxed))
+		c, call := cudadrv.CaptureInfo(k.ctx, other)
+		require.Equal(t, cudadrv.Call{}, call)
+		first := cudadrv.FreeGraph(k.ctx, p, other)
+		require.Equal(t, cudadrv.Call{}, first.Call, "a free node of another graph's allocation")
+		assert.False(t, first.Invalidated)
+		second := cudadrv.FreeGraph(k.ctx, p, other)
+		assert.NotEqual(t, cudadrv.Success, second.Op, "a second free node of it in the same graph")
+		if k.fake {
+			assert.Equal(t, invalidValue, second.Op)
+		}
+		assert.Equal(t, c.ID, second.CaptureID, "the capture the call read before the node")
+		assert.True(t, second.Invalidated, "and left invalidated")
+		after, call := cudadrv.CaptureInfo(k.ctx, other)
+		require.Equal(t, cudadrv.Call{}, call)
+		assert.Equal(t, cudadrv.Capture{Status: cudadrv.CaptureInvalidated}, after, "no ID")
+		third := cudadrv.AllocAsyncIn(k.ctx, mib, other, cudadrv.AllowCapture)
+		assert.Equal(t, cudadrv.CaptureInvalidated, third.CaptureStatus, "nothing more is added")
+		assert.Zero(t, third.Ptr)
+		_, r := cudatest.EndCaptureGraph(other)
+		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
+		// On the driver's own call, too: a node of an invalidated capture
+		// is refused.
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(other, cudatest.CaptureRelaxed))
+		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(other), "an invalid operation invalidates the capture")
+		_, r = cudatest.AllocAsync(uintptr(k.ctx), mib, other)
+		assert.Equal(t, cudadrv.Result(901), r, "cuMemAllocAsync in it")
+		assert.Equal(t, cudadrv.Result(901), k.free(p, other), "cuMemFreeAsync in it")
+		_, r = cudatest.EndCaptureGraph(other)
+		assert.Equal(t, cudadrv.Result(901), r)
+	})
+	require.Equal(t, cudadrv.Success, k.free(p, s), "the allocation, still live: no free node ran")
+	k.sync(s)
+}
+
 // A launch whose memory the device has not got fails with
 // CUDA_ERROR_OUT_OF_MEMORY and takes nothing; on the fake, whose device
 // the test can fill.

@@ -409,14 +409,22 @@ CUresult fakecuda_graph_alloc(struct CUgraph_st *g, int dev, size_t size, CUdevi
 	return CUDA_SUCCESS;
 }
 
+// frees reports whether g has a free node of a.
+static int frees(const struct CUgraph_st *g, const struct galloc *a) {
+	for (long i = 0; i < g->nodes.n; i++)
+		if (g->nodes.v[i].kind == N_FREE && g->nodes.v[i].alloc == a) return 1;
+	return 0;
+}
+
 // fakecuda_graph_free is cuMemFreeAsync during a capture: a free node,
 // refused (CUDA_ERROR_INVALID_VALUE) for an address no allocation node
-// returned, an allocation freed twice in its graph, or freed both in its
-// graph and in another (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode).
+// returned, an allocation freed twice in the same graph (its own or
+// another), or freed both in its graph and in another
+// (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode).
 CUresult fakecuda_graph_free(struct CUgraph_st *g, CUdeviceptr dptr) {
 	struct galloc *a = find(dptr);
 	int own = a && a->graph == g;
-	if (!a || a->freed_in_own || (own && a->freed_elsewhere)) return CUDA_ERROR_INVALID_VALUE;
+	if (!a || a->freed_in_own || (own && a->freed_elsewhere) || frees(g, a)) return CUDA_ERROR_INVALID_VALUE;
 	if (!add(&g->nodes, (struct gnode){.kind = N_FREE, .alloc = a})) return CUDA_ERROR_OUT_OF_MEMORY;
 	if (own)
 		a->freed_in_own = 1;
