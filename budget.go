@@ -249,9 +249,10 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 //
 // which is the largest Need where no graph's allocation outlives its
 // launch, and covers every outliving allocation live at once otherwise.
-// The driver reserves in granules of its own, which Need, the sizes asked
-// for, does not round to. [Measurement.Budget] sets aside the larger of GraphNeed
-// and what the pass's own launches reserved, never both.
+// Need and Outliving count each allocation in the driver's granules (the
+// device's allocation granularity), so that GraphNeed is what the driver
+// reserves. [Measurement.Budget] sets aside the larger of GraphNeed and
+// what the pass's own launches reserved, never both.
 //
 // It fails with [ErrInvalidArgument], returning p unchanged, for a capture
 // that the driver invalidated (Invalidated: read while its capture was

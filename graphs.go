@@ -65,16 +65,22 @@ type Capture struct {
 	// to the capture's graph (a free node of another graph's allocation
 	// included).
 	Allocs, Frees int64
-	// Need is the peak of the bytes of the capture's own allocations, in
-	// the order they were captured: what one launch of the graph needs.
-	// The driver reserves it at the graph's first launch or upload,
-	// rounded as it rounds each allocation; graphs launched one after
-	// another on one stream share that memory ([Measurement.WithGraphs]).
+	// Need is the peak of the capture's own allocations, in the order
+	// they were captured, each rounded up to the device's allocation
+	// granularity (cuMemGetAllocationGranularity, 2 MiB on current GPUs;
+	// [Buffer.RoundedSize] of the allocation's buffer): what one launch
+	// of the graph needs. The driver reserves it at the graph's first
+	// launch or upload; a driver that packs a graph's allocations into
+	// shared granules, which the documentation leaves open, reserves less
+	// (down to the peak of the bytes asked for, rounded up once), never
+	// more. Graphs launched one after another on one stream share that
+	// memory ([Measurement.WithGraphs]).
 	Need int64
-	// Outliving is the bytes of the capture's allocations that the
-	// capture does not free: each launch makes them again, and they stay
-	// allocated after it until freed ([Buffer.Free], [Buffer.FreeAsync],
-	// or another graph's free node). It is part of Need.
+	// Outliving is the memory of the capture's allocations that the
+	// capture does not free, rounded as in Need: each launch makes them
+	// again, and they stay allocated after it until freed ([Buffer.Free],
+	// [Buffer.FreeAsync], or another graph's free node), their physical
+	// memory apart from every other graph's. It is part of Need.
 	Outliving int64
 }
 
@@ -215,11 +221,16 @@ func graphOf(b *Buffer) *graphBuffer { return (*graphBuffer)(unsafe.Pointer(b)) 
 
 // captured is the tail of the allocation path for a graph's allocation:
 // the stream-ordered allocation that r asked for, which the backend made in
-// capture id at memory m. The capture counts it; the ledger, the
+// capture id at memory m, with the graph memory it takes in m.reserved
+// where the backend rounds it. The capture counts that; the ledger, the
 // device-side figure and the hooks do not, since the host holds nothing
 // of it between the graph's launches.
 func (d Device) captured(s *deviceTable, r *request, m memory, id uint64) *Buffer {
-	c := s.makeFeatures(d.ordinal).graphs.allocated(id, r.stream, r.size)
+	rounded := r.size
+	if m.reserved > 0 {
+		rounded = m.reserved // the graph memory the node takes (cudaBackend.inCapture)
+	}
+	c := s.makeFeatures(d.ordinal).graphs.allocated(id, r.stream, rounded)
 	g := &graphBuffer{capture: c}
 	g.fill(d, r)
 	g.mem, g.from, g.cat, g.state = m, fromGraph, 0, stateGraph
@@ -281,7 +292,7 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	case id == 0:
 	case id == c.id:
 		if atomic.CompareAndSwapUint32(&b.state, stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
-			t.makeFeatures(o).graphs.freed(id, stream, b.size)
+			t.makeFeatures(o).graphs.freed(id, stream, b.RoundedSize())
 		}
 	default:
 		t.makeFeatures(o).graphs.freed(id, stream, 0)

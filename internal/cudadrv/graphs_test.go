@@ -488,6 +488,68 @@ func TestGraphExecDestroyReading(t *testing.T) {
 	assert.Equal(t, base.GraphUsed, tr.GraphUsed)
 }
 
+// Graph memory is physical memory mapped to the allocations' addresses
+// ("Physical memory reuse between graphs is done with virtual aliasing",
+// Programming Guide, Graph Memory Nodes: Optimized Memory Reuse), and
+// physical memory is created and mapped in multiples of the device's
+// minimum allocation granularity (cuMemCreate, cuMemMap), which Granularity
+// gives. Whether each allocation node takes granules of its own, or a
+// graph's nodes share them, the documentation does not say: the fake
+// offers both (FAKECUDA_GRAPH_ROUND), the test logs which the driver
+// follows, and on any driver the reservation of 100 allocation nodes of
+// 4 KiB lies between the two: their bytes rounded up once, and a granule
+// each, which is what memtrack's Capture.Need counts.
+func TestGraphRoundReading(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, r := cudadrv.Granularity(0)
+	require.Equal(t, cudadrv.Success, r)
+	require.Positive(t, g)
+	if k.fake {
+		want := int64(2 * mib)
+		if v := os.Getenv("FAKECUDA_GRANULARITY"); v != "" {
+			_, err := fmt.Sscan(v, &want)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, want, g, "the fake's granularity (FAKECUDA_GRANULARITY)")
+	}
+	_, r = cudadrv.Granularity(99)
+	assert.NotEqual(t, cudadrv.Success, r, "a device that is not there")
+
+	const n, size = 100, 4 << 10
+	graph := k.capture(s, func() {
+		var ptrs []uintptr
+		for range n {
+			ptrs = append(ptrs, k.alloc(s, size))
+		}
+		for _, p := range ptrs {
+			require.Equal(t, cudadrv.Success, k.free(p, s))
+		}
+	})
+	require.Equal(t, cudadrv.Success, k.launch(k.exec(graph), s))
+	k.sync(s)
+	f := k.figures("100 allocation nodes of 4 KiB launched")
+	grown := f.GraphReserved - k.base.GraphReserved
+	packed, perNode := (int64(n*size)+g-1)/g*g, n*g
+	assert.GreaterOrEqual(t, grown, packed, "at least their bytes, rounded up once")
+	assert.LessOrEqual(t, grown, perNode, "at most a granule each, as memtrack counts them")
+	reading := "other"
+	switch grown {
+	case perNode:
+		reading = "node"
+	case packed:
+		reading = "graph"
+	}
+	t.Logf("graph round reading: %s (100 allocation nodes of 4 KiB reserved %d KiB; the allocation granularity is %d KiB)", reading, grown>>10, g>>10)
+	if k.fake {
+		want := "node"
+		if os.Getenv("FAKECUDA_GRAPH_ROUND") == "graph" {
+			want = "graph"
+		}
+		assert.Equal(t, want, reading, "the fake's reading (FAKECUDA_GRAPH_ROUND)")
+	}
+	k.trim()
+}
+
 // Graph memory is device memory of the process: cuMemGetInfo and NVML's
 // figure of the process count it, and no memory pool's attributes do
 // (Physical Memory Footprint: "cudaDeviceGraphMemTrim operates on a
