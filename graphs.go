@@ -344,6 +344,10 @@ type graphCaptures struct {
 	byID     map[uint64]*capture
 	byStream map[Stream]*capture // each stream's last capture
 	ended    []*capture          // the captures that ended, the oldest first, at most MaxCaptures
+	// outliving is the Outliving of every capture counted on the device,
+	// those forgotten past MaxCaptures included, less those known
+	// invalidated (Measurement.EndGraphOutliving).
+	outliving int64
 }
 
 // capture is one capture's figures, guarded by its device's
@@ -410,6 +414,9 @@ func (g *graphCaptures) allocated(id uint64, stream Stream, size int64) *capture
 	c.allocs++
 	c.live += size
 	c.need = max(c.need, c.live)
+	if !c.invalidated {
+		g.outliving += size
+	}
 	return c
 }
 
@@ -421,6 +428,26 @@ func (g *graphCaptures) freed(id uint64, stream Stream, size int64) {
 	c := g.seenLocked(id, stream)
 	c.frees++
 	c.live -= size
+	if !c.invalidated {
+		g.outliving -= size
+	}
+}
+
+// graphOutliving returns the Outliving of every capture counted on device
+// ordinal, but those known invalidated (graphCaptures.outlivingNow).
+func (s *deviceTable) graphOutliving(ordinal int) int64 {
+	if f := s.featuresOf(ordinal); f != nil {
+		return f.graphs.outlivingNow()
+	}
+	return 0
+}
+
+// outlivingNow returns the Outliving of every capture counted on the
+// device, but those known invalidated, whose graphs never launch.
+func (g *graphCaptures) outlivingNow() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.outliving
 }
 
 // invalidated records that the driver invalidated capture id, seen on
@@ -428,7 +455,10 @@ func (g *graphCaptures) freed(id uint64, stream Stream, size int64) {
 func (g *graphCaptures) invalidated(id uint64, stream Stream) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.seenLocked(id, stream).invalidated = true
+	if c := g.seenLocked(id, stream); !c.invalidated {
+		c.invalidated = true
+		g.outliving -= c.live
+	}
 }
 
 // onStream returns the capture of device d that stream takes part in, as

@@ -5,6 +5,7 @@ package memtrack
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -820,4 +821,119 @@ func checkGraphRounding(t *testing.T) {
 	}
 	require.NoError(t, out.Free(), "the launch's allocation, which outlived it")
 	require.NoError(t, k.g.Trim())
+}
+
+// graphOutlivingCases are the cases of TestCUDAChildGraphBudgetOutliving:
+// a graph launched in the measured pass (pass MiB, its allocation freed in
+// the graph or outliving the launch), and a graph captured after the pass
+// and launched after the budget (later MiB), on one stream; budget and
+// reserved are the fake's exact figures of the budget's GraphReserved and
+// of what the driver then reserved.
+var graphOutlivingCases = []struct {
+	name             string
+	pass, later      int64 // MiB
+	passOut, lateOut bool  // the allocation outlives its launch
+	free             string
+	budget, reserved int64 // MiB
+}{
+	// The pass's allocation is still live when the later graph launches:
+	// the driver reuses none of its memory.
+	{"live at the end of the pass, a larger later graph", 8, 12, true, false, "", 20, 20},
+	{"live at the end of the pass, a smaller later graph", 12, 8, true, false, "", 20, 20},
+	// Launched, freed and launched again in the pass: live at its end.
+	{"freed and launched again in the pass", 8, 12, true, false, "relaunched", 20, 20},
+	// The later graph's allocation outlives its launch: it takes its
+	// memory from the stream's, which the pass's graph left free.
+	{"the later graph's allocation outliving", 12, 8, false, true, "", 12, 12},
+	// Freed before the later graph launches: the driver reuses the memory.
+	// memtrack does not see launches, so that it cannot tell a freed
+	// allocation from one its graph allocated again: the budget sets it
+	// apart all the same.
+	{"freed after the pass, before the later launch", 8, 12, true, false, "after", 20, 12},
+	{"freed in the pass", 8, 12, true, false, "in", 20, 12},
+}
+
+// TestCUDAGraphBudgetOutliving runs TestCUDAChildGraphBudgetOutliving once
+// per case, each in a process of its own, which has captured no graph
+// before it.
+func TestCUDAGraphBudgetOutliving(t *testing.T) {
+	cudaDevices(t, 1)
+	for _, c := range graphOutlivingCases {
+		t.Run(c.name, func(t *testing.T) {
+			runChild(t, "TestCUDAChildGraphBudgetOutliving", []string{"MEMTRACK_GRAPH_CASE=" + c.name})
+		})
+	}
+}
+
+// TestCUDAChildGraphBudgetOutliving: physical pages "cannot be reused if
+// they are bound to ... a graph allocation which remains unfreed" (CUDA
+// Programming Guide, Graph Memory Nodes: Physical Memory Management and
+// Sharing): a budget that reuses, for the graphs captured after the pass,
+// the graph memory that the pass's graphs reserved sets apart the memory of
+// allocations that may still be live, and the driver then reserves at most
+// what the budget set aside, exactly where they are live.
+func TestCUDAChildGraphBudgetOutliving(t *testing.T) {
+	child(t)
+	i := slices.IndexFunc(graphOutlivingCases, func(c struct {
+		name             string
+		pass, later      int64
+		passOut, lateOut bool
+		free             string
+		budget, reserved int64
+	}) bool {
+		return c.name == os.Getenv("MEMTRACK_GRAPH_CASE")
+	})
+	require.GreaterOrEqual(t, i, 0, "MEMTRACK_GRAPH_CASE")
+	tc := graphOutlivingCases[i]
+	k, s := newGraphKit(t)
+	d := k.d
+	base, err := d.Baseline()
+	require.NoError(t, err)
+
+	g, c, out := k.allocGraph(s, tc.pass*graphMiB, !tc.passOut)
+	k.logCapture("launched in the pass", c)
+	e := k.exec(g)
+	p, err := d.Measure(func() error {
+		k.launch(e, s)
+		syncStream(t, d, s)
+		switch tc.free {
+		case "in":
+			require.NoError(t, out.Free())
+		case "relaunched":
+			require.NoError(t, out.Free())
+			k.launch(e, s)
+			syncStream(t, d, s)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	k.stats("the pass's graph launched")
+	if tc.free == "after" {
+		require.NoError(t, out.Free())
+	}
+	gl, cl, outl := k.allocGraph(s, tc.later*graphMiB, !tc.lateOut)
+	k.logCapture("captured after the pass", cl)
+	p, err = p.WithGraphs(cl)
+	require.NoError(t, err)
+	b, err := p.Budget(base, 0.9, graphMiB)
+	require.NoError(t, err)
+	shared, err := p.SharedBudget(0.9, graphMiB)
+	require.NoError(t, err)
+	assert.Equal(t, b.GraphReserved, shared.GraphReserved, "the pass's graph reserved its memory after the baseline and in the pass alike")
+	k.launch(k.exec(gl), s)
+	syncStream(t, d, s)
+	st := k.stats("the later graph launched")
+	grown := st.GraphReserved - k.base.GraphReserved
+	t.Logf("budget: GraphReserved %d MiB; the driver reserved %d MiB", b.GraphReserved/graphMiB, grown/graphMiB)
+	assert.GreaterOrEqual(t, b.GraphReserved, grown, "the budget sets aside at least what the driver reserves")
+	if onFake() {
+		assert.Equal(t, tc.reserved*graphMiB, grown, "the driver")
+		assert.Equal(t, tc.budget*graphMiB, b.GraphReserved, "the budget")
+	}
+	if tc.passOut && (tc.free == "" || tc.free == "relaunched") {
+		require.NoError(t, out.Free())
+	}
+	if tc.lateOut {
+		require.NoError(t, outl.Free())
+	}
 }

@@ -108,6 +108,9 @@ func TestGraphsThroughTheBackend(t *testing.T) {
 	assert.Equal(t, [4]int64{2 << 20, 4 << 20, 1 << 20, 3 << 20}, [4]int64{u.GraphReserved, u.PeakGraphReserved, u.GraphUsed, u.PeakGraphUsed})
 	require.NoError(t, d.Graphs().Trim())
 	assert.Equal(t, 1, f.trims)
+	p, err := d.Measure(func() error { return nil })
+	require.NoError(t, err)
+	assert.Equal(t, int64(200+50), p.EndGraphOutliving, "the Outliving of captures 41 and 42")
 	assert.Contains(t, d.MemorySummary(), "graph memory: reserved 2.00 MiB (peak 4.00 MiB), used 1.00 MiB (peak 3.00 MiB)")
 }
 
@@ -135,6 +138,11 @@ func TestGraphCapturesBounded(t *testing.T) {
 	assert.False(t, list[MaxCaptures].Capturing, "the last ended when its stream stopped capturing")
 	assert.Len(t, g.byStream, 2)
 	assert.Len(t, g.byID, MaxCaptures+1)
+	outliving := int64(10)
+	for id := int64(2); id < 2+MaxCaptures+10; id++ {
+		outliving += id
+	}
+	assert.Equal(t, outliving, g.outlivingNow(), "the forgotten captures' allocations may still be live")
 }
 
 // TestWithGraphs: graphs of one call (one stream) share one reservation,
@@ -197,23 +205,30 @@ func TestBudgetGraphs(t *testing.T) {
 	for _, tc := range []struct {
 		name                        string
 		baseGraphs, start, end      int64
-		need                        int64
+		outliving, need             int64
 		baseErr                     error
 		graphs, untracked, setAside int64
 	}{
-		{"no graphs", 0, 0, 0, 0, nil, 0, gib / 2, plain.SetAside},
-		{"launched in the pass", 0, 0, gib / 4, 0, nil, gib / 4, gib / 4, plain.SetAside},
-		{"launched before the pass and in it", gib / 8, gib / 4, gib / 4, 0, nil, gib / 8, gib/2 - gib/8, plain.SetAside},
-		{"captured after the pass", 0, 0, 0, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
-		{"both: the larger", 0, 0, gib / 4, gib / 8, nil, gib / 4, gib / 4, plain.SetAside},
-		{"both: the need larger", 0, 0, gib / 8, gib / 4, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
-		{"no figures at the baseline", 0, 0, gib / 4, 0, ErrNotSupported, 0, gib / 2, plain.SetAside},
+		{"no graphs", 0, 0, 0, 0, 0, nil, 0, gib / 2, plain.SetAside},
+		{"launched in the pass", 0, 0, gib / 4, 0, 0, nil, gib / 4, gib / 4, plain.SetAside},
+		{"launched before the pass and in it", gib / 8, gib / 4, gib / 4, 0, 0, nil, gib / 8, gib/2 - gib/8, plain.SetAside},
+		{"captured after the pass", 0, 0, 0, 0, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
+		{"both: the larger", 0, 0, gib / 4, 0, gib / 8, nil, gib / 4, gib / 4, plain.SetAside},
+		{"both: the need larger", 0, 0, gib / 8, 0, gib / 4, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
+		{"no figures at the baseline", 0, 0, gib / 4, 0, 0, ErrNotSupported, 0, gib / 2, plain.SetAside},
+		// An allocation left live by the pass's launch holds memory the
+		// later graphs do not reuse.
+		{"both, an allocation of the pass outliving", 0, 0, gib / 8, gib / 16, gib / 4, nil, gib/16 + gib/4, gib/2 - gib/8, plain.SetAside + gib/16 + gib/8},
+		{"both, outliving the whole of the pass's", 0, 0, gib / 4, gib / 4, gib / 8, nil, gib/4 + gib/8, gib / 4, plain.SetAside + gib/8},
+		{"outliving more than the pass reserved", 0, 0, gib / 8, gib, gib / 8, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
+		{"outliving, no later graphs", 0, 0, gib / 4, gib / 4, 0, nil, gib / 4, gib / 4, plain.SetAside},
+		{"outliving, nothing launched in the pass", 0, 0, 0, gib, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := base
 			base.GraphReserved, base.GraphErr = tc.baseGraphs, tc.baseErr
 			m := m
-			m.StartGraphReserved, m.EndGraphReserved, m.GraphNeed = tc.start, tc.end, tc.need
+			m.StartGraphReserved, m.EndGraphReserved, m.EndGraphOutliving, m.GraphNeed = tc.start, tc.end, tc.outliving, tc.need
 			b, err := m.Budget(base, 0.9, gib/4)
 			require.NoError(t, err)
 			assert.Equal(t, tc.graphs, b.GraphReserved)
@@ -237,6 +252,10 @@ func TestBudgetGraphs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(gib/4), b.GraphReserved)
 		assert.Equal(t, sharedPlain.SetAside+gib/8, b.SetAside)
+		m.EndGraphOutliving = gib // more than the pass reserved: what it reserved is set apart
+		b, err = m.SharedBudget(0.9, gib/4)
+		require.NoError(t, err)
+		assert.Equal(t, int64(gib/8+gib/4), b.GraphReserved)
 	})
 }
 
@@ -305,6 +324,7 @@ func FuzzGraphCaptures(f *testing.F) {
 			return captureState{id: uint64(s), capturing: true}, nil
 		})
 		want := []Capture{}
+		var outliving int64 // of the captures not known invalidated
 		for id, m := range models {
 			if !m.seen {
 				continue
@@ -313,10 +333,14 @@ func FuzzGraphCaptures(f *testing.F) {
 			for _, n := range m.live {
 				live += n
 			}
+			if !m.invalidated {
+				outliving += live
+			}
 			want = append(want, Capture{Device: d, ID: uint64(id + 1), Stream: Stream(id + 1), Capturing: true, Invalidated: m.invalidated,
 				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
 		}
 		assert.Equal(t, want, list)
+		assert.Equal(t, outliving, g.outlivingNow(), "Measurement.EndGraphOutliving's sum")
 	})
 }
 

@@ -332,6 +332,38 @@ func TestGraphMemoryOfLiveAllocations(t *testing.T) {
 	assert.Equal(t, base.GraphUsed, f4.GraphUsed)
 }
 
+// "physical pages cannot be reused if they are bound to ... a graph
+// allocation which remains unfreed" (Programming Guide, Graph Memory
+// Nodes: Physical Memory Management and Sharing): a graph launched on the
+// stream after one whose allocation outlives its launch does not reuse
+// that allocation's memory while it is live, and does once it is freed.
+func TestGraphMemoryOfUnfreedNotReused(t *testing.T) {
+	for _, freed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "live", true: "freed"}[freed], func(t *testing.T) {
+			k, s := newGraphKit(t)
+			base := k.base
+			_, p := k.launched(s, 8*mib, false)
+			if freed {
+				require.Equal(t, cudadrv.Success, k.free(p, s))
+				k.sync(s)
+			}
+			k.launched(s, 12*mib, true)
+			f := k.figures(fmt.Sprintf("8 MiB outliving (freed: %v), then 12 MiB on the stream", freed))
+			grown := f.GraphReserved - base.GraphReserved
+			if freed {
+				assert.GreaterOrEqual(t, grown, int64(12*mib))
+				k.exact(12*mib, grown, "reserved: the 8 MiB reused")
+			} else {
+				assert.GreaterOrEqual(t, grown, int64(20*mib), "the live allocation's pages are not reused")
+				k.exact(20*mib, grown, "reserved")
+				require.Equal(t, cudadrv.Success, k.free(p, s))
+				k.sync(s)
+			}
+			k.trim()
+		})
+	}
+}
+
 // An allocation node's address is fixed across launches and
 // instantiations (cuGraphAddMemAllocNode); a graph exec whose allocation of
 // an earlier launch is live cannot be launched again (cuGraphLaunch:
