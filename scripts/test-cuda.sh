@@ -153,7 +153,7 @@ LD_BIND_NOW=1 go test -tags cuda -count=1 ./...
 # a switch (testdata/fakecuda/RULES.md); the figures must hold under every
 # one, not only the default.
 for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 \
-	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep; do
+	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep FAKECUDA_GRAPH_ROUND=graph; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done

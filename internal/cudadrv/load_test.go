@@ -208,6 +208,8 @@ func TestGraphMemMissing(t *testing.T) {
 			"cuStreamGetCaptureInfo of CUDA 11.3 (it needs a driver of CUDA 11.3 or later)", false, false},
 		{"no trim", []string{"FAKECUDA_HIDE=cuDeviceGraphMemTrim"}, "cuDeviceGraphMemTrim",
 			"cuDeviceGraphMemTrim of CUDA 11.4 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
+		{"no granularity", []string{"FAKECUDA_HIDE=cuMemGetAllocationGranularity"}, "cuMemGetAllocationGranularity",
+			"cuMemGetAllocationGranularity of CUDA 10.2 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !childtest.InChild(t, "MEMTRACK_CUDADRV_CHILD", tc.env...) {
@@ -219,11 +221,17 @@ func TestGraphMemMissing(t *testing.T) {
 			require.ErrorAs(t, cudadrv.GraphMem(), &m)
 			assert.Equal(t, tc.call, m.Call)
 			assert.Contains(t, m.Error(), tc.why)
-			if tc.call == "cuDeviceGraphMemTrim" {
+			switch tc.call {
+			case "cuDeviceGraphMemTrim":
 				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphTrim(ctx).Op)
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
-			} else {
+			case "cuMemGetAllocationGranularity":
+				_, r := cudadrv.Granularity(0)
+				assert.Equal(t, cudadrv.NotSupported, r)
+				_, c := cudadrv.GraphGet(ctx)
+				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
+			default:
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.NotSupported, c.Op)
 				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphResetHighs(ctx).Op)
