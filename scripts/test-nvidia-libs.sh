@@ -72,42 +72,10 @@ fi
 
 candidate() { apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" && $2 != "(none)" { print $2 }'; }
 
-# nonfree_entry prints the machine's own first Debian source entry, in deb822
-# form, with its component set to non-free alone: the entry that
-# scripts/cuda-dev.sh writes to the same file for nvidia-cuda-dev.
-nonfree_entry() {
-	local f
-	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f && $f != */memtrack-non-free.sources ]] || continue
-		awk 'BEGIN { RS = ""; ORS = "\n" } NR == 1 { print; exit }' "$f" |
-			sed -E 's/^Components:.*/Components: non-free/'
-		return
-	done
-	local line uri suite
-	line=$(grep -hE '^deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1 || true)
-	[[ -n $line ]] || return 1
-	read -r _ uri suite _ <<<"$line"
-	printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: non-free\n' "$uri" "$suite"
-}
-
 # Enable the non-free component where no configured source offers the
-# packages (CI's fresh machine), and refresh only that source.
-for p in "${packages[@]}"; do
-	[[ -n $(candidate "$p") ]] && continue
-	entry=/etc/apt/sources.list.d/memtrack-non-free.sources
-	if [[ ! -f $entry ]]; then
-		new=$(mktemp)
-		if ! nonfree_entry >"$new" || [[ ! -s $new ]]; then
-			fail "no apt source found to derive the non-free entry from"
-		fi
-		log "enabling non-free in $entry"
-		"${sudo[@]}" install -m 0644 "$new" "$entry"
-		rm -f "$new"
-	fi
-	"${sudo[@]}" apt-get update -qq \
-		-o Dir::Etc::sourcelist="$entry" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >&2
-	break
-done
+# packages (CI's fresh machine).
+. scripts/debian-non-free.sh
+enable_non_free "${packages[@]}" || fail "non-free cannot be enabled"
 
 # fetch unpacks the driver libraries of package $1 into
 # .cache/nvidia-libs/$1_<version> and prints that folder: the candidate
