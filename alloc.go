@@ -108,7 +108,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			var capture uint64
 			capture, err = s.stream.allocAsync(d.ordinal, r.size, r.stream, &b.mem)
 			if u, ok := err.(uncounted); ok {
-				return nil, nil, u.err // bad input, or nothing asked of the device: nothing counted
+				return nil, nil, d.invalidatedBy(s, r, u.err) // bad input, or nothing asked of the device: nothing counted
 			}
 			if capture != 0 {
 				return d.captured(s, r, b.mem, capture), nil, nil // a graph's allocation (graphs.go)

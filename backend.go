@@ -119,8 +119,9 @@ type streamBackend interface {
 	// nodes, and returns the capture's ID (else 0). An error that is bad
 	// input (a stream of another device, one whose capture memtrack does
 	// not allocate in) or a graph's allocation refused is uncounted
-	// (wrapped in uncounted); a failure of the device is counted, as
-	// alloc's is.
+	// (wrapped in uncounted, an *invalidatedIn where the refusal left the
+	// capture invalidated); a failure of the device is counted, as alloc's
+	// is.
 	allocAsync(ordinal int, size int64, stream Stream, m *memory) (capture uint64, err error)
 	// allocInCapture is allocAsync where the stream captures a graph, and
 	// allocates nothing (returning 0 and nil) where it does not: the path
@@ -154,7 +155,8 @@ type streamBackend interface {
 	// order on stream: on a stream whose capture is active, a free node of
 	// that capture's graph, whose ID it returns; on one that is not
 	// capturing, the allocation of the graph's last launch. On an error
-	// nothing was freed.
+	// nothing was freed; a free node refused in a capture that the refusal
+	// left invalidated fails with an *invalidatedIn.
 	freeGraph(ordinal int, size int64, m *memory, stream Stream) (capture uint64, err error)
 	// graphStats reads the driver's graph memory figures of device
 	// ordinal, without their Device; trimGraphs is Graphs.Trim.

@@ -47,6 +47,9 @@ type cudaDevice struct {
 	// restoreFailures counts operations that succeeded but could not make
 	// the thread's previous context current again.
 	restoreFailures atomic.Int64
+	// granule is the device's allocation granularity, in which the driver
+	// maps graph memory (graphGranule); 0 until the driver has said.
+	granule atomic.Int64
 }
 
 // retained holds a retained primary context.

@@ -43,7 +43,9 @@ func TestCUDADriverLoading(t *testing.T) {
 		{"TestCUDAChildNoStreamOrdered", []string{"FAKECUDA_VERSION=11010", "MEMTRACK_WANT=cuMemAllocAsync of CUDA 11.2 (it needs a driver of CUDA 11.2 or later)"}},
 		{"TestCUDAChildNoStreamOrdered", []string{"FAKECUDA_HIDE=cuMemFreeAsync", "MEMTRACK_WANT=cuMemFreeAsync of CUDA 11.2 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)"}},
 		{"TestCUDAChildDriverUnusable", []string{"FAKECUDA_HIDE=cuMemGetInfo"}},
-		{"TestCUDAChildNoGraphMemory", []string{"FAKECUDA_VERSION=11030"}},
+		{"TestCUDAChildNoGraphMemory", []string{"FAKECUDA_VERSION=11030", "MEMTRACK_WANT=cuDeviceGetGraphMemAttribute of CUDA 11.4"}},
+		{"TestCUDAChildNoGraphMemory", []string{"FAKECUDA_HIDE=cuMemGetAllocationGranularity", "MEMTRACK_WANT=cuMemGetAllocationGranularity of CUDA 10.2"}},
+		{"TestCUDAChildGraphGranularity", []string{"FAKECUDA_GRANULARITY=4194304"}},
 	} {
 		t.Run(c.child+"/"+strings.Join(c.env, ","), func(t *testing.T) {
 			if slices.Contains(c.env, noDriver) && systemDriver != "" {

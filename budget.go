@@ -56,12 +56,18 @@ type Budget struct {
 	// the graph memory reserved in the pass, which GraphReserved counts.
 	UntrackedIncrease int64
 	// GraphReserved is the memory the device reserves for the instance's
-	// CUDA graphs ([Graphs]): the larger of what the graphs launched in the
-	// measured pass reserved (the growth of [Usage].GraphReserved since
-	// the baseline, for SharedBudget since the start of the pass) and what
-	// graphs captured after the pass will reserve at their launch
-	// ([Measurement].GraphNeed). The first is no longer in
-	// UntrackedIncrease, so that graph memory is set aside once.
+	// CUDA graphs ([Graphs]): what the graphs launched in the measured
+	// pass reserved (the growth of [Usage].GraphReserved since the
+	// baseline, for SharedBudget since the start of the pass), which the
+	// graphs captured after the pass reuse for what they will reserve at
+	// their launch ([Measurement].GraphNeed), but for the part that
+	// allocations left live by a launch may hold
+	// ([Measurement].EndGraphOutliving, at most the first):
+	//
+	//	GraphReserved = max(launched, min(EndGraphOutliving, launched) + GraphNeed)
+	//
+	// The first is no longer in UntrackedIncrease, so that graph memory is
+	// set aside once.
 	GraphReserved int64
 	// OtherProcessesUsed is, for SharedBudget with per-process figures,
 	// the other processes' device memory as the driver accounts it: the
@@ -98,7 +104,8 @@ type Budget struct {
 //	                    and the rest of that growth is OtherTracked)
 //	PeakIncrease      = Measurement.PeakTrackedIncrease             (torch_peak_increase;
 //	                    PeakHeldIncrease where stream-ordered frees raised that higher)
-//	GraphReserved     = max(EndGraphReserved - Baseline.GraphReserved, GraphNeed)
+//	launched          = EndGraphReserved - Baseline.GraphReserved
+//	GraphReserved     = max(launched, min(EndGraphOutliving, launched) + GraphNeed)
 //	UntrackedIncrease = (EndUsed + EndNotResident - EndHeld)
 //	                  - (Baseline.Used + Baseline.NotResident - Baseline.Tracked)
 //	                  - (EndGraphReserved - Baseline.GraphReserved)  (non_torch_increase)
@@ -108,8 +115,11 @@ type Budget struct {
 // aside once, apart (GraphReserved): what the graphs launched in the pass
 // reserved, which leaves the untracked growth, or, for graphs captured
 // after the pass, as vLLM captures them, what their captures say they
-// will reserve ([Measurement.WithGraphs]), whichever is larger. vLLM
-// estimates that memory; memtrack counts it.
+// will reserve ([Measurement.WithGraphs]), whichever is larger; but the
+// driver reuses none of the memory that a graph allocation left live by a
+// launch holds, so the part of the pass's graph memory that such
+// allocations may hold (EndGraphOutliving) is set apart from what the
+// later graphs reuse. vLLM estimates that memory; memtrack counts it.
 //
 // Where the baseline and the measurement both have the driver's
 // per-process figures (NVML, on a CUDA GPU: [Usage].PerProcess), the
@@ -229,7 +239,7 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 	if base.GraphErr == nil {
 		launched = max(subSat(p.EndGraphReserved, base.GraphReserved), 0)
 	}
-	b.setGraphs(launched, p.GraphNeed)
+	b.setGraphs(launched, p.EndGraphOutliving, p.GraphNeed)
 	return b.fill(p.Total), nil
 }
 
@@ -249,23 +259,29 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 //
 // which is the largest Need where no graph's allocation outlives its
 // launch, and covers every outliving allocation live at once otherwise.
-// The driver reserves in granules of its own, which Need, the sizes asked
-// for, does not round to. [Measurement.Budget] sets aside the larger of GraphNeed
-// and what the pass's own launches reserved, never both.
+// Need and Outliving count each allocation in the driver's granules (the
+// device's allocation granularity), so that GraphNeed is what the driver
+// reserves. [Measurement.Budget] reuses for GraphNeed what the pass's own
+// launches reserved, never setting both aside, but for the part that
+// allocations left live by a launch may hold ([Measurement].EndGraphOutliving).
 //
 // It fails with [ErrInvalidArgument], returning p unchanged, for a capture
-// of another device, with no ID, that the driver invalidated, or whose
-// figures are not a capture's (a negative Need, or Outliving above it).
+// that the driver invalidated (Invalidated: read while its capture was
+// invalidated, or known so by its ID), of another device, with no ID, or
+// whose figures are not a capture's (a negative Need, or Outliving above
+// it). A capture invalidated without memtrack learning its ID reads
+// Invalidated false once it ended (see [Capture]): pass only captures whose
+// cuStreamEndCapture returned a graph, read just before that call.
 func (p Measurement) WithGraphs(captures ...Capture) (Measurement, error) {
 	var peak, outliving int64
 	for i, c := range captures {
+		if c.Invalidated {
+			return p, fmt.Errorf("%w: capture %d (ID %d, stream %#x of %v) was invalidated by the driver: it ends with no graph, and nothing of it will launch",
+				ErrInvalidArgument, i, c.ID, uintptr(c.Stream), c.Device)
+		}
 		if c.Device != p.Device || c.ID == 0 || c.Outliving < 0 || c.Outliving > c.Need {
 			return p, fmt.Errorf("%w: capture %d (ID %d of %v, need %d bytes, %d outliving) for the measurement of %v: want a capture of the device, from Graphs().Capture",
 				ErrInvalidArgument, i, c.ID, c.Device, c.Need, c.Outliving, p.Device)
-		}
-		if c.Invalidated {
-			return p, fmt.Errorf("%w: capture %d (ID %d of %v) was invalidated by the driver: it ends with no graph, and nothing of it will launch",
-				ErrInvalidArgument, i, c.ID, c.Device)
 		}
 		peak = max(peak, c.Need-c.Outliving)
 		outliving = addSat(outliving, c.Outliving)
@@ -274,12 +290,18 @@ func (p Measurement) WithGraphs(captures ...Capture) (Measurement, error) {
 	return p, nil
 }
 
-// setGraphs sets aside, as GraphReserved, the larger of launched, the
-// graph memory reserved during the pass, which is moved out of the
-// untracked growth, and need, what graphs captured after it will reserve.
-func (b *Budget) setGraphs(launched, need int64) {
+// setGraphs sets aside, as GraphReserved, launched, the graph memory
+// reserved during the pass, which is moved out of the untracked growth,
+// or, where larger, need, what graphs captured after it will reserve, on
+// top of the part of launched that allocations left live by a launch may
+// hold (outliving, at most launched), which the driver reuses for no
+// other graph while they stay unfreed. Where the pass's graph memory held
+// pinned memory from before it (reserved before the baseline or the
+// start), that memory is outside launched, and so is its part of
+// outliving: min(outliving, launched) bounds what is pinned of launched.
+func (b *Budget) setGraphs(launched, outliving, need int64) {
 	b.UntrackedIncrease = subSat(b.UntrackedIncrease, launched)
-	b.GraphReserved = max(launched, need)
+	b.GraphReserved = max(launched, addSat(min(max(outliving, 0), launched), need))
 }
 
 // SharedBudget sizes a cache for a device shared with others: the device may
@@ -305,8 +327,9 @@ func (b *Budget) setGraphs(launched, need int64) {
 // aside, from the start of the pass (graph memory reserved before it is in
 // StartUsed):
 //
-//	GraphReserved     = max(EndGraphReserved - StartGraphReserved, GraphNeed)
-//	UntrackedIncrease = max(Untracked - (EndGraphReserved - StartGraphReserved), 0)
+//	launched          = EndGraphReserved - StartGraphReserved
+//	GraphReserved     = max(launched, min(EndGraphOutliving, launched) + GraphNeed)
+//	UntrackedIncrease = max(Untracked - launched, 0)
 //
 // (ProcessUntracked in place of Untracked with the per-process figures).
 //
@@ -334,7 +357,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 		b.OtherProcessesUsed = max(p.StartOtherProcessesUsed, p.EndOtherProcessesUsed)
 		b.UntrackedIncrease = p.ProcessUntracked
 	}
-	b.setGraphs(max(subSat(p.EndGraphReserved, p.StartGraphReserved), 0), p.GraphNeed)
+	b.setGraphs(max(subSat(p.EndGraphReserved, p.StartGraphReserved), 0), p.EndGraphOutliving, p.GraphNeed)
 	b.UntrackedIncrease = max(b.UntrackedIncrease, 0)
 	return b.fill(p.Total), nil
 }

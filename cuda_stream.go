@@ -422,7 +422,7 @@ func (b *cudaBackend) allocIn(ordinal int, size int64, stream Stream, m *memory,
 	}
 	a := cudadrv.AllocAsyncIn(ctx, size, uintptr(stream), mode)
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
-		return b.inCapture(dev, d, size, stream, a, m)
+		return b.inCapture(dev, ctx, d, size, stream, a, m)
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
 		return 0, err
@@ -435,17 +435,31 @@ func (b *cudaBackend) allocIn(ordinal int, size int64, stream Stream, m *memory,
 // or a capturing one: refused, as bad input, where nothing was allocated
 // (cuMemAllocAsync would have allocated on the stream's device, or in a
 // graph memtrack does not allocate in), and a graph's allocation, in the
-// capture whose ID it returns, where the driver made one. A graph's
-// allocation that the driver refuses is counted nowhere.
-func (b *cudaBackend) inCapture(dev *cudaDevice, d Device, size int64, stream Stream, a cudadrv.StreamCall, m *memory) (uint64, error) {
+// capture whose ID it returns, where the driver made one, with the bytes
+// the driver maps for it (graphRounded) in m.reserved. A graph's
+// allocation that the driver refuses is counted nowhere; where the refusal
+// left the capture invalidated, the error says which (invalidatedIn).
+func (b *cudaBackend) inCapture(dev *cudaDevice, ctx cuContext, d Device, size int64, stream Stream, a cudadrv.StreamCall, m *memory) (uint64, error) {
 	if a.OtherDevice || (a.Ptr == 0 && a.Op == cudadrv.Success) {
 		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
 		return 0, uncounted{refusedStream("AllocAsync", d, stream, a)}
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
+		err = fillError(err, d, size, nil)
+		if a.Invalidated {
+			err = &invalidatedIn{id: a.CaptureID, err: err}
+		}
+		return 0, uncounted{err}
+	}
+	rounded, err := graphRounded(dev, size)
+	if err != nil {
+		// Nothing could count the node at its size: a free node ends it
+		// in the graph, so that no launch holds memory nothing counts.
+		f := cudadrv.FreeGraph(ctx, a.Ptr, uintptr(stream))
+		dev.settle("free", resultOf(f.Call)) // a failure is logged there; the capture's result says the rest
 		return 0, uncounted{fillError(err, d, size, nil)}
 	}
-	m.ptr = a.Ptr
+	*m = memory{ptr: a.Ptr, reserved: rounded}
 	return a.CaptureID, nil
 }
 

@@ -45,23 +45,40 @@ type Capture struct {
 	// (by waiting for an event recorded in it).
 	Stream Stream
 	// Capturing says that the capture was still in progress when memtrack
-	// last saw it; Invalidated, that the driver had invalidated it (it
-	// ends with no graph, and nothing of it will launch).
+	// last saw it. Invalidated says that the driver invalidated it: it
+	// ends with no graph, and nothing of it will launch. The driver names
+	// an invalidated capture by no ID, so Invalidated is known in two
+	// cases only: a reading of a stream whose capture the driver has
+	// invalidated ([Graphs.Capture] while it is in progress) has
+	// Invalidated and no ID, and stands for that reading alone; and the
+	// capture's own record has Invalidated where memtrack's own
+	// allocation or free node in it, made just after the driver gave its
+	// ID, was refused and left it invalidated. A capture invalidated
+	// otherwise (by another call on its streams) keeps Invalidated false
+	// in its record: whether a capture made a graph is what
+	// cuStreamEndCapture returns, and a program reads the capture just
+	// before that call, as [Graphs.Capture] says.
 	Capturing, Invalidated bool
 	// Allocs and Frees are the allocation and free nodes memtrack added
 	// to the capture's graph (a free node of another graph's allocation
 	// included).
 	Allocs, Frees int64
-	// Need is the peak of the bytes of the capture's own allocations, in
-	// the order they were captured: what one launch of the graph needs.
-	// The driver reserves it at the graph's first launch or upload,
-	// rounded as it rounds each allocation; graphs launched one after
-	// another on one stream share that memory ([Measurement.WithGraphs]).
+	// Need is the peak of the capture's own allocations, in the order
+	// they were captured, each rounded up to the device's allocation
+	// granularity (cuMemGetAllocationGranularity, 2 MiB on current GPUs;
+	// [Buffer.RoundedSize] of the allocation's buffer): what one launch
+	// of the graph needs. The driver reserves it at the graph's first
+	// launch or upload; a driver that packs a graph's allocations into
+	// shared granules, which the documentation leaves open, reserves less
+	// (down to the peak of the bytes asked for, rounded up once), never
+	// more. Graphs launched one after another on one stream share that
+	// memory ([Measurement.WithGraphs]).
 	Need int64
-	// Outliving is the bytes of the capture's allocations that the
-	// capture does not free: each launch makes them again, and they stay
-	// allocated after it until freed ([Buffer.Free], [Buffer.FreeAsync],
-	// or another graph's free node). It is part of Need.
+	// Outliving is the memory of the capture's allocations that the
+	// capture does not free, rounded as in Need: each launch makes them
+	// again, and they stay allocated after it until freed ([Buffer.Free],
+	// [Buffer.FreeAsync], or another graph's free node), their physical
+	// memory apart from every other graph's. It is part of Need.
 	Outliving int64
 }
 
@@ -90,7 +107,13 @@ func (g Graphs) graphs(op string, change bool) (*deviceTable, error) {
 // reports it now, or, where the stream is not capturing, the last capture
 // memtrack saw on it; ID is 0 where there is none. Read it just before
 // the capture ends (cuStreamEndCapture), when it is final, to know what the
-// graph will need before it is launched. It fails with
+// graph will need before it is launched: a capture the driver has
+// invalidated then reads Invalidated, with no ID (the driver gives an
+// invalidated capture none, so that memtrack cannot tell it from the
+// stream's last capture, which may have ended before it began), and
+// [Measurement.WithGraphs] refuses it. Read after the capture ended, it
+// is the record memtrack kept, Invalidated only where memtrack learned
+// of the invalidation by the capture's ID (see [Capture]). It fails with
 // [ErrInvalidArgument] for a stream of another device, and as
 // [Graphs.Stats] does.
 func (g Graphs) Capture(stream Stream) (Capture, error) {
@@ -107,7 +130,9 @@ func (g Graphs) Capture(stream Stream) (Capture, error) {
 
 // Captures returns the captures memtrack saw on the device, the
 // oldest first: those in progress, whose state it asks the driver, and the
-// last [MaxCaptures] that ended. It fails as [Graphs.Stats] does.
+// last [MaxCaptures] that ended. A capture whose stream the driver reports
+// in an invalidated capture, which it names by no ID, is left as it was
+// (see [Capture]). It fails as [Graphs.Stats] does.
 func (g Graphs) Captures() ([]Capture, error) {
 	s, err := g.graphs("Graphs().Captures", false)
 	if err != nil {
@@ -162,11 +187,16 @@ func graphOf(b *Buffer) *graphBuffer { return (*graphBuffer)(unsafe.Pointer(b)) 
 
 // captured is the tail of the allocation path for a graph's allocation:
 // the stream-ordered allocation that r asked for, which the backend made in
-// capture id at memory m. The capture counts it; the ledger, the
+// capture id at memory m, with the graph memory it takes in m.reserved
+// where the backend rounds it. The capture counts that; the ledger, the
 // device-side figure and the hooks do not, since the host holds nothing
 // of it between the graph's launches.
 func (d Device) captured(s *deviceTable, r *request, m memory, id uint64) *Buffer {
-	c := graphCapturesOf(s, d.ordinal).allocated(id, r.stream, r.size)
+	rounded := r.size
+	if m.reserved > 0 {
+		rounded = m.reserved // the graph memory the node takes (cudaBackend.inCapture)
+	}
+	c := graphCapturesOf(s, d.ordinal).allocated(id, r.stream, rounded)
 	g := &graphBuffer{capture: c}
 	g.fill(d, r)
 	g.mem, g.from, g.cat, g.state = m, fromGraph, 0, stateGraph
@@ -184,7 +214,7 @@ func (d Device) takeInCapture(s *deviceTable, r *request) (*Buffer, error) {
 	id, err := s.stream.allocInCapture(d.ordinal, r.size, r.stream, &m)
 	if err != nil {
 		if u, ok := err.(uncounted); ok {
-			return nil, u.err
+			return nil, d.invalidatedBy(s, r, u.err)
 		}
 		return nil, err
 	}
@@ -216,18 +246,50 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	}
 	id, err := t.stream.freeGraph(o, b.size, &b.mem, stream)
 	if err != nil {
+		if e, ok := err.(*invalidatedIn); ok {
+			graphCapturesOf(t, o).invalidated(e.id, stream)
+			return wrapf(fillError(e.err, b.Device(), b.size, nil),
+				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the driver invalidated the capture, which ends with no graph",
+				b.size, b.mem.ptr, e.id, b.Device())
+		}
 		return notLive(err, b)
 	}
 	switch {
 	case id == 0:
 	case id == c.id:
 		if b.moveState(stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
-			graphCapturesOf(t, o).freed(id, stream, b.size)
+			graphCapturesOf(t, o).freed(id, stream, b.RoundedSize())
 		}
 	default:
 		graphCapturesOf(t, o).freed(id, stream, 0)
 	}
 	return nil
+}
+
+// invalidatedIn is the error of an allocation or free node that the driver
+// refused in the active capture id, which it left invalidated: the one way
+// memtrack learns which capture the driver invalidated, since the driver
+// gives an invalidated capture no ID. The path that meets it records the
+// invalidation in the capture's record.
+type invalidatedIn struct {
+	id  uint64
+	err error
+}
+
+func (e *invalidatedIn) Error() string { return e.err.Error() }
+func (e *invalidatedIn) Unwrap() error { return e.err }
+
+// invalidatedBy returns err, the error of stream-ordered request r that
+// counted nothing; where it is an allocation node that the driver refused
+// in a capture it then invalidated, the capture's record says so, and the
+// error names the capture.
+func (d Device) invalidatedBy(s *deviceTable, r *request, err error) error {
+	e, ok := err.(*invalidatedIn)
+	if !ok {
+		return err
+	}
+	graphCapturesOf(s, d.ordinal).invalidated(e.id, r.stream)
+	return wrapf(e.err, "allocation node in CUDA graph capture %d on %v, refused; the driver invalidated the capture, which ends with no graph", e.id, d)
 }
 
 // notLive completes the error of a refused free of graph buffer b.
@@ -257,6 +319,10 @@ type graphCaptures struct {
 	byID     map[uint64]*capture
 	byStream map[Stream]*capture // each stream's last capture
 	ended    []*capture          // the captures that ended, the oldest first, at most MaxCaptures
+	// outliving is the Outliving of every capture counted on the device,
+	// those forgotten past MaxCaptures included, less those known
+	// invalidated (Measurement.EndGraphOutliving).
+	outliving int64
 }
 
 // capture is one capture's figures, guarded by its device's
@@ -323,6 +389,9 @@ func (g *graphCaptures) allocated(id uint64, stream Stream, size int64) *capture
 	c.allocs++
 	c.live += size
 	c.need = max(c.need, c.live)
+	if !c.invalidated {
+		g.outliving += size
+	}
 	return c
 }
 
@@ -334,10 +403,44 @@ func (g *graphCaptures) freed(id uint64, stream Stream, size int64) {
 	c := g.seenLocked(id, stream)
 	c.frees++
 	c.live -= size
+	if !c.invalidated {
+		g.outliving -= size
+	}
+}
+
+// graphOutliving returns the Outliving of every capture counted on device
+// ordinal, but those known invalidated (graphCaptures.outlivingNow).
+func (s *deviceTable) graphOutliving(ordinal int) int64 {
+	if g := slotOf[graphCaptures](s, ordinal, graphsSlot, nil); g != nil {
+		return g.outlivingNow()
+	}
+	return 0
+}
+
+// outlivingNow returns the Outliving of every capture counted on the
+// device, but those known invalidated, whose graphs never launch.
+func (g *graphCaptures) outlivingNow() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.outliving
+}
+
+// invalidated records that the driver invalidated capture id, seen on
+// stream, which memtrack learned by its ID.
+func (g *graphCaptures) invalidated(id uint64, stream Stream) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.seenLocked(id, stream); !c.invalidated {
+		c.invalidated = true
+		g.outliving -= c.live
+	}
 }
 
 // onStream returns the capture of device d that stream takes part in, as
-// the driver reported it (st), or the stream's last one.
+// the driver reported it (st), or the stream's last one. A stream in an
+// invalidated capture, which the driver names by no ID, reads as such,
+// and no record moves: the stream's last capture may be it, or may have
+// ended before it began.
 func (g *graphCaptures) onStream(d Device, stream Stream, st captureState) Capture {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -345,13 +448,12 @@ func (g *graphCaptures) onStream(d Device, stream Stream, st captureState) Captu
 	switch {
 	case st.id != 0:
 		c = g.seenLocked(st.id, stream)
+	case st.invalidated:
+		return Capture{Device: d, Stream: stream, Capturing: true, Invalidated: true}
 	case g.byStream != nil:
 		c = g.byStream[stream]
 		if c != nil && !st.capturing {
 			g.endLocked(c)
-		}
-		if c != nil && st.invalidated && c.capturing {
-			c.invalidated = true
 		}
 	}
 	if c == nil {
@@ -386,8 +488,9 @@ func (g *graphCaptures) list(d Device, query func(Stream) (captureState, error))
 			// Its stream is gone: nothing captures on it any more.
 			g.endLocked(c)
 		case states[i].id == c.id:
-		case states[i].invalidated && g.byStream[c.stream] == c:
-			c.invalidated = true
+		case states[i].invalidated:
+			// An invalidated capture, with no ID: c, or one begun after
+			// c ended. Nothing is known of c.
 		default:
 			g.endLocked(c)
 		}

@@ -4,6 +4,7 @@ package memtrack
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
 )
@@ -25,6 +26,31 @@ func (b *cudaBackend) graphsSupported(ordinal int) error {
 		return fmt.Errorf("%w: CUDA graph memory on %v: %w", ErrNotSupported, d, err)
 	}
 	return fmt.Errorf("%w: CUDA graph memory on %v: the CUDA driver is unavailable", ErrNotSupported, d)
+}
+
+// graphRounded returns the bytes of graph memory that an allocation node
+// of size bytes on dev takes: size rounded up to the device's allocation
+// granularity, which the driver gives (cudadrv.Granularity) and dev keeps.
+// Each node in whole granules of its own is what the driver maps at most:
+// a driver that packs a graph's nodes together maps less
+// (testdata/fakecuda/RULES.md, FAKECUDA_GRAPH_ROUND).
+func graphRounded(dev *cudaDevice, size int64) (int64, error) {
+	g := dev.granule.Load()
+	if g == 0 {
+		n, r := cudadrv.Granularity(dev.ordinal)
+		if r != cudadrv.Success {
+			return 0, resultError("allocation granularity", "asking the device's allocation granularity, in which graph memory is mapped", r)
+		}
+		if n <= 0 {
+			return 0, fmt.Errorf("%w: cuda:%d: the driver gives an allocation granularity of %d bytes", ErrNotSupported, dev.ordinal, n)
+		}
+		dev.granule.Store(n)
+		g = n
+	}
+	if size > math.MaxInt64-(g-1) {
+		return math.MaxInt64, nil
+	}
+	return (size + g - 1) / g * g, nil
 }
 
 // captureOf asks the driver what capture stream takes part in.
@@ -60,6 +86,9 @@ func (b *cudaBackend) freeGraph(ordinal int, size int64, m *memory, stream Strea
 		return 0, refusedStream("FreeAsync", d, stream, f)
 	}
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
+		if f.Invalidated {
+			return 0, &invalidatedIn{id: f.CaptureID, err: err}
+		}
 		return 0, fillError(err, d, size, nil)
 	}
 	return f.CaptureID, nil

@@ -4,6 +4,9 @@ package memtrack
 
 import (
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -396,6 +399,7 @@ func TestCUDAGraphCapturesConcurrent(t *testing.T) {
 	ready.Add(workers)
 	start.Add(1)
 	got := make([]Capture, workers)
+	rounded := make([]int64, workers) // the graph memory of each worker's node
 	graphs := make([]uintptr, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -410,6 +414,7 @@ func TestCUDAGraphCapturesConcurrent(t *testing.T) {
 					if !assert.NoError(t, err) {
 						break
 					}
+					rounded[w] = b.RoundedSize()
 					if i%2 == 0 {
 						assert.NoError(t, b.FreeAsync(s))
 					}
@@ -430,7 +435,11 @@ func TestCUDAGraphCapturesConcurrent(t *testing.T) {
 		if graphs[w] != 0 {
 			k.graphs[graphs[w]] = true
 		}
-		size := int64(w+1) * graphMiB
+		size := rounded[w] // (w+1) MiB in whole granules
+		assert.GreaterOrEqual(t, size, int64(w+1)*graphMiB)
+		if granule, _ := fakeGranule(t); onFake() {
+			assert.Equal(t, (int64(w+1)*graphMiB+granule-1)/granule*granule, size, "worker %d", w)
+		}
 		assert.Equal(t, Capture{Device: k.d, ID: c.ID, Stream: streams[w], Capturing: true, Allocs: allocs, Frees: allocs / 2,
 			Need: allocs / 2 * size, Outliving: allocs / 2 * size}, c, "worker %d", w) // the odd ones outlive; the peak is at the last
 	}
@@ -471,9 +480,10 @@ func TestCUDAGraphRefusals(t *testing.T) {
 		assert.False(t, graphBuf.Freed())
 		after, err := k.g.Capture(s)
 		require.NoError(t, err)
-		assert.True(t, after.Invalidated)
-		assert.Equal(t, c.Allocs, after.Allocs, "nothing counted")
-		assert.Equal(t, c.Need, after.Need)
+		assert.Equal(t, Capture{Device: d, Stream: s, Capturing: true, Invalidated: true}, after, "invalidated, and named by no ID")
+		list, err := k.g.Captures()
+		require.NoError(t, err)
+		assert.Contains(t, list, c, "nothing counted")
 		_, r := cudatest.EndCaptureGraph(uintptr(s))
 		assert.NotEqual(t, cudadrv.Success, r, "an invalidated capture ends with no graph")
 		_, err = Measurement{Device: d}.WithGraphs(after)
@@ -485,9 +495,11 @@ func TestCUDAGraphRefusals(t *testing.T) {
 }
 
 // TestCUDAChildNoGraphMemory: a driver without graph memory nodes (CUDA
-// 11.3) refuses AllocAsync on a capturing stream, as before, naming what
-// is missing, and counts nothing; the graph calls fail with
-// ErrNotSupported, and Usage says why its graph figures are missing.
+// 11.3), or without a call that memtrack's count of them needs
+// (cuMemGetAllocationGranularity), refuses AllocAsync on a capturing
+// stream, as before, naming what is missing (MEMTRACK_WANT), and counts
+// nothing; the graph calls fail with ErrNotSupported, and Usage says why
+// its graph figures are missing.
 func TestCUDAChildNoGraphMemory(t *testing.T) {
 	child(t)
 	d := cudaDevices(t, 1)[0]
@@ -498,7 +510,7 @@ func TestCUDAChildNoGraphMemory(t *testing.T) {
 		assert.Nil(t, b)
 		require.ErrorIs(t, err, ErrNotSupported)
 		assert.Contains(t, err.Error(), "capturing a CUDA graph")
-		assert.Contains(t, err.Error(), "cuDeviceGetGraphMemAttribute of CUDA 11.4")
+		assert.Contains(t, err.Error(), os.Getenv("MEMTRACK_WANT"))
 		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
 	})
 	assert.Equal(t, cudadrv.Success, r)
@@ -585,4 +597,344 @@ func TestCUDAGraphOtherDevice(t *testing.T) {
 	assert.Zero(t, nodes, "nothing in the graph")
 	assert.Equal(t, before0, d0.MemoryStats())
 	assert.Equal(t, before1, d1.MemoryStats())
+}
+
+// The driver gives no ID for a capture it invalidated
+// (cuStreamGetCaptureInfo: the ID is valid only while the capture is
+// active), so memtrack knows which capture was invalidated only where a
+// call of its own in a capture whose ID it had just read was refused for
+// it; a reading of a stream whose capture is invalidated says so of that
+// reading alone, and of no record memtrack holds.
+func TestCUDAGraphInvalidation(t *testing.T) {
+	invalidate := func(t *testing.T, s Stream) {
+		t.Helper()
+		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(uintptr(s)), "an invalid operation invalidates the capture")
+	}
+	idless := func(k *graphKit, s Stream) Capture {
+		k.t.Helper()
+		read, err := k.g.Capture(s)
+		require.NoError(k.t, err)
+		assert.Equal(k.t, Capture{Device: k.d, Stream: s, Capturing: true, Invalidated: true}, read,
+			"the stream's capture is invalidated, and the driver names it by no ID")
+		_, err = Measurement{Device: k.d}.WithGraphs(read)
+		assert.ErrorIs(k.t, err, ErrInvalidArgument, "it makes no graph")
+		assert.ErrorContains(k.t, err, "invalidated")
+		return read
+	}
+
+	t.Run("a later capture on the stream", func(t *testing.T) {
+		// A capture read just before it ends, as documented, ends with its
+		// graph; the next capture on the stream is invalidated before
+		// memtrack sees it, and the stream is read once.
+		k, s := newGraphKit(t)
+		g, good, _ := k.allocGraph(s, 2*graphMiB, true)
+		inContext(t, k.d, func() {
+			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+			invalidate(t, s)
+			idless(k, s)
+			_, r := cudatest.EndCaptureGraph(uintptr(s))
+			assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: no graph")
+		})
+		good.Capturing = false
+		list, err := k.g.Captures()
+		require.NoError(t, err)
+		assert.Contains(t, list, good, "the good capture, ended and not invalidated")
+		last, err := k.g.Capture(s)
+		require.NoError(t, err)
+		assert.Equal(t, good, last, "the stream's last capture memtrack saw")
+		_, err = Measurement{Device: k.d}.WithGraphs(last)
+		require.NoError(t, err)
+		k.launch(k.exec(g), s)
+		syncStream(t, k.d, s)
+		k.grew(good.Need, k.stats("the good graph launched"), "its graph was made")
+	})
+
+	t.Run("an allocation refused in the invalidated capture", func(t *testing.T) {
+		// memtrack refuses AllocAsync where the stream's capture is
+		// invalidated, from a reading with no ID: it cannot tell that
+		// capture from the stream's last one, which may have ended before
+		// it began, and leaves that record as it was.
+		k, s := newGraphKit(t)
+		var made Capture
+		inContext(t, k.d, func() {
+			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+			_, err := k.d.AllocAsync(2*graphMiB, s)
+			require.NoError(t, err)
+			made, err = k.g.Capture(s)
+			require.NoError(t, err)
+			invalidate(t, s)
+			b, err := k.d.AllocAsync(2*graphMiB, s)
+			assert.Nil(t, b)
+			assert.ErrorIs(t, err, ErrNotSupported)
+			assert.ErrorContains(t, err, "invalidated")
+			idless(k, s) // what the program reads just before it ends the capture
+			_, r := cudatest.EndCaptureGraph(uintptr(s))
+			assert.Equal(t, cudadrv.Result(901), r)
+		})
+		ended, err := k.g.Capture(s)
+		require.NoError(t, err)
+		made.Capturing = false
+		assert.Equal(t, made, ended, "read after its end: the record as memtrack counted it, not known invalidated")
+	})
+
+	t.Run("a free node the driver refused", func(t *testing.T) {
+		// The driver refuses a second free node of one allocation in one
+		// graph (cuGraphAddMemFreeNode), an invalid operation, which
+		// invalidates the capture: memtrack read the capture's ID in the
+		// same call, and its record says so.
+		k, s1 := newGraphKit(t)
+		s2 := newStream(t, k.d)
+		_, _, b := k.allocGraph(s1, 2*graphMiB, false)
+		var id uint64
+		inContext(t, k.d, func() {
+			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s2), cudatest.CaptureRelaxed))
+			require.NoError(t, b.FreeAsync(s2), "a free node of another graph's allocation")
+			c, err := k.g.Capture(s2)
+			require.NoError(t, err)
+			id = c.ID
+			err = b.FreeAsync(s2)
+			require.Error(t, err, "a second free node of it in the same graph")
+			assert.ErrorContains(t, err, "invalidated")
+			assert.ErrorContains(t, err, fmt.Sprint(id))
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+			assert.False(t, b.Freed(), "the buffer stays the other graph's")
+			idless(k, s2)
+			_, r := cudatest.EndCaptureGraph(uintptr(s2))
+			assert.Equal(t, cudadrv.Result(901), r)
+		})
+		ended, err := k.g.Capture(s2)
+		require.NoError(t, err)
+		assert.Equal(t, Capture{Device: k.d, ID: id, Stream: s2, Invalidated: true, Frees: 1}, ended)
+		list, err := k.g.Captures()
+		require.NoError(t, err)
+		assert.Contains(t, list, ended)
+		_, err = Measurement{Device: k.d}.WithGraphs(ended)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorContains(t, err, "invalidated")
+	})
+}
+
+// fakeGranule is the fake driver's allocation granularity
+// (FAKECUDA_GRANULARITY, 2 MiB by default), in which it maps graph memory,
+// and whether it maps each allocation node in granules of its own
+// (FAKECUDA_GRAPH_ROUND=node, the default) rather than a graph's nodes
+// packed together (graph).
+func fakeGranule(t *testing.T) (granule int64, perNode bool) {
+	t.Helper()
+	granule = 2 << 20
+	if v := os.Getenv("FAKECUDA_GRANULARITY"); v != "" {
+		var err error
+		granule, err = strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err)
+	}
+	return granule, os.Getenv("FAKECUDA_GRAPH_ROUND") != "graph"
+}
+
+// A graph's allocations take physical memory mapped in whole granules of
+// the device's allocation granularity (cuMemGetAllocationGranularity;
+// cuMemMap's size "must be a multiple of" it): a capture's Need rounds each
+// allocation node up to it, as the driver's answer gives it, and the buffer's
+// RoundedSize says the rounded size. The driver then reserves Need where
+// it maps each node apart, at most Need where it packs a graph's nodes
+// together (the documentation does not say which: the fake offers both,
+// FAKECUDA_GRAPH_ROUND); checked with 100 allocations of 4 KiB, live
+// together, and a capture of sizes that are not whole granules, one of
+// them outliving the launch.
+func TestCUDAGraphRounding(t *testing.T) { checkGraphRounding(t) }
+
+// TestCUDAChildGraphGranularity: the same on a device whose allocation
+// granularity is 4 MiB, so that the rounding is the driver's answer, not
+// a figure of memtrack's.
+func TestCUDAChildGraphGranularity(t *testing.T) {
+	child(t)
+	checkGraphRounding(t)
+}
+
+func checkGraphRounding(t *testing.T) {
+	k, s := newGraphKit(t)
+	granule, perNode := fakeGranule(t)
+	roundUp := func(n int64) int64 { return (n + granule - 1) / granule * granule }
+
+	const n, size = 100, 4 << 10
+	var bufs []*Buffer
+	g, c := k.capture(s, func() {
+		for range n {
+			b, err := k.d.AllocAsync(size, s)
+			require.NoError(t, err)
+			bufs = append(bufs, b)
+		}
+		for _, b := range bufs {
+			require.NoError(t, b.FreeAsync(s))
+		}
+	})
+	k.logCapture("100 allocations of 4 KiB, then their frees", c)
+	assert.Equal(t, int64(n), c.Allocs)
+	assert.Equal(t, int64(size), bufs[0].Size())
+	assert.GreaterOrEqual(t, c.Need, int64(n*size), "at least the bytes asked for")
+	if onFake() {
+		assert.Equal(t, granule, bufs[0].RoundedSize(), "each node in whole granules")
+		assert.Equal(t, n*granule, c.Need, "the peak of the rounded nodes")
+	}
+	assert.Equal(t, n*bufs[0].RoundedSize(), c.Need)
+	p, err := Measurement{Device: k.d}.WithGraphs(c)
+	require.NoError(t, err)
+	k.launch(k.exec(g), s)
+	syncStream(t, k.d, s)
+	st := k.stats("the 100 allocations of 4 KiB launched")
+	grown := st.GraphReserved - k.base.GraphReserved
+	assert.LessOrEqual(t, grown, p.GraphNeed, "the budget sets aside what the driver reserves, at least")
+	if onFake() {
+		if perNode {
+			assert.Equal(t, p.GraphNeed, grown, "the driver maps each node apart: exactly Need")
+		} else {
+			assert.Equal(t, roundUp(n*size), grown, "the driver packs the nodes: their bytes, rounded once")
+		}
+	}
+	require.NoError(t, k.g.Trim())
+
+	// Sizes that are not whole granules: 3 MiB freed in the graph, 5 MiB
+	// outliving its launch.
+	var out *Buffer
+	g, c = k.capture(s, func() {
+		a, err := k.d.AllocAsync(3<<20, s)
+		require.NoError(t, err)
+		out, err = k.d.AllocAsync(5<<20, s)
+		require.NoError(t, err)
+		require.NoError(t, a.FreeAsync(s))
+	})
+	k.logCapture("3 MiB freed, 5 MiB outliving", c)
+	assert.Equal(t, out.RoundedSize(), c.Outliving, "what outlives the launch, rounded")
+	if onFake() {
+		assert.Equal(t, roundUp(3<<20)+roundUp(5<<20), c.Need)
+		assert.Equal(t, roundUp(5<<20), c.Outliving)
+	}
+	k.launch(k.exec(g), s)
+	syncStream(t, k.d, s)
+	st = k.stats("3 MiB and 5 MiB launched, 5 MiB live")
+	grown = st.GraphReserved - k.base.GraphReserved
+	assert.LessOrEqual(t, grown, c.Need)
+	if onFake() {
+		want := c.Need
+		if !perNode {
+			want = roundUp(8 << 20)
+		}
+		assert.Equal(t, want, grown)
+	}
+	require.NoError(t, out.Free(), "the launch's allocation, which outlived it")
+	require.NoError(t, k.g.Trim())
+}
+
+// graphOutlivingCases are the cases of TestCUDAChildGraphBudgetOutliving:
+// a graph launched in the measured pass (pass MiB, its allocation freed in
+// the graph or outliving the launch), and a graph captured after the pass
+// and launched after the budget (later MiB), on one stream; budget and
+// reserved are the fake's exact figures of the budget's GraphReserved and
+// of what the driver then reserved.
+var graphOutlivingCases = []struct {
+	name             string
+	pass, later      int64 // MiB
+	passOut, lateOut bool  // the allocation outlives its launch
+	free             string
+	budget, reserved int64 // MiB
+}{
+	// The pass's allocation is still live when the later graph launches:
+	// the driver reuses none of its memory.
+	{"live at the end of the pass, a larger later graph", 8, 12, true, false, "", 20, 20},
+	{"live at the end of the pass, a smaller later graph", 12, 8, true, false, "", 20, 20},
+	// Launched, freed and launched again in the pass: live at its end.
+	{"freed and launched again in the pass", 8, 12, true, false, "relaunched", 20, 20},
+	// The later graph's allocation outlives its launch: it takes its
+	// memory from the stream's, which the pass's graph left free.
+	{"the later graph's allocation outliving", 12, 8, false, true, "", 12, 12},
+	// Freed before the later graph launches: the driver reuses the memory.
+	// memtrack does not see launches, so that it cannot tell a freed
+	// allocation from one its graph allocated again: the budget sets it
+	// apart all the same.
+	{"freed after the pass, before the later launch", 8, 12, true, false, "after", 20, 12},
+	{"freed in the pass", 8, 12, true, false, "in", 20, 12},
+}
+
+// TestCUDAGraphBudgetOutliving runs TestCUDAChildGraphBudgetOutliving once
+// per case, each in a process of its own, which has captured no graph
+// before it.
+func TestCUDAGraphBudgetOutliving(t *testing.T) {
+	cudaDevices(t, 1)
+	for _, c := range graphOutlivingCases {
+		t.Run(c.name, func(t *testing.T) {
+			runChild(t, "TestCUDAChildGraphBudgetOutliving", []string{"MEMTRACK_GRAPH_CASE=" + c.name})
+		})
+	}
+}
+
+// TestCUDAChildGraphBudgetOutliving: physical pages "cannot be reused if
+// they are bound to ... a graph allocation which remains unfreed" (CUDA
+// Programming Guide, Graph Memory Nodes: Physical Memory Management and
+// Sharing): a budget that reuses, for the graphs captured after the pass,
+// the graph memory that the pass's graphs reserved sets apart the memory of
+// allocations that may still be live, and the driver then reserves at most
+// what the budget set aside, exactly where they are live.
+func TestCUDAChildGraphBudgetOutliving(t *testing.T) {
+	child(t)
+	i := slices.IndexFunc(graphOutlivingCases, func(c struct {
+		name             string
+		pass, later      int64
+		passOut, lateOut bool
+		free             string
+		budget, reserved int64
+	}) bool {
+		return c.name == os.Getenv("MEMTRACK_GRAPH_CASE")
+	})
+	require.GreaterOrEqual(t, i, 0, "MEMTRACK_GRAPH_CASE")
+	tc := graphOutlivingCases[i]
+	k, s := newGraphKit(t)
+	d := k.d
+	base, err := d.Baseline()
+	require.NoError(t, err)
+
+	g, c, out := k.allocGraph(s, tc.pass*graphMiB, !tc.passOut)
+	k.logCapture("launched in the pass", c)
+	e := k.exec(g)
+	p, err := d.Measure(func() error {
+		k.launch(e, s)
+		syncStream(t, d, s)
+		switch tc.free {
+		case "in":
+			require.NoError(t, out.Free())
+		case "relaunched":
+			require.NoError(t, out.Free())
+			k.launch(e, s)
+			syncStream(t, d, s)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	k.stats("the pass's graph launched")
+	if tc.free == "after" {
+		require.NoError(t, out.Free())
+	}
+	gl, cl, outl := k.allocGraph(s, tc.later*graphMiB, !tc.lateOut)
+	k.logCapture("captured after the pass", cl)
+	p, err = p.WithGraphs(cl)
+	require.NoError(t, err)
+	b, err := p.Budget(base, 0.9, graphMiB)
+	require.NoError(t, err)
+	shared, err := p.SharedBudget(0.9, graphMiB)
+	require.NoError(t, err)
+	assert.Equal(t, b.GraphReserved, shared.GraphReserved, "the pass's graph reserved its memory after the baseline and in the pass alike")
+	k.launch(k.exec(gl), s)
+	syncStream(t, d, s)
+	st := k.stats("the later graph launched")
+	grown := st.GraphReserved - k.base.GraphReserved
+	t.Logf("budget: GraphReserved %d MiB; the driver reserved %d MiB", b.GraphReserved/graphMiB, grown/graphMiB)
+	assert.GreaterOrEqual(t, b.GraphReserved, grown, "the budget sets aside at least what the driver reserves")
+	if onFake() {
+		assert.Equal(t, tc.reserved*graphMiB, grown, "the driver")
+		assert.Equal(t, tc.budget*graphMiB, b.GraphReserved, "the budget")
+	}
+	if tc.passOut && (tc.free == "" || tc.free == "relaunched") {
+		require.NoError(t, out.Free())
+	}
+	if tc.lateOut {
+		require.NoError(t, outl.Free())
+	}
 }

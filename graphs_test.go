@@ -108,6 +108,9 @@ func TestGraphsThroughTheBackend(t *testing.T) {
 	assert.Equal(t, [4]int64{2 << 20, 4 << 20, 1 << 20, 3 << 20}, [4]int64{u.GraphReserved, u.PeakGraphReserved, u.GraphUsed, u.PeakGraphUsed})
 	require.NoError(t, d.Graphs().Trim())
 	assert.Equal(t, 1, f.trims)
+	p, err := d.Measure(func() error { return nil })
+	require.NoError(t, err)
+	assert.Equal(t, int64(200+50), p.EndGraphOutliving, "the Outliving of captures 41 and 42")
 	assert.Contains(t, d.MemorySummary(), "graph memory: reserved 2.00 MiB (peak 4.00 MiB), used 1.00 MiB (peak 3.00 MiB)")
 }
 
@@ -135,6 +138,11 @@ func TestGraphCapturesBounded(t *testing.T) {
 	assert.False(t, list[MaxCaptures].Capturing, "the last ended when its stream stopped capturing")
 	assert.Len(t, g.byStream, 2)
 	assert.Len(t, g.byID, MaxCaptures+1)
+	outliving := int64(10)
+	for id := int64(2); id < 2+MaxCaptures+10; id++ {
+		outliving += id
+	}
+	assert.Equal(t, outliving, g.outlivingNow(), "the forgotten captures' allocations may still be live")
 }
 
 // TestWithGraphs: graphs of one call (one stream) share one reservation,
@@ -197,23 +205,30 @@ func TestBudgetGraphs(t *testing.T) {
 	for _, tc := range []struct {
 		name                        string
 		baseGraphs, start, end      int64
-		need                        int64
+		outliving, need             int64
 		baseErr                     error
 		graphs, untracked, setAside int64
 	}{
-		{"no graphs", 0, 0, 0, 0, nil, 0, gib / 2, plain.SetAside},
-		{"launched in the pass", 0, 0, gib / 4, 0, nil, gib / 4, gib / 4, plain.SetAside},
-		{"launched before the pass and in it", gib / 8, gib / 4, gib / 4, 0, nil, gib / 8, gib/2 - gib/8, plain.SetAside},
-		{"captured after the pass", 0, 0, 0, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
-		{"both: the larger", 0, 0, gib / 4, gib / 8, nil, gib / 4, gib / 4, plain.SetAside},
-		{"both: the need larger", 0, 0, gib / 8, gib / 4, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
-		{"no figures at the baseline", 0, 0, gib / 4, 0, ErrNotSupported, 0, gib / 2, plain.SetAside},
+		{"no graphs", 0, 0, 0, 0, 0, nil, 0, gib / 2, plain.SetAside},
+		{"launched in the pass", 0, 0, gib / 4, 0, 0, nil, gib / 4, gib / 4, plain.SetAside},
+		{"launched before the pass and in it", gib / 8, gib / 4, gib / 4, 0, 0, nil, gib / 8, gib/2 - gib/8, plain.SetAside},
+		{"captured after the pass", 0, 0, 0, 0, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
+		{"both: the larger", 0, 0, gib / 4, 0, gib / 8, nil, gib / 4, gib / 4, plain.SetAside},
+		{"both: the need larger", 0, 0, gib / 8, 0, gib / 4, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
+		{"no figures at the baseline", 0, 0, gib / 4, 0, 0, ErrNotSupported, 0, gib / 2, plain.SetAside},
+		// An allocation left live by the pass's launch holds memory the
+		// later graphs do not reuse.
+		{"both, an allocation of the pass outliving", 0, 0, gib / 8, gib / 16, gib / 4, nil, gib/16 + gib/4, gib/2 - gib/8, plain.SetAside + gib/16 + gib/8},
+		{"both, outliving the whole of the pass's", 0, 0, gib / 4, gib / 4, gib / 8, nil, gib/4 + gib/8, gib / 4, plain.SetAside + gib/8},
+		{"outliving more than the pass reserved", 0, 0, gib / 8, gib, gib / 8, nil, gib / 4, gib/2 - gib/8, plain.SetAside + gib/8},
+		{"outliving, no later graphs", 0, 0, gib / 4, gib / 4, 0, nil, gib / 4, gib / 4, plain.SetAside},
+		{"outliving, nothing launched in the pass", 0, 0, 0, gib, gib / 8, nil, gib / 8, gib / 2, plain.SetAside + gib/8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := base
 			base.GraphReserved, base.GraphErr = tc.baseGraphs, tc.baseErr
 			m := m
-			m.StartGraphReserved, m.EndGraphReserved, m.GraphNeed = tc.start, tc.end, tc.need
+			m.StartGraphReserved, m.EndGraphReserved, m.EndGraphOutliving, m.GraphNeed = tc.start, tc.end, tc.outliving, tc.need
 			b, err := m.Budget(base, 0.9, gib/4)
 			require.NoError(t, err)
 			assert.Equal(t, tc.graphs, b.GraphReserved)
@@ -237,21 +252,29 @@ func TestBudgetGraphs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(gib/4), b.GraphReserved)
 		assert.Equal(t, sharedPlain.SetAside+gib/8, b.SetAside)
+		m.EndGraphOutliving = gib // more than the pass reserved: what it reserved is set apart
+		b, err = m.SharedBudget(0.9, gib/4)
+		require.NoError(t, err)
+		assert.Equal(t, int64(gib/8+gib/4), b.GraphReserved)
 	})
 }
 
 // FuzzGraphCaptures: captures counted from several goroutines at once, one
 // per capture (a stream's nodes are captured in its order), against a
 // sequential model of each: its nodes, the bytes of its own allocations
-// live, and their peak.
+// live, and their peak, and whether the driver invalidated it, which
+// memtrack learns by the capture's ID alone: a reading of its stream in an
+// invalidated capture, with no ID, changes nothing.
 func FuzzGraphCaptures(f *testing.F) {
 	f.Add([]byte{0, 5, 1, 7, 0x80, 0, 0, 3, 0x81, 0, 2, 9})
 	f.Add([]byte{3, 15, 3, 15, 0x83, 1, 0x83, 0, 3, 2})
+	f.Add([]byte{0, 5, 0x40, 1, 1, 7, 0x41, 0, 0x81, 0, 1, 2})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		const captures = 4
 		type model struct {
 			allocs, frees, need int64
 			live                []int64 // the sizes of its own allocations not freed
+			seen, invalidated   bool
 		}
 		perCapture := make([][][2]byte, captures)
 		for i := 0; i+1 < len(ops); i += 2 {
@@ -265,9 +288,20 @@ func FuzzGraphCaptures(f *testing.F) {
 			wg.Go(func() {
 				m := &models[id]
 				for _, op := range perCapture[id] {
+					if op[0]&0xc0 == 0x40 {
+						if op[1]&1 == 0 {
+							g.invalidated(uint64(id+1), Stream(id+1)) // a node refused in it, read by its ID
+							m.seen, m.invalidated = true, true
+							continue
+						}
+						got := g.onStream(Device{kind: KindCUDA}, Stream(id+1), captureState{capturing: true, invalidated: true})
+						assert.Equal(t, Capture{Device: Device{kind: KindCUDA}, Stream: Stream(id + 1), Capturing: true, Invalidated: true}, got)
+						continue
+					}
 					if op[0]&0x80 == 0 || len(m.live) == 0 {
 						size := int64(op[1]%16) << 20
 						g.allocated(uint64(id+1), Stream(id+1), size)
+						m.seen = true
 						m.allocs++
 						m.live = append(m.live, size)
 						var sum int64
@@ -290,17 +324,132 @@ func FuzzGraphCaptures(f *testing.F) {
 			return captureState{id: uint64(s), capturing: true}, nil
 		})
 		want := []Capture{}
+		var outliving int64 // of the captures not known invalidated
 		for id, m := range models {
-			if m.allocs == 0 {
+			if !m.seen {
 				continue
 			}
 			var live int64
 			for _, n := range m.live {
 				live += n
 			}
-			want = append(want, Capture{Device: d, ID: uint64(id + 1), Stream: Stream(id + 1), Capturing: true,
+			if !m.invalidated {
+				outliving += live
+			}
+			want = append(want, Capture{Device: d, ID: uint64(id + 1), Stream: Stream(id + 1), Capturing: true, Invalidated: m.invalidated,
 				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
 		}
 		assert.Equal(t, want, list)
+		assert.Equal(t, outliving, g.outlivingNow(), "Measurement.EndGraphOutliving's sum")
+	})
+}
+
+// TestGraphCapturesInvalidatedWithoutID: the driver gives no ID for an
+// invalidated capture (cuStreamGetCaptureInfo), so a reading of a stream
+// whose capture is invalidated says so of no record: the stream's last
+// capture may be the invalidated one, or may have ended with its graph
+// before another began. Read through Graphs.Capture (onStream) or
+// Graphs.Captures (list), the reading leaves the last capture as it was;
+// the capture then reads ended, not invalidated, once the stream is seen
+// not capturing.
+func TestGraphCapturesInvalidatedWithoutID(t *testing.T) {
+	d := Device{kind: KindCUDA}
+	invalidated := captureState{capturing: true, invalidated: true}
+	for _, read := range []struct {
+		name string
+		read func(g *graphCaptures) []Capture
+	}{
+		{"Capture", func(g *graphCaptures) []Capture { return []Capture{g.onStream(d, 7, invalidated)} }},
+		{"Captures", func(g *graphCaptures) []Capture {
+			return g.list(d, func(Stream) (captureState, error) { return invalidated, nil })
+		}},
+	} {
+		t.Run(read.name, func(t *testing.T) {
+			var g graphCaptures
+			g.allocated(1, 7, 8)
+			before := g.onStream(d, 7, captureState{id: 1, capturing: true}) // just before it ends, as documented
+			require.Equal(t, Capture{Device: d, ID: 1, Stream: 7, Capturing: true, Allocs: 1, Need: 8, Outliving: 8}, before)
+
+			// It ends with its graph; the next capture on the stream is
+			// invalidated before memtrack sees it, and the stream is read once.
+			got := read.read(&g)
+			if read.name == "Capture" {
+				assert.Equal(t, []Capture{{Device: d, Stream: 7, Capturing: true, Invalidated: true}}, got,
+					"the stream's invalidated capture, which the driver names by no ID")
+			} else {
+				assert.Equal(t, []Capture{before}, got, "the record as it was")
+			}
+			for _, c := range g.list(d, func(Stream) (captureState, error) { return captureState{}, nil }) {
+				assert.False(t, c.Invalidated, "capture %d", c.ID)
+			}
+			ended := g.onStream(d, 7, captureState{})
+			want := before
+			want.Capturing = false
+			assert.Equal(t, want, ended, "ended, not invalidated")
+			_, err := Measurement{Device: d}.WithGraphs(ended)
+			assert.NoError(t, err, "its graph was made")
+		})
+	}
+}
+
+// TestGraphsInvalidatedByRefusedNode: where the driver refuses an
+// allocation or free node in a capture whose ID the same call read, and
+// the refusal leaves the capture invalidated, the capture's record says
+// so, the error names the capture, and nothing is counted; on the path of
+// a request within the memory limit and of one over it, which no limit
+// refuses in a capture.
+func TestGraphsInvalidatedByRefusedNode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(d Device, b *Buffer) error
+	}{
+		{"allocation node", func(d Device, _ *Buffer) error { _, err := d.AllocAsync(50, 7); return err }},
+		{"allocation node over the limit", func(d Device, _ *Buffer) error { _, err := d.AllocAsync(500, 7); return err }},
+		{"free node", func(_ Device, b *Buffer) error { return b.FreeAsync(7) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeStreams{fakeBackend: newFakeBackend(1, 1<<20), capturing: map[Stream]uint64{7: 41, 8: 42}}
+			useBackend(t, KindCUDA, f)
+			d, err := CUDA(0)
+			require.NoError(t, err)
+			require.NoError(t, d.SetMemoryLimit(100))
+			other, err := d.AllocAsync(30, 8) // capture 42's, outliving it
+			require.NoError(t, err)
+			_, err = d.AllocAsync(20, 7)
+			require.NoError(t, err)
+			before := d.MemoryStats()
+			want, err := d.Graphs().Capture(7)
+			require.NoError(t, err)
+			require.False(t, want.Invalidated)
+
+			f.refuseNode = errFakeDriver
+			err = tc.op(d, other) // a free node of capture 42's allocation in capture 41, or a new allocation node
+			assert.ErrorIs(t, err, errFakeDriver)
+			assert.ErrorContains(t, err, "capture 41")
+			assert.ErrorContains(t, err, "invalidated")
+			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+			assert.False(t, other.Freed())
+			assert.Equal(t, before, d.MemoryStats(), "nothing counted")
+			got, err := d.Graphs().Capture(7)
+			require.NoError(t, err)
+			want.Invalidated = true
+			assert.Equal(t, want, got, "the capture the driver invalidated, known by its ID")
+			_, err = Measurement{Device: d}.WithGraphs(got)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			c42, err := d.Graphs().Capture(8)
+			require.NoError(t, err)
+			assert.False(t, c42.Invalidated, "no other capture")
+		})
+	}
+	t.Run("the first node of a capture", func(t *testing.T) {
+		f := &fakeStreams{fakeBackend: newFakeBackend(1, 1<<20), capturing: map[Stream]uint64{9: 43}, refuseNode: errFakeDriver}
+		useBackend(t, KindCUDA, f)
+		d, err := CUDA(0)
+		require.NoError(t, err)
+		_, err = d.AllocAsync(50, 9)
+		assert.ErrorIs(t, err, errFakeDriver)
+		got, err := d.Graphs().Capture(9)
+		require.NoError(t, err)
+		assert.Equal(t, Capture{Device: d, ID: 43, Stream: 9, Capturing: true, Invalidated: true}, got, "known by its ID, with no node")
 	})
 }

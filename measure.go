@@ -60,6 +60,20 @@ type Measurement struct {
 	// launched during the run reserved, which Untracked includes and
 	// [Measurement.Budget] sets aside apart.
 	StartGraphReserved, EndGraphReserved int64
+	// EndGraphOutliving is, where the run has StartGraphReserved and
+	// EndGraphReserved, the [Capture].Outliving of every capture memtrack
+	// had counted on the device when the run ended, summed (those it knew
+	// invalidated left out): the most that allocations of graphs that
+	// outlived a launch and are not freed yet may hold of the graph memory
+	// then. The driver reuses none of that memory for other graphs while
+	// they stay unfreed (CUDA Programming Guide, Graph Memory Nodes:
+	// "physical pages cannot be reused if they are bound to ... a graph
+	// allocation which remains unfreed"). memtrack does not see launches,
+	// so it cannot tell an allocation freed since its launch from one its
+	// graph allocated again, and counts every outliving allocation:
+	// [Measurement.Budget] sets apart no more of it than the run's graphs
+	// reserved.
+	EndGraphOutliving int64
 	// GraphNeed is what graphs captured after the run will reserve when
 	// they are launched, which [Measurement.WithGraphs] adds from their
 	// captures; Measure leaves it 0.
@@ -237,6 +251,7 @@ func (m *measuring) end() (Measurement, error) {
 	if g := m.graphs; !g.absent && g.err == nil {
 		if end := readGraphs(s, d); end.err == nil {
 			p.StartGraphReserved, p.EndGraphReserved = g.reserved(), end.reserved()
+			p.EndGraphOutliving = s.graphOutliving(d.ordinal)
 		}
 	}
 	return p, nil

@@ -234,6 +234,58 @@ func TestNVMLSeveralProcesses(t *testing.T) {
 	assert.Equal(t, a.pid, ub.OtherProcesses[0].PID)
 }
 
+// NVML's process list through each call a library may have: the newest of
+// nvmlDeviceGetComputeRunningProcesses_v3 (CUDA 11.6 on), _v2 (a driver of
+// the 470 branch, CUDA 11.4, has no _v3) and the unversioned one, each
+// filling the layout of its own nvml.h (FAKENVML_HIDE takes the newer
+// away). Two processes on the device, so that a layout misread would show
+// in the second entry; where the call fails, PerProcessErr names the call
+// that failed; a library with none of the three is unavailable, naming
+// them.
+func TestNVMLProcessCalls(t *testing.T) {
+	const v1, v2, v3 = "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3"
+	for _, tc := range []struct {
+		name string
+		hide string
+		call string // the call memtrack reads the list with, or "" for none
+	}{
+		{"_v3", "", v3},
+		{"_v2, as the 470 driver", v3, v2},
+		{"unversioned", v3 + "," + v2, v1},
+		{"none", v3 + "," + v2 + "," + v1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			machine := machineFile(t)
+			hide := "FAKENVML_HIDE=" + tc.hide
+			a := startInstance(t, machine, hide)
+			b := startInstance(t, machine, hide)
+			require.Empty(t, a.do("alloc 67108864").Err)
+			require.Empty(t, b.do("alloc 33554432").Err)
+			v := a.do("usage")
+			if tc.call == "" {
+				assert.False(t, v.Usage.PerProcess)
+				assert.Contains(t, v.PerErr, "NVML is unavailable")
+				assert.True(t, strings.HasSuffix(v.PerErr, ": it has none of the calls that list processes: "+v3+", "+v2+", "+v1),
+					"names each call it looked for: %s", v.PerErr)
+				return
+			}
+			require.True(t, v.Usage.PerProcess, v.PerErr)
+			assert.Equal(t, int64(64<<20+fakeContextBytes), v.Usage.ProcessUsed)
+			require.Len(t, v.Usage.OtherProcesses, 1)
+			assert.Equal(t, b.pid, v.Usage.OtherProcesses[0].PID, "the second entry, read at its offset")
+			assert.Equal(t, int64(32<<20+fakeContextBytes), v.Usage.OtherProcesses[0].Used)
+			assert.Equal(t, v.Usage.ProcessUsed+v.Usage.OtherProcessesUsed, v.Usage.Used)
+
+			c := startInstance(t, machine, hide, "FAKENVML_FAIL="+tc.call+":1:4")
+			v = c.do("usage")
+			assert.False(t, v.Usage.PerProcess)
+			assert.Contains(t, v.PerErr, ": "+tc.call+": Insufficient Permissions (nvmlReturn_t 4)", "names the call used")
+			v = c.do("usage")
+			assert.True(t, v.Usage.PerProcess, "the next reading asks again: %s", v.PerErr)
+		})
+	}
+}
+
 // Processes come and go: one that exits is no longer listed and its memory
 // is free again; one that starts is listed from its first context on.
 func TestNVMLProcessesComeAndGo(t *testing.T) {

@@ -65,6 +65,7 @@ type fakeStreams struct {
 	inPool     int64 // bytes of live stream-ordered buffers
 
 	capturing  map[Stream]uint64 // the streams that capture, and their captures' IDs
+	refuseNode error             // where set, a node in a capture is refused with it, and the capture invalidated
 	nodes      uintptr           // the graph allocations made, which give their addresses
 	graphFrees int               // frees freeGraph made
 	graphs     GraphStats        // what graphStats returns
@@ -75,6 +76,9 @@ func (f *fakeStreams) poolsSupported(int) error { return nil }
 
 func (f *fakeStreams) allocAsync(ordinal int, size int64, s Stream, m *memory) (uint64, error) {
 	if id := f.capturing[s]; id != 0 {
+		if f.refuseNode != nil {
+			return 0, uncounted{&invalidatedIn{id: id, err: f.refuseNode}}
+		}
 		f.nodes++
 		m.ptr = 0x100000 * f.nodes
 		return id, nil
@@ -103,6 +107,9 @@ func (f *fakeStreams) captureOf(_ int, s Stream) (captureState, error) {
 func (f *fakeStreams) freeGraph(_ int, _ int64, _ *memory, s Stream) (uint64, error) {
 	if f.freeErr != nil {
 		return 0, f.freeErr
+	}
+	if id := f.capturing[s]; id != 0 && f.refuseNode != nil {
+		return 0, &invalidatedIn{id: id, err: f.refuseNode}
 	}
 	f.graphFrees++
 	return f.capturing[s], nil

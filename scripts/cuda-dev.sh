@@ -74,38 +74,10 @@ if [[ $(id -u) -ne 0 ]]; then
 	sudo=(sudo)
 fi
 
-# nonfree_entry prints the machine's own first Debian source entry, in deb822
-# form, with its component set to non-free alone (main is configured already).
-nonfree_entry() {
-	local f
-	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f && $f != */memtrack-non-free.sources ]] || continue
-		awk 'BEGIN { RS = ""; ORS = "\n" } NR == 1 { print; exit }' "$f" |
-			sed -E 's/^Components:.*/Components: non-free/'
-		return
-	done
-	local line uri suite
-	line=$(grep -hE '^deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1 || true)
-	[[ -n $line ]] || return 1
-	read -r _ uri suite _ <<<"$line"
-	printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: non-free\n' "$uri" "$suite"
-}
-
-# Enable the non-free component if no configured source offers the package,
-# and refresh only that source.
-if [[ -z $(apt-cache policy nvidia-cuda-dev 2>/dev/null | awk '/Candidate:/ && $2 != "(none)"') ]]; then
-	entry=/etc/apt/sources.list.d/memtrack-non-free.sources
-	mkdir -p "$(dirname "$cache")"
-	if ! nonfree_entry >"$cache.sources" || [[ ! -s $cache.sources ]]; then
-		log "no apt source found to derive the non-free entry from"
-		exit 1
-	fi
-	log "enabling non-free in $entry"
-	"${sudo[@]}" install -m 0644 "$cache.sources" "$entry"
-	rm -f "$cache.sources"
-	"${sudo[@]}" apt-get update -qq \
-		-o Dir::Etc::sourcelist="$entry" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >&2
-fi
+# Enable the non-free component if no configured source offers the package.
+. scripts/debian-non-free.sh
+mkdir -p "$(dirname "$cache")"
+enable_non_free nvidia-cuda-dev || exit 1
 
 work=$cache.tmp
 rm -rf "$work"

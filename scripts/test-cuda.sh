@@ -32,6 +32,12 @@
 #     memory, whose common budget the smaller must limit, and on one with
 #     its decode step captured in CUDA graphs (-graphs), whose budget must
 #     set aside what the driver then reserves for them.
+#  5. NVIDIA's own driver libraries, 535 and 470, as Debian's non-free
+#     packages ship them, fetched and unpacked into .cache/nvidia-libs,
+#     never installed (scripts/test-nvidia-libs.sh): every call of
+#     memtrack's driver table at the version memtrack asks, the main job's
+#     stop at cuInit without a GPU, the CPU with the driver on the path, and
+#     each NVML beside the fake driver failing at nvmlInit_v2 alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -147,7 +153,7 @@ LD_BIND_NOW=1 go test -tags cuda -count=1 ./...
 # a switch (testdata/fakecuda/RULES.md); the figures must hold under every
 # one, not only the default.
 for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 \
-	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep; do
+	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep FAKECUDA_GRAPH_ROUND=graph; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
@@ -194,3 +200,8 @@ if [[ -z $grown || $grown != "$aside" ]] || ! grep -q ' CUDA graphs$' <<<"$graph
 	echo "test-cuda.sh: examples/profile -graphs: the budget set aside ${aside:-nothing} for CUDA graphs, the driver reserved ${grown:-nothing}" >&2
 	exit 1
 fi
+
+# ---- 5. NVIDIA's own driver libraries
+
+echo "== scripts/test-nvidia-libs.sh: NVIDIA's 535 and 470 driver libraries, without a GPU"
+./scripts/test-nvidia-libs.sh

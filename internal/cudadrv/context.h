@@ -31,6 +31,7 @@ typedef struct {
 	int other_device;   // the stream is of another device: the operation did not run
 	int capturing;      // the stream's CUstreamCaptureStatus: where not 0 (NONE), the operation did not run
 	cuuint64_t capture_id; // the stream's capture, where it is active (memtrack_check_capture)
+	int invalidated;    // the operation, refused in the active capture capture_id, left it invalidated
 } memtrack_result;
 
 // memtrack_enter makes ctx current on the calling thread and returns in

@@ -23,6 +23,9 @@
 // optional call, what needs it is off and says so ([MemPools], [UUIDs],
 // [GraphMem]).
 // [Fill] fills a table of one's own the same way (internal/cudatest's).
+// [Table] lists the package's table as Load resolved it, each call with
+// the CUDA version asked; scripts/test-nvidia-libs.sh checks it against
+// NVIDIA's own libraries of the 535 and 470 drivers.
 //
 // # The driver rules it relies on
 //
@@ -120,7 +123,13 @@
 //     event recorded in a capture joins it, capturing into the same graph,
 //     and leaves it when the capture ends on its origin stream (CUDA
 //     Programming Guide, Cross-stream Dependencies and Events), so it
-//     reports the same ID ([CaptureInfo]).
+//     reports the same ID ([CaptureInfo]). An invalid operation during a
+//     capture invalidates it, and further use of its streams "will return
+//     an error, until stream capture is ended" (Stream Capture:
+//     Invalidation): [AllocAsyncIn] and [FreeGraph], where the driver
+//     refuses the node they add, say whether the capture whose ID they read
+//     in the same call is invalidated since (StreamCall.Invalidated), the
+//     one way to learn which capture the driver invalidated.
 //
 //   - Graph memory. On a capturing stream, cuMemAllocAsync and
 //     cuMemFreeAsync add allocation and free nodes to the graph; the
@@ -135,7 +144,14 @@
 //     does (CUDA Programming Guide, Graph Memory Nodes: First Launch /
 //     cudaGraphUpload). Graphs launched one after another on one stream
 //     share their memory; graphs that may run at once, on other streams,
-//     need their own (Physical Memory Management and Sharing). Freeing
+//     need their own, and "physical pages cannot be reused if they are
+//     bound to ... a graph allocation which remains unfreed" (Physical
+//     Memory Management and Sharing). Graph memory is physical memory
+//     mapped to the allocations' addresses ("virtual aliasing", Optimized
+//     Memory Reuse), created and mapped in multiples of the device's
+//     minimum allocation granularity (cuMemCreate, cuMemMap;
+//     [Granularity]); whether each allocation node takes granules of its
+//     own, the documents do not say. Freeing
 //     graph allocations does not shrink the memory kept; cuDeviceGraphMemTrim
 //     returns what no executing or scheduled graph and no unfreed
 //     allocation uses, from graph execs not destroyed too (Physical Memory

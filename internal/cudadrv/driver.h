@@ -35,6 +35,23 @@ typedef int CUmemPool_attribute;   // enum CUmemPool_attribute_enum
 typedef int CUstreamCaptureMode;   // enum CUstreamCaptureMode_enum
 typedef int CUstreamCaptureStatus; // enum CUstreamCaptureStatus_enum
 typedef int CUgraphMem_attribute;  // enum CUgraphMem_attribute_enum
+typedef int CUmemAllocationGranularity_flags; // enum CUmemAllocationGranularity_flags_enum
+typedef struct CUmemLocation_st {
+	int type; // CUmemLocationType
+	int id;
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+	int type;                 // CUmemAllocationType
+	int requestedHandleTypes; // CUmemAllocationHandleType
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
 
 // ---- values (cuda.h)
 
@@ -45,6 +62,7 @@ enum {
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 
 	CU_EVENT_DISABLE_TIMING = 0x2, // CUevent_flags
 
@@ -68,6 +86,10 @@ enum {
 	CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
 	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 	CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+
+	CU_MEM_ALLOCATION_TYPE_PINNED = 0x1, // CUmemAllocationType
+	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,   // CUmemLocationType
+	CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0, // CUmemAllocationGranularity_flags
 };
 
 // The handles of the default streams (cuda.h's CU_STREAM_LEGACY and
@@ -128,7 +150,9 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 		cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)) \
 	X(cuDeviceGetGraphMemAttribute, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev, CUgraphMem_attribute attr, void *value)) \
 	X(cuDeviceSetGraphMemAttribute, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev, CUgraphMem_attribute attr, void *value)) \
-	X(cuDeviceGraphMemTrim, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev))
+	X(cuDeviceGraphMemTrim, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev)) \
+	X(cuMemGetAllocationGranularity, , 10020, MEMTRACK_OPTIONAL, (size_t *granularity, const CUmemAllocationProp *prop, \
+		CUmemAllocationGranularity_flags option))
 
 // MEMTRACK_CUDA_FIELD declares a call of a list as a field of a table.
 #define MEMTRACK_CUDA_FIELD(name, suffix, version, need, params) CUresult (*name) params;

@@ -42,6 +42,18 @@ static CUresult memtrack_graph_op(int what, CUdevice dev, memtrack_graph_mem *g)
 	}
 }
 
+// memtrack_granularity stores in *g the minimum allocation granularity of
+// pinned memory on device ordinal (cuMemGetAllocationGranularity), which
+// needs no context.
+static CUresult memtrack_granularity(int ordinal, size_t *g) {
+	if (!memtrack_cu.cuMemGetAllocationGranularity) return CUDA_ERROR_NOT_SUPPORTED;
+	CUmemAllocationProp prop = {0};
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = ordinal;
+	return memtrack_cu.cuMemGetAllocationGranularity(g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+}
+
 // memtrack_graph does what on the device of ctx, in ctx.
 static memtrack_graph_mem memtrack_graph(uintptr_t c, int what) {
 	CUcontext ctx = (CUcontext)c;
@@ -68,14 +80,30 @@ import "C"
 // graph memory needs: cuStreamGetCaptureInfo_v2 (CUDA 11.3), for the
 // capture's ID, the graph memory calls (CUDA 11.4: "Graph memory nodes are
 // only supported on driver versions 11.4 and newer", CUDA Programming
-// Guide, Graph Memory Nodes), or those of stream-ordered allocation, which
-// a capture turns into graph memory nodes (CUDA 11.2). GraphGet,
-// GraphResetHighs and GraphTrim then answer CUDA_ERROR_NOT_SUPPORTED
-// where their call is missing, and CaptureInfo and AllocAsync give no
-// capture ID.
+// Guide, Graph Memory Nodes), those of stream-ordered allocation, which
+// a capture turns into graph memory nodes (CUDA 11.2), or
+// cuMemGetAllocationGranularity (CUDA 10.2), the granule of the physical
+// memory mapped for each allocation node (Granularity). GraphGet,
+// GraphResetHighs, GraphTrim and Granularity then answer
+// CUDA_ERROR_NOT_SUPPORTED where their call is missing, and CaptureInfo
+// and AllocAsync give no capture ID.
 func GraphMem() error {
 	return missingCall("cuStreamGetCaptureInfo", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
-		"cuDeviceGraphMemTrim", "cuMemAllocAsync", "cuMemFreeAsync")
+		"cuDeviceGraphMemTrim", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemGetAllocationGranularity")
+}
+
+// Granularity returns the minimum allocation granularity of device
+// ordinal's memory (cuMemGetAllocationGranularity of pinned device memory,
+// CU_MEM_ALLOC_GRANULARITY_MINIMUM): physical memory is created and mapped
+// in multiples of it (cuMemCreate, cuMemMap: the size "must be a multiple
+// of" it), and graph memory is physical memory mapped to the allocations'
+// addresses ("Physical memory reuse between graphs is done with virtual
+// aliasing", CUDA Programming Guide, Graph Memory Nodes: Optimized Memory
+// Reuse). It needs no context.
+func Granularity(ordinal int) (int64, Result) {
+	var g C.size_t
+	r := Result(C.memtrack_granularity(C.int(ordinal), &g))
+	return int64(g), r
 }
 
 // GraphAttributes are a device's graph memory figures

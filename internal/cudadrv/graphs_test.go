@@ -332,6 +332,38 @@ func TestGraphMemoryOfLiveAllocations(t *testing.T) {
 	assert.Equal(t, base.GraphUsed, f4.GraphUsed)
 }
 
+// "physical pages cannot be reused if they are bound to ... a graph
+// allocation which remains unfreed" (Programming Guide, Graph Memory
+// Nodes: Physical Memory Management and Sharing): a graph launched on the
+// stream after one whose allocation outlives its launch does not reuse
+// that allocation's memory while it is live, and does once it is freed.
+func TestGraphMemoryOfUnfreedNotReused(t *testing.T) {
+	for _, freed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "live", true: "freed"}[freed], func(t *testing.T) {
+			k, s := newGraphKit(t)
+			base := k.base
+			_, p := k.launched(s, 8*mib, false)
+			if freed {
+				require.Equal(t, cudadrv.Success, k.free(p, s))
+				k.sync(s)
+			}
+			k.launched(s, 12*mib, true)
+			f := k.figures(fmt.Sprintf("8 MiB outliving (freed: %v), then 12 MiB on the stream", freed))
+			grown := f.GraphReserved - base.GraphReserved
+			if freed {
+				assert.GreaterOrEqual(t, grown, int64(12*mib))
+				k.exact(12*mib, grown, "reserved: the 8 MiB reused")
+			} else {
+				assert.GreaterOrEqual(t, grown, int64(20*mib), "the live allocation's pages are not reused")
+				k.exact(20*mib, grown, "reserved")
+				require.Equal(t, cudadrv.Success, k.free(p, s))
+				k.sync(s)
+			}
+			k.trim()
+		})
+	}
+}
+
 // An allocation node's address is fixed across launches and
 // instantiations (cuGraphAddMemAllocNode); a graph exec whose allocation of
 // an earlier launch is live cannot be launched again (cuGraphLaunch:
@@ -486,6 +518,68 @@ func TestGraphExecDestroyReading(t *testing.T) {
 	tr := k.figures("trimmed")
 	assert.Equal(t, base.GraphReserved, tr.GraphReserved, "a trim returns it")
 	assert.Equal(t, base.GraphUsed, tr.GraphUsed)
+}
+
+// Graph memory is physical memory mapped to the allocations' addresses
+// ("Physical memory reuse between graphs is done with virtual aliasing",
+// Programming Guide, Graph Memory Nodes: Optimized Memory Reuse), and
+// physical memory is created and mapped in multiples of the device's
+// minimum allocation granularity (cuMemCreate, cuMemMap), which Granularity
+// gives. Whether each allocation node takes granules of its own, or a
+// graph's nodes share them, the documentation does not say: the fake
+// offers both (FAKECUDA_GRAPH_ROUND), the test logs which the driver
+// follows, and on any driver the reservation of 100 allocation nodes of
+// 4 KiB lies between the two: their bytes rounded up once, and a granule
+// each, which is what memtrack's Capture.Need counts.
+func TestGraphRoundReading(t *testing.T) {
+	k, s := newGraphKit(t)
+	g, r := cudadrv.Granularity(0)
+	require.Equal(t, cudadrv.Success, r)
+	require.Positive(t, g)
+	if k.fake {
+		want := int64(2 * mib)
+		if v := os.Getenv("FAKECUDA_GRANULARITY"); v != "" {
+			_, err := fmt.Sscan(v, &want)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, want, g, "the fake's granularity (FAKECUDA_GRANULARITY)")
+	}
+	_, r = cudadrv.Granularity(99)
+	assert.NotEqual(t, cudadrv.Success, r, "a device that is not there")
+
+	const n, size = 100, 4 << 10
+	graph := k.capture(s, func() {
+		var ptrs []uintptr
+		for range n {
+			ptrs = append(ptrs, k.alloc(s, size))
+		}
+		for _, p := range ptrs {
+			require.Equal(t, cudadrv.Success, k.free(p, s))
+		}
+	})
+	require.Equal(t, cudadrv.Success, k.launch(k.exec(graph), s))
+	k.sync(s)
+	f := k.figures("100 allocation nodes of 4 KiB launched")
+	grown := f.GraphReserved - k.base.GraphReserved
+	packed, perNode := (int64(n*size)+g-1)/g*g, n*g
+	assert.GreaterOrEqual(t, grown, packed, "at least their bytes, rounded up once")
+	assert.LessOrEqual(t, grown, perNode, "at most a granule each, as memtrack counts them")
+	reading := "other"
+	switch grown {
+	case perNode:
+		reading = "node"
+	case packed:
+		reading = "graph"
+	}
+	t.Logf("graph round reading: %s (100 allocation nodes of 4 KiB reserved %d KiB; the allocation granularity is %d KiB)", reading, grown>>10, g>>10)
+	if k.fake {
+		want := "node"
+		if os.Getenv("FAKECUDA_GRAPH_ROUND") == "graph" {
+			want = "graph"
+		}
+		assert.Equal(t, want, reading, "the fake's reading (FAKECUDA_GRAPH_ROUND)")
+	}
+	k.trim()
 }
 
 // Graph memory is device memory of the process: cuMemGetInfo and NVML's
@@ -689,6 +783,55 @@ func TestGraphAllocAsyncIn(t *testing.T) {
 		_, r := cudatest.EndCaptureGraph(other)
 		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
 	})
+}
+
+// A node the driver refuses in a capture, as an invalid operation,
+// invalidates it ("When an invalid operation is attempted during stream
+// capture, any associated capture graphs are invalidated", CUDA
+// Programming Guide, Stream Capture: Invalidation): FreeGraph reports the
+// refusal with the ID of the capture it read in the same call, which the
+// driver gives no more, and that the capture is invalidated; a later node
+// is refused (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) until the capture
+// ends, with no graph. A second free node of one allocation in one graph
+// is such an operation (cuGraphAddMemFreeNode).
+func TestGraphRefusedNodeInvalidates(t *testing.T) {
+	k, s := newGraphKit(t)
+	other := newStream(t, k.ctx)
+	_, p := k.launched(s, 2*mib, false) // outliving its launch, live
+	k.in(func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(other, cudatest.CaptureRelaxed))
+		c, call := cudadrv.CaptureInfo(k.ctx, other)
+		require.Equal(t, cudadrv.Call{}, call)
+		first := cudadrv.FreeGraph(k.ctx, p, other)
+		require.Equal(t, cudadrv.Call{}, first.Call, "a free node of another graph's allocation")
+		assert.False(t, first.Invalidated)
+		second := cudadrv.FreeGraph(k.ctx, p, other)
+		assert.NotEqual(t, cudadrv.Success, second.Op, "a second free node of it in the same graph")
+		if k.fake {
+			assert.Equal(t, invalidValue, second.Op)
+		}
+		assert.Equal(t, c.ID, second.CaptureID, "the capture the call read before the node")
+		assert.True(t, second.Invalidated, "and left invalidated")
+		after, call := cudadrv.CaptureInfo(k.ctx, other)
+		require.Equal(t, cudadrv.Call{}, call)
+		assert.Equal(t, cudadrv.Capture{Status: cudadrv.CaptureInvalidated}, after, "no ID")
+		third := cudadrv.AllocAsyncIn(k.ctx, mib, other, cudadrv.AllowCapture)
+		assert.Equal(t, cudadrv.CaptureInvalidated, third.CaptureStatus, "nothing more is added")
+		assert.Zero(t, third.Ptr)
+		_, r := cudatest.EndCaptureGraph(other)
+		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
+		// On the driver's own call, too: a node of an invalidated capture
+		// is refused.
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(other, cudatest.CaptureRelaxed))
+		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(other), "an invalid operation invalidates the capture")
+		_, r = cudatest.AllocAsync(uintptr(k.ctx), mib, other)
+		assert.Equal(t, cudadrv.Result(901), r, "cuMemAllocAsync in it")
+		assert.Equal(t, cudadrv.Result(901), k.free(p, other), "cuMemFreeAsync in it")
+		_, r = cudatest.EndCaptureGraph(other)
+		assert.Equal(t, cudadrv.Result(901), r)
+	})
+	require.Equal(t, cudadrv.Success, k.free(p, s), "the allocation, still live: no free node ran")
+	k.sync(s)
 }
 
 // A launch whose memory the device has not got fails with

@@ -90,6 +90,26 @@ var load struct {
 	driver  Driver
 	err     error
 	missing map[string]*MissingError
+	table   []Entry
+}
+
+// Entry is a call of the driver table (driver.h) as [Load] resolved it.
+type Entry struct {
+	Name      string // the base name, such as "cuMemAlloc"
+	Suffix    string // the ending of the versioned name the library exports, such as "_v2", or ""
+	Version   int    // the CUDA version of the signature memtrack declares, which it asks the driver for
+	Essential bool   // without it the driver is unusable ([LoadError]); otherwise a feature is off
+	// Missing says why the driver has no such call, or is nil where the
+	// call resolved.
+	Missing *MissingError
+}
+
+// Table returns every call of the driver table, in the table's order, as
+// Load resolved them: what memtrack asks each driver for, and what the
+// driver loaded answered. It is nil where the library did not load.
+func Table() []Entry {
+	Load()
+	return load.table
 }
 
 // Load opens the driver's library and fills the table of calls, once per
@@ -111,12 +131,21 @@ func Load() (Driver, error) {
 		entries := C.memtrack_cuda_table(&n)
 		load.missing = make(map[string]*MissingError)
 		var essential []MissingError
+		missing := make(map[string]*MissingError)
 		for _, m := range Fill(unsafe.Pointer(entries), int(n)) {
+			missing[m.Call] = &m
 			if m.Essential {
 				essential = append(essential, m)
 			} else {
 				load.missing[m.Call] = &m
 			}
+		}
+		for _, e := range unsafe.Slice(entries, int(n)) {
+			name := C.GoString(e.name)
+			load.table = append(load.table, Entry{
+				Name: name, Suffix: C.GoString(e.suffix), Version: int(e.version),
+				Essential: e.need == C.MEMTRACK_ESSENTIAL, Missing: missing[name],
+			})
 		}
 		if len(essential) > 0 {
 			load.err = &LoadError{Library: Library, Driver: load.driver, Missing: essential}

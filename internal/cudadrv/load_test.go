@@ -208,6 +208,8 @@ func TestGraphMemMissing(t *testing.T) {
 			"cuStreamGetCaptureInfo of CUDA 11.3 (it needs a driver of CUDA 11.3 or later)", false, false},
 		{"no trim", []string{"FAKECUDA_HIDE=cuDeviceGraphMemTrim"}, "cuDeviceGraphMemTrim",
 			"cuDeviceGraphMemTrim of CUDA 11.4 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
+		{"no granularity", []string{"FAKECUDA_HIDE=cuMemGetAllocationGranularity"}, "cuMemGetAllocationGranularity",
+			"cuMemGetAllocationGranularity of CUDA 10.2 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !childtest.InChild(t, "MEMTRACK_CUDADRV_CHILD", tc.env...) {
@@ -219,11 +221,17 @@ func TestGraphMemMissing(t *testing.T) {
 			require.ErrorAs(t, cudadrv.GraphMem(), &m)
 			assert.Equal(t, tc.call, m.Call)
 			assert.Contains(t, m.Error(), tc.why)
-			if tc.call == "cuDeviceGraphMemTrim" {
+			switch tc.call {
+			case "cuDeviceGraphMemTrim":
 				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphTrim(ctx).Op)
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
-			} else {
+			case "cuMemGetAllocationGranularity":
+				_, r := cudadrv.Granularity(0)
+				assert.Equal(t, cudadrv.NotSupported, r)
+				_, c := cudadrv.GraphGet(ctx)
+				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
+			default:
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.NotSupported, c.Op)
 				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphResetHighs(ctx).Op)
@@ -297,4 +305,62 @@ func TestLoadStub(t *testing.T) {
 	_, r := cudadrv.Init()
 	assert.Equal(t, cudadrv.Result(34), r)
 	assert.Equal(t, "CUDA_ERROR_STUB_LIBRARY", cudadrv.Name(r))
+}
+
+// Every call of the driver table resolves at the CUDA version memtrack asks
+// where the driver is of that version or later, and is missing where it is
+// older, as newer than the driver: on whatever driver the process loads,
+// with no cuInit (no GPU needed). Each call added to driver.h is checked
+// with the others. scripts/test-nvidia-libs.sh runs it on NVIDIA's own
+// libraries (535 and 470); here the fake, as it is and at those drivers'
+// CUDA versions (FAKECUDA_VERSION). With -v it prints the table.
+func TestTableAtDriverVersion(t *testing.T) {
+	for _, version := range []int{0, 12020, 11040, 11020} {
+		t.Run(fmt.Sprint(version), func(t *testing.T) {
+			if version != 0 && !childtest.InChild(t, "MEMTRACK_CUDADRV_CHILD", fmt.Sprintf("FAKECUDA_VERSION=%d", version)) {
+				return
+			}
+			d, err := cudadrv.Load()
+			table := cudadrv.Table()
+			if d.Path == "" {
+				t.Skip(err)
+			}
+			if d.Version == 0 {
+				t.Skipf("the driver at %s does not say its version (the link stub?)", d.Path)
+			}
+			if version != 0 && d.Version != version {
+				t.Skipf("FAKECUDA_VERSION=%d is the fake driver's; the driver at %s is of CUDA %v", version, d.Path, d.Version)
+			}
+			require.NotEmpty(t, table)
+			var out strings.Builder
+			fmt.Fprintf(&out, "%v, calls resolved by %s:\n", d, d.Resolver)
+			essentialMissing := false
+			cuda := func(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+			for _, e := range table {
+				asked := cuda(e.Version)
+				status := "resolved"
+				if e.Missing != nil {
+					status = "unavailable: " + e.Missing.Why
+					essentialMissing = essentialMissing || e.Essential
+				}
+				fmt.Fprintf(&out, "  %-36s CUDA %-5s %-9s %s\n", e.Name+e.Suffix, asked, map[bool]string{true: "essential", false: "optional"}[e.Essential], status)
+				if e.Version <= d.Version {
+					assert.Nil(t, e.Missing, "%s of CUDA %s: a driver of CUDA %s must have it", e.Name, asked, cuda(d.Version))
+					continue
+				}
+				if assert.NotNil(t, e.Missing, "%s of CUDA %s: a driver of CUDA %s is older", e.Name, asked, cuda(d.Version)) {
+					assert.Equal(t, "it needs a driver of CUDA "+asked+" or later", e.Missing.Why, e.Name)
+					assert.Equal(t, e.Name, e.Missing.Call)
+					assert.Equal(t, e.Version, e.Missing.Version)
+				}
+			}
+			if essentialMissing {
+				var le *cudadrv.LoadError
+				assert.ErrorAs(t, err, &le, "an essential call is missing")
+			} else {
+				assert.NoError(t, err)
+			}
+			t.Log("\n" + out.String())
+		})
+	}
 }

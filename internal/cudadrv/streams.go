@@ -56,6 +56,22 @@ static inline CUresult memtrack_enter_capture(CUcontext ctx, CUstream stream, CU
 	return r;
 }
 
+// memtrack_refused_in reports in a->invalidated whether a->op, the result of
+// a node that the active capture a->capture_id of stream was to get, left
+// that capture invalidated: where the driver refused the node, its answer
+// (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), or else the stream's status
+// after it ("When an invalid operation is attempted during stream capture,
+// any associated capture graphs are invalidated", CUDA Programming Guide,
+// Stream Capture: Invalidation). The capture's ID is the one read in the
+// same call, before the node: the driver gives none for an invalidated
+// capture.
+static void memtrack_refused_in(CUstream stream, memtrack_result *a) {
+	if (a->op == CUDA_SUCCESS || a->capturing != CU_STREAM_CAPTURE_STATUS_ACTIVE || a->capture_id == 0) return;
+	memtrack_result after = {0};
+	a->invalidated = a->op == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+			 (memtrack_check_capture(stream, &after) == CUDA_SUCCESS && after.capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+}
+
 // memtrack_alloc_async allocates size bytes on stream from the current pool
 // of the stream's device, in the stream's context; a stream of another
 // device than ctx's allocates nothing (other_device). On a stream whose
@@ -73,7 +89,10 @@ static memtrack_result memtrack_alloc_async(uintptr_t c, size_t size, uintptr_t 
 	if ((a.enter = memtrack_enter_capture(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
 	int run = a.capturing ? mode != MEMTRACK_CAPTURE_REFUSE && a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE && a.capture_id != 0
 			      : mode != MEMTRACK_CAPTURE_ONLY;
-	if (!a.other_device && a.op == CUDA_SUCCESS && run) a.op = memtrack_cu.cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+	if (!a.other_device && a.op == CUDA_SUCCESS && run) {
+		a.op = memtrack_cu.cuMemAllocAsync(&a.ptr, size, (CUstream)handle);
+		if (a.capturing) memtrack_refused_in((CUstream)handle, &a);
+	}
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
@@ -94,8 +113,10 @@ static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
 	if ((a.enter = memtrack_enter_capture(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device && a.op == CUDA_SUCCESS && (!a.capturing || a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE))
+	if (!a.other_device && a.op == CUDA_SUCCESS && (!a.capturing || a.capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE)) {
 		a.op = memtrack_cu.cuMemFreeAsync(ptr, stream);
+		memtrack_refused_in(stream, &a);
+	}
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }
@@ -248,6 +269,11 @@ type StreamCall struct {
 	// or invalidated.
 	CaptureStatus CaptureStatus
 	CaptureID     uint64 // where the capture is active: its ID, unique in the process (0 where the driver cannot say, before CUDA 11.3)
+	// Invalidated says, for AllocAsyncIn and FreeGraph in the active
+	// capture CaptureID, that the driver refused the node and the capture
+	// is invalidated since: the one way to learn which capture the driver
+	// invalidated, since it gives no ID for an invalidated one.
+	Invalidated bool
 }
 
 func streamCallOf(r C.memtrack_result) StreamCall {
@@ -255,7 +281,7 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Seq: uint64(r.seq), Retired: r.retired != 0,
 		StreamCtx: Context(uintptr(unsafe.Pointer(r.stream_ctx))), Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
 		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureStatus: CaptureStatus(r.capturing),
-		CaptureID: uint64(r.capture_id),
+		CaptureID: uint64(r.capture_id), Invalidated: r.invalidated != 0,
 	}
 }
 

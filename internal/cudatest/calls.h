@@ -26,8 +26,6 @@ typedef struct {
 } CUmemPoolProps;
 
 enum {
-	CU_MEM_ALLOCATION_TYPE_PINNED = 1,
-	CU_MEM_LOCATION_TYPE_DEVICE = 1,
 	CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1, // CUgraphInstantiate_flags
 };
 

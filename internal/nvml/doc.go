@@ -3,11 +3,13 @@
 // memtrack's per-process figures: which processes hold device memory on a
 // GPU, and how much the driver attributes to each.
 //
-// [Open] loads the library with dlopen and finds its six calls with dlsym
-// (library.c), each by the versioned name nvml.h maps it to; library.h
-// declares the few types and values used. So nothing needs nvml.h to
-// build, and a binary carries no unresolved NVML symbol: it starts where
-// the library is missing, or older than these calls, even under immediate
+// [Open] loads the library with dlopen and finds its calls with dlsym
+// (library.c), each by the versioned name nvml.h declares: five that every
+// library must have, and the newest of the three that list a device's
+// processes; library.h declares the few types and values used. So nothing
+// needs nvml.h to build, and a binary carries no unresolved NVML symbol:
+// it starts where the library is missing, or older than these calls, even
+// under immediate
 // binding (LD_BIND_NOW=1, or linked with -z now), where a binding that
 // leaves the symbols for lazy binding to resolve (NVIDIA's go-nvml, built
 // with --unresolved-symbols=ignore-in-object-files) stops the process at
@@ -45,6 +47,22 @@
 //     [Lib.Processes] asks its length ("call this function with *infoCount
 //     = 0"), then reads it, again with a larger array while the library
 //     answers NVML_ERROR_INSUFFICIENT_SIZE, at every call.
+//
+//   - Three calls list them, each filling the entry of the nvml.h that
+//     introduced it, and the driver's library exports those of its branch
+//     (the NO_UNVERSIONED_FUNC_DEFS section of nvml.h declares all three):
+//     the unversioned nvmlDeviceGetComputeRunningProcesses fills
+//     nvmlProcessInfo_v1_t (pid, usedGpuMemory: 16 bytes), "legacy
+//     version for older versions of the API", so named from NVML 11.4's
+//     header; _v2, in NVML 11.1's header already, fills the four fields
+//     pid, usedGpuMemory, gpuInstanceId, computeInstanceId (24 bytes),
+//     nvmlProcessInfo_t until NVML 11.6's header named it
+//     nvmlProcessInfo_v2_t; _v3, from NVML 11.6, fills nvmlProcessInfo_t,
+//     the same four fields (the headers of github.com/NVIDIA/go-nvml
+//     v0.11.1-0, v0.11.4-0 and v0.11.6-0). [Open] takes the newest the
+//     library has, as NVIDIA's go-nvml binding does: a library of the 470
+//     branch (CUDA 11.4) has the unversioned call and _v2, one of 535 all
+//     three. A library without any is unavailable, naming the three.
 //
 //   - Memory per process. "The usedGpuMemory field returned is all of the
 //     memory used by the application", its context included; "under WDDM,

@@ -13,9 +13,6 @@ static nvmlReturn_t nvml_init(void) { return memtrack_nvml.nvmlInit_v2(); }
 static nvmlReturn_t nvml_shutdown(void) { return memtrack_nvml.nvmlShutdown(); }
 static const char *nvml_error_string(nvmlReturn_t r) { return memtrack_nvml.nvmlErrorString(r); }
 static nvmlReturn_t nvml_handle(const char *uuid, nvmlDevice_t *h) { return memtrack_nvml.nvmlDeviceGetHandleByUUID(uuid, h); }
-static nvmlReturn_t nvml_processes(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *infos) {
-	return memtrack_nvml.nvmlDeviceGetComputeRunningProcesses_v3(h, n, infos);
-}
 static nvmlReturn_t nvml_process_name(unsigned int pid, char *name, unsigned int len) {
 	return memtrack_nvml.nvmlSystemGetProcessName(pid, name, len);
 }
@@ -33,8 +30,8 @@ import (
 const LibraryName = "libnvidia-ml.so.1"
 
 // ErrUnavailable is matched by the error of [Open] where NVML cannot be
-// used at all: the library is missing, lacks a call, or does not
-// initialise.
+// used at all: the library is missing, lacks a call (or all three calls
+// that list processes), or does not initialise.
 var ErrUnavailable = errors.New("NVML is unavailable")
 
 // ErrValueNotAvailable is matched by the error of [Lib.Processes] where
@@ -95,24 +92,34 @@ type Lib struct {
 var library struct {
 	once sync.Once
 	err  error
+	// processCall is the call that lists a device's processes: the
+	// newest the library has of nvmlDeviceGetComputeRunningProcesses_v3,
+	// _v2 and the unversioned one.
+	processCall string
 }
 
 // Open loads NVML (once per process) and initialises it (nvmlInit_v2).
-// Where it cannot, the error matches [ErrUnavailable] and says why: the
-// dynamic loader's message where the library is missing or lacks a call,
-// the [*Error] of the initialisation otherwise.
+// It lists processes with the newest call the library has of
+// nvmlDeviceGetComputeRunningProcesses_v3, _v2 and the unversioned one
+// (doc.go). Where it cannot, the error matches [ErrUnavailable] and says
+// why: the dynamic loader's message where the library is missing or lacks
+// a call, the three calls where it has none of them, the [*Error] of the
+// initialisation otherwise.
 func Open() (*Lib, error) {
 	library.once.Do(func() {
 		name := C.CString(LibraryName)
 		defer C.free(unsafe.Pointer(name))
 		var path, msg [1024]C.char
-		if C.memtrack_nvml_open(name, &path[0], C.size_t(len(path)), &msg[0], C.size_t(len(msg))) == 0 {
+		var call *C.char
+		if C.memtrack_nvml_open(name, &path[0], C.size_t(len(path)), &msg[0], C.size_t(len(msg)), &call) == 0 {
 			where := LibraryName
 			if p := C.GoString(&path[0]); p != "" {
 				where += " at " + p
 			}
 			library.err = fmt.Errorf("%w: %s: %s", ErrUnavailable, where, C.GoString(&msg[0]))
+			return
 		}
+		library.processCall = C.GoString(call)
 	})
 	if library.err != nil {
 		return nil, library.err
@@ -160,7 +167,9 @@ func (l *Lib) handle(uuid string) (C.nvmlDevice_t, error) {
 // Processes returns the compute processes on the device of uuid ("GPU-…"
 // or "MIG-…", as nvidia-smi -L prints it), as NVML lists them now, in its
 // order. Where NVML gives no memory for some process, the list is returned
-// with an error matching [ErrValueNotAvailable].
+// with an error matching [ErrValueNotAvailable]. Where the list cannot be
+// read, the [*Error] names the call that failed: the process call Open
+// found, or nvmlDeviceGetHandleByUUID.
 func (l *Lib) Processes(uuid string) ([]Process, error) {
 	h, err := l.handle(uuid)
 	if err != nil {
@@ -173,7 +182,7 @@ func (l *Lib) Processes(uuid string) ([]Process, error) {
 	out := make([]Process, len(infos))
 	err = nil
 	for i, p := range infos {
-		out[i] = Process{PID: int(p.pid), Used: uint64(p.usedGpuMemory), UsedKnown: uint64(p.usedGpuMemory) != notAvailable}
+		out[i] = Process{PID: int(p.pid), Used: uint64(p.used), UsedKnown: uint64(p.used) != notAvailable}
 		if !out[i].UsedKnown {
 			err = ErrValueNotAvailable
 		}
@@ -182,28 +191,28 @@ func (l *Lib) Processes(uuid string) ([]Process, error) {
 	return out, err
 }
 
-// runningProcesses reads the device's list: its length first ("call this
-// function with *infoCount = 0. The return code will be
-// NVML_ERROR_INSUFFICIENT_SIZE, or NVML_SUCCESS if none are running"), then
-// the list, again with room for what NVML reports while it answers
-// NVML_ERROR_INSUFFICIENT_SIZE: "the number of elements might change in
-// time".
-func runningProcesses(h C.nvmlDevice_t) ([]C.nvmlProcessInfo_t, error) {
-	var infos []C.nvmlProcessInfo_t
+// runningProcesses reads the device's list with the process call the
+// library has: its length first ("call this function with *infoCount = 0.
+// The return code will be NVML_ERROR_INSUFFICIENT_SIZE, or NVML_SUCCESS if
+// none are running"), then the list, again with room for what NVML reports
+// while it answers NVML_ERROR_INSUFFICIENT_SIZE: "the number of elements
+// might change in time". An error names the call.
+func runningProcesses(h C.nvmlDevice_t) ([]C.memtrack_nvml_process, error) {
+	var infos []C.memtrack_nvml_process
 	for {
 		n := C.uint(len(infos))
-		var p *C.nvmlProcessInfo_t
+		var p *C.memtrack_nvml_process
 		if len(infos) > 0 {
 			p = &infos[0]
 		}
-		r := C.nvml_processes(h, &n, p)
+		r := C.memtrack_nvml_processes(h, &n, p)
 		switch Return(r) {
 		case success:
 			return infos[:min(int(n), len(infos))], nil
 		case insufficientSize:
-			infos = make([]C.nvmlProcessInfo_t, max(int(n), len(infos))+2)
+			infos = make([]C.memtrack_nvml_process, max(int(n), len(infos))+2)
 		default:
-			return nil, callError("nvmlDeviceGetComputeRunningProcesses_v3", r)
+			return nil, callError(library.processCall, r)
 		}
 	}
 }

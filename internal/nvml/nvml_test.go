@@ -229,6 +229,73 @@ func TestListErrors(t *testing.T) {
 	}
 }
 
+// A library lists processes through the newest call it has: _v3, _v2
+// (the 470 driver's newest), or the unversioned one, each filling its own
+// layout; an error of the list names the call used. A library with none of
+// them is unavailable, naming the three. FAKENVML_HIDE takes calls away.
+func TestProcessCalls(t *testing.T) {
+	const v1, v2, v3 = "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3"
+	for _, tc := range []struct {
+		name string
+		hide string
+		call string // the call used, or "" for none
+	}{
+		{"all three", "", v3},
+		{"no _v3, as the 470 driver", v3, v2},
+		{"unversioned only", v3 + "," + v2, v1},
+		{"no _v2", v2, v3},
+		{"_v2 only", v3 + "," + v1, v2},
+		{"none", v3 + "," + v2 + "," + v1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			trace := filepath.Join(t.TempDir(), "trace")
+			if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", "FAKENVML_HIDE="+tc.hide,
+				"FAKENVML_FAIL="+tc.call+":3:15", "FAKENVML_TRACE="+trace, "MEMTRACK_NVML_TRACE="+trace) {
+				return
+			}
+			if tc.call == "" {
+				if _, err := cudadrv.Load(); err != nil {
+					t.Skip(err)
+				}
+				cudadrv.Init()
+				l, err := nvml.Open()
+				if l != nil {
+					l.Close()
+				}
+				require.ErrorIs(t, err, nvml.ErrUnavailable)
+				assert.True(t, strings.HasSuffix(err.Error(), ": it has none of the calls that list processes: "+v3+", "+v2+", "+v1), err.Error())
+				_, err2 := nvml.Open()
+				assert.Equal(t, err, err2, "and so at every Open")
+				return
+			}
+			l, fake := open(t)
+			requireFake(t, fake)
+			uuid := uuidOf(t, 0)
+			_, r := cudadrv.Retain(0)
+			require.Equal(t, cudadrv.Success, r)
+			ps, err := l.Processes(uuid) // the length, then the list: the call's first two
+			require.NoError(t, err)
+			self, listed := find(ps, os.Getpid())
+			require.True(t, listed, "%+v", ps)
+			assert.Equal(t, nvml.Process{PID: os.Getpid(), Name: os.Args[0], Used: fakeContextBytes, UsedKnown: true}, self)
+			_, err = l.Processes(uuid) // its third fails: NVML_ERROR_GPU_IS_LOST
+			var e *nvml.Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, tc.call, e.Op)
+			assert.Equal(t, nvml.Return(15), e.Code)
+			assert.EqualError(t, err, tc.call+": GPU is lost (nvmlReturn_t 15)")
+
+			b, err := os.ReadFile(os.Getenv("MEMTRACK_NVML_TRACE"))
+			require.NoError(t, err)
+			for _, c := range strings.Fields(string(b)) {
+				if strings.HasPrefix(c, v1) {
+					assert.Equal(t, tc.call, c, "no other process call is made")
+				}
+			}
+		})
+	}
+}
+
 // An NVML that does not initialise is unavailable, with the *Error of
 // nvmlInit_v2 (whose fake enters as nvmlInitWithFlags).
 func TestInitFails(t *testing.T) {

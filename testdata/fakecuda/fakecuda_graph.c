@@ -12,20 +12,25 @@
 // launches: host memory malloc'd then stands for its virtual range, kept
 // while a graph or graph exec holds the node or the allocation is live.
 //
-// Graph memory, per device, in 2 MiB granules as the fake's pools take
-// theirs, is of three kinds:
+// Graph memory, per device, in granules of the allocation granularity
+// that cuMemGetAllocationGranularity gives (2 MiB by default, as the
+// fake's pools take theirs), is of three kinds:
 //
 //   - mapped for the graphs of a stream (a binding): shared by every graph
 //     launched or uploaded on that stream, since graphs launched one after
 //     another in one stream never run at once;
 //   - pinned: held by the graph allocations that outlive their launch,
-//     until they are freed, when it returns to their stream's binding;
+//     until they are freed, when it returns to their stream's binding
+//     ("physical pages cannot be reused if they are bound to ... a graph
+//     allocation which remains unfreed");
 //   - idle: reserved, and mapped by no graph.
 //
 // CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT is the mapped and pinned memory ("the
 // amount of physical memory currently mapped by at least one graph"),
 // RESERVED_MEM_CURRENT that and the idle memory. A launch needs on its
-// stream the peak of its own allocations in node order; what its stream's
+// stream the peak of its own allocations in node order, each allocation
+// node in granules of its own (FAKECUDA_GRAPH_ROUND=node) or the graph's
+// bytes rounded up once (graph); what its stream's
 // binding lacks it takes from idle memory, then from the bindings of
 // streams where no graph is executing or scheduled, then from the device,
 // or it fails with CUDA_ERROR_OUT_OF_MEMORY and changes nothing. Its
@@ -49,6 +54,21 @@
 //	                               (default), it is unmapped and stays
 //	                               reserved, idle, until a trim; "keep", it
 //	                               stays mapped (and used) until a trim
+//	FAKECUDA_GRANULARITY=b         the allocation granularity in bytes that
+//	                               cuMemGetAllocationGranularity gives for a
+//	                               device's memory, in which graph memory is
+//	                               mapped (default 2 MiB)
+//	FAKECUDA_GRAPH_ROUND=r         how a graph's allocation nodes take that
+//	                               memory, which the documentation does not
+//	                               settle: "node" (default), each node whole
+//	                               granules of its own, so that a graph needs
+//	                               the peak of its nodes' granules and an
+//	                               allocation that outlives a launch pins its
+//	                               own; "graph", a graph's nodes packed
+//	                               together, so that it needs the peak of its
+//	                               bytes rounded up once, and the allocations
+//	                               one launch leaves live pin their bytes
+//	                               rounded up once
 #include <cuda.h>
 
 #include <pthread.h>
@@ -58,7 +78,6 @@
 
 #define MAX_DEVICES 16
 #define MAX_BINDINGS 64
-#define GRANULE ((size_t)2 << 20)
 
 struct CUstream_st;
 
@@ -67,6 +86,7 @@ CUresult fakecuda_ready(const char *fn);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
+int fakecuda_devices(void);
 void fakecuda_give(int dev, size_t n);
 
 // From fakecuda_stream.c; all but the first two and the last with the lock
@@ -81,19 +101,25 @@ void fakecuda_unordered_free(struct CUstream_st *s, struct CUstream_st *t, const
 void fakecuda_run_hostfn(CUhostFn fn, void *data);
 
 static pthread_once_t gconfig_once = PTHREAD_ONCE_INIT;
-static int reset_to_zero; // FAKECUDA_GRAPH_HIGH_RESET=zero
-static int keep_mapped;   // FAKECUDA_GRAPH_EXEC_DESTROY=keep
+static int reset_to_zero;                 // FAKECUDA_GRAPH_HIGH_RESET=zero
+static int keep_mapped;                   // FAKECUDA_GRAPH_EXEC_DESTROY=keep
+static size_t granule = (size_t)2 << 20; // FAKECUDA_GRANULARITY
+static int packed;                        // FAKECUDA_GRAPH_ROUND=graph
 
 static void gconfigure(void) {
 	const char *h = getenv("FAKECUDA_GRAPH_HIGH_RESET");
 	reset_to_zero = h && strcmp(h, "zero") == 0;
 	const char *d = getenv("FAKECUDA_GRAPH_EXEC_DESTROY");
 	keep_mapped = d && strcmp(d, "keep") == 0;
+	const char *g = getenv("FAKECUDA_GRANULARITY");
+	if (g && strtoull(g, NULL, 10) > 0) granule = (size_t)strtoull(g, NULL, 10);
+	const char *r = getenv("FAKECUDA_GRAPH_ROUND");
+	packed = r && strcmp(r, "graph") == 0;
 }
 
 static void gconfig(void) { pthread_once(&gconfig_once, gconfigure); }
 
-static size_t granules(size_t n) { return (n + GRANULE - 1) / GRANULE * GRANULE; }
+static size_t granules(size_t n) { return (n + granule - 1) / granule * granule; }
 
 // ---- the state, guarded by fakecuda_lock
 
@@ -119,6 +145,15 @@ struct gdev {
 
 static struct gdev gdevs[MAX_DEVICES];
 
+// A pin: the memory that allocations left live by one launch hold, apart
+// from their stream's binding until freed; each allocation has one of its
+// own (FAKECUDA_GRAPH_ROUND=node), or those of a launch share one (graph).
+struct gpin {
+	int live;     // its allocations still live
+	size_t bytes; // their sizes
+	size_t phys;  // the memory it holds: their granules, or their bytes rounded up once
+};
+
 // An allocation node's allocation.
 struct galloc {
 	struct galloc *next;      // every allocation node that still exists
@@ -133,6 +168,7 @@ struct galloc {
 	int freeing;              // a free of it is on its way (a stream's, another graph's)
 	unsigned long gen;        // counts its launches: a pending free of an earlier one is void
 	struct gbind *home;       // while live: the binding its memory is pinned from
+	struct gpin *pin;         // while live: the memory it holds
 	struct CUstream_st *stream; // while live: the launch's stream and position there
 	long pos;
 };
@@ -286,16 +322,23 @@ static void unref(struct galloc *a) {
 	free(a);
 }
 
-// release ends the life of a live allocation: its memory returns, still
-// mapped, to the binding it was pinned from.
+// release ends the life of a live allocation: the memory its pin holds no
+// more returns, still mapped, to the binding it was pinned from.
 static void release(struct galloc *a) {
 	struct gdev *d = &gdevs[a->device];
 	struct gbind *b = a->home;
+	struct gpin *p = a->pin;
 	a->live = a->freeing = 0;
 	a->home = NULL;
-	d->pinned -= a->phys;
+	a->pin = NULL;
+	p->live--;
+	p->bytes -= a->size;
+	size_t keep = packed ? granules(p->bytes) : p->phys - a->phys;
+	d->pinned -= p->phys - keep;
+	b->phys += p->phys - keep;
+	p->phys = keep;
+	if (p->live == 0) free(p);
 	b->pinned--;
-	b->phys += a->phys;
 	settle(b);
 	if (a->refs == 0) {
 		a->refs = 1;
@@ -409,14 +452,22 @@ CUresult fakecuda_graph_alloc(struct CUgraph_st *g, int dev, size_t size, CUdevi
 	return CUDA_SUCCESS;
 }
 
+// frees reports whether g has a free node of a.
+static int frees(const struct CUgraph_st *g, const struct galloc *a) {
+	for (long i = 0; i < g->nodes.n; i++)
+		if (g->nodes.v[i].kind == N_FREE && g->nodes.v[i].alloc == a) return 1;
+	return 0;
+}
+
 // fakecuda_graph_free is cuMemFreeAsync during a capture: a free node,
 // refused (CUDA_ERROR_INVALID_VALUE) for an address no allocation node
-// returned, an allocation freed twice in its graph, or freed both in its
-// graph and in another (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode).
+// returned, an allocation freed twice in the same graph (its own or
+// another), or freed both in its graph and in another
+// (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode).
 CUresult fakecuda_graph_free(struct CUgraph_st *g, CUdeviceptr dptr) {
 	struct galloc *a = find(dptr);
 	int own = a && a->graph == g;
-	if (!a || a->freed_in_own || (own && a->freed_elsewhere)) return CUDA_ERROR_INVALID_VALUE;
+	if (!a || a->freed_in_own || (own && a->freed_elsewhere) || frees(g, a)) return CUDA_ERROR_INVALID_VALUE;
 	if (!add(&g->nodes, (struct gnode){.kind = N_FREE, .alloc = a})) return CUDA_ERROR_OUT_OF_MEMORY;
 	if (own)
 		a->freed_in_own = 1;
@@ -513,7 +564,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigne
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	e->device = -1;
-	size_t running = 0;
+	size_t running = 0, bytes = 0, peak = 0; // granules, and bytes, in node order
 	for (long i = 0; i < g->nodes.n; i++) {
 		struct gnode n = g->nodes.v[i];
 		if (!add(&e->nodes, n)) {
@@ -522,15 +573,20 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigne
 			free(e);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		// Its need: the peak of its own allocations' granules in node order.
+		// Its need: the peak of its own allocations' granules in node
+		// order, or of their bytes, rounded up once.
 		if (n.kind == N_ALLOC) {
 			if (e->device < 0) e->device = n.alloc->device;
 			running += n.alloc->phys;
+			bytes += n.alloc->size;
 			if (running > e->need) e->need = running;
+			if (bytes > peak) peak = bytes;
 		} else if (n.kind == N_FREE && n.alloc->freed_in_own) {
 			running -= n.alloc->phys; // its own: another graph's is freed_elsewhere
+			bytes -= n.alloc->size;
 		}
 	}
+	if (packed) e->need = granules(peak);
 	e->graph = g;
 	e->flags = flags;
 	if (g->memory) g->exec = e;
@@ -618,6 +674,17 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 		b = bind(e->device, s);
 		r = b ? provide(b, e->need) : CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	// The pins of the allocations it leaves live: one each, or one for all.
+	struct gpin **pins = NULL;
+	long npins = 0;
+	for (long i = 0; r == CUDA_SUCCESS && b && !upload && i < e->nodes.n; i++)
+		if (outliving(&e->nodes.v[i]) && (!packed || npins == 0)) npins++;
+	if (npins > 0) {
+		pins = calloc((size_t)npins, sizeof *pins);
+		for (long i = 0; pins && i < npins; i++)
+			if (!(pins[i] = calloc(1, sizeof **pins))) r = CUDA_ERROR_OUT_OF_MEMORY;
+		if (!pins) r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (r == CUDA_SUCCESS && !upload) {
 		// The allocations of other graphs that its free nodes free.
 		for (long i = 0; i < e->nodes.n; i++) {
@@ -640,6 +707,8 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 	if (r != CUDA_SUCCESS) {
 		if (b) settle(b);
 		fakecuda_unlock();
+		for (long i = 0; pins && i < npins; i++) free(pins[i]);
+		free(pins);
 		free(l);
 		return r;
 	}
@@ -650,25 +719,33 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 		b->busy++;
 		l->bind = b;
 		l->use = e->need;
-		// Its allocations that it does not free live on from here, pinned.
-		for (long i = 0; !upload && i < e->nodes.n; i++) {
+		// Its allocations that it does not free live on from here, pinned:
+		// each in its own granules, or together in their bytes rounded up.
+		for (long i = 0, k = 0; !upload && i < e->nodes.n; i++) {
 			if (!outliving(&e->nodes.v[i])) continue;
 			struct galloc *a = e->nodes.v[i].alloc;
+			struct gpin *p = pins[packed ? 0 : k++];
+			size_t before = p->phys;
+			p->live++;
+			p->bytes += a->size;
+			p->phys = packed ? granules(p->bytes) : p->phys + a->phys;
 			a->live = 1;
 			a->gen++;
 			a->home = b;
+			a->pin = p;
 			a->stream = s;
 			a->pos = pos;
 			b->pinned++;
-			b->phys -= a->phys;
-			d->pinned += a->phys;
-			l->use -= a->phys;
+			b->phys -= p->phys - before;
+			d->pinned += p->phys - before;
+			l->use -= p->phys - before;
 		}
 		l->next = d->inflight;
 		d->inflight = l;
 		raise_highs(d);
 	}
 	fakecuda_unlock();
+	free(pins);
 	return CUDA_SUCCESS;
 }
 
@@ -704,7 +781,25 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e) {
 	return CUDA_SUCCESS;
 }
 
-// ---- graph memory: trim and figures
+// ---- graph memory: granularity, trim and figures
+
+// cuMemGetAllocationGranularity gives, for pinned memory of a device, the
+// granularity "that can be used as a multiple for alignment, size, or
+// address mapping" (cuMemCreate's and cuMemMap's sizes "must be a multiple
+// of" the minimum one): the granule in which the fake maps graph memory,
+// the same for both options (FAKECUDA_GRANULARITY). Other properties are
+// CUDA_ERROR_INVALID_VALUE.
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option) {
+	gconfig();
+	CUresult r = fakecuda_ready("cuMemGetAllocationGranularity");
+	if (r != CUDA_SUCCESS) return r;
+	if (!g || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    prop->location.id < 0 || prop->location.id >= fakecuda_devices() ||
+	    (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+		return CUDA_ERROR_INVALID_VALUE;
+	*g = granule;
+	return CUDA_SUCCESS;
+}
 
 // cuDeviceGraphMemTrim returns to the device the graph memory "not in use
 // by a graph that is either currently executing or scheduled to execute";

@@ -122,6 +122,7 @@ static const struct proc {
 	{"cuGraphUpload", 11010, (void *)cuGraphUpload},
 	{"cuGraphLaunch", 10000, (void *)cuGraphLaunch},
 	{"cuGraphExecDestroy", 10000, (void *)cuGraphExecDestroy},
+	{"cuMemGetAllocationGranularity", 10020, (void *)cuMemGetAllocationGranularity},
 	{"cuDeviceGraphMemTrim", 11040, (void *)cuDeviceGraphMemTrim},
 	{"cuDeviceGetGraphMemAttribute", 11040, (void *)cuDeviceGetGraphMemAttribute},
 	{"cuDeviceSetGraphMemAttribute", 11040, (void *)cuDeviceSetGraphMemAttribute},

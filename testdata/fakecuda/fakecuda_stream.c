@@ -576,6 +576,26 @@ static void invalidate(struct capture *c) {
 	}
 }
 
+// node_call is whether a stream operation that adds a node to the graph of
+// s's capture may: not where the capture is invalidated, which "will return
+// an error, until stream capture is ended"
+// (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: "the current capture sequence on
+// the stream has been invalidated due to a previous error") (smu held).
+static CUresult node_call(struct CUstream_st *s) {
+	if (!s->cap) return CUDA_ERROR_ILLEGAL_STATE;
+	return s->capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+// refused returns r, the result of a node that s's capture was to get, and
+// invalidates the capture where the node was refused as invalid (smu held):
+// "When an invalid operation is attempted during stream capture, any
+// associated capture graphs are invalidated". A node the fake had no
+// memory for is no invalid operation.
+static CUresult refused(struct CUstream_st *s, CUresult r) {
+	if (r == CUDA_ERROR_INVALID_VALUE) invalidate(s->cap);
+	return r;
+}
+
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	int dev;
 	sconfig();
@@ -1152,7 +1172,8 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 		// supported on driver versions 11.4 and newer").
 		if (fakecuda_version() < 11040) return CUDA_ERROR_NOT_SUPPORTED;
 		pthread_mutex_lock(&smu);
-		r = s->cap ? fakecuda_graph_alloc(s->cap->graph, dev, size, dptr) : CUDA_ERROR_ILLEGAL_STATE;
+		r = node_call(s);
+		if (r == CUDA_SUCCESS) r = refused(s, fakecuda_graph_alloc(s->cap->graph, dev, size, dptr));
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
@@ -1246,7 +1267,8 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
 		// A free node of the capture's graph (fakecuda_graph.c).
 		pthread_mutex_lock(&smu);
-		r = s->cap ? fakecuda_graph_free(s->cap->graph, dptr) : CUDA_ERROR_ILLEGAL_STATE;
+		r = node_call(s);
+		if (r == CUDA_SUCCESS) r = refused(s, fakecuda_graph_free(s->cap->graph, dptr));
 		pthread_mutex_unlock(&smu);
 		return r;
 	}

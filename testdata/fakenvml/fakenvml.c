@@ -30,6 +30,10 @@
 //	                          handle of a GPU in MIG mode needs for the
 //	                          aggregate process list (default 0: it gets
 //	                          NVML_ERROR_NO_PERMISSION)
+//	FAKENVML_HIDE=f[,..]      dlsym finds no f, one of the three calls that
+//	                          list processes (their full names), as in an
+//	                          older driver's library: a 470 driver's has no
+//	                          nvmlDeviceGetComputeRunningProcesses_v3
 //	FAKENVML_ERROR=code       every call returns this nvmlReturn_t
 //	FAKENVML_FAIL=f:n:code[,..] the n-th call of the process to the function
 //	                          f (its full name, such as
@@ -310,19 +314,28 @@ nvmlReturn_t DECLDIR nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned i
 
 // ---- processes
 
-// nvmlDeviceGetComputeRunningProcesses_v3 lists the processes "with a
-// compute context on a device": those with a context of the fake driver
-// alive on it, whatever they allocated; a process before its first context
-// is not listed. Its usedGpuMemory is "all of the memory used by the
-// application": every byte the driver charges to it on the device, its
-// contexts' memory and its pools' reservations included. Called with a
-// count smaller than the list (0 among them, infos then allowed to be
-// NULL), it answers NVML_ERROR_INSUFFICIENT_SIZE with the count needed, or
-// NVML_SUCCESS where none run; the list is read afresh at every call, so
-// it "might change in time" between two calls as processes come and go.
-nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-							    nvmlProcessInfo_t *infos) {
-	nvmlReturn_t r = ready("nvmlDeviceGetComputeRunningProcesses_v3");
+// The process list, one model behind the three calls that read it, each
+// with the layout of the nvml.h that introduced it (nvml.h of go-nvml
+// v0.13.4-1, as compiled here, declares all three): the unversioned call
+// fills nvmlProcessInfo_v1_t (pid, usedGpuMemory: 16 bytes), _v2
+// nvmlProcessInfo_v2_t and _v3 nvmlProcessInfo_t (both pid, usedGpuMemory,
+// gpuInstanceId, computeInstanceId: 24 bytes). RULES.md cites the headers.
+//
+// It lists the processes "with a compute context on a device": those with
+// a context of the fake driver alive on it, whatever they allocated; a
+// process before its first context is not listed. Its usedGpuMemory is "all
+// of the memory used by the application": every byte the driver charges to
+// it on the device, its contexts' memory and its pools' reservations
+// included. Called with a count smaller than the list (0 among them, infos
+// then allowed to be NULL), it answers NVML_ERROR_INSUFFICIENT_SIZE with the
+// count needed, or NVML_SUCCESS where none run; the list is read afresh at
+// every call, so it "might change in time" between two calls as processes
+// come and go.
+enum layout { LAYOUT_V1, LAYOUT_V2, LAYOUT_V3 };
+
+static nvmlReturn_t running_processes(const char *fn, enum layout layout, nvmlDevice_t device, unsigned int *infoCount,
+				      void *infos) {
+	nvmlReturn_t r = ready(fn);
 	if (r != NVML_SUCCESS) return r;
 	if (!valid(device) || !infoCount) return NVML_ERROR_INVALID_ARGUMENT;
 	if (*infoCount > 0 && !infos) return NVML_ERROR_INVALID_ARGUMENT;
@@ -350,10 +363,81 @@ nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device
 		*infoCount = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	}
-	if (n > 0) memcpy(infos, list, n * sizeof list[0]);
+	for (unsigned int i = 0; i < n; i++) {
+		switch (layout) {
+		case LAYOUT_V1:
+			((nvmlProcessInfo_v1_t *)infos)[i] =
+				(nvmlProcessInfo_v1_t){.pid = list[i].pid, .usedGpuMemory = list[i].usedGpuMemory};
+			break;
+		case LAYOUT_V2:
+			((nvmlProcessInfo_v2_t *)infos)[i] = (nvmlProcessInfo_v2_t){
+				.pid = list[i].pid,
+				.usedGpuMemory = list[i].usedGpuMemory,
+				.gpuInstanceId = list[i].gpuInstanceId,
+				.computeInstanceId = list[i].computeInstanceId,
+			};
+			break;
+		case LAYOUT_V3:
+			((nvmlProcessInfo_t *)infos)[i] = list[i];
+			break;
+		}
+	}
 	*infoCount = n;
 	return NVML_SUCCESS;
 }
+
+typedef nvmlReturn_t (*processes_v1_fn)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+typedef nvmlReturn_t (*processes_v2_fn)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
+typedef nvmlReturn_t (*processes_v3_fn)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+
+static nvmlReturn_t processes_v1(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos) {
+	return running_processes("nvmlDeviceGetComputeRunningProcesses", LAYOUT_V1, device, infoCount, infos);
+}
+
+static nvmlReturn_t processes_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos) {
+	return running_processes("nvmlDeviceGetComputeRunningProcesses_v2", LAYOUT_V2, device, infoCount, infos);
+}
+
+static nvmlReturn_t processes_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos) {
+	return running_processes("nvmlDeviceGetComputeRunningProcesses_v3", LAYOUT_V3, device, infoCount, infos);
+}
+
+// hidden reports whether FAKENVML_HIDE names fn: a comma-separated list of
+// full names. It is read at every lookup, before anything is configured,
+// and uses no state of its own.
+static int hidden(const char *fn) {
+	const char *s = getenv("FAKENVML_HIDE");
+	size_t len = strlen(fn);
+	while (s && *s) {
+		size_t n = strcspn(s, ",");
+		if (n == len && strncmp(s, fn, n) == 0) return 1;
+		s += n;
+		if (*s == ',') s++;
+	}
+	return 0;
+}
+
+// The three are exported as GNU indirect functions: the dynamic loader asks
+// the resolver for the function when a program looks the symbol up, and a
+// resolver that returns NULL makes dlsym find nothing, as in a library
+// without that symbol (an older driver's): FAKENVML_HIDE. Each resolver's
+// type is checked against nvml.h's declaration of its call.
+static processes_v1_fn resolve_v1(void) {
+	return hidden("nvmlDeviceGetComputeRunningProcesses") ? NULL : processes_v1;
+}
+static processes_v2_fn resolve_v2(void) {
+	return hidden("nvmlDeviceGetComputeRunningProcesses_v2") ? NULL : processes_v2;
+}
+static processes_v3_fn resolve_v3(void) {
+	return hidden("nvmlDeviceGetComputeRunningProcesses_v3") ? NULL : processes_v3;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+							  nvmlProcessInfo_v1_t *infos) __attribute__((ifunc("resolve_v1")));
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+							     nvmlProcessInfo_v2_t *infos) __attribute__((ifunc("resolve_v2")));
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+							     nvmlProcessInfo_t *infos) __attribute__((ifunc("resolve_v3")));
 
 // nvmlSystemGetProcessName: the process's name, "cropped to provided
 // length"; NVML_ERROR_NOT_FOUND "if process doesn't exists". The fake reads
