@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/captures"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -206,9 +207,19 @@ func (u unbuilt) alloc(int, int64, *memory) error            { return u.error() 
 func (u unbuilt) free(int, int64, *memory) error             { return u.error() }
 func (u unbuilt) memInfo(int) (free, total int64, err error) { return 0, 0, u.error() }
 
-// captureState is what the driver reports of a stream's part in a capture.
-type captureState struct {
-	id          uint64 // the capture's ID, where it is active
-	capturing   bool   // the stream takes part in a capture
-	invalidated bool   // the capture is invalidated: it ends with no graph
+// captureState is what the driver reports of a stream's part in a
+// capture.
+type captureState = captures.State
+
+// invalidatedIn is the error of an allocation or free node that the driver
+// refused in the active capture id, which it left invalidated: the one way
+// memtrack learns which capture the driver invalidated, since the driver
+// gives an invalidated capture no ID. The path that meets it records the
+// invalidation in the capture's record.
+type invalidatedIn struct {
+	id  uint64
+	err error
 }
+
+func (e *invalidatedIn) Error() string { return e.err.Error() }
+func (e *invalidatedIn) Unwrap() error { return e.err }

@@ -28,6 +28,7 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/internal/histring",  // the ring of the memory history
 	"github.com/memtrack/memtrack/internal/siterec",   // the recorder of allocation sites
 	"github.com/memtrack/memtrack/internal/slots",     // the leak watch's table of entries
+	"github.com/memtrack/memtrack/internal/captures",  // the CUDA graph captures' bookkeeping
 	"go.uber.org/atomic",
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver, loaded at run time
 	"github.com/memtrack/memtrack/internal/nvml",    // under -tags cuda: NVML, the per-process figures, loaded at run time

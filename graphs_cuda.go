@@ -69,7 +69,7 @@ func (b *cudaBackend) captureOf(ordinal int, stream Stream) (captureState, error
 	if err := dev.settle("capture info", resultOf(c.Call)); err != nil {
 		return captureState{}, fillError(err, d, 0, nil)
 	}
-	return captureState{id: c.CaptureID, capturing: c.Capturing, invalidated: c.CaptureStatus == cudadrv.CaptureInvalidated}, nil
+	return captureState{ID: c.CaptureID, Capturing: c.Capturing, Invalidated: c.CaptureStatus == cudadrv.CaptureInvalidated}, nil
 }
 
 // freeGraph frees m, a graph's allocation, on stream (cuMemFreeAsync, no

@@ -15,7 +15,7 @@ import (
 func TestSlots(t *testing.T) {
 	slots := map[string]int{
 		"sites": sitesSlot, "history": historySlot, "leaks": leaksSlot, "categories": categoriesSlot,
-		"observers": observersSlot, "graphs": graphsSlot,
+		"observers": observersSlot, "captures": capturesSlot,
 		"reporters": reportersSlot,
 	}
 	owner := map[int]string{}

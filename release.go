@@ -91,3 +91,55 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 	}
 	return true, err
 }
+
+// releaseGraph is the release path of a graph's buffer, which no claim
+// takes: the backend frees it now (Free: cuMemFree) or in stream order
+// (FreeAsync: cuMemFreeAsync). On a stream that captures its own graph the
+// free is a free node of it: the capture's figures count it, and the buffer
+// is freed. Elsewhere the free is of the allocation of the graph's last
+// launch, which outlived it (or, on a stream that captures another graph,
+// a free node of that graph, which frees it at that graph's launch): the
+// buffer stays the graph's, to be freed again after the next launch, and no
+// figure moves. The driver refuses a free of an allocation that is not
+// live.
+func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
+	t := tableOf(b.kind)
+	o := int(b.ordinal)
+	c := graphOf(b).capture
+	if how != freeInStream {
+		if err := t.b.free(o, b.size, &b.mem); err != nil {
+			return notLive(err, b)
+		}
+		return nil
+	}
+	id, err := t.stream.freeGraph(o, b.size, &b.mem, stream)
+	if err != nil {
+		if e, ok := err.(*invalidatedIn); ok {
+			capturesOf(t, o).Invalidated(e.id, uintptr(stream))
+			return wrapf(fillError(e.err, b.Device(), b.size, nil),
+				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the driver invalidated the capture, which ends with no graph",
+				b.size, b.mem.ptr, e.id, b.Device())
+		}
+		return notLive(err, b)
+	}
+	switch {
+	case id == 0:
+	case id == c.ID():
+		if b.moveState(stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
+			capturesOf(t, o).FreeNode(id, uintptr(stream), b.RoundedSize())
+		}
+	default:
+		capturesOf(t, o).FreeNode(id, uintptr(stream), 0)
+	}
+	return nil
+}
+
+// notLive completes the error of a refused free of graph buffer b.
+func notLive(err error, b *Buffer) error {
+	if _, ok := err.(*BackendError); ok {
+		return wrapf(fillError(err, b.Device(), b.size, nil),
+			"free of a %d-byte graph allocation at %#x (a graph's allocation is live from each launch of its graph until freed; its own capture frees it once)",
+			b.size, b.mem.ptr)
+	}
+	return fillError(err, b.Device(), b.size, nil)
+}

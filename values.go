@@ -162,3 +162,10 @@ const (
 	// page's plot, package web). No category may take the name.
 	OtherCategories = "other categories"
 )
+
+// MaxCaptures is how many ended captures each device keeps, besides those
+// in progress, for [Graphs.Captures] and [Graphs.Capture]: the most
+// recently ended ones. A program that captures more graphs keeps the
+// [Capture] values it needs itself (read each with Graphs.Capture just
+// before it ends the capture).
+const MaxCaptures = 4096
