@@ -226,16 +226,21 @@ func (s *deviceTable) stateOf(ordinal int, make bool) *deviceState {
 // on first use where newState is not nil; nil where it was never made. A
 // slot holds values of one type, its owner's.
 func slotOf[T any](s *deviceTable, ordinal, i int, newState func() *T) *T {
-	st := s.stateOf(ordinal, newState != nil)
-	if st == nil {
-		return nil
+	if v := slot[T](s, ordinal, i); v != nil || newState == nil {
+		return v
 	}
-	p := &st.slots[i]
-	if v := p.Load(); v != nil || newState == nil {
-		return (*T)(v)
-	}
+	p := &s.stateOf(ordinal, true).slots[i]
 	p.CompareAndSwap(nil, unsafe.Pointer(newState())) // a loser's state is dropped unused
 	return (*T)(p.Load())
+}
+
+// slot returns what slot i of device ordinal of s holds, or nil: slotOf's
+// read, small enough to inline into the paths that read a slot.
+func slot[T any](s *deviceTable, ordinal, i int) *T {
+	if st := s.states.lookup(ordinal); st != nil {
+		return (*T)(st.slots[i].Load())
+	}
+	return nil
 }
 
 // setSlot puts v in slot i of device ordinal of s, which is in use.

@@ -220,7 +220,7 @@ const categoriesSlot = 3
 // categoriesOf returns the categories of device ordinal, nil where it has
 // none.
 func (s *deviceTable) categoriesOf(ordinal int) *categorySet {
-	return slotOf[categorySet](s, ordinal, categoriesSlot, nil)
+	return slot[categorySet](s, ordinal, categoriesSlot)
 }
 
 // list returns the categories' names and records, in the order they were

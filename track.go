@@ -139,8 +139,13 @@ func (t *Tracked) release(free func() error) (live bool, err error) {
 	var e addrEntry
 	indexed := false
 	if t.mem.ptr != 0 {
-		// A new Track of the address may have replaced the handle.
-		e, _, indexed = s.unindex(t.mem.ptr, t)
+		// A new Track of the address may have replaced the handle; the
+		// entry is kept to put back only where a free may fail.
+		ep := &e
+		if free == nil {
+			ep = nil
+		}
+		_, indexed = s.unindex(t.mem.ptr, t, ep)
 	}
 	if free != nil {
 		if err := free(); err != nil {
@@ -223,25 +228,31 @@ func (e *addrEntry) allocation(k Kind, ptr uintptr) allocation {
 }
 
 // unindex takes the count at ptr out of the address index where it is
-// h's (nil for a count without a handle), and returns it; found reports
-// whether a count is there, whose entry it returns where it is another's.
-// A handle's release (Tracked.release) and Kind.UntrackAddr take it out
-// before the memory is freed, so that the address may be tracked anew at
-// once, and put it back (reindex) if the free fails.
-func (s *deviceTable) unindex(ptr uintptr, h *Tracked) (e addrEntry, found, removed bool) {
+// h's (nil for a count without a handle), and, where e is not nil, copies
+// its entry into *e; found reports whether a count is there, whose entry
+// it copies where it is another's. A handle's release (Tracked.release)
+// and Kind.UntrackAddr take it out before the memory is freed, so that the
+// address may be tracked anew at once, and put it back (reindex) if the
+// free fails.
+func (s *deviceTable) unindex(ptr uintptr, h *Tracked, e *addrEntry) (found, removed bool) {
 	sh := s.addrs.Shard(ptr)
 	sh.Lock()
-	defer sh.Unlock()
 	i, ok := sh.Lookup(ptr)
 	if !ok {
-		return addrEntry{}, false, false
+		sh.Unlock()
+		return false, false
 	}
-	e = *sh.At(i)
-	if e.h != h {
-		return e, true, false
+	at := sh.At(i)
+	if e != nil {
+		*e = *at
+	}
+	if at.h != h {
+		sh.Unlock()
+		return true, false
 	}
 	sh.DeleteAt(i)
-	return e, true, true
+	sh.Unlock()
+	return true, true
 }
 
 // reindex puts e back at ptr after a free that failed, unless the address
@@ -288,7 +299,8 @@ func (k Kind) UntrackAddr(ptr uintptr, free func() error) (tracked bool, err err
 	if s == nil || ptr == 0 {
 		return false, nil
 	}
-	e, found, removed := s.unindex(ptr, nil)
+	var e addrEntry
+	found, removed := s.unindex(ptr, nil, &e)
 	if !found {
 		return false, nil
 	}
