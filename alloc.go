@@ -151,7 +151,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			a = new(allocation)
 			a.fillAddress(d, r)
 		}
-		h.allocated(a, l, r.stream, r.skip, r.from != fromAddress || r.handle)
+		h.allocated(a, l, r.stream, r.skip, r.handle)
 	}
 	if x.sh != nil {
 		// The count is indexed at the address that prepare claimed, with

@@ -44,12 +44,13 @@ import "unsafe"
 // hook is a feature that observes the allocations of a device while it
 // is on: allocated observes a, just counted in l, on stream for one in
 // stream order, and may put its mark on a. skip is the frames to leave out
-// of its site above the exported function's caller; owned is false for a
-// count at an address only (TrackAddr), whose allocation is the hooks'
-// own, and which no object holds. A hook that observes refusals or
+// of its site above the exported function's caller; handle says that an
+// allocation at an address (a.from is fromAddress) is a Tracked handle's
+// (Track), not a count at an address only (TrackAddr), whose allocation is
+// the hooks' own, and which no object holds. A hook that observes refusals or
 // releases as well is a refusalHook or a releaseHook.
 type hook interface {
-	allocated(a *allocation, l ledger, stream Stream, skip int, owned bool)
+	allocated(a *allocation, l ledger, stream Stream, skip int, handle bool)
 }
 
 // refusalHook is a hook that observes the refusals: of r with err, a
@@ -109,15 +110,17 @@ type reporter interface {
 // is never changed once published: deviceTable.setHook makes a new one.
 type hookSet struct {
 	slots    [numSlots]hook
-	allocs   []hook
+	first    hook   // the first hook on, called without a loop: one feature on costs one call
+	rest     []hook // the others
 	refusals []refusalHook
 	releases []releaseHook
 }
 
 // allocated, refused and released run the hooks (see hook).
-func (h *hookSet) allocated(a *allocation, l ledger, stream Stream, skip int, owned bool) {
-	for _, k := range h.allocs {
-		k.allocated(a, l, stream, skip, owned)
+func (h *hookSet) allocated(a *allocation, l ledger, stream Stream, skip int, handle bool) {
+	h.first.allocated(a, l, stream, skip, handle)
+	for _, k := range h.rest {
+		k.allocated(a, l, stream, skip, handle)
 	}
 }
 
@@ -163,7 +166,11 @@ func (s *deviceTable) updateHook(ordinal, i int, f func(old hook) hook) {
 			if x == nil {
 				continue
 			}
-			next.allocs = append(next.allocs, x)
+			if next.first == nil {
+				next.first = x
+			} else {
+				next.rest = append(next.rest, x)
+			}
 			if r, ok := x.(refusalHook); ok {
 				next.refusals = append(next.refusals, r)
 			}
@@ -171,7 +178,7 @@ func (s *deviceTable) updateHook(ordinal, i int, f func(old hook) hook) {
 				next.releases = append(next.releases, r)
 			}
 		}
-		if next.allocs == nil {
+		if next.first == nil {
 			return nil
 		}
 		return next
@@ -211,16 +218,14 @@ type (
 	claimerBox struct{ c claimer }
 )
 
-// endMarks hands the marks of a, the allocation at owner, released, back
-// to their markers, uncounted saying whether the ledger uncounted it.
-func (s *deviceTable) endMarks(a *allocation, uncounted bool, owner uintptr) {
-	st := s.states.lookup(int(a.ordinal)) // a feature marked a: the device has a state
-	if a.mark != nil {
-		st.marker.Load().m.end(a.mark, uncounted)
-	}
-	if a.entry != 0 {
-		st.claimer.Load().c.end(a.entry, owner)
-	}
+// markerOf and claimerOf return the markers of device ordinal, which
+// marked an allocation: it has a state. Both inline into the release path.
+func (s *deviceTable) markerOf(ordinal int) marker {
+	return s.states.lookup(ordinal).marker.Load().m
+}
+
+func (s *deviceTable) claimerOf(ordinal int) claimer {
+	return s.states.lookup(ordinal).claimer.Load().c
 }
 
 // claimMarks is the release's claim of a's entry with its device's marker,
@@ -233,14 +238,14 @@ func claimMarks(a *allocation, owner uintptr) bool {
 
 // claimEntry is claimMarks of an allocation with an entry.
 func claimEntry(a *allocation, owner uintptr) bool {
-	return tableOf(a.kind).states.lookup(int(a.ordinal)).claimer.Load().c.claim(a.entry, owner)
+	return tableOf(a.kind).claimerOf(int(a.ordinal)).claim(a.entry, owner)
 }
 
 // unclaimMarks gives back what claimMarks claimed, after a release that
 // failed.
 func unclaimMarks(a *allocation, owner uintptr) {
 	if a.entry != 0 {
-		tableOf(a.kind).states.lookup(int(a.ordinal)).claimer.Load().c.unclaim(a.entry, owner)
+		tableOf(a.kind).claimerOf(int(a.ordinal)).unclaim(a.entry, owner)
 	}
 }
 

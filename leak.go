@@ -405,8 +405,8 @@ func (dl *deviceLeaks) remove(w *watched) {
 // allocated watches a, the allocation of a Buffer or Tracked handle that
 // r asked for, marking it with its entry; a count at an address only,
 // which nothing would collect, is not watched.
-func (dl *deviceLeaks) allocated(a *allocation, _ ledger, _ Stream, _ int, owned bool) {
-	if owned {
+func (dl *deviceLeaks) allocated(a *allocation, _ ledger, _ Stream, _ int, handle bool) {
+	if a.from != fromAddress || handle {
 		a.entry = dl.watch(a)
 	}
 }

@@ -81,7 +81,7 @@ func FuzzLeakWatch(f *testing.F) {
 				if m == nil || !m.watched || m.state != modelLive {
 					continue
 				}
-				w := tableOf(m.b.kind).states.lookup(int(m.b.ordinal)).claimer.Load().c.(*deviceLeaks).ownEntry(m.b.entry, m.b.owner())
+				w := tableOf(m.b.kind).claimerOf(int(m.b.ordinal)).(*deviceLeaks).ownEntry(m.b.entry, m.b.owner())
 				require.NotNil(t, w)
 				collected(w)
 				switch {

@@ -86,8 +86,11 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 	if h := s.hooksOf(o); h != nil {
 		h.released(a.size, a.mark, a.cat, l, stream)
 	}
-	if a.marked() {
-		s.endMarks(a, err == nil, owner)
+	if a.mark != nil {
+		s.markerOf(o).end(a.mark, err == nil)
+	}
+	if a.entry != 0 {
+		s.claimerOf(o).end(a.entry, owner)
 	}
 	return true, err
 }
