@@ -135,32 +135,38 @@ func (t *Tracked) release(free func() error) (live bool, err error) {
 	if !t.claimState(claim) {
 		return false, t.refuseRelease()
 	}
+	// A new Track of the address may have replaced the handle.
 	s := tableOf(t.kind)
-	var e addrEntry
-	indexed := false
-	if t.mem.ptr != 0 {
-		// A new Track of the address may have replaced the handle; the
-		// entry is kept to put back only where a free may fail.
-		ep := &e
-		if free == nil {
-			ep = nil
+	if free == nil {
+		if t.mem.ptr != 0 {
+			s.unindex(t.mem.ptr, t, nil)
 		}
-		_, indexed = s.unindex(t.mem.ptr, t, ep)
-	}
-	if free != nil {
-		if err := free(); err != nil {
-			if indexed {
-				s.reindex(t.mem.ptr, e)
-			}
-			t.storeState(stateLive)
-			return true, err
-		}
-		t.storeState(stateFreed)
+	} else if err := t.freeWith(s, free); err != nil {
+		return true, err
 	}
 	// Cannot fail: the handle's bytes are part of what the record holds.
 	_, _ = s.release(&t.allocation, t.rec, how, DefaultStream, uintptr(unsafe.Pointer(&t.allocation)))
 	runtime.KeepAlive(t) // reachable until its leak cleanup is cancelled
 	return true, nil
+}
+
+// freeWith runs free, the caller's free of t's memory, with t out of the
+// address index, and puts t back in it, and back to live, if free fails.
+func (t *Tracked) freeWith(s *deviceTable, free func() error) error {
+	var e addrEntry
+	indexed := false
+	if t.mem.ptr != 0 {
+		_, indexed = s.unindex(t.mem.ptr, t, &e)
+	}
+	if err := free(); err != nil {
+		if indexed {
+			s.reindex(t.mem.ptr, e)
+		}
+		t.storeState(stateLive)
+		return err
+	}
+	t.storeState(stateFreed)
+	return nil
 }
 
 // refuseRelease says why a release refused t: it is released already.
@@ -237,22 +243,18 @@ func (e *addrEntry) allocation(k Kind, ptr uintptr) allocation {
 func (s *deviceTable) unindex(ptr uintptr, h *Tracked, e *addrEntry) (found, removed bool) {
 	sh := s.addrs.Shard(ptr)
 	sh.Lock()
-	i, ok := sh.Lookup(ptr)
-	if !ok {
-		sh.Unlock()
-		return false, false
+	if i, ok := sh.Lookup(ptr); ok {
+		at := sh.At(i)
+		if e != nil {
+			*e = *at
+		}
+		found, removed = true, at.h == h
+		if removed {
+			sh.DeleteAt(i)
+		}
 	}
-	at := sh.At(i)
-	if e != nil {
-		*e = *at
-	}
-	if at.h != h {
-		sh.Unlock()
-		return true, false
-	}
-	sh.DeleteAt(i)
 	sh.Unlock()
-	return true, true
+	return found, removed
 }
 
 // reindex puts e back at ptr after a free that failed, unless the address
