@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/nvml"
 )
 
 // cudaBackend allocates NVIDIA GPU memory through the CUDA driver API. The
@@ -28,7 +29,7 @@ type cudaBackend struct {
 	initErr  error
 	devs     []cudaDevice // one per device
 	sides    []deviceSide // the device-side figure of each device (heldFigure)
-	nvml     nvmlState    // the driver's per-process figures (processBackend)
+	nvml     nvml.Reader  // the driver's per-process figures (processBackend)
 	// captureMode is what AllocAsync does on a capturing stream: allocate
 	// in the capture's graph where the driver has graph memory nodes
 	// (cudadrv.GraphMem), else refuse.
