@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/held"
 	"github.com/memtrack/memtrack/internal/nvml"
 )
 
@@ -51,10 +52,52 @@ type cudaDevice struct {
 	// granule is the device's allocation granularity, in which the driver
 	// maps graph memory (graphGranule); 0 until the driver has said.
 	granule atomic.Int64
+	// pools holds the driver's answer to whether the device has memory
+	// pools, once it gave one: nil where it has, the error that says so
+	// where it has not (poolsSupported).
+	pools atomic.Pointer[error]
 }
 
 // retained holds a retained primary context.
 type retained struct{ ctx cuContext }
+
+// deviceSide is the device-side figure of one CUDA device (internal/held):
+// the bytes the device holds for this package's buffers, in which a buffer
+// freed with FreeAsync stays until its stream has executed the free, which
+// it learns of through cudaEvents.
+type deviceSide = held.Figure[cudadrv.Event, *cudaEvents]
+
+// cudaEvents is how the device-side figure of one device asks the driver
+// which frees in stream order have executed (held.Querier): the events
+// recorded after them, queried in the device's primary context in one cgo
+// call (cudadrv.StreamEvents.Query).
+type cudaEvents struct {
+	cudadrv.StreamEvents
+	b       *cudaBackend
+	ordinal int
+}
+
+// Query queries the events in the device's primary context; it returns
+// false where the device cannot be reached (it is lost, or its context
+// cannot be retained).
+func (q *cudaEvents) Query() bool {
+	_, ctx, err := q.b.device(q.ordinal, "event query")
+	if err != nil {
+		return false
+	}
+	q.StreamEvents.Query(ctx)
+	return true
+}
+
+// Reached returns how many of stream i's events the stream has reached,
+// and whether the driver's answer was a success.
+func (q *cudaEvents) Reached(i int) (int, bool) {
+	n, r := q.StreamEvents.Reached(i)
+	return n, r == cudadrv.Success
+}
+
+// Destroy destroys an event of a stream of another context.
+func (q *cudaEvents) Destroy(e cudadrv.Event) { cudadrv.EventDestroy(e) }
 
 func newCUDABackend() backend { return &cudaBackend{} }
 
@@ -66,7 +109,10 @@ func (b *cudaBackend) init() error {
 		for i := range b.devs {
 			b.devs[i].ordinal = i
 		}
-		b.sides = newSides(b.n)
+		b.sides = make([]deviceSide, b.n)
+		for i := range b.sides {
+			b.sides[i].Init(&cudaEvents{b: b, ordinal: i})
+		}
 		if b.initErr == nil && cudadrv.GraphMem() == nil {
 			b.captureMode = cudadrv.AllowCapture
 		}

@@ -3,14 +3,11 @@
 package memtrack
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
+	"github.com/memtrack/memtrack/internal/held"
 	"github.com/memtrack/memtrack/tracker"
-	"go.uber.org/atomic"
 )
 
 // Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) on each
@@ -41,82 +38,21 @@ import (
 // program enqueues its own work between two frees, which memtrack cannot
 // see, so that only an event right after a free says when that free ran.
 
-// deviceSide is the device-side figure of one CUDA device: what the device
-// holds for this package's buffers, with its peak. It counts every buffer
-// from the allocation's return; Free uncounts at its return, FreeAsync once
-// the stream has executed the free.
-type deviceSide struct {
-	held   tracker.Counter
-	pooled atomic.Int64 // the part of held that stream-ordered buffers take
+// The device-side figure of each CUDA device is a held.Figure (deviceSide,
+// backend_cuda.go): this file gives it the frees of FreeAsync with their
+// events, and the backend's heldFigure capability reads it.
 
-	// pending holds the frees awaiting their events that no reap has taken
-	// yet: pushed by FreeAsync, taken whole by reap (so no node is ever
-	// popped alone, and a stack needs no lock).
-	pending  atomic.Pointer[retireNode]
-	npending atomic.Int64 // the frees awaiting their events: in pending, or in waiting
-	reapAt   atomic.Int64 // FreeAsync reaps at this many pending (at least pendingBound), set by reap
-
-	// reapMu lets one reap run at a time, and guards what the reaps keep:
-	// waiting, the frees taken from pending whose streams had not reached
-	// their events, by stream and in each stream's order, and the events
-	// of the queries.
-	reapMu  sync.Mutex
-	waiting []*retireNode
-	queries cudadrv.StreamEvents
-
-	spareMu sync.Mutex
-	spare   []*retireNode // frees retired, with their events, reached, for reuse
-
-	// pools holds the driver's answer to whether the device has memory
-	// pools, once it gave one: nil where it has, the error that says so
-	// where it has not.
-	pools atomic.Pointer[error]
-}
-
-// retireNode is one free awaiting its event.
-type retireNode struct {
-	next    *retireNode
-	event   cudadrv.Event
-	stream  streamKey
-	seq     uint64 // the event's number, which rises along its stream's order
-	size    int64
-	foreign bool // the event is of another context than the device's primary one
-}
-
-// streamKey names the stream of a free: its handle, in the stream's
-// context (a default stream's handle names one stream per context), the
-// legacy default stream by 0 whichever of its two handles named it. A
-// handle names one stream at a time for the frees pending on it: a
-// destroyed stream's resources are released once the device has completed
-// its work (cuStreamDestroy), so that a stream created later with the same
-// handle finds every event of the old one reached.
-type streamKey struct {
-	ctx    cuContext
-	handle uintptr
-}
-
-// ordered reports whether the events of the stream k names are reached in
-// the order of their numbers: not those of the per-thread default stream,
-// whose handle names another stream on each thread.
-func (k streamKey) ordered() bool { return k.handle != cudadrv.StreamPerThread }
-
-func keyOf(ctx cuContext, stream Stream) streamKey {
+// keyOf names the stream of a free for the device-side figure: its handle
+// in the stream's context ctx (a default stream's handle names one stream
+// per context), the legacy default stream by 0 whichever of its two handles
+// named it; the per-thread default stream, whose handle names another
+// stream on each thread, is not ordered.
+func keyOf(ctx cuContext, stream Stream) held.Stream {
 	h := uintptr(stream)
 	if h == cudadrv.StreamLegacy {
 		h = 0
 	}
-	return streamKey{ctx, h}
-}
-
-// byStream orders frees by stream, then in each stream's order.
-func byStream(a, b *retireNode) int {
-	if c := cmp.Compare(a.stream.ctx, b.stream.ctx); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.stream.handle, b.stream.handle); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.seq, b.seq)
+	return held.Stream{Context: uintptr(ctx), Handle: h, Ordered: h != cudadrv.StreamPerThread}
 }
 
 // side returns the device-side figure of device ordinal, or nil if there
@@ -128,52 +64,18 @@ func (b *cudaBackend) side(ordinal int) *deviceSide {
 	return &b.sides[ordinal]
 }
 
-// newSides makes the device-side figures of n devices, as the backend
-// initialises.
-func newSides(n int) []deviceSide { return make([]deviceSide, n) }
-
-// add adds size bytes, allocated on device ordinal, to the device-side
-// figure. Uncounting the frees known to have executed (reap) can only lower
-// the figure, so it must come first only where the addition raises the
-// peak: an addition that stays within the peak is made without it, in one
-// compare-and-swap against the peak, and only where that fails (or the
-// figures show it would) are the frees reaped (one cgo call) before the
-// addition that raises the peak.
-func (sd *deviceSide) add(b *cudaBackend, ordinal int, size int64) {
-	// With peak scopes open (PeakScope), every addition may raise one of
-	// theirs, so the frees are reaped first.
-	if cur, peak := sd.held.Load(); size <= peak-cur && !sd.held.HasOpenScopes() && sd.held.AllocWithin(size, peak) == nil {
-		return
-	}
-	sd.reap(b, ordinal)
-	_ = sd.held.Alloc(size) // cannot fail: the record already holds size
-}
-
-// drop takes size bytes from the device-side figure, and from its part
-// that stream-ordered buffers take where pooled: a Free's, at once, and a
-// FreeAsync's, once its stream has executed it.
-func (sd *deviceSide) drop(size int64, pooled bool) {
-	_ = sd.held.Free(size) // cannot fail: the figure holds the buffer's bytes
-	if pooled {
-		sd.pooled.Add(-size)
-	}
-}
-
 // The device-side figure is the CUDA backend's capability (heldFigure),
 // which deviceTable.held holds.
 
 func (b *cudaBackend) heldAdd(ordinal int, size int64, pooled bool) {
 	if sd := b.side(ordinal); sd != nil {
-		sd.add(b, ordinal, size) // the peak leaves out what is known freed
-		if pooled {
-			sd.pooled.Add(size)
-		}
+		sd.Add(size, pooled) // the peak leaves out what is known freed
 	}
 }
 
 func (b *cudaBackend) heldDrop(ordinal int, size int64, pooled bool) {
 	if sd := b.side(ordinal); sd != nil {
-		sd.drop(size, pooled)
+		sd.Drop(size, pooled)
 	}
 }
 
@@ -182,8 +84,7 @@ func (b *cudaBackend) held(ordinal int) (cur, peak int64) {
 	if sd == nil {
 		return 0, 0
 	}
-	sd.reap(b, ordinal)
-	return sd.held.Load()
+	return sd.Load()
 }
 
 // resetHeldPeak sets the device-side peak of device ordinal to its current
@@ -191,8 +92,7 @@ func (b *cudaBackend) held(ordinal int) (cur, peak int64) {
 // memory, where it has them, as the driver resets them.
 func (b *cudaBackend) resetHeldPeak(ordinal int) {
 	if sd := b.side(ordinal); sd != nil {
-		sd.reap(b, ordinal)
-		sd.held.ResetPeak()
+		sd.ResetPeak()
 		if pool, err := b.pool(ordinal); err == nil {
 			cudadrv.PoolResetHighs(pool)
 		}
@@ -208,8 +108,7 @@ func (b *cudaBackend) openHeldScope(ordinal int) *tracker.Scope {
 	if sd == nil {
 		return nil
 	}
-	sd.reap(b, ordinal)
-	return sd.held.OpenScope()
+	return sd.OpenScope()
 }
 
 // heldScopePeak reads the peak of a scope of openHeldScope after learning
@@ -218,10 +117,8 @@ func (b *cudaBackend) heldScopePeak(ordinal int, sc *tracker.Scope) int64 {
 	if sc == nil {
 		return 0
 	}
-	if !sc.Closed() {
-		if sd := b.side(ordinal); sd != nil {
-			sd.reap(b, ordinal)
-		}
+	if sd := b.side(ordinal); sd != nil {
+		return sd.ScopePeak(sc)
 	}
 	return sc.Peak()
 }
@@ -231,134 +128,11 @@ func (b *cudaBackend) closeHeldScope(ordinal int, sc *tracker.Scope) error {
 	if sc == nil {
 		return nil
 	}
-	if !sc.Closed() {
-		if sd := b.side(ordinal); sd != nil {
-			sd.reap(b, ordinal)
-		}
+	if sd := b.side(ordinal); sd != nil {
+		return sd.CloseScope(sc)
 	}
 	_, err := sc.Close()
 	return err
-}
-
-// reap uncounts the pending frees whose streams have executed them, and
-// keeps the others pending. It asks each stream with frees pending, in one
-// cgo call (cudadrv.StreamEvents.Query): the newest event first, which
-// retires all of them where the stream has reached it, and otherwise the
-// first one not reached, by bisection. A query that fails (the event or its
-// context is gone) retires the free too: nothing would ever reach it.
-func (sd *deviceSide) reap(b *cudaBackend, ordinal int) {
-	if sd.npending.Load() == 0 {
-		if sd.reapAt.Load() != 0 {
-			sd.reapAt.Store(0)
-		}
-		return
-	}
-	sd.reapMu.Lock()
-	sd.reapLocked(b, ordinal)
-	sd.reapMu.Unlock()
-}
-
-// reapLocked is reap, with reapMu held.
-func (sd *deviceSide) reapLocked(b *cudaBackend, ordinal int) {
-	// FreeAsync reaps next at twice what this reap leaves, so that a
-	// stream far behind is not queried at every free, and a reap that
-	// leaves little brings the bound back down.
-	defer func() { sd.reapAt.Store(2 * sd.npending.Load()) }()
-	w := sd.waiting
-	k := len(w)
-	for n := sd.pending.Swap(nil); n != nil; n = n.next {
-		w = append(w, n)
-	}
-	if len(w) == 0 {
-		return
-	}
-	// The stack gives the newest first: reversed, the frees of one stream
-	// that one thread pushed come in their stream's order, after those
-	// that waited already, and the frees need no sort.
-	slices.Reverse(w[k:])
-	if !slices.IsSortedFunc(w, byStream) {
-		slices.SortFunc(w, byStream)
-	}
-	q := &sd.queries
-	q.Reset()
-	for i, n := range w {
-		q.Add(n.event)
-		if i+1 == len(w) || w[i+1].stream != n.stream || !n.stream.ordered() {
-			q.EndStream()
-		}
-	}
-	_, ctx, err := b.device(ordinal, "event query")
-	if err == nil {
-		q.Query(ctx)
-	}
-	kept, start, retired, bytes := w[:0], 0, int64(0), int64(0)
-	for i := range q.Streams() {
-		end := start + q.Len(i)
-		reached, r := end-start, cudadrv.Success // a lost device: nothing would ever reach them, retired
-		if err == nil {
-			reached, r = q.Reached(i)
-		}
-		for _, n := range w[start : start+reached] {
-			retired++
-			bytes += n.size
-			sd.retire(n, r)
-		}
-		kept = append(kept, w[start+reached:end]...)
-		start = end
-	}
-	clear(w[len(kept):]) // the retired, held by the slice no more
-	sd.waiting = kept
-	sd.npending.Add(-retired)
-	sd.drop(bytes, true)
-}
-
-// retire ends the wait of free n, whose stream has reached its event (r
-// Success) or whose query failed (r the error): an event of the device's
-// primary context is kept, with n, for the next FreeAsync; one of another
-// context is destroyed; one whose query failed is left alone.
-func (sd *deviceSide) retire(n *retireNode, r cudadrv.Result) {
-	switch {
-	case n.foreign:
-		cudadrv.EventDestroy(n.event)
-	case r == cudadrv.Success:
-		*n = retireNode{event: n.event}
-		sd.putSpare(n)
-	}
-}
-
-// pendingBound is how many frees may wait for their events before
-// FreeAsync reaps them itself.
-const pendingBound = 64
-
-func (sd *deviceSide) push(n *retireNode) {
-	for {
-		n.next = sd.pending.Load()
-		if sd.pending.CompareAndSwap(n.next, n) {
-			return
-		}
-	}
-}
-
-// putSpare keeps n, with its event of the device's primary context, for
-// reuse.
-func (sd *deviceSide) putSpare(n *retireNode) {
-	sd.spareMu.Lock()
-	sd.spare = append(sd.spare, n)
-	sd.spareMu.Unlock()
-}
-
-// takeSpare returns a node with an event reached before, or nil.
-func (sd *deviceSide) takeSpare() *retireNode {
-	sd.spareMu.Lock()
-	defer sd.spareMu.Unlock()
-	k := len(sd.spare)
-	if k == 0 {
-		return nil
-	}
-	n := sd.spare[k-1]
-	sd.spare[k-1] = nil
-	sd.spare = sd.spare[:k-1]
-	return n
 }
 
 // Stream-ordered allocation and the memory pools are the CUDA backend's
@@ -372,19 +146,19 @@ func (sd *deviceSide) takeSpare() *retireNode {
 // and the call goes on to the driver, which refuses it: AllocAsync then
 // fails, counted, as Alloc does.
 func (b *cudaBackend) poolsSupported(ordinal int) error {
-	sd := b.side(ordinal)
-	if sd == nil {
+	if b.init() != nil || ordinal < 0 || ordinal >= len(b.devs) {
 		return fmt.Errorf("%w: cuda:%d has no CUDA memory pool", ErrNotSupported, ordinal)
 	}
-	if p := sd.pools.Load(); p != nil {
+	dev := b.dev(ordinal)
+	if p := dev.pools.Load(); p != nil {
 		return *p
 	}
 	answered, err := poolsSupported(Device{kind: KindCUDA, ordinal: ordinal})
 	if !answered {
 		return nil
 	}
-	sd.pools.CompareAndSwap(nil, &err)
-	return *sd.pools.Load()
+	dev.pools.CompareAndSwap(nil, &err)
+	return *dev.pools.Load()
 }
 
 // allocInCapture is allocAsync where stream captures a graph, and
@@ -472,20 +246,20 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if err != nil {
 		return fillError(err, d, size, nil)
 	}
-	n := sd.takeSpare() // a node, and its event, to reuse
+	n := sd.TakeSpare() // a free retired, and its event, to reuse
 	var event cudadrv.Event
 	if n != nil {
-		event = n.event
+		event = n.Event
 	}
 	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), event)
 	if n != nil && f.SpareUnused {
-		sd.putSpare(n) // the stream's context needs an event of its own
+		sd.PutSpare(n) // the stream's context needs an event of its own
 		n = nil
 	}
 	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
 		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
 		if n != nil {
-			sd.putSpare(n)
+			sd.PutSpare(n)
 		}
 		return refusedStream("FreeAsync", d, stream, f)
 	}
@@ -493,31 +267,21 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	// thread's context is logged and counted there, and the free stands.
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
 		if n != nil {
-			sd.putSpare(n)
+			sd.PutSpare(n)
 		}
 		return fillError(err, d, size, nil)
 	}
 	if n == nil {
-		n = new(retireNode)
+		n = new(held.Free[cudadrv.Event])
 	}
-	*n = retireNode{event: f.Event, stream: keyOf(f.StreamCtx, stream), seq: f.Seq, size: size, foreign: f.Foreign}
+	*n = held.Free[cudadrv.Event]{Event: f.Event, Stream: keyOf(f.StreamCtx, stream), Seq: f.Seq, Size: size, Foreign: f.Foreign}
 	// The free is enqueued: count it, then learn when it executes.
 	if f.Retired {
 		// The event could not be recorded; the stream was synchronized.
-		sd.drop(size, true)
-		if !f.Event.IsZero() {
-			sd.retire(n, cudadrv.Success) // never recorded: reached
-		}
+		sd.Executed(n)
 		return nil
 	}
-	sd.push(n)
-	if sd.npending.Add(1) >= max(sd.reapAt.Load(), pendingBound) && sd.reapMu.TryLock() {
-		// Nothing else may read the figures for a while: keep the frees
-		// waiting, and their events, bounded (reap sets the next bound).
-		// Where another reap runs, it does that.
-		sd.reapLocked(b, ordinal)
-		sd.reapMu.Unlock()
-	}
+	sd.Enqueue(n) // where frees pile up unread, it learns of those executed
 	return nil
 }
 
@@ -609,7 +373,7 @@ func (b *cudaBackend) poolStats(ordinal int) (PoolStats, error) {
 // that stream-ordered buffers take.
 func (b *cudaBackend) pooled(ordinal int) int64 {
 	if sd := b.side(ordinal); sd != nil {
-		return sd.pooled.Load()
+		return sd.Pooled()
 	}
 	return 0
 }
