@@ -72,27 +72,36 @@ type deviceSide = held.Figure[cudadrv.Event, *cudaEvents]
 // recorded after them, queried in the device's primary context in one cgo
 // call (cudadrv.StreamEvents.Query).
 type cudaEvents struct {
-	cudadrv.StreamEvents
 	b       *cudaBackend
 	ordinal int
+	q       cudadrv.StreamEvents // the last query's
 }
 
-// Query queries the events in the device's primary context; it returns
-// false where the device cannot be reached (it is lost, or its context
-// cannot be retained).
-func (q *cudaEvents) Query() bool {
+// Query queries the events of each stream, events[ends[i-1]:ends[i]], in
+// the device's primary context; it returns false where the device cannot
+// be reached (it is lost, or its context cannot be retained).
+func (q *cudaEvents) Query(events []cudadrv.Event, ends []int) bool {
 	_, ctx, err := q.b.device(q.ordinal, "event query")
 	if err != nil {
 		return false
 	}
-	q.StreamEvents.Query(ctx)
+	q.q.Reset()
+	start := 0
+	for _, end := range ends {
+		for _, e := range events[start:end] {
+			q.q.Add(e)
+		}
+		q.q.EndStream()
+		start = end
+	}
+	q.q.Query(ctx)
 	return true
 }
 
 // Reached returns how many of stream i's events the stream has reached,
 // and whether the driver's answer was a success.
 func (q *cudaEvents) Reached(i int) (int, bool) {
-	n, r := q.StreamEvents.Reached(i)
+	n, r := q.q.Reached(i)
 	return n, r == cudadrv.Success
 }
 

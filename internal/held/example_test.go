@@ -13,31 +13,30 @@ type event int
 // querier is a driver whose one stream has run the frees up to ran.
 type querier struct {
 	ran     event
-	events  []event
-	ends    []int
+	reached []int // of the last query, for each stream
 	queries int
 }
 
-func (q *querier) Reset()          { q.events, q.ends = q.events[:0], q.ends[:0] }
-func (q *querier) Add(e event)     { q.events = append(q.events, e) }
-func (q *querier) EndStream()      { q.ends = append(q.ends, len(q.events)) }
-func (q *querier) Query() bool     { q.queries++; return true }
-func (q *querier) Destroy(e event) {}
-
-func (q *querier) Reached(i int) (int, bool) {
+func (q *querier) Query(events []event, ends []int) bool {
+	q.queries++
+	q.reached = q.reached[:0]
 	start := 0
-	if i > 0 {
-		start = q.ends[i-1]
-	}
-	n := 0
-	for _, e := range q.events[start:q.ends[i]] {
-		if e > q.ran {
-			break
+	for _, end := range ends {
+		n := 0
+		for _, e := range events[start:end] {
+			if e > q.ran {
+				break
+			}
+			n++
 		}
-		n++
+		q.reached = append(q.reached, n)
+		start = end
 	}
-	return n, true
+	return true
 }
+
+func (q *querier) Reached(i int) (int, bool) { return q.reached[i], true }
+func (q *querier) Destroy(e event)           {}
 
 // An adapter counts an allocation with Add, a free that returns the memory
 // at once with Drop, and a free in stream order with Enqueue, the event it

@@ -96,14 +96,12 @@ func (d *fakeDevice) answered(e int) (reached, failed bool) {
 // fakeQuerier is a Figure's Querier of a fakeDevice. For each stream it
 // answers how many of the stream's events, from the oldest, are reached or
 // failing, and false where one of those failed. It checks what the Querier's
-// contract asks of the Figure: no free without an event, no stream ended
-// empty (and the race detector, that no two reaps use it at once).
+// contract asks of the Figure: no free without an event, no stream empty
+// (and the race detector, that no two reaps use it at once).
 type fakeQuerier struct {
-	t      testing.TB
-	d      *fakeDevice
-	events []int
-	ends   []int
-	out    []answer
+	t   testing.TB
+	d   *fakeDevice
+	out []answer
 
 	// What the test reads, under d.mu.
 	queries   int     // Query calls
@@ -116,41 +114,25 @@ type answer struct {
 	ok bool
 }
 
-func (q *fakeQuerier) Reset() {
-	q.events, q.ends, q.out = q.events[:0], q.ends[:0], q.out[:0]
-}
-
-func (q *fakeQuerier) Add(e int) {
-	if e == 0 {
-		q.t.Error("a free without an event was asked about")
-	}
-	q.events = append(q.events, e)
-}
-
-func (q *fakeQuerier) EndStream() {
-	start := 0
-	if len(q.ends) > 0 {
-		start = q.ends[len(q.ends)-1]
-	}
-	if len(q.events) == start {
-		q.t.Error("a stream ended empty")
-		return
-	}
-	q.ends = append(q.ends, len(q.events))
-}
-
-func (q *fakeQuerier) Query() bool {
+func (q *fakeQuerier) Query(events []int, ends []int) bool {
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
 	if q.d.lost {
 		return false
 	}
 	q.queries++
-	q.asked = q.asked[:0]
+	q.asked, q.out = q.asked[:0], q.out[:0]
 	start := 0
-	for _, end := range q.ends {
+	for _, end := range ends {
+		if end <= start || end > len(events) {
+			q.t.Errorf("a stream of events[%d:%d], of %d", start, end, len(events))
+			return false
+		}
 		a := answer{ok: true}
-		for _, e := range q.events[start:end] {
+		if slices.Contains(events[start:end], 0) {
+			q.t.Error("a free without an event was asked about")
+		}
+		for _, e := range events[start:end] {
 			reached, failed := q.d.answered(e)
 			if !reached {
 				break
@@ -159,8 +141,11 @@ func (q *fakeQuerier) Query() bool {
 			a.ok = a.ok && !failed
 		}
 		q.out = append(q.out, a)
-		q.asked = append(q.asked, slices.Clone(q.events[start:end]))
+		q.asked = append(q.asked, slices.Clone(events[start:end]))
 		start = end
+	}
+	if start != len(events) {
+		q.t.Errorf("events past the last stream: %d of %d", start, len(events))
 	}
 	return true
 }

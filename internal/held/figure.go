@@ -29,10 +29,12 @@ type Figure[E comparable, Q Querier[E]] struct {
 
 	// reapMu lets one reap run at a time, and guards what the reaps keep:
 	// waiting, the frees taken from pending whose streams had not reached
-	// their events, by stream and in each stream's order, and the querier,
-	// which holds the events of the last query.
+	// their events, by stream and in each stream's order, and the events
+	// of the last query, with where each stream's end, for reuse.
 	reapMu  sync.Mutex
 	waiting []*Free[E]
+	events  []E
+	ends    []int
 	queries Q
 
 	spareMu sync.Mutex

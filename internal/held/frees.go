@@ -6,25 +6,18 @@ import (
 )
 
 // Querier is how a [Figure] learns that its frees in stream order have
-// executed: a set of events recorded on streams, grouped by stream, each
-// stream's in the order the stream reaches them, bound to the device whose
-// figure it is (the driver's context to ask in). The Figure calls it with
-// one reap at a time, and keeps it from one reap to the next, so that its
-// buffers are reused.
+// executed: the driver's queries of events recorded on streams, bound to
+// the device whose figure it is (the driver's context to ask in). The
+// Figure calls it with one reap at a time.
 type Querier[E comparable] interface {
-	// Reset empties the set.
-	Reset()
-	// Add adds e, the next event of the stream being added; EndStream
-	// ends that stream, and the next Add starts another. No stream is
-	// ended empty.
-	Add(e E)
-	EndStream()
-	// Query asks the driver, in one call, how far each stream has come
-	// through its events: the newest first, every older one being reached
-	// where it is. It returns false where the device cannot be asked (it
-	// is lost): nothing will run on it again, and every event counts as
-	// reached.
-	Query() bool
+	// Query asks the driver, in one call, how far each of some streams
+	// has come through its events: stream i's are events[ends[i-1]:ends[i]]
+	// (from 0 for the first), none empty, in the order the stream reaches
+	// them. It asks each stream's newest first, every older one being
+	// reached where it is. It returns false where the device cannot be
+	// asked (it is lost): nothing will run on it again, and every event
+	// counts as reached. The slices are the Figure's, and not to be kept.
+	Query(events []E, ends []int) bool
 	// Reached returns how many of stream i's events, from the oldest, the
 	// stream has reached, as Query found, and false where a query failed
 	// (the event or its context is gone): those count as reached, and
@@ -166,23 +159,22 @@ func (f *Figure[E, Q]) reapLocked() {
 	if !slices.IsSortedFunc(w, byStream[E]) {
 		slices.SortFunc(w, byStream[E])
 	}
-	q := f.queries
-	q.Reset()
-	for start := 0; start < len(w); {
-		end := streamEnd(w, start)
-		for _, n := range w[start:end] {
-			q.Add(n.Event)
+	// The frees of one Ordered stream are asked about together, each of
+	// another alone.
+	events, ends := f.events[:0], f.ends[:0]
+	for i, n := range w {
+		events = append(events, n.Event)
+		if i+1 == len(w) || w[i+1].Stream != n.Stream || !n.Stream.Ordered {
+			ends = append(ends, len(events))
 		}
-		q.EndStream()
-		start = end
 	}
-	asked := q.Query()
-	kept, retired, bytes := w[:0], int64(0), int64(0)
-	for i, start := 0, 0; start < len(w); i++ {
-		end := streamEnd(w, start)
+	f.events, f.ends = events, ends
+	asked := f.queries.Query(events, ends)
+	kept, start, retired, bytes := w[:0], 0, int64(0), int64(0)
+	for i, end := range ends {
 		reached, ok := end-start, true // a lost device: nothing would ever reach them, retired
 		if asked {
-			reached, ok = q.Reached(i)
+			reached, ok = f.queries.Reached(i)
 			reached = min(max(reached, 0), end-start)
 		}
 		for _, n := range w[start : start+reached] {
@@ -197,18 +189,6 @@ func (f *Figure[E, Q]) reapLocked() {
 	f.waiting = kept
 	f.npending.Add(-retired)
 	f.Drop(bytes, true)
-}
-
-// streamEnd returns where, in w, the frees asked about together with
-// w[start] end: those of its stream, where it is Ordered, else w[start]
-// alone.
-func streamEnd[E comparable](w []*Free[E], start int) int {
-	s := w[start].Stream
-	end := start + 1
-	for s.Ordered && end < len(w) && w[end].Stream == s {
-		end++
-	}
-	return end
 }
 
 // retire ends the wait of free n, whose stream has reached its event (ok)
