@@ -85,16 +85,7 @@ func (q *cudaEvents) Query(events []cudadrv.Event, ends []int) bool {
 	if err != nil {
 		return false
 	}
-	q.q.Reset()
-	start := 0
-	for _, end := range ends {
-		for _, e := range events[start:end] {
-			q.q.Add(e)
-		}
-		q.q.EndStream()
-		start = end
-	}
-	q.q.Query(ctx)
+	q.q.Query(ctx, events, ends)
 	return true
 }
 

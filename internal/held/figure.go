@@ -17,8 +17,7 @@ import (
 // A zero Figure must be given its Querier ([Figure.Init]) before any other
 // call, and must not be copied after.
 type Figure[E comparable, Q Querier[E]] struct {
-	held   tracker.Counter
-	pooled atomic.Int64 // the part of held that stream-ordered buffers take
+	counts
 
 	// pending holds the frees awaiting their events that no reap has taken
 	// yet: pushed by Enqueue, taken whole by reap (so no node is ever
@@ -30,7 +29,7 @@ type Figure[E comparable, Q Querier[E]] struct {
 	// reapMu lets one reap run at a time, and guards what the reaps keep:
 	// waiting, the frees taken from pending whose streams had not reached
 	// their events, by stream and in each stream's order, and the events
-	// of the last query, with where each stream's end, for reuse.
+	// of the last query with where each stream's end, for reuse.
 	reapMu  sync.Mutex
 	waiting []*Free[E]
 	events  []E
@@ -39,6 +38,14 @@ type Figure[E comparable, Q Querier[E]] struct {
 
 	spareMu sync.Mutex
 	spare   []*Free[E] // frees retired, with their events, reached, for reuse
+}
+
+// counts is the figure and its pooled part: the part of a Figure that
+// names no type parameter, so that the methods on it (Drop, Pooled) are
+// called directly, with no dictionary of the Figure's instance.
+type counts struct {
+	held   tracker.Counter
+	pooled atomic.Int64 // the part of held that stream-ordered buffers take
 }
 
 // Init gives f, a zero Figure, the querier through which it learns that
@@ -69,10 +76,10 @@ func (f *Figure[E, Q]) Add(size int64, pooled bool) {
 // stream-ordered buffers take where pooled: a free's that returned the
 // memory at once, or a free's in stream order, once its stream has executed
 // it.
-func (f *Figure[E, Q]) Drop(size int64, pooled bool) {
-	_ = f.held.Free(size) // cannot fail: the figure holds the buffer's bytes
+func (c *counts) Drop(size int64, pooled bool) {
+	_ = c.held.Free(size) // cannot fail: the figure holds the buffer's bytes
 	if pooled {
-		f.pooled.Add(-size)
+		c.pooled.Add(-size)
 	}
 }
 
@@ -85,7 +92,7 @@ func (f *Figure[E, Q]) Load() (cur, peak int64) {
 
 // Pooled returns the part of the figure that stream-ordered buffers take,
 // as it stands: without learning of executed frees.
-func (f *Figure[E, Q]) Pooled() int64 { return f.pooled.Load() }
+func (c *counts) Pooled() int64 { return c.pooled.Load() }
 
 // ResetPeak sets the peak to the figure, after uncounting the frees known
 // to have executed.

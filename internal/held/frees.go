@@ -43,9 +43,13 @@ type Stream struct {
 	// Ordered says that the stream reaches the events of its frees in the
 	// order of their numbers (Free.Seq): not so on CUDA's per-thread
 	// default stream, whose handle names another stream on each thread.
-	// The frees of a stream not Ordered are asked about one by one.
+	// The frees of a stream not Ordered are asked about one by one. It is
+	// the stream's: the same for every free of one Context and Handle.
 	Ordered bool
 }
+
+// same reports whether s and t name one stream.
+func (s Stream) same(t Stream) bool { return s.Context == t.Context && s.Handle == t.Handle }
 
 // Free is one buffer freed in stream order, awaiting the event recorded
 // after the free on its stream. The adapter fills it in, in a Free of
@@ -116,7 +120,7 @@ func (f *Figure[E, Q]) Executed(n *Free[E]) {
 	f.Drop(n.Size, true)
 	var none E
 	if n.Event != none {
-		f.retire(n, true)
+		f.retire([]*Free[E]{n}, true)
 	}
 }
 
@@ -164,8 +168,8 @@ func (f *Figure[E, Q]) reapLocked() {
 	events, ends := f.events[:0], f.ends[:0]
 	for i, n := range w {
 		events = append(events, n.Event)
-		if i+1 == len(w) || w[i+1].Stream != n.Stream || !n.Stream.Ordered {
-			ends = append(ends, len(events))
+		if i+1 == len(w) || !w[i+1].Stream.same(n.Stream) || !n.Stream.Ordered {
+			ends = append(ends, i+1)
 		}
 	}
 	f.events, f.ends = events, ends
@@ -177,11 +181,12 @@ func (f *Figure[E, Q]) reapLocked() {
 			reached, ok = f.queries.Reached(i)
 			reached = min(max(reached, 0), end-start)
 		}
-		for _, n := range w[start : start+reached] {
-			retired++
+		done := w[start : start+reached]
+		for _, n := range done {
 			bytes += n.Size
-			f.retire(n, ok)
 		}
+		retired += int64(len(done))
+		f.retire(done, ok)
 		kept = append(kept, w[start+reached:end]...)
 		start = end
 	}
@@ -191,18 +196,29 @@ func (f *Figure[E, Q]) reapLocked() {
 	f.Drop(bytes, true)
 }
 
-// retire ends the wait of free n, whose stream has reached its event (ok)
-// or whose query failed: an event of the device's own context is kept,
-// with n, for the next free; one of another context is destroyed; one whose
-// query failed is left alone.
-func (f *Figure[E, Q]) retire(n *Free[E], ok bool) {
-	switch {
-	case n.Foreign:
-		f.queries.Destroy(n.Event)
-	case ok:
-		*n = Free[E]{Event: n.Event}
-		f.PutSpare(n)
+// retire ends the wait of frees, whose stream has reached their events
+// (ok) or whose query failed: an event of the device's own context is
+// kept, with its Free, for the next frees; one of another context is
+// destroyed; one whose query failed is left alone.
+func (f *Figure[E, Q]) retire(frees []*Free[E], ok bool) {
+	for _, n := range frees {
+		if n.Foreign {
+			f.queries.Destroy(n.Event)
+		}
 	}
+	if !ok || len(frees) == 0 {
+		return
+	}
+	// Once kept, a Free is another goroutine's to take (TakeSpare): it is
+	// read no more here.
+	f.spareMu.Lock()
+	for _, n := range frees {
+		if !n.Foreign {
+			*n = Free[E]{Event: n.Event}
+			f.spare = append(f.spare, n)
+		}
+	}
+	f.spareMu.Unlock()
 }
 
 // byStream orders frees by stream, then in each stream's order.
