@@ -17,14 +17,17 @@ import (
 // A zero Figure must be given its Querier ([Figure.Init]) before any other
 // call, and must not be copied after.
 type Figure[E comparable, Q Querier[E]] struct {
+	// The 64-bit words come first: the counter's alignment puts them on
+	// 8-byte boundaries on 32-bit platforms too, which go.uber.org/atomic's
+	// Int64 does not ask for itself.
 	counts
+	npending atomic.Int64 // the frees awaiting their events: in pending, or in waiting
+	reapAt   atomic.Int64 // Enqueue reaps at this many pending (at least PendingBound), set by reap
 
 	// pending holds the frees awaiting their events that no reap has taken
 	// yet: pushed by Enqueue, taken whole by reap (so no node is ever
 	// popped alone, and a stack needs no lock).
-	pending  atomic.Pointer[Free[E]]
-	npending atomic.Int64 // the frees awaiting their events: in pending, or in waiting
-	reapAt   atomic.Int64 // Enqueue reaps at this many pending (at least PendingBound), set by reap
+	pending atomic.Pointer[Free[E]]
 
 	// reapMu lets one reap run at a time, and guards what the reaps keep:
 	// waiting, the frees taken from pending whose streams had not reached
