@@ -31,6 +31,7 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/internal/captures",  // the CUDA graph captures' bookkeeping
 	"go.uber.org/atomic",
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver, loaded at run time
+	"github.com/memtrack/memtrack/internal/held",    // under -tags cuda: the device-side figure, with the stream-ordered frees pending
 	"github.com/memtrack/memtrack/internal/nvml",    // under -tags cuda: NVML, the per-process figures, loaded at run time
 }
 
