@@ -321,7 +321,7 @@ func (d Device) takeInCapture(s *deviceTable, r *request) (*Buffer, error) {
 		if u, ok := err.(uncounted); ok {
 			return nil, d.invalidatedBy(s, r, u.err)
 		}
-		return nil, err
+		return nil, fillError(err, d, r.size, nil)
 	}
 	if id == 0 {
 		return nil, nil
@@ -336,10 +336,10 @@ func (d Device) takeInCapture(s *deviceTable, r *request) (*Buffer, error) {
 func (d Device) invalidatedBy(s *deviceTable, r *request, err error) error {
 	e, ok := err.(*invalidatedIn)
 	if !ok {
-		return err
+		return fillError(err, d, r.size, nil)
 	}
 	capturesOf(s, d.ordinal).Invalidated(e.id, uintptr(r.stream))
-	return wrapf(e.err, "allocation node in CUDA graph capture %d on %v, refused; the driver invalidated the capture, which ends with no graph", e.id, d)
+	return wrapf(fillError(e.err, d, r.size, nil), "allocation node in CUDA graph capture %d on %v, refused; the driver invalidated the capture, which ends with no graph", e.id, d)
 }
 
 // capturesSlot is the slot of a device's CUDA graph captures in its

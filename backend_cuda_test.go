@@ -606,14 +606,16 @@ func TestCUDAChildInitFailure(t *testing.T) {
 // TestCUDAErrorMessages checks the errors made of a driver result, on a
 // driver that names them or not.
 func TestCUDAErrorMessages(t *testing.T) {
-	err := resultError("alloc", "", cudadrv.OutOfMemory)
+	d := Device{kind: KindCUDA}
+	asReturned := func(err error) error { return fillError(err, d, 0, nil) } // as the device table returns them
+	err := asReturned(resultError("alloc", "", cudadrv.OutOfMemory))
 	assert.ErrorIs(t, err, ErrOutOfMemory)
-	err = resultError("free", "", 1)
+	err = asReturned(resultError("free", "", 1))
 	var be *BackendError
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", be.Name)
 	assert.Contains(t, err.Error(), "free failed: CUDA_ERROR_INVALID_VALUE (code 1)")
-	err = resultError("alloc", "", 12345)
+	err = asReturned(resultError("alloc", "", 12345))
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, 12345, be.Code)
 	assert.Equal(t, "CUresult 12345", be.Name, "a code no table knows")
@@ -804,7 +806,7 @@ func TestCUDAErrorNames(t *testing.T) {
 		700: "CUDA_ERROR_ILLEGAL_ADDRESS",
 		803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
 	} {
-		err := resultError("alloc", "", cudadrv.Result(code))
+		err := fillError(resultError("alloc", "", cudadrv.Result(code)), Device{kind: KindCUDA}, 0, nil)
 		var be *BackendError
 		require.ErrorAs(t, err, &be)
 		assert.Equal(t, name, be.Name, "code %d", code)

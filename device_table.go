@@ -156,16 +156,10 @@ func (d Device) lookupSlow(a access) (*deviceTable, *tracker.Record, error) {
 }
 
 // startErr returns the error of a backend that could not start, as a
-// function given device d reports it: a *BackendError names d, the device
-// asked for (the backend's own names the kind's first device, and stays as
-// it is for Devices).
+// function given device d reports it: it names d, the device asked for
+// (Devices names the kind's first device).
 func (s *deviceTable) startErr(d Device) error {
-	if be, ok := s.err.(*BackendError); ok {
-		e := *be
-		e.Device = d
-		return &e
-	}
-	return s.err
+	return fillError(s.err, d, 0, nil)
 }
 
 // peek returns the device's record where the device has been used, and nil
@@ -450,7 +444,7 @@ func Devices() ([]Device, error) {
 	for k := KindCPU; k < numKinds; k++ {
 		s := openTable(k)
 		if s.err != nil && !errors.Is(s.err, ErrBackendNotBuilt) {
-			errs = append(errs, s.err)
+			errs = append(errs, fillError(s.err, Device{kind: k}, 0, nil))
 		}
 		for i := range s.n {
 			ds = append(ds, Device{kind: k, ordinal: i})
@@ -492,8 +486,10 @@ func UsedDevices() []Device {
 // fillError completes an error of a backend (callError) as one of the
 // package's errors on device d, for a request of size bytes where the
 // device's record rec is given: an [*OutOfMemoryError] with the figures,
-// or a [*BackendError]. The package's own errors (a backend's refusal of
-// bad input) come back as they are, with the device filled in.
+// or a [*BackendError]. The package's own errors come back as they are,
+// but an [*OutOfMemoryError] or a [*BackendError] (a test's backend's), of
+// which a copy comes back with the device filled in: the backend's may be
+// shared, as the error of a backend that could not start is.
 func fillError(err error, d Device, size int64, rec *tracker.Record) error {
 	switch e := err.(type) {
 	case *callError:
@@ -510,12 +506,16 @@ func fillError(err error, d Device, size int64, rec *tracker.Record) error {
 		}
 		return be
 	case *OutOfMemoryError:
-		e.Device, e.Requested = d, size
+		c := *e
+		c.Device, c.Requested = d, size
 		if rec != nil {
-			e.Tracked = rec.Tracked()
+			c.Tracked = rec.Tracked()
 		}
+		return &c
 	case *BackendError:
-		e.Device = d
+		c := *e
+		c.Device = d
+		return &c
 	}
 	return err
 }

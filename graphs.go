@@ -110,6 +110,7 @@ func (g Graphs) Capture(stream Stream) (Capture, error) {
 		return Capture{Device: g.dev}, err
 	}
 	st, err := s.stream.captureOf(g.dev.ordinal, stream)
+	err = fillError(err, g.dev, 0, nil)
 	if err != nil {
 		return Capture{Device: g.dev}, err
 	}
@@ -149,6 +150,7 @@ func (g Graphs) Stats() (GraphStats, error) {
 		return GraphStats{Device: g.dev}, err
 	}
 	st, err := s.stream.graphStats(g.dev.ordinal)
+	err = fillError(err, g.dev, 0, nil)
 	st.Device = g.dev
 	return st, err
 }
@@ -164,7 +166,7 @@ func (g Graphs) Trim() error {
 	if err != nil {
 		return err
 	}
-	return s.stream.trimGraphs(g.dev.ordinal)
+	return fillError(s.stream.trimGraphs(g.dev.ordinal), g.dev, 0, nil)
 }
 
 // captureOf returns c, a capture of device d, as a Capture.

@@ -484,7 +484,7 @@ func collected(w *watched) {
 		var err error
 		// The buffer was counted in its device's record, which is never removed.
 		released, err = dl.s.release(&w.alloc, dl.s.records.Lookup(dl.ordinal), freeLeak, DefaultStream, 0)
-		l.Freed, l.Err = released && err == nil, err
+		l.Freed, l.Err = released && err == nil, fillError(err, l.Device, l.Size, nil)
 	}
 	// The entry goes; a LeakCheck in progress keeps it.
 	dl.mu.Lock()

@@ -34,6 +34,7 @@ func (p Pool) Stats() (PoolStats, error) {
 		return PoolStats{Device: p.dev}, err
 	}
 	ps, err := sb.poolStats(p.dev.ordinal)
+	err = fillError(err, p.dev, 0, nil)
 	ps.Device = p.dev
 	return ps, err
 }
@@ -54,6 +55,7 @@ func (p Pool) Usage() (PoolUsage, error) {
 	held, _ := deviceHeld(d, tracked, tracked)
 	pooled := sb.pooled(d.ordinal)
 	ps, err := sb.poolStats(d.ordinal)
+	err = fillError(err, d, 0, nil)
 	if err != nil {
 		return PoolUsage{Device: d, Tracked: tracked, Held: held}, err
 	}
@@ -81,7 +83,7 @@ func (p Pool) Trim(keep int64) error {
 	if err != nil {
 		return err
 	}
-	return sb.trimPool(p.dev.ordinal, keep)
+	return fillError(sb.trimPool(p.dev.ordinal, keep), p.dev, 0, nil)
 }
 
 // SetReleaseThreshold sets how much reserved memory the pool keeps at
@@ -98,7 +100,7 @@ func (p Pool) SetReleaseThreshold(bytes int64) error {
 	if err != nil {
 		return err
 	}
-	return sb.setReleaseThreshold(p.dev.ordinal, bytes)
+	return fillError(sb.setReleaseThreshold(p.dev.ordinal, bytes), p.dev, 0, nil)
 }
 
 // change is the checks of pool call op that changes the pool to n bytes

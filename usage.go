@@ -138,6 +138,7 @@ func readGraphs(s *deviceTable, d Device) graphFigures {
 		return graphFigures{err: err}
 	}
 	st, err := sb.graphStats(d.ordinal)
+	err = fillError(err, d, 0, nil)
 	st.Device = d
 	return graphFigures{err: err, stats: st}
 }
