@@ -344,16 +344,6 @@ func (h *history) each(name func(idx uint8) string, begin func(slots uint64), f 
 	return out
 }
 
-const (
-	// MaxMarkName is the longest name of a mark, in bytes.
-	MaxMarkName = 128
-
-	// MaxMarkNames is the most names the marks of one history may have
-	// (each may be used any number of times): marks name a program's
-	// phases ("load weights", "prefill", "decode"), not its steps.
-	MaxMarkNames = 1024
-)
-
 // ErrTooManyMarkNames: a history holds [MaxMarkNames] names of marks
 // already, and a mark was given another.
 var ErrTooManyMarkNames = errors.New("memtrack: too many mark names")

@@ -121,27 +121,12 @@ type Stream uintptr
 // device's primary context.
 const DefaultStream Stream = 0
 
-const (
-	// MaxSiteDepth is the deepest call stack [SiteRecorder.Enable]
-	// records.
-	MaxSiteDepth = 128
-
-	// MaxAllocationSites is the most distinct call stacks a device records at
-	// once. Allocations from further stacks are folded into one site,
-	// "memtrack.other", and counted in [SiteStats].Folded.
-	MaxAllocationSites = 4096
-
-	// OtherSite names the site that holds the allocations past
-	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
-	OtherSite = "memtrack.other"
-
-	// DefaultSiteRate is the sampling rate of allocation sites unless
-	// [SiteRecorder.SetRate] sets another: on average one sample
-	// per 512 KiB allocated, the default of Go's heap profiler
-	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
-	// they are nearly all recorded; a small buffer costs one random number.
-	DefaultSiteRate = 512 << 10
-)
+// MaxCaptures is how many ended captures each device keeps, besides those
+// in progress, for [Graphs.Captures] and [Graphs.Capture]: the most
+// recently ended ones. A program that captures more graphs keeps the
+// [Capture] values it needs itself (read each with Graphs.Capture just
+// before it ends the capture).
+const MaxCaptures = 4096
 
 // The names of the usual categories of an inference server, for
 // [Device.Category]. Any other name of up to [MaxCategoryName] bytes may be
@@ -163,9 +148,34 @@ const (
 	OtherCategories = "other categories"
 )
 
-// MaxCaptures is how many ended captures each device keeps, besides those
-// in progress, for [Graphs.Captures] and [Graphs.Capture]: the most
-// recently ended ones. A program that captures more graphs keeps the
-// [Capture] values it needs itself (read each with Graphs.Capture just
-// before it ends the capture).
-const MaxCaptures = 4096
+const (
+	// MaxMarkName is the longest name of a mark, in bytes.
+	MaxMarkName = 128
+
+	// MaxMarkNames is the most names the marks of one history may have
+	// (each may be used any number of times): marks name a program's
+	// phases ("load weights", "prefill", "decode"), not its steps.
+	MaxMarkNames = 1024
+)
+
+const (
+	// MaxSiteDepth is the deepest call stack [SiteRecorder.Enable]
+	// records.
+	MaxSiteDepth = 128
+
+	// MaxAllocationSites is the most distinct call stacks a device records at
+	// once. Allocations from further stacks are folded into one site,
+	// "memtrack.other", and counted in [SiteStats].Folded.
+	MaxAllocationSites = 4096
+
+	// OtherSite names the site that holds the allocations past
+	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
+	OtherSite = "memtrack.other"
+
+	// DefaultSiteRate is the sampling rate of allocation sites unless
+	// [SiteRecorder.SetRate] sets another: on average one sample
+	// per 512 KiB allocated, the default of Go's heap profiler
+	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
+	// they are nearly all recorded; a small buffer costs one random number.
+	DefaultSiteRate = 512 << 10
+)
