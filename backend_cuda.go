@@ -786,7 +786,7 @@ func (b *cudaBackend) setReleaseThreshold(ordinal int, bytes int64) error {
 
 // CUDA graph memory is the CUDA backend's capability, with stream-ordered
 // allocation (streamBackend): allocAsync allocates in a capture's graph
-// (cuda_stream.go), and these read what the driver says of captures and of
+// (above), and these read what the driver says of captures and of
 // the memory it keeps for graphs, free a graph's allocation, and trim.
 // Each is one cgo call.
 

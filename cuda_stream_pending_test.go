@@ -16,7 +16,7 @@ import (
 )
 
 // The frees that wait for their streams: each stream's in its order, a
-// reading asking each stream once (cuda_stream.go, reap). A stream held back
+// reading asking each stream once (internal/held). A stream held back
 // (cudatest.HoldStream: a host function that waits) makes the frees enqueued
 // behind it certainly unexecuted, and a synchronization makes those before
 // it certainly executed, so that the figures can be checked exactly.
