@@ -52,37 +52,37 @@ func (m *model) set(off, size, gran, owner int64) {
 	}
 }
 
-func (m *model) beginMap(off, size, gran int64) (error, Range) {
+func (m *model) beginMap(off, size, gran int64) (Range, error) {
 	if err := m.rangeErr(off, size, gran); err != nil {
-		return err, Range{}
+		return Range{}, err
 	}
 	for k := off / gran; k < (off+size)/gran; k++ {
 		if o := m.owner[k]; o >= 0 {
-			return ErrOverlap, Range{o, m.entries[o].size}
+			return Range{o, m.entries[o].size}, ErrOverlap
 		}
 	}
 	m.entries[off] = modelEntry{size, mapping}
 	m.set(off, size, gran, off)
-	return nil, Range{}
+	return Range{}, nil
 }
 
-func (m *model) beginUnmap(off, size, gran int64) (error, Range) {
+func (m *model) beginUnmap(off, size, gran int64) (Range, error) {
 	if err := m.rangeErr(off, size, gran); err != nil {
-		return err, Range{}
+		return Range{}, err
 	}
 	e, ok := m.entries[off]
 	if !ok || e.size != size {
 		if o := m.owner[off/gran]; o >= 0 {
-			return ErrNotMapped, Range{o, m.entries[o].size}
+			return Range{o, m.entries[o].size}, ErrNotMapped
 		}
-		return ErrNotMapped, Range{}
+		return Range{}, ErrNotMapped
 	}
 	if e.state != mapped {
-		return ErrBusy, Range{off, size}
+		return Range{off, size}, ErrBusy
 	}
 	e.state = unmapping
 	m.entries[off] = e
-	return nil, Range{}
+	return Range{}, nil
 }
 
 func (m *model) end(off, gran int64, want state, ok bool) error {
@@ -156,20 +156,20 @@ func FuzzReservation(f *testing.F) {
 			switch op >> 4 % 7 {
 			case 0:
 				got = r.Map(off, size)
-				if want, wantMapping = m.beginMap(off, size, gran); want == nil {
+				if wantMapping, want = m.beginMap(off, size, gran); want == nil {
 					want = m.end(off, gran, mapping, true)
 				}
 			case 1:
 				got = r.Unmap(off, size)
-				if want, wantMapping = m.beginUnmap(off, size, gran); want == nil {
+				if wantMapping, want = m.beginUnmap(off, size, gran); want == nil {
 					want = m.end(off, gran, unmapping, true)
 				}
 			case 2:
 				got = r.BeginMap(off, size)
-				want, wantMapping = m.beginMap(off, size, gran)
+				wantMapping, want = m.beginMap(off, size, gran)
 			case 3:
 				got = r.BeginUnmap(off, size)
-				want, wantMapping = m.beginUnmap(off, size, gran)
+				wantMapping, want = m.beginUnmap(off, size, gran)
 			case 4:
 				got = r.EndMap(off, ok)
 				want = m.end(off, gran, mapping, ok)
