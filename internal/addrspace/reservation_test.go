@@ -16,7 +16,7 @@ const g = 2 << 20 // the granularity of the tests, as a GPU's 2 MiB
 // the mappings given (offset and size in granules) made.
 func newRes(t *testing.T, n int64, maps ...[2]int64) *Reservation {
 	t.Helper()
-	r, err := New(0x7f0000000000, n*g, g)
+	r, err := New(0x7f000000, n*g, g)
 	require.NoError(t, err)
 	for _, m := range maps {
 		require.NoError(t, r.Map(m[0]*g, m[1]*g))
@@ -342,7 +342,7 @@ func TestConcurrentClaims(t *testing.T) {
 
 func Example() {
 	const granule = 2 << 20
-	r, _ := New(0x7f0000000000, 8*granule, granule)
+	r, _ := New(0x7f000000, 8*granule, granule)
 	fmt.Println(r.Map(0, 2*granule))
 	fmt.Println(r.Map(granule, granule))
 	fmt.Println(r.Unmap(0, granule))

@@ -1,4 +1,4 @@
-package hostmem
+package hostvm
 
 import (
 	"fmt"
@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/memtrack/memtrack/internal/hostmem"
 )
 
 // bytesAt returns the n bytes of r at offset, to write and read committed
@@ -16,14 +19,22 @@ func bytesAt(r *Reservation, offset, n int64) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&r.os.mem[offset])), n)
 }
 
-// notResidentIn returns the bytes of [offset, offset+n) of r that are not
-// resident, as mincore(2) reports them.
+// notResidentIn returns the bytes of [offset, offset+n) of r (whole
+// pages) that are not resident, as mincore(2) reports them: the lowest
+// bit of each page's byte.
 func notResidentIn(t *testing.T, r *Reservation, offset, n int64) int64 {
 	t.Helper()
-	var vec []byte
-	m, err := notResident(r.Base()+uintptr(offset), int(n), &vec)
-	require.NoError(t, err)
-	return m
+	page := PageSize()
+	vec := make([]byte, n/page)
+	_, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&r.os.mem[offset])), uintptr(n), uintptr(unsafe.Pointer(&vec[0])))
+	require.Zero(t, e, "mincore: %v", e)
+	var missing int64
+	for _, v := range vec {
+		if v&1 == 0 {
+			missing += page
+		}
+	}
+	return missing
 }
 
 // TestReservationResidency reserves 256 MiB, which the process's resident
@@ -35,13 +46,13 @@ func notResidentIn(t *testing.T, r *Reservation, offset, n int64) int64 {
 func TestReservationResidency(t *testing.T) {
 	const size, part, at = 256 << 20, 64 << 20, 32 << 20
 	page := PageSize()
-	before, err := ProcessUsed()
+	before, err := hostmem.ProcessUsed()
 	require.NoError(t, err)
 	r, err := Reserve(size)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Release()) }()
 	assert.Equal(t, int64(size), notResidentIn(t, r, 0, size), "a reservation holds no memory")
-	reserved, err := ProcessUsed()
+	reserved, err := hostmem.ProcessUsed()
 	require.NoError(t, err)
 	assert.Less(t, reserved-before, int64(part/8), "reserving took memory")
 
@@ -52,13 +63,13 @@ func TestReservationResidency(t *testing.T) {
 	}
 	assert.Zero(t, notResidentIn(t, r, at, part), "every page written is resident")
 	assert.Equal(t, int64(size-part), notResidentIn(t, r, 0, size), "and no other")
-	written, err := ProcessUsed()
+	written, err := hostmem.ProcessUsed()
 	require.NoError(t, err)
 	assert.Greater(t, written-reserved, int64(part*8/10), "the resident figure rose by %d for %d bytes written", written-reserved, part)
 
 	require.NoError(t, r.Decommit(at, part))
 	assert.Equal(t, int64(size), notResidentIn(t, r, 0, size), "no page is resident after the decommit")
-	after, err := ProcessUsed()
+	after, err := hostmem.ProcessUsed()
 	require.NoError(t, err)
 	assert.Less(t, after-reserved, int64(part/4), "the resident figure stayed %d above where it was before the commit", after-reserved)
 

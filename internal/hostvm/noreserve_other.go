@@ -1,6 +1,6 @@
 //go:build aix || darwin || dragonfly || freebsd || netbsd || openbsd || solaris
 
-package hostmem
+package hostvm
 
 // mapNoReserve is 0 on the Unixes other than Linux, whose mmap either has
 // no MAP_NORESERVE (FreeBSD removed it) or documents it as unimplemented:

@@ -1,4 +1,4 @@
-package hostmem
+package hostvm
 
 import (
 	"errors"
