@@ -41,8 +41,9 @@ func (r Range) End() int64 { return r.Offset + r.Size }
 type RangeError struct {
 	Op    string // "new", "map", "unmap", "end map", "end unmap" or "release"
 	Range Range  // the range asked for (for "new": the reservation)
-	// Reserved and Granularity are the reservation's size and granularity.
-	Reserved, Granularity int64
+	// ReservationSize and Granularity are the reservation's size and
+	// granularity.
+	ReservationSize, Granularity int64
 	// Mapping is the mapping in the way: the one overlapped (ErrOverlap),
 	// the one the range falls in (ErrNotMapped; zero where none does), or
 	// the one under way (ErrBusy).
@@ -64,7 +65,7 @@ func (e *RangeError) Error() string {
 		if e.Op == "new" {
 			return fmt.Sprintf("reservation of %d bytes with granularity %d: the size and granularity must be positive", e.Range.Size, e.Granularity)
 		}
-		return fmt.Sprintf("%s: %v of %d bytes", what, e.Err, e.Reserved)
+		return fmt.Sprintf("%s: %v of %d bytes", what, e.Err, e.ReservationSize)
 	case ErrOverlap, ErrBusy:
 		return fmt.Sprintf("%s: %v of %d bytes at offset %d", what, e.Err, e.Mapping.Size, e.Mapping.Offset)
 	case ErrNotMapped:
@@ -74,12 +75,12 @@ func (e *RangeError) Error() string {
 		return fmt.Sprintf("%s: %v (nothing is mapped there)", what, e.Err)
 	case ErrMapped:
 		if e.Left == 1 {
-			return fmt.Sprintf("release of a reservation of %d bytes: 1 mapping is left in it", e.Reserved)
+			return fmt.Sprintf("release of a reservation of %d bytes: 1 mapping is left in it", e.ReservationSize)
 		}
-		return fmt.Sprintf("release of a reservation of %d bytes: %d %v", e.Reserved, e.Left, e.Err)
+		return fmt.Sprintf("release of a reservation of %d bytes: %d %v", e.ReservationSize, e.Left, e.Err)
 	case ErrReleased:
 		if e.Op == "release" {
-			return fmt.Sprintf("release of a reservation of %d bytes: it was released already", e.Reserved)
+			return fmt.Sprintf("release of a reservation of %d bytes: it was released already", e.ReservationSize)
 		}
 	}
 	return fmt.Sprintf("%s: %v", what, e.Err)

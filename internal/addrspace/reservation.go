@@ -34,7 +34,7 @@ type Reservation struct {
 // made in multiples of granularity. The size and the granularity must be
 // positive, the size and the base multiples of the granularity.
 func New(base uintptr, size, granularity int64) (*Reservation, error) {
-	e := &RangeError{Op: "new", Range: Range{Offset: int64(base), Size: size}, Reserved: size, Granularity: granularity}
+	e := &RangeError{Op: "new", Range: Range{Offset: int64(base), Size: size}, ReservationSize: size, Granularity: granularity}
 	switch {
 	case size <= 0 || granularity <= 0:
 		e.Err = ErrOutOfRange
@@ -60,7 +60,7 @@ func (r *Reservation) Addr(offset int64) uintptr { return r.base + uintptr(offse
 
 // refuse returns the refusal of op on rg for err.
 func (r *Reservation) refuse(op string, rg Range, err error) *RangeError {
-	return &RangeError{Op: op, Range: rg, Reserved: r.size, Granularity: r.gran, Err: err}
+	return &RangeError{Op: op, Range: rg, ReservationSize: r.size, Granularity: r.gran, Err: err}
 }
 
 // check returns why rg is no range of the reservation for op, or nil;

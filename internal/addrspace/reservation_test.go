@@ -114,7 +114,7 @@ func TestMapRefused(t *testing.T) {
 			require.ErrorAs(t, err, &re)
 			assert.Equal(t, "map", re.Op)
 			assert.Equal(t, Range{tc.offset, tc.size}, re.Range)
-			assert.Equal(t, int64(8*g), re.Reserved)
+			assert.Equal(t, int64(8*g), re.ReservationSize)
 			assert.Equal(t, int64(g), re.Granularity)
 			assert.Equal(t, tc.mapping, re.Mapping)
 			assert.Contains(t, err.Error(), tc.message)

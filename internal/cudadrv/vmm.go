@@ -243,11 +243,11 @@ func (s Step) String() string {
 
 // VMMCall is what Map and Unmap report: the results of entering the
 // context and restoring the thread's (Call.Enter, Call.Restore), and of
-// the operation (Call.Op: that of the step that failed, or Success); the
-// step that failed; and, for Map, how undoing the steps before it went.
+// the operation (Call.Op: that of the step whose call failed, or Success);
+// that step; and, for Map, how undoing the steps before it went.
 type VMMCall struct {
 	Call
-	Failed Step // the step whose driver call failed, or StepNone
+	Step Step // the step whose driver call failed, or StepNone
 	// Undo is, where Map's cuMemMap or cuMemSetAccess failed, the result of
 	// undoing the steps before it (cuMemUnmap, then cuMemRelease): Success
 	// where nothing is left behind.
@@ -278,5 +278,5 @@ func Unmap(ctx Context, ptr uintptr, size int64, h Handle) VMMCall {
 }
 
 func vmmCallOf(v C.memtrack_vmm) VMMCall {
-	return VMMCall{Call: callOf(v.call), Failed: Step(v.failed), Undo: Result(v.undo)}
+	return VMMCall{Call: callOf(v.call), Step: Step(v.failed), Undo: Result(v.undo)}
 }
