@@ -812,7 +812,7 @@ func (b *cudaBackend) graphsSupported(ordinal int) error {
 func graphRounded(dev *cudaDevice, size int64) (int64, error) {
 	g := dev.granule.Load()
 	if g == 0 {
-		n, r := cudadrv.Granularity(dev.ordinal)
+		n, _, r := cudadrv.Granularity(dev.ordinal)
 		if r != cudadrv.Success {
 			return 0, resultError("allocation granularity", "asking the device's allocation granularity, in which graph memory is mapped", r)
 		}

@@ -8,9 +8,9 @@
 #	memtrack.test       the root package's tests and CUDA benchmarks (-tags cuda)
 #	cudadrv.test        the driver bindings' tests: the driver rules memtrack
 #	                    relies on (internal/cudadrv/doc.go), on this driver,
-#	                    graph memory's included, each test printing the
-#	                    driver's graph memory figures beside what its graphs
-#	                    need
+#	                    graph memory's and virtual memory management's
+#	                    included, each graph test printing the driver's
+#	                    graph memory figures beside what its graphs need
 #	nvml.test           the NVML binding's tests: the NVML rules memtrack
 #	                    relies on (internal/nvml/doc.go), on this machine's NVML
 #	memtrack-race.test  the same tests built with -race
@@ -199,6 +199,7 @@ skipped nvml-tests.log
 [[ -f cu-tests.log ]] && skipped cu-tests.log
 grep -h -o '[a-z]* reading: .*' readings.log 2>/dev/null | sed 's/^/== /'
 grep -h -o 'graph [a-z-]* reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
+grep -h -o 'vmm [a-z-]* reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
 if ((${#failed[@]} > 0)); then
 	printf '== FAILED: %s\n' "${failed[@]}"
 	exit 1

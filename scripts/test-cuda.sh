@@ -111,10 +111,10 @@ if [[ -n ${CGO_CFLAGS:-} ]]; then
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
-echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c -> $fake/libcuda.so.1"
+echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c fakecuda_vmm.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
 	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c \
-	testdata/fakecuda/fakecuda_graph.c -lpthread
+	testdata/fakecuda/fakecuda_graph.c testdata/fakecuda/fakecuda_vmm.c -lpthread
 nvml_module=$(go mod download -json github.com/NVIDIA/go-nvml@v0.13.4-1 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 fakenvml=$root/.cache/fakenvml
 mkdir -p "$fakenvml"
@@ -156,6 +156,13 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA
 	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep FAKECUDA_GRAPH_ROUND=graph; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
+done
+# The readings of virtual memory management (reserve, create, map): the
+# driver bindings' tests under each, Map and Unmap included.
+for reading in FAKECUDA_VMM_ADDRESS_FREE=unmap FAKECUDA_VMM_ADDRESS_FREE=defer FAKECUDA_VMM_ALIGN=page \
+	FAKECUDA_VMM_CAPTURE=unsafe; do
+	echo "== go test -tags cuda ./internal/cudadrv (fake driver, $reading)"
+	env "$reading" go test -tags cuda -count=1 ./internal/cudadrv
 done
 
 echo "== scripts/two-instances.sh (fake driver and NVML)"
