@@ -35,7 +35,9 @@ type LeakWatch struct {
 	// and uncounts it as [Buffer.Free] would: it is counted as a free.
 	// Off by default: the leaked memory then stays held and counted until
 	// the process ends. Tracked handles are never freed, since the memory
-	// is another binding's.
+	// is another binding's; nor are the mappings of a [Reservation]
+	// dropped without [Reservation.Release], whose address space stays
+	// reserved: they are reported, and stay counted.
 	FreeLeaks bool
 }
 
@@ -480,7 +482,7 @@ func collected(w *watched) {
 	dl.leakedBytes.Add(w.alloc.size)
 	l := w.leak(time.Now(), true)
 	released := false
-	if cfg != nil && cfg.FreeLeaks && !w.tracked() {
+	if cfg != nil && cfg.FreeLeaks && !w.tracked() && w.alloc.from != fromMapping {
 		var err error
 		// The buffer was counted in its device's record, which is never removed.
 		released, err = dl.s.release(&w.alloc, dl.s.records.Lookup(dl.ordinal), freeLeak, DefaultStream, 0)

@@ -68,7 +68,8 @@ var vocabulary = []vocabularyRule{
 		"web.Device.PerProcess", "web.Device.ProcessUsed", "web.Device.ProcessUntracked", "web.Device.OtherProcessesUsed",
 		"web.Device.OtherProcesses", "web.Device.PerProcessError", "web.Process", "web.Process.PID", "web.Process.Name", "web.Process.Used",
 		"json perProcess", "json processUsed", "json processUntracked", "json otherProcessesUsed", "json otherProcesses", "json perProcessError",
-		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", // the CPU's: the process's memory as the OS accounts it
+		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", "hostmem.ProcessAnonymous", // the CPU's: the process's memory as the OS accounts it
+		"Return.PerProcess", "Return.ProcessBefore", "Return.ProcessAfter", "Return.ProcessReturned", // a return check's figure of this process
 		"nvml.Process", "nvml.Process.PID", "nvml.Process.Name", "nvml.Process.Used", "nvml.Process.UsedKnown", "nvml.Lib.Processes",
 	}, "the driver's per-process figures (NVML): ProcessUsed, ProcessUntracked, OtherProcessesUsed, OtherProcesses, PerProcess"},
 	{"failed", []string{"Stats.FailedAllocs", "tracker.Stats.FailedAllocs", "metric memtrack_failed_allocs_total",

@@ -49,6 +49,25 @@ func Reserve(size int64) (*Reservation, error) {
 	return r, nil
 }
 
+// Supported reports whether this OS reserves address space without memory:
+// where it does not, Reserve returns [ErrNoReservations].
+func Supported() bool { return supported }
+
+// Bytes returns the host's view of size bytes at offset: whole pages inside
+// the reservation. They may be read and written only while committed.
+func (r *Reservation) Bytes(offset, size int64) ([]byte, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.released {
+		return nil, fmt.Errorf("view of %d bytes at offset %d: %w", size, offset, ErrReleased)
+	}
+	if page := PageSize(); size <= 0 || offset < 0 || offset%page != 0 || size%page != 0 || offset > r.size-size {
+		return nil, fmt.Errorf("%w: view of %d bytes at offset %d of a reservation of %d bytes (the page size is %d)",
+			ErrBadRange, size, offset, r.size, page)
+	}
+	return r.os.bytes(offset, size), nil
+}
+
 // Base returns the reservation's first address.
 func (r *Reservation) Base() uintptr { return r.os.base() }
 

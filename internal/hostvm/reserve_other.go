@@ -8,8 +8,13 @@ import "os"
 // ErrNoReservations.
 type osReservation struct{}
 
-func (*osReservation) reserve(int64) error         { return ErrNoReservations }
-func (*osReservation) base() uintptr               { return 0 }
+func (*osReservation) reserve(int64) error       { return ErrNoReservations }
+func (*osReservation) base() uintptr             { return 0 }
+func (*osReservation) bytes(int64, int64) []byte { return nil }
+
+// supported: this OS has no reservations.
+const supported = false
+
 func (*osReservation) commit(int64, int64) error   { return ErrNoReservations }
 func (*osReservation) decommit(int64, int64) error { return ErrNoReservations }
 func (*osReservation) release(int64) error         { return ErrNoReservations }

@@ -46,6 +46,13 @@ func (o *osReservation) reserve(size int64) error {
 
 func (o *osReservation) base() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(o.mem))) }
 
+func (o *osReservation) bytes(offset, size int64) []byte {
+	return o.mem[offset : offset+size : offset+size]
+}
+
+// supported: Unix reserves address space without memory.
+const supported = true
+
 func (o *osReservation) commit(offset, size int64) error {
 	return os.NewSyscallError("mprotect", unix.Mprotect(o.mem[offset:offset+size], unix.PROT_READ|unix.PROT_WRITE))
 }

@@ -40,6 +40,13 @@ func (o *osReservation) reserve(size int64) error {
 
 func (o *osReservation) base() uintptr { return o.addr }
 
+func (o *osReservation) bytes(offset, size int64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(o.addr+uintptr(offset))), size) // memory of the reservation, outside the Go heap
+}
+
+// supported: Windows reserves address space without memory.
+const supported = true
+
 func (o *osReservation) commit(offset, size int64) error {
 	_, err := windows.VirtualAlloc(o.addr+uintptr(offset), uintptr(size), windows.MEM_COMMIT, windows.PAGE_READWRITE)
 	return os.NewSyscallError("VirtualAlloc", err)
