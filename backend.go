@@ -255,11 +255,10 @@ type vmmBackend interface {
 	// freeSpace gives back the reservation of size bytes at base, in which
 	// nothing is mapped.
 	freeSpace(ordinal int, base uintptr, size int64) error
-	// exactUsed returns this process's memory on device ordinal where the
-	// backend reads it more exactly than Usage does (the CPU's resident
-	// set, summed over the page tables), for a return check, and the part
-	// of it that may be the Go runtime's own (the CPU's: the memory the
-	// runtime has mapped and not released); ok is false where it has no
-	// such figure.
-	exactUsed(ordinal int) (used, runtime int64, ok bool)
+	// reservedResident returns the bytes of device ordinal's
+	// reservations that are memory now, where the backend reads it more
+	// exactly than Usage does (the CPU's: the pages resident, which the
+	// OS says page by page), for a return check; ok is false where it has
+	// no such figure.
+	reservedResident(ordinal int) (resident int64, ok bool)
 }

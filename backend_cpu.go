@@ -3,7 +3,6 @@ package memtrack
 import (
 	"errors"
 	"fmt"
-	"runtime/metrics"
 	"slices"
 	"sync"
 	"time"
@@ -275,22 +274,28 @@ func (c *cpuBackend) freeSpace(_ int, base uintptr, _ int64) error {
 	return nil
 }
 
-// exactUsed returns the process's anonymous resident memory as the kernel
-// sums it over the page tables (smaps_rollup on Linux), not the
-// approximate resident set that Usage reads, and without the pages of
-// files (the program's code, faulted in as it first runs): a return check
-// compares it to the bytes unmapped, which are anonymous pages. Part of it
-// is the Go runtime's: the memory it has mapped and not released
-// (runtime/metrics), an upper bound of what it may have made resident.
-func (*cpuBackend) exactUsed(int) (used, runtime int64, ok bool) {
-	n, err := hostmem.ProcessAnonymous()
-	if err != nil {
-		return 0, 0, false
+// reservedResident returns the bytes of the reservations' pages that are
+// resident, as the OS says page by page (mincore(2) on Linux): a page
+// committed is memory from its first write until it is decommitted. It is
+// exact where the process's resident set, which Usage reads, is not: that
+// moves with everything else the process does (the Go runtime's heap, the
+// race detector's shadow memory), and Linux gives it approximately
+// (proc(5): "some of these values are inaccurate because of a
+// kernel-internal scalability optimization").
+func (c *cpuBackend) reservedResident(int) (int64, bool) {
+	c.spacesMu.Lock()
+	defer c.spacesMu.Unlock()
+	var n int64
+	for _, r := range c.spaces {
+		b, err := r.Bytes(0, r.Size())
+		if err != nil {
+			return 0, false
+		}
+		m, err := hostmem.Resident(b)
+		if err != nil {
+			return 0, false
+		}
+		n += m
 	}
-	s := [...]metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-	metrics.Read(s[:])
-	if s[0].Value.Kind() == metrics.KindUint64 && s[1].Value.Kind() == metrics.KindUint64 {
-		runtime = int64(s[0].Value.Uint64() - s[1].Value.Uint64())
-	}
-	return n, runtime, true
+	return n, true
 }

@@ -1047,9 +1047,9 @@ func (b *cudaBackend) freeSpace(ordinal int, base uintptr, size int64) error {
 	return dev.settle("release", resultOf(cudadrv.AddressFree(ctx, base, size)))
 }
 
-// exactUsed has no figure: a return check reads NVML's per-process figure
-// in Usage.
-func (*cudaBackend) exactUsed(int) (used, runtime int64, ok bool) { return 0, 0, false }
+// reservedResident has no figure: a return check reads NVML's per-process
+// figure in Usage.
+func (*cudaBackend) reservedResident(int) (int64, bool) { return 0, false }
 
 // settleVMM is settle for a map or an unmap, whose failed step names the
 // driver call that failed.

@@ -29,20 +29,21 @@ type ReturnCheck struct {
 	process          processFigure // this process's figure at the start
 }
 
-// processFigure is this process's own memory on a device at one moment:
-// used, of which runtime may be the Go runtime's; exact says it is the
-// backend's exact figure. used is -1 where there is none.
+// processFigure is this process's own memory on a device at one moment;
+// exact says it is the backend's figure of its reservations. used is -1
+// where there is none.
 type processFigure struct {
-	used, runtime int64
-	exact         bool
+	used  int64
+	exact bool
 }
 
 // processUsed returns this process's figure of u's device: the backend's
-// exact one where it has one (the CPU's), else u.ProcessUsed.
+// figure of its reservations where it has one (the CPU's), else
+// u.ProcessUsed.
 func (c *ReturnCheck) processUsed(u Usage) processFigure {
 	if s := tableOf(c.dev.kind); s != nil && s.vmm != nil {
-		if n, rt, ok := s.vmm.exactUsed(c.dev.ordinal); ok {
-			return processFigure{used: n, runtime: rt, exact: true}
+		if n, ok := s.vmm.reservedResident(c.dev.ordinal); ok {
+			return processFigure{used: n, exact: true}
 		}
 	}
 	if u.PerProcess {
@@ -62,12 +63,6 @@ func (d Device) StartReturnCheck() (*ReturnCheck, error) {
 	}
 	f := spacesOf(tableOf(d.kind), d.ordinal, true)
 	c := &ReturnCheck{dev: d, granularity: g, mapped: f.mapped.Load(), unmapped: f.unmapped.Load()}
-	// The first reading after a while may fault in pages of the reader
-	// itself (on the CPU, the process's own figure would count them): the
-	// second is the one kept.
-	if _, err = d.Usage(); err != nil {
-		return nil, err
-	}
 	if c.before, err = d.Usage(); err != nil {
 		return nil, err
 	}
@@ -79,7 +74,7 @@ func (d Device) StartReturnCheck() (*ReturnCheck, error) {
 // unmapped and mapped on the device since [Device.StartReturnCheck].
 func (c *ReturnCheck) End() (Return, error) {
 	f := spacesOf(tableOf(c.dev.kind), c.dev.ordinal, true)
-	p := c.processUsed(Usage{}) // the backend's exact figure first, where it has one
+	p := c.processUsed(Usage{}) // the backend's figure of its reservations, where it has one
 	after, err := c.dev.Usage()
 	r := Return{
 		Device:      c.dev,
@@ -100,7 +95,6 @@ func (c *ReturnCheck) End() (Return, error) {
 	if c.process.used >= 0 && p.used >= 0 && p.exact == c.process.exact {
 		r.PerProcess = true
 		r.ProcessBefore, r.ProcessAfter, r.ProcessReturned = c.process.used, p.used, c.process.used-p.used
-		r.RuntimeGrowth = max(p.runtime-c.process.runtime, 0)
 	}
 	return r, nil
 }
@@ -115,34 +109,24 @@ type Return struct {
 	// Expected is Unmapped - Mapped: what the figures should give back.
 	Unmapped, Mapped, Expected int64
 	// Granularity is the device's [Device.MapGranularity], the margin of
-	// the comparison on a GPU (see Margin).
+	// the comparison.
 	Granularity int64
 	// DeviceReturned is After.Free - Before.Free: what the device-wide
 	// figure gave back (on the CPU, the process's resident memory, or its
 	// cgroup's usage, that went back to the OS). Other processes'
 	// allocations and frees move it too.
 	DeviceReturned int64
-	// PerProcess says whether both readings had a figure of this process's
-	// own memory on the device, which no other process moves: on a CUDA
-	// GPU the driver's (NVML's, Usage.ProcessUsed), on the CPU its
-	// resident set summed over its page tables (Linux's
-	// /proc/self/smaps_rollup: the figure Usage reads, statm, is
-	// approximate by some pages). ProcessBefore and ProcessAfter are then
-	// that figure at the start and the end, and ProcessReturned what it
-	// gave back.
+	// PerProcess says whether both readings had a figure of this
+	// process's own memory, which no other process moves: on a CUDA GPU
+	// the driver's (NVML's, Usage.ProcessUsed); on the CPU the pages of
+	// the device's reservations that are resident, as the OS says page by
+	// page (mincore(2), on Linux), which nothing else the process does
+	// moves, where its resident set moves with the Go runtime's heap.
+	// ProcessBefore and ProcessAfter are then that figure at the start and
+	// the end, and ProcessReturned what it gave back.
 	PerProcess                                   bool
 	ProcessBefore, ProcessAfter, ProcessReturned int64
-	// RuntimeGrowth is, on the CPU, the growth of the memory the Go
-	// runtime has mapped and not released between the readings
-	// (runtime/metrics): the most the process's own figure may have grown
-	// by for the runtime's own needs, which the comparison's margin takes
-	// in. 0 on a GPU.
-	RuntimeGrowth int64
 }
-
-// Margin returns the margin of the comparison: the granularity, and, on
-// the CPU, RuntimeGrowth.
-func (r Return) Margin() int64 { return r.Granularity + r.RuntimeGrowth }
 
 // Given returns the bytes the driver's figures gave back: the per-process
 // figure's where the readings have it, else the device-wide one's.
@@ -154,12 +138,12 @@ func (r Return) Given() int64 {
 }
 
 // Returned reports whether the figures gave back what was unmapped,
-// within the margin: Given() >= Expected - Margin(). Where they gave back
-// more, memory other than the mappings was freed meanwhile.
-func (r Return) Returned() bool { return r.Given() >= r.Expected-r.Margin() }
+// within the granularity: Given() >= Expected - Granularity. Where they
+// gave back more, memory other than the mappings was freed meanwhile.
+func (r Return) Returned() bool { return r.Given() >= r.Expected-r.Granularity }
 
 // NotGiven returns the bytes unmapped that the driver's figures did not
-// give back, beyond the margin, or 0.
+// give back, beyond the granularity, or 0.
 func (r Return) NotGiven() int64 {
 	if r.Returned() {
 		return 0
@@ -172,25 +156,29 @@ func (r Return) NotGiven() int64 {
 func (r Return) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "return check on %v: unmapped %s, mapped %s (expected back: %s, within %s)\n",
-		r.Device, bytesize.Format(r.Unmapped), bytesize.Format(r.Mapped), bytesize.Format(r.Expected), bytesize.Format(r.Margin()))
+		r.Device, bytesize.Format(r.Unmapped), bytesize.Format(r.Mapped), bytesize.Format(r.Expected), bytesize.Format(r.Granularity))
 	fmt.Fprintf(&b, "  device-wide: free %s -> %s (%s back)\n",
 		bytesize.Format(r.Before.Free), bytesize.Format(r.After.Free), signed(r.DeviceReturned))
 	if r.PerProcess {
-		fmt.Fprintf(&b, "  this process: used %s -> %s (%s back)\n",
-			bytesize.Format(r.ProcessBefore), bytesize.Format(r.ProcessAfter), signed(r.ProcessReturned))
-		if r.RuntimeGrowth > 0 {
-			fmt.Fprintf(&b, "  the Go runtime's own memory grew by at most %s meanwhile\n", bytesize.Format(r.RuntimeGrowth))
+		what := "this process (the driver's figure)"
+		if r.Device.kind == KindCPU {
+			what = "the reservations' resident pages"
 		}
+		fmt.Fprintf(&b, "  %s: %s -> %s (%s back)\n", what,
+			bytesize.Format(r.ProcessBefore), bytesize.Format(r.ProcessAfter), signed(r.ProcessReturned))
 	}
 	switch g := r.Given(); {
 	case !r.Returned():
 		fmt.Fprintf(&b, "  NOT given back: %s of the %s unmapped; the driver keeps memory while another handle to it is held (retained, or exported to another process)",
 			bytesize.Format(r.Expected-g), bytesize.Format(r.Expected))
+		if r.Device.kind == KindCPU {
+			b.WriteString("; on the CPU a page is memory only from its first write, and pages never written give nothing back")
+		}
 		if !r.PerProcess {
-			b.WriteString(", and the device-wide figure also moves with other processes' allocations")
+			b.WriteString("; the device-wide figure also moves with other processes' allocations")
 		}
 		b.WriteString("\n")
-	case g > r.Expected+r.Margin():
+	case g > r.Expected+r.Granularity:
 		fmt.Fprintf(&b, "  given back, and %s more: other memory was freed meanwhile\n", bytesize.Format(g-r.Expected))
 	default:
 		b.WriteString("  given back\n")

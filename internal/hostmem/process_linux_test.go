@@ -4,7 +4,6 @@ package hostmem
 
 import (
 	"os"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,44 +53,4 @@ func TestProcessUsedFollowsTouchedMemory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, during-before, int64(size*8/10), "rose by %d for %d bytes written", during-before, size)
 	assert.Less(t, after-before, int64(size/4), "stayed %d above where it started once unmapped", after-before)
-}
-
-func TestParseRollup(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"55d0-7ffd ---p 00000000 00:00 0 [rollup]\nRss:    99999 kB\nAnonymous:               12345 kB\nKSM:  1 kB\n", 12345 << 10, true},
-		{"Anonymous: 0 kB\n", 0, true},
-		{"Pss: 1 kB\n", 0, false},
-		{"Anonymous: 12 MB\n", 0, false},
-		{"Anonymous: -1 kB\n", 0, false},
-	} {
-		got, err := parseRollup(c.in, "Anonymous:")
-		if c.ok {
-			assert.NoError(t, err, c.in)
-			assert.Equal(t, c.want, got, c.in)
-		} else {
-			assert.Error(t, err, c.in)
-		}
-	}
-}
-
-func TestProcessAnonymousFollowsPages(t *testing.T) {
-	before, err := ProcessAnonymous()
-	require.NoError(t, err)
-	const size = 16 << 20
-	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	require.NoError(t, err)
-	for i := 0; i < size; i += os.Getpagesize() {
-		b[i] = 1
-	}
-	touched, err := ProcessAnonymous()
-	require.NoError(t, err)
-	require.NoError(t, syscall.Munmap(b))
-	after, err := ProcessAnonymous()
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, touched-before, int64(size), "the pages written are resident")
-	assert.GreaterOrEqual(t, touched-after, int64(size), "the pages unmapped left the resident set")
 }

@@ -13,6 +13,3 @@ var ErrNoProcessFigure = errors.New("the process's resident memory is not read o
 
 // ProcessUsed returns [ErrNoProcessFigure] on this OS.
 func ProcessUsed() (int64, error) { return 0, ErrNoProcessFigure }
-
-// ProcessAnonymous returns [ErrNoProcessFigure] on this OS.
-func ProcessAnonymous() (int64, error) { return 0, ErrNoProcessFigure }
