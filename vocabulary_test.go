@@ -52,7 +52,7 @@ var vocabulary = []vocabularyRule{
 	{"active", nil, "nothing: the count of live buffers is Buffers"},
 	{"live", nil, "nothing: the count of live buffers is Buffers, their bytes Tracked"},
 	{"resident", []string{"Usage.NotResident", "Measurement.StartNotResident", "Measurement.EndNotResident", "OutOfMemoryError.NotResident",
-		"hostmem.Mappings.NotResident"},
+		"hostmem.Mappings.NotResident", "hostmem.Resident"},
 		"the tracked bytes of the CPU's mapped buffers not resident yet, NotResident"},
 	{"baseline", []string{"Device.Baseline"},
 		"the Usage before the weights; a Measurement's first reading is Start"},
@@ -68,7 +68,7 @@ var vocabulary = []vocabularyRule{
 		"web.Device.PerProcess", "web.Device.ProcessUsed", "web.Device.ProcessUntracked", "web.Device.OtherProcessesUsed",
 		"web.Device.OtherProcesses", "web.Device.PerProcessError", "web.Process", "web.Process.PID", "web.Process.Name", "web.Process.Used",
 		"json perProcess", "json processUsed", "json processUntracked", "json otherProcessesUsed", "json otherProcesses", "json perProcessError",
-		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", "hostmem.ProcessAnonymous", // the CPU's: the process's memory as the OS accounts it
+		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", // the CPU's: the process's memory as the OS accounts it
 		"Return.PerProcess", "Return.ProcessBefore", "Return.ProcessAfter", "Return.ProcessReturned", // a return check's figure of this process
 		"nvml.Process", "nvml.Process.PID", "nvml.Process.Name", "nvml.Process.Used", "nvml.Process.UsedKnown", "nvml.Lib.Processes",
 	}, "the driver's per-process figures (NVML): ProcessUsed, ProcessUntracked, OtherProcessesUsed, OtherProcesses, PerProcess"},
