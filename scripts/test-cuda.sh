@@ -158,11 +158,14 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
 # The readings of virtual memory management (reserve, create, map): the
-# driver bindings' tests under each, Map and Unmap included.
+# driver bindings' tests under each, Map and Unmap included, and the root's
+# reservations (Device.Reserve, Reservation.Map and Unmap, the return check).
 for reading in FAKECUDA_VMM_ADDRESS_FREE=unmap FAKECUDA_VMM_ADDRESS_FREE=defer FAKECUDA_VMM_ALIGN=page \
 	FAKECUDA_VMM_CAPTURE=unsafe; do
 	echo "== go test -tags cuda ./internal/cudadrv (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 ./internal/cudadrv
+	echo "== go test -race -tags cuda -run 'Reserv|ReturnCheck' . (fake driver, $reading)"
+	env "$reading" go test -race -tags cuda -count=1 -run 'Reserv|ReturnCheck' .
 done
 
 echo "== scripts/two-instances.sh (fake driver and NVML)"
