@@ -174,6 +174,18 @@ echo "== scripts/two-instances.sh (fake driver and NVML)"
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
 
+# The elastic cache: reserved for the budget, mapped block by block, half
+# unmapped, and the return check must find the memory given back.
+for dev in cuda:0 cpu; do
+	echo "== go run -tags cuda ./examples/profile -device $dev -elastic (fake driver)"
+	elastic=$(go run -tags cuda ./examples/profile -device "$dev" -elastic -cache-blocks 6 -block-size 8MiB)
+	echo "$elastic"
+	if ! grep -qx '    given back' <<<"$elastic"; then
+		echo "test-cuda.sh: examples/profile -elastic on $dev: the return check did not find the memory unmapped given back" >&2
+		exit 1
+	fi
+done
+
 echo "== scripts/try-mumax3.sh: package cu as a drop-in on mumax3, and its buffer pool on the fake driver"
 ./scripts/try-mumax3.sh
 

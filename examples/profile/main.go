@@ -8,6 +8,7 @@
 //	go run -tags cuda ./examples/profile -device cuda:0 -barrier DIR -instance a -peers 2
 //	go run -tags cuda ./examples/profile -device cuda:0,cuda:1
 //	go run -tags cuda ./examples/profile -device cuda:0 -graphs
+//	go run ./examples/profile -elastic -cache-blocks 8
 //
 // With -barrier, instances started together line up at each step (the
 // baseline, the weights, the pass), as serving instances started at once on
@@ -30,6 +31,16 @@
 // share the largest need), and once the cache is allocated the program
 // launches the graphs and prints what the driver reserved for them beside
 // it.
+//
+// With -elastic (CPU, CUDA), the KV cache is elastic: the program reserves
+// address space for every block the budget allows, in the cache's category
+// (Category.Reserve), maps -cache-blocks of them one by one
+// (Reservation.Map), printing the tracked bytes and the device's figure
+// (on the CPU, the process's resident memory) at each, then unmaps half of
+// them and shows, with a return check (Device.StartReturnCheck), that the
+// driver or the OS has the memory back. elasticCache.resize, which maps or
+// unmaps to a number of blocks, is what a budget that follows the device
+// drives.
 //
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
@@ -75,6 +86,7 @@ func main() {
 		instance    = flag.String("instance", "a", "with -barrier, this instance's name")
 		peers       = flag.Int("peers", 2, "with -barrier, how many instances line up")
 		graphs      = flag.Bool("graphs", false, "capture the decode step in CUDA graphs once the pass is measured, and set their memory aside in the budget (CUDA)")
+		elastic     = flag.Bool("elastic", false, "make the KV cache elastic: reserve address space for the budget's blocks, map -cache-blocks of them one by one, then unmap half and show the memory go back (CPU, CUDA)")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -171,6 +183,14 @@ func main() {
 	}
 	cacheSpan, err := dev.History().BeginSpan("cache")
 	check(err)
+	if *elastic {
+		c := runElastic(dev, kvCache, max(vllmBlocks, b.Blocks), min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
+		check(cacheSpan.End())
+		printCategories(dev)
+		check(c.close())
+		stopView()
+		return
+	}
 	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
 	check(err)
 	check(cacheSpan.End())
