@@ -44,6 +44,8 @@ declare -A run_cmds=(
 	# directory instead of /tmp/prof.
 	['go run ./examples/sites -o /tmp/prof']='go run ./examples/sites -o "$DOCS_TMP/prof"'
 	['go tool pprof -top /tmp/prof/peak.pb.gz']='go tool pprof -top "$DOCS_TMP/prof/peak.pb.gz" | grep -F main.loadWeights'
+	# docs/elastic.md: the elastic cache on the CPU (a few seconds).
+	['go run ./examples/profile -elastic -cache-blocks 6 -block-size 8MiB']=''
 	# docs/track.md: Device.Track on the CPU (it checks its own peak).
 	['go run ./examples/track']=''
 	# docs/cuda.md: the CUDA build needs no CUDA header, into a temporary
