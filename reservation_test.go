@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -281,44 +280,6 @@ func TestReservationHistoryAndSites(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []memtrack.HistoryAction{memtrack.HistoryAlloc, memtrack.HistoryFree}, actions)
-}
-
-// TestReservationLeak: a reservation dropped without Release leaves its
-// mappings unreachable, and the leak watch reports each; it frees none,
-// and they stay counted.
-func TestReservationLeak(t *testing.T) {
-	cpu := memtrack.CPU()
-	g := cpuGranularity(t)
-	leaks := make(chan memtrack.Leak, 4)
-	require.NoError(t, cpu.Leaks().Enable(memtrack.LeakWatch{FreeLeaks: true, Handler: func(l memtrack.Leak) {
-		if l.Size == 3*g {
-			leaks <- l
-		}
-	}}))
-	defer cpu.Leaks().Disable()
-	before := cpu.MemoryStats()
-	func() {
-		r, err := cpu.Reserve(4 * g)
-		require.NoError(t, err)
-		require.NoError(t, r.Map(0, 3*g))
-	}()
-	var l memtrack.Leak
-	deadline := time.After(10 * time.Second)
-	for got := false; !got; {
-		runtime.GC()
-		select {
-		case l = <-leaks:
-			got = true
-		case <-time.After(10 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("the leak watch reported no leak")
-		}
-	}
-	assert.False(t, l.Freed, "a mapping is not freed: its address space stays reserved")
-	s := cpu.MemoryStats()
-	assert.Equal(t, before.Tracked+3*g, s.Tracked, "it stays counted")
-	assert.Equal(t, before.Leaks+1, s.Leaks)
-	assert.Equal(t, before.AddressSpace+4*g, s.AddressSpace)
 }
 
 // TestReservationConcurrent maps and unmaps under -race: goroutines on

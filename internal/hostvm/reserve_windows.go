@@ -41,7 +41,10 @@ func (o *osReservation) reserve(size int64) error {
 func (o *osReservation) base() uintptr { return o.addr }
 
 func (o *osReservation) bytes(offset, size int64) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(o.addr+uintptr(offset))), size) // memory of the reservation, outside the Go heap
+	// The reservation's memory is outside the Go heap: its address, read
+	// as a pointer, is no pointer the collector follows.
+	base := *(*unsafe.Pointer)(unsafe.Pointer(&o.addr))
+	return unsafe.Slice((*byte)(unsafe.Add(base, offset)), size)
 }
 
 // supported: Windows reserves address space without memory.
