@@ -22,6 +22,12 @@ import (
 // and the cache may hold fewer blocks; where it falls back, the cache may
 // grow again, up to Budget's blocks, never beyond them.
 //
+// What another instance's measured pass will take is not in its use
+// between passes: where the utilizations of the instances that share a
+// device add up to more than 1, a follower may give that memory to its
+// cache. Keep the sum at most 1 for every pass to fit whatever the others
+// do.
+//
 // A Follower only reports: memtrack never frees or unmaps anything on its
 // own. The program chooses which blocks to drop when the target shrinks,
 // and frees them; the next reading sees them free.

@@ -259,6 +259,7 @@ func TestCUDAFollowerTwoProcesses(t *testing.T) {
 		}
 	}
 	require.False(t, a.do("read").Changed || b.do("read").Changed, "settled: %v %v", as, bs)
+	t.Logf("the first's blocks, reading by reading: %v; the second's: %v", as, bs)
 	for i := 1; i < len(as); i++ {
 		assert.LessOrEqual(t, as[i], as[i-1], "the first only shrinks: %v", as)
 		assert.GreaterOrEqual(t, bs[i], bs[i-1], "the second only grows: %v", bs)
