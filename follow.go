@@ -66,10 +66,11 @@ type followed struct {
 //     does;
 //   - otherwise Blocks stays.
 //
-// So Blocks never passes Common.Blocks, a cache that follows it never
-// takes memory the device does not have at the reading, and, where
-// followers read together, their growth never adds up to more than the
-// room they saw: a shrink is never caused by another follower's growth.
+// So Blocks never passes Common.Blocks, and, where followers that read
+// together have the driver's per-process figures (which count the
+// processes), their growth never adds up to more than the room they saw:
+// none shrinks because another grew. Without those figures Sharers is 1,
+// and several followers on one device may each take the room they see.
 type Target struct {
 	// Common holds each device's budget with the figures of this reading
 	// (Budgets[i].OverShare: what is in use outside it beyond the share

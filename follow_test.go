@@ -505,3 +505,63 @@ func TestFollowDevicesCommon(t *testing.T) {
 	assert.Equal(t, tg.Common.Budgets[0].Blocks, tg.Blocks)
 	assert.True(t, tg.Changed)
 }
+
+// FuzzFollowerModel drives two followers and a third process without one
+// on a model device: the third takes and gives back memory (never more
+// than is free), and the followers read, together or one after the
+// other. Against the model's sequential rules: after every reading the
+// device is never over-full, no target passes the formula's blocks, and
+// once the third process holds still, the followers settle within a
+// bound and stay settled; alone with their shares, they end at their
+// budgets, less at most the two blocks that the split between three
+// processes leaves each.
+func FuzzFollowerModel(f *testing.F) {
+	f.Add([]byte{0, 8, 3, 16, 0}, true)
+	f.Add([]byte{12, 0, 12, 1, 5}, false)
+	f.Add([]byte{255, 1, 128, 7}, true)
+	f.Fuzz(func(t *testing.T, loads []byte, together bool) {
+		if len(loads) > 16 {
+			loads = loads[:16]
+		}
+		d := &modelDevice{total: 4 << 30, block: 64 * mib, procs: []*modelProc{
+			{pid: 1, context: 48 * mib, weights: 1 << 30, pass: 256 * mib, utilization: 0.5},
+			{pid: 2, context: 48 * mib, weights: 512 * mib, pass: 128 * mib, utilization: 0.45},
+			{pid: 3, context: 48 * mib},
+		}}
+		d.procs[0].present, d.procs[1].present, d.procs[2].present = true, true, true
+		d.start(t, 0)
+		d.start(t, 1)
+		rule := func(fl *Follower, u Usage) Target {
+			tg := followRule(t)(fl, u)
+			require.LessOrEqual(t, tg.Blocks, tg.Common.Blocks)
+			return tg
+		}
+		steady := func() {
+			for i := 0; ; i++ {
+				changed := d.step(t, together, rule)
+				require.LessOrEqual(t, d.used(), d.total, "over-full after %d readings", i)
+				if !changed {
+					break
+				}
+				require.Less(t, i, 64, "not settled")
+			}
+			for range 4 {
+				require.False(t, d.step(t, together, rule), "settled, then moved")
+			}
+		}
+		steady()
+		c := d.procs[2]
+		for _, l := range loads {
+			free := d.total - d.used() + c.weights
+			c.weights = min(int64(l)*(16*mib), free)
+			steady()
+		}
+		c.weights = 0
+		steady()
+		for i, p := range d.procs[:2] {
+			b := p.follower.parts[0].budget
+			assert.GreaterOrEqual(t, p.blocks, b.Blocks-2, "follower %d ends near its budget of %d", i, b.Blocks)
+			assert.LessOrEqual(t, p.blocks, b.Blocks)
+		}
+	})
+}
