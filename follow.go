@@ -59,11 +59,11 @@ type followed struct {
 //
 //   - where Common.Blocks is below the last reading's Blocks, Blocks drops
 //     to it at once: the memory is needed now;
-//   - where it is above by at least 1 + Margin blocks, Blocks grows by the
-//     difference divided by Sharers, rounded down (and not at all where
-//     that is 0): each process that shares the device may take its part
-//     of what was freed at the same reading, and none takes what another
-//     does;
+//   - where it is above by at least 1 + the margin ([Follower.SetMargin])
+//     blocks, Blocks grows by the difference divided by Sharers, rounded
+//     down (and not at all where that is 0): each process that shares the
+//     device may take its part of what was freed at the same reading, and
+//     none takes what another does;
 //   - otherwise Blocks stays.
 //
 // So Blocks never passes Common.Blocks, and, where followers that read
