@@ -74,6 +74,12 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
 	["go test -run '^\$' -bench PageRead -benchmem -benchtime 5x ./web"]='by hand on a quiet machine (docs/performance.md; about 40 s, 1 GB); .ci/run runs its smallest ring once'
+	# docs/performance.md: the follower's reading.
+	["go test -run '^\$' -bench FollowerRead -benchmem -count 3 ."]='by hand on a quiet machine (seconds); .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -tags cuda -run '^\$' -bench FollowerRead -benchmem -count 3 ."]='by hand in scripts/test-cuda.sh'"'"'s environment (the fakes on LD_LIBRARY_PATH)'
+	["FAKENVML_TRACE=/tmp/trace ./memtrack.test -test.run '^\$' -test.bench CUDAFollowerRead -test.benchtime 100x"]='by hand, on a test binary built with go test -c -tags cuda, in scripts/test-cuda.sh'"'"'s environment'
+	["BASE=HEAD BENCH='^BenchmarkCUDAFollowerRead\$' TAGS=cuda OVERLAY= N1=200 N2=1200 ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (a few minutes; valgrind, the fake driver): docs/performance.md'
+	["BASE=HEAD BENCH='^BenchmarkFollowerRead\$' OVERLAY=follow_bench_test.go N1=100 N2=600 ./scripts/bench-instructions.sh"]='by hand (a few minutes; it needs valgrind, from Debian'"'"'s packages): docs/performance.md'
 	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
 	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
 	["go test -run '^\$' -bench Forward -count 10 ./model > old.txt"]='an example of the reader'"'"'s own benchmark (docs/leaks.md); memtest/bench_test.go checks ReportMemory'"'"'s figures'
