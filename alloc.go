@@ -2,8 +2,10 @@ package memtrack
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/internal/addrindex"
+	"github.com/memtrack/memtrack/internal/captures"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -67,8 +69,8 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		return nil, nil, err
 	}
 	l := ledger{rec: rec}
-	if r.cat.set != nil {
-		l.inCategory(r.cat)
+	if r.cats != nil {
+		l.inCategory(r.cats, r.cat)
 	}
 	if l.limited() {
 		if e := l.limitRefusal(r.size); e != nil {
@@ -97,8 +99,8 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		}
 	} else {
 		// The backend writes straight into the buffer (see backend).
-		if s.inline && r.size <= cpuInlineMax {
-			b = newSmallCPUBuffer(r.size)
+		if s.inline && r.size <= inlineMax {
+			b = newInlineBuffer(r.size)
 		} else {
 			b = new(Buffer)
 		}
@@ -149,15 +151,15 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			a = new(allocation)
 			a.fillAddress(d, r)
 		}
-		h.allocated(r, &l, a)
+		h.allocated(a, l, r.stream, r.skip, r.handle)
 	}
 	if x.sh != nil {
 		// The count is indexed at the address that prepare claimed, with
-		// its handle (nil for TrackAddr) and its site (nil where no hook
-		// ran), and the shard unlocked.
+		// its handle (nil for TrackAddr) and a hook's mark (nil where no
+		// hook ran), and the shard unlocked.
 		e := addrEntry{h: t, rec: rec, size: r.size, ordinal: int32(d.ordinal)}
 		if a != nil {
-			e.site = a.site
+			e.mark = a.mark
 		}
 		x.sh.InsertAt(x.slot, r.ptr, e)
 		x.sh.Unlock()
@@ -245,8 +247,12 @@ type refusal struct {
 // allocated, builds the error and runs the report and the observers
 // (Device.outOfMemory).
 func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
+	err := f.err
+	if f.byBackend {
+		err = fillError(err, d, r.size, l.rec)
+	}
 	if h := s.hooksOf(d.ordinal); h != nil {
-		h.refused(r, l, f.err)
+		h.refused(*r, *l, err)
 	}
 	var oom *OutOfMemoryError
 	switch {
@@ -255,21 +261,102 @@ func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
 		oom = f.oom
 	case f.byBackend:
 		l.countFailure()
-		err := fillError(f.err, d, r.size, l.rec)
 		var ok bool
 		if oom, ok = err.(*OutOfMemoryError); !ok {
 			return err
 		}
 	default:
-		oom = l.refusal(f.err, f.byCategory, d, r.size)
+		oom = l.refusal(err, f.byCategory, d, r.size)
 	}
 	var ferr error
 	if f.mem != nil {
-		ferr = s.b.free(d.ordinal, r.size, f.mem)
+		ferr = fillError(s.b.free(d.ordinal, r.size, f.mem), d, r.size, nil)
 	}
-	d.outOfMemory(s, l.rec, oom, r.cat)
+	d.outOfMemory(s, r, l, oom)
 	if ferr != nil {
 		return fmt.Errorf("%w; releasing the memory also failed: %w", oom, ferr)
 	}
 	return oom
+}
+
+// graphBuffer is a graph's buffer: the Buffer that AllocAsync returns on a
+// capturing stream, with the capture it belongs to.
+type graphBuffer struct {
+	Buffer
+	capture *captures.Record
+}
+
+// graphOf returns the graphBuffer of b, a buffer whose source is
+// fromGraph: Device.captured made it as the first field of one.
+func graphOf(b *Buffer) *graphBuffer { return (*graphBuffer)(unsafe.Pointer(b)) }
+
+// captured is the tail of the allocation path for a graph's allocation:
+// the stream-ordered allocation that r asked for, which the backend made in
+// capture id at memory m, with the graph memory it takes in m.reserved
+// where the backend rounds it. The capture counts that; the ledger, the
+// device-side figure and the hooks do not, since the host holds nothing
+// of it between the graph's launches.
+func (d Device) captured(s *deviceTable, r *request, m memory, id uint64) *Buffer {
+	rounded := r.size
+	if m.reserved > 0 {
+		rounded = m.reserved // the graph memory the node takes (cudaBackend.inCapture)
+	}
+	c := capturesOf(s, d.ordinal).AllocNode(id, uintptr(r.stream), rounded)
+	g := &graphBuffer{capture: c}
+	g.fill(d, r)
+	g.mem, g.from, g.cat, g.state = m, fromGraph, 0, stateGraph
+	g.self = &g.Buffer
+	return &g.Buffer
+}
+
+// takeInCapture is the allocation path of a stream-ordered request that a
+// limit refused: where the stream captures a graph, the graph's allocation
+// (no limit is on it: it is not tracked); where the stream is bad input,
+// its error. It returns neither where the stream is not capturing, and the
+// limit's refusal stands.
+func (d Device) takeInCapture(s *deviceTable, r *request) (*Buffer, error) {
+	var m memory
+	id, err := s.stream.allocInCapture(d.ordinal, r.size, r.stream, &m)
+	if err != nil {
+		if u, ok := err.(uncounted); ok {
+			return nil, d.invalidatedBy(s, r, u.err)
+		}
+		return nil, fillError(err, d, r.size, nil)
+	}
+	if id == 0 {
+		return nil, nil
+	}
+	return d.captured(s, r, m, id), nil
+}
+
+// invalidatedBy returns err, the error of stream-ordered request r that
+// counted nothing; where it is an allocation node that the driver refused
+// in a capture it then invalidated, the capture's record says so, and the
+// error names the capture.
+func (d Device) invalidatedBy(s *deviceTable, r *request, err error) error {
+	e, ok := err.(*invalidatedIn)
+	if !ok {
+		return fillError(err, d, r.size, nil)
+	}
+	capturesOf(s, d.ordinal).Invalidated(e.id, uintptr(r.stream))
+	return wrapf(fillError(e.err, d, r.size, nil), "allocation node in CUDA graph capture %d on %v, refused; the driver invalidated the capture, which ends with no graph", e.id, d)
+}
+
+// capturesSlot is the slot of a device's CUDA graph captures in its
+// state (deviceTable.stateOf), which the graph source counts in.
+const capturesSlot = 5
+
+// capturesOf returns the captures of device ordinal of s, which is in use,
+// making them on first use.
+func capturesOf(s *deviceTable, ordinal int) *captures.Set {
+	return slotOf(s, ordinal, capturesSlot, func() *captures.Set { return captures.New(MaxCaptures) })
+}
+
+// graphOutliving returns the Outliving of every capture counted on device
+// ordinal, but those known invalidated (captures.Set.Outliving).
+func (s *deviceTable) graphOutliving(ordinal int) int64 {
+	if c := slotOf[captures.Set](s, ordinal, capturesSlot, nil); c != nil {
+		return c.Outliving()
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/captures"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -55,16 +56,20 @@ type residencyReporter interface {
 	notResident(ordinal int) (int64, error)
 }
 
-// notResident returns the bytes of device ordinal's buffers that its
-// reported use leaves out, for a backend that has any; 0 for the others
-// and where they cannot be read.
-func (s *deviceTable) notResident(ordinal int) int64 {
-	if r, ok := s.b.(residencyReporter); ok {
-		if n, err := r.notResident(ordinal); err == nil {
-			return n
-		}
-	}
-	return 0
+// inlineHoster is a backend some of whose buffers come with host memory
+// that may be allocated together with the Buffer (the CPU's): inlineHost
+// reports it, and the allocation path then gives the backend, for a buffer
+// of at most inlineMax bytes, a Buffer whose m.host is that memory.
+type inlineHoster interface {
+	inlineHost() bool
+}
+
+// heapBacked is a backend some of whose buffers' memory is Go heap memory,
+// which the garbage collector takes back with the Buffer (the CPU's small
+// buffers): goHeap reports whether a buffer of size bytes is one. A copy
+// of such a buffer's memory must not keep it (the leak watch's).
+type heapBacked interface {
+	goHeap(size int64) bool
 }
 
 // recordUser is a backend that reads the figures of its device table (the
@@ -96,16 +101,6 @@ type heldFigure interface {
 	openHeldScope(ordinal int) *tracker.Scope
 	heldScopePeak(ordinal int, sc *tracker.Scope) int64
 	closeHeldScope(ordinal int, sc *tracker.Scope) error
-}
-
-// deviceHeld returns the device-side figure of d and its peak: the
-// backend's, where it keeps one (heldFigure), and otherwise the tracked
-// figures current and peak, which are the same.
-func deviceHeld(d Device, current, peak int64) (int64, int64) {
-	if s := tableOf(d.kind); s != nil && s.held != nil {
-		return s.held.held(d.ordinal)
-	}
-	return current, peak
 }
 
 // streamBackend is a backend that allocates in stream order from a
@@ -170,6 +165,25 @@ type streamBackend interface {
 	trimGraphs(ordinal int) error
 }
 
+// callError is the one error type of the seam: a call of a backend that
+// failed. A backend says what happened, in its driver's words and codes;
+// the core makes of it the error it returns, naming the device
+// (fillError): an [*OutOfMemoryError] where the device had no memory for
+// it, a [*BackendError] otherwise, which matches [ErrDeviceLost] where the
+// device is lost. No backend builds those itself.
+type callError struct {
+	op       string // the operation: "alloc", "free", "meminfo", "info", "init", ...
+	code     int    // the driver's code (a CUresult for CUDA); 0 for none
+	name     string // the code's name ("CUDA_ERROR_INVALID_VALUE"); "" for none
+	oom      bool   // the device had no memory for it: err says what refused it
+	lost     bool   // the device is lost: every later call fails with this error
+	capacity int64  // oom: the capacity that refused it (the CPU's), 0 if none
+	err      error  // what happened, in the driver's words
+}
+
+func (e *callError) Error() string { return e.op + " failed: " + e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
+
 // uncounted is an error of a backend that counts no failed allocation:
 // bad input, or a refusal before the device was asked.
 type uncounted struct{ err error }
@@ -192,3 +206,20 @@ func (u unbuilt) devices() (int, error)                      { return 0, u.error
 func (u unbuilt) alloc(int, int64, *memory) error            { return u.error() }
 func (u unbuilt) free(int, int64, *memory) error             { return u.error() }
 func (u unbuilt) memInfo(int) (free, total int64, err error) { return 0, 0, u.error() }
+
+// captureState is what the driver reports of a stream's part in a
+// capture.
+type captureState = captures.State
+
+// invalidatedIn is the error of an allocation or free node that the driver
+// refused in the active capture id, which it left invalidated: the one way
+// memtrack learns which capture the driver invalidated, since the driver
+// gives an invalidated capture no ID. The path that meets it records the
+// invalidation in the capture's record.
+type invalidatedIn struct {
+	id  uint64
+	err error
+}
+
+func (e *invalidatedIn) Error() string { return e.err.Error() }
+func (e *invalidatedIn) Unwrap() error { return e.err }

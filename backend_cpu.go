@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/hostmem"
 	"github.com/memtrack/memtrack/tracker"
 )
@@ -22,10 +22,10 @@ const mmapThreshold = 1 << 20
 // limit or the machine's memory): Go's runtime aborts the process on a make
 // it cannot satisfy, and an mmap past RAM can succeed only to be killed when
 // touched. The capacity is read when the device table is made and again
-// when it is stale ([cpuCapacity]).
+// when it is stale ([hostmem.Capacity]).
 type cpuBackend struct {
-	records  *tracker.Table // the device table's records (recordUser)
-	capacity cpuCapacity    // read with hostCapacity, at time.Now
+	records  *tracker.Table   // the device table's records (recordUser)
+	capacity hostmem.Capacity // read with hostCapacity, at time.Now
 
 	modelMu sync.Mutex
 	model   *string // the CPU's model name, once read (package hostmem)
@@ -47,7 +47,7 @@ func hostCapacity() (int64, error) {
 func (c *cpuBackend) useRecords(t *tracker.Table) { c.records = t }
 
 func (c *cpuBackend) devices() (int, error) {
-	c.capacity.get(time.Now(), hostCapacity)
+	c.capacity.Get(time.Now(), hostCapacity)
 	return 1, nil
 }
 
@@ -64,12 +64,12 @@ func (c *cpuBackend) held() int64 {
 
 // alloc allocates size bytes, unless, beside what the device holds, they
 // pass the capacity; a small buffer's memory may have come with its Buffer
-// already (newSmallCPUBuffer), in m.host.
+// already (inlineHost), in m.host.
 func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 	held := c.held()
 	if size < mmapThreshold {
-		if !c.capacity.fits(size, held) {
-			if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+		if !c.capacity.Fits(size, held) {
+			if capacity := c.capacity.Refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
 				return pastCapacity(capacity, held)
 			}
 		}
@@ -78,12 +78,12 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 		}
 		return nil
 	}
-	if capacity := c.capacity.refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+	if capacity := c.capacity.Refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
 		return pastCapacity(capacity, held)
 	}
 	b, err := c.maps.Map(size)
 	if err != nil {
-		return &OutOfMemoryError{Reason: "mmap: " + err.Error()}
+		return &callError{op: "alloc", oom: true, err: fmt.Errorf("mmap: %w", err)}
 	}
 	m.setHost(b)
 	return nil
@@ -92,51 +92,24 @@ func (c *cpuBackend) alloc(_ int, size int64, m *memory) error {
 // pastCapacity is the refusal of a request that, beside the held bytes the
 // device holds already, passes the capacity.
 func pastCapacity(capacity, held int64) error {
-	return &OutOfMemoryError{Capacity: capacity, Reason: fmt.Sprintf(
-		"the machine or its cgroup gives the process at most %s, and the device already holds %s", formatBytes(capacity), formatBytes(held))}
+	return &callError{op: "alloc", oom: true, capacity: capacity, err: fmt.Errorf(
+		"the machine or its cgroup gives the process at most %s, and the device already holds %s", bytesize.Format(capacity), bytesize.Format(held))}
 }
 
-// cpuInlineMax is the largest CPU buffer whose memory is allocated together
-// with its Buffer: one allocation instead of two, where the Buffer would
-// otherwise cost as much as the memory.
-const cpuInlineMax = 256
+// inlineHost reports that a CPU buffer of up to inlineMax bytes may come
+// with its memory, which the allocation path allocates with the Buffer.
+func (*cpuBackend) inlineHost() bool { return true }
 
-// bufferWith is a Buffer followed by the memory of a small CPU buffer.
-type bufferWith[T any] struct {
-	b    Buffer
-	data T
-}
-
-func newBufferWith[T any]() *Buffer {
-	x := new(bufferWith[T])
-	x.b.mem.host = unsafe.Pointer(&x.data)
-	return &x.b
-}
-
-// newSmallCPUBuffer returns a Buffer with zeroed memory for size <=
-// cpuInlineMax bytes in the same allocation, in mem.host, rounded up to a
-// power of two (as the Go heap's size classes would round a make).
-func newSmallCPUBuffer(size int64) *Buffer {
-	switch {
-	case size <= 16:
-		return newBufferWith[[16]byte]()
-	case size <= 32:
-		return newBufferWith[[32]byte]()
-	case size <= 64:
-		return newBufferWith[[64]byte]()
-	case size <= 128:
-		return newBufferWith[[128]byte]()
-	default:
-		return newBufferWith[[cpuInlineMax]byte]()
-	}
-}
+// goHeap reports whether the memory of a buffer of size bytes is the Go
+// heap's, which the garbage collector takes back with its Buffer.
+func (*cpuBackend) goHeap(size int64) bool { return size < mmapThreshold }
 
 func (c *cpuBackend) free(_ int, size int64, m *memory) error {
 	if size < mmapThreshold {
 		return nil // Go heap memory: the garbage collector takes it back
 	}
 	if err := c.maps.Unmap(m.hostBytes(size)); err != nil {
-		return &BackendError{Op: "free", Err: fmt.Errorf("munmap: %w", err)}
+		return &callError{op: "free", err: fmt.Errorf("munmap: %w", err)}
 	}
 	return nil
 }
@@ -149,7 +122,7 @@ func (c *cpuBackend) free(_ int, size int64, m *memory) error {
 func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 	free, total, err = hostmem.MemInfo()
 	if err != nil {
-		return 0, 0, &BackendError{Op: "meminfo", Err: err}
+		return 0, 0, &callError{op: "meminfo", err: err}
 	}
 	if used, err := hostmem.ProcessUsed(); err == nil {
 		free = max(total-used, 0)
@@ -164,7 +137,7 @@ func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 func (c *cpuBackend) notResident(int) (int64, error) {
 	n, err := c.maps.NotResident()
 	if err != nil {
-		return 0, &BackendError{Op: "meminfo", Err: err}
+		return 0, &callError{op: "meminfo", err: err}
 	}
 	return n, nil
 }
@@ -177,7 +150,7 @@ func (c *cpuBackend) info(int) (name, uuid string, err error) {
 	if c.model == nil {
 		m, err := hostmem.ModelName()
 		if err != nil {
-			return "", "", &BackendError{Op: "info", Err: err}
+			return "", "", &callError{op: "info", err: err}
 		}
 		c.model = &m
 	}

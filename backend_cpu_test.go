@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memtrack/memtrack/internal/hostmem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -12,7 +13,7 @@ import (
 func TestCPUBuffers(t *testing.T) {
 	cpu := CPU()
 	base := cpu.MemoryStats()
-	sizes := []int64{1, 16, 17, 32, 33, 64, 65, 128, 129, cpuInlineMax, cpuInlineMax + 1, 4095, mmapThreshold - 1, mmapThreshold, 3*mmapThreshold + 5}
+	sizes := []int64{1, 16, 17, 32, 33, 64, 65, 128, 129, inlineMax, inlineMax + 1, 4095, mmapThreshold - 1, mmapThreshold, 3*mmapThreshold + 5}
 	for _, size := range sizes {
 		b, err := cpu.Alloc(size)
 		require.NoError(t, err, "size %d", size)
@@ -115,7 +116,7 @@ func TestCPURefusesPastCapacity(t *testing.T) {
 // TestCPUAllocReadsStaleCapacity runs the backend's alloc, on the real
 // clock and machine, over a capacity whose figure the test read first (at
 // a time it chose, from a figure it chose): a figure older than
-// cpuCapacityValidity is read again (the machine's, which has room for
+// hostmem.CapacityValidity is read again (the machine's, which has room for
 // the request) by a large request and by a small one it would refuse; one
 // within it (read "in an hour") refuses them.
 func TestCPUAllocReadsStaleCapacity(t *testing.T) {
@@ -126,14 +127,14 @@ func TestCPUAllocReadsStaleCapacity(t *testing.T) {
 		size   int64
 		want   int64 // the capacity that refuses the request; 0 where it succeeds
 	}{
-		{"large, stale", -cpuCapacityValidity, 3 << 20, 4 << 20, 0},
+		{"large, stale", -hostmem.CapacityValidity, 3 << 20, 4 << 20, 0},
 		{"large, within validity", time.Hour, 3 << 20, 4 << 20, 3 << 20},
-		{"small, stale", -cpuCapacityValidity, 256 << 10, 512 << 10, 0},
+		{"small, stale", -hostmem.CapacityValidity, 256 << 10, 512 << 10, 0},
 		{"small, within validity", time.Hour, 256 << 10, 512 << 10, 256 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := new(cpuBackend)
-			require.Equal(t, tc.figure, c.capacity.get(time.Now().Add(tc.readAt), func() (int64, error) { return tc.figure, nil }))
+			require.Equal(t, tc.figure, c.capacity.Get(time.Now().Add(tc.readAt), func() (int64, error) { return tc.figure, nil }))
 			var m memory
 			err := c.alloc(0, tc.size, &m)
 			if tc.want == 0 {
@@ -142,9 +143,10 @@ func TestCPUAllocReadsStaleCapacity(t *testing.T) {
 				require.NoError(t, c.free(0, tc.size, &m))
 				return
 			}
-			var oom *OutOfMemoryError
-			require.ErrorAs(t, err, &oom)
-			assert.Equal(t, tc.want, oom.Capacity, "the figure within its validity")
+			var ce *callError
+			require.ErrorAs(t, err, &ce, "the seam's error")
+			assert.True(t, ce.oom, "out of memory")
+			assert.Equal(t, tc.want, ce.capacity, "the figure within its validity")
 			assert.Nil(t, m.host)
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
@@ -392,13 +393,13 @@ func TestCUDAReconcile(t *testing.T) {
 	require.NoError(t, err)
 	var out strings.Builder
 	fmt.Fprintf(&out, "device %v: total %s, used with nothing tracked %s (tracked %s; untracked: context, libraries, other processes)\n",
-		d, formatBytes(base.Total), formatBytes(base.Used-base.Tracked), formatBytes(base.Tracked))
+		d, bytesize.Format(base.Total), bytesize.Format(base.Used-base.Tracked), bytesize.Format(base.Tracked))
 	fmt.Fprintf(&out, "%10s %12s %15s %18s %14s\n", "size", "tracked Δ", "driver used Δ", "driver - tracked", "after free Δ")
 	for _, size := range []int64{1 << 10, 1 << 20, 64 << 20, 1 << 30} {
 		before, err := d.Usage()
 		require.NoError(t, err)
 		b, err := d.Alloc(size)
-		require.NoError(t, err, "allocating %s", formatBytes(size))
+		require.NoError(t, err, "allocating %s", bytesize.Format(size))
 		during, err := d.Usage()
 		require.NoError(t, err)
 		require.NoError(t, b.Free())
@@ -407,13 +408,13 @@ func TestCUDAReconcile(t *testing.T) {
 
 		tracked := during.Tracked - before.Tracked
 		driver := during.Used - before.Used
-		assert.Equal(t, size, tracked, "tracked change for %s", formatBytes(size))
+		assert.Equal(t, size, tracked, "tracked change for %s", bytesize.Format(size))
 		assert.Equal(t, before.Tracked, after.Tracked)
 		if onFake() {
 			assert.Equal(t, size, driver)
 			assert.Equal(t, before.Used, after.Used)
 		}
-		fmt.Fprintf(&out, "%10s %12d %15d %18d %14d\n", formatBytes(size), tracked, driver, driver-tracked, after.Used-before.Used)
+		fmt.Fprintf(&out, "%10s %12d %15d %18d %14d\n", bytesize.Format(size), tracked, driver, driver-tracked, after.Used-before.Used)
 	}
 	t.Log("\n" + out.String())
 }
@@ -605,14 +606,16 @@ func TestCUDAChildInitFailure(t *testing.T) {
 // TestCUDAErrorMessages checks the errors made of a driver result, on a
 // driver that names them or not.
 func TestCUDAErrorMessages(t *testing.T) {
-	err := resultError("alloc", "", cudadrv.OutOfMemory)
+	d := Device{kind: KindCUDA}
+	asReturned := func(err error) error { return fillError(err, d, 0, nil) } // as the device table returns them
+	err := asReturned(resultError("alloc", "", cudadrv.OutOfMemory))
 	assert.ErrorIs(t, err, ErrOutOfMemory)
-	err = resultError("free", "", 1)
+	err = asReturned(resultError("free", "", 1))
 	var be *BackendError
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", be.Name)
 	assert.Contains(t, err.Error(), "free failed: CUDA_ERROR_INVALID_VALUE (code 1)")
-	err = resultError("alloc", "", 12345)
+	err = asReturned(resultError("alloc", "", 12345))
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, 12345, be.Code)
 	assert.Equal(t, "CUresult 12345", be.Name, "a code no table knows")
@@ -803,7 +806,7 @@ func TestCUDAErrorNames(t *testing.T) {
 		700: "CUDA_ERROR_ILLEGAL_ADDRESS",
 		803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
 	} {
-		err := resultError("alloc", "", cudadrv.Result(code))
+		err := fillError(resultError("alloc", "", cudadrv.Result(code)), Device{kind: KindCUDA}, 0, nil)
 		var be *BackendError
 		require.ErrorAs(t, err, &be)
 		assert.Equal(t, name, be.Name, "code %d", code)

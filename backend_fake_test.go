@@ -49,7 +49,7 @@ func (f *fakeBackend) alloc(ordinal int, size int64, m *memory) error {
 		return err
 	}
 	if size > f.capacity-f.used[ordinal] {
-		return &OutOfMemoryError{Code: 2, Reason: "fake device full"}
+		return &callError{op: "alloc", oom: true, code: 2, err: errors.New("fake device full")}
 	}
 	f.used[ordinal] += size
 	f.live++

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"unsafe"
+
+	"github.com/memtrack/memtrack/internal/bytesize"
 )
 
 // metalMaxDevices bounds the Metal devices the backend takes from the bridge:
@@ -62,26 +64,27 @@ func (m *metalBackend) device(ordinal int) (metalDevice, error) {
 
 // alloc allocates a shared-storage buffer of size bytes. A request past the
 // device's maxBufferLength is refused before Metal sees it, and a buffer
-// Metal does not return is an [*OutOfMemoryError]; both are counted as
-// failed allocations by the caller.
+// Metal does not return is out of memory (an [*OutOfMemoryError], once the
+// device table has made one of it); both are counted as failed
+// allocations by the caller.
 func (m *metalBackend) alloc(ordinal int, size int64, mem *memory) error {
 	d, err := m.device(ordinal)
 	if err != nil {
 		return err
 	}
 	if size > d.maxBuffer {
-		return &OutOfMemoryError{Reason: "larger than the largest Metal buffer this device allows (maxBufferLength " + formatBytes(d.maxBuffer) + ")"}
+		return &callError{op: "alloc", oom: true, err: errors.New("larger than the largest Metal buffer this device allows (maxBufferLength " + bytesize.Format(d.maxBuffer) + ")")}
 	}
 	buf := m.bridge.newBuffer(d.handle, size)
 	if buf == 0 {
 		ws, used := m.bridge.memInfo(d.handle)
-		return &OutOfMemoryError{Reason: fmt.Sprintf("Metal returned no buffer (the device has %s allocated of a recommended working set of %s)",
-			formatBytes(used), formatBytes(ws))}
+		return &callError{op: "alloc", oom: true, err: fmt.Errorf("Metal returned no buffer (the device has %s allocated of a recommended working set of %s)",
+			bytesize.Format(used), bytesize.Format(ws))}
 	}
 	p := m.bridge.bufferContents(buf)
 	if p == nil {
 		m.bridge.release(buf)
-		return &BackendError{Op: "alloc", Err: errors.New("metal: shared-storage buffer has no contents")}
+		return &callError{op: "alloc", err: errors.New("metal: shared-storage buffer has no contents")}
 	}
 	*mem = memory{ptr: buf, host: p, reserved: m.bridge.bufferAllocatedSize(buf)}
 	return nil
@@ -91,7 +94,7 @@ func (m *metalBackend) alloc(ordinal int, size int64, mem *memory) error {
 // buffer, so each handle is released exactly once.
 func (m *metalBackend) free(_ int, _ int64, mem *memory) error {
 	if mem.ptr == 0 {
-		return &BackendError{Op: "free", Err: errors.New("metal: no buffer handle to release")}
+		return &callError{op: "free", err: errors.New("metal: no buffer handle to release")}
 	}
 	m.bridge.release(mem.ptr)
 	return nil

@@ -195,18 +195,20 @@ func TestMetalBackendAllocErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Zero(t, mem.ptr)
 			assert.Nil(t, mem.host)
+			var ce *callError
 			switch {
 			case tc.want == ErrOutOfMemory:
+				require.ErrorAs(t, err, &ce, "the seam's error")
+				assert.True(t, ce.oom, "out of memory")
+				assert.Contains(t, ce.err.Error(), tc.reason)
 				var oom *OutOfMemoryError
-				require.ErrorAs(t, err, &oom)
-				assert.ErrorIs(t, err, ErrOutOfMemory)
+				require.ErrorAs(t, fillError(err, Device{kind: KindMetal}, tc.size, nil), &oom, "as the device table returns it")
 				assert.Contains(t, oom.Reason, tc.reason)
 			case tc.want != nil:
 				assert.ErrorIs(t, err, tc.want)
 			default:
-				var be *BackendError
-				require.ErrorAs(t, err, &be)
-				assert.Equal(t, "alloc", be.Op)
+				require.ErrorAs(t, err, &ce, "the seam's error")
+				assert.Equal(t, "alloc", ce.op)
 			}
 			live, newCalls, released := f.state()
 			assert.Zero(t, live, "no buffer is left behind")
@@ -226,9 +228,9 @@ func TestMetalBackendFreeWithoutHandle(t *testing.T) {
 	mem := memory{}
 	mem.setHost(host)
 	err := m.free(0, 8, &mem)
-	var be *BackendError
-	require.ErrorAs(t, err, &be)
-	assert.Equal(t, "free", be.Op)
+	var ce *callError
+	require.ErrorAs(t, err, &ce, "the seam's error")
+	assert.Equal(t, "free", ce.op)
 	_, _, released := f.state()
 	assert.Empty(t, released, "nothing is released for memory without a handle")
 }

@@ -441,3 +441,16 @@ func (p Measurement) checkBudget(utilization float64, blockSize int64) error {
 	}
 	return nil
 }
+
+// perProcessBasis says whether a [Measurement.Budget] of p from base may use
+// the per-process figures, and if not, why, where the readings said (a
+// Usage or Measurement written by hand says nothing).
+func perProcessBasis(base Usage, p Measurement) (bool, error) {
+	switch {
+	case !base.PerProcess && base.PerProcessErr != nil:
+		return false, wrapf(base.PerProcessErr, "the baseline has none")
+	case !p.PerProcess && p.PerProcessErr != nil:
+		return false, wrapf(p.PerProcessErr, "the measurement has none")
+	}
+	return base.PerProcess && p.PerProcess, nil
+}

@@ -176,3 +176,38 @@ func (b *Buffer) RoundedSize() int64 {
 	}
 	return b.size
 }
+
+// inlineMax is the largest buffer whose host memory is allocated together
+// with its Buffer, on a backend whose buffers may (inlineHost: the CPU): one allocation instead of two, where the Buffer would
+// otherwise cost as much as the memory.
+const inlineMax = 256
+
+// bufferWith is a Buffer followed by the memory of a small buffer.
+type bufferWith[T any] struct {
+	b    Buffer
+	data T
+}
+
+func newBufferWith[T any]() *Buffer {
+	x := new(bufferWith[T])
+	x.b.mem.host = unsafe.Pointer(&x.data)
+	return &x.b
+}
+
+// newInlineBuffer returns a Buffer with zeroed memory for size <=
+// inlineMax bytes in the same allocation, in mem.host, rounded up to a
+// power of two (as the Go heap's size classes would round a make).
+func newInlineBuffer(size int64) *Buffer {
+	switch {
+	case size <= 16:
+		return newBufferWith[[16]byte]()
+	case size <= 32:
+		return newBufferWith[[32]byte]()
+	case size <= 64:
+		return newBufferWith[[64]byte]()
+	case size <= 128:
+		return newBufferWith[[128]byte]()
+	default:
+		return newBufferWith[[inlineMax]byte]()
+	}
+}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -20,26 +24,6 @@ const (
 	MaxCategoryName = 64
 )
 
-// The names of the usual categories of an inference server, for
-// [Device.Category]. Any other name of up to [MaxCategoryName] bytes may be
-// used; [Measurement.Budget] reads the one named CategoryWeights.
-const (
-	CategoryWeights     = "weights"     // the model's weights
-	CategoryKVCache     = "kv_cache"    // the KV cache
-	CategoryActivations = "activations" // activations of a forward pass
-	CategoryWorkspace   = "workspace"   // libraries' and kernels' workspaces
-
-	// Uncategorised names the row of the memory allocated outside any
-	// category, in [Device.CategoryStats], the summary and the renderings.
-	// No category may take the name.
-	Uncategorised = "uncategorised"
-
-	// OtherCategories names the one series into which a rendering that
-	// shows the largest categories one by one folds the others (the
-	// page's plot, package web). No category may take the name.
-	OtherCategories = "other categories"
-)
-
 var (
 	// ErrInvalidCategory: a category name that is empty, longer than
 	// [MaxCategoryName] bytes, not UTF-8, holds a control character or is
@@ -50,6 +34,54 @@ var (
 	// already, and [Device.Category] was asked for another.
 	ErrTooManyCategories = errors.New("memtrack: too many categories")
 )
+
+// Category is a named share of one device's memory: the model's weights,
+// the KV cache, the activations, a library's workspace. Memory allocated or
+// tracked through a Category counts on its device as [Device.Alloc] and
+// [Device.Track] count it, and in the category's own figures besides:
+// Tracked, PeakTracked, Buffers, PeakBuffers and the cumulative figures,
+// exact and lock-free as the device's are, and an optional limit of its own.
+//
+// Obtain one once, with [Device.Category], and allocate through it:
+//
+//	kv, err := dev.Category(memtrack.CategoryKVCache)
+//	...
+//	b, err := kv.Alloc(n)
+//
+// A Category is a small comparable value bound to its device: it allocates
+// only there, and the same name on another device is another category with
+// figures of its own. A buffer stays in the category it was allocated
+// through until its Free, which uncounts it there: a buffer is never freed
+// through another category. The zero Category is no category; its methods
+// fail with [ErrInvalidCategory].
+type Category struct {
+	set *categorySet
+	idx uint8 // 1 to MaxCategories; 0 in the zero Category
+	dev Device
+}
+
+// categoryNamer returns the function that names the device's categories
+// by their 1-based index ("" for 0), for the readers of what keeps only
+// the index (the memory history); a category made later is named too,
+// since a name never changes once its index is published.
+func (d Device) categoryNamer() func(idx uint8) string {
+	return d.peekCategories().name // nil names every index ""
+}
+
+// categoryName returns the name of the device's category idx (1-based),
+// or "" for 0.
+func (d Device) categoryName(idx uint8) string { return d.peekCategories().name(idx) }
+
+// Name returns the category's name ("" for the zero Category).
+func (c Category) Name() string { return c.set.name(c.idx) }
+
+// record returns the category's record, or nil for the zero Category.
+func (c Category) record() *tracker.Record {
+	if c.set == nil {
+		return nil
+	}
+	return &c.set.recs[c.idx-1]
+}
 
 // Category returns the device's category called name, making it on first
 // use: every call with one name on one device returns the same Category.
@@ -63,11 +95,11 @@ func (d Device) Category(name string) (Category, error) {
 	if err := checkCategoryName(name); err != nil {
 		return Category{}, fmt.Errorf("%w on %v: %v", ErrInvalidCategory, d, err)
 	}
-	_, f, err := d.features(use)
+	s, _, err := d.lookup(use)
 	if err != nil {
 		return Category{}, err
 	}
-	return f.categories().category(d, name)
+	return s.categories(d.ordinal).category(d, name)
 }
 
 // checkCategoryName says what is wrong with a category's name, if anything.
@@ -120,7 +152,7 @@ func (c Category) Alloc(size int64) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Alloc", size)
 	}
-	b, _, err := c.dev.take(&request{size: size, cat: c})
+	b, _, err := c.dev.take(&request{size: size, cats: c.set, cat: c.idx})
 	return b, err
 }
 
@@ -132,7 +164,7 @@ func (c Category) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 	if c.set == nil {
 		return nil, zeroCategory("AllocAsync", size)
 	}
-	b, _, err := c.dev.take(&request{size: size, cat: c, from: fromPool, stream: stream})
+	b, _, err := c.dev.take(&request{size: size, cats: c.set, cat: c.idx, from: fromPool, stream: stream})
 	return b, err
 }
 
@@ -145,7 +177,7 @@ func (c Category) Track(size int64, ptr uintptr) (*Tracked, error) {
 	if c.set == nil {
 		return nil, zeroCategory("Track", size)
 	}
-	_, t, err := c.dev.take(&request{size: size, cat: c, from: fromAddress, handle: true, ptr: ptr})
+	_, t, err := c.dev.take(&request{size: size, cats: c.set, cat: c.idx, from: fromAddress, handle: true, ptr: ptr})
 	return t, err
 }
 
@@ -170,25 +202,6 @@ func (c Category) MemoryLimit() int64 {
 		return 0
 	}
 	return c.record().Limit()
-}
-
-// CategoryStats is a snapshot of one category's figures on a device, named
-// as [Stats]' are. The figures of a category are exact as the device's are.
-//
-// The row of the memory outside every category ([Uncategorised]) is the
-// device's figures less its categories', read one after the other: exact
-// whenever no allocation or free runs meanwhile. Memory outside categories
-// costs nothing more than it did before categories, so that row keeps no
-// peaks of its own: its PeakTracked and PeakBuffers are 0, and no limit.
-type CategoryStats struct {
-	Device                 Device
-	Category               string // the category's name, or Uncategorised
-	Tracked, PeakTracked   int64
-	AllocBytes, FreedBytes int64
-	Buffers, PeakBuffers   int64
-	Allocs, Frees          int64
-	FailedAllocs           int64
-	Limit                  int64 // 0: none
 }
 
 // Stats returns a snapshot of the category's figures.
@@ -219,47 +232,162 @@ func writeCategories(buf *bytes.Buffer, rows []CategoryStats) {
 	w := tabwriter.NewWriter(buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "category\ttracked\tpeak tracked\tbuffers\tallocs\tfrees\tfailed allocs\tlimit\t\n")
 	for _, c := range rows {
-		peak, limit := formatBytes(c.PeakTracked), "none"
+		peak, limit := bytesize.Format(c.PeakTracked), "none"
 		if c.Category == Uncategorised {
 			peak = "-"
 		}
 		if c.Limit > 0 {
-			limit = formatBytes(c.Limit)
+			limit = bytesize.Format(c.Limit)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", c.Category, formatBytes(c.Tracked), peak, c.Buffers, c.Allocs, c.Frees, c.FailedAllocs, limit)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", c.Category, bytesize.Format(c.Tracked), peak, c.Buffers, c.Allocs, c.Frees, c.FailedAllocs, limit)
 	}
 	w.Flush()
 }
 
-// startMeasure opens a peak scope on each category of cs (nil for none)
-// as a measurement begins, before it reads their starting figures, and
-// records those in p; it returns the scopes and the categories' records,
-// in the order of p.Categories, or nils for a device without categories.
-// Nothing is reset: measurements nest.
-func (cs *categorySet) startMeasure(p *Measurement) ([]*tracker.Scope, []*tracker.Record) {
-	if cs == nil {
-		return nil, nil
+// categories returns the categories of device ordinal of s, which is in
+// use, making them on first use.
+func (s *deviceTable) categories(ordinal int) *categorySet {
+	if cs := s.categoriesOf(ordinal); cs != nil {
+		return cs
 	}
-	names, recs := cs.list()
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	scopes := make([]*tracker.Scope, len(recs))
-	p.Categories = make([]CategoryMeasurement, len(recs))
-	for i, r := range recs {
-		scopes[i] = r.OpenScope()
-		p.Categories[i] = CategoryMeasurement{Category: names[i], StartTracked: r.Tracked()}
-	}
-	return scopes, recs
+	cs := slotOf(s, ordinal, categoriesSlot, func() *categorySet {
+		return &categorySet{names: make([]string, MaxCategories), recs: make([]tracker.Record, MaxCategories)}
+	})
+	s.setReporter(ordinal, categoriesSlot, cs)
+	return cs
 }
 
-// endMeasure completes the categories of p as a measurement ends, from
-// the scopes startMeasure opened, which it closes.
-func endMeasure(scopes []*tracker.Scope, recs []*tracker.Record, p *Measurement) {
-	for i, sc := range scopes {
-		c := &p.Categories[i]
-		c.PeakTracked, _ = sc.Close() // runScoped closed it already: Close returns its peak again
-		c.EndTracked = recs[i].Tracked()
-		c.PeakTrackedIncrease = c.PeakTracked - c.StartTracked
+// report puts the rows of the categories (Device.CategoryStats) into the
+// out-of-memory report e.
+func (cs *categorySet) report(e *OutOfMemoryError) {
+	d := e.Device
+	e.Categories = cs.rows(d, tableOf(d.kind).records.Lookup(d.ordinal))
+}
+
+// category returns the category called name, making it if there is room.
+func (cs *categorySet) category(d Device, name string) (Category, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := int(cs.n.Load())
+	for i, have := range cs.names[:n] {
+		if have == name {
+			return Category{set: cs, idx: uint8(i + 1), dev: d}, nil
+		}
 	}
+	if n == MaxCategories {
+		return Category{}, fmt.Errorf("%w: %v has %d categories (%s); %q would be one more",
+			ErrTooManyCategories, d, n, strings.Join(cs.names[:n], ", "), name)
+	}
+	cs.names[n] = name
+	cs.n.Store(int32(n + 1))
+	return Category{set: cs, idx: uint8(n + 1), dev: d}, nil
+}
+
+func categoryStatsOf(d Device, name string, s tracker.Stats) CategoryStats {
+	return CategoryStats{
+		Device: d, Category: name,
+		Tracked: s.Tracked, PeakTracked: s.PeakTracked,
+		AllocBytes: s.AllocBytes, FreedBytes: s.FreedBytes,
+		Buffers: s.Buffers, PeakBuffers: s.PeakBuffers,
+		Allocs: s.Allocs, Frees: s.Frees,
+		FailedAllocs: s.FailedAllocs, Limit: s.Limit,
+	}
+}
+
+// peekCategories returns the device's categories where it has any, as peek
+// reads: registering nothing and starting no backend.
+func (d Device) peekCategories() *categorySet {
+	if s, _, _ := d.lookup(read); s != nil {
+		return s.categoriesOf(d.ordinal)
+	}
+	return nil
+}
+
+// rows reads the categories of cs (nil for none), then the record r of
+// their device d, and puts the row of the uncategorised memory after them.
+func (cs *categorySet) rows(d Device, r *tracker.Record) []CategoryStats {
+	if cs == nil || cs.n.Load() == 0 {
+		return nil
+	}
+	names, recs := cs.list()
+	out := make([]CategoryStats, 0, len(names)+1)
+	rest := CategoryStats{Device: d, Category: Uncategorised}
+	for i, rec := range recs {
+		c := categoryStatsOf(d, names[i], rec.Snapshot())
+		out = append(out, c)
+		rest.Tracked -= c.Tracked
+		rest.AllocBytes -= c.AllocBytes
+		rest.FreedBytes -= c.FreedBytes
+		rest.Buffers -= c.Buffers
+		rest.Allocs -= c.Allocs
+		rest.Frees -= c.Frees
+		rest.FailedAllocs -= c.FailedAllocs
+	}
+	all := r.Snapshot()
+	rest.Tracked = max(rest.Tracked+all.Tracked, 0)
+	rest.AllocBytes = max(rest.AllocBytes+all.AllocBytes, 0)
+	rest.FreedBytes = max(rest.FreedBytes+all.FreedBytes, 0)
+	rest.Buffers = max(rest.Buffers+all.Buffers, 0)
+	rest.Allocs = max(rest.Allocs+all.Allocs, 0)
+	rest.Frees = max(rest.Frees+all.Frees, 0)
+	rest.FailedAllocs = max(rest.FailedAllocs+all.FailedAllocs, 0)
+	return append(out, rest)
+}
+
+// resetPeaks resets the peaks of every category of cs (nil for none).
+func (cs *categorySet) resetPeaks() {
+	if cs == nil {
+		return
+	}
+	_, recs := cs.list()
+	for _, r := range recs {
+		r.ResetPeak()
+	}
+}
+
+// resetAccumulated resets the cumulative figures of the categories of cs
+// (nil for none) and of their device's record r, as one step for the
+// category operations (resetGate).
+func (cs *categorySet) resetAccumulated(r *tracker.Record) {
+	if cs == nil {
+		r.ResetAccumulated()
+		return
+	}
+	cs.gate.reset(func() {
+		_, recs := cs.list()
+		for _, cr := range recs {
+			cr.ResetAccumulated()
+		}
+		r.ResetAccumulated()
+	})
+}
+
+// checkName says what is wrong with the name of a category or a mark (what),
+// if anything: it must be 1 to maxLen bytes of UTF-8 without control
+// characters.
+func checkName(what, name string, maxLen int) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty %s name", what)
+	case len(name) > maxLen:
+		return fmt.Errorf("%s name of %d bytes, longer than %d", what, len(name), maxLen)
+	case printableASCII(name):
+		return nil
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%s name %q is not UTF-8", what, name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("%s name %q holds a control character", what, name)
+	}
+	return nil
+}
+
+// printableASCII reports whether s is ASCII without control characters:
+// the usual name, checked without decoding it.
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }

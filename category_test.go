@@ -7,8 +7,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	stdatomic "sync/atomic"
 	"testing"
+
+	"go.uber.org/atomic"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -656,7 +657,7 @@ func TestCategoryResetUnderTraffic(t *testing.T) {
 	if testing.Short() {
 		rounds = 50
 	}
-	var pause stdatomic.Bool
+	var pause atomic.Bool
 	run, paused := make(chan struct{}), make(chan struct{})
 	go func() {
 		for range run {

@@ -13,8 +13,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"
+	"github.com/memtrack/memtrack/internal/held"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -618,7 +620,7 @@ func TestCUDAStreamReconcile(t *testing.T) {
 		assert.Equal(t, st.Tracked, st.Held, "after the synchronization the figures meet")
 		assert.GreaterOrEqual(t, st.PeakHeld, st.PeakTracked)
 		assert.GreaterOrEqual(t, pool.PeakPoolReserved, pool.PeakPoolUsed)
-		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", formatBytes(size), st.PeakTracked-blockerSize, st.PeakHeld-blockerSize,
+		fmt.Fprintf(&out, "%10s %12d %14d %12d %12d %14d %14d\n", bytesize.Format(size), st.PeakTracked-blockerSize, st.PeakHeld-blockerSize,
 			pool.PeakPoolUsed, pool.PeakPoolReserved, atFree.Held-blockerSize, atFree.Tracked-blockerSize)
 	}
 	t.Log("\n" + out.String())
@@ -628,11 +630,14 @@ func TestCUDAStreamReconcile(t *testing.T) {
 // order and never reads its figures must not pile up a pending free (and an
 // event) per FreeAsync. An allocation that stays within the device-side
 // peak no longer reaps the pending events (count), so FreeAsync reaps them
-// itself once pendingBound wait; the figures stay exact when read.
+// itself once held.PendingBound wait; the figures stay exact when read.
+// Where the driver counts its calls, the reaps are seen, and the events
+// created bounded; internal/held's TestPendingBound checks the bound on the
+// frees pending.
 func TestCUDAPendingEventsBounded(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	s := newStream(t, d)
-	sd := sideOf(d.Ordinal())
+	require.NotNil(t, sideOf(d.Ordinal()))
 	// A peak well above what the loop holds, so that no allocation of the
 	// loop raises it (and reaps on the way).
 	big, err := d.Alloc(64 << 20)
@@ -640,29 +645,42 @@ func TestCUDAPendingEventsBounded(t *testing.T) {
 	require.NoError(t, big.Free())
 	// A stream far behind at an earlier FreeAsync raised the bound; a
 	// reading that reaps every free must bring it down again.
-	sd.reapAt.Store(10 * pendingBound)
+	defer cudatest.ReleaseStreams() // where the test stops before it does
+	inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(s))) })
+	for range 5 * held.PendingBound {
+		b, err := d.AllocAsync(1<<10, s)
+		require.NoError(t, err)
+		require.NoError(t, b.FreeAsync(s))
+	}
+	cudatest.ReleaseStreams()
+	syncStream(t, d, s)
 	before := d.MemoryStats()
-	require.Zero(t, sd.npending.Load())
-	const rounds = 20 * pendingBound
-	most := int64(0)
+	calls, counted := countCalls(t, "cuEventQuery", "cuEventCreate")
+	const rounds = 20 * held.PendingBound
 	for i := range rounds {
 		b, err := d.AllocAsync(1<<10, s)
 		require.NoError(t, err)
 		require.NoError(t, b.FreeAsync(s))
-		most = max(most, sd.npending.Load())
-		if i%pendingBound == pendingBound-1 {
-			syncStream(t, d, s) // at most pendingBound frees unexecuted at once
+		if i%held.PendingBound == held.PendingBound-1 {
+			syncStream(t, d, s) // at most PendingBound frees unexecuted at once
 		}
 	}
-	// A reap leaves at most the pendingBound frees since the last synchronize,
-	// and the next one comes at twice that: far below one per free (which
-	// is what the loop left before FreeAsync reaped).
-	assert.LessOrEqual(t, most, int64(2*pendingBound), "pending frees after %d FreeAsyncs", rounds)
+	if counted {
+		// A reap leaves at most the PendingBound frees since the last
+		// synchronize, and the next one comes at twice that: the events
+		// alive, the spares of the reaped frees reused, stay far below one
+		// per free (which is what the loop left before FreeAsync reaped).
+		made := calls()
+		assert.NotZero(t, made["cuEventQuery"], "FreeAsync learned of executed frees itself, with no reading")
+		assert.LessOrEqual(t, made["cuEventCreate"], uint64(2*held.PendingBound), "events created for %d FreeAsyncs", rounds)
+	}
 	syncStream(t, d, s)
 	after := d.MemoryStats()
 	assert.Equal(t, before.Held, after.Held, "every free executed and counted")
 	assert.Equal(t, before.Tracked, after.Tracked)
-	assert.Zero(t, sd.npending.Load(), "a reading reaps every reached event")
+	if q, counted := readingQueries(t, d); counted {
+		assert.Zero(t, q, "a reading reaps every reached event")
+	}
 }
 
 // TestCUDAKeepPoolReserved: with the benchmarks' setting, a synchronization

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -649,7 +650,7 @@ func TestFormatBytes(t *testing.T) {
 		0: "0 B", 1023: "1023 B", 1024: "1.00 KiB", 1536: "1.50 KiB", 10 << 20: "10.0 MiB",
 		500 << 30: "500 GiB", -2048: "-2.00 KiB", math.MaxInt64: "8.00 EiB",
 	} {
-		assert.Equal(t, want, formatBytes(n), "%d", n)
+		assert.Equal(t, want, bytesize.Format(n), "%d", n)
 	}
 }
 

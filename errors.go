@@ -188,6 +188,11 @@ func (e *OutOfMemoryError) Is(target error) bool {
 	return target == ErrOutOfMemory || (target == ErrLimitExceeded && e.Limit > 0)
 }
 
+// categoryLimitReason is the Reason of an [*OutOfMemoryError] for a request
+// that its category's limit refused; its Tracked and Limit are then the
+// category's.
+const categoryLimitReason = "the category's memory limit"
+
 // prefix begins every message of the package, once.
 const prefix = "memtrack: "
 
@@ -238,16 +243,9 @@ func (e *BackendError) Error() string {
 // Unwrap returns the underlying error.
 func (e *BackendError) Unwrap() error { return e.Err }
 
-// fillError completes an error from a backend with the device and figures.
-func fillError(err error, d Device, size int64, rec *tracker.Record) error {
-	switch e := err.(type) {
-	case *OutOfMemoryError:
-		e.Device, e.Requested = d, size
-		if rec != nil {
-			e.Tracked = rec.Tracked()
-		}
-	case *BackendError:
-		e.Device = d
+func errZeroDevice(d Device) error {
+	if d.kind == 0 {
+		return fmt.Errorf("%w: the zero Device is no device; obtain one from CPU, CUDA, Metal or ParseDevice", ErrInvalidDevice)
 	}
-	return err
+	return fmt.Errorf("%w: %v", ErrInvalidDevice, d)
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/cudadrv"
 	"github.com/memtrack/memtrack/internal/cudatest"
 	"github.com/stretchr/testify/assert"
@@ -241,7 +242,7 @@ func TestCUDAGraphBuffers(t *testing.T) {
 	st := k.stats("freed")
 	assert.Equal(t, st.GraphReserved, u.GraphReserved, "Usage reads the driver's figures")
 	assert.GreaterOrEqual(t, u.Untracked, u.GraphReserved, "graph memory is untracked")
-	assert.Contains(t, d.MemorySummary(), "graph memory: reserved "+formatBytes(st.GraphReserved))
+	assert.Contains(t, d.MemorySummary(), "graph memory: reserved "+bytesize.Format(st.GraphReserved))
 	require.NoError(t, k.g.Trim())
 	k.grew(0, k.stats("trimmed"), "nothing executes and nothing is live: a trim returns it all")
 }
@@ -565,7 +566,7 @@ func TestCUDAGraphOutOfMemoryReport(t *testing.T) {
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, st.GraphReserved, oom.GraphReserved)
-	assert.Contains(t, oom.Report(), "of it, "+exactBytes(st.GraphReserved)+" the driver reserves for CUDA graphs")
+	assert.Contains(t, oom.Report(), "of it, "+bytesize.Exact(st.GraphReserved)+" the driver reserves for CUDA graphs")
 }
 
 // A stream of another device is bad input for the graph calls as for the

@@ -2,7 +2,6 @@ package memtrack
 
 import (
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -112,37 +111,6 @@ func TestGraphsThroughTheBackend(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(200+50), p.EndGraphOutliving, "the Outliving of captures 41 and 42")
 	assert.Contains(t, d.MemorySummary(), "graph memory: reserved 2.00 MiB (peak 4.00 MiB), used 1.00 MiB (peak 3.00 MiB)")
-}
-
-// TestGraphCapturesBounded: a device keeps every capture in progress and
-// the last MaxCaptures that ended, so that a program capturing graphs for
-// ever holds a bounded record of them.
-func TestGraphCapturesBounded(t *testing.T) {
-	var g graphCaptures
-	d := Device{kind: KindCUDA}
-	live := g.allocated(1, 1, 10) // in progress throughout, on stream 1
-	for id := uint64(2); id < 2+MaxCaptures+10; id++ {
-		g.allocated(id, 2, int64(id)) // each ends when the next is seen on stream 2
-	}
-	list := g.list(d, func(s Stream) (captureState, error) {
-		if s == 1 {
-			return captureState{id: 1, capturing: true}, nil
-		}
-		return captureState{}, nil // stream 2 no longer captures
-	})
-	require.Len(t, list, MaxCaptures+1)
-	assert.Equal(t, live.value(d), list[0], "the capture in progress stays")
-	assert.True(t, list[0].Capturing)
-	assert.Equal(t, uint64(2+10), list[1].ID, "the oldest ended ones go")
-	assert.Equal(t, uint64(2+MaxCaptures+9), list[MaxCaptures].ID)
-	assert.False(t, list[MaxCaptures].Capturing, "the last ended when its stream stopped capturing")
-	assert.Len(t, g.byStream, 2)
-	assert.Len(t, g.byID, MaxCaptures+1)
-	outliving := int64(10)
-	for id := int64(2); id < 2+MaxCaptures+10; id++ {
-		outliving += id
-	}
-	assert.Equal(t, outliving, g.outlivingNow(), "the forgotten captures' allocations may still be live")
 }
 
 // TestWithGraphs: graphs of one call (one stream) share one reservation,
@@ -257,139 +225,6 @@ func TestBudgetGraphs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(gib/8+gib/4), b.GraphReserved)
 	})
-}
-
-// FuzzGraphCaptures: captures counted from several goroutines at once, one
-// per capture (a stream's nodes are captured in its order), against a
-// sequential model of each: its nodes, the bytes of its own allocations
-// live, and their peak, and whether the driver invalidated it, which
-// memtrack learns by the capture's ID alone: a reading of its stream in an
-// invalidated capture, with no ID, changes nothing.
-func FuzzGraphCaptures(f *testing.F) {
-	f.Add([]byte{0, 5, 1, 7, 0x80, 0, 0, 3, 0x81, 0, 2, 9})
-	f.Add([]byte{3, 15, 3, 15, 0x83, 1, 0x83, 0, 3, 2})
-	f.Add([]byte{0, 5, 0x40, 1, 1, 7, 0x41, 0, 0x81, 0, 1, 2})
-	f.Fuzz(func(t *testing.T, ops []byte) {
-		const captures = 4
-		type model struct {
-			allocs, frees, need int64
-			live                []int64 // the sizes of its own allocations not freed
-			seen, invalidated   bool
-		}
-		perCapture := make([][][2]byte, captures)
-		for i := 0; i+1 < len(ops); i += 2 {
-			id := int(ops[i]&0x7f) % captures
-			perCapture[id] = append(perCapture[id], [2]byte{ops[i], ops[i+1]})
-		}
-		models := make([]model, captures)
-		var g graphCaptures
-		var wg sync.WaitGroup
-		for id := range captures {
-			wg.Go(func() {
-				m := &models[id]
-				for _, op := range perCapture[id] {
-					if op[0]&0xc0 == 0x40 {
-						if op[1]&1 == 0 {
-							g.invalidated(uint64(id+1), Stream(id+1)) // a node refused in it, read by its ID
-							m.seen, m.invalidated = true, true
-							continue
-						}
-						got := g.onStream(Device{kind: KindCUDA}, Stream(id+1), captureState{capturing: true, invalidated: true})
-						assert.Equal(t, Capture{Device: Device{kind: KindCUDA}, Stream: Stream(id + 1), Capturing: true, Invalidated: true}, got)
-						continue
-					}
-					if op[0]&0x80 == 0 || len(m.live) == 0 {
-						size := int64(op[1]%16) << 20
-						g.allocated(uint64(id+1), Stream(id+1), size)
-						m.seen = true
-						m.allocs++
-						m.live = append(m.live, size)
-						var sum int64
-						for _, n := range m.live {
-							sum += n
-						}
-						m.need = max(m.need, sum)
-						continue
-					}
-					j := int(op[1]) % len(m.live)
-					g.freed(uint64(id+1), Stream(id+1), m.live[j])
-					m.frees++
-					m.live = append(m.live[:j], m.live[j+1:]...)
-				}
-			})
-		}
-		wg.Wait()
-		d := Device{kind: KindCUDA}
-		list := g.list(d, func(s Stream) (captureState, error) {
-			return captureState{id: uint64(s), capturing: true}, nil
-		})
-		want := []Capture{}
-		var outliving int64 // of the captures not known invalidated
-		for id, m := range models {
-			if !m.seen {
-				continue
-			}
-			var live int64
-			for _, n := range m.live {
-				live += n
-			}
-			if !m.invalidated {
-				outliving += live
-			}
-			want = append(want, Capture{Device: d, ID: uint64(id + 1), Stream: Stream(id + 1), Capturing: true, Invalidated: m.invalidated,
-				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
-		}
-		assert.Equal(t, want, list)
-		assert.Equal(t, outliving, g.outlivingNow(), "Measurement.EndGraphOutliving's sum")
-	})
-}
-
-// TestGraphCapturesInvalidatedWithoutID: the driver gives no ID for an
-// invalidated capture (cuStreamGetCaptureInfo), so a reading of a stream
-// whose capture is invalidated says so of no record: the stream's last
-// capture may be the invalidated one, or may have ended with its graph
-// before another began. Read through Graphs.Capture (onStream) or
-// Graphs.Captures (list), the reading leaves the last capture as it was;
-// the capture then reads ended, not invalidated, once the stream is seen
-// not capturing.
-func TestGraphCapturesInvalidatedWithoutID(t *testing.T) {
-	d := Device{kind: KindCUDA}
-	invalidated := captureState{capturing: true, invalidated: true}
-	for _, read := range []struct {
-		name string
-		read func(g *graphCaptures) []Capture
-	}{
-		{"Capture", func(g *graphCaptures) []Capture { return []Capture{g.onStream(d, 7, invalidated)} }},
-		{"Captures", func(g *graphCaptures) []Capture {
-			return g.list(d, func(Stream) (captureState, error) { return invalidated, nil })
-		}},
-	} {
-		t.Run(read.name, func(t *testing.T) {
-			var g graphCaptures
-			g.allocated(1, 7, 8)
-			before := g.onStream(d, 7, captureState{id: 1, capturing: true}) // just before it ends, as documented
-			require.Equal(t, Capture{Device: d, ID: 1, Stream: 7, Capturing: true, Allocs: 1, Need: 8, Outliving: 8}, before)
-
-			// It ends with its graph; the next capture on the stream is
-			// invalidated before memtrack sees it, and the stream is read once.
-			got := read.read(&g)
-			if read.name == "Capture" {
-				assert.Equal(t, []Capture{{Device: d, Stream: 7, Capturing: true, Invalidated: true}}, got,
-					"the stream's invalidated capture, which the driver names by no ID")
-			} else {
-				assert.Equal(t, []Capture{before}, got, "the record as it was")
-			}
-			for _, c := range g.list(d, func(Stream) (captureState, error) { return captureState{}, nil }) {
-				assert.False(t, c.Invalidated, "capture %d", c.ID)
-			}
-			ended := g.onStream(d, 7, captureState{})
-			want := before
-			want.Capturing = false
-			assert.Equal(t, want, ended, "ended, not invalidated")
-			_, err := Measurement{Device: d}.WithGraphs(ended)
-			assert.NoError(t, err, "its graph was made")
-		})
-	}
 }
 
 // TestGraphsInvalidatedByRefusedNode: where the driver refuses an

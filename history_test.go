@@ -160,7 +160,7 @@ func TestHistoryRefusalKinds(t *testing.T) {
 		{&BackendError{Op: "alloc"}, HistoryFailed},
 		{errors.New("anything else"), HistoryFailed},
 	} {
-		tab.historyOf(0).refused(&request{size: 1}, &ledger{rec: rec}, tc.err)
+		tab.historyOf(0).refused(request{size: 1}, ledger{rec: rec}, tc.err)
 		h, err := ds[0].History().Snapshot()
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, h.Events[len(h.Events)-1].Action, "%v", tc.err)
@@ -233,7 +233,7 @@ func TestHistoryCarriesSites(t *testing.T) {
 	// Sampled: an event adds its scaled bytes, what its site's figure gained.
 	require.NoError(t, d.Sites().SetRate(1<<20))
 	var c *Buffer
-	for c == nil || c.site == nil {
+	for c == nil || siteOf(&c.allocation) == nil {
 		if c != nil {
 			require.NoError(t, c.Free())
 		}
@@ -420,18 +420,18 @@ func countMissing(h History) uint64 {
 // events (64 MiB: a cache miss an event), serially and from every P.
 func BenchmarkHistoryRecord(b *testing.B) {
 	var rec tracker.Record
-	l, r := ledger{rec: &rec}, request{size: 64}
+	l, a := ledger{rec: &rec}, &allocation{size: 64}
 	for _, n := range []int{1 << 10, 1 << 20} {
 		h := newHistory(n)
 		b.Run(fmt.Sprintf("ring=%d/mode=serial", n), func(b *testing.B) {
 			for b.Loop() {
-				h.allocated(&r, &l, nil)
+				h.allocated(a, l, DefaultStream, 0, true)
 			}
 		})
 		b.Run(fmt.Sprintf("ring=%d/mode=parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.allocated(&r, &l, nil)
+					h.allocated(a, l, DefaultStream, 0, true)
 				}
 			})
 		})

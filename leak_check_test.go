@@ -128,10 +128,8 @@ func TestUserWatchOffDuringACheck(t *testing.T) {
 // leaksOn returns the leak watch in the hook set of device ordinal of kind
 // k, or nil while it is not watched.
 func leaksOn(k Kind, ordinal int) *deviceLeaks {
-	if h := tableOf(k).hooksOf(ordinal); h != nil {
-		return h.leaks
-	}
-	return nil
+	dl, _ := tableOf(k).hookOf(ordinal, leaksSlot).(*deviceLeaks)
+	return dl
 }
 
 // TestLeakNamesItsCategory: a leak says the category its buffer or handle

@@ -60,7 +60,7 @@ func FuzzLeakWatch(f *testing.F) {
 				require.NoError(t, err)
 				bufs = append(bufs, &modelBuffer{b: b, size: size, watched: on, epoch: epoch})
 				current += size
-				assert.Equal(t, on, b.wslot != 0)
+				assert.Equal(t, on, b.entry != 0)
 			case 1: // Free
 				m := pick()
 				if m == nil || m.state != modelLive && m.state != modelFreed {
@@ -81,7 +81,7 @@ func FuzzLeakWatch(f *testing.F) {
 				if m == nil || !m.watched || m.state != modelLive {
 					continue
 				}
-				w := ownEntry(&m.b.allocation, m.b.owner())
+				w := tableOf(m.b.kind).claimerOf(int(m.b.ordinal)).(*deviceLeaks).ownEntry(m.b.entry, m.b.owner())
 				require.NotNil(t, w)
 				collected(w)
 				switch {

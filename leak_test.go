@@ -107,11 +107,10 @@ func collectUntil(t testing.TB, done <-chan struct{}, what string) {
 
 // liveEntries returns the entries the device's bookkeeping holds.
 func liveEntries(d Device) int {
-	f := tableOf(d.kind).featuresOf(d.ordinal)
-	if f == nil {
+	dl := slotOf[deviceLeaks](tableOf(d.kind), d.ordinal, leaksSlot, nil)
+	if dl == nil {
 		return 0
 	}
-	dl := &f.leaks
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	n := 0
@@ -316,9 +315,9 @@ func TestUnwatchedBuffersHaveNoEntry(t *testing.T) {
 	_, ds := fakeCUDA(t, 1, 1<<30)
 	b, err := ds[0].Alloc(1)
 	require.NoError(t, err)
-	assert.Zero(t, b.wslot)
+	assert.Zero(t, b.entry)
 	require.NoError(t, b.Free())
-	assert.Nil(t, tableOf(KindCUDA).featuresOf(0), "no feature's state made")
+	assert.Nil(t, tableOf(KindCUDA).stateOf(0, false), "no feature's state made")
 }
 
 // dropSome allocates n buffers on d, frees the even ones and drops the

@@ -22,10 +22,10 @@ type ledger struct {
 	set  *categorySet    // the categories crec is one of; nil for none
 }
 
-// inCategory adds the record of c, which is not the zero Category, to the
+// inCategory adds the record of category idx (1-based) of cs to the
 // ledger. Small enough to inline into the allocation path
 // (TestIntendedInlining).
-func (l *ledger) inCategory(c Category) { l.crec, l.set = &c.set.recs[c.idx-1], c.set }
+func (l *ledger) inCategory(cs *categorySet, idx uint8) { l.crec, l.set = &cs.recs[idx-1], cs }
 
 // limited reports whether a limit may refuse: the category's record or
 // the device's has one, a load or two, inlined (TestIntendedInlining). The
@@ -200,4 +200,44 @@ func (l *ledger) inCategoryOf(s *deviceTable, ordinal int, cat uint8) {
 	// which are never removed.
 	cs := s.categoriesOf(ordinal)
 	l.crec, l.set = &cs.recs[cat-1], cs
+}
+
+// categorySet holds one device's categories: their names, in the order
+// they were made, and their records. Names are written under mu before n
+// publishes them, and never change.
+type categorySet struct {
+	mu    sync.Mutex
+	n     atomic.Int32
+	names []string         // room for every category the device may have, made with the set
+	recs  []tracker.Record // likewise
+	gate  resetGate        // orders the category operations with the resets (resetAccumulated)
+}
+
+// categoriesSlot is the slot of a device's categories in its state
+// (deviceTable.stateOf).
+const categoriesSlot = 3
+
+// categoriesOf returns the categories of device ordinal, nil where it has
+// none.
+func (s *deviceTable) categoriesOf(ordinal int) *categorySet {
+	return slot[categorySet](s, ordinal, categoriesSlot)
+}
+
+// list returns the categories' names and records, in the order they were
+// made.
+func (cs *categorySet) list() ([]string, []*tracker.Record) {
+	n := int(cs.n.Load())
+	recs := make([]*tracker.Record, n)
+	for i := range recs {
+		recs[i] = &cs.recs[i]
+	}
+	return cs.names[:n:n], recs
+}
+
+// name returns the name of category idx (1-based), or "" for 0.
+func (cs *categorySet) name(idx uint8) string {
+	if cs == nil || idx == 0 {
+		return ""
+	}
+	return cs.names[idx-1]
 }

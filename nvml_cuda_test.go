@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -476,10 +477,10 @@ func TestNVMLOutOfMemoryReport(t *testing.T) {
 	v := a.do("alloc 2147483648")
 	require.NotEmpty(t, v.Err)
 	assert.NotContains(t, v.Report, "edited by an observer")
-	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s", exactBytes(fakeContextBytes)))
-	assert.Contains(t, v.Report, "other processes: "+exactBytes(3<<30+fakeContextBytes)+" in 1\n")
+	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s", bytesize.Exact(fakeContextBytes)))
+	assert.Contains(t, v.Report, "other processes: "+bytesize.Exact(3<<30+fakeContextBytes)+" in 1\n")
 	assert.Contains(t, v.Report, fmt.Sprintf("process %d (", b.pid))
-	assert.Contains(t, v.Report, fmt.Sprintf("has %s in use", exactBytes(3<<30+fakeContextBytes)))
+	assert.Contains(t, v.Report, fmt.Sprintf("has %s in use", bytesize.Exact(3<<30+fakeContextBytes)))
 }
 
 // Memory tracked here that the driver charges to another process (a
@@ -494,10 +495,10 @@ func TestNVMLTrackedChargedElsewhere(t *testing.T) {
 	assert.Equal(t, int64(1<<30), u.Tracked)
 	assert.Equal(t, int64(fakeContextBytes), u.ProcessUsed, "the imported buffer is the exporter's")
 	assert.Zero(t, u.ProcessUntracked)
-	assert.Contains(t, i.do("summary").Report, fmt.Sprintf("this process %s (untracked 0 B)", formatBytes(fakeContextBytes)))
+	assert.Contains(t, i.do("summary").Report, fmt.Sprintf("this process %s (untracked 0 B)", bytesize.Format(fakeContextBytes)))
 	v := i.do("alloc 8589934592") // more than the device has
 	require.NotEmpty(t, v.Err)
-	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s, of which 0 B not tracked", exactBytes(fakeContextBytes)))
+	assert.Contains(t, v.Report, fmt.Sprintf("in use (NVML):  this process %s, of which 0 B not tracked", bytesize.Exact(fakeContextBytes)))
 }
 
 // TestNVMLReconcile prints, on the device this process runs on, NVML's
@@ -518,8 +519,8 @@ func TestNVMLReconcile(t *testing.T) {
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "device %v: tracked %s, cuMemGetInfo used %s, NVML: this process %s (untracked %s), other processes %s in %d\n",
-		d, formatBytes(u.Tracked), formatBytes(u.Used), formatBytes(u.ProcessUsed), formatBytes(u.ProcessUntracked),
-		formatBytes(u.OtherProcessesUsed), len(u.OtherProcesses))
+		d, bytesize.Format(u.Tracked), bytesize.Format(u.Used), bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked),
+		bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
 	fmt.Fprintf(&out, "%10s %-10s %12s %14s %16s %15s %14s\n", "size", "how", "tracked Δ", "meminfo used Δ", "NVML process Δ", "pool reserved Δ", "NVML after free Δ")
 	reserved := func() int64 {
 		p, err := d.Pool().Stats()
@@ -540,7 +541,7 @@ func TestNVMLReconcile(t *testing.T) {
 			} else {
 				b, err = d.Alloc(size)
 			}
-			require.NoError(t, err, "allocating %s", formatBytes(size))
+			require.NoError(t, err, "allocating %s", bytesize.Format(size))
 			during, err := d.Usage()
 			require.NoError(t, err)
 			r1 := reserved()
@@ -558,7 +559,7 @@ func TestNVMLReconcile(t *testing.T) {
 			if onFake() {
 				assert.Equal(t, used, proc, "alone on the device, NVML's figure of this process moves as cuMemGetInfo's")
 			}
-			fmt.Fprintf(&out, "%10s %-10s %12d %14d %16d %15d %14d\n", formatBytes(size), how,
+			fmt.Fprintf(&out, "%10s %-10s %12d %14d %16d %15d %14d\n", bytesize.Format(size), how,
 				during.Tracked-before.Tracked, used, proc, r1-r0, after.ProcessUsed-before.ProcessUsed)
 		}
 	}

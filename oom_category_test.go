@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -83,7 +84,7 @@ func TestOutOfMemoryReportManyCategories(t *testing.T) {
 	for i := 1; i < 13; i++ {
 		rest += int64(i+1) * 1000
 	}
-	assert.Contains(t, strings.Join(strings.Fields(report), " "), fmt.Sprintf("12 more categories %s - -", exactBytes(rest)))
+	assert.Contains(t, strings.Join(strings.Fields(report), " "), fmt.Sprintf("12 more categories %s - -", bytesize.Exact(rest)))
 }
 
 func indexOf(lines []string, s string) int {

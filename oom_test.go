@@ -10,8 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	stdatomic "sync/atomic"
 	"testing"
+
+	"go.uber.org/atomic"
 
 	"github.com/memtrack/memtrack/tracker"
 	"github.com/stretchr/testify/assert"
@@ -326,7 +327,7 @@ func TestOnOutOfMemoryConcurrent(t *testing.T) {
 				return
 			default:
 			}
-			n := new(stdatomic.Int64)
+			n := new(atomic.Int64)
 			calls.Store(i, n)
 			o, err := d.OnOutOfMemory(func(*OutOfMemoryError) { n.Add(1) })
 			if !assert.NoError(t, err) {
@@ -351,7 +352,7 @@ func TestOnOutOfMemoryConcurrent(t *testing.T) {
 	<-churned
 	assert.Equal(t, int64(workers*each), d.MemoryStats().FailedAllocs)
 	calls.Range(func(_, v any) bool {
-		assert.LessOrEqual(t, v.(*stdatomic.Int64).Load(), int64(workers*each))
+		assert.LessOrEqual(t, v.(*atomic.Int64).Load(), int64(workers*each))
 		return true
 	})
 }

@@ -1,6 +1,8 @@
 package memtrack
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // Pool is the current memory pool of one CUDA device, the one
 // [Device.AllocAsync] allocates from: its figures and controls. Obtain it
@@ -32,6 +34,7 @@ func (p Pool) Stats() (PoolStats, error) {
 		return PoolStats{Device: p.dev}, err
 	}
 	ps, err := sb.poolStats(p.dev.ordinal)
+	err = fillError(err, p.dev, 0, nil)
 	ps.Device = p.dev
 	return ps, err
 }
@@ -45,15 +48,20 @@ func (p Pool) Usage() (PoolUsage, error) {
 	if err != nil {
 		return PoolUsage{Device: d}, err
 	}
-	st := d.MemoryStats()
+	var tracked int64
+	if r := d.peek(); r != nil {
+		tracked = r.Tracked()
+	}
+	held, _ := deviceHeld(d, tracked, tracked)
 	pooled := sb.pooled(d.ordinal)
 	ps, err := sb.poolStats(d.ordinal)
+	err = fillError(err, d, 0, nil)
 	if err != nil {
-		return PoolUsage{Device: d, Tracked: st.Tracked, Held: st.Held}, err
+		return PoolUsage{Device: d, Tracked: tracked, Held: held}, err
 	}
 	return PoolUsage{
-		Device: d, Tracked: st.Tracked, Held: st.Held, PoolUsed: ps.PoolUsed, PoolReserved: ps.PoolReserved,
-		InFlight: st.Held - st.Tracked, Rounding: max(0, ps.PoolUsed-pooled), Cached: ps.PoolReserved - ps.PoolUsed,
+		Device: d, Tracked: tracked, Held: held, PoolUsed: ps.PoolUsed, PoolReserved: ps.PoolReserved,
+		InFlight: held - tracked, Rounding: max(0, ps.PoolUsed-pooled), Cached: ps.PoolReserved - ps.PoolUsed,
 	}, nil
 }
 
@@ -75,7 +83,7 @@ func (p Pool) Trim(keep int64) error {
 	if err != nil {
 		return err
 	}
-	return sb.trimPool(p.dev.ordinal, keep)
+	return fillError(sb.trimPool(p.dev.ordinal, keep), p.dev, 0, nil)
 }
 
 // SetReleaseThreshold sets how much reserved memory the pool keeps at
@@ -92,7 +100,7 @@ func (p Pool) SetReleaseThreshold(bytes int64) error {
 	if err != nil {
 		return err
 	}
-	return sb.setReleaseThreshold(p.dev.ordinal, bytes)
+	return fillError(sb.setReleaseThreshold(p.dev.ordinal, bytes), p.dev, 0, nil)
 }
 
 // change is the checks of pool call op that changes the pool to n bytes
@@ -103,30 +111,6 @@ func (p Pool) change(op, what string, n int64) (streamBackend, error) {
 		return nil, fmt.Errorf("%w: %s(%d) on %v: want the %s, >= 0", ErrInvalidSize, op, n, p.dev, what)
 	}
 	return p.pools(op, true)
-}
-
-// PoolStats are the figures of a CUDA device's current memory pool (the
-// default one unless cuDeviceSetMemPool set another), the one
-// [Device.AllocAsync] allocates from, as the driver reports them
-// (cuMemPoolGetAttribute). Reserved is what the pool holds of the device,
-// used or not: PyTorch's memory_reserved and max_memory_reserved. Used is
-// what live stream-ordered allocations take of it, by anyone in the process,
-// rounded as the driver rounds them. The highs are reset by
-// [Device.ResetPeakMemoryStats].
-type PoolStats struct {
-	Device           Device
-	PoolReserved     int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
-	PeakPoolReserved int64 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
-	PoolUsed         int64 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
-	PeakPoolUsed     int64 // CU_MEMPOOL_ATTR_USED_MEM_HIGH
-	ReleaseThreshold int64 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-}
-
-// String describes the pool's figures on one line.
-func (p PoolStats) String() string {
-	return fmt.Sprintf("%v pool: reserved %s (high %s), used %s (high %s), release threshold %s",
-		p.Device, exactBytes(p.PoolReserved), exactBytes(p.PeakPoolReserved),
-		exactBytes(p.PoolUsed), exactBytes(p.PeakPoolUsed), exactBytes(p.ReleaseThreshold))
 }
 
 // PoolUsage puts side by side, for a CUDA device, the figures of its

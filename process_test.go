@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -234,10 +235,10 @@ func TestProcessUntrackedOneFigure(t *testing.T) {
 			u := Usage{Tracked: tc.tracked}
 			processFigures{processUsed: tc.processUsed}.setUsage(&u)
 			assert.Equal(t, tc.want, u.ProcessUntracked, "Usage")
-			assert.Contains(t, u.processSummary(), fmt.Sprintf("this process %s (untracked %s)", formatBytes(tc.processUsed), formatBytes(tc.want)), "MemorySummary")
+			assert.Contains(t, u.processSummary(), fmt.Sprintf("this process %s (untracked %s)", bytesize.Format(tc.processUsed), bytesize.Format(tc.want)), "MemorySummary")
 			e := &OutOfMemoryError{Device: Device{kind: KindCUDA}, Requested: 1 << 30, Tracked: tc.tracked, Total: 4 << 30, Free: 1 << 29}
 			processFigures{processUsed: tc.processUsed}.setOutOfMemory(e)
-			assert.Contains(t, e.Report(), fmt.Sprintf("this process %s, of which %s not tracked", exactBytes(tc.processUsed), exactBytes(tc.want)), "the out-of-memory report")
+			assert.Contains(t, e.Report(), fmt.Sprintf("this process %s, of which %s not tracked", bytesize.Exact(tc.processUsed), bytesize.Exact(tc.want)), "the out-of-memory report")
 		})
 	}
 }

@@ -3,30 +3,9 @@ package memtrack
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/memtrack/memtrack/internal/siterec"
-)
-
-const (
-	// MaxSiteDepth is the deepest call stack [SiteRecorder.Enable]
-	// records.
-	MaxSiteDepth = 128
-
-	// MaxAllocationSites is the most distinct call stacks a device records at
-	// once. Allocations from further stacks are folded into one site,
-	// "memtrack.other", and counted in [SiteStats].Folded.
-	MaxAllocationSites = 4096
-
-	// OtherSite names the site that holds the allocations past
-	// [MaxAllocationSites] distinct stacks: a [Site] with a nil Stack.
-	OtherSite = "memtrack.other"
-
-	// DefaultSiteRate is the sampling rate of allocation sites unless
-	// [SiteRecorder.SetRate] sets another: on average one sample
-	// per 512 KiB allocated, the default of Go's heap profiler
-	// ([runtime.MemProfileRate]). Device buffers are mostly far larger, so
-	// they are nearly all recorded; a small buffer costs one random number.
-	DefaultSiteRate = 512 << 10
 )
 
 // The recorder of one device's sites is a siterec.Recorder, in the
@@ -94,11 +73,11 @@ func (r SiteRecorder) Enable(depth int) error {
 	if depth < 1 || depth > MaxSiteDepth {
 		return fmt.Errorf("%w: stack depth %d on %v: want 1 to %d", ErrInvalidArgument, depth, d, MaxSiteDepth)
 	}
-	s, f, err := d.features(use)
+	s, _, err := d.lookup(use)
 	if err != nil {
 		return err
 	}
-	f.sites.enable(s, d.ordinal, depth)
+	siteSettingsOf(s, d.ordinal).enable(s, d.ordinal, depth)
 	return nil
 }
 
@@ -108,8 +87,10 @@ func (r SiteRecorder) Enable(depth int) error {
 // stays off.
 func (r SiteRecorder) Disable() {
 	d := r.dev
-	if s, f, err := d.features(start); err == nil && f != nil { // off stays off: nothing registered
-		f.sites.disable(s, d.ordinal)
+	if s, _, err := d.lookup(start); err == nil { // off stays off: nothing registered
+		if t := slotOf[siteSettings](s, d.ordinal, sitesSlot, nil); t != nil {
+			t.disable(s, d.ordinal)
+		}
 	}
 }
 
@@ -132,11 +113,11 @@ func (r SiteRecorder) SetRate(rate int64) error {
 	if rate < 0 {
 		return fmt.Errorf("%w: allocation site rate %d on %v: want 1 (every allocation), more (bytes per sample) or 0 (the default)", ErrInvalidArgument, rate, d)
 	}
-	s, f, err := d.features(use)
+	s, _, err := d.lookup(use)
 	if err != nil {
 		return err
 	}
-	f.sites.setRate(s, d.ordinal, rate)
+	siteSettingsOf(s, d.ordinal).setRate(s, d.ordinal, rate)
 	return nil
 }
 
@@ -147,24 +128,6 @@ func (r SiteRecorder) Stats() SiteStats {
 		return siteStats(sr.Stats())
 	}
 	return SiteStats{}
-}
-
-// Site is one call stack that allocated recorded buffers, with the figures
-// of its live buffers, now or at the latest peak. The figures are scaled by
-// the sampling ([SiteRecorder.SetRate]): each sampled buffer counts
-// as the buffers and bytes it stands for, so they estimate the stack's true
-// figures without bias, and equal them at rate 1.
-type Site struct {
-	// Stack holds the stack's return addresses, innermost first, as
-	// [runtime.Callers] writes them (read them with [runtime.CallersFrames]);
-	// nil for the site [OtherSite].
-	Stack   []uintptr
-	Buffers int64 // live buffers allocated from the stack (scaled)
-	Bytes   int64 // their bytes (scaled)
-	// Category is the category the buffers were allocated through
-	// ([Category.Alloc]), or "" for none: one stack that allocates in two
-	// categories is two sites.
-	Category string
 }
 
 // SiteSnapshot is the allocation sites of one device at one moment, the
@@ -216,19 +179,6 @@ func (r SiteRecorder) recorder() *siterec.Recorder {
 	return nil
 }
 
-// report puts the largest holders among the recorded live buffers into
-// the out-of-memory report e, where the device records sites.
-func (r SiteRecorder) report(e *OutOfMemoryError) {
-	sr := r.recorder()
-	if sr == nil {
-		return
-	}
-	e.SitesRecorded = true
-	es, _ := sr.Snapshot(false)
-	sites := sitesOf(es)
-	e.Sites = sites[:min(len(sites), maxReportSites)]
-}
-
 // resetPeak sets the recorded sites' peak to their figures, where the
 // device records sites.
 func (r SiteRecorder) resetPeak() {
@@ -237,12 +187,54 @@ func (r SiteRecorder) resetPeak() {
 	}
 }
 
+// sitesSlot is the allocation sites' slot (hooks.go): first, so that the
+// hooks after read the site it marks an allocation with.
+const sitesSlot = 0
+
+// siteHook is the hook of a device that records its allocation sites,
+// around its recorder: it marks each sampled allocation with its site
+// (allocation.mark), which the allocation's release frees, and puts the
+// largest holders into the report of a refusal.
+type siteHook struct{ rec *siterec.Recorder }
+
+func (h *siteHook) allocated(a *allocation, l ledger, _ Stream, skip int, _ bool) {
+	a.mark = unsafe.Pointer(h.rec.Alloc(a.size, hookSkip+skip, l.set.name(a.cat)))
+}
+
+// end is the device's settings as the marker of the allocations it
+// marked with their sites (allocation.mark): a free takes the buffer's
+// figures from the site's recorder, the current one or one dropped since,
+// whose figures stay exact.
+func (*siteSettings) end(mark unsafe.Pointer, uncounted bool) {
+	if uncounted {
+		(*site)(mark).Free()
+	}
+}
+
+// report puts the largest holders among the recorded live buffers into
+// the out-of-memory report e.
+func (h *siteHook) report(e *OutOfMemoryError) {
+	e.SitesRecorded = true
+	es, _ := h.rec.Snapshot(false)
+	sites := sitesOf(es)
+	e.Sites = sites[:min(len(sites), maxReportSites)]
+}
+
+// siteOf returns the site that a was allocated at, where it was recorded.
+func siteOf(a *allocation) *site { return (*site)(a.mark) }
+
 // siteSettings is what a device keeps of its recording of sites, in its
-// features: the sampling rate set, which holds whether it records or not.
-// Its recorder is in the device's hook set (hooks.sites).
+// state: the sampling rate set, which holds whether it records or not, and
+// its hook while it records.
 type siteSettings struct {
 	mu   sync.Mutex // serialises the changes of the rate and of the recorder
 	rate int64      // the rate set; 0: DefaultSiteRate
+}
+
+// siteSettingsOf returns the settings of device ordinal of s, which is in
+// use, making them on first use.
+func siteSettingsOf(s *deviceTable, ordinal int) *siteSettings {
+	return slotOf(s, ordinal, sitesSlot, func() *siteSettings { return new(siteSettings) })
 }
 
 // rateOrDefault returns the sampling rate. t.mu must be held.
@@ -256,10 +248,24 @@ func (t *siteSettings) rateOrDefault() int64 {
 // siteRecorderOf returns the recorder of device ordinal, or nil if it
 // records nothing.
 func (s *deviceTable) siteRecorderOf(ordinal int) *siterec.Recorder {
-	if h := s.hooksOf(ordinal); h != nil {
-		return h.sites
+	if h, ok := s.hookOf(ordinal, sitesSlot).(*siteHook); ok {
+		return h.rec
 	}
 	return nil
+}
+
+// record makes device ordinal of s record its sites with rec, or stops it
+// (rec nil). t.mu is held.
+func (t *siteSettings) record(s *deviceTable, ordinal int, rec *siterec.Recorder) {
+	if rec == nil {
+		s.setHook(ordinal, sitesSlot, nil)
+		s.setReporter(ordinal, sitesSlot, nil)
+		return
+	}
+	h := &siteHook{rec: rec}
+	s.setMarker(ordinal, t)
+	s.setHook(ordinal, sitesSlot, h)
+	s.setReporter(ordinal, sitesSlot, h)
 }
 
 // enable makes device ordinal of s record its allocation sites at depth,
@@ -267,20 +273,18 @@ func (s *deviceTable) siteRecorderOf(ordinal int) *siterec.Recorder {
 func (t *siteSettings) enable(s *deviceTable, ordinal, depth int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s.setHooks(ordinal, func(h *hooks) {
-		if h.sites != nil {
-			h.sites.SetDepth(depth)
-			return
-		}
-		h.sites = siterec.New(depth, t.rateOrDefault(), MaxAllocationSites)
-	})
+	if r := s.siteRecorderOf(ordinal); r != nil {
+		r.SetDepth(depth)
+		return
+	}
+	t.record(s, ordinal, siterec.New(depth, t.rateOrDefault(), MaxAllocationSites))
 }
 
 // disable stops the recording of device ordinal's sites.
 func (t *siteSettings) disable(s *deviceTable, ordinal int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s.setHooks(ordinal, func(h *hooks) { h.sites = nil })
+	t.record(s, ordinal, nil)
 }
 
 // setRate sets the sampling rate of device ordinal (0: DefaultSiteRate),
@@ -306,8 +310,8 @@ type siteOverride struct {
 // puts back. The device is in use.
 func (r SiteRecorder) recordEvery(depth int) siteOverride {
 	d := r.dev
-	s, f, _ := d.features(use)
-	t := &f.sites
+	s, _, _ := d.lookup(use)
+	t := siteSettingsOf(s, d.ordinal)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	o := siteOverride{rate: t.rate}
@@ -317,20 +321,20 @@ func (r SiteRecorder) recordEvery(depth int) siteOverride {
 		return o
 	}
 	o.enabled = true
-	s.setHooks(d.ordinal, func(h *hooks) { h.sites = siterec.New(depth, 1, MaxAllocationSites) })
+	t.record(s, d.ordinal, siterec.New(depth, 1, MaxAllocationSites))
 	return o
 }
 
 // restore puts back the recording of sites that recordEvery changed.
 func (r SiteRecorder) restore(o siteOverride) {
 	d := r.dev
-	s, f, _ := d.features(use)
-	t := &f.sites
+	s, _, _ := d.lookup(use)
+	t := siteSettingsOf(s, d.ordinal)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rate = o.rate
 	if o.enabled {
-		s.setHooks(d.ordinal, func(h *hooks) { h.sites = nil })
+		t.record(s, d.ordinal, nil)
 	} else if sr := s.siteRecorderOf(d.ordinal); sr != nil {
 		sr.SetRate(t.rateOrDefault())
 	}

@@ -101,7 +101,7 @@ func TestEnableDisable(t *testing.T) {
 	assert.Equal(t, SiteStats{}, d.Sites().Stats())
 
 	b := allocOK(t)(allocFromA(d, 100))
-	assert.Nil(t, b.site, "nothing recorded while off")
+	assert.Nil(t, siteOf(&b.allocation), "nothing recorded while off")
 	require.NoError(t, b.Free())
 }
 
@@ -135,8 +135,8 @@ func TestFirstFrameIsTheCaller(t *testing.T) {
 	d := recording(t, 1)
 	b := allocOK(t)(allocFromA(d, 10))
 	defer freeAll(t, b)
-	require.Len(t, b.site.Stack(), 1)
-	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(b.site.Stack()[0]))
+	require.Len(t, siteOf(&b.allocation).Stack(), 1)
+	assert.Equal(t, "github.com/memtrack/memtrack.allocFromA", frameOf(siteOf(&b.allocation).Stack()[0]))
 }
 
 // Recording toggled, and the peak reset, while goroutines allocate and free:
@@ -204,9 +204,9 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	for _, bs := range kept {
 		for _, b := range bs {
 			all = append(all, b)
-			if b.site != nil {
-				f := want[b.site.Recorder()]
-				want[b.site.Recorder()] = [2]int64{f[0] + 1, f[1] + b.size}
+			if siteOf(&b.allocation) != nil {
+				f := want[siteOf(&b.allocation).Recorder()]
+				want[siteOf(&b.allocation).Recorder()] = [2]int64{f[0] + 1, f[1] + b.size}
 			}
 		}
 	}
@@ -219,7 +219,7 @@ func TestSitesToggledUnderLoad(t *testing.T) {
 	}
 	recorded := 0
 	for _, b := range all {
-		if b.site != nil {
+		if siteOf(&b.allocation) != nil {
 			recorded++
 		}
 	}
@@ -265,7 +265,8 @@ func TestAllocationSitesErrors(t *testing.T) {
 func TestAllocationSitesFoldIntoOther(t *testing.T) {
 	d := recording(t, 32)
 	// A recorder that holds one stack, in place of the one of recording.
-	openTable(KindCPU).setHooks(0, func(h *hooks) { h.sites = siterec.New(32, 1, 1) })
+	s := openTable(KindCPU)
+	s.setHook(0, sitesSlot, &siteHook{rec: siterec.New(32, 1, 1)})
 	a := allocOK(t)(allocFromA(d, 100))
 	b := allocOK(t)(allocFromB(d, 200))
 	defer freeAll(t, a, b)
@@ -333,7 +334,7 @@ func TestSampledAllocationSites(t *testing.T) {
 	sampled := 0
 	for range n {
 		b := allocOK(t)(allocFromA(d, size))
-		if b.site != nil {
+		if siteOf(&b.allocation) != nil {
 			sampled++
 		}
 		bufs = append(bufs, b)

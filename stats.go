@@ -5,7 +5,6 @@ import (
 	"expvar"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"text/tabwriter"
 
 	"github.com/memtrack/memtrack/internal/bytesize"
@@ -69,41 +68,41 @@ func (d Device) MemorySummary() string {
 	fmt.Fprintf(&buf, "memtrack memory summary: %v\n", d)
 	w := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "\tnow\tpeak\tallocs\tfrees\t\n")
-	fmt.Fprintf(w, "tracked bytes\t%s\t%s\t%s\t%s\t\n", formatBytes(s.Tracked), formatBytes(s.PeakTracked), formatBytes(s.AllocBytes), formatBytes(s.FreedBytes))
+	fmt.Fprintf(w, "tracked bytes\t%s\t%s\t%s\t%s\t\n", bytesize.Format(s.Tracked), bytesize.Format(s.PeakTracked), bytesize.Format(s.AllocBytes), bytesize.Format(s.FreedBytes))
 	fmt.Fprintf(w, "buffers\t%d\t%d\t%d\t%d\t\n", s.Buffers, s.PeakBuffers, s.Allocs, s.Frees)
 	w.Flush()
 	writeCategories(&buf, d.CategoryStats())
 	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
 		fmt.Fprintf(&buf, "held: %s, peak held %s (stream-ordered frees not yet executed: %s)\n",
-			formatBytes(s.Held), formatBytes(s.PeakHeld), formatBytes(s.Held-s.Tracked))
+			bytesize.Format(s.Held), bytesize.Format(s.PeakHeld), bytesize.Format(s.Held-s.Tracked))
 	}
 	if p, err := d.Pool().Stats(); err == nil {
 		fmt.Fprintf(&buf, "memory pool: reserved %s (peak %s), used %s (peak %s)\n",
-			formatBytes(p.PoolReserved), formatBytes(p.PeakPoolReserved), formatBytes(p.PoolUsed), formatBytes(p.PeakPoolUsed))
+			bytesize.Format(p.PoolReserved), bytesize.Format(p.PeakPoolReserved), bytesize.Format(p.PoolUsed), bytesize.Format(p.PeakPoolUsed))
 	}
 	u, uerr := d.Usage()
-	if uerr == nil && u.GraphErr == nil && d.kind == KindCUDA {
+	if uerr == nil && u.GraphErr == nil && d.kind.pooled() {
 		fmt.Fprintf(&buf, "graph memory: reserved %s (peak %s), used %s (peak %s)\n",
-			formatBytes(u.GraphReserved), formatBytes(u.PeakGraphReserved), formatBytes(u.GraphUsed), formatBytes(u.PeakGraphUsed))
+			bytesize.Format(u.GraphReserved), bytesize.Format(u.PeakGraphReserved), bytesize.Format(u.GraphUsed), bytesize.Format(u.PeakGraphUsed))
 	}
 	fmt.Fprintf(&buf, "failed allocs: %d\n", s.FailedAllocs)
 	if s.Leaks > 0 {
-		fmt.Fprintf(&buf, "leaks: %d, %s (unreachable without a free)\n", s.Leaks, formatBytes(s.LeakedBytes))
+		fmt.Fprintf(&buf, "leaks: %d, %s (unreachable without a free)\n", s.Leaks, bytesize.Format(s.LeakedBytes))
 	}
 	if s.Limit > 0 {
-		fmt.Fprintf(&buf, "memory limit: %s (%d bytes)\n", formatBytes(s.Limit), s.Limit)
+		fmt.Fprintf(&buf, "memory limit: %s (%d bytes)\n", bytesize.Format(s.Limit), s.Limit)
 	} else {
 		fmt.Fprintf(&buf, "memory limit: none\n")
 	}
 	if uerr == nil {
 		graphs := ""
 		if u.GraphReserved > 0 {
-			graphs = fmt.Sprintf(" (of which CUDA graphs %s)", formatBytes(u.GraphReserved))
+			graphs = fmt.Sprintf(" (of which CUDA graphs %s)", bytesize.Format(u.GraphReserved))
 		}
 		fmt.Fprintf(&buf, "device (reported): %s used of %s, %s free; tracked %s, untracked %s%s\n",
-			formatBytes(u.Used), formatBytes(u.Total), formatBytes(u.Free), formatBytes(u.Tracked), formatBytes(u.Untracked), graphs)
+			bytesize.Format(u.Used), bytesize.Format(u.Total), bytesize.Format(u.Free), bytesize.Format(u.Tracked), bytesize.Format(u.Untracked), graphs)
 		if u.NotResident > 0 {
-			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", formatBytes(u.NotResident))
+			fmt.Fprintf(&buf, "not resident: %s of the tracked bytes not written yet (not in used)\n", bytesize.Format(u.NotResident))
 		}
 		buf.WriteString(u.processSummary())
 	} else {
@@ -178,19 +177,19 @@ func (d Device) MemoryStats() Stats {
 func (s Stats) String() string {
 	limit := "no limit"
 	if s.Limit > 0 {
-		limit = "limit " + exactBytes(s.Limit)
+		limit = "limit " + bytesize.Exact(s.Limit)
 	}
 	held := ""
 	if s.Held != s.Tracked || s.PeakHeld != s.PeakTracked {
-		held = fmt.Sprintf("held %s, peak held %s; ", exactBytes(s.Held), exactBytes(s.PeakHeld))
+		held = fmt.Sprintf("held %s, peak held %s; ", bytesize.Exact(s.Held), bytesize.Exact(s.PeakHeld))
 	}
 	leaks := ""
 	if s.Leaks != 0 {
-		leaks = fmt.Sprintf("; %d leaks (%s)", s.Leaks, exactBytes(s.LeakedBytes))
+		leaks = fmt.Sprintf("; %d leaks (%s)", s.Leaks, bytesize.Exact(s.LeakedBytes))
 	}
 	return fmt.Sprintf("%v: tracked %s, peak tracked %s; %s%d buffers (peak %d); %s in %d allocs, %s freed in %d frees; %d failed allocs%s; %s",
-		s.Device, exactBytes(s.Tracked), exactBytes(s.PeakTracked), held, s.Buffers, s.PeakBuffers,
-		exactBytes(s.AllocBytes), s.Allocs, exactBytes(s.FreedBytes), s.Frees, s.FailedAllocs, leaks, limit)
+		s.Device, bytesize.Exact(s.Tracked), bytesize.Exact(s.PeakTracked), held, s.Buffers, s.PeakBuffers,
+		bytesize.Exact(s.AllocBytes), s.Allocs, bytesize.Exact(s.FreedBytes), s.Frees, s.FailedAllocs, leaks, limit)
 }
 
 // LogValue returns the statistics as a group, in bytes and counts, for
@@ -214,20 +213,6 @@ func (s Stats) LogValue() slog.Value {
 		slog.Int64("limit", s.Limit),
 	)
 }
-
-// exactBytes writes n as formatBytes does, followed by the exact figure
-// where the unit rounds it: "512 B", "1.50 MiB (1572864 B)".
-func exactBytes(n int64) string {
-	s := formatBytes(n)
-	if n > -1024 && n < 1024 {
-		return s
-	}
-	return s + " (" + strconv.FormatInt(n, 10) + " B)"
-}
-
-// formatBytes writes n bytes in IEC units with three significant figures:
-// "512 B", "1.50 KiB", "2.00 GiB".
-func formatBytes(n int64) string { return bytesize.Format(n) }
 
 // Expvar returns an [expvar.Var] whose String is a JSON object that maps each
 // used device's name ([Device.String]) to its [Stats], read when the variable
@@ -260,4 +245,27 @@ func Expvar() expvar.Var {
 type expvarDevice struct {
 	Stats
 	Categories []CategoryStats `json:",omitempty"`
+}
+
+// SetMemoryLimit caps the bytes the device's live buffers may hold: an Alloc
+// that would pass it fails with an [*OutOfMemoryError]. Zero removes the
+// limit; a negative limit is an error. Buffers already allocated are kept
+// even if they exceed a new limit.
+func (d Device) SetMemoryLimit(limit int64) error {
+	if limit < 0 {
+		return fmt.Errorf("%w: memory limit %d on %v is negative (0 removes the limit)", ErrInvalidSize, limit, d)
+	}
+	_, r, err := d.lookup(use)
+	if err != nil {
+		return err
+	}
+	return r.SetLimit(limit)
+}
+
+// MemoryLimit returns the device's memory limit, or 0 if none is set.
+func (d Device) MemoryLimit() int64 {
+	if r := d.peek(); r != nil {
+		return r.Limit()
+	}
+	return 0
 }

@@ -1,19 +1,5 @@
 package memtrack
 
-import "fmt"
-
-// Stream is a CUDA stream (a CUstream handle), for stream-ordered
-// allocation with [Device.AllocAsync] and [Buffer.FreeAsync]. The zero
-// Stream is [DefaultStream]. A stream of github.com/mumax/3/cuda/cu converts
-// to it, memtrack.Stream(cu.StreamCreate()), and so does the handle of
-// another binding, memtrack.Stream(h) for a uintptr h. A Stream belongs to
-// the device whose context created it; memtrack never destroys one.
-type Stream uintptr
-
-// DefaultStream is the legacy default stream (the NULL stream) of the
-// device's primary context.
-const DefaultStream Stream = 0
-
 // The stream-ordered calls ([Device.AllocAsync], [Category.AllocAsync]) and
 // the pool calls ([Pool.Stats], [Pool.Usage], [Pool.Trim],
 // [Pool.SetReleaseThreshold]) check in one order in every build, with
@@ -23,30 +9,16 @@ const DefaultStream Stream = 0
 // CUDA device in a build without the tag, ErrNotSupported for a device that
 // is not a CUDA GPU or has no memory pools), then the stream.
 
-// notCUDA is the error of a stream-ordered or pool call on d, which is not
-// a CUDA device: the zero Device is no device, and a CPU or Metal device
-// never has CUDA's pools.
-func notCUDA(op string, d Device) error {
-	return notCUDAFeature(op, d, "stream-ordered allocation and memory pools")
-}
-
-// notCUDAFeature is notCUDA for a call of feature, a feature of CUDA's.
-func notCUDAFeature(op string, d Device, feature string) error {
-	if d.kind == 0 || d.kind >= numKinds {
-		return errZeroDevice(d)
-	}
-	return fmt.Errorf("%w: %s on %v: %s are CUDA's", ErrNotSupported, op, d, feature)
-}
-
 // streamTable returns the device table and the stream-ordered allocator of
 // d for call op of feature, or the error where d has none: the zero Device
-// is no device, a CPU or Metal device has none of CUDA's features (in every
-// build), a CUDA device needs the CUDA backend, then memory pools. A call
+// is no device, a device of a kind without memory pools (Kind.pooled: the
+// CPU, Metal) has none, in every build; the others need their backend,
+// then memory pools. A call
 // that changes something (change) registers the device as used, as a
 // setting does; a reading registers nothing.
 func (d Device) streamTable(op string, change bool, feature string) (*deviceTable, streamBackend, error) {
-	if d.kind != KindCUDA {
-		return nil, nil, notCUDAFeature(op, d, feature)
+	if !d.kind.pooled() {
+		return nil, nil, notPooled(op, d, feature)
 	}
 	a := start
 	if change {
@@ -122,24 +94,3 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // stays live and counted (and watched, on a device watched for leaks), and
 // FreeAsync or Free may be called again.
 func (b *Buffer) FreeAsync(stream Stream) error { return b.release(freeInStream, stream) }
-
-// streams returns the stream-ordered allocator of device d of s, or an
-// error wrapping [ErrNotSupported] where it has none.
-func (s *deviceTable) streams(d Device) (streamBackend, error) {
-	if s.stream == nil {
-		return nil, fmt.Errorf("%w: %v has no CUDA memory pool: stream-ordered allocation needs a CUDA device", ErrNotSupported, d)
-	}
-	if err := s.stream.poolsSupported(d.ordinal); err != nil {
-		return nil, err
-	}
-	return s.stream, nil
-}
-
-// streamsSupported fails where d is not a device that stream-ordered
-// allocation is for: only CUDA devices are.
-func (d Device) streamsSupported() error {
-	if d.kind == KindCUDA {
-		return nil
-	}
-	return notCUDA("AllocAsync", d)
-}

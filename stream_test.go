@@ -101,7 +101,7 @@ func (f *fakeStreams) graphsSupported(int) error { return nil }
 
 func (f *fakeStreams) captureOf(_ int, s Stream) (captureState, error) {
 	id := f.capturing[s]
-	return captureState{id: id, capturing: id != 0}, nil
+	return captureState{ID: id, Capturing: id != 0}, nil
 }
 
 func (f *fakeStreams) freeGraph(_ int, _ int64, _ *memory, s Stream) (uint64, error) {

@@ -1,6 +1,16 @@
 package memtrack
 
-import ()
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/memtrack/memtrack/internal/bytesize"
+)
 
 // MemGetInfo returns the free and total memory of the device as the OS or
 // driver reports them, not this package's counters. For CUDA they are
@@ -89,7 +99,10 @@ type Usage struct {
 // Usage returns the tracked figure and the reported figures of the device
 // side by side; see [Usage] for how to read their difference.
 func (d Device) Usage() (Usage, error) {
-	tracked := d.MemoryAllocated()
+	var tracked int64
+	if r := d.peek(); r != nil {
+		tracked = r.Tracked()
+	}
 	free, total, err := d.MemGetInfo()
 	if err != nil {
 		return Usage{Device: d, Tracked: tracked}, err
@@ -117,10 +130,16 @@ type graphFigures struct {
 // runs on the allocation path: Usage, Measure and the out-of-memory report
 // read it.
 func readGraphs(s *deviceTable, d Device) graphFigures {
-	if s.stream == nil || d.kind != KindCUDA {
+	if s.stream == nil {
 		return graphFigures{absent: true}
 	}
-	st, err := d.Graphs().Stats()
+	sb, err := s.graphMemory(d)
+	if err != nil {
+		return graphFigures{err: err}
+	}
+	st, err := sb.graphStats(d.ordinal)
+	err = fillError(err, d, 0, nil)
+	st.Device = d
 	return graphFigures{err: err, stats: st}
 }
 
@@ -187,4 +206,141 @@ func (d Device) Baseline() (Usage, error) {
 	}
 	settle(d)
 	return d.Usage()
+}
+
+// settle makes the reported figures of the CPU measure what stays: it runs
+// the Go garbage collector and returns the freed memory to the OS
+// ([debug.FreeOSMemory] does both), as vLLM runs gc.collect() and
+// torch.cuda.empty_cache() before it reads the device. Without it, Go-heap
+// memory that is garbage (CPU buffers under 1 MiB once freed, anything f
+// dropped) counts as in use until a collection and the scavenger get to it,
+// and the untracked growth swings by hundreds of MiB from run to run. Other
+// devices' memory is not in the Go heap: nothing to do.
+func settle(d Device) {
+	if d.kind == KindCPU {
+		debug.FreeOSMemory()
+	}
+}
+
+// ErrPerProcessUnavailable is matched by the PerProcessErr of a [Usage], a
+// [Measurement], a [Budget] or an [*OutOfMemoryError] where the driver's
+// per-process figures are missing, and says why: the device is not a CUDA
+// GPU, NVML is unavailable (no libnvidia-ml.so.1, no permission), NVML
+// does not list this process (a container whose PID namespace hides it),
+// or gives no figure for it. The device-wide figures are then all there is.
+var ErrPerProcessUnavailable = errors.New("memtrack: no per-process figures")
+
+// processBackend is a backend that can say which processes hold memory on
+// a device, as the driver accounts it (CUDA, through NVML).
+type processBackend interface {
+	// processes returns the processes that hold a context on device
+	// ordinal, which the device table has checked already, with the
+	// memory the driver attributes to each; or why it cannot.
+	processes(ordinal int) ([]ProcessMemory, error)
+}
+
+// processFigures is what the driver reported of one device's processes at
+// one moment, as the fields of [Usage] name it.
+type processFigures struct {
+	absent             bool  // the device has no such figures (the CPU, Metal): nothing is missing
+	err                error // nil where the figures below are the driver's
+	processUsed        int64
+	otherProcessesUsed int64
+	otherProcesses     []ProcessMemory
+}
+
+// readProcesses reads the driver's per-process figures of device d. It
+// never runs on the allocation path: Usage, Baseline, Measure and the
+// out-of-memory report read it.
+func readProcesses(s *deviceTable, d Device) processFigures {
+	b, ok := s.b.(processBackend)
+	if !ok {
+		return processFigures{absent: true}
+	}
+	list, err := b.processes(d.ordinal)
+	if err != nil {
+		// A driver error of the backend's comes without its device.
+		return processFigures{err: &perProcessError{dev: d, err: fillError(err, d, 0, nil)}}
+	}
+	return splitProcesses(d, list, os.Getpid())
+}
+
+// perProcessError is the PerProcessErr of a reading of device dev whose
+// per-process figures the backend could not give, err saying why: it
+// matches [ErrPerProcessUnavailable] and err, and is written with one
+// prefix and the device named once.
+type perProcessError struct {
+	dev Device
+	err error
+}
+
+func (e *perProcessError) Error() string {
+	why := strings.TrimPrefix(reason(e.err), e.dev.String()+": ") // a BackendError names its device
+	return fmt.Sprintf("%v: %v: %s", ErrPerProcessUnavailable, e.dev, why)
+}
+
+func (e *perProcessError) Unwrap() []error { return []error{ErrPerProcessUnavailable, e.err} }
+
+// splitProcesses finds process self in what NVML listed of d, and sums the
+// others, largest first.
+func splitProcesses(d Device, list []ProcessMemory, self int) processFigures {
+	var f processFigures
+	found := false
+	for _, p := range list {
+		if p.PID == self {
+			f.processUsed += p.Used
+			found = true
+			continue
+		}
+		f.otherProcessesUsed += p.Used
+		f.otherProcesses = append(f.otherProcesses, p)
+	}
+	if !found {
+		return processFigures{err: fmt.Errorf("%w: %v: NVML lists %d process(es) on the device, but not this one (PID %d): its PIDs are the host's, which a container with a PID namespace of its own does not see",
+			ErrPerProcessUnavailable, d, len(list), self)}
+	}
+	slices.SortStableFunc(f.otherProcesses, func(a, b ProcessMemory) int { return cmp.Compare(b.Used, a.Used) })
+	return f
+}
+
+// ok reports whether the figures are the driver's.
+func (f processFigures) ok() bool { return !f.absent && f.err == nil }
+
+// setUsage puts the figures into u, whose Tracked is read.
+func (f processFigures) setUsage(u *Usage) {
+	u.PerProcess, u.PerProcessErr = f.ok(), f.err
+	if !f.ok() {
+		return
+	}
+	u.ProcessUsed, u.ProcessUntracked = f.processUsed, processUntracked(f.processUsed, u.Tracked)
+	u.OtherProcessesUsed, u.OtherProcesses = f.otherProcessesUsed, f.otherProcesses
+}
+
+// processUntracked computes [Usage].ProcessUntracked, which the report of
+// an [*OutOfMemoryError] writes too: this process's memory as the driver
+// accounts it less the tracked bytes, or 0
+// where the driver charges tracked memory to another process (a buffer
+// imported over CUDA IPC and counted with Track) and that is negative.
+func processUntracked(processUsed, tracked int64) int64 { return max(processUsed-tracked, 0) }
+
+// processSummary writes MemorySummary's lines of the driver's per-process
+// figures: this process's, each other process's, or why there are none on
+// a device that should have them; nothing on a device without them.
+func (u Usage) processSummary() string {
+	if !u.PerProcess {
+		if u.PerProcessErr == nil {
+			return ""
+		}
+		return fmt.Sprintf("processes (NVML): unavailable: %v\n", u.PerProcessErr)
+	}
+	s := fmt.Sprintf("processes (NVML): this process %s (untracked %s); other processes %s in %d\n",
+		bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked), bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
+	for _, p := range u.OtherProcesses {
+		name := p.Name
+		if name == "" {
+			name = "(name unknown)"
+		}
+		s += fmt.Sprintf("  process %d %s: %s\n", p.PID, name, bytesize.Format(p.Used))
+	}
+	return s
 }

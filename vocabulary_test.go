@@ -34,6 +34,7 @@ var vocabulary = []vocabularyRule{
 	{"held", []string{
 		"Stats.Held", "Stats.PeakHeld", "PoolUsage.Held", "Measurement.StartHeld", "Measurement.PeakHeld", "Measurement.EndHeld",
 		"Measurement.PeakHeldIncrease", "PeakScope.PeakHeld", "metric memtrack_held_bytes", "metric memtrack_peak_held_bytes",
+		"held", // package internal/held: the device-side figure itself, with the frees it keeps until their streams execute them
 	}, "the device-side figure (Tracked plus stream-ordered frees not yet executed)"},
 	{"reserved", []string{
 		"PoolStats.PoolReserved", "PoolStats.PeakPoolReserved", "PoolUsage.PoolReserved",

@@ -1,8 +1,9 @@
 package bench
 
 import (
-	"sync/atomic"
 	"testing"
+
+	"go.uber.org/atomic"
 
 	"github.com/memtrack/memtrack"
 	"github.com/memtrack/memtrack/tracker"

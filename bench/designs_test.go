@@ -4,6 +4,8 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	// sync/atomic, as package tracker, whose designs these are: 64-bit
+	// words aligned on 32-bit platforms, plain words on the hot paths.
 	"sync/atomic"
 
 	"github.com/memtrack/memtrack/tracker"

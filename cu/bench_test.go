@@ -4,8 +4,9 @@ package cu_test
 
 import (
 	"strconv"
-	"sync/atomic"
 	"testing"
+
+	"go.uber.org/atomic"
 
 	"github.com/memtrack/memtrack/cu"
 	"github.com/memtrack/memtrack/internal/interleave"
@@ -28,7 +29,7 @@ import (
 // that drifts more slowly than a block cancels from.
 // floorLines are the words of floorAlloc and floorFree, a cache line each.
 type floorLines [4]struct {
-	v int64
+	v atomic.Int64
 	_ [56]byte
 }
 
@@ -46,17 +47,17 @@ var lines floorLines
 //
 //go:noinline
 func floorAlloc(l *floorLines) {
-	atomic.AddInt64(&l[0].v, 1024)
-	atomic.AddInt64(&l[1].v, 1)
-	atomic.AddInt64(&l[2].v, 1)
+	l[0].v.Add(1024)
+	l[1].v.Add(1)
+	l[2].v.Add(1)
 }
 
 //go:noinline
 func floorFree(l *floorLines) {
-	atomic.AddInt64(&l[0].v, -1024)
-	atomic.AddInt64(&l[1].v, -1)
-	atomic.AddInt64(&l[3].v, 1024)
-	atomic.AddInt64(&l[2].v, -1)
+	l[0].v.Add(-1024)
+	l[1].v.Add(-1)
+	l[3].v.Add(1024)
+	l[2].v.Add(-1)
 }
 
 func BenchmarkMemAllocFree(b *testing.B) {

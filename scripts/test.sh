@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, as the README gives it: vet, the race-detector run of every
-# package, and the tracker's tests as a 32-bit build (which proves the 64-bit
-# counters stay 8-byte aligned on 32-bit platforms).
+# package, and the tests of the tracker and of the device-side figure
+# (internal/held) as a 32-bit build (which proves their 64-bit counters stay
+# 8-byte aligned on 32-bit platforms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +10,7 @@ echo "== go vet ./..."
 go vet ./...
 echo "== go test -race ./..."
 go test -race -count=1 ./...
-echo "== GOARCH=386 CGO_ENABLED=0 go test ./tracker/..."
+echo "== GOARCH=386 CGO_ENABLED=0 go test ./tracker/... ./internal/held"
 # Some kernels run no 32-bit x86 programs (no IA32 emulation: "exec format
 # error"). There the tests run under qemu's user-mode emulator, installed
 # from Debian's packages when missing; qemu 7 delivers Go's preemption
@@ -31,4 +32,4 @@ if ! "$probe/probe" 2>/dev/null; then
 	exec386=(-exec qemu-i386)
 	export GODEBUG=asyncpreemptoff=1
 fi
-GOARCH=386 CGO_ENABLED=0 go test -count=1 "${exec386[@]}" ./tracker/...
+GOARCH=386 CGO_ENABLED=0 go test -count=1 "${exec386[@]}" ./tracker/... ./internal/held

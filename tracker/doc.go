@@ -18,4 +18,11 @@
 // once, each from its opening to its close and independent of the others
 // and of ResetPeak. While none is open, the allocation paths pay one atomic
 // load for them.
+//
+// The package's atomics are sync/atomic's, not go.uber.org/atomic's, which
+// the rest of the module uses: its 64-bit words must be 8-byte aligned on
+// 32-bit platforms, which sync/atomic's types guarantee and
+// go.uber.org/atomic's do not (the tests run as a 386 build to prove it),
+// and its hot paths work on plain words with sync/atomic's functions so
+// that they fit the inliner's budget (TestIntendedInlining).
 package tracker

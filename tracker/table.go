@@ -3,8 +3,7 @@ package tracker
 import (
 	"fmt"
 	"sync"
-
-	"go.uber.org/atomic"
+	stdatomic "sync/atomic"
 )
 
 // MaxOrdinal is the largest ordinal a [Table] accepts.
@@ -16,7 +15,7 @@ const MaxOrdinal = 1<<16 - 1
 // The zero Table is empty and ready to use; it must not be copied.
 type Table struct {
 	mu   sync.Mutex // serialises growth
-	recs atomic.Pointer[[]*Record]
+	recs stdatomic.Pointer[[]*Record]
 }
 
 // Record returns the record of ordinal i, creating it on first use. It fails

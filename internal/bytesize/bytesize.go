@@ -51,3 +51,13 @@ func round(v float64, prec int) float64 {
 	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'f', prec, 64), 64)
 	return r
 }
+
+// Exact writes n as Format does, followed by the exact figure where the
+// unit rounds it: "512 B", "1.50 MiB (1572864 B)".
+func Exact(n int64) string {
+	s := Format(n)
+	if n > -1024 && n < 1024 {
+		return s
+	}
+	return s + " (" + strconv.FormatInt(n, 10) + " B)"
+}

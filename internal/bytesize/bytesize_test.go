@@ -36,3 +36,19 @@ func TestFormat(t *testing.T) {
 		assert.Equal(t, tc.want, Format(tc.n), "%d", tc.n)
 	}
 }
+
+func TestExact(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 B"},
+		{512, "512 B"},
+		{-1023, "-1023 B"},
+		{1024, "1.00 KiB (1024 B)"},
+		{1572864, "1.50 MiB (1572864 B)"},
+		{-2048, "-2.00 KiB (-2048 B)"},
+	} {
+		assert.Equal(t, tc.want, Exact(tc.n), "%d", tc.n)
+	}
+}

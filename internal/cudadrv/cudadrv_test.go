@@ -102,9 +102,7 @@ func TestCrossStreamFreeByEvent(t *testing.T) {
 	require.False(t, f.Event.IsZero())
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2)) })
 	var q cudadrv.StreamEvents
-	q.Add(f.Event)
-	q.EndStream()
-	q.Query(ctx)
+	q.Query(ctx, []cudadrv.Event{f.Event}, []int{1})
 	n, r := q.Reached(0)
 	assert.Equal(t, 1, n)
 	assert.Equal(t, cudadrv.Success, r)

@@ -355,56 +355,44 @@ func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall
 	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), event.p))
 }
 
-// StreamEvents holds events recorded on streams, grouped by stream, each
-// stream's in the order the stream reaches them, and, once Query has asked
-// the driver, how many of each stream's events, from the oldest, the stream
-// has reached. Its buffers are kept from one use to the next.
+// StreamEvents asks how far streams have come through events recorded on
+// them, and holds the answers: for each stream, how many of its events,
+// from the oldest, the stream has reached. Its buffers are kept from one
+// query to the next.
 type StreamEvents struct {
-	events []C.CUevent
-	ends   []C.int // where each stream's events end in events
-	out    []C.memtrack_reached
-}
-
-// Reset empties s, keeping its buffers.
-func (s *StreamEvents) Reset() {
-	s.events, s.ends, s.out = s.events[:0], s.ends[:0], s.out[:0]
-}
-
-// Add adds e, the next event of the stream being added; EndStream ends
-// the stream.
-func (s *StreamEvents) Add(e Event) { s.events = append(s.events, e.p) }
-
-// EndStream ends the stream being added; the next Add starts another.
-func (s *StreamEvents) EndStream() {
-	if n := len(s.events); len(s.ends) == 0 || int(s.ends[len(s.ends)-1]) < n {
-		s.ends = append(s.ends, C.int(n))
-	}
-}
-
-// Streams returns how many streams s holds.
-func (s *StreamEvents) Streams() int { return len(s.ends) }
-
-// Len returns how many events stream i holds.
-func (s *StreamEvents) Len(i int) int {
-	if i == 0 {
-		return int(s.ends[0])
-	}
-	return int(s.ends[i] - s.ends[i-1])
+	ends []C.int // where each stream's events end
+	out  []C.memtrack_reached
 }
 
 // Query asks, in ctx and in one call, how far each stream has come through
-// its events (cuEventQuery): the newest event of each stream first, all
-// older ones being reached where it is (an event captures all the work
-// enqueued on its stream before it), and, where it is not, the first event
-// not reached found by bisection, in at most 1 + ceil(log2 n) queries for
-// n events. A query that fails counts as reached: nothing will run in the
-// context again.
-func (s *StreamEvents) Query(ctx Context) {
-	s.out = slices.Grow(s.out[:0], len(s.ends))[:len(s.ends)]
-	if len(s.ends) == 0 {
+// its events (cuEventQuery): stream i's are events[ends[i-1]:ends[i]] (from
+// 0 for the first), in the order the stream reaches them, none empty. It
+// asks the newest event of each stream first, all older ones being reached
+// where it is (an event captures all the work enqueued on its stream before
+// it), and, where it is not, finds the first event not reached by
+// bisection, in at most 1 + ceil(log2 n) queries for n events. A query that
+// fails counts as reached: nothing will run in the context again. It keeps
+// neither slice. A stream that ends past the events, or before the one
+// before it, is answered for with no event reached, and none asked about.
+func (s *StreamEvents) Query(ctx Context, events []Event, ends []int) {
+	s.ends = slices.Grow(s.ends[:0], len(ends))
+	s.out = slices.Grow(s.out[:0], len(ends))[:len(ends)]
+	last := 0
+	for i, end := range ends {
+		if end <= last || end > len(events) {
+			// Bad input: every stream from here on is answered as none reached.
+			clear(s.out[i:])
+			ends = ends[:i]
+			break
+		}
+		s.ends = append(s.ends, C.int(end))
+		last = end
+	}
+	if len(ends) == 0 {
 		return
 	}
-	C.memtrack_streams_reached(C.uintptr_t(ctx), &s.events[0], &s.ends[0], C.int(len(s.ends)), &s.out[0])
+	// An Event is its C handle alone: events is an array of CUevent.
+	C.memtrack_streams_reached(C.uintptr_t(ctx), (*C.CUevent)(unsafe.Pointer(unsafe.SliceData(events))), &s.ends[0], C.int(len(ends)), &s.out[0])
 }
 
 // Reached returns how many of stream i's events, from the oldest, the

@@ -5,6 +5,7 @@ package cudadrv_test
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"testing"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
@@ -66,15 +67,10 @@ func TestStreamEventsReached(t *testing.T) {
 				e1 = append(e1, free(s1))
 			}
 			var q cudadrv.StreamEvents
-			for _, evs := range [][]cudadrv.Event{e1, e2} {
-				for _, e := range evs {
-					q.Add(e)
-				}
-				q.EndStream()
-			}
-			require.Equal(t, 2, q.Streams())
+			events := append(slices.Clone(e1), e2...)
+			ends := []int{len(e1), len(e1) + len(e2)}
 			before := calls("cuEventQuery")
-			q.Query(ctx)
+			q.Query(ctx, events, ends)
 			queries := calls("cuEventQuery") - before
 			got, r := q.Reached(0)
 			assert.Equal(t, k, got, "the first stream's events reached")
@@ -90,16 +86,54 @@ func TestStreamEventsReached(t *testing.T) {
 
 			cudatest.ReleaseStreams()
 			onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s1)) })
-			q.Reset()
-			for _, e := range e1 {
-				q.Add(e)
-			}
-			q.EndStream()
-			q.Query(ctx)
+			q.Query(ctx, e1, []int{len(e1)})
 			got, _ = q.Reached(0)
 			assert.Equal(t, n, got, "after the synchronization")
 			for _, e := range append(e1, e2...) {
 				cudadrv.EventDestroy(e)
+			}
+		})
+	}
+}
+
+// TestStreamEventsBadEnds: where the ends of the streams do not divide the
+// events (a stream empty, or past the events), Query asks nothing about that
+// stream or those after it, and answers for them that none is reached.
+func TestStreamEventsBadEnds(t *testing.T) {
+	ctx := primary(t, 0)
+	countsCalls(t)
+	if err := cudadrv.MemPools(); err != nil {
+		t.Skip(err)
+	}
+	s := newStream(t, ctx)
+	a := cudadrv.AllocAsync(ctx, 1<<10, s)
+	require.Equal(t, cudadrv.Call{}, a.Call)
+	f := cudadrv.FreeAsync(ctx, a.Ptr, s, cudadrv.Event{})
+	require.Equal(t, cudadrv.Call{}, f.Call)
+	defer cudadrv.EventDestroy(f.Event)
+	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s)) })
+	events := []cudadrv.Event{f.Event, f.Event}
+	for _, tc := range []struct {
+		name    string
+		ends    []int
+		reached []int // per stream
+		queries uint64
+	}{
+		{"well formed", []int{1, 2}, []int{1, 1}, 2},
+		{"none", nil, nil, 0},
+		{"a stream empty", []int{1, 1}, []int{1, 0}, 1},
+		{"a stream past the events", []int{3}, []int{0}, 0},
+		{"a stream before the one before", []int{2, 1}, []int{2, 0}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var q cudadrv.StreamEvents
+			before := calls("cuEventQuery")
+			q.Query(ctx, events, tc.ends)
+			assert.Equal(t, tc.queries, calls("cuEventQuery")-before, "queries")
+			for i, want := range tc.reached {
+				n, r := q.Reached(i)
+				assert.Equal(t, want, n, "stream %d", i)
+				assert.Equal(t, cudadrv.Success, r)
 			}
 		})
 	}

@@ -2,6 +2,9 @@ package histring
 
 import (
 	"sync"
+	// sync/atomic, not go.uber.org/atomic: the ring's 64-bit words must
+	// be 8-byte aligned on 32-bit platforms, which sync/atomic's types
+	// guarantee and go.uber.org/atomic's do not.
 	"sync/atomic"
 	"time"
 	"unsafe"

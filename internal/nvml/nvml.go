@@ -144,6 +144,32 @@ func (l *Lib) Close() error {
 	return nil
 }
 
+// Reader reads the processes on devices through an NVML that it opens on
+// its first reading and keeps for the life of the process, as the CUDA
+// backend keeps its devices' primary contexts: NVML is never opened on an
+// allocation path, only where per-process figures are read. The zero
+// Reader is ready to use.
+type Reader struct {
+	once sync.Once
+	lib  *Lib
+	err  error
+}
+
+// Processes returns [Lib.Processes] of the device of uuid, opening NVML
+// first where it is the first reading; the error of [Open] where NVML
+// cannot be used, and on every reading after.
+func (r *Reader) Processes(uuid string) ([]Process, error) {
+	r.once.Do(func() { r.lib, r.err = Open() })
+	if r.err != nil {
+		return nil, r.err
+	}
+	list, err := r.lib.Processes(uuid)
+	if err != nil {
+		return nil, fmt.Errorf("NVML on %s: %w", uuid, err)
+	}
+	return list, nil
+}
+
 // handle returns the device (or MIG device) handle of uuid, looked up once.
 func (l *Lib) handle(uuid string) (C.nvmlDevice_t, error) {
 	l.mu.Lock()

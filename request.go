@@ -1,6 +1,16 @@
 package memtrack
 
-import "sync/atomic"
+import (
+	// sync/atomic, not go.uber.org/atomic, for allocation.state alone: an
+	// atomic.Uint32 of go.uber.org/atomic is aligned as a pointer, and
+	// would make the allocation, and so every Buffer, 8 bytes larger
+	// (TestBufferSize).
+	"sync/atomic"
+	"unsafe"
+)
+
+// What flows through the allocation and release paths: the request, and
+// the allocation it makes, which a Buffer or a Tracked handle holds.
 
 // source is where an allocation's memory comes from.
 type source uint8
@@ -13,26 +23,29 @@ const (
 )
 
 // allocation is one counted allocation as the paths know it: its size and
-// memory, its device, where it came from, and the marks the features put
-// on it. A [Buffer] and a [Tracked] handle each hold theirs; the leak
-// watch keeps a copy of a watched one. It takes 56 bytes, so that a Buffer
-// takes 64.
+// memory, its device, where it came from, its category, and the marks the
+// features put on it, which the core carries and never reads (hooks.go).
+// A [Buffer] and a [Tracked] handle each hold theirs; a marker may keep a
+// copy. It takes 56 bytes, so that a Buffer takes 64.
 type allocation struct {
 	size    int64
-	mem     memory // a Tracked handle's address is its mem.ptr
-	site    *site  // where it was allocated, if recorded (SiteRecorder)
-	state   uint32 // atomic: the Buffer's or the Tracked handle's states
-	ordinal int32  // the device, which locates the table and the record
-	wslot   uint32 // its entry while its device is watched for leaks (deviceLeaks), or 0
+	mem     memory         // a Tracked handle's address is its mem.ptr
+	mark    unsafe.Pointer // a hook's mark, or nil
+	state   uint32         // atomic: the Buffer's or the Tracked handle's states
+	ordinal int32          // the device, which locates the table and the record
+	entry   uint32         // the device's marker's entry, or 0
 	kind    Kind
 	from    source
-	cat     uint8 // its Category, 1-based; 0 for none
+	cat     uint8 // its category in the ledger, 1-based; 0 for none
 }
+
+// marked reports whether a feature marked a.
+func (a *allocation) marked() bool { return a.mark != nil || a.entry != 0 }
 
 // fill describes the allocation that r asks of device d; fillAddress
 // describes one at the address r gives (fromAddress).
 func (a *allocation) fill(d Device, r *request) {
-	a.size, a.ordinal, a.kind, a.from, a.cat = r.size, int32(d.ordinal), d.kind, r.from, r.cat.idx
+	a.size, a.ordinal, a.kind, a.from, a.cat = r.size, int32(d.ordinal), d.kind, r.from, r.cat
 }
 
 func (a *allocation) fillAddress(d Device, r *request) {
@@ -46,7 +59,8 @@ func (a *allocation) device() Device { return Device{kind: a.kind, ordinal: int(
 // request is what flows through the allocation path.
 type request struct {
 	size   int64
-	cat    Category // the zero Category for none
+	cats   *categorySet // the categories of the device where the request is a category's; nil for none
+	cat    uint8        // then the category in cats, 1-based
 	from   source
 	handle bool    // fromAddress: make a Tracked handle (Track), or count at the address only (TrackAddr)
 	ptr    uintptr // fromAddress: the address, 0 for none
@@ -72,8 +86,12 @@ const (
 )
 
 // claimState moves a from live to next, and reports whether it was live.
-func (a *allocation) claimState(next uint32) bool {
-	return atomic.CompareAndSwapUint32(&a.state, stateLive, next)
+func (a *allocation) claimState(next uint32) bool { return a.moveState(stateLive, next) }
+
+// moveState moves a from state from to next, and reports whether it was in
+// from.
+func (a *allocation) moveState(from, next uint32) bool {
+	return atomic.CompareAndSwapUint32(&a.state, from, next)
 }
 
 // loadState returns a's state.

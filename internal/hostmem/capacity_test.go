@@ -1,4 +1,4 @@
-package memtrack
+package hostmem
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ func (h *capacityHost) now() time.Time { h.times++; return h.t }
 
 func (h *capacityHost) read() (int64, error) { h.reads++; return h.figure, h.err }
 
-// capacityStep is one request to a cpuCapacity: the clock moves by after,
+// capacityStep is one request to a Capacity: the clock moves by after,
 // the machine's capacity becomes figure (or its read fails with err), and
 // size bytes are asked for beside held; want is the capacity that refuses
 // them (0: they fit), and reads and times are the reads of the capacity and
@@ -35,17 +35,19 @@ type capacityStep struct {
 	reads, times int
 }
 
-// TestCPUCapacityRereads runs requests against a cpuCapacity read first
-// (when the device table is made) at 8 MiB, or where that read fails: the
-// figure is kept for cpuCapacityValidity and read again by the first
-// request that needs it after; a failed read keeps the old figure; a small
-// request that fits reads nothing, even past cpuCapacityValidity; where the
-// capacity is unknown, nothing is refused.
-func TestCPUCapacityRereads(t *testing.T) {
+// TestCapacityRereads runs requests against a Capacity read first (when
+// the CPU backend's device table is made) at 8 MiB, or where that read
+// fails, as the backend asks it (Fits for a request under its threshold of
+// 1 MiB, then Refuses): the figure is kept for CapacityValidity and read
+// again by the first request that needs it after; a failed read keeps the
+// old figure; a small request that fits reads nothing, even past
+// CapacityValidity; where the capacity is unknown, nothing is refused.
+func TestCapacityRereads(t *testing.T) {
 	const (
-		small = 512 << 10
-		large = 4 << 20
-		stale = cpuCapacityValidity + time.Millisecond
+		threshold = 1 << 20 // the CPU backend's: smaller requests come from the Go heap
+		small     = 512 << 10
+		large     = 4 << 20
+		stale     = CapacityValidity + time.Millisecond
 	)
 	noFigures := errors.New("no /proc/meminfo")
 	for _, tc := range []struct {
@@ -54,7 +56,7 @@ func TestCPUCapacityRereads(t *testing.T) {
 		steps    []capacityStep
 	}{
 		{"within validity the figure is kept", nil, []capacityStep{
-			{after: cpuCapacityValidity - time.Nanosecond, figure: 3 << 20, size: large, want: 0, times: 1},
+			{after: CapacityValidity - time.Nanosecond, figure: 3 << 20, size: large, want: 0, times: 1},
 			{figure: 3 << 20, size: 8 << 20, held: small, want: 8 << 20, times: 1},
 		}},
 		{"a lowered capacity is read once stale", nil, []capacityStep{
@@ -62,8 +64,8 @@ func TestCPUCapacityRereads(t *testing.T) {
 			{figure: 3 << 20, size: 2 << 20, held: 1 << 20, want: 0, times: 1},
 			{figure: 3 << 20, size: 2 << 20, held: 1<<20 + 1, want: 3 << 20, times: 1},
 		}},
-		{"read again at exactly cpuCapacityValidity", nil, []capacityStep{
-			{after: cpuCapacityValidity, figure: 3 << 20, size: large, want: 3 << 20, reads: 1, times: 1},
+		{"read again at exactly CapacityValidity", nil, []capacityStep{
+			{after: CapacityValidity, figure: 3 << 20, size: large, want: 3 << 20, reads: 1, times: 1},
 		}},
 		{"a raised capacity is read once stale", nil, []capacityStep{
 			{after: stale, figure: 16 << 20, size: 12 << 20, want: 0, reads: 1, times: 1},
@@ -71,7 +73,7 @@ func TestCPUCapacityRereads(t *testing.T) {
 		}},
 		{"a failed read keeps the figure until the next one", nil, []capacityStep{
 			{after: stale, err: noFigures, size: 8<<20 + 1, want: 8 << 20, reads: 1, times: 1},
-			{after: cpuCapacityValidity - time.Nanosecond, figure: 16 << 20, size: 8<<20 + 1, want: 8 << 20, times: 1},
+			{after: CapacityValidity - time.Nanosecond, figure: 16 << 20, size: 8<<20 + 1, want: 8 << 20, times: 1},
 			{after: time.Nanosecond, figure: 16 << 20, size: 8<<20 + 1, want: 0, reads: 1, times: 1},
 		}},
 		{"a read of no figure keeps the old one", nil, []capacityStep{
@@ -80,7 +82,7 @@ func TestCPUCapacityRereads(t *testing.T) {
 		}},
 		{"a small request that fits reads nothing", nil, []capacityStep{
 			{after: stale, figure: 1 << 20, size: small, held: 8<<20 - small, want: 0},
-			{after: stale, figure: 1 << 20, size: mmapThreshold - 1, held: 2, want: 0},
+			{after: stale, figure: 1 << 20, size: threshold - 1, held: 2, want: 0},
 		}},
 		{"a small request the stale figure refuses reads it again", nil, []capacityStep{
 			{after: stale, figure: 32 << 20, size: small, held: 8<<20 - small + 1, want: 0, reads: 1, times: 1},
@@ -91,15 +93,15 @@ func TestCPUCapacityRereads(t *testing.T) {
 		}},
 		{"an unknown capacity refuses nothing", noFigures, []capacityStep{
 			{err: noFigures, size: 1 << 40, want: 0, times: 1},
-			{err: noFigures, size: mmapThreshold - 1, held: 1 << 40, want: 0},
-			{after: cpuCapacityValidity, err: noFigures, size: 1 << 40, want: 0, reads: 1, times: 1},
-			{after: cpuCapacityValidity, figure: 3 << 20, size: large, want: 3 << 20, reads: 1, times: 1},
+			{err: noFigures, size: threshold - 1, held: 1 << 40, want: 0},
+			{after: CapacityValidity, err: noFigures, size: 1 << 40, want: 0, reads: 1, times: 1},
+			{after: CapacityValidity, figure: 3 << 20, size: large, want: 3 << 20, reads: 1, times: 1},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &capacityHost{t: time.Unix(1e9, 0), figure: 8 << 20, err: tc.firstErr}
-			var c cpuCapacity
-			first := c.get(h.t, h.read)
+			var c Capacity
+			first := c.Get(h.t, h.read)
 			if tc.firstErr == nil {
 				assert.Equal(t, int64(8<<20), first, "the first read")
 			} else {
@@ -110,8 +112,8 @@ func TestCPUCapacityRereads(t *testing.T) {
 				h.figure, h.err = s.figure, s.err
 				h.reads, h.times = 0, 0
 				var got int64
-				if !c.fits(s.size, s.held) { // as the backend's alloc asks
-					got = c.refuses(s.size, s.held, h.now(), h.read)
+				if s.size >= threshold || !c.Fits(s.size, s.held) { // as the backend's alloc asks
+					got = c.Refuses(s.size, s.held, h.now(), h.read)
 				}
 				assert.Equal(t, s.want, got, "step %d: %d bytes beside %d", i, s.size, s.held)
 				assert.Equal(t, s.reads, h.reads, "step %d: reads of the capacity", i)

@@ -1,0 +1,217 @@
+package captures
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+)
+
+// State is what the driver reports of a stream's part in a capture.
+type State struct {
+	ID          uint64 // the capture's ID, where it is active
+	Capturing   bool   // the stream takes part in a capture
+	Invalidated bool   // the capture is invalidated: it ends with no graph (the driver gives it no ID)
+}
+
+// Capture is what the set counted of one capture, as a value.
+type Capture struct {
+	ID                     uint64  // the driver's ID of the capture; 0 for none
+	Stream                 uintptr // the stream the set first saw in it
+	Capturing, Invalidated bool
+	Allocs, Frees          int64 // its allocation and free nodes
+	Need                   int64 // the peak of its own allocations live at once, in node order
+	Outliving              int64 // its allocations that none of its free nodes frees
+}
+
+// Record is one capture's record, which a graph's buffer keeps to know
+// its capture.
+type Record struct {
+	id                     uint64
+	stream                 uintptr
+	streams                []uintptr // the streams whose last capture it is
+	capturing, invalidated bool
+	allocs, frees          int64
+	live, need             int64
+}
+
+// ID returns the driver's ID of the capture.
+func (r *Record) ID() uint64 { return r.id }
+
+// Set is the captures of one device. The zero Set keeps no capture that
+// ended; make one with [New].
+type Set struct {
+	mu       sync.Mutex
+	max      int
+	byID     map[uint64]*Record
+	byStream map[uintptr]*Record // each stream's last capture
+	ended    []*Record           // the captures that ended, the oldest first, at most max
+	// outliving is the Outliving of every capture counted, those
+	// forgotten past max included, less those known invalidated.
+	outliving int64
+}
+
+// New returns a Set that keeps at most max captures that ended.
+func New(max int) *Set { return &Set{max: max} }
+
+// seenLocked returns the record of capture id, seen on stream, making it;
+// the stream's last capture, if another, has ended. The lock is held.
+func (s *Set) seenLocked(id uint64, stream uintptr) *Record {
+	if s.byID == nil {
+		s.byID, s.byStream = map[uint64]*Record{}, map[uintptr]*Record{}
+	}
+	c := s.byID[id]
+	if c == nil {
+		c = &Record{id: id, stream: stream, capturing: true}
+		s.byID[id] = c
+	}
+	if prev := s.byStream[stream]; prev != c {
+		if prev != nil {
+			s.endLocked(prev)
+		}
+		s.byStream[stream] = c
+		c.streams = append(c.streams, stream)
+	}
+	return c
+}
+
+// endLocked records that c has ended, and forgets the oldest ended
+// captures past the bound. The lock is held.
+func (s *Set) endLocked(c *Record) {
+	if !c.capturing {
+		return
+	}
+	c.capturing = false
+	s.ended = append(s.ended, c)
+	for len(s.ended) > s.max {
+		old := s.ended[0]
+		s.ended[0] = nil
+		s.ended = s.ended[1:]
+		delete(s.byID, old.id)
+		for _, st := range old.streams {
+			if s.byStream[st] == old {
+				delete(s.byStream, st)
+			}
+		}
+	}
+}
+
+// AllocNode counts an allocation node of size bytes that capture id,
+// seen on stream, just made, and returns the capture's record.
+func (s *Set) AllocNode(id uint64, stream uintptr, size int64) *Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.seenLocked(id, stream)
+	c.allocs++
+	c.live += size
+	c.need = max(c.need, c.live)
+	if !c.invalidated {
+		s.outliving += size
+	}
+	return c
+}
+
+// FreeNode counts a free node of capture id, seen on stream, which frees
+// size bytes of its own allocations (0 for another graph's allocation).
+func (s *Set) FreeNode(id uint64, stream uintptr, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.seenLocked(id, stream)
+	c.frees++
+	c.live -= size
+	if !c.invalidated {
+		s.outliving -= size
+	}
+}
+
+// Invalidated records that the driver invalidated capture id, seen on
+// stream, which the caller learned by its ID (a node the driver refused
+// in it).
+func (s *Set) Invalidated(id uint64, stream uintptr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.seenLocked(id, stream); !c.invalidated {
+		c.invalidated = true
+		s.outliving -= c.live
+	}
+}
+
+// Outliving returns the Outliving of every capture counted, but those
+// known invalidated.
+func (s *Set) Outliving() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outliving
+}
+
+// OnStream returns the capture that stream takes part in, as the driver
+// reported it (st), or the stream's last one; the zero Capture but for its
+// Stream where there is none. A stream in an invalidated capture, which
+// the driver names by no ID, reads as such, and no record moves: the
+// stream's last capture may be it, or may have ended before it began.
+func (s *Set) OnStream(stream uintptr, st State) Capture {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var c *Record
+	switch {
+	case st.ID != 0:
+		c = s.seenLocked(st.ID, stream)
+	case st.Invalidated:
+		return Capture{Stream: stream, Capturing: true, Invalidated: true}
+	case s.byStream != nil:
+		c = s.byStream[stream]
+		if c != nil && !st.Capturing {
+			s.endLocked(c)
+		}
+	}
+	if c == nil {
+		return Capture{Stream: stream}
+	}
+	return c.value()
+}
+
+// List returns the captures kept, the oldest (by ID) first, after asking
+// the driver (query) whether those in progress still are. The driver is
+// asked without the lock: a capture that ends meanwhile is seen ended next
+// time.
+func (s *Set) List(query func(stream uintptr) (State, error)) []Capture {
+	s.mu.Lock()
+	var ongoing []*Record
+	for _, c := range s.byID {
+		if c.capturing {
+			ongoing = append(ongoing, c)
+		}
+	}
+	s.mu.Unlock()
+	states := make([]State, len(ongoing))
+	errs := make([]error, len(ongoing))
+	for i, c := range ongoing {
+		states[i], errs[i] = query(c.stream)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, c := range ongoing {
+		switch {
+		case errs[i] != nil:
+			// Its stream is gone: nothing captures on it any more.
+			s.endLocked(c)
+		case states[i].ID == c.id:
+		case states[i].Invalidated:
+			// An invalidated capture, with no ID: c, or one begun after
+			// c ended. Nothing is known of c.
+		default:
+			s.endLocked(c)
+		}
+	}
+	out := make([]Capture, 0, len(s.byID))
+	for _, c := range s.byID {
+		out = append(out, c.value())
+	}
+	slices.SortFunc(out, func(a, b Capture) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// value returns c as a Capture. The lock is held.
+func (c *Record) value() Capture {
+	return Capture{ID: c.id, Stream: c.stream, Capturing: c.capturing, Invalidated: c.invalidated,
+		Allocs: c.allocs, Frees: c.frees, Need: c.need, Outliving: c.live}
+}

@@ -1,0 +1,190 @@
+package captures
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBounded: a set keeps every capture in progress and the last max
+// that ended, so that a program capturing graphs for ever holds a bounded
+// record of them; its Outliving keeps the forgotten ones', whose
+// allocations may still be live.
+func TestBounded(t *testing.T) {
+	const bound = 64
+	s := New(bound)
+	live := s.AllocNode(1, 1, 10) // in progress throughout, on stream 1
+	for id := uint64(2); id < 2+bound+10; id++ {
+		s.AllocNode(id, 2, int64(id)) // each ends when the next is seen on stream 2
+	}
+	list := s.List(func(stream uintptr) (State, error) {
+		if stream == 1 {
+			return State{ID: 1, Capturing: true}, nil
+		}
+		return State{}, nil // stream 2 no longer captures
+	})
+	require.Len(t, list, bound+1)
+	assert.Equal(t, live.value(), list[0], "the capture in progress stays")
+	assert.True(t, list[0].Capturing)
+	assert.Equal(t, uint64(2+10), list[1].ID, "the oldest ended ones go")
+	assert.Equal(t, uint64(2+bound+9), list[bound].ID)
+	assert.False(t, list[bound].Capturing, "the last ended when its stream stopped capturing")
+	assert.Len(t, s.byStream, 2)
+	assert.Len(t, s.byID, bound+1)
+	outliving := int64(10)
+	for id := int64(2); id < 2+bound+10; id++ {
+		outliving += id
+	}
+	assert.Equal(t, outliving, s.Outliving(), "the forgotten captures' allocations may still be live")
+}
+
+// FuzzCaptures: captures counted from several goroutines at once, one per
+// capture (a stream's nodes are captured in its order), against a
+// sequential model of each: its nodes, the bytes of its own allocations
+// live, and their peak, and whether the driver invalidated it, which the
+// set learns by the capture's ID alone: a reading of its stream in an
+// invalidated capture, with no ID, changes nothing.
+func FuzzCaptures(f *testing.F) {
+	f.Add([]byte{0, 5, 1, 7, 0x80, 0, 0, 3, 0x81, 0, 2, 9})
+	f.Add([]byte{3, 15, 3, 15, 0x83, 1, 0x83, 0, 3, 2})
+	f.Add([]byte{0, 5, 0x40, 1, 1, 7, 0x41, 0, 0x81, 0, 1, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const n = 4
+		type model struct {
+			allocs, frees, need int64
+			live                []int64 // the sizes of its own allocations not freed
+			seen, invalidated   bool
+		}
+		perCapture := make([][][2]byte, n)
+		for i := 0; i+1 < len(ops); i += 2 {
+			id := int(ops[i]&0x7f) % n
+			perCapture[id] = append(perCapture[id], [2]byte{ops[i], ops[i+1]})
+		}
+		models := make([]model, n)
+		s := New(4096)
+		var wg sync.WaitGroup
+		for id := range n {
+			wg.Go(func() {
+				m := &models[id]
+				stream := uintptr(id + 1)
+				for _, op := range perCapture[id] {
+					if op[0]&0xc0 == 0x40 {
+						if op[1]&1 == 0 {
+							s.Invalidated(uint64(id+1), stream) // a node refused in it, read by its ID
+							m.seen, m.invalidated = true, true
+							continue
+						}
+						got := s.OnStream(stream, State{Capturing: true, Invalidated: true})
+						assert.Equal(t, Capture{Stream: stream, Capturing: true, Invalidated: true}, got)
+						continue
+					}
+					if op[0]&0x80 == 0 || len(m.live) == 0 {
+						size := int64(op[1]%16) << 20
+						s.AllocNode(uint64(id+1), stream, size)
+						m.seen = true
+						m.allocs++
+						m.live = append(m.live, size)
+						var sum int64
+						for _, b := range m.live {
+							sum += b
+						}
+						m.need = max(m.need, sum)
+						continue
+					}
+					j := int(op[1]) % len(m.live)
+					s.FreeNode(uint64(id+1), stream, m.live[j])
+					m.frees++
+					m.live = append(m.live[:j], m.live[j+1:]...)
+				}
+			})
+		}
+		wg.Wait()
+		list := s.List(func(stream uintptr) (State, error) {
+			return State{ID: uint64(stream), Capturing: true}, nil
+		})
+		want := []Capture{}
+		var outliving int64 // of the captures not known invalidated
+		for id, m := range models {
+			if !m.seen {
+				continue
+			}
+			var live int64
+			for _, b := range m.live {
+				live += b
+			}
+			if !m.invalidated {
+				outliving += live
+			}
+			want = append(want, Capture{ID: uint64(id + 1), Stream: uintptr(id + 1), Capturing: true, Invalidated: m.invalidated,
+				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
+		}
+		assert.Equal(t, want, list)
+		assert.Equal(t, outliving, s.Outliving(), "the sum of the captures not known invalidated")
+	})
+}
+
+// TestInvalidatedWithoutID: the driver gives no ID for an invalidated
+// capture (cuStreamGetCaptureInfo), so a reading of a stream whose capture
+// is invalidated says so of no record: the stream's last capture may be
+// the invalidated one, or may have ended with its graph before another
+// began. Read by OnStream or List, the reading leaves the last capture as
+// it was; the capture then reads ended, not invalidated, once the stream
+// is seen not capturing.
+func TestInvalidatedWithoutID(t *testing.T) {
+	invalidated := State{Capturing: true, Invalidated: true}
+	for _, read := range []struct {
+		name string
+		read func(s *Set) []Capture
+	}{
+		{"OnStream", func(s *Set) []Capture { return []Capture{s.OnStream(7, invalidated)} }},
+		{"List", func(s *Set) []Capture {
+			return s.List(func(uintptr) (State, error) { return invalidated, nil })
+		}},
+	} {
+		t.Run(read.name, func(t *testing.T) {
+			s := New(4096)
+			s.AllocNode(1, 7, 8)
+			before := s.OnStream(7, State{ID: 1, Capturing: true}) // just before it ends, as documented
+			require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, Need: 8, Outliving: 8}, before)
+
+			// It ends with its graph; the next capture on the stream is
+			// invalidated before the set sees it, and the stream is read once.
+			got := read.read(s)
+			if read.name == "OnStream" {
+				assert.Equal(t, []Capture{{Stream: 7, Capturing: true, Invalidated: true}}, got,
+					"the stream's invalidated capture, which the driver names by no ID")
+			} else {
+				assert.Equal(t, []Capture{before}, got, "the record as it was")
+			}
+			for _, c := range s.List(func(uintptr) (State, error) { return State{}, nil }) {
+				assert.False(t, c.Invalidated, "capture %d", c.ID)
+			}
+			ended := s.OnStream(7, State{})
+			want := before
+			want.Capturing = false
+			assert.Equal(t, want, ended, "ended, not invalidated")
+			assert.Equal(t, int64(8), s.Outliving(), "its allocation outlives its launches")
+		})
+	}
+}
+
+// TestInvalidatedByID: a capture that the caller learned invalidated by
+// its ID (a node the driver refused in it) reads invalidated, and its
+// allocations leave the set's Outliving, since its graph never launches;
+// nodes counted after stay out of it.
+func TestInvalidatedByID(t *testing.T) {
+	s := New(4096)
+	s.AllocNode(1, 7, 8)
+	s.AllocNode(2, 8, 4)
+	require.Equal(t, int64(12), s.Outliving())
+	s.Invalidated(1, 7)
+	assert.Equal(t, int64(4), s.Outliving())
+	s.AllocNode(1, 7, 16)
+	assert.Equal(t, int64(4), s.Outliving(), "a node of an invalidated capture")
+	c := s.OnStream(7, State{ID: 1, Capturing: true})
+	assert.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Invalidated: true, Allocs: 2, Need: 24, Outliving: 24}, c)
+	s.Invalidated(1, 7)
+	assert.Equal(t, int64(4), s.Outliving(), "invalidated once")
+}

@@ -1,0 +1,25 @@
+// Package captures keeps what memtrack counted of the CUDA graph captures
+// of one device: the allocation and free nodes that its stream-ordered
+// calls added to each capture's graph, what each launch of the graph then
+// needs, and what its allocations leave live after a launch.
+//
+// Its invariants:
+//   - A capture's Need is the peak, in the order its nodes were added, of
+//     the bytes of its own allocations live at once; its Outliving, the
+//     bytes of them that no free node of its own frees. Neither ever goes
+//     below 0.
+//   - A stream takes part in one capture at a time, and leaves it only
+//     when the capture ends: a node seen on a stream in another capture
+//     ends the stream's last one.
+//   - What the driver reports of a stream whose capture it invalidated
+//     (no ID) changes no record: only a node that the driver refused in a
+//     capture it names by ID marks that capture invalidated.
+//   - The set's Outliving is the sum of its captures', those forgotten
+//     past its bound included, less those known invalidated, whose graphs
+//     never launch.
+//   - At most max captures that ended are kept, the most recent; those in
+//     progress are all kept.
+//
+// A Set is safe for concurrent use, under one lock: a capture is the
+// setting up of a program's steps, not their allocation path.
+package captures
