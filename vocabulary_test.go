@@ -62,6 +62,7 @@ var vocabulary = []vocabularyRule{
 		"Measurement.PerProcess", "Measurement.PerProcessErr", "Measurement.StartProcessUsed", "Measurement.EndProcessUsed",
 		"Measurement.StartOtherProcessesUsed", "Measurement.EndOtherProcessesUsed", "Measurement.ProcessUntracked", "Measurement.OtherProcesses",
 		"Budget.PerProcess", "Budget.PerProcessErr", "Budget.OtherProcessesUsed", "Budget.ProcessUsed",
+		"Target.PerProcess", "Target.PerProcessErr",
 		"OutOfMemoryError.PerProcess", "OutOfMemoryError.PerProcessErr", "OutOfMemoryError.ProcessUsed",
 		"OutOfMemoryError.OtherProcessesUsed", "OutOfMemoryError.OtherProcesses",
 		"metric memtrack_process_used_bytes", "metric memtrack_process_untracked_bytes", "metric memtrack_other_processes_used_bytes",
