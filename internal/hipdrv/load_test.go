@@ -226,4 +226,3 @@ func TestLoadNoGPU(t *testing.T) {
 		})
 	}
 }
-
