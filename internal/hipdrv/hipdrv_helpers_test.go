@@ -4,8 +4,6 @@ package hipdrv_test
 
 import (
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/memtrack/memtrack/internal/childtest"
@@ -49,7 +47,7 @@ func requireFake(t *testing.T, n int) {
 	rt, err := hipdrv.Load()
 	require.NoError(t, err)
 	require.NoError(t, hiptest.Load())
-	if !strings.Contains(filepath.Dir(rt.Path), "fakehip") {
+	if _, fake := hiptest.RuntimeCalls("hipInit"); !fake {
 		t.Skipf("needs the fake runtime of testdata/fakehip, not %v", rt)
 	}
 	in := hipdrv.Init()
