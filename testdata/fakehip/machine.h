@@ -90,12 +90,15 @@ static inline off_t machine_lock_slot(int i) { return (off_t)sizeof(struct machi
 
 // machine_reap frees the slots of processes that exited; m->mu is held. fd
 // is the machine's file, or -1 for a machine of the process's own; self,
-// the caller's slot or NULL, is not asked.
+// the caller's slot or NULL, is not asked, nor is any slot of the calling
+// process (its record locks, on whichever descriptor, are its own, which
+// F_GETLK does not report).
 static inline void machine_reap(struct machine *m, int fd, const struct machine_proc *self) {
 	if (fd < 0) return;
+	int me = (int)getpid();
 	for (int i = 0; i < MACHINE_PROCS; i++) {
 		struct machine_proc *p = &m->procs[i];
-		if (p->pid == 0 || p == self) continue;
+		if (p->pid == 0 || p == self || p->pid == me) continue;
 		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = machine_lock_slot(i), .l_len = 1};
 		if (fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type == F_UNLCK) memset(p, 0, sizeof *p);
 	}
