@@ -77,11 +77,17 @@ func open(t *testing.T) *rocmsmi.Lib {
 	return l
 }
 
-// alloc allocates size bytes on device with the fake runtime.
+// alloc allocates size bytes on device with the fake runtime, and creates
+// a stream there, as a process that runs work on the device does: so the
+// process is on the device whichever devices the library counts as used
+// (FAKESMI_GPUS).
 func alloc(t *testing.T, device int, size int64) {
 	t.Helper()
 	_, c := hipdrv.Alloc(device, size)
 	require.Equal(t, hipdrv.Call{}, c)
+	s, r := hiptest.StreamCreate(device)
+	require.Equal(t, hipdrv.Success, r)
+	t.Cleanup(func() { hiptest.StreamDestroy(s) })
 }
 
 // The library names, in order: AMD's majors, Debian's, the bare name;
@@ -400,7 +406,8 @@ func TestReadings(t *testing.T) {
 				return
 			}
 			ids := hip(t, 1)
-			alloc(t, 0, 2*mib)
+			_, c := hipdrv.Alloc(0, 2*mib) // memory, and no queue yet
+			require.Equal(t, hipdrv.Call{}, c)
 			l := open(t)
 			u, err := l.Usage(ids[0])
 			require.NoError(t, err)
