@@ -165,7 +165,7 @@ func TestPoolResetHighs(t *testing.T) {
 			require.Equal(t, hipdrv.Success, hipdrv.PoolResetHighs(p))
 			got = get()
 			assert.Equal(t, [2]int64{tc.used, tc.resv}, [2]int64{got.PeakPoolUsed, got.PeakPoolReserved})
-			for _, attr := range []int{hiptest.PoolUsedMemHigh, hiptest.PoolReservedMemHigh, hiptest.PoolUsedMemCurrent, hiptest.PoolReservedMemCurrent} {
+			for _, attr := range hiptest.PoolFigureAttributes {
 				assert.Equal(t, hipdrv.InvalidValue, hiptest.PoolSetAttribute(p, attr, 1), "attribute %d", attr)
 			}
 			c := hipdrv.AllocAsync(0, 2*mib, s)

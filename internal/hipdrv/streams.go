@@ -295,7 +295,7 @@ type CaptureStatus int
 // The capture statuses of hip_runtime_api.h.
 const (
 	CaptureNone        CaptureStatus = C.hipStreamCaptureStatusNone        // not capturing
-	CaptureActive      CaptureStatus = C.hipStreamCaptureStatusActive      // capturing
+	CaptureOngoing     CaptureStatus = C.hipStreamCaptureStatusActive      // capturing
 	CaptureInvalidated CaptureStatus = C.hipStreamCaptureStatusInvalidated // capturing, but the capture failed
 )
 
@@ -303,7 +303,7 @@ const (
 type Capture struct {
 	Status CaptureStatus
 	// ID is the capture's "unique ID" (hipStreamGetCaptureInfo) where
-	// Status is CaptureActive and the runtime has the call (ROCm 5.1);
+	// Status is CaptureOngoing and the runtime has the call (ROCm 5.1);
 	// 0 otherwise.
 	ID uint64
 }

@@ -240,7 +240,7 @@ func TestCaptureRefused(t *testing.T) {
 			i2 := hipdrv.StreamInfo(0, s2)
 			for _, c := range []hipdrv.StreamCall{b, f, i2} {
 				assert.Equal(t, hipdrv.Call{}, c.Call)
-				assert.Equal(t, hipdrv.CaptureActive, c.Capture.Status)
+				assert.Equal(t, hipdrv.CaptureOngoing, c.Capture.Status)
 				assert.Equal(t, tc.ids, c.Capture.ID != 0)
 			}
 			assert.Zero(t, b.Ptr)

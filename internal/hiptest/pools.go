@@ -18,13 +18,14 @@ import "C"
 
 import "github.com/memtrack/memtrack/internal/hipdrv"
 
-// The attributes of hipMemPoolAttr that take a uint64_t.
-const (
-	PoolReservedMemCurrent = C.hipMemPoolAttrReservedMemCurrent
-	PoolReservedMemHigh    = C.hipMemPoolAttrReservedMemHigh
-	PoolUsedMemCurrent     = C.hipMemPoolAttrUsedMemCurrent
-	PoolUsedMemHigh        = C.hipMemPoolAttrUsedMemHigh
-)
+// PoolFigureAttributes are the four figures of hipMemPoolAttr, each a
+// uint64_t: the reserved memory and its high watermark, the used memory and
+// its high watermark (hipMemPoolAttrReservedMemCurrent to
+// hipMemPoolAttrUsedMemHigh).
+var PoolFigureAttributes = [...]int{
+	C.hipMemPoolAttrReservedMemCurrent, C.hipMemPoolAttrReservedMemHigh,
+	C.hipMemPoolAttrUsedMemCurrent, C.hipMemPoolAttrUsedMemHigh,
+}
 
 // PoolSetAttribute sets a uint64_t attribute of pool to value
 // (hipMemPoolSetAttribute).
