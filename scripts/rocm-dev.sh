@@ -100,7 +100,11 @@ if [[ $(id -u) -eq 0 ]]; then
 	sandbox=(-o APT::Sandbox::User=root)
 fi
 log "downloading ${fetch[*]}"
-(cd "$work/debs" && apt-get download -qq "${sandbox[@]}" "${fetch[@]}" >&2)
+if ! (cd "$work/debs" && apt-get download -qq "${sandbox[@]}" "${fetch[@]}" >&2); then
+	log "download failed: refreshing the package lists (a version gone from the archive?) and trying once more"
+	"${sudo[@]}" apt-get update -qq >&2
+	(cd "$work/debs" && apt-get download -qq "${sandbox[@]}" "${fetch[@]}" >&2)
+fi
 for deb in "$work"/debs/*.deb; do
 	dpkg-deb -x "$deb" "$work/root"
 done
