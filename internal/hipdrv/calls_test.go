@@ -294,3 +294,50 @@ func memInfoIn(t *testing.T, dir, machine string, others int64) {
 		})
 	}
 }
+
+// A runtime holds memory of its own on each device once it initialises
+// (FAKEHIP_CONTEXT_BYTES), which hipMemGetInfo counts before any
+// allocation; a device named as a real GPU is named so.
+func TestRuntimeMemory(t *testing.T) {
+	current, _ := fakeDirs(t)
+	if !inChild(t, current, "FAKEHIP_DEVICES=2", fmt.Sprintf("FAKEHIP_CONTEXT_BYTES=%d", 300*mib), "FAKEHIP_NAME=AMD Instinct MI300X") {
+		return
+	}
+	requireFake(t, 2)
+	for dev := range 2 {
+		free, total, c := hipdrv.MemInfo(dev)
+		require.Equal(t, hipdrv.Call{}, c)
+		assert.Equal(t, total-300*mib, free, "device %d", dev)
+		info, r := hipdrv.DeviceInfo(dev)
+		require.Equal(t, hipdrv.Success, r)
+		assert.Equal(t, "AMD Instinct MI300X", info.Name)
+	}
+}
+
+// hipMalloc and hipFree run in relaxed stream-capture mode where the
+// runtime has hipThreadExchangeStreamCaptureMode: one exchange sets it,
+// another puts the thread's mode back; without the call, they run as they
+// are.
+func TestAllocRelaxed(t *testing.T) {
+	current, _ := fakeDirs(t)
+	for _, tc := range []struct {
+		name      string
+		env       []string
+		exchanges uint64 // per operation
+	}{
+		{"exchanged", nil, 2},
+		{"without the call", []string{"FAKEHIP_HIDE=hipThreadExchangeStreamCaptureMode"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !inChild(t, current, tc.env...) {
+				return
+			}
+			requireFake(t, 1)
+			before := calls(t, "hipThreadExchangeStreamCaptureMode")
+			p, c := hipdrv.Alloc(0, mib)
+			require.Equal(t, hipdrv.Call{}, c)
+			require.Equal(t, hipdrv.Call{}, hipdrv.Free(0, p))
+			assert.Equal(t, 2*tc.exchanges, calls(t, "hipThreadExchangeStreamCaptureMode")-before)
+		})
+	}
+}

@@ -226,3 +226,20 @@ func TestLoadNoGPU(t *testing.T) {
 		})
 	}
 }
+
+// A runtime whose every call fails (FAKEHIP_ERROR): it loads, of unknown
+// version (hipRuntimeGetVersion failed), its calls found by dlsym; hipInit
+// and hipGetDeviceCount say what fails.
+func TestLoadEveryCallFails(t *testing.T) {
+	current, _ := fakeDirs(t)
+	if !inChild(t, current, "FAKEHIP_ERROR=999") {
+		return
+	}
+	rt, err := hipdrv.Load()
+	require.NoError(t, err)
+	assert.Zero(t, rt.Version)
+	assert.Zero(t, rt.API())
+	assert.Equal(t, "dlsym", rt.Resolver)
+	assert.Contains(t, rt.String(), "HIP of unknown version at ")
+	assert.Equal(t, hipdrv.Initialized{Init: 999, Count: 999}, hipdrv.Init())
+}

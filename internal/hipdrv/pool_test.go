@@ -69,26 +69,49 @@ func TestPoolDeferredFree(t *testing.T) {
 	}
 }
 
-// The release threshold: a synchronize keeps what the pool reserves up to
-// it; a trim releases it.
+// The release threshold: a synchronize of the stream, of an event or of
+// the device keeps what the pool reserves up to it and returns the rest; a
+// trim releases what it kept.
 func TestPoolReleaseThreshold(t *testing.T) {
 	_, _ = fakeDirs(t)
 	requireFake(t, 1)
 	p, get := pool(t)
-	s := stream(t, 0)
-	require.Equal(t, hipdrv.Success, hipdrv.PoolSetReleaseThreshold(p, 8*mib))
-	defer hipdrv.PoolSetReleaseThreshold(p, 0)
-	a := hipdrv.AllocAsync(0, 5*mib, s)
-	require.Equal(t, hipdrv.Call{}, a.Call)
-	f := hipdrv.FreeAsync(0, a.Ptr, s, hipdrv.Event{})
-	require.Equal(t, hipdrv.Call{}, f.Call)
-	require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
-	got := get()
-	assert.Equal(t, 6*mib, got.PoolReserved, "kept: below the threshold")
-	assert.Equal(t, 8*mib, got.ReleaseThreshold)
-	require.Equal(t, hipdrv.Success, hipdrv.PoolTrimTo(p, 0))
-	assert.Zero(t, get().PoolReserved)
-	hipdrv.EventDestroy(f.Event)
+	for _, tc := range []struct {
+		name string
+		sync func(s uintptr) hipdrv.Result
+	}{
+		{"stream", func(s uintptr) hipdrv.Result { return hiptest.StreamSynchronize(0, s) }},
+		{"event", func(s uintptr) hipdrv.Result {
+			e, r := hiptest.RecordEvent(0, s)
+			if r == hipdrv.Success {
+				r = hiptest.EventSynchronize(e)
+				hiptest.EventDestroy(e)
+			}
+			return r
+		}},
+		{"device", func(uintptr) hipdrv.Result { return hiptest.DeviceSynchronize(0) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := stream(t, 0)
+			require.Equal(t, hipdrv.Success, hipdrv.PoolSetReleaseThreshold(p, 8*mib))
+			defer hipdrv.PoolSetReleaseThreshold(p, 0)
+			a := hipdrv.AllocAsync(0, 5*mib, s)
+			b := hipdrv.AllocAsync(0, 5*mib, s)
+			require.Equal(t, hipdrv.Call{}, a.Call)
+			require.Equal(t, hipdrv.Call{}, b.Call)
+			assert.Equal(t, 10*mib, get().PoolReserved)
+			f := hipdrv.FreeAsync(0, a.Ptr, s, hipdrv.Event{})
+			g := hipdrv.FreeAsync(0, b.Ptr, s, hipdrv.Event{})
+			require.Equal(t, hipdrv.Success, tc.sync(s))
+			got := get()
+			assert.Equal(t, 8*mib, got.PoolReserved, "kept up to the threshold")
+			assert.Equal(t, 8*mib, got.ReleaseThreshold)
+			require.Equal(t, hipdrv.Success, hipdrv.PoolTrimTo(p, 0))
+			assert.Zero(t, get().PoolReserved)
+			hipdrv.EventDestroy(f.Event)
+			hipdrv.EventDestroy(g.Event)
+		})
+	}
 }
 
 // A trim keeps what backs live allocations and frees the host has not

@@ -410,15 +410,6 @@ hipError_t hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int deviceI
 	case hipDeviceAttributeMemoryPoolsSupported:
 		*pi = fakehip_pools_supported();
 		return hipSuccess;
-	case hipDeviceAttributePciBusId:
-		*pi = (int)devs.bus[deviceId];
-		return hipSuccess;
-	case hipDeviceAttributePciDeviceId:
-		*pi = (int)devs.dev[deviceId];
-		return hipSuccess;
-	case hipDeviceAttributeTotalGlobalMem:
-		*pi = devs.capacity[deviceId] > INT32_MAX ? INT32_MAX : (int)devs.capacity[deviceId];
-		return hipSuccess;
 	default:
 		return hipErrorInvalidValue; // an attribute the fake does not model
 	}
@@ -429,14 +420,6 @@ hipError_t hipRuntimeGetVersion(int *runtimeVersion) {
 	if (r != hipSuccess) return r;
 	if (!runtimeVersion) return hipErrorInvalidValue;
 	*runtimeVersion = fakehip_version();
-	return hipSuccess;
-}
-
-hipError_t hipDriverGetVersion(int *driverVersion) {
-	hipError_t r = fakehip_enter("hipDriverGetVersion");
-	if (r != hipSuccess) return r;
-	if (!driverVersion) return hipErrorInvalidValue;
-	*driverVersion = fakehip_version();
 	return hipSuccess;
 }
 

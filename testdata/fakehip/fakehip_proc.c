@@ -50,7 +50,6 @@ static const struct proc {
 } procs[] = {
 	{"hipInit", 401, (void *)hipInit},
 	{"hipRuntimeGetVersion", 401, (void *)hipRuntimeGetVersion},
-	{"hipDriverGetVersion", 401, (void *)hipDriverGetVersion},
 	{"hipGetErrorName", 401, (void *)hipGetErrorName},
 	{"hipGetErrorString", 401, (void *)hipGetErrorString},
 	{"hipGetDeviceCount", 401, (void *)hipGetDeviceCount},
@@ -83,7 +82,6 @@ static const struct proc {
 	{"hipMallocAsync", 502, (void *)hipMallocAsync},
 	{"hipFreeAsync", 502, (void *)hipFreeAsync},
 	{"hipDeviceGetMemPool", 502, (void *)hipDeviceGetMemPool},
-	{"hipDeviceGetDefaultMemPool", 502, (void *)hipDeviceGetDefaultMemPool},
 	{"hipMemPoolGetAttribute", 502, (void *)hipMemPoolGetAttribute},
 	{"hipMemPoolSetAttribute", 502, (void *)hipMemPoolSetAttribute},
 	{"hipMemPoolTrimTo", 502, (void *)hipMemPoolTrimTo},

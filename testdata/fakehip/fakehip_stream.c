@@ -718,17 +718,6 @@ hipError_t fakehip_pool_free_now(uintptr_t ptr) {
 	return hipSuccess;
 }
 
-hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t *mem_pool, int device) {
-	hipError_t r = pool_call("hipDeviceGetDefaultMemPool");
-	if (r != hipSuccess) return r;
-	if (device < 0 || device >= fakehip_devices()) return hipErrorInvalidDevice;
-	if (!mem_pool) return hipErrorInvalidValue;
-	pthread_mutex_lock(&mu);
-	*mem_pool = device_pool(device);
-	pthread_mutex_unlock(&mu);
-	return hipSuccess;
-}
-
 // hipDeviceGetMemPool: the current pool, the default one (the fake has no
 // pools of one's own).
 hipError_t hipDeviceGetMemPool(hipMemPool_t *mem_pool, int device) {
