@@ -278,3 +278,28 @@ func TestGraphMem(t *testing.T) {
 		})
 	}
 }
+
+// The pool reserves device memory in granules of its own
+// (FAKEHIP_POOL_GRANULE: "The OS allocations may happen at different
+// granularity from the user allocations", hipMemPoolTrimTo).
+func TestPoolGranule(t *testing.T) {
+	current, _ := fakeDirs(t)
+	for _, tc := range []struct {
+		granule, size, reserved int64
+	}{
+		{64 << 10, 100 << 10, 128 << 10},
+		{2 * mib, 100 << 10, 2 * mib},
+		{1, 100 << 10, 100 << 10},
+	} {
+		t.Run(fmt.Sprint(tc.granule), func(t *testing.T) {
+			if !inChild(t, current, fmt.Sprintf("FAKEHIP_POOL_GRANULE=%d", tc.granule)) {
+				return
+			}
+			requireFake(t, 1)
+			_, get := pool(t)
+			a := hipdrv.AllocAsync(0, tc.size, 0)
+			require.Equal(t, hipdrv.Call{}, a.Call)
+			assert.Equal(t, tc.reserved, get().PoolReserved)
+		})
+	}
+}

@@ -188,6 +188,17 @@ func TestFreeAsyncEvent(t *testing.T) {
 			assert.Equal(t, tc.retired, f.Retired)
 			if tc.retired {
 				assert.Equal(t, hipdrv.Success, hiptest.StreamQuery(0, s), "the stream was synchronized: the free ran")
+				// The event made for it was never recorded: hipEventQuery
+				// "returns hipSuccess, if hipEventRecord() is not called
+				// before", so it counts as reached.
+				require.False(t, f.Event.IsZero())
+				var events hipdrv.StreamEvents
+				events.Add(f.Event)
+				events.EndStream()
+				events.Query(0)
+				n, r := events.Reached(0)
+				assert.Equal(t, [2]any{1, hipdrv.Success}, [2]any{n, r})
+				hipdrv.EventDestroy(f.Event)
 				return
 			}
 			var events hipdrv.StreamEvents
