@@ -55,7 +55,6 @@ static hiptest_handle hiptest_record(int device, uintptr_t s) {
 	return (hiptest_handle){(uintptr_t)e, r != hipSuccess ? r : r2};
 }
 
-static hipError_t hiptest_event_query(uintptr_t e) { return HIPTEST_CALL(hiptest_lib.hipEventQuery, (hipEvent_t)e); }
 static hipError_t hiptest_event_sync(uintptr_t e) { return HIPTEST_CALL(hiptest_hip.hipEventSynchronize, (hipEvent_t)e); }
 static hipError_t hiptest_event_destroy(uintptr_t e) { return HIPTEST_CALL(hiptest_lib.hipEventDestroy, (hipEvent_t)e); }
 
@@ -133,11 +132,6 @@ func DeviceSynchronize(device int) hipdrv.Result {
 // RecordEvent creates an event of device and records it on stream.
 func RecordEvent(device int, stream uintptr) (uintptr, hipdrv.Result) {
 	return handleOf(C.hiptest_record(C.int(device), C.uintptr_t(stream)))
-}
-
-// EventQuery queries an event of RecordEvent (hipEventQuery).
-func EventQuery(event uintptr) hipdrv.Result {
-	return hipdrv.Result(C.hiptest_event_query(C.uintptr_t(event)))
 }
 
 // EventSynchronize waits for an event of RecordEvent (hipEventSynchronize).
