@@ -296,8 +296,9 @@ func splitProcesses(d Device, list []ProcessMemory, self int) processFigures {
 		f.otherProcesses = append(f.otherProcesses, p)
 	}
 	if !found {
-		return processFigures{err: fmt.Errorf("%w: %v: NVML lists %d process(es) on the device, but not this one (PID %d): its PIDs are the host's, which a container with a PID namespace of its own does not see",
-			ErrPerProcessUnavailable, d, len(list), self)}
+		source, _ := d.kind.processSource()
+		return processFigures{err: fmt.Errorf("%w: %v: %s lists %d process(es) on the device, but not this one (PID %d): its PIDs are the host's, which a container with a PID namespace of its own does not see",
+			ErrPerProcessUnavailable, d, source, len(list), self)}
 	}
 	slices.SortStableFunc(f.otherProcesses, func(a, b ProcessMemory) int { return cmp.Compare(b.Used, a.Used) })
 	return f
@@ -327,14 +328,15 @@ func processUntracked(processUsed, tracked int64) int64 { return max(processUsed
 // figures: this process's, each other process's, or why there are none on
 // a device that should have them; nothing on a device without them.
 func (u Usage) processSummary() string {
+	source, _ := u.Device.kind.processSource()
 	if !u.PerProcess {
 		if u.PerProcessErr == nil {
 			return ""
 		}
-		return fmt.Sprintf("processes (NVML): unavailable: %v\n", u.PerProcessErr)
+		return fmt.Sprintf("processes (%s): unavailable: %v\n", source, u.PerProcessErr)
 	}
-	s := fmt.Sprintf("processes (NVML): this process %s (untracked %s); other processes %s in %d\n",
-		bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked), bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
+	s := fmt.Sprintf("processes (%s): this process %s (untracked %s); other processes %s in %d\n",
+		source, bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked), bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
 	for _, p := range u.OtherProcesses {
 		name := p.Name
 		if name == "" {
