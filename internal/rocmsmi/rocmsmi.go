@@ -188,6 +188,43 @@ func (l *Lib) Close() error {
 	return nil
 }
 
+// Reader reads the compute processes on devices through a rocm_smi that it
+// opens on its first reading and keeps for the life of the process: the
+// library is never opened on an allocation path, only where per-process
+// figures are read. The zero Reader is ready to use.
+type Reader struct {
+	once sync.Once
+	lib  *Lib
+	err  error
+}
+
+// Usage returns [Lib.Usage] of the device at PCI address busID, opening
+// rocm_smi first where it is the first reading; the error of [Open] where
+// rocm_smi cannot be used, and on every reading after.
+func (r *Reader) Usage(busID string) (Usage, error) {
+	if err := r.open(); err != nil {
+		return Usage{}, err
+	}
+	u, err := r.lib.Usage(busID)
+	if err != nil {
+		return Usage{}, fmt.Errorf("rocm_smi on %s: %w", busID, err)
+	}
+	return u, nil
+}
+
+// open opens rocm_smi, once.
+func (r *Reader) open() error {
+	r.once.Do(func() { r.lib, r.err = Open() })
+	return r.err
+}
+
+// Library returns the library loaded (opening it, as Usage does, where no
+// reading did yet), or the zero Library where none loads.
+func (r *Reader) Library() Library {
+	r.open()
+	return library.lib
+}
+
 // ParseBusID parses a PCI address as the HIP runtime writes it
 // (hipDeviceGetPCIBusId: domain:bus:device.function, hexadecimal, as
 // "0000:c1:00.0"), or without its domain (bus:device.function, domain 0).
