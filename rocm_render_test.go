@@ -94,7 +94,7 @@ func TestROCmRenderings(t *testing.T) {
 				for _, p := range g.DataPoints {
 					backend, _ := p.Attributes.Value(otelmetric.BackendKey)
 					ordinal, _ := p.Attributes.Value(otelmetric.OrdinalKey)
-					if backend == attribute.StringValue("rocm") && ordinal.Emit() == "0" {
+					if backend == attribute.StringValue("rocm") && ordinal.String() == "0" {
 						got = append(got, p.Value)
 					}
 				}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The ROCm machinery's checks, on any Linux machine, AMD GPU or not: the
+# The ROCm backend's checks, on any Linux machine, AMD GPU or not: the
 # internal packages below the ROCm backend (internal/hipdrv, the HIP
 # runtime; internal/rocmsmi, AMD's SMI library; internal/hiptest and
-# internal/smitest, their tests' equipment), built with -tags rocm.
+# internal/smitest, their tests' equipment) and the root package, built
+# with -tags rocm.
 #
 #  1. Without AMD's headers: memtrack loads the HIP runtime and rocm_smi at
 #     run time, so the packages build with cgo and a C compiler alone. The
@@ -20,14 +21,22 @@
 #  3. vet and the race-detector tests of the packages against the fakes, no
 #     test skipped; again under LD_BIND_NOW=1; again under each reading the
 #     fakes offer where AMD's documents are silent (their RULES.md).
-#  4. AMD's own libraries, Debian's libamdhip64-N and librocm-smi64-N with
+#  4. The root package on the fakes: vet, the race-detector tests (no
+#     ROCm test skipped), again under LD_BIND_NOW=1; the main job
+#     (go run -tags rocm ./examples/profile -device rocm:0);
+#     scripts/two-instances-rocm.sh (two instances on one fake AMD GPU, each
+#     with the budget it gets alone); and the AMD GPU folder of
+#     scripts/gpu-check-rocm.sh, run whole.
+#  5. AMD's own libraries, Debian's libamdhip64-N and librocm-smi64-N with
 #     what they need, unpacked (never installed): every call of memtrack's
 #     table resolves, or is missing exactly where the table says it came in
 #     a later release; hipInit's and hipGetDeviceCount's answers, printed in
 #     the runtime's own words; rocm_smi loads and fails only at its
-#     initialisation, in its words. (On a machine without an AMD GPU; with
-#     one, the answers are printed and not checked.)
-#  5. staticcheck, pinned as CI pins it, with -tags rocm on the packages
+#     initialisation, in its words; the main job built with -tags rocm
+#     stops on rocm:0 with the runtime's answers, and runs on the CPU.
+#     (On a machine without an AMD GPU; with one, the answers are printed
+#     and not checked.)
+#  6. staticcheck, pinned as CI pins it, with -tags rocm on every package
 #     (and its unused-code check without their tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -111,7 +120,34 @@ for reading in FAKEHIP_MEMINFO=process FAKEHIP_POOL_FREE=enqueued FAKEHIP_TRIM_O
 	env "$reading" go test -tags rocm -count=1 ./internal/hipdrv ./internal/rocmsmi
 done
 
-# ---- 4. AMD's own libraries
+# ---- 4. the root package, the main job and the GPU folder, on the fakes
+
+echo "== go vet -tags rocm ."
+go vet -tags rocm .
+echo "== go test -race -tags rocm . (the fakes)"
+go test -race -tags rocm -count=1 -v . >"$log" 2>&1 || { cat "$log"; exit 1; }
+grep -E '^(ok|FAIL)' "$log"
+grep -E -- '^--- (PASS|FAIL): TestROCm' "$log"
+# Every ROCm test runs on the fakes; the holder is another process of the
+# per-process test, and skips where it runs alone.
+if grep -E -- '--- SKIP: TestROCm' "$log" | grep -v -- '--- SKIP: TestROCmChildHolder '; then
+	echo "test-rocm.sh: ROCm tests of the root package skipped (above): the fakes did not reach them" >&2
+	exit 1
+fi
+echo "== LD_BIND_NOW=1 go test -tags rocm . (every symbol bound at start)"
+LD_BIND_NOW=1 go test -tags rocm -count=1 .
+echo "== go run -tags rocm ./examples/profile -device rocm:0 (the fakes)"
+out=$(go run -tags rocm ./examples/profile -device rocm:0)
+echo "$out"
+grep -q '^  figures:   per process (rocm_smi)$' <<<"$out" || { echo "test-rocm.sh: the main job's budget on rocm:0 is not from rocm_smi's per-process figures" >&2; exit 1; }
+echo "== scripts/two-instances-rocm.sh (the fakes)"
+./scripts/two-instances-rocm.sh
+echo "== scripts/gpu-check-rocm.sh, then its run.sh (the fakes)"
+./scripts/gpu-check-rocm.sh
+MEMTRACK_BENCHTIME=100x out/gpu-check-rocm/run.sh >"$bin/gpu-check.log" 2>&1 || { cat "$bin/gpu-check.log"; exit 1; }
+grep '^== ' "$bin/gpu-check.log" | grep -v '^== \(together\|alone\)'
+
+# ---- 5. AMD's own libraries
 
 echo "== AMD's HIP runtime from Debian, on this machine ($(test -e /dev/kfd && echo "/dev/kfd present" || echo "no AMD GPU"))"
 MEMTRACK_HIPDRV_CHILD=TestRealRuntime LD_LIBRARY_PATH=$MEMTRACK_ROCM_REAL_LIBS \
@@ -119,14 +155,35 @@ MEMTRACK_HIPDRV_CHILD=TestRealRuntime LD_LIBRARY_PATH=$MEMTRACK_ROCM_REAL_LIBS \
 echo "== AMD's rocm_smi from Debian"
 MEMTRACK_ROCMSMI_CHILD=TestRealLibrary LD_LIBRARY_PATH=$MEMTRACK_ROCM_REAL_LIBS \
 	go test -tags rocm -count=1 -v -run '^TestRealLibrary$' ./internal/rocmsmi 2>&1 | grep -v '^=== RUN'
+echo "== the main job (-tags rocm) with AMD's libraries from Debian: rocm:0, then the CPU"
+go build -tags rocm -o "$bin/profile" ./examples/profile
+if out=$(LD_LIBRARY_PATH=$MEMTRACK_ROCM_REAL_LIBS "$bin/profile" -device rocm:0 2>&1); then
+	echo "$out"
+	if [[ ! -e /dev/kfd ]]; then
+		echo "test-rocm.sh: the main job ran on rocm:0 without an AMD GPU" >&2
+		exit 1
+	fi
+else
+	echo "$out"
+	# The runtime's own answers on a machine without an AMD GPU, as the
+	# runtime names them (hipGetErrorName), in the error that says why
+	# rocm:0 cannot start.
+	want='hipInit answered hipErrorInvalidDevice, hipGetDeviceCount hipErrorNoDevice'
+	if [[ ! -e /dev/kfd ]] && ! grep -qF "$want" <<<"$out"; then
+		echo "test-rocm.sh: the main job did not say why rocm:0 cannot start in the runtime's words ($want)" >&2
+		exit 1
+	fi
+fi
+LD_LIBRARY_PATH=$MEMTRACK_ROCM_REAL_LIBS "$bin/profile" -device cpu >"$bin/cpu.out" 2>&1 || { cat "$bin/cpu.out"; exit 1; }
+head -n 3 "$bin/cpu.out"
 
-# ---- 5. staticcheck
+# ---- 6. staticcheck
 
 staticcheck=$(go env GOPATH)/bin/staticcheck
 if ! "$staticcheck" -version 2>/dev/null | grep -q '0.8.2'; then
 	go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 fi
-echo "== staticcheck -tags rocm ${pkgs[*]}"
-"$staticcheck" -tags rocm "${pkgs[@]}"
-echo "== staticcheck -tests=false -checks U1000 -tags rocm ${pkgs[*]}"
-"$staticcheck" -tests=false -checks U1000 -tags rocm "${pkgs[@]}"
+echo "== staticcheck -tags rocm ./..."
+"$staticcheck" -tags rocm ./...
+echo "== staticcheck -tests=false -checks U1000 -tags rocm ./..."
+"$staticcheck" -tests=false -checks U1000 -tags rocm ./...
