@@ -103,6 +103,7 @@ declare -A skip_cmds=(
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
 	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
 	["OVERLAY= TAGS=cuda BASE=6c72bd4 BENCH='^BenchmarkCUDAAllocFree\$/size=/pair=(tracked|backend)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
+	["N1=2000 N2=12000 OVERLAY= TAGS=rocm BASE=c9f3306 BENCH='^BenchmarkROCmAllocFree(Async)?\$/size=1KiB/pair=(tracked|raw)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-rocm.sh'"'"'s environment (several minutes; valgrind and the fakes): docs/performance.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 
