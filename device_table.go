@@ -439,8 +439,9 @@ func parseOrdinal(s string) (int, bool) {
 
 // Devices returns every device this build and machine reach: the CPU, then
 // each CUDA GPU, then each Metal GPU, then each ROCm GPU. A backend that
-// this build has (-tags cuda, -tags metal, -tags rocm) but that cannot start here, for want of a driver or of
-// a device, lists no device, and err says why, wrapping
+// this build has (-tags cuda, -tags metal, -tags rocm) but that cannot
+// start here, for want of a driver or of a device, lists no device, and err
+// says why, wrapping
 // [ErrBackendUnavailable] (a [*BackendError] where the driver answered,
 // the loader's reason where it could not be loaded); the devices returned
 // work whatever err says. A backend that the build lacks is no error:

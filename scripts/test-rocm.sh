@@ -8,10 +8,11 @@
 #  1. Without AMD's headers: memtrack loads the HIP runtime and rocm_smi at
 #     run time, so the packages build with cgo and a C compiler alone. The
 #     step checks that the C compiler finds no hip/hip_runtime_api.h or
-#     rocm_smi/rocm_smi.h, vets the packages, builds their test binaries,
-#     checks with readelf and nm that none needs an AMD library or leaves a
-#     hip*, rsmi* or amdsmi* symbol unresolved, and starts them without any
-#     AMD library under immediate binding (LD_BIND_NOW=1).
+#     rocm_smi/rocm_smi.h, vets the packages, builds their test binaries
+#     and the root package's, checks with readelf and nm that none needs an
+#     AMD library or leaves a hip*, rsmi* or amdsmi* symbol unresolved, and
+#     starts them without any AMD library under immediate binding
+#     (LD_BIND_NOW=1).
 #  2. The fakes, against AMD's headers from Debian (scripts/rocm-dev.sh,
 #     cached in .cache/rocm): the fake HIP runtime of testdata/fakehip in
 #     two builds, ROCm 6.4's calls (.cache/fakehip/libamdhip64.so.6) and
@@ -61,8 +62,12 @@ echo "== without AMD's headers: go vet -tags rocm ${pkgs[*]}"
 noamd go vet -tags rocm "${pkgs[@]}"
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-for p in hipdrv rocmsmi; do
-	noamd go test -c -tags rocm -o "$bin/$p.test" "./internal/$p"
+# The root package's test binary too: the library with its backend, and
+# the main job's build (examples/profile) with it.
+for p in hipdrv rocmsmi memtrack; do
+	dir=./internal/$p
+	[[ $p == memtrack ]] && dir=.
+	noamd go test -c -tags rocm -o "$bin/$p.test" "$dir"
 	echo "== readelf -d $p.test: no NEEDED AMD library; nm -D: no undefined hip*, rsmi* or amdsmi* symbol"
 	readelf -d "$bin/$p.test" | grep NEEDED
 	if readelf -d "$bin/$p.test" | grep -E 'NEEDED.*(amdhip|rocm_smi|amd_smi|hsa-runtime|hsakmt|amd_comgr)'; then
