@@ -99,6 +99,7 @@ declare -A skip_cmds=(
 	['BASE=e14c725 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	['BASE=f206511 ./scripts/bench-instructions.sh']='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages)'
 	["BASE=2434dcd BENCH='^BenchmarkPair\$|^BenchmarkPairFeature\$' OVERLAY='alloc_bench_test.go alloc_features_bench_test.go' ./scripts/bench-instructions.sh"]='by hand (about 20 minutes; it needs valgrind, from Debian'"'"'s packages)'
+	["BASE=84b2c4f BENCH='^BenchmarkPair\$|^BenchmarkPairFeature\$' OVERLAY='alloc_bench_test.go alloc_features_bench_test.go' ./scripts/bench-instructions.sh"]='by hand (about 20 minutes; it needs valgrind, from Debian'"'"'s packages)'
 	["go test -run '^\$' -bench BenchmarkMark -benchmem -count 5 ."]='by hand on a quiet machine (docs/timeline.md); .ci/run runs every benchmark once with -benchtime 1x'
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
 	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'

@@ -85,7 +85,13 @@ func TestCounterEdges(t *testing.T) {
 			})
 		assert.Zero(t, ok[0], "Alloc(MaxCount) succeeded")
 		assert.Zero(t, ok[1], "Free(10) succeeded")
-		assert.Positive(t, ok[2])
+		// How often the valid operation got through depends on the
+		// scheduler (a refused add lifts the figure out of range for an
+		// instant, and a loaded machine may run the other two goroutines
+		// only): once the race is over, it must.
+		t.Logf("AllocWithin(1, 100)+Free(1) succeeded %d times in the race", ok[2])
+		assert.NoError(t, c.AllocWithin(1, 100))
+		assert.NoError(t, c.Free(1))
 		assert.Equal(t, int64(5), c.Current())
 		assert.LessOrEqual(t, c.Peak(), int64(6))
 	})
