@@ -377,7 +377,7 @@ func (p Measurement) SharedBudget(utilization float64, blockSize int64) (Budget,
 func footprintUnknown(base Usage) error {
 	why := base.PerProcessErr
 	if why == nil { // a device without such figures (the CPU, Metal)
-		why = fmt.Errorf("%w: %v: only a CUDA GPU has them (NVML)", ErrPerProcessUnavailable, base.Device)
+		why = fmt.Errorf("%w: %v: only a CUDA GPU (NVML) or a ROCm GPU (rocm_smi) has them", ErrPerProcessUnavailable, base.Device)
 	}
 	return wrapf(why, "FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes'")
 }

@@ -35,8 +35,10 @@ var coreDeps = []string{
 	"golang.org/x/sys/windows",                        // internal/hostvm's VirtualAlloc
 	"go.uber.org/atomic",
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver, loaded at run time
-	"github.com/memtrack/memtrack/internal/held",    // under -tags cuda: the device-side figure, with the stream-ordered frees pending
+	"github.com/memtrack/memtrack/internal/held",    // under -tags cuda or rocm: the device-side figure, with the stream-ordered frees pending
 	"github.com/memtrack/memtrack/internal/nvml",    // under -tags cuda: NVML, the per-process figures, loaded at run time
+	"github.com/memtrack/memtrack/internal/hipdrv",  // under -tags rocm: the HIP runtime, loaded at run time
+	"github.com/memtrack/memtrack/internal/rocmsmi", // under -tags rocm: rocm_smi, the per-process figures, loaded at run time
 }
 
 // goTool returns the go command that built the test, and skips the test
@@ -65,6 +67,7 @@ func TestCoreImportsNoRenderer(t *testing.T) {
 	}{
 		{"default", nil, ""},
 		{"cuda", nil, "cuda"},
+		{"rocm", nil, "rocm"},
 		{"metal on macOS", []string{"GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=1"}, "metal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -98,6 +98,8 @@ func newBackend(k Kind) backend {
 		return newCUDABackend()
 	case KindMetal:
 		return newMetalBackend()
+	case KindROCm:
+		return newROCmBackend()
 	default:
 		return newCPUBackend()
 	}
@@ -370,6 +372,12 @@ func CUDA(ordinal int) (Device, error) { return device(KindCUDA, ordinal) }
 // past the last GPU.
 func Metal(ordinal int) (Device, error) { return device(KindMetal, ordinal) }
 
+// ROCm returns AMD GPU ordinal, as the HIP runtime numbers it (after
+// HIP_VISIBLE_DEVICES). It fails with [ErrBackendNotBuilt] in a build
+// without -tags rocm, with [ErrBackendUnavailable] where the HIP runtime or
+// the GPUs are missing, and with [ErrInvalidOrdinal] past the last GPU.
+func ROCm(ordinal int) (Device, error) { return device(KindROCm, ordinal) }
+
 func device(k Kind, ordinal int) (Device, error) {
 	d := Device{kind: k, ordinal: ordinal}
 	if _, _, err := d.lookup(use); err != nil {
@@ -379,7 +387,7 @@ func device(k Kind, ordinal int) (Device, error) {
 }
 
 // ParseDevice reads a device written as by [Device.String]: "cpu",
-// "cuda:1", "metal:0". A kind without an ordinal ("cuda") means ordinal 0.
+// "cuda:1", "metal:0", "rocm:0". A kind without an ordinal ("cuda") means ordinal 0.
 // It accepts nothing else: kind names are lower case, an ordinal is written
 // in decimal without sign, leading zero or spaces, and nothing may surround
 // the device, and the CPU has no ordinal ("cpu:0" is refused); anything
@@ -395,7 +403,7 @@ func ParseDevice(s string) (Device, error) {
 		}
 	}
 	if k == numKinds {
-		return Device{}, fmt.Errorf("%w: %q: want cpu, cuda:N or metal:N", ErrInvalidDevice, s)
+		return Device{}, fmt.Errorf("%w: %q: want cpu, cuda:N, metal:N or rocm:N", ErrInvalidDevice, s)
 	}
 	if k == KindCPU && hasOrd {
 		return Device{}, fmt.Errorf("%w: %q: the CPU is one device, written cpu without an ordinal", ErrInvalidDevice, s)
@@ -432,14 +440,15 @@ func parseOrdinal(s string) (int, bool) {
 }
 
 // Devices returns every device this build and machine reach: the CPU, then
-// each CUDA GPU, then each Metal GPU. A backend that this build has (-tags
-// cuda, -tags metal) but that cannot start here, for want of a driver or of
-// a device, lists no device, and err says why, wrapping
+// each CUDA GPU, then each Metal GPU, then each ROCm GPU. A backend that
+// this build has (-tags cuda, -tags metal, -tags rocm) but that cannot
+// start here, for want of a driver or of a device, lists no device, and err
+// says why, wrapping
 // [ErrBackendUnavailable] (a [*BackendError] where the driver answered,
 // the loader's reason where it could not be loaded); the devices returned
 // work whatever err says. A backend that the build lacks is no error:
-// [CUDA], [Metal] and [ParseDevice] answer [ErrBackendNotBuilt] for its
-// devices.
+// [CUDA], [Metal], [ROCm] and [ParseDevice] answer [ErrBackendNotBuilt] for
+// its devices.
 func Devices() ([]Device, error) {
 	var ds []Device
 	var errs []error
@@ -467,7 +476,7 @@ func (d *Device) UnmarshalText(text []byte) error {
 }
 
 // UsedDevices returns every device the process has used, in the order of
-// [Devices]: those obtained with [CUDA], [Metal] or [ParseDevice], and those
+// [Devices]: those obtained with [CUDA], [Metal], [ROCm] or [ParseDevice], and those
 // on which memory was allocated or tracked or a setting was changed (the
 // CPU, which [CPU] returns without checking, is listed once it has been used
 // so, and so is a device that [Devices] lists). Reading a figure registers

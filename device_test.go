@@ -20,6 +20,7 @@ func TestKindString(t *testing.T) {
 	assert.Equal(t, "cpu", KindCPU.String())
 	assert.Equal(t, "cuda", KindCUDA.String())
 	assert.Equal(t, "metal", KindMetal.String())
+	assert.Equal(t, "rocm", KindROCm.String())
 	assert.Equal(t, "invalid", Kind(0).String())
 	assert.Equal(t, "kind(9)", Kind(9).String())
 }
@@ -72,6 +73,7 @@ func TestReadsRegisterNothing(t *testing.T) {
 	// devices as Devices lists them.
 	fresh := func(t *testing.T) []Device {
 		resetState(t)
+		onlyGPUKind(t, KindCUDA)
 		useBackend(t, KindCUDA, &fakeStreams{fakeBackend: newFakeBackend(1, 1<<30)})
 		require.Empty(t, UsedDevices())
 		ds := listDevices(t)
@@ -246,6 +248,7 @@ func TestDevicesListsReachableDevices(t *testing.T) {
 func TestBackendUnavailable(t *testing.T) {
 	f := newFakeBackend(0, 0)
 	f.initErr = fmt.Errorf("%w: no CUDA driver", ErrBackendUnavailable)
+	onlyGPUKind(t, KindCUDA)
 	useBackend(t, KindCUDA, f)
 	_, err := CUDA(0)
 	assert.ErrorIs(t, err, ErrBackendUnavailable)
@@ -706,7 +709,7 @@ const pastAnyOrdinal = 1000
 // process that never used a GPU, and checks that listing does not create
 // them (which would initialise their drivers).
 func TestUsedDevicesCreatesNoTable(t *testing.T) {
-	for _, k := range []Kind{KindCUDA, KindMetal} {
+	for _, k := range []Kind{KindCUDA, KindMetal, KindROCm} {
 		saved := tables[k].p.Swap(nil)
 		t.Cleanup(func() { tables[k].p.Store(saved) })
 	}
@@ -718,6 +721,20 @@ func TestUsedDevicesCreatesNoTable(t *testing.T) {
 	assert.Equal(t, []Device{CPU()}, UsedDevices())
 	assert.Nil(t, tableOf(KindCUDA), "UsedDevices created the cuda table")
 	assert.Nil(t, tableOf(KindMetal), "UsedDevices created the metal table")
+	assert.Nil(t, tableOf(KindROCm), "UsedDevices created the rocm table")
+}
+
+// onlyGPUKind gives every GPU kind but k the stand-in of a build without
+// its tag for the rest of the test, so that Devices lists the CPU and k's
+// devices alone whatever the build's tags (-tags rocm on the fake runtime
+// lists its devices too).
+func onlyGPUKind(t *testing.T, k Kind) {
+	t.Helper()
+	for other := KindCPU + 1; other < numKinds; other++ {
+		if other != k {
+			useBackend(t, other, unbuilt{kind: other})
+		}
+	}
 }
 
 // resetState gives every kind fresh, empty records for the rest of the test,

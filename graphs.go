@@ -7,7 +7,9 @@ import "github.com/memtrack/memtrack/internal/captures"
 // driver keeps for them. Obtain it with [Device.Graphs]; it is a small
 // comparable value, as [Device] is. On a device that is not a CUDA GPU, or
 // whose driver has no graph memory nodes (CUDA before 11.4, or a device
-// without memory pools), its methods fail with [ErrNotSupported].
+// without memory pools), its methods fail with [ErrNotSupported]; on an AMD
+// GPU, Stats and Trim give the HIP runtime's graph memory figures (ROCm
+// 5.3), and memtrack captures nothing (docs/rocm.md).
 //
 // While a stream captures a graph (cuStreamBeginCapture), [Device.AllocAsync]
 // on it adds an allocation node to the graph and [Buffer.FreeAsync] a free

@@ -61,7 +61,7 @@ func TestLayers(t *testing.T) {
 	if _, err := os.Stat("layers_test.go"); err != nil {
 		t.Skip("not run in the package's source directory")
 	}
-	for _, tags := range [][]string{nil, {"cuda"}, {"metal"}} {
+	for _, tags := range [][]string{nil, {"cuda"}, {"metal"}, {"rocm"}} {
 		t.Run(strings.Join(append([]string{"tags"}, tags...), " "), func(t *testing.T) {
 			goos := "linux"
 			if slices.Contains(tags, "metal") {

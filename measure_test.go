@@ -371,7 +371,7 @@ func TestFootprintBudgetNeedsPerProcess(t *testing.T) {
 		want string
 	}{
 		{"the CPU", Usage{Device: CPU(), Total: 80 * gib, Free: 80 * gib},
-			"memtrack: FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes': no per-process figures: cpu: only a CUDA GPU has them (NVML)"},
+			"memtrack: FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes': no per-process figures: cpu: only a CUDA GPU (NVML) or a ROCm GPU (rocm_smi) has them"},
 		{"NVML missing", Usage{Device: CPU(), Total: 80 * gib, Free: 80 * gib, PerProcessErr: nvml},
 			"memtrack: FootprintBudget needs this process's memory at the baseline, which the device-wide figures cannot tell from other processes': no per-process figures: cuda:0: NVML is unavailable"},
 	} {

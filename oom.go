@@ -460,14 +460,15 @@ func (f processFigures) setOutOfMemory(e *OutOfMemoryError) {
 // figures: this process's own, and each other process with its usage, as
 // PyTorch's out-of-memory message lists them.
 func (e *OutOfMemoryError) processLines() []string {
+	source, own := e.Device.kind.processSource()
 	if !e.PerProcess {
 		if e.PerProcessErr == nil {
 			return nil
 		}
-		return []string{fmt.Sprintf("in use (NVML):  unavailable: %v", e.PerProcessErr)}
+		return []string{fmt.Sprintf("%-15s unavailable: %v", "in use ("+source+"):", e.PerProcessErr)}
 	}
-	lines := []string{fmt.Sprintf("in use (NVML):  this process %s, of which %s not tracked (its CUDA context, libraries, memory allocated without memtrack)",
-		bytesize.Exact(e.ProcessUsed), bytesize.Exact(processUntracked(e.ProcessUsed, e.Tracked)))}
+	lines := []string{fmt.Sprintf("%-15s this process %s, of which %s not tracked (%s, libraries, memory allocated without memtrack)",
+		"in use ("+source+"):", bytesize.Exact(e.ProcessUsed), bytesize.Exact(processUntracked(e.ProcessUsed, e.Tracked)), own)}
 	if len(e.OtherProcesses) == 0 {
 		return append(lines, "other processes: none on the device")
 	}

@@ -4,11 +4,11 @@ import (
 	"fmt"
 )
 
-// Pool is the current memory pool of one CUDA device, the one
-// [Device.AllocAsync] allocates from: its figures and controls. Obtain it
-// with [Device.Pool]; it is a small comparable value, as [Device] is. On a
-// device that is not a CUDA GPU, or has no memory pools, its methods fail
-// with [ErrNotSupported].
+// Pool is the current memory pool of one CUDA or AMD (ROCm) device, the
+// one [Device.AllocAsync] allocates from: its figures and controls. Obtain
+// it with [Device.Pool]; it is a small comparable value, as [Device] is. On
+// a device that is neither, or has no memory pools, its methods fail with
+// [ErrNotSupported].
 type Pool struct{ dev Device }
 
 // Pool returns the device's current memory pool.

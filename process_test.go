@@ -136,12 +136,23 @@ func TestProcessReportAndSummary(t *testing.T) {
 	e.PerProcessErr = nil
 	assert.NotContains(t, e.Report(), "NVML", "a device without such figures says nothing of them")
 
-	u := Usage{PerProcess: true, ProcessUsed: 3 << 20, ProcessUntracked: 1 << 20, OtherProcessesUsed: 2 << 20,
+	u := Usage{Device: Device{kind: KindCUDA}, PerProcess: true, ProcessUsed: 3 << 20, ProcessUntracked: 1 << 20, OtherProcessesUsed: 2 << 20,
 		OtherProcesses: []ProcessMemory{{PID: 8, Name: "x", Used: 2 << 20}}}
 	s := u.processSummary()
 	assert.True(t, strings.HasPrefix(s, "processes (NVML): this process 3.00 MiB (untracked 1.00 MiB); other processes 2.00 MiB in 1\n"), s)
 	assert.Contains(t, s, "process 8 x: 2.00 MiB")
 	assert.Empty(t, Usage{}.processSummary())
+
+	// An AMD GPU's figures come from rocm_smi, and the runtime's own memory
+	// is this process's untracked part.
+	e.Device, e.PerProcess = Device{kind: KindROCm}, true
+	r = e.Report()
+	assert.Contains(t, r, "in use (rocm_smi): this process 49.0 MiB (51380224 B), of which 48.0 MiB (50331648 B) not tracked (the HIP runtime's own memory, libraries, memory allocated without memtrack)\n")
+	assert.NotContains(t, r, "NVML")
+	e.PerProcess, e.PerProcessErr = false, ErrPerProcessUnavailable
+	assert.Contains(t, e.Report(), "in use (rocm_smi): unavailable: memtrack: no per-process figures")
+	u.Device = Device{kind: KindROCm}
+	assert.True(t, strings.HasPrefix(u.processSummary(), "processes (rocm_smi): this process 3.00 MiB"), u.processSummary())
 }
 
 // reportBackend is a fake CUDA backend with per-process figures: procs as

@@ -51,7 +51,9 @@ func (d Device) streamTable(op string, change bool, feature string) (*deviceTabl
 // request passes. A stream of another
 // context on the device (one that another binding created) is used in its
 // own context. Only a build with -tags cuda has CUDA devices; see
-// docs/streams.md.
+// docs/streams.md. On an AMD GPU (-tags rocm) it is hipMallocAsync on the
+// device's current pool, and a stream that is capturing a HIP graph is
+// refused with [ErrNotSupported] (docs/rocm.md).
 //
 // The buffer counts from AllocAsync's return, both in the tracked figure
 // ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).

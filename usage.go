@@ -49,13 +49,14 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // whether or not the buffers were written.
 //
 // On a CUDA GPU the driver also accounts for each process (NVML's
-// nvmlDeviceGetComputeRunningProcesses), which splits Untracked into this
+// nvmlDeviceGetComputeRunningProcesses; on an AMD GPU, the kernel's compute
+// accounting, which rocm_smi gives), which splits Untracked into this
 // process's untracked memory (ProcessUntracked: its context, libraries,
 // memory allocated without this package) and the other processes' memory
 // (OtherProcessesUsed); what is left of Untracked is memory the driver
 // attributes to no compute process (graphics processes, the driver's own).
 // PerProcess says whether those figures are there; where they are not on a
-// CUDA GPU, PerProcessErr says why (it matches [ErrPerProcessUnavailable]);
+// CUDA or AMD GPU, PerProcessErr says why (it matches [ErrPerProcessUnavailable]);
 // it is nil on devices that have no such figures (the CPU, Metal).
 //
 // On a CUDA GPU the driver's graph memory figures ([GraphStats]) name the
@@ -225,13 +226,14 @@ func settle(d Device) {
 // ErrPerProcessUnavailable is matched by the PerProcessErr of a [Usage], a
 // [Measurement], a [Budget] or an [*OutOfMemoryError] where the driver's
 // per-process figures are missing, and says why: the device is not a CUDA
-// GPU, NVML is unavailable (no libnvidia-ml.so.1, no permission), NVML
-// does not list this process (a container whose PID namespace hides it),
-// or gives no figure for it. The device-wide figures are then all there is.
+// or AMD GPU, NVML or rocm_smi is unavailable (no library, no permission),
+// it does not list this process (a container whose PID namespace hides
+// it), or gives no figure for it. The device-wide figures are then all there is.
 var ErrPerProcessUnavailable = errors.New("memtrack: no per-process figures")
 
 // processBackend is a backend that can say which processes hold memory on
-// a device, as the driver accounts it (CUDA, through NVML).
+// a device, as the driver accounts it (CUDA, through NVML; ROCm, through
+// rocm_smi).
 type processBackend interface {
 	// processes returns the processes that hold a context on device
 	// ordinal, which the device table has checked already, with the
@@ -296,8 +298,9 @@ func splitProcesses(d Device, list []ProcessMemory, self int) processFigures {
 		f.otherProcesses = append(f.otherProcesses, p)
 	}
 	if !found {
-		return processFigures{err: fmt.Errorf("%w: %v: NVML lists %d process(es) on the device, but not this one (PID %d): its PIDs are the host's, which a container with a PID namespace of its own does not see",
-			ErrPerProcessUnavailable, d, len(list), self)}
+		source, _ := d.kind.processSource()
+		return processFigures{err: fmt.Errorf("%w: %v: %s lists %d process(es) on the device, but not this one (PID %d): its PIDs are the host's, which a container with a PID namespace of its own does not see",
+			ErrPerProcessUnavailable, d, source, len(list), self)}
 	}
 	slices.SortStableFunc(f.otherProcesses, func(a, b ProcessMemory) int { return cmp.Compare(b.Used, a.Used) })
 	return f
@@ -327,14 +330,15 @@ func processUntracked(processUsed, tracked int64) int64 { return max(processUsed
 // figures: this process's, each other process's, or why there are none on
 // a device that should have them; nothing on a device without them.
 func (u Usage) processSummary() string {
+	source, _ := u.Device.kind.processSource()
 	if !u.PerProcess {
 		if u.PerProcessErr == nil {
 			return ""
 		}
-		return fmt.Sprintf("processes (NVML): unavailable: %v\n", u.PerProcessErr)
+		return fmt.Sprintf("processes (%s): unavailable: %v\n", source, u.PerProcessErr)
 	}
-	s := fmt.Sprintf("processes (NVML): this process %s (untracked %s); other processes %s in %d\n",
-		bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked), bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
+	s := fmt.Sprintf("processes (%s): this process %s (untracked %s); other processes %s in %d\n",
+		source, bytesize.Format(u.ProcessUsed), bytesize.Format(u.ProcessUntracked), bytesize.Format(u.OtherProcessesUsed), len(u.OtherProcesses))
 	for _, p := range u.OtherProcesses {
 		name := p.Name
 		if name == "" {

@@ -39,10 +39,12 @@ var vocabulary = []vocabularyRule{
 	{"reserved", []string{
 		"PoolStats.PoolReserved", "PoolStats.PeakPoolReserved", "PoolUsage.PoolReserved",
 		"cudadrv.PoolAttributes.PoolReserved", "cudadrv.PoolAttributes.PeakPoolReserved",
+		"hipdrv.PoolAttributes.PoolReserved", "hipdrv.PoolAttributes.PeakPoolReserved",
 		"metric memtrack_pool_reserved_bytes", "metric memtrack_peak_pool_reserved_bytes",
 		"GraphStats.GraphReserved", "GraphStats.PeakGraphReserved", "Usage.GraphReserved", "Usage.PeakGraphReserved",
 		"Measurement.StartGraphReserved", "Measurement.EndGraphReserved", "Budget.GraphReserved", "OutOfMemoryError.GraphReserved",
 		"cudadrv.GraphAttributes.GraphReserved", "cudadrv.GraphAttributes.PeakGraphReserved",
+		"hipdrv.GraphAttributes.GraphReserved", "hipdrv.GraphAttributes.PeakGraphReserved",
 		"metric memtrack_graph_reserved_bytes", "metric memtrack_peak_graph_reserved_bytes", "web.Device.GraphReserved", "json graphReserved",
 	}, "what the CUDA driver reserves of a device: for a memory pool (PoolReserved) or for CUDA graphs (GraphReserved)"},
 	{"allocated", []string{"Device.MemoryAllocated", "Device.MaxMemoryAllocated"},
@@ -72,6 +74,7 @@ var vocabulary = []vocabularyRule{
 		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", // the CPU's: the process's memory as the OS accounts it
 		"Return.PerProcess", "Return.ProcessBefore", "Return.ProcessAfter", "Return.ProcessReturned", // a return check's figure of this process
 		"nvml.Process", "nvml.Process.PID", "nvml.Process.Name", "nvml.Process.Used", "nvml.Process.UsedKnown", "nvml.Lib.Processes",
+		"rocmsmi.Process", "rocmsmi.Process.PID", "rocmsmi.Process.Name", "rocmsmi.Process.Used", "rocmsmi.Process.UsedKnown",
 	}, "the driver's per-process figures (NVML): ProcessUsed, ProcessUntracked, OtherProcessesUsed, OtherProcesses, PerProcess"},
 	{"failed", []string{"Stats.FailedAllocs", "tracker.Stats.FailedAllocs", "metric memtrack_failed_allocs_total",
 		"web.Device.FailedAllocs", "json failedAllocs", "HistoryFailed",

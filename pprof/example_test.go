@@ -94,6 +94,6 @@ func ExampleHandler() {
 	fmt.Println(rec.Code, rec.Header().Get("Content-Disposition"))
 	// Output:
 	// 409 memtrack: allocation sites not recorded on cpu: call Device.Sites().Enable first
-	// 400 memtrack: invalid device: "gpu:0": want cpu, cuda:N or metal:N
+	// 400 memtrack: invalid device: "gpu:0": want cpu, cuda:N, metal:N or rocm:N
 	// 200 attachment; filename="memtrack-cpu-inuse.pb.gz"
 }

@@ -51,6 +51,9 @@ declare -A run_cmds=(
 	# docs/cuda.md: the CUDA build needs no CUDA header, into a temporary
 	# directory.
 	['go build -tags cuda ./examples/profile']='env -u CGO_CFLAGS -u CGO_LDFLAGS go build -tags cuda -o "$DOCS_TMP/profile" ./examples/profile'
+	# docs/rocm.md: the ROCm build needs no AMD header, into a temporary
+	# directory.
+	['go build -tags rocm ./examples/profile']='env -u CGO_CFLAGS -u CGO_CPPFLAGS -u CGO_LDFLAGS go build -tags rocm -o "$DOCS_TMP/profile-rocm" ./examples/profile'
 )
 
 # Commands this script does not run, each with where it is run instead.
@@ -64,6 +67,9 @@ declare -A skip_cmds=(
 	['LD_LIBRARY_PATH=$PWD/.cache/fakecuda:$PWD/.cache/fakenvml go run -tags cuda ./examples/profile -device cuda:0 -graphs']='scripts/test-cuda.sh runs it on the fake driver, which it builds first, and checks the budget'"'"'s graph figure against the driver'"'"'s (docs/graphs.md)'
 	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1']='scripts/test-cuda.sh runs it on the fake driver with two devices (it needs a GPU or the fake)'
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
+	['./scripts/test-rocm.sh']='.ci/run runs it (it needs apt the first time, and minutes)'
+	['./scripts/two-instances-rocm.sh']='scripts/test-rocm.sh runs it on the fake runtime and rocm_smi (it needs an AMD GPU or the fakes)'
+	['./scripts/gpu-check-rocm.sh']='scripts/test-rocm.sh runs it, and its run.sh on the fakes'
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'
 	['go run -tags metal ./examples/profile -device metal:0']='only on a Mac, by hand: Metal is not compiled on Linux'
@@ -106,6 +112,7 @@ declare -A skip_cmds=(
 	["BASE=fef912d COUNT=6 BENCHTIME=200ms BENCH='^BenchmarkDeviceLayer/sites=off\$|^BenchmarkCategoryLayer\$' ./scripts/bench-base.sh"]='by hand on a quiet machine (about a minute): docs/performance.md'
 	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
 	["OVERLAY= TAGS=cuda BASE=6c72bd4 BENCH='^BenchmarkCUDAAllocFree\$/size=/pair=(tracked|backend)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
+	["N1=2000 N2=12000 OVERLAY= TAGS=rocm BASE=c9f3306 BENCH='^BenchmarkROCmAllocFree(Async)?\$/size=1KiB/pair=(tracked|raw)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-rocm.sh'"'"'s environment (several minutes; valgrind and the fakes): docs/performance.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -44,12 +44,23 @@ func (b barrier) wait(step string) {
 	}
 }
 
-// printProcesses writes what the driver reported of each process (NVML),
-// at the baseline and at the end of the pass, or why it reported nothing.
+// processSource names the library that gives the per-process figures of
+// d's kind: NVML on an NVIDIA GPU, rocm_smi on an AMD one.
+func processSource(d memtrack.Device) string {
+	if d.Kind() == memtrack.KindROCm {
+		return "rocm_smi"
+	}
+	return "NVML"
+}
+
+// printProcesses writes what the driver reported of each process (NVML,
+// rocm_smi), at the baseline and at the end of the pass, or why it
+// reported nothing.
 func printProcesses(base memtrack.Usage, p memtrack.Measurement) {
+	source := processSource(p.Device)
 	switch {
 	case base.PerProcess && p.PerProcess:
-		fmt.Printf("per process (NVML), this process's PID %d:\n", os.Getpid())
+		fmt.Printf("per process (%s), this process's PID %d:\n", source, os.Getpid())
 		fmt.Printf("  baseline:                      this process %s (untracked %s), other processes %s\n",
 			size(base.ProcessUsed), size(base.ProcessUntracked), size(base.OtherProcessesUsed))
 		fmt.Printf("  pass start / end:              this process %s / %s, other processes %s / %s\n",
@@ -59,9 +70,9 @@ func printProcesses(base memtrack.Usage, p memtrack.Measurement) {
 			fmt.Printf("  other process %d %s: %s\n", o.PID, o.Name, size(o.Used))
 		}
 	case base.PerProcessErr != nil:
-		fmt.Printf("per process (NVML): none at the baseline: %v\n", base.PerProcessErr)
+		fmt.Printf("per process (%s): none at the baseline: %v\n", source, base.PerProcessErr)
 	case p.PerProcessErr != nil:
-		fmt.Printf("per process (NVML): none in the pass: %v\n", p.PerProcessErr)
+		fmt.Printf("per process (%s): none in the pass: %v\n", source, p.PerProcessErr)
 	}
 }
 

@@ -3,7 +3,7 @@
 // KV cache from what remains, as an inference server does before it starts:
 // by vLLM's formula, and for a device shared with other processes.
 //
-//	go run ./examples/profile [-device cpu|cuda:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
+//	go run ./examples/profile [-device cpu|cuda:N|rocm:N|metal:N] [-utilization 0.9] [-block-size 16MiB]
 //	go run ./examples/profile -serve localhost:6060 -linger 1m -trace memtrack.json
 //	go run -tags cuda ./examples/profile -device cuda:0 -barrier DIR -instance a -peers 2
 //	go run -tags cuda ./examples/profile -device cuda:0,cuda:1
@@ -13,7 +13,7 @@
 // With -barrier, instances started together line up at each step (the
 // baseline, the weights, the pass), as serving instances started at once on
 // one GPU do (scripts/two-instances.sh runs two); each prints, besides,
-// what the driver reported of each process (NVML) and the budget from the
+// what the driver reported of each process (NVML, rocm_smi) and the budget from the
 // device-wide figures beside the one Budget gives.
 //
 // With several devices, the program runs one pass over all of them, each
@@ -259,7 +259,7 @@ func printBudget(b memtrack.Budget, held, grown string) {
 	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s%s\n",
 		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown, graphs)
 	if b.PerProcess {
-		fmt.Printf("  figures:   per process (NVML)\n")
+		fmt.Printf("  figures:   per process (%s)\n", processSource(b.Device))
 	} else if b.PerProcessErr != nil {
 		fmt.Printf("  figures:   device-wide: %v\n", b.PerProcessErr)
 	}
