@@ -23,6 +23,8 @@
 #     would stop a test binary at start.
 #  4. The CUDA packages' tests under each other reading the fake offers,
 #     scripts/two-instances.sh (two instances sharing one fake GPU),
+#     scripts/two-instances-elastic.sh (two instances whose elastic caches
+#     follow the fake GPU: the first shrinks for the second and grows back),
 #     examples/track, package cu on mumax3 itself (scripts/try-mumax3.sh),
 #     and the folder of scripts/gpu-check.sh run on the fake driver twice,
 #     so that what a GPU machine runs is known to work: once as a one-GPU
@@ -170,6 +172,8 @@ done
 
 echo "== scripts/two-instances.sh (fake driver and NVML)"
 ./scripts/two-instances.sh
+echo "== scripts/two-instances-elastic.sh (fake driver and NVML)"
+./scripts/two-instances-elastic.sh
 
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
