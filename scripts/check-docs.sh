@@ -67,6 +67,7 @@ declare -A skip_cmds=(
 	['LD_LIBRARY_PATH=$PWD/.cache/fakecuda:$PWD/.cache/fakenvml go run -tags cuda ./examples/profile -device cuda:0 -graphs']='scripts/test-cuda.sh runs it on the fake driver, which it builds first, and checks the budget'"'"'s graph figure against the driver'"'"'s (docs/graphs.md)'
 	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1']='scripts/test-cuda.sh runs it on the fake driver with two devices (it needs a GPU or the fake)'
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
+	['./scripts/two-instances-elastic.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/test-rocm.sh']='.ci/run runs it (it needs apt the first time, and minutes)'
 	['./scripts/two-instances-rocm.sh']='scripts/test-rocm.sh runs it on the fake runtime and rocm_smi (it needs an AMD GPU or the fakes)'
 	['./scripts/gpu-check-rocm.sh']='scripts/test-rocm.sh runs it, and its run.sh on the fakes'

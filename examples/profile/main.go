@@ -285,6 +285,9 @@ func printBudget(b memtrack.Budget, held, grown string) {
 	if b.GraphReserved != 0 {
 		graphs = " + " + size(b.GraphReserved) + " CUDA graphs"
 	}
+	if b.OverShare != 0 { // a follower's reading: what is in use outside the budget beyond the share left to it
+		graphs += " + " + size(b.OverShare) + " in use outside the budget beyond its share"
+	}
 	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s%s\n",
 		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown, graphs)
 	if b.PerProcess {
