@@ -123,8 +123,8 @@ func main() {
 		log.Fatalf("-follow takes -elastic, and -follow-until or -follow-for to stop")
 	}
 	if names := strings.Split(*devName, ","); len(names) > 1 {
-		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs {
-			log.Fatalf("-serve, -trace, -barrier and -graphs take one -device")
+		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs || *follow > 0 {
+			log.Fatalf("-serve, -trace, -barrier, -graphs and -follow take one -device")
 		}
 		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks)
 		return
