@@ -39,7 +39,10 @@ type cudaBackend struct {
 	captureMode cudadrv.CaptureAlloc
 }
 
-// cudaDevice is the backend's state of one device.
+// cudaDevice is the backend's state of one device. Its atomics are
+// sync/atomic's, not go.uber.org/atomic's: sync/atomic's Int64 is 8-byte
+// aligned on 32-bit platforms (CUDA has run on 32-bit ARM), wherever it
+// sits in the struct, and go.uber.org/atomic's is not.
 type cudaDevice struct {
 	ordinal int
 	// ctx is the device's retained primary context; nil until a retain

@@ -9,7 +9,8 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
+
+	"go.uber.org/atomic"
 
 	"github.com/memtrack/memtrack/internal/held"
 	"github.com/memtrack/memtrack/internal/hipdrv"

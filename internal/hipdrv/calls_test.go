@@ -104,8 +104,6 @@ func TestCurrentDeviceRestored(t *testing.T) {
 		return
 	}
 	requireFake(t, 2)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	stream, r := hiptest.StreamCreate(0)
 	require.Equal(t, hipdrv.Success, r)
 	defer hiptest.StreamDestroy(stream)
@@ -145,6 +143,11 @@ func TestCurrentDeviceRestored(t *testing.T) {
 		{"StreamInfo", func() hipdrv.Call { return hipdrv.StreamInfo(0, stream).Call }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A subtest runs in a goroutine of its own: the thread's
+			// device is read on the thread that set it only if the
+			// subtest holds its thread.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			require.Equal(t, hipdrv.Success, hiptest.SetDevice(1))
 			assert.Equal(t, hipdrv.Call{}, tc.op())
 			d, r := hiptest.Device()

@@ -30,8 +30,6 @@ func stream(t *testing.T, device int) uintptr {
 func TestAllocFreeAsync(t *testing.T) {
 	_, _ = fakeDirs(t)
 	requireFake(t, 1)
-	runtime.LockOSThread() // the per-thread stream is the thread's own
-	defer runtime.UnlockOSThread()
 	for _, tc := range []struct {
 		name     string
 		stream   uintptr
@@ -42,6 +40,10 @@ func TestAllocFreeAsync(t *testing.T) {
 		{"stream of one's own", stream(t, 0), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The per-thread stream is the thread's own, and a subtest
+			// runs in a goroutine of its own: it holds its thread.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			var seqs []uint64
 			var events hipdrv.StreamEvents
 			for range 3 {
