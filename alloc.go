@@ -20,10 +20,11 @@ import (
 //  2. the limits of the ledger (the category's, then the device's) are
 //     read, before any memory is asked for, so that a request over one
 //     costs no device memory;
-//  3. the memory is acquired, from one of three sources: the backend
+//  3. the memory is acquired, from one of four sources: the backend
 //     allocates it now (fromBackend), or in stream order (fromPool), or
-//     the caller allocated it, and its address is claimed in the device's
-//     index (fromAddress); a stream-ordered allocation on a stream that
+//     maps it at an address of a reservation (fromMapping), or the caller
+//     allocated it, and its address is claimed in the device's index
+//     (fromAddress); a stream-ordered allocation on a stream that
 //     captures a CUDA graph is the graph's (fromGraph), which each launch
 //     of the graph makes: its capture counts it (Device.captured), and
 //     the steps below do not, since the host holds nothing of it between
@@ -98,7 +99,8 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			a = &t.allocation
 		}
 	} else {
-		// The backend writes straight into the buffer (see backend).
+		// The backend writes straight into the buffer (see backend). A
+		// mapping is never inline: it takes whole pages at least.
 		if s.inline && r.size <= inlineMax {
 			b = newInlineBuffer(r.size)
 		} else {
@@ -106,6 +108,8 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		}
 		if r.from == fromBackend {
 			err = s.b.alloc(d.ordinal, r.size, &b.mem)
+		} else if r.from == fromMapping {
+			err = s.vmm.mapAt(d.ordinal, r.ptr, r.size, &b.mem)
 		} else {
 			var capture uint64
 			capture, err = s.stream.allocAsync(d.ordinal, r.size, r.stream, &b.mem)
@@ -198,6 +202,9 @@ func (x *sourceState) prepare(d Device, r *request) (*deviceTable, *tracker.Reco
 		if _, err = s.streams(d); err != nil {
 			return nil, nil, err
 		}
+	case r.from == fromMapping:
+		// The reservation checked the range (internal/addrspace); nothing
+		// is claimed in the address index.
 	case r.ptr != 0:
 		sh := s.addrs.Shard(r.ptr)
 		sh.Lock()
@@ -270,7 +277,12 @@ func (d Device) refuse(s *deviceTable, l *ledger, r *request, f refusal) error {
 	}
 	var ferr error
 	if f.mem != nil {
-		ferr = fillError(s.b.free(d.ordinal, r.size, f.mem), d, r.size, nil)
+		if r.from == fromMapping {
+			ferr = s.vmm.unmap(d.ordinal, r.size, f.mem)
+		} else {
+			ferr = s.b.free(d.ordinal, r.size, f.mem)
+		}
+		ferr = fillError(ferr, d, r.size, nil)
 	}
 	d.outOfMemory(s, r, l, oom)
 	if ferr != nil {

@@ -223,3 +223,42 @@ type invalidatedIn struct {
 
 func (e *invalidatedIn) Error() string { return e.err.Error() }
 func (e *invalidatedIn) Unwrap() error { return e.err }
+
+// vmmBackend is a backend that reserves address space on a device with no
+// memory behind it and maps physical memory into it, in granules
+// (Device.Reserve, Reservation.Map and Reservation.Unmap): CUDA's virtual
+// memory management (cuMemAddressReserve, cuMemCreate, cuMemMap,
+// cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree) and the
+// CPU's reservation and commit of pages. newDeviceTable finds it once, in
+// deviceTable.vmm; a backend without it (Metal's) reserves nothing. The
+// core checks every range against its reservation (internal/addrspace)
+// before a call reaches the backend, so that the backend sees only ranges
+// the driver accepts.
+type vmmBackend interface {
+	// vmmGranularity returns the granularity of device ordinal's
+	// reservations and mappings (CUDA's minimum granularity; the CPU's
+	// page), or an error wrapping ErrNotSupported where the driver or the
+	// device lacks virtual memory management.
+	vmmGranularity(ordinal int) (int64, error)
+	// reserve reserves size bytes of address space on device ordinal, a
+	// multiple of granularity, at an address aligned to it.
+	reserve(ordinal int, size, granularity int64) (base uintptr, err error)
+	// mapAt makes size bytes of physical memory on device ordinal, maps
+	// them at ptr, inside a reservation of the device's, and makes them
+	// readable and writable, describing them in *m (m.ptr is ptr; m.host
+	// the host's view, where the host can address them). On an error
+	// nothing is left mapped and *m is as it was.
+	mapAt(ordinal int, ptr uintptr, size int64, m *memory) error
+	// unmap unmaps the mapping *m of size bytes that mapAt made and gives
+	// its physical memory back. On an error the mapping stays.
+	unmap(ordinal int, size int64, m *memory) error
+	// freeSpace gives back the reservation of size bytes at base, in which
+	// nothing is mapped.
+	freeSpace(ordinal int, base uintptr, size int64) error
+	// reservedResident returns the bytes of device ordinal's
+	// reservations that are memory now, where the backend reads it more
+	// exactly than Usage does (the CPU's: the pages resident, which the
+	// OS says page by page), for a return check; ok is false where it has
+	// no such figure.
+	reservedResident(ordinal int) (resident int64, ok bool)
+}

@@ -1,12 +1,15 @@
 package memtrack
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/hostmem"
+	"github.com/memtrack/memtrack/internal/hostvm"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -33,6 +36,11 @@ type cpuBackend struct {
 	// maps holds the buffers mapped from the OS (from mmapThreshold), so
 	// that the figures can say how much of them is not resident yet.
 	maps hostmem.Mappings
+
+	// spaces holds the reservations of address space (vmmBackend), sorted
+	// by base, so that a mapping finds its own.
+	spacesMu sync.Mutex
+	spaces   []*hostvm.Reservation
 }
 
 func newCPUBackend() backend { return new(cpuBackend) }
@@ -155,4 +163,139 @@ func (c *cpuBackend) info(int) (name, uuid string, err error) {
 		c.model = &m
 	}
 	return *c.model, "", nil
+}
+
+// The CPU's elastic memory (vmmBackend): address space reserved with no
+// access and no memory (package hostvm: mmap with PROT_NONE on Unix,
+// VirtualAlloc with MEM_RESERVE on Windows), pages of it committed by a
+// map and decommitted by an unmap, which gives their memory back to the OS
+// at once, out of the process's resident set.
+
+// vmmGranularity returns the page, or the reservations' granularity where
+// that is larger (Windows's 64 KiB); it fails, wrapping ErrNotSupported, on
+// an OS without reservations.
+func (*cpuBackend) vmmGranularity(int) (int64, error) {
+	if !hostvm.Supported() {
+		return 0, fmt.Errorf("%w: %w", ErrNotSupported, hostvm.ErrNoReservations)
+	}
+	return max(hostvm.PageSize(), hostvm.ReserveGranularity()), nil
+}
+
+func (c *cpuBackend) reserve(_ int, size, _ int64) (uintptr, error) {
+	r, err := hostvm.Reserve(size)
+	if err != nil {
+		if errors.Is(err, hostvm.ErrNoReservations) {
+			err = fmt.Errorf("%w: %w", ErrNotSupported, err)
+		}
+		return 0, &callError{op: "reserve", err: err}
+	}
+	c.spacesMu.Lock()
+	i, _ := slices.BinarySearchFunc(c.spaces, r.Base(), func(s *hostvm.Reservation, base uintptr) int { return cmpAddr(s.Base(), base) })
+	c.spaces = slices.Insert(c.spaces, i, r)
+	c.spacesMu.Unlock()
+	return r.Base(), nil
+}
+
+// spaceOf returns the reservation that holds ptr, or nil.
+func (c *cpuBackend) spaceOf(ptr uintptr) *hostvm.Reservation {
+	c.spacesMu.Lock()
+	defer c.spacesMu.Unlock()
+	i, found := slices.BinarySearchFunc(c.spaces, ptr, func(s *hostvm.Reservation, p uintptr) int { return cmpAddr(s.Base(), p) })
+	if !found {
+		i--
+	}
+	if i < 0 || ptr-c.spaces[i].Base() >= uintptr(c.spaces[i].Size()) {
+		return nil
+	}
+	return c.spaces[i]
+}
+
+func cmpAddr(a, b uintptr) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// mapAt commits the pages, unless, beside what the device holds, they pass
+// the capacity, as alloc refuses a buffer.
+func (c *cpuBackend) mapAt(_ int, ptr uintptr, size int64, m *memory) error {
+	held := c.held()
+	if capacity := c.capacity.Refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
+		return pastCapacity(capacity, held)
+	}
+	r := c.spaceOf(ptr)
+	if r == nil {
+		return &callError{op: "map", err: fmt.Errorf("%#x is in no reservation", ptr)}
+	}
+	off := int64(ptr - r.Base())
+	host, err := r.Bytes(off, size)
+	if err != nil {
+		return &callError{op: "map", err: err}
+	}
+	if err := r.Commit(off, size); err != nil {
+		return &callError{op: "map", oom: true, err: err}
+	}
+	m.ptr = ptr
+	m.setHost(host)
+	return nil
+}
+
+// unmap decommits the pages: their memory goes back to the OS at once.
+func (c *cpuBackend) unmap(_ int, size int64, m *memory) error {
+	r := c.spaceOf(m.ptr)
+	if r == nil {
+		return &callError{op: "unmap", err: fmt.Errorf("%#x is in no reservation", m.ptr)}
+	}
+	if err := r.Decommit(int64(m.ptr-r.Base()), size); err != nil {
+		return &callError{op: "unmap", err: err}
+	}
+	return nil
+}
+
+func (c *cpuBackend) freeSpace(_ int, base uintptr, _ int64) error {
+	c.spacesMu.Lock()
+	i, found := slices.BinarySearchFunc(c.spaces, base, func(s *hostvm.Reservation, b uintptr) int { return cmpAddr(s.Base(), b) })
+	var r *hostvm.Reservation
+	if found {
+		r = c.spaces[i]
+		c.spaces = slices.Delete(c.spaces, i, i+1)
+	}
+	c.spacesMu.Unlock()
+	if r == nil {
+		return &callError{op: "release", err: fmt.Errorf("no reservation at %#x", base)}
+	}
+	if err := r.Release(); err != nil {
+		return &callError{op: "release", err: err}
+	}
+	return nil
+}
+
+// reservedResident returns the bytes of the reservations' pages that are
+// resident, as the OS says page by page (mincore(2) on Linux): a page
+// committed is memory from its first write until it is decommitted. It is
+// exact where the process's resident set, which Usage reads, is not: that
+// moves with everything else the process does (the Go runtime's heap, the
+// race detector's shadow memory), and Linux gives it approximately
+// (proc(5): "some of these values are inaccurate because of a
+// kernel-internal scalability optimization").
+func (c *cpuBackend) reservedResident(int) (int64, bool) {
+	c.spacesMu.Lock()
+	defer c.spacesMu.Unlock()
+	var n int64
+	for _, r := range c.spaces {
+		b, err := r.Bytes(0, r.Size())
+		if err != nil {
+			return 0, false
+		}
+		m, err := hostmem.Resident(b)
+		if err != nil {
+			return 0, false
+		}
+		n += m
+	}
+	return n, true
 }

@@ -61,6 +61,11 @@ type cudaDevice struct {
 	// pools, once it gave one: nil where it has, the error that says so
 	// where it has not (poolsSupported).
 	pools atomic.Pointer[error]
+	// handles holds the physical memory of each mapping of the device's
+	// reservations (vmmBackend), by its address, from its map to its
+	// unmap.
+	vmmMu   sync.Mutex
+	handles map[uintptr]cudadrv.Handle
 }
 
 // retained holds a retained primary context.
@@ -815,7 +820,7 @@ func (b *cudaBackend) graphsSupported(ordinal int) error {
 func graphRounded(dev *cudaDevice, size int64) (int64, error) {
 	g := dev.granule.Load()
 	if g == 0 {
-		n, r := cudadrv.Granularity(dev.ordinal)
+		n, _, r := cudadrv.Granularity(dev.ordinal)
 		if r != cudadrv.Success {
 			return 0, resultError("allocation granularity", "asking the device's allocation granularity, in which graph memory is mapped", r)
 		}
@@ -931,4 +936,135 @@ func (b *cudaBackend) processes(ordinal int) ([]ProcessMemory, error) {
 		out[i] = ProcessMemory{PID: p.PID, Name: p.Name, Used: int64(p.Used)}
 	}
 	return out, nil
+}
+
+// The CUDA backend's elastic memory (vmmBackend): virtual memory management
+// (CUDA 10.2; CUDA Programming Guide, "Virtual Memory Management"). A
+// reservation is cuMemAddressReserve, aligned to the device's minimum
+// granularity, and cuMemAddressFree; a map is cuMemCreate of pinned memory
+// on the device, cuMemMap and cuMemSetAccess (read and write for the
+// device), an unmap cuMemUnmap and cuMemRelease: each in one cgo call
+// (internal/cudadrv), in the device's primary context and in relaxed
+// stream-capture mode. The driver frees physical memory once it is both
+// unmapped and released, so a mapping's memory exists exactly from its map
+// to its unmap.
+
+// vmmGranularity returns the device's minimum granularity, in which every
+// size and address of a reservation and a mapping is a multiple; it fails,
+// wrapping ErrNotSupported, where the driver lacks the calls or the device
+// the support (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED).
+func (b *cudaBackend) vmmGranularity(ordinal int) (int64, error) {
+	d := Device{kind: KindCUDA, ordinal: ordinal}
+	dev, _, err := b.device(ordinal, "reserve")
+	if err != nil {
+		return 0, err
+	}
+	if err := cudadrv.VMM(); err != nil {
+		return 0, fmt.Errorf("%w: virtual memory management on %v: %w", ErrNotSupported, d, err)
+	}
+	ok, r := cudadrv.VMMSupported(ordinal)
+	if r != cudadrv.Success {
+		return 0, dev.failed("reserve", "asking whether the device supports virtual memory management", r)
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: virtual memory management on %v: the device does not support it (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)", ErrNotSupported, d)
+	}
+	return graphRounded(dev, 1)
+}
+
+func (b *cudaBackend) reserve(ordinal int, size, granularity int64) (uintptr, error) {
+	dev, ctx, err := b.device(ordinal, "reserve")
+	if err != nil {
+		return 0, err
+	}
+	ptr, c := cudadrv.AddressReserve(ctx, size, granularity)
+	if err := dev.settle("reserve", resultOf(c)); err != nil {
+		return 0, err
+	}
+	return ptr, nil
+}
+
+func (b *cudaBackend) mapAt(ordinal int, ptr uintptr, size int64, m *memory) error {
+	dev, ctx, err := b.device(ordinal, "map")
+	if err != nil {
+		return err
+	}
+	h, v := cudadrv.Map(ctx, ordinal, ptr, size)
+	if err := dev.settleVMM("map", v); err != nil {
+		if v.Step != cudadrv.StepNone && v.Undo != cudadrv.Success {
+			name, text := errorName(v.Undo)
+			if e, ok := err.(*callError); ok {
+				e.err = fmt.Errorf("%w; undoing the steps before it failed too (%s: %s), and %d bytes of physical memory are left behind", e.err, name, text, size)
+			}
+		}
+		return err
+	}
+	dev.vmmMu.Lock()
+	if dev.handles == nil {
+		dev.handles = make(map[uintptr]cudadrv.Handle)
+	}
+	dev.handles[ptr] = h
+	dev.vmmMu.Unlock()
+	m.ptr = ptr
+	return nil
+}
+
+// unmap unmaps the mapping and releases its memory. Where cuMemUnmap
+// succeeds and cuMemRelease fails, the range is unmapped all the same, and
+// the unmap succeeds; the memory the driver still holds is logged at level
+// Warn on the default [slog.Logger], and a return check
+// (Device.StartReturnCheck) finds it not given back.
+func (b *cudaBackend) unmap(ordinal int, size int64, m *memory) error {
+	dev, ctx, err := b.device(ordinal, "unmap")
+	if err != nil {
+		return err
+	}
+	dev.vmmMu.Lock()
+	h := dev.handles[m.ptr]
+	dev.vmmMu.Unlock()
+	v := cudadrv.Unmap(ctx, m.ptr, size, h)
+	if v.Step == cudadrv.StepRelease && v.Enter == cudadrv.Success {
+		name, text := errorName(v.Op)
+		slog.Default().LogAttrs(context.Background(), slog.LevelWarn,
+			"memtrack: the mapping was unmapped, but the driver refused to release its physical memory, which it keeps",
+			slog.String("device", Device{kind: KindCUDA, ordinal: ordinal}.String()),
+			slog.Int64("bytes", size),
+			slog.String("name", name),
+			slog.String("error", text))
+		v.Op, v.Step = cudadrv.Success, cudadrv.StepNone
+	}
+	if err := dev.settleVMM("unmap", v); err != nil {
+		return err
+	}
+	dev.vmmMu.Lock()
+	delete(dev.handles, m.ptr)
+	dev.vmmMu.Unlock()
+	return nil
+}
+
+func (b *cudaBackend) freeSpace(ordinal int, base uintptr, size int64) error {
+	dev, ctx, err := b.device(ordinal, "release")
+	if err != nil {
+		return err
+	}
+	return dev.settle("release", resultOf(cudadrv.AddressFree(ctx, base, size)))
+}
+
+// reservedResident has no figure: a return check reads NVML's per-process
+// figure in Usage.
+func (*cudaBackend) reservedResident(int) (int64, bool) { return 0, false }
+
+// settleVMM is settle for a map or an unmap, whose failed step names the
+// driver call that failed.
+func (d *cudaDevice) settleVMM(op string, v cudadrv.VMMCall) error {
+	if v.Enter != cudadrv.Success {
+		return d.failed(op, "making the device's primary context current", v.Enter)
+	}
+	if v.Restore != cudadrv.Success {
+		d.restoreFailed(op, v.Restore)
+	}
+	if v.Op != cudadrv.Success {
+		return d.failed(op, v.Step.String(), v.Op)
+	}
+	return nil
 }

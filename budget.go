@@ -74,10 +74,17 @@ type Budget struct {
 	// larger of its readings at the start and the end of the pass. 0
 	// otherwise (StartUsed then holds the others' memory with the rest).
 	OtherProcessesUsed int64
+	// OverShare is, in a [Target] of a [Follower], the memory that is in
+	// use on the device outside the budget now beyond the Total -
+	// Requested that the utilization leaves outside it (other processes'
+	// memory, and this process's memory at the baseline where Budget
+	// leaves it outside the request), which the cache cannot have while
+	// it is in use; 0 for a budget computed once.
+	OverShare int64
 	// SetAside is Weights + OtherTracked + StartUsed + ProcessUsed +
 	// OtherProcessesUsed + PeakIncrease + UntrackedIncrease +
-	// GraphReserved: the memory that is not the cache's (vLLM's
-	// non_kv_cache_memory).
+	// GraphReserved + OverShare: the memory that is not the cache's
+	// (vLLM's non_kv_cache_memory).
 	SetAside int64
 
 	// PerProcess says that the budget used the driver's per-process
@@ -163,7 +170,7 @@ type Budget struct {
 // for a blockSize <= 0 or a measurement without a device total. A budget
 // with no room for one block is not an error: Blocks is 0.
 func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (Budget, error) {
-	return p.budget(base, utilization, blockSize, false)
+	return p.budget(base, utilization, blockSize, false, false)
 }
 
 // FootprintBudget sizes a cache as [Measurement.Budget] does, but keeps
@@ -186,11 +193,14 @@ func (p Measurement) Budget(base Usage, utilization float64, blockSize int64) (B
 // [ErrPerProcessUnavailable] where the baseline has none (always on the CPU
 // and Metal, which have no such figures), and otherwise as Budget does.
 func (p Measurement) FootprintBudget(base Usage, utilization float64, blockSize int64) (Budget, error) {
-	return p.budget(base, utilization, blockSize, true)
+	return p.budget(base, utilization, blockSize, true, false)
 }
 
-// budget is Budget, and FootprintBudget where footprint is set.
-func (p Measurement) budget(base Usage, utilization float64, blockSize int64, footprint bool) (Budget, error) {
+// budget is Budget, and FootprintBudget where footprint is set. Where
+// follow is set, for a [Follower], it does not refuse a baseline with
+// less than the request free: the follower sets aside what is in use
+// outside the budget as it is at each reading (OverShare).
+func (p Measurement) budget(base Usage, utilization float64, blockSize int64, footprint, follow bool) (Budget, error) {
 	if err := p.checkBudget(utilization, blockSize); err != nil {
 		return Budget{}, err
 	}
@@ -208,7 +218,7 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 		own = base.ProcessUsed
 	}
 	requested := requestedOf(utilization, p.Total)
-	if base.Free < subSat(requested, own) {
+	if !follow && base.Free < subSat(requested, own) {
 		reason := fmt.Sprintf("%d bytes free at the baseline, less than utilization %v of the device's %d bytes", base.Free, utilization, p.Total)
 		if footprint {
 			reason += fmt.Sprintf(" less the %d bytes this process held", own)
@@ -381,7 +391,7 @@ func (p Measurement) inFlight() int64 { return max(subSat(p.EndHeld, p.EndTracke
 // device of total bytes.
 func (b Budget) fill(total int64) Budget {
 	b.SetAside = 0
-	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.ProcessUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease, b.GraphReserved} {
+	for _, n := range []int64{b.Weights, b.OtherTracked, b.StartUsed, b.ProcessUsed, b.OtherProcessesUsed, b.PeakIncrease, b.UntrackedIncrease, b.GraphReserved, b.OverShare} {
 		b.SetAside = addSat(b.SetAside, n)
 	}
 	b.Available = min(max(subSat(b.Requested, b.SetAside), 0), total)

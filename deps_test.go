@@ -29,6 +29,10 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/internal/siterec",   // the recorder of allocation sites
 	"github.com/memtrack/memtrack/internal/slots",     // the leak watch's table of entries
 	"github.com/memtrack/memtrack/internal/captures",  // the CUDA graph captures' bookkeeping
+	"github.com/memtrack/memtrack/internal/addrspace", // the invariants of one reservation of address space
+	"github.com/memtrack/memtrack/internal/hostvm",    // the CPU's reservations of address space
+	"golang.org/x/sys/unix",                           // internal/hostvm's mmap at a fixed address
+	"golang.org/x/sys/windows",                        // internal/hostvm's VirtualAlloc
 	"go.uber.org/atomic",
 	"github.com/memtrack/memtrack/internal/cudadrv", // under -tags cuda: the driver, loaded at run time
 	"github.com/memtrack/memtrack/internal/held",    // under -tags cuda or rocm: the device-side figure, with the stream-ordered frees pending

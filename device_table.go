@@ -26,6 +26,7 @@ type deviceTable struct {
 	records tracker.Table
 	held    heldFigure    // the backend's device-side figure, or nil
 	stream  streamBackend // the backend's stream-ordered allocator and memory pools, or nil
+	vmm     vmmBackend    // the backend's reservations of address space and their mappings, or nil
 	// inline: the backend's buffers of at most inlineMax bytes come with
 	// their host memory, which the allocation path allocates together with
 	// the Buffer (inlineHoster: the CPU's).
@@ -83,6 +84,7 @@ func newDeviceTable(k Kind, b backend) *deviceTable {
 	}
 	s.held, _ = b.(heldFigure)
 	s.stream, _ = b.(streamBackend)
+	s.vmm, _ = b.(vmmBackend)
 	s.n, s.err = b.devices()
 	if s.err != nil {
 		s.n = 0
@@ -199,7 +201,7 @@ type deviceState struct {
 }
 
 // numSlots is how many slots a device's state has (deviceState).
-const numSlots = 7
+const numSlots = 8
 
 // stateOf returns device ordinal's state, made where make is true (the
 // device is in use), or nil where it was never made.

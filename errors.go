@@ -94,7 +94,64 @@ var (
 	// every later call on the device fails with it, and buffers stay counted.
 	// Restart the process to use the device again.
 	ErrDeviceLost = errors.New("memtrack: device lost")
+
+	// The refusals of a [Reservation], each in a [*MappingError] that says
+	// what was asked and what stood in the way. A refusal changes nothing.
+
+	// ErrUnaligned: a size or an offset that is not a multiple of the
+	// reservation's granularity ([Device.MapGranularity]).
+	ErrUnaligned = errors.New("memtrack: not a multiple of the granularity")
+	// ErrOutOfRange: an empty or negative range, or one not inside the
+	// reservation.
+	ErrOutOfRange = errors.New("memtrack: range not inside the reservation")
+	// ErrOverlap: a map of a range that overlaps a mapping, or a map of
+	// one under way.
+	ErrOverlap = errors.New("memtrack: range overlaps a mapping")
+	// ErrNotMapped: an unmap of a range that is not exactly one mapping.
+	ErrNotMapped = errors.New("memtrack: range is not exactly one mapping")
+	// ErrBusy: a map or an unmap of the mapping is under way.
+	ErrBusy = errors.New("memtrack: a map or an unmap of the mapping is under way")
+	// ErrMappingsLeft: a release of a reservation with mappings left in it.
+	ErrMappingsLeft = errors.New("memtrack: mappings left in the reservation")
+	// ErrReservationReleased: a call on a released reservation.
+	ErrReservationReleased = errors.New("memtrack: reservation released")
 )
+
+// MappingError is a refusal of a [Reservation]: what was asked and what
+// stood in the way. It matches one of [ErrUnaligned], [ErrOutOfRange],
+// [ErrOverlap], [ErrNotMapped], [ErrBusy], [ErrMappingsLeft] and
+// [ErrReservationReleased].
+type MappingError struct {
+	Device Device
+	Op     string // "map", "unmap" or "release"
+	// Offset and Size are the range asked for, from the reservation's
+	// base (for a release: the whole reservation).
+	Offset, Size int64
+	// ReservationSize and Granularity are the reservation's.
+	ReservationSize, Granularity int64
+	// MappingOffset and MappingSize are the mapping in the way: the one
+	// overlapped (ErrOverlap), the one the range falls in (ErrNotMapped;
+	// 0 and 0 where none does), the one under way (ErrBusy).
+	MappingOffset, MappingSize int64
+	// Left is the number of mappings left in the reservation
+	// (ErrMappingsLeft).
+	Left int
+	Err  error // the reason: one of the sentinels above
+}
+
+func (e *MappingError) Error() string {
+	msg := fmt.Sprintf("%v: %s of %d bytes at offset %d of a %d-byte reservation on %v (granularity %d)",
+		e.Err, e.Op, e.Size, e.Offset, e.ReservationSize, e.Device, e.Granularity)
+	switch {
+	case e.Left > 0:
+		msg += fmt.Sprintf(": %d mapping(s) left; unmap them first", e.Left)
+	case e.MappingSize > 0:
+		msg += fmt.Sprintf(": the mapping of %d bytes at offset %d", e.MappingSize, e.MappingOffset)
+	}
+	return msg
+}
+
+func (e *MappingError) Unwrap() error { return e.Err }
 
 // OutOfMemoryError reports a refused allocation; it matches [ErrOutOfMemory],
 // and [ErrLimitExceeded] too where the memory limit refused it (Limit > 0).

@@ -16,7 +16,7 @@ func TestSlots(t *testing.T) {
 	slots := map[string]int{
 		"sites": sitesSlot, "history": historySlot, "leaks": leaksSlot, "categories": categoriesSlot,
 		"observers": observersSlot, "captures": capturesSlot,
-		"reporters": reportersSlot,
+		"reporters": reportersSlot, "spaces": spacesSlot,
 	}
 	owner := map[int]string{}
 	for name, i := range slots {

@@ -35,7 +35,10 @@ type LeakWatch struct {
 	// and uncounts it as [Buffer.Free] would: it is counted as a free.
 	// Off by default: the leaked memory then stays held and counted until
 	// the process ends. Tracked handles are never freed, since the memory
-	// is another binding's.
+	// is another binding's. The mappings of a [Reservation] dropped
+	// without [Reservation.Release] are unmapped, their memory given back;
+	// the reservation's address space stays reserved, and counted in
+	// AddressSpace, until the process ends.
 	FreeLeaks bool
 }
 
@@ -483,7 +486,11 @@ func collected(w *watched) {
 	if cfg != nil && cfg.FreeLeaks && !w.tracked() {
 		var err error
 		// The buffer was counted in its device's record, which is never removed.
-		released, err = dl.s.release(&w.alloc, dl.s.records.Lookup(dl.ordinal), freeLeak, DefaultStream, 0)
+		how := freeLeak
+		if w.alloc.from == fromMapping {
+			how = unmapNow // a mapping of a reservation dropped without Release
+		}
+		released, err = dl.s.release(&w.alloc, dl.s.records.Lookup(dl.ordinal), how, DefaultStream, 0)
 		l.Freed, l.Err = released && err == nil, fillError(err, l.Device, l.Size, nil)
 	}
 	// The entry goes; a LeakCheck in progress keeps it.

@@ -18,7 +18,9 @@ import (
 //     backend frees the memory now (Buffer.Free, and a leaked buffer the
 //     leak watch frees), or in stream order (Buffer.FreeAsync); the
 //     caller's function frees it (Tracked.FreeWith, Kind.UntrackAddr); or
-//     nothing is freed (Tracked.Release). Where it fails, the claim is
+//     nothing is freed (Tracked.Release); or the backend unmaps a mapping of
+//     a reservation and gives its physical memory back (Reservation.Unmap).
+//     Where it fails, the claim is
 //     given back, and the memory stays live and counted;
 //  3. the tail, in deviceTable.release: the ledger takes the bytes back (the
 //     category's and the device's records), the device-side figure drops
@@ -36,6 +38,7 @@ const (
 	freeLeak                        // the backend frees a leaked buffer's memory now: LeakWatch.FreeLeaks
 	freeWith                        // the caller's function frees it: Tracked.FreeWith, Kind.UntrackAddr
 	releaseOnly                     // nothing is freed: Tracked.Release, and Kind.UntrackAddr without a function
+	unmapNow                        // the backend unmaps it and gives its physical memory back now: Reservation.Unmap
 )
 
 // heldNow reports whether the device-side figure drops with the tracked
@@ -45,7 +48,7 @@ func (k releaseKind) heldNow() bool { return k != freeInStream }
 
 // release is the release of a's memory, of kind how, and then its tail:
 // the backend frees the memory now (freeNow, freeLeak) or in stream order
-// on stream (freeInStream), or nothing is freed here (freeWith, whose
+// on stream (freeInStream), or unmaps it (unmapNow), or nothing is freed here (freeWith, whose
 // caller has freed it, and releaseOnly). released reports whether the
 // memory is released; if it is, err is the refusal of rec, the device's
 // record, to uncount it, if any. owner is the address of the allocation
@@ -62,6 +65,8 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 		err = s.b.free(int(a.ordinal), a.size, &a.mem)
 	case freeInStream:
 		err = s.stream.freeAsync(int(a.ordinal), a.size, &a.mem, stream)
+	case unmapNow:
+		err = s.vmm.unmap(int(a.ordinal), a.size, &a.mem)
 	}
 	if err != nil {
 		return false, err

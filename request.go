@@ -20,6 +20,7 @@ const (
 	fromPool                  // the backend allocates it in stream order from the device's memory pool: AllocAsync
 	fromAddress               // the caller allocated it, at an address it gives: Track, TrackAddr
 	fromGraph                 // a graph allocates it at each launch: AllocAsync on a stream that captures a CUDA graph
+	fromMapping               // the backend maps physical memory at an address of a reservation: Reservation.Map
 )
 
 // allocation is one counted allocation as the paths know it: its size and
@@ -63,7 +64,7 @@ type request struct {
 	cat    uint8        // then the category in cats, 1-based
 	from   source
 	handle bool    // fromAddress: make a Tracked handle (Track), or count at the address only (TrackAddr)
-	ptr    uintptr // fromAddress: the address, 0 for none
+	ptr    uintptr // fromAddress: the address, 0 for none; fromMapping: the address to map at
 	stream Stream  // fromPool: the stream
 	skip   int     // frames to leave out of the site above the exported function's caller
 }

@@ -38,6 +38,11 @@ type Stats struct {
 	// A leak stays counted in Tracked unless [LeakWatch].FreeLeaks freed
 	// it, which counts it in Frees too.
 	Leaks, LeakedBytes int64
+	// AddressSpace is the bytes of address space that the device's
+	// reservations hold ([Device.Reserve]) until released, mapped or not,
+	// and Reservations how many they are. A reservation is no memory: the
+	// physical memory mapped into it ([Reservation.Map]) is in Tracked.
+	AddressSpace, Reservations int64
 }
 
 func statsOf(d Device, s tracker.Stats) Stats {
@@ -57,6 +62,7 @@ func statsOf(d Device, s tracker.Stats) Stats {
 	st.Held, st.PeakHeld = deviceHeld(d, s.Tracked, s.PeakTracked)
 	l := d.Leaks().Stats()
 	st.Leaks, st.LeakedBytes = l.Leaks, l.LeakedBytes
+	st.AddressSpace, st.Reservations = d.addressSpace()
 	return st
 }
 
@@ -84,6 +90,9 @@ func (d Device) MemorySummary() string {
 	if uerr == nil && u.GraphErr == nil && d.kind.pooled() {
 		fmt.Fprintf(&buf, "graph memory: reserved %s (peak %s), used %s (peak %s)\n",
 			bytesize.Format(u.GraphReserved), bytesize.Format(u.PeakGraphReserved), bytesize.Format(u.GraphUsed), bytesize.Format(u.PeakGraphUsed))
+	}
+	if s.Reservations > 0 {
+		fmt.Fprintf(&buf, "address space: %s in %d reservation(s), their mappings in tracked\n", bytesize.Format(s.AddressSpace), s.Reservations)
 	}
 	fmt.Fprintf(&buf, "failed allocs: %d\n", s.FailedAllocs)
 	if s.Leaks > 0 {

@@ -54,7 +54,7 @@ var vocabulary = []vocabularyRule{
 	{"active", nil, "nothing: the count of live buffers is Buffers"},
 	{"live", nil, "nothing: the count of live buffers is Buffers, their bytes Tracked"},
 	{"resident", []string{"Usage.NotResident", "Measurement.StartNotResident", "Measurement.EndNotResident", "OutOfMemoryError.NotResident",
-		"hostmem.Mappings.NotResident"},
+		"hostmem.Mappings.NotResident", "hostmem.Resident"},
 		"the tracked bytes of the CPU's mapped buffers not resident yet, NotResident"},
 	{"baseline", []string{"Device.Baseline"},
 		"the Usage before the weights; a Measurement's first reading is Start"},
@@ -64,6 +64,7 @@ var vocabulary = []vocabularyRule{
 		"Measurement.PerProcess", "Measurement.PerProcessErr", "Measurement.StartProcessUsed", "Measurement.EndProcessUsed",
 		"Measurement.StartOtherProcessesUsed", "Measurement.EndOtherProcessesUsed", "Measurement.ProcessUntracked", "Measurement.OtherProcesses",
 		"Budget.PerProcess", "Budget.PerProcessErr", "Budget.OtherProcessesUsed", "Budget.ProcessUsed",
+		"Target.PerProcess", "Target.PerProcessErr",
 		"OutOfMemoryError.PerProcess", "OutOfMemoryError.PerProcessErr", "OutOfMemoryError.ProcessUsed",
 		"OutOfMemoryError.OtherProcessesUsed", "OutOfMemoryError.OtherProcesses",
 		"metric memtrack_process_used_bytes", "metric memtrack_process_untracked_bytes", "metric memtrack_other_processes_used_bytes",
@@ -71,6 +72,7 @@ var vocabulary = []vocabularyRule{
 		"web.Device.OtherProcesses", "web.Device.PerProcessError", "web.Process", "web.Process.PID", "web.Process.Name", "web.Process.Used",
 		"json perProcess", "json processUsed", "json processUntracked", "json otherProcessesUsed", "json otherProcesses", "json perProcessError",
 		"hostmem.ProcessUsed", "hostmem.ErrNoProcessFigure", // the CPU's: the process's memory as the OS accounts it
+		"Return.PerProcess", "Return.ProcessBefore", "Return.ProcessAfter", "Return.ProcessReturned", // a return check's figure of this process
 		"nvml.Process", "nvml.Process.PID", "nvml.Process.Name", "nvml.Process.Used", "nvml.Process.UsedKnown", "nvml.Lib.Processes",
 		"rocmsmi.Process", "rocmsmi.Process.PID", "rocmsmi.Process.Name", "rocmsmi.Process.Used", "rocmsmi.Process.UsedKnown",
 	}, "the driver's per-process figures (NVML): ProcessUsed, ProcessUntracked, OtherProcessesUsed, OtherProcesses, PerProcess"},

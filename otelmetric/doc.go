@@ -33,6 +33,8 @@
 //	memtrack.peak_tracked        Gauge          By            its high-water mark
 //	memtrack.held                UpDownCounter  By            bytes the device holds for them, stream-ordered frees not yet executed included (CUDA)
 //	memtrack.peak_held           Gauge          By            its high-water mark
+//	memtrack.address_space       UpDownCounter  By            address space the device's reservations hold (Device.Reserve), mapped or not
+//	memtrack.reservations        UpDownCounter  {reservation} those reservations
 //	memtrack.limit               UpDownCounter  By            the memory limit, where one is set
 //	memtrack.process_used        UpDownCounter  By            this process's device memory as the driver accounts it (NVML, CUDA)
 //	memtrack.process_untracked   UpDownCounter  By            memtrack.process_used - memtrack.tracked

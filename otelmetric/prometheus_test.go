@@ -117,6 +117,8 @@ func TestPrometheusExporter(t *testing.T) {
 		"memtrack_peak_tracked_bytes":           {{G, own, 3 << 20}},
 		"memtrack_held_bytes":                   {{G, own, 2 << 20}},
 		"memtrack_peak_held_bytes":              {{G, own, 4 << 20}},
+		"memtrack_address_space_bytes":          {{G, own, 0}},
+		"memtrack_reservations":                 {{G, own, 0}},
 		"memtrack_limit_bytes":                  {{G, own, 64 << 20}},
 		"memtrack_process_used_bytes":           {{G, own, 600 << 20}},
 		"memtrack_process_untracked_bytes":      {{G, own, 599 << 20}},

@@ -126,6 +126,8 @@ func wantOwn(s memtrack.Stats, attrs attribute.Set) map[string]point {
 		"memtrack.leaked_bytes":  p("By", "Counter", s.LeakedBytes),
 		"memtrack.frees":         p("{free}", "Counter", s.Frees),
 		"memtrack.freed_bytes":   p("By", "Counter", s.FreedBytes),
+		"memtrack.address_space": p("By", "UpDownCounter", s.AddressSpace),
+		"memtrack.reservations":  p("{reservation}", "UpDownCounter", s.Reservations),
 	}
 	if s.Limit > 0 {
 		want["memtrack.limit"] = p("By", "UpDownCounter", s.Limit)

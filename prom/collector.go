@@ -22,6 +22,9 @@
 //	memtrack_held_bytes                 gauge    bytes the device holds for memtrack's buffers: allocated
 //	                                             bytes plus stream-ordered frees not yet executed (CUDA)
 //	memtrack_peak_held_bytes            gauge    high-water mark of memtrack_held_bytes
+//	memtrack_address_space_bytes        gauge    address space the device's reservations hold ([memtrack.Device.Reserve]),
+//	                                             mapped or not; their mappings are in memtrack_tracked_bytes
+//	memtrack_reservations               gauge    those reservations
 //	memtrack_limit_bytes                gauge    the memory limit, where one is set
 //	memtrack_device_free_bytes          gauge    free memory, as the OS or driver reports it
 //	memtrack_device_total_bytes         gauge    total memory, as the OS or driver reports it
@@ -94,6 +97,7 @@ type Collector struct {
 	limit, devFree, devTotal                   *prometheus.Desc
 	info                                       *prometheus.Desc
 	held, peakHeld                             *prometheus.Desc
+	addressSpace, reservations                 *prometheus.Desc
 	poolReserved, poolUsed                     [2]*prometheus.Desc // current, peak
 	graphReserved, graphUsed                   [2]*prometheus.Desc // current, peak
 	cat                                        categoryDescs
@@ -146,8 +150,10 @@ func NewCollector(opts ...Option) *Collector {
 		devTotal:     desc("device_total_bytes", "Total memory of the device as the OS or driver reports it; absent where the query fails."),
 		info: prometheus.NewDesc("memtrack_device_info", "The device's identity: 1, with its UUID (as nvidia-smi prints a GPU's; a Metal device's registryID; empty for the CPU) and model name; absent where the query fails.",
 			[]string{"backend", "ordinal", "uuid", "name"}, cfg.constLabels),
-		held:     desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: memtrack_tracked_bytes plus stream-ordered frees the device has not yet executed."),
-		peakHeld: desc("peak_held_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
+		held:         desc("held_bytes", "Bytes the device holds for buffers allocated through memtrack: memtrack_tracked_bytes plus stream-ordered frees the device has not yet executed."),
+		peakHeld:     desc("peak_held_bytes", "High-water mark of memtrack_held_bytes since the last peak reset."),
+		addressSpace: desc("address_space_bytes", "Bytes of address space the device's reservations hold (Device.Reserve), mapped or not: no memory; the physical memory mapped into them is in memtrack_tracked_bytes."),
+		reservations: desc("reservations", "Reservations of address space on the device, not yet released."),
 		poolReserved: [2]*prometheus.Desc{
 			desc("pool_reserved_bytes", "Bytes the device's CUDA memory pool reserves, used or not, as the driver reports them."),
 			desc("peak_pool_reserved_bytes", "High-water mark of memtrack_pool_reserved_bytes since the last peak reset, as the driver reports it."),
@@ -179,7 +185,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) descs() []*prometheus.Desc {
 	return append([]*prometheus.Desc{c.tracked, c.peakTracked, c.buffers, c.peakBuffers, c.allocBytes, c.freedBytes,
 		c.allocs, c.frees, c.failedAllocs, c.leaks, c.leakedBytes, c.limit, c.devFree, c.devTotal, c.info,
-		c.held, c.peakHeld, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1],
+		c.held, c.peakHeld, c.addressSpace, c.reservations, c.poolReserved[0], c.poolReserved[1], c.poolUsed[0], c.poolUsed[1],
 		c.graphReserved[0], c.graphReserved[1], c.graphUsed[0], c.graphUsed[1],
 		c.proc.processUsed, c.proc.processUntracked, c.proc.otherProcessesUsed}, c.cat.all()...)
 }
@@ -252,6 +258,8 @@ func (c *Collector) send(ch chan<- prometheus.Metric, r reading) {
 	send(c.leakedBytes, prometheus.CounterValue, s.LeakedBytes)
 	send(c.held, prometheus.GaugeValue, s.Held)
 	send(c.peakHeld, prometheus.GaugeValue, s.PeakHeld)
+	send(c.addressSpace, prometheus.GaugeValue, s.AddressSpace)
+	send(c.reservations, prometheus.GaugeValue, s.Reservations)
 	if s.Limit > 0 {
 		send(c.limit, prometheus.GaugeValue, s.Limit)
 	}

@@ -28,6 +28,7 @@ var counterNames = []string{
 	"memtrack_allocs_total", "memtrack_frees_total", "memtrack_failed_allocs_total",
 	"memtrack_limit_bytes", "memtrack_held_bytes", "memtrack_peak_held_bytes",
 	"memtrack_leaks_total", "memtrack_leaked_bytes_total",
+	"memtrack_address_space_bytes", "memtrack_reservations",
 }
 
 const countersText = `
@@ -70,6 +71,12 @@ memtrack_leaked_bytes_total{%[1]s} 0
 # HELP memtrack_leaks_total Buffers and tracked handles the garbage collector found unreachable without a free while the device was watched for leaks, since the last reset of the cumulative figures.
 # TYPE memtrack_leaks_total counter
 memtrack_leaks_total{%[1]s} 0
+# HELP memtrack_address_space_bytes Bytes of address space the device's reservations hold (Device.Reserve), mapped or not: no memory; the physical memory mapped into them is in memtrack_tracked_bytes.
+# TYPE memtrack_address_space_bytes gauge
+memtrack_address_space_bytes{%[1]s} 0
+# HELP memtrack_reservations Reservations of address space on the device, not yet released.
+# TYPE memtrack_reservations gauge
+memtrack_reservations{%[1]s} 0
 `
 
 const limitText = `# HELP memtrack_limit_bytes Memory limit on memtrack_tracked_bytes; absent where none is set.
@@ -189,7 +196,7 @@ func TestCollectorUsedDevices(t *testing.T) {
 
 	used := len(memtrack.UsedDevices())
 	require.GreaterOrEqual(t, used, 1)
-	assert.Equal(t, 13*used, testutil.CollectAndCount(c, counterNames...))
+	assert.Equal(t, 15*used, testutil.CollectAndCount(c, counterNames...))
 	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
 		// The CPU's figures come from /proc/meminfo or sysctl.
 		_, total, err := memtrack.CPU().MemGetInfo()

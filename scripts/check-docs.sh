@@ -44,6 +44,8 @@ declare -A run_cmds=(
 	# directory instead of /tmp/prof.
 	['go run ./examples/sites -o /tmp/prof']='go run ./examples/sites -o "$DOCS_TMP/prof"'
 	['go tool pprof -top /tmp/prof/peak.pb.gz']='go tool pprof -top "$DOCS_TMP/prof/peak.pb.gz" | grep -F main.loadWeights'
+	# docs/elastic.md: the elastic cache on the CPU (a few seconds).
+	['go run ./examples/profile -elastic -cache-blocks 6 -block-size 8MiB']=''
 	# docs/track.md: Device.Track on the CPU (it checks its own peak).
 	['go run ./examples/track']=''
 	# docs/cuda.md: the CUDA build needs no CUDA header, into a temporary
@@ -65,6 +67,7 @@ declare -A skip_cmds=(
 	['LD_LIBRARY_PATH=$PWD/.cache/fakecuda:$PWD/.cache/fakenvml go run -tags cuda ./examples/profile -device cuda:0 -graphs']='scripts/test-cuda.sh runs it on the fake driver, which it builds first, and checks the budget'"'"'s graph figure against the driver'"'"'s (docs/graphs.md)'
 	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1']='scripts/test-cuda.sh runs it on the fake driver with two devices (it needs a GPU or the fake)'
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
+	['./scripts/two-instances-elastic.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/test-rocm.sh']='.ci/run runs it (it needs apt the first time, and minutes)'
 	['./scripts/two-instances-rocm.sh']='scripts/test-rocm.sh runs it on the fake runtime and rocm_smi (it needs an AMD GPU or the fakes)'
 	['./scripts/gpu-check-rocm.sh']='scripts/test-rocm.sh runs it, and its run.sh on the fakes'
@@ -80,6 +83,12 @@ declare -A skip_cmds=(
 	["go test -run '^\$' -bench HistoryAllocFree -count 8 ./bench"]='by hand on a quiet machine; .ci/run runs every benchmark once with -benchtime 1x'
 	["go test -run '^\$' -bench HistoryRecord -count 6 ."]='by hand on a quiet machine (docs/timeline.md)'
 	["go test -run '^\$' -bench PageRead -benchmem -benchtime 5x ./web"]='by hand on a quiet machine (docs/performance.md; about 40 s, 1 GB); .ci/run runs its smallest ring once'
+	# docs/performance.md: the follower's reading.
+	["go test -run '^\$' -bench FollowerRead -benchmem -count 3 ."]='by hand on a quiet machine (seconds); .ci/run runs every benchmark once with -benchtime 1x'
+	["go test -tags cuda -run '^\$' -bench FollowerRead -benchmem -count 3 ."]='by hand in scripts/test-cuda.sh'"'"'s environment (the fakes on LD_LIBRARY_PATH)'
+	["FAKENVML_TRACE=/tmp/trace ./memtrack.test -test.run '^\$' -test.bench CUDAFollowerRead -test.benchtime 100x"]='by hand, on a test binary built with go test -c -tags cuda, in scripts/test-cuda.sh'"'"'s environment'
+	["BASE=HEAD BENCH='^BenchmarkCUDAFollowerRead\$' TAGS=cuda OVERLAY= N1=200 N2=1200 ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (a few minutes; valgrind, the fake driver): docs/performance.md'
+	["BASE=HEAD BENCH='^BenchmarkFollowerRead\$' OVERLAY=follow_bench_test.go N1=100 N2=600 ./scripts/bench-instructions.sh"]='by hand (a few minutes; it needs valgrind, from Debian'"'"'s packages): docs/performance.md'
 	['SCREENSHOT=docs/timeline.png ./scripts/test-browser.sh']='.ci/run runs scripts/test-browser.sh (without renewing the screenshot)'
 	['go tool pprof http://localhost:6060/debug/memtrack/cpu?peak=1']='needs the program of docs/timeline.md serving; web/handler_test.go checks the path serves the profile'
 	["go test -run '^\$' -bench Forward -count 10 ./model > old.txt"]='an example of the reader'"'"'s own benchmark (docs/leaks.md); memtest/bench_test.go checks ReportMemory'"'"'s figures'

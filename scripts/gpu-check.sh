@@ -8,9 +8,9 @@
 #	memtrack.test       the root package's tests and CUDA benchmarks (-tags cuda)
 #	cudadrv.test        the driver bindings' tests: the driver rules memtrack
 #	                    relies on (internal/cudadrv/doc.go), on this driver,
-#	                    graph memory's included, each test printing the
-#	                    driver's graph memory figures beside what its graphs
-#	                    need
+#	                    graph memory's and virtual memory management's
+#	                    included, each graph test printing the driver's
+#	                    graph memory figures beside what its graphs need
 #	nvml.test           the NVML binding's tests: the NVML rules memtrack
 #	                    relies on (internal/nvml/doc.go), on this machine's NVML
 #	memtrack-race.test  the same tests built with -race
@@ -24,12 +24,20 @@
 #	two-instances.sh    scripts/two-instances.sh: two serving instances
 #	                    started together on the GPU, each budget from
 #	                    NVML's per-process figures against the one alone
+#	two-instances-elastic.sh
+#	                    scripts/two-instances-elastic.sh: two instances
+#	                    with elastic caches that follow the GPU, the first
+#	                    shrinking when the second starts and growing back
+#	                    when it exits
 #	run.sh              runs them: the tests, the race-detector tests, the
 #	                    reconciliation table (tracked bytes against the
 #	                    driver's change in used memory, for 1 KiB to 1 GiB,
 #	                    and the context overhead), NVML's figure of this
 #	                    process beside tracked, cuMemGetInfo and the pool,
-#	                    the two instances, the stream-ordered table
+#	                    the two instances, the two elastic instances
+#	                    (which map most of the GPU's memory between
+#	                    them: run it on an otherwise idle GPU), the
+#	                    stream-ordered table
 #	                    (per size: tracked peak, device-side peak, the
 #	                    pool's USED_MEM_HIGH and RESERVED_MEM_HIGH, for
 #	                    buffers freed behind a memset of 1 GiB), CUDA
@@ -73,6 +81,7 @@ go test -c -tags cuda -o "$dir/cudadrv.test" ./internal/cudadrv
 go test -c -tags cuda -o "$dir/nvml.test" ./internal/nvml
 go build -tags cuda -o "$dir/profile" ./examples/profile
 cp scripts/two-instances.sh "$dir/two-instances.sh"
+cp scripts/two-instances-elastic.sh "$dir/two-instances-elastic.sh"
 
 # The oldest glibc the binaries run with: the newest GLIBC_x.y symbol
 # version any of them needs.
@@ -142,6 +151,8 @@ step "per process: NVML's figure of this process beside tracked, cuMemGetInfo an
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestNVMLReconcile$' -test.v -test.timeout 60s
 step "two instances started together: each budget from NVML's per-process figures against the one alone" \
 	env PROFILE=./profile ./two-instances.sh
+step "two instances with elastic caches following the GPU: the first shrinks when the second starts, grows back when it exits" \
+	env PROFILE=./profile ./two-instances-elastic.sh
 step "stream-ordered: tracked and device-side peaks against the pool's highs" \
 	env MEMTRACK_RECONCILE=1 ./memtrack.test -test.count=1 -test.run '^TestCUDAStreamReconcile$' -test.v -test.timeout 60s
 graphs() {
@@ -199,6 +210,7 @@ skipped nvml-tests.log
 [[ -f cu-tests.log ]] && skipped cu-tests.log
 grep -h -o '[a-z]* reading: .*' readings.log 2>/dev/null | sed 's/^/== /'
 grep -h -o 'graph [a-z-]* reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
+grep -h -o 'vmm [a-z-]* reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
 if ((${#failed[@]} > 0)); then
 	printf '== FAILED: %s\n' "${failed[@]}"
 	exit 1

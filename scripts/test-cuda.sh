@@ -23,6 +23,8 @@
 #     would stop a test binary at start.
 #  4. The CUDA packages' tests under each other reading the fake offers,
 #     scripts/two-instances.sh (two instances sharing one fake GPU),
+#     scripts/two-instances-elastic.sh (two instances whose elastic caches
+#     follow the fake GPU: the first shrinks for the second and grows back),
 #     examples/track, package cu on mumax3 itself (scripts/try-mumax3.sh),
 #     and the folder of scripts/gpu-check.sh run on the fake driver twice,
 #     so that what a GPU machine runs is known to work: once as a one-GPU
@@ -111,10 +113,10 @@ if [[ -n ${CGO_CFLAGS:-} ]]; then
 fi
 fake=$root/.cache/fakecuda
 mkdir -p "$fake"
-echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c -> $fake/libcuda.so.1"
+echo "== gcc testdata/fakecuda/fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c fakecuda_vmm.c -> $fake/libcuda.so.1"
 gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -I"$include" \
 	-o "$fake/libcuda.so.1" testdata/fakecuda/fakecuda.c testdata/fakecuda/fakecuda_stream.c testdata/fakecuda/fakecuda_proc.c \
-	testdata/fakecuda/fakecuda_graph.c -lpthread
+	testdata/fakecuda/fakecuda_graph.c testdata/fakecuda/fakecuda_vmm.c -lpthread
 nvml_module=$(go mod download -json github.com/NVIDIA/go-nvml@v0.13.4-1 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 fakenvml=$root/.cache/fakenvml
 mkdir -p "$fakenvml"
@@ -157,12 +159,36 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
+# The readings of virtual memory management (reserve, create, map): the
+# driver bindings' tests under each, Map and Unmap included, and the root's
+# reservations (Device.Reserve, Reservation.Map and Unmap, the return check).
+for reading in FAKECUDA_VMM_ADDRESS_FREE=unmap FAKECUDA_VMM_ADDRESS_FREE=defer FAKECUDA_VMM_ALIGN=page \
+	FAKECUDA_VMM_CAPTURE=unsafe; do
+	echo "== go test -tags cuda ./internal/cudadrv (fake driver, $reading)"
+	env "$reading" go test -tags cuda -count=1 ./internal/cudadrv
+	echo "== go test -race -tags cuda -run 'Reserv|ReturnCheck' . (fake driver, $reading)"
+	env "$reading" go test -race -tags cuda -count=1 -run 'Reserv|ReturnCheck' .
+done
 
 echo "== scripts/two-instances.sh (fake driver and NVML)"
 ./scripts/two-instances.sh
+echo "== scripts/two-instances-elastic.sh (fake driver and NVML)"
+./scripts/two-instances-elastic.sh
 
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
+
+# The elastic cache: reserved for the budget, mapped block by block, half
+# unmapped, and the return check must find the memory given back.
+for dev in cuda:0 cpu; do
+	echo "== go run -tags cuda ./examples/profile -device $dev -elastic (fake driver)"
+	elastic=$(go run -tags cuda ./examples/profile -device "$dev" -elastic -cache-blocks 6 -block-size 8MiB)
+	echo "$elastic"
+	if ! grep -qx '    given back' <<<"$elastic"; then
+		echo "test-cuda.sh: examples/profile -elastic on $dev: the return check did not find the memory unmapped given back" >&2
+		exit 1
+	fi
+done
 
 echo "== scripts/try-mumax3.sh: package cu as a drop-in on mumax3, and its buffer pool on the fake driver"
 ./scripts/try-mumax3.sh

@@ -59,6 +59,11 @@ type Device struct {
 	// device has none.
 	GraphReserved int64 `json:"graphReserved,omitempty"`
 	GraphUsed     int64 `json:"graphUsed,omitempty"`
+	// AddressSpace is the address space the device's reservations hold
+	// ([memtrack.Stats]), mapped or not, and Reservations how many they
+	// are; 0 where it has none.
+	AddressSpace int64 `json:"addressSpace,omitempty"`
+	Reservations int64 `json:"reservations,omitempty"`
 }
 
 // History is a device's history as the plot draws it: times in
@@ -128,7 +133,8 @@ func Read() Page {
 
 func readDevice(d memtrack.Device) Device {
 	s := d.MemoryStats()
-	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs}
+	out := Device{Name: d.String(), Tracked: s.Tracked, PeakTracked: s.PeakTracked, Limit: s.Limit, Buffers: s.Buffers, FailedAllocs: s.FailedAllocs,
+		AddressSpace: s.AddressSpace, Reservations: s.Reservations}
 	out.Categories = categories(d)
 	if u, err := d.Usage(); err != nil {
 		out.InfoError = err.Error()

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"reflect"
 	"runtime"
@@ -264,4 +265,33 @@ func TestPageReadMemoryFollowsPoints(t *testing.T) {
 	small, large := measure(1<<14), measure(1<<18)
 	t.Logf("a read of 16 Ki events allocates %d B, of 256 Ki events %d B", small, large)
 	assert.Less(t, large, 2*small, "the read of the longer ring allocates for its events")
+}
+
+// TestReadAddressSpace checks that the page carries the address space a
+// reservation holds, and drops it once released.
+func TestReadAddressSpace(t *testing.T) {
+	cpu := memtrack.CPU()
+	g, err := cpu.MapGranularity()
+	if errors.Is(err, memtrack.ErrNotSupported) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	r, err := cpu.Reserve(8 * g)
+	require.NoError(t, err)
+	find := func() Device {
+		for _, d := range Read().Devices {
+			if d.Name == "cpu" {
+				return d
+			}
+		}
+		t.Fatal("no cpu on the page")
+		return Device{}
+	}
+	d := find()
+	assert.Equal(t, 8*g, d.AddressSpace)
+	assert.Equal(t, int64(1), d.Reservations)
+	require.NoError(t, r.Release())
+	d = find()
+	assert.Zero(t, d.AddressSpace)
+	assert.Zero(t, d.Reservations)
 }

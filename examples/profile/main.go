@@ -8,6 +8,8 @@
 //	go run -tags cuda ./examples/profile -device cuda:0 -barrier DIR -instance a -peers 2
 //	go run -tags cuda ./examples/profile -device cuda:0,cuda:1
 //	go run -tags cuda ./examples/profile -device cuda:0 -graphs
+//	go run ./examples/profile -elastic -cache-blocks 8
+//	go run -tags cuda ./examples/profile -device cuda:0 -elastic -follow 10ms -follow-until FILE
 //
 // With -barrier, instances started together line up at each step (the
 // baseline, the weights, the pass), as serving instances started at once on
@@ -30,6 +32,26 @@
 // share the largest need), and once the cache is allocated the program
 // launches the graphs and prints what the driver reserved for them beside
 // it.
+//
+// With -elastic (CPU, CUDA), the KV cache is elastic: the program reserves
+// address space for every block the budget allows, in the cache's category
+// (Category.Reserve), maps -cache-blocks of them one by one
+// (Reservation.Map), printing the tracked bytes and the device's figure
+// (on the CPU, the process's resident memory) at each, then unmaps half of
+// them and shows, with a return check (Device.StartReturnCheck), that the
+// driver or the OS has the memory back. elasticCache.resize, which maps or
+// unmaps to a number of blocks, is what a budget that follows the device
+// drives.
+//
+// With -elastic and -follow, a budget that follows the device
+// (Measurement.Follow) sizes the cache: the program reserves address
+// space for the budget's blocks, maps the first reading's target, then
+// reads the device at each interval and maps or unmaps, block by block,
+// to each new target, printing the blocks, Tracked and the driver's
+// figures at each step, until the file of -follow-until exists or
+// -follow-for has passed; it then unmaps every block under a return
+// check. Two instances on one GPU (scripts/two-instances-elastic.sh) show
+// the first shrink when the second starts and grow back when it exits.
 //
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
@@ -75,6 +97,11 @@ func main() {
 		instance    = flag.String("instance", "a", "with -barrier, this instance's name")
 		peers       = flag.Int("peers", 2, "with -barrier, how many instances line up")
 		graphs      = flag.Bool("graphs", false, "capture the decode step in CUDA graphs once the pass is measured, and set their memory aside in the budget (CUDA)")
+		elastic     = flag.Bool("elastic", false, "make the KV cache elastic: reserve address space for the budget's blocks, map -cache-blocks of them one by one, then unmap half and show the memory go back (CPU, CUDA)")
+		follow      = flag.Duration("follow", 0, "with -elastic, size the cache by a budget that follows the device, read at this interval (e.g. 10ms), mapping and unmapping blocks to each target")
+		followUntil = flag.String("follow-until", "", "with -follow, stop once this file exists")
+		followFor   = flag.Duration("follow-for", 0, "with -follow, stop after this long (0: only -follow-until stops it)")
+		settle      = flag.Int("follow-settle", 10, "with -follow, print \"settled\" once a target has held for this many readings")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -89,9 +116,15 @@ func main() {
 	if *workers < 1 || *layers < 1 {
 		log.Fatalf("-workers and -layers must be at least 1")
 	}
+	if *follow < 0 || *followFor < 0 || *settle < 1 {
+		log.Fatalf("-follow and -follow-for must not be negative, -follow-settle at least 1")
+	}
+	if *follow > 0 && (!*elastic || *followUntil == "" && *followFor == 0) {
+		log.Fatalf("-follow takes -elastic, and -follow-until or -follow-for to stop")
+	}
 	if names := strings.Split(*devName, ","); len(names) > 1 {
-		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs {
-			log.Fatalf("-serve, -trace, -barrier and -graphs take one -device")
+		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs || *follow > 0 {
+			log.Fatalf("-serve, -trace, -barrier, -graphs and -follow take one -device")
 		}
 		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks)
 		return
@@ -140,6 +173,14 @@ func main() {
 		check(err)
 	}
 
+	if *follow > 0 {
+		cacheSpan, err := dev.History().BeginSpan("cache")
+		check(err)
+		runFollow(dev, kvCache, p, base, *utilization, block, followOptions{interval: *follow, until: *followUntil, limit: *followFor, settle: *settle})
+		check(cacheSpan.End())
+		stopView()
+		return
+	}
 	blocks, vllmBlocks := int64(0), int64(0)
 	fmt.Printf("KV cache by vLLM's formula (Measurement.Budget):\n")
 	b, err := p.Budget(base, *utilization, block)
@@ -171,6 +212,14 @@ func main() {
 	}
 	cacheSpan, err := dev.History().BeginSpan("cache")
 	check(err)
+	if *elastic {
+		c := runElastic(dev, kvCache, max(vllmBlocks, b.Blocks), min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
+		check(cacheSpan.End())
+		printCategories(dev)
+		check(c.close())
+		stopView()
+		return
+	}
 	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
 	check(err)
 	check(cacheSpan.End())
@@ -235,6 +284,9 @@ func printBudget(b memtrack.Budget, held, grown string) {
 	graphs := ""
 	if b.GraphReserved != 0 {
 		graphs = " + " + size(b.GraphReserved) + " CUDA graphs"
+	}
+	if b.OverShare != 0 { // a follower's reading: what is in use outside the budget beyond the share left to it
+		graphs += " + " + size(b.OverShare) + " in use outside the budget beyond its share"
 	}
 	fmt.Printf("  set aside: %s = %s %s%s + %s peak tracked increase + %s %s%s\n",
 		size(b.SetAside), size(b.Weights+b.StartUsed), held, other, size(b.PeakIncrease), size(b.UntrackedIncrease), grown, graphs)

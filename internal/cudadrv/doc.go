@@ -176,4 +176,32 @@
 //   - Device identity. cuDeviceGetUuid_v2 returns, for a device in MIG mode,
 //     the MIG instance's UUID, which nvidia-smi -L prints as MIG-… (NVIDIA
 //     Multi-Instance GPU User Guide).
+//
+//   - Virtual memory management (CUDA 10.2; [VMM] fails where the driver
+//     lacks a call, and [VMMSupported] asks the device:
+//     CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED).
+//     cuMemAddressReserve reserves address space that "will not have any
+//     device or host physical memory associated with it"; cuMemCreate
+//     "creates a memory allocation on the target device" with no mapping,
+//     its size a multiple of cuMemGetAllocationGranularity's minimum, as
+//     are cuMemMap's address and size ([Granularity]); "calling cuMemMap
+//     does not make the address accessible": cuMemSetAccess does, and
+//     every new mapping "start[s] with no accessibility setup" (CUDA
+//     Programming Guide, Virtual Memory Management; the calls' references).
+//     cuMemUnmap takes "the entire contiguous address range that was mapped
+//     to", never a part of one; the memory is freed once its handle is
+//     released (cuMemRelease) and its last mapping unmapped, in either
+//     order. So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
+//     call, and [Unmap] cuMemUnmap and cuMemRelease, the driver's figures
+//     (cuMemGetInfo, NVML's of the process) moving by the size at each.
+//     Map undoes its earlier steps where a later one fails, so that a
+//     refused map leaves no memory behind; the steps are reported apart
+//     ([VMMCall]), so that the caller can name the call that failed. Both
+//     run in relaxed stream-capture mode, as [Alloc] does: whether the
+//     driver counts them "potentially unsafe" during a capture, as it
+//     does cuMemAlloc, the reference does not say. Nor does it say what
+//     cuMemAddressFree does with a range still mapped (the guide: "Users
+//     must ensure that the entire VA range is unmapped before calling
+//     cuMemAddressFree"), or which alignment 0 gives: [AddressReserve] is
+//     asked for an explicit alignment, and its caller unmaps first.
 package cudadrv

@@ -35,11 +35,16 @@ typedef int CUmemPool_attribute;   // enum CUmemPool_attribute_enum
 typedef int CUstreamCaptureMode;   // enum CUstreamCaptureMode_enum
 typedef int CUstreamCaptureStatus; // enum CUstreamCaptureStatus_enum
 typedef int CUgraphMem_attribute;  // enum CUgraphMem_attribute_enum
-typedef int CUmemAllocationGranularity_flags; // enum CUmemAllocationGranularity_flags_enum
+typedef unsigned long long CUmemGenericAllocationHandle; // CUmemGenericAllocationHandle_v1
+typedef int CUmemAllocationGranularity_flags;            // enum CUmemAllocationGranularity_flags_enum
+
+// CUmemLocation_v1: where memory is, or who accesses it.
 typedef struct CUmemLocation_st {
 	int type; // CUmemLocationType
-	int id;
+	int id;   // a device ordinal, for CU_MEM_LOCATION_TYPE_DEVICE
 } CUmemLocation;
+
+// CUmemAllocationProp_v1: the memory cuMemCreate makes.
 typedef struct CUmemAllocationProp_st {
 	int type;                 // CUmemAllocationType
 	int requestedHandleTypes; // CUmemAllocationHandleType
@@ -52,6 +57,12 @@ typedef struct CUmemAllocationProp_st {
 		unsigned char reserved[4];
 	} allocFlags;
 } CUmemAllocationProp;
+
+// CUmemAccessDesc_v1: the access of a location to a mapping (cuMemSetAccess).
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	int flags; // CUmemAccess_flags
+} CUmemAccessDesc;
 
 // ---- values (cuda.h)
 
@@ -74,7 +85,17 @@ enum {
 	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
 	CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 
-	CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115, // CUdevice_attribute
+	CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102, // CUdevice_attribute
+	CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+
+	CU_MEM_ALLOCATION_TYPE_PINNED = 1, // CUmemAllocationType
+	CU_MEM_LOCATION_TYPE_DEVICE = 1,   // CUmemLocationType
+	CU_MEM_HANDLE_TYPE_NONE = 0,       // CUmemAllocationHandleType
+	CU_MEM_ACCESS_FLAGS_PROT_NONE = 0, // CUmemAccess_flags
+	CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+	CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+	CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0, // CUmemAllocationGranularity_flags
+	CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
 
 	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4, // CUmemPool_attribute
 	CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
@@ -86,10 +107,6 @@ enum {
 	CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
 	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 	CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
-
-	CU_MEM_ALLOCATION_TYPE_PINNED = 0x1, // CUmemAllocationType
-	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,   // CUmemLocationType
-	CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0, // CUmemAllocationGranularity_flags
 };
 
 // The handles of the default streams (cuda.h's CU_STREAM_LEGACY and
@@ -152,7 +169,17 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 	X(cuDeviceSetGraphMemAttribute, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev, CUgraphMem_attribute attr, void *value)) \
 	X(cuDeviceGraphMemTrim, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev)) \
 	X(cuMemGetAllocationGranularity, , 10020, MEMTRACK_OPTIONAL, (size_t *granularity, const CUmemAllocationProp *prop, \
-		CUmemAllocationGranularity_flags option))
+		CUmemAllocationGranularity_flags option)) \
+	X(cuMemAddressReserve, , 10020, MEMTRACK_OPTIONAL, (CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, \
+		unsigned long long flags)) \
+	X(cuMemAddressFree, , 10020, MEMTRACK_OPTIONAL, (CUdeviceptr ptr, size_t size)) \
+	X(cuMemCreate, , 10020, MEMTRACK_OPTIONAL, (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, \
+		unsigned long long flags)) \
+	X(cuMemRelease, , 10020, MEMTRACK_OPTIONAL, (CUmemGenericAllocationHandle handle)) \
+	X(cuMemMap, , 10020, MEMTRACK_OPTIONAL, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, \
+		unsigned long long flags)) \
+	X(cuMemUnmap, , 10020, MEMTRACK_OPTIONAL, (CUdeviceptr ptr, size_t size)) \
+	X(cuMemSetAccess, , 10020, MEMTRACK_OPTIONAL, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
 
 // MEMTRACK_CUDA_FIELD declares a call of a list as a field of a table.
 #define MEMTRACK_CUDA_FIELD(name, suffix, version, need, params) CUresult (*name) params;

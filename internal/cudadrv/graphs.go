@@ -42,18 +42,6 @@ static CUresult memtrack_graph_op(int what, CUdevice dev, memtrack_graph_mem *g)
 	}
 }
 
-// memtrack_granularity stores in *g the minimum allocation granularity of
-// pinned memory on device ordinal (cuMemGetAllocationGranularity), which
-// needs no context.
-static CUresult memtrack_granularity(int ordinal, size_t *g) {
-	if (!memtrack_cu.cuMemGetAllocationGranularity) return CUDA_ERROR_NOT_SUPPORTED;
-	CUmemAllocationProp prop = {0};
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = ordinal;
-	return memtrack_cu.cuMemGetAllocationGranularity(g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-}
-
 // memtrack_graph does what on the device of ctx, in ctx.
 static memtrack_graph_mem memtrack_graph(uintptr_t c, int what) {
 	CUcontext ctx = (CUcontext)c;
@@ -90,20 +78,6 @@ import "C"
 func GraphMem() error {
 	return missingCall("cuStreamGetCaptureInfo", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
 		"cuDeviceGraphMemTrim", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemGetAllocationGranularity")
-}
-
-// Granularity returns the minimum allocation granularity of device
-// ordinal's memory (cuMemGetAllocationGranularity of pinned device memory,
-// CU_MEM_ALLOC_GRANULARITY_MINIMUM): physical memory is created and mapped
-// in multiples of it (cuMemCreate, cuMemMap: the size "must be a multiple
-// of" it), and graph memory is physical memory mapped to the allocations'
-// addresses ("Physical memory reuse between graphs is done with virtual
-// aliasing", CUDA Programming Guide, Graph Memory Nodes: Optimized Memory
-// Reuse). It needs no context.
-func Granularity(ordinal int) (int64, Result) {
-	var g C.size_t
-	r := Result(C.memtrack_granularity(C.int(ordinal), &g))
-	return int64(g), r
 }
 
 // GraphAttributes are a device's graph memory figures

@@ -533,7 +533,7 @@ func TestGraphExecDestroyReading(t *testing.T) {
 // each, which is what memtrack's Capture.Need counts.
 func TestGraphRoundReading(t *testing.T) {
 	k, s := newGraphKit(t)
-	g, r := cudadrv.Granularity(0)
+	g, _, r := cudadrv.Granularity(0)
 	require.Equal(t, cudadrv.Success, r)
 	require.Positive(t, g)
 	if k.fake {
@@ -544,7 +544,7 @@ func TestGraphRoundReading(t *testing.T) {
 		}
 		assert.Equal(t, want, g, "the fake's granularity (FAKECUDA_GRANULARITY)")
 	}
-	_, r = cudadrv.Granularity(99)
+	_, _, r = cudadrv.Granularity(99)
 	assert.NotEqual(t, cudadrv.Success, r, "a device that is not there")
 
 	const n, size = 100, 4 << 10

@@ -227,7 +227,7 @@ func TestGraphMemMissing(t *testing.T) {
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
 			case "cuMemGetAllocationGranularity":
-				_, r := cudadrv.Granularity(0)
+				_, _, r := cudadrv.Granularity(0)
 				assert.Equal(t, cudadrv.NotSupported, r)
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")

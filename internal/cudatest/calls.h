@@ -51,7 +51,8 @@ enum {
 	X(cuMemPoolCreate, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, const CUmemPoolProps *props)) \
 	X(cuMemPoolDestroy, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool)) \
 	X(cuDeviceSetMemPool, , 11020, MEMTRACK_OPTIONAL, (CUdevice dev, CUmemoryPool pool)) \
-	X(cuDeviceGetDefaultMemPool, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, CUdevice dev))
+	X(cuDeviceGetDefaultMemPool, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, CUdevice dev)) \
+	X(cuMemGetAccess, , 10020, MEMTRACK_OPTIONAL, (unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr))
 
 struct cudatest_cuda {
 	CUDATEST_CALLS(MEMTRACK_CUDA_FIELD)

@@ -2,8 +2,10 @@
 // -tags cuda: the driver calls that only tests make (contexts and streams of
 // their own, stream capture, graphs instantiated, uploaded and launched, a
 // memory pool set current, a stream held back by a host function, the raw
-// calls the benchmarks compare with), and the fake driver's count of the
-// calls of each entry point (DriverCalls). It calls
+// calls the benchmarks compare with, those of virtual memory management one
+// by one), and the fake driver's count of the calls of each entry point
+// (DriverCalls, and CountCalls, with which a test asserts exactly which
+// calls an operation makes). It calls
 // the driver through a table of its own, filled by the loader of
 // internal/cudadrv (cudadrv.Fill), so that a test binary, like the library,
 // links no libcuda and needs no cuda.h to build. The library never imports

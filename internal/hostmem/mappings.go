@@ -1,6 +1,8 @@
 package hostmem
 
 import (
+	"errors"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -72,6 +74,29 @@ func (ms *Mappings) NotResident() (int64, error) {
 		n += m
 	}
 	return n, nil
+}
+
+// ErrNoResidency: this OS does not say which pages are resident (only
+// Linux is asked, with mincore(2)).
+var ErrNoResidency = errors.New("which pages are resident is not read on " + runtime.GOOS)
+
+// Resident returns the bytes of b, whole pages of a mapping, that are
+// resident, as mincore(2) reports them: a page of anonymous memory is
+// resident from its first write until it goes back to the OS (or to
+// swap). It fails with ErrNoResidency where the OS is not asked.
+func Resident(b []byte) (int64, error) {
+	if !residencyKnown {
+		return 0, ErrNoResidency
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	var vec []byte
+	n, err := notResident(addr(b), len(b), &vec)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(b)) - n, nil
 }
 
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -48,3 +48,28 @@ func TestMappingsNotResident(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n)
 }
+
+// TestResident: the pages of a mapping are resident from their first
+// write, and Resident counts them.
+func TestResident(t *testing.T) {
+	if !residencyKnown {
+		_, err := Resident(make([]byte, 1))
+		assert.ErrorIs(t, err, ErrNoResidency)
+		return
+	}
+	var ms Mappings
+	page := os.Getpagesize()
+	b, err := ms.Map(int64(8 * page))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ms.Unmap(b)) }()
+	n, err := Resident(b)
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing written yet")
+	b[0], b[3*page], b[3*page+1] = 1, 1, 1
+	n, err = Resident(b)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2*page), n)
+	n, err = Resident(nil)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}

@@ -10,6 +10,9 @@ import (
 	"unsafe"
 )
 
+// residencyKnown: Linux says which pages are resident (mincore).
+const residencyKnown = true
+
 // residentChunk is the most pages one mincore call reads, so that its
 // answer (a byte a page) stays 64 KiB: 256 MiB with 4 KiB pages.
 const residentChunk = 1 << 16

@@ -3,7 +3,8 @@
 // library, and a model of the driver's documented behaviour: RULES.md lists
 // each rule it follows with its source. scripts/test-cuda.sh builds it with
 //
-//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c fakecuda_proc.c fakecuda_graph.c -lpthread
+//	gcc -shared -fPIC -I<dir of cuda.h> -o libcuda.so.1 fakecuda.c fakecuda_stream.c fakecuda_proc.c
+//		fakecuda_graph.c fakecuda_vmm.c -lpthread
 //
 // It exports every cu* symbol that github.com/mumax/3/cuda/cu references, plus
 // the primary-context, context-stack and error-name calls memtrack makes, and
@@ -18,8 +19,9 @@
 // that is not alive (a primary context retained by nobody, a destroyed one,
 // a pointer the fake never gave out) is refused where the driver refuses it.
 // Streams, events, host functions, memory pools and stream capture are in
-// fakecuda_stream.c, graphs and graph memory in fakecuda_graph.c, the
-// version and cuGetProcAddress in fakecuda_proc.c, all built with it.
+// fakecuda_stream.c, graphs and graph memory in fakecuda_graph.c, virtual
+// memory management (reserve, create, map) in fakecuda_vmm.c, the version
+// and cuGetProcAddress in fakecuda_proc.c, all built with it.
 // Everything else returns CUDA_ERROR_NOT_SUPPORTED.
 //
 // It counts the calls of each entry point, every call that passes its

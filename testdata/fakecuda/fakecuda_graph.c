@@ -54,10 +54,11 @@
 //	                               (default), it is unmapped and stays
 //	                               reserved, idle, until a trim; "keep", it
 //	                               stays mapped (and used) until a trim
-//	FAKECUDA_GRANULARITY=b         the allocation granularity in bytes that
+//	FAKECUDA_GRANULARITY=m[,r]     the allocation granularity in bytes that
 //	                               cuMemGetAllocationGranularity gives for a
-//	                               device's memory, in which graph memory is
-//	                               mapped (default 2 MiB)
+//	                               device's memory (fakecuda_vmm.c), whose
+//	                               minimum m is the granule in which graph
+//	                               memory is mapped (default 2 MiB)
 //	FAKECUDA_GRAPH_ROUND=r         how a graph's allocation nodes take that
 //	                               memory, which the documentation does not
 //	                               settle: "node" (default), each node whole
@@ -781,25 +782,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e) {
 	return CUDA_SUCCESS;
 }
 
-// ---- graph memory: granularity, trim and figures
-
-// cuMemGetAllocationGranularity gives, for pinned memory of a device, the
-// granularity "that can be used as a multiple for alignment, size, or
-// address mapping" (cuMemCreate's and cuMemMap's sizes "must be a multiple
-// of" the minimum one): the granule in which the fake maps graph memory,
-// the same for both options (FAKECUDA_GRANULARITY). Other properties are
-// CUDA_ERROR_INVALID_VALUE.
-CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option) {
-	gconfig();
-	CUresult r = fakecuda_ready("cuMemGetAllocationGranularity");
-	if (r != CUDA_SUCCESS) return r;
-	if (!g || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-	    prop->location.id < 0 || prop->location.id >= fakecuda_devices() ||
-	    (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
-		return CUDA_ERROR_INVALID_VALUE;
-	*g = granule;
-	return CUDA_SUCCESS;
-}
+// ---- graph memory: trim and figures
 
 // cuDeviceGraphMemTrim returns to the device the graph memory "not in use
 // by a graph that is either currently executing or scheduled to execute";

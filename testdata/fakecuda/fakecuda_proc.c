@@ -141,6 +141,15 @@ static const struct proc {
 	{"cuMemPoolTrimTo", 11020, (void *)cuMemPoolTrimTo},
 	{"cuMemAllocAsync", 11020, (void *)cuMemAllocAsync},
 	{"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync},
+	{"cuMemAddressReserve", 10020, (void *)cuMemAddressReserve},
+	{"cuMemAddressFree", 10020, (void *)cuMemAddressFree},
+	{"cuMemCreate", 10020, (void *)cuMemCreate},
+	{"cuMemRelease", 10020, (void *)cuMemRelease},
+	{"cuMemMap", 10020, (void *)cuMemMap},
+	{"cuMemUnmap", 10020, (void *)cuMemUnmap},
+	{"cuMemSetAccess", 10020, (void *)cuMemSetAccess},
+	{"cuMemGetAccess", 10020, (void *)cuMemGetAccess},
+	{"cuMemGetAllocationGranularity", 10020, (void *)cuMemGetAllocationGranularity},
 };
 
 #define NPROCS (sizeof procs / sizeof procs[0])

@@ -87,6 +87,9 @@ CUresult fakecuda_graph_free_async(struct CUstream_st *s, CUdeviceptr dptr);
 CUresult fakecuda_graph_free_now(CUdeviceptr dptr);
 void fakecuda_graph_stream_gone(struct CUstream_st *s);
 
+// From fakecuda_vmm.c.
+int fakecuda_vmm_supported(int dev);
+
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
 CUcontext fakecuda_current(void);
@@ -1020,6 +1023,9 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	switch (attrib) {
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
 		*pi = !no_pools;
+		return CUDA_SUCCESS;
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+		*pi = fakecuda_vmm_supported(dev); // FAKECUDA_VMM (fakecuda_vmm.c)
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;

@@ -228,6 +228,10 @@
       sec.appendChild(html("p", { "class": "note graphs" },
         `CUDA graphs (the driver's figures, not tracked): ${fmtBytes(dev.graphReserved)} reserved, ${fmtBytes(dev.graphUsed || 0)} used`));
     }
+    if (dev.reservations) {
+      sec.appendChild(html("p", { "class": "note address-space" },
+        `address space: ${fmtBytes(dev.addressSpace)} in ${dev.reservations} reservation${dev.reservations === 1 ? "" : "s"} (no memory; the memory mapped into them is tracked)`));
+    }
     return sec;
   }
 

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/memtrack/memtrack"
+)
+
+// followOptions are the flags of an elastic cache that follows the device
+// (-follow and the flags beside it).
+type followOptions struct {
+	interval time.Duration // between two readings
+	until    string        // stop once this file exists ("": never)
+	limit    time.Duration // stop after this long (0: never)
+	settle   int           // readings without a change after which "settled" is printed
+}
+
+// runFollow sizes an elastic cache by a budget that follows the device
+// (Measurement.Follow with Budget's arguments): it takes a reading,
+// reserves address space for the budget's blocks, maps the target, and
+// then reads the device every interval, mapping or unmapping block by
+// block to each new target, with a line per block. It prints a line
+// "settled" once a target has held for o.settle readings, and stops once
+// the file o.until exists or o.limit has passed; it then unmaps every
+// block under a return check, prints it, and releases the address space.
+//
+// The lines are read by scripts/two-instances-elastic.sh; each figure is
+// in MiB:
+//
+//	follow t=SECONDS target=N blocks=N mapped=MiB tracked=MiB used=MiB total=MiB process=MiB others=MiB sharers=N
+func runFollow(dev memtrack.Device, cat memtrack.Category, p memtrack.Measurement, base memtrack.Usage, utilization float64, block int64, o followOptions) {
+	g, err := dev.MapGranularity()
+	check(err)
+	block = (block + g - 1) / g * g // blocks the follower counts are the cache's blocks
+	f, err := p.Follow(base, utilization, block)
+	check(err)
+	start := time.Now()
+	tg, err := f.Read()
+	check(err)
+	b := tg.Common.Budgets[0]
+	// The budget's blocks: the reading's, but for what is in use outside
+	// the budget beyond the share the utilization leaves outside it
+	// (OverShare), which the cache may get back later. A follower never
+	// gives more.
+	capacity := max(b.Requested-(b.SetAside-b.OverShare), 0) / block
+	c, err := newElasticCache(cat, capacity, block)
+	check(err)
+	fmt.Printf("elastic KV cache following the device (Measurement.Follow, every %v):\n", o.interval)
+	printBudget(b, "weights", "untracked growth since the baseline")
+	s := dev.MemoryStats()
+	fmt.Printf("  reserved: %s of address space for %d blocks of %s, the budget's (AddressSpace %s)\n",
+		size(c.r.Size()), c.capacity(), size(c.block), size(s.AddressSpace))
+	target := tg.Blocks
+	step := func(blocks int64) {
+		fmt.Println(followLine(dev, time.Since(start), target, blocks, c.block, tg.Sharers))
+	}
+	unchanged := 0
+	for {
+		target = tg.Blocks
+		if tg.Changed {
+			unchanged = 0
+			check(c.resize(target, step))
+		} else if unchanged++; unchanged == o.settle {
+			fmt.Printf("follow t=%.3fs settled blocks=%d\n", time.Since(start).Seconds(), c.blocks)
+		}
+		if o.until != "" {
+			if _, err := os.Stat(o.until); err == nil {
+				break
+			} else if !errors.Is(err, os.ErrNotExist) {
+				check(err)
+			}
+		}
+		if o.limit > 0 && time.Since(start) >= o.limit {
+			break
+		}
+		time.Sleep(o.interval)
+		tg, err = f.Read()
+		check(err)
+	}
+	fmt.Printf("follow t=%.3fs stopping: unmapping every block\n", time.Since(start).Seconds())
+	rc, err := dev.StartReturnCheck()
+	check(err)
+	target = 0
+	check(c.resize(0, step))
+	ret, err := rc.End()
+	check(err)
+	fmt.Printf("  %s", indent(ret.String()))
+	check(c.r.Release())
+}
+
+// followLine is one step of a following cache: the time since the first
+// reading, the target, the blocks mapped and their bytes, the device's
+// Tracked, the driver's Used and Total, and its per-process figures (this
+// process's and the others'; "-" where the device has none).
+func followLine(dev memtrack.Device, t time.Duration, target, blocks, block int64, sharers int) string {
+	u, err := dev.Usage()
+	if err != nil {
+		return fmt.Sprintf("follow t=%.3fs target=%d blocks=%d mapped=%s usage unavailable: %v", t.Seconds(), target, blocks, mib(blocks*block), err)
+	}
+	process, others := "-", "-"
+	if u.PerProcess {
+		process, others = mib(u.ProcessUsed), mib(u.OtherProcessesUsed)
+	}
+	return fmt.Sprintf("follow t=%.3fs target=%d blocks=%d mapped=%s tracked=%s used=%s total=%s process=%s others=%s sharers=%d",
+		t.Seconds(), target, blocks, mib(blocks*block), mib(u.Tracked), mib(u.Used), mib(u.Total), process, others, sharers)
+}
+
+// mib formats n bytes in MiB, with two decimals, for lines a script reads.
+func mib(n int64) string { return fmt.Sprintf("%.2fMiB", float64(n)/(1<<20)) }
