@@ -69,7 +69,7 @@ declare -A skip_cmds=(
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/two-instances-elastic.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/test-rocm.sh']='.ci/run runs it (it needs apt the first time, and minutes)'
-	['./scripts/two-instances-rocm.sh']='scripts/test-rocm.sh runs it on the fake runtime and rocm_smi (it needs an AMD GPU or the fakes)'
+	['KIND=rocm ./scripts/two-instances.sh']='scripts/test-rocm.sh runs it on the fake runtime and rocm_smi (it needs an AMD GPU or the fakes)'
 	['./scripts/gpu-check-rocm.sh']='scripts/test-rocm.sh runs it, and its run.sh on the fakes'
 	['./scripts/metal-standin.sh']='.ci/run runs it (it may install gcc with apt)'
 	['go test -tags metal ./...']='only on a Mac, by hand: Metal is not compiled on Linux'

@@ -13,8 +13,8 @@
 #	rocmsmi.test        the rocm_smi binding's tests: its rules
 #	                    (internal/rocmsmi/doc.go), on this machine's library
 #	profile             the main job (examples/profile), for
-#	                    two-instances-rocm.sh and a run of its own
-#	two-instances-rocm.sh  scripts/two-instances-rocm.sh: two serving
+#	                    two-instances.sh and a run of its own
+#	two-instances.sh    scripts/two-instances.sh (run with KIND=rocm): two serving
 #	                    instances started together on the GPU, each budget
 #	                    from rocm_smi's per-process figures against the one
 #	                    alone
@@ -44,7 +44,7 @@ go test -c -race -tags rocm -o "$dir/memtrack-race.test" .
 go test -c -tags rocm -o "$dir/hipdrv.test" ./internal/hipdrv
 go test -c -tags rocm -o "$dir/rocmsmi.test" ./internal/rocmsmi
 go build -tags rocm -o "$dir/profile" ./examples/profile
-cp scripts/two-instances-rocm.sh "$dir/two-instances-rocm.sh"
+cp scripts/two-instances.sh "$dir/two-instances.sh"
 
 # The oldest glibc the binaries run with: the newest GLIBC_x.y symbol
 # version any of them needs.
@@ -102,7 +102,7 @@ step "the rocm_smi rules memtrack relies on (internal/rocmsmi)" logged rocmsmi-t
 step "tests under the race detector" ./memtrack-race.test -test.count=1 -test.timeout 120s -test.skip "$skip"
 step "the main job on rocm:0" ./profile -device rocm:0
 step "two instances started together: each budget from rocm_smi's per-process figures against the one alone" \
-	env PROFILE=./profile ./two-instances-rocm.sh
+	env KIND=rocm PROFILE=./profile ./two-instances.sh
 step "benchmarks: the tracked pairs against the raw hipMalloc+hipFree and hipMallocAsync+hipFreeAsync" \
 	./memtrack.test -test.run '^$' -test.bench ROCm -test.benchmem -test.benchtime "$benchtime" -test.count 3
 

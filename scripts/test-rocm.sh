@@ -25,7 +25,7 @@
 #  4. The root package on the fakes: vet, the race-detector tests (no
 #     ROCm test skipped), again under LD_BIND_NOW=1; the main job
 #     (go run -tags rocm ./examples/profile -device rocm:0);
-#     scripts/two-instances-rocm.sh (two instances on one fake AMD GPU, each
+#     KIND=rocm scripts/two-instances.sh (two instances on one fake AMD GPU, each
 #     with the budget it gets alone); and the AMD GPU folder of
 #     scripts/gpu-check-rocm.sh, run whole.
 #  5. AMD's own libraries, Debian's libamdhip64-N and librocm-smi64-N with
@@ -145,8 +145,8 @@ echo "== go run -tags rocm ./examples/profile -device rocm:0 (the fakes)"
 out=$(go run -tags rocm ./examples/profile -device rocm:0)
 echo "$out"
 grep -q '^  figures:   per process (rocm_smi)$' <<<"$out" || { echo "test-rocm.sh: the main job's budget on rocm:0 is not from rocm_smi's per-process figures" >&2; exit 1; }
-echo "== scripts/two-instances-rocm.sh (the fakes)"
-./scripts/two-instances-rocm.sh
+echo "== KIND=rocm scripts/two-instances.sh (the fakes)"
+KIND=rocm ./scripts/two-instances.sh
 echo "== scripts/gpu-check-rocm.sh, then its run.sh (the fakes)"
 ./scripts/gpu-check-rocm.sh
 MEMTRACK_BENCHTIME=100x out/gpu-check-rocm/run.sh >"$bin/gpu-check.log" 2>&1 || { cat "$bin/gpu-check.log"; exit 1; }
