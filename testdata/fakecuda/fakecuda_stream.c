@@ -90,6 +90,9 @@ void fakecuda_graph_stream_gone(struct CUstream_st *s);
 // From fakecuda_vmm.c.
 int fakecuda_vmm_supported(int dev);
 
+// Below: the check of a potentially unsafe call during stream capture.
+CUresult fakecuda_unsafe_call(void);
+
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
 CUcontext fakecuda_current(void);
@@ -680,6 +683,11 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
+	pthread_mutex_unlock(&smu);
+	// A query of a stream that does not capture is potentially unsafe
+	// while a capture is under way elsewhere (the H200, RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
 	int idle = !s->head && !s->busy;
 	pthread_mutex_unlock(&smu);
 	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -901,12 +909,16 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 	return CUDA_SUCCESS;
 }
 
-// fakecuda_unsafe_call is the check of a potentially unsafe call (cuMemAlloc,
-// cuMemFree) on the calling thread: prohibited, unless the thread's mode is
-// relaxed, while the thread has a capture of its own that is not relaxed,
-// or, in global mode, while any thread has a capture begun in global mode.
-// A prohibited call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
-// invalidates those captures.
+// fakecuda_unsafe_call is the check of a potentially unsafe call on the
+// calling thread: cuMemAlloc and cuMemFree, which
+// cuThreadExchangeStreamCaptureMode names, and those an H200 refused
+// (RULES.md): cuMemPoolGetAttribute, cuMemPoolSetAttribute,
+// cuMemPoolTrimTo, cuEventQuery of an event not captured, cuStreamQuery,
+// cuMemAllocAsync and cuMemFreeAsync of a stream that does not capture.
+// Prohibited, unless the thread's mode is relaxed, while the thread has a
+// capture of its own that is not relaxed, or, in global mode, while any
+// thread has a capture begun in global mode. A prohibited call fails with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates those captures.
 CUresult fakecuda_unsafe_call(void) {
 	pthread_once(&sconfig_once, sconfigure);
 	if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
@@ -987,6 +999,12 @@ CUresult CUDAAPI cuEventQuery(CUevent e) {
 	CUresult r = sready("cuEventQuery");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	int captured_now = e->captured;
+	pthread_mutex_unlock(&smu);
+	// A query of an event recorded outside a capture is potentially unsafe
+	// while a capture is under way (the H200, RULES.md).
+	if (!captured_now && (r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	int reached = e->done >= e->recorded, captured = e->captured;
 	// FAKECUDA_TRIM_OBSERVED=query: a query that finds the event reached is
@@ -1112,6 +1130,7 @@ static CUresult valid_pool(const char *fn, CUmemoryPool p) {
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
 	CUresult r = valid_pool("cuMemPoolGetAttribute", p);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!value) return CUDA_ERROR_INVALID_VALUE;
 	cuuint64_t v;
 	pthread_mutex_lock(&smu);
@@ -1131,6 +1150,7 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr,
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
 	CUresult r = valid_pool("cuMemPoolSetAttribute", p);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!value) return CUDA_ERROR_INVALID_VALUE;
 	cuuint64_t v = *(cuuint64_t *)value;
 	pthread_mutex_lock(&smu);
@@ -1155,6 +1175,7 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr,
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
 	CUresult r = valid_pool("cuMemPoolTrimTo", p);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	pool_release(p, keep);
 	pthread_mutex_unlock(&smu);
@@ -1183,6 +1204,9 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
+	// On a stream that does not capture, potentially unsafe while a
+	// capture is under way elsewhere (the H200, RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	a->size = size;
@@ -1278,6 +1302,9 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
+	// On a stream that does not capture, potentially unsafe as
+	// cuMemAllocAsync is (RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	struct op *o = calloc(1, sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);
