@@ -56,3 +56,92 @@ func TestCUDACaptureAllocDoesNotInvalidate(t *testing.T) {
 		assert.Equal(t, cudadrv.Success, r)
 	})
 }
+
+// TestCUDAReadingsDuringCapture: no reading memtrack offers, and no driver
+// call it makes on its own account for one, fails or invalidates a
+// program's capture begun in global mode, whether made from another
+// goroutine or from the capturing thread itself: the program's capture
+// ends with its graph. The driver prohibits some of those calls then
+// (cuMemPoolGetAttribute, cuMemPoolSetAttribute, cuMemPoolTrimTo,
+// cuEventQuery; testdata/fakecuda/RULES.md, "Calls unsafe during a
+// capture", which an H200 answered), so memtrack makes them in relaxed
+// mode. A free in stream order stays pending throughout, its stream held
+// back, so that every reading that learns which frees have executed
+// queries its event; it is still held at the end.
+func TestCUDAReadingsDuringCapture(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.Pool().Stats(); err != nil {
+		t.Skipf("no memory pools: %v", err)
+	}
+	held := newStream(t, d)
+	inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(held))) })
+	t.Cleanup(cudatest.ReleaseStreams) // before the stream is destroyed
+	b, err := d.AllocAsync(1<<20, held)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeAsync(held))
+	heldBefore := d.MemoryStats().Held
+	base, err := d.Baseline()
+	require.NoError(t, err)
+	m, err := d.Measure(func() error { return nil })
+	require.NoError(t, err)
+	follower, err := m.Follow(base, 0.5, 1<<20)
+	require.NoError(t, err)
+	cat, err := d.Category("read during a capture")
+	require.NoError(t, err)
+	other := newStream(t, d)
+	noErr := func(f func()) func() error { return func() error { f(); return nil } }
+
+	readings := []struct {
+		name string
+		read func() error
+	}{
+		{"MemoryStats", noErr(func() { d.MemoryStats() })},
+		{"MemorySummary", noErr(func() { _ = d.MemorySummary() })},
+		{"MemoryAllocated", noErr(func() { d.MemoryAllocated(); d.MaxMemoryAllocated() })},
+		{"ResetPeakMemoryStats", noErr(d.ResetPeakMemoryStats)},
+		{"ResetAccumulatedMemoryStats", noErr(d.ResetAccumulatedMemoryStats)},
+		{"CategoryStats", noErr(func() { d.CategoryStats(); cat.Stats() })},
+		{"Expvar", noErr(func() { _ = Expvar().String() })},
+		{"Usage", func() error { _, err := d.Usage(); return err }},
+		{"Baseline", func() error { _, err := d.Baseline(); return err }},
+		{"MemGetInfo", func() error { _, _, err := d.MemGetInfo(); return err }},
+		{"Info", func() error { _, err := d.Info(); return err }},
+		{"Measure", func() error { _, err := d.Measure(func() error { return nil }); return err }},
+		{"PeakScope", func() error {
+			s, err := d.OpenPeakScope()
+			if err != nil {
+				return err
+			}
+			s.PeakHeld()
+			return s.Close()
+		}},
+		{"Pool.Stats", func() error { _, err := d.Pool().Stats(); return err }},
+		{"Pool.Usage", func() error { _, err := d.Pool().Usage(); return err }},
+		{"Pool.Trim", func() error { return d.Pool().Trim(0) }},
+		{"Pool.SetReleaseThreshold", func() error { return d.Pool().SetReleaseThreshold(0) }},
+		{"Graphs.Stats", func() error { _, err := d.Graphs().Stats(); return err }},
+		{"Graphs.Captures", func() error { _, err := d.Graphs().Captures(); return err }},
+		{"Graphs.Capture of another stream", func() error { _, err := d.Graphs().Capture(other); return err }},
+		{"Graphs.Trim", func() error { return d.Graphs().Trim() }},
+		{"Follower.Read", func() error { _, err := follower.Read(); return err }},
+		{"Alloc and Free", func() error {
+			b, err := d.Alloc(4096)
+			if err != nil {
+				return err
+			}
+			return b.Free()
+		}},
+	}
+	for _, where := range cudatest.Threads {
+		for _, rd := range readings {
+			t.Run(where.String()+"/"+rd.name, func(t *testing.T) {
+				var err error
+				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, func() { err = rd.read() })
+				assert.NoError(t, err)
+				assert.Equal(t, cudadrv.Success, ended, "the program's capture ends with its graph (901: invalidated)")
+				assert.Equal(t, 2, nodes, "its allocation and its free node")
+			})
+		}
+	}
+	assert.Equal(t, heldBefore, d.MemoryStats().Held, "the free still pending is still held")
+}
