@@ -113,9 +113,31 @@
 //     global mode, the thread "is prohibited from potentially unsafe API
 //     calls" such as cuMemAlloc; in relaxed mode it is not. cuEventQuery of
 //     an event last recorded in a capture fails with CUDA_ERROR_CAPTURED_EVENT
-//     (cuda.h). [Alloc] and [Free] run in relaxed mode, as PyTorch's caching
-//     allocator wraps cudaMalloc, so that they never invalidate anyone's
-//     capture; [AllocAsync] and [FreeAsync] ask cuStreamGetCaptureInfo_v2
+//     (cuda.h). Which calls are "potentially unsafe" the documents do not
+//     list beyond cudaMalloc; an H200 (driver 580.159.04, CUDA 13.0)
+//     prohibited, from the capturing thread and from another, in global
+//     mode, cuMemPoolGetAttribute, cuMemPoolSetAttribute, cuMemPoolTrimTo,
+//     cuEventQuery of an event recorded before the capture, cuStreamQuery
+//     of another stream, cuMemAlloc and cuMemFree, and cuMemAllocAsync on
+//     another stream: each answered 900 (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+//     and the capture's cuStreamEndCapture 901 (invalidated); in relaxed
+//     mode each answered 0 and the capture ended with its graph
+//     (testdata/fakecuda/RULES.md, "Calls unsafe during a capture").
+//     Every call memtrack makes on its own account therefore runs in
+//     relaxed mode, inside the one C call of its operation: [Alloc] and
+//     [Free], as PyTorch's caching allocator wraps cudaMalloc, the pool's
+//     calls ([PoolGet], [PoolResetHighs], [PoolSetReleaseThreshold],
+//     [PoolTrimTo], [MemPool]), the event queries of [StreamEvents.Query],
+//     [CheckStream] and [CaptureInfo], [EventDestroy], and the virtual
+//     memory calls, so that no reading invalidates anyone's capture.
+//     [AllocAsync] and [FreeAsync] are the program's calls: their
+//     cuMemAllocAsync and cuMemFreeAsync run in the caller's mode, as the
+//     program made them, and fail and invalidate where the raw calls
+//     would; their own extra calls change nothing of that: the context
+//     switch, cuStreamGetCaptureInfo and the event record after a free
+//     the probe found allowed, and cuStreamGetCtx memtrack's own
+//     allocations in a capture made on the H200 without harm (the graph
+//     tests of the root package, which passed there). [AllocAsync] and [FreeAsync] ask cuStreamGetCaptureInfo_v2
 //     (cuStreamIsCapturing before CUDA 11.3) and run nothing on a capturing
 //     stream, reporting the capture's ID from the same call. The ID is
 //     "unique over the lifetime of the process", and valid only while the
