@@ -145,3 +145,118 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 	}
 	assert.Equal(t, heldBefore, d.MemoryStats().Held, "the free still pending is still held")
 }
+
+// TestCUDAStreamCallsDuringCapture: AllocAsync and FreeAsync are the
+// program's calls, and keep the driver's semantics. On a stream that does
+// not capture, while a capture begun in global mode is under way, the
+// driver refuses cuMemAllocAsync and cuMemFreeAsync from any thread in the
+// default mode (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates the
+// capture, as it does the raw calls: the program gets an error matching
+// ErrNotSupported that names the code, AllocAsync counts the failed
+// allocation and nothing else, and the buffer a refused FreeAsync was to
+// free stays live and counted, to be freed once the capture has ended.
+// From a thread the program made relaxed (cuThreadExchangeStreamCaptureMode)
+// both succeed and the capture ends with its graph, as the raw calls do.
+func TestCUDAStreamCallsDuringCapture(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	if _, err := d.Pool().Stats(); err != nil {
+		t.Skipf("no memory pools: %v", err)
+	}
+	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
+	require.NoError(t, err)
+	s := newStream(t, d)
+	for _, where := range cudatest.Threads {
+		for _, relaxed := range []bool{false, true} {
+			mode := "default mode"
+			if relaxed {
+				mode = "relaxed"
+			}
+			// made runs call in the mode of the case, on the thread
+			// DuringCapture gives it.
+			made := func(call func()) func() {
+				return func() {
+					if !relaxed {
+						call()
+						return
+					}
+					old, r := cudatest.ExchangeCaptureMode(cudatest.CaptureRelaxed)
+					require.Equal(t, cudadrv.Success, r)
+					call()
+					_, r = cudatest.ExchangeCaptureMode(old)
+					require.Equal(t, cudadrv.Success, r)
+				}
+			}
+			// survives checks what ending the capture answered: its graph,
+			// or invalidated where the call was refused.
+			survives := func(t *testing.T, nodes int, ended cudadrv.Result) {
+				t.Helper()
+				if relaxed {
+					assert.Equal(t, cudadrv.Success, ended, "the capture ends with its graph")
+					assert.Equal(t, 2, nodes)
+					return
+				}
+				assert.Equal(t, cudadrv.Result(901), ended, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: the driver invalidated the capture")
+				assert.Zero(t, nodes)
+			}
+			refused := func(t *testing.T, err error) {
+				t.Helper()
+				if relaxed {
+					assert.NoError(t, err)
+					return
+				}
+				assert.ErrorIs(t, err, ErrNotSupported)
+				assert.ErrorContains(t, err, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+			}
+			t.Run(where.String()+"/"+mode+"/raw cuMemAllocAsync", func(t *testing.T) {
+				var p uintptr
+				var r cudadrv.Result
+				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, made(func() { p, r = cudatest.AllocAsync(uintptr(ctx), 4096, uintptr(s)) }))
+				survives(t, nodes, ended)
+				if relaxed {
+					assert.Equal(t, cudadrv.Success, r)
+					require.Equal(t, cudadrv.Success, cudatest.FreeAsync(uintptr(ctx), p, uintptr(s), 0))
+				} else {
+					assert.Equal(t, cudadrv.Result(900), r, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+				}
+			})
+			t.Run(where.String()+"/"+mode+"/AllocAsync", func(t *testing.T) {
+				before := d.MemoryStats()
+				var b *Buffer
+				var err error
+				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, made(func() { b, err = d.AllocAsync(4096, s) }))
+				survives(t, nodes, ended)
+				refused(t, err)
+				after := d.MemoryStats()
+				if relaxed {
+					assert.Equal(t, before.Tracked+4096, after.Tracked)
+					require.NoError(t, b.FreeAsync(s))
+					return
+				}
+				assert.Nil(t, b)
+				assert.Equal(t, before.Tracked, after.Tracked, "nothing counted")
+				assert.Equal(t, before.Held, after.Held)
+				assert.Equal(t, before.Buffers, after.Buffers)
+				assert.Equal(t, before.Allocs, after.Allocs)
+				assert.Equal(t, before.FailedAllocs+1, after.FailedAllocs, "a failed allocation, as the driver's every refusal")
+			})
+			t.Run(where.String()+"/"+mode+"/FreeAsync", func(t *testing.T) {
+				b, err := d.AllocAsync(4096, s)
+				require.NoError(t, err)
+				before := d.MemoryStats()
+				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, made(func() { err = b.FreeAsync(s) }))
+				survives(t, nodes, ended)
+				refused(t, err)
+				after := d.MemoryStats()
+				if relaxed {
+					assert.True(t, b.Freed())
+					assert.Equal(t, before.Tracked-4096, after.Tracked)
+					return
+				}
+				assert.False(t, b.Freed(), "the buffer stays live")
+				assert.Equal(t, before.Tracked, after.Tracked, "and counted")
+				assert.Equal(t, before.Frees, after.Frees)
+				require.NoError(t, b.FreeAsync(s), "freed once the capture has ended")
+			})
+		}
+	}
+}
