@@ -124,6 +124,15 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 		{"Graphs.Capture of another stream", func() error { _, err := d.Graphs().Capture(other); return err }},
 		{"Graphs.Trim", func() error { return d.Graphs().Trim() }},
 		{"Follower.Read", func() error { _, err := follower.Read(); return err }},
+		{"ReturnCheck", func() error {
+			c, err := d.StartReturnCheck()
+			if err != nil {
+				return err
+			}
+			_, err = c.End()
+			return err
+		}},
+		{"Devices", func() error { _, err := Devices(); return err }},
 		{"Alloc and Free", func() error {
 			b, err := d.Alloc(4096)
 			if err != nil {
