@@ -78,35 +78,40 @@ type retained struct{ ctx cuContext }
 type deviceSide = held.Figure[cudadrv.Event, *cudaEvents]
 
 // cudaEvents is how the device-side figure of one device asks the driver
-// which frees in stream order have executed (held.Querier): the events
-// recorded after them, queried in the device's primary context in one cgo
-// call (cudadrv.StreamEvents.Query).
+// how far its streams have come past their frees (held.Querier): a
+// reading's questions, asked in one cgo call (cudadrv.Readings.Read).
 type cudaEvents struct {
 	b       *cudaBackend
 	ordinal int
-	q       cudadrv.StreamEvents // the last query's
+	r       cudadrv.Readings // the last reading's
 }
 
-// Query queries the events of each stream, events[ends[i-1]:ends[i]], in
-// the device's primary context; it returns false where the device cannot
-// be reached (it is lost, or its context cannot be retained).
-func (q *cudaEvents) Query(events []cudadrv.Event, ends []int) bool {
-	_, ctx, err := q.b.device(q.ordinal, "event query")
+// Query asks the driver each question of qs, in the streams' contexts,
+// and writes the answers; it returns false where the device cannot be
+// reached (it is lost, or its context cannot be retained).
+func (q *cudaEvents) Query(qs []held.Query[cudadrv.Event]) bool {
+	dev, ctx, err := q.b.device(q.ordinal, "reading")
 	if err != nil {
 		return false
 	}
-	q.q.Query(ctx, events, ends)
+	q.r.Reset()
+	for i := range qs {
+		x := &qs[i]
+		q.r.Add(x.Stream, cudadrv.Context(x.Context), x.Events, x.Ask, x.Record, x.Spare)
+	}
+	if r := q.r.Read(ctx); r != cudadrv.Success {
+		dev.restoreFailed("reading", r)
+	}
+	for i := range qs {
+		x := &qs[i]
+		var res cudadrv.Result
+		x.Reached, x.Idle, x.Recorded, res = q.r.Answer(i)
+		x.Gone = res != cudadrv.Success
+	}
 	return true
 }
 
-// Reached returns how many of stream i's events the stream has reached,
-// and whether the driver's answer was a success.
-func (q *cudaEvents) Reached(i int) (int, bool) {
-	n, r := q.q.Reached(i)
-	return n, r == cudadrv.Success
-}
-
-// Destroy destroys an event of a stream of another context.
+// Destroy destroys an event the figure keeps no more.
 func (q *cudaEvents) Destroy(e cudadrv.Event) { cudadrv.EventDestroy(e) }
 
 func newCUDABackend() backend { return &cudaBackend{} }
@@ -121,7 +126,10 @@ func (b *cudaBackend) init() error {
 		}
 		b.sides = make([]deviceSide, b.n)
 		for i := range b.sides {
-			b.sides[i].Init(&cudaEvents{b: b, ordinal: i})
+			// The pool hands a block freed on a stream to the next
+			// allocation on that stream at once (CUDA Programming Guide,
+			// Stream Ordered Memory Allocator: memory reuse).
+			b.sides[i].Init(&cudaEvents{b: b, ordinal: i}, true)
 		}
 		if b.initErr == nil && cudadrv.GraphMem() == nil {
 			b.captureMode = cudadrv.AllowCapture
@@ -413,41 +421,52 @@ func formatGPUUUID(b [16]byte) string {
 // operates and restores the thread's context, so that the goroutine need
 // not be locked to its thread.
 
-// FreeAsync learns that its stream has executed the free by an event
-// recorded after it (cuEventRecord); the figures are read after querying the
-// pending events (cuEventQuery), as PyTorch's and CuPy's allocators learn of
-// their frees. A query that fails (a context error: nothing will run on the
-// device again) retires the free too. A host function enqueued after the
-// free (cuLaunchHostFunc) would cost more, as the driver's reference says: it
-// blocks the work enqueued after it on its stream, host functions of
+// FreeAsync records nothing after its free on a stream of one's own or the
+// legacy default stream: the device-side figure keeps, per stream, the
+// bytes freed since its last reading, and a reading asks each stream with
+// frees pending whether it has run all its work (cuStreamQuery), recording
+// an event after its frees only where it has not, for the next reading to
+// query (cuEventQuery). An event captures all the work enqueued on its
+// stream before it (cuEventRecord), and a stream idle has run all of it,
+// so one answer retires every free of a stream counted before the
+// question. A query that fails (a context error: nothing will run on the
+// device again) retires the frees too. A host function enqueued after each
+// free (cuLaunchHostFunc) would cost more, as the driver's reference says:
+// it blocks the work enqueued after it on its stream, host functions of
 // different streams may be serialized, and none is called after a context
-// error, so that a free behind a kernel fault would stay in the device-side
-// figure.
+// error, so that a free behind a kernel fault would stay in the
+// device-side figure.
 //
-// An event captures all the work enqueued on its stream before it
-// (cuEventRecord), so where a stream has reached the event after one free,
-// it has executed every free enqueued on it before: a reading queries each
-// stream's newest pending event first, and one answer retires all the
-// stream's frees; where the stream has not reached it, bisection finds the
-// first free not executed. Each free still needs an event of its own: the
-// program enqueues its own work between two frees, which memtrack cannot
-// see, so that only an event right after a free says when that free ran.
+// The per-thread default stream's handle names another stream on each
+// thread, which a reading made on another thread cannot ask: a free there
+// records an event after it, a spare of the figure's where there is one,
+// and the readings query it alone.
+//
+// The pool hands a block freed on a stream to the next allocation on that
+// stream at once, the allocation being ordered after the free on the
+// stream (CUDA Programming Guide, Stream Ordered Memory Allocator), and on
+// an H200 two buffers of 64 MiB allocated and freed in turn on one stream
+// behind a busy stream left the pool's USED_MEM_HIGH at 64 MiB: an
+// allocation takes over the bytes of the frees pending on its stream
+// (held.Figure.Add).
 
 // The device-side figure of each CUDA device is a held.Figure (deviceSide,
-// backend_cuda.go): this file gives it the frees of FreeAsync with their
-// events, and the backend's heldFigure capability reads it.
+// backend_cuda.go): this file gives it the frees of FreeAsync, and the
+// backend's heldFigure capability reads it.
 
-// keyOf names the stream of a free for the device-side figure: its handle
-// in the stream's context ctx (a default stream's handle names one stream
-// per context), the legacy default stream by 0 whichever of its two handles
-// named it; the per-thread default stream, whose handle names another
-// stream on each thread, is not ordered.
-func keyOf(ctx cuContext, stream Stream) held.Stream {
+// keyOf names the stream of a free for the device-side figure of a device:
+// its handle, the legacy default stream by 0 whichever of its two handles
+// named it. A default stream's handle names the default stream of the
+// device's primary context, in which memtrack runs it, and any other
+// handle one stream of the process, of whatever context: the handle alone
+// names the stream. The per-thread default stream, whose handle names
+// another stream on each thread, is not ordered.
+func keyOf(stream Stream) held.Stream {
 	h := uintptr(stream)
 	if h == cudadrv.StreamLegacy {
 		h = 0
 	}
-	return held.Stream{Context: uintptr(ctx), Handle: h, Ordered: h != cudadrv.StreamPerThread}
+	return held.Stream{Handle: h, Ordered: h != cudadrv.StreamPerThread}
 }
 
 // side returns the device-side figure of device ordinal, or nil if there
@@ -462,9 +481,16 @@ func (b *cudaBackend) side(ordinal int) *deviceSide {
 // The device-side figure is the CUDA backend's capability (heldFigure),
 // which deviceTable.held holds.
 
-func (b *cudaBackend) heldAdd(ordinal int, size int64, pooled bool) {
+func (b *cudaBackend) heldOrder(ordinal int) uint64 {
 	if sd := b.side(ordinal); sd != nil {
-		sd.Add(size, pooled) // the peak leaves out what is known freed
+		return uint64(sd.Order())
+	}
+	return 0
+}
+
+func (b *cudaBackend) heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool) {
+	if sd := b.side(ordinal); sd != nil {
+		sd.Add(size, pooled, keyOf(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
 	}
 }
 
@@ -631,8 +657,9 @@ func (b *cudaBackend) inCapture(dev *cudaDevice, ctx cuContext, d Device, size i
 	return a.CaptureID, nil
 }
 
-// freeAsync frees m in stream order (cuMemFreeAsync) and learns when the
-// stream executes the free, by an event recorded after it.
+// freeAsync frees m in stream order (cuMemFreeAsync); the device-side
+// figure keeps its bytes until a reading learns that the stream ran it
+// (above), or an allocation on the stream takes them over.
 func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	sd := &b.sides[ordinal] // the buffer's allocAsync found the device
@@ -640,42 +667,40 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if err != nil {
 		return err
 	}
-	n := sd.TakeSpare() // a free retired, and its event, to reuse
-	var event cudadrv.Event
-	if n != nil {
-		event = n.Event
+	key := keyOf(stream)
+	var spare cudadrv.Event
+	if !key.Ordered {
+		spare, _ = sd.TakeSpare() // an event reached, to record again
 	}
-	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), event)
-	if n != nil && f.SpareUnused {
-		sd.PutSpare(n) // the stream's context needs an event of its own
-		n = nil
-	}
+	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), spare)
 	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
 		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
-		if n != nil {
-			sd.PutSpare(n)
+		if !spare.IsZero() {
+			sd.PutSpare(spare)
 		}
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
-		if n != nil {
-			sd.PutSpare(n)
+		if !spare.IsZero() {
+			sd.PutSpare(spare)
 		}
 		return err
 	}
-	if n == nil {
-		n = new(held.Free[cudadrv.Event])
-	}
-	*n = held.Free[cudadrv.Event]{Event: f.Event, Stream: keyOf(f.StreamCtx, stream), Seq: f.Seq, Size: size, Foreign: f.Foreign}
-	// The free is enqueued: count it, then learn when it executes.
-	if f.Retired {
+	key.Context = uintptr(f.StreamCtx)
+	switch {
+	case key.Ordered:
+		sd.Freed(key, size)
+	case f.Retired:
 		// The event could not be recorded; the stream was synchronized.
-		sd.Executed(n)
-		return nil
+		if !f.Event.IsZero() {
+			sd.PutSpare(f.Event)
+		}
+		sd.Drop(size, true)
+	default:
+		sd.FreedWithEvent(key, size, f.Event)
 	}
-	sd.Enqueue(n) // where frees pile up unread, it learns of those executed
 	return nil
 }
 

@@ -51,41 +51,37 @@ type rocmDevice struct {
 type rocmSide = held.Figure[hipdrv.Event, *rocmEvents]
 
 // rocmEvents is how the device-side figure of one device asks the runtime
-// which frees in stream order have executed (held.Querier): the events
-// recorded after them, queried with the device current, in one cgo call
-// (hipdrv.StreamEvents.Query).
+// how far its streams have come past their frees (held.Querier): a
+// reading's questions, asked with the device current, in one cgo call
+// (hipdrv.Readings.Read).
 type rocmEvents struct {
 	ordinal int
-	q       hipdrv.StreamEvents // the last query's
+	r       hipdrv.Readings // the last reading's
 }
 
-// Query queries the events of each stream, events[ends[i-1]:ends[i]], with
-// the device current. HIP has no lost device: where the device cannot be
-// made current, each stream's answer is that failure (Reached), and its
-// events count as reached.
-func (q *rocmEvents) Query(events []hipdrv.Event, ends []int) bool {
-	q.q.Reset()
-	start := 0
-	for _, end := range ends {
-		for _, e := range events[start:end] {
-			q.q.Add(e)
-		}
-		q.q.EndStream()
-		start = end
+// Query asks the runtime each question of qs, with the device current,
+// and writes the answers. HIP has no lost device: where the device cannot
+// be made current, each stream's answer is that failure, and its frees
+// count as executed.
+func (q *rocmEvents) Query(qs []held.Query[hipdrv.Event]) bool {
+	q.r.Reset()
+	for i := range qs {
+		x := &qs[i]
+		q.r.Add(x.Stream, x.Events, x.Ask, x.Record, x.Spare)
 	}
-	q.q.Query(q.ordinal)
+	if r := q.r.Read(q.ordinal); r != hipdrv.Success {
+		settleHIP(q.ordinal, "reading", hipdrv.Call{Restore: r}) // logs the failed restore
+	}
+	for i := range qs {
+		x := &qs[i]
+		var res hipdrv.Result
+		x.Reached, x.Idle, x.Recorded, res = q.r.Answer(i)
+		x.Gone = res != hipdrv.Success
+	}
 	return true
 }
 
-// Reached returns how many of stream i's events the stream has reached,
-// and whether the runtime's answer was a success.
-func (q *rocmEvents) Reached(i int) (int, bool) {
-	n, r := q.q.Reached(i)
-	return n, r == hipdrv.Success
-}
-
-// Destroy destroys an event. Every event of FreeAsync is created with its
-// device current and kept for reuse, so the figure destroys none.
+// Destroy destroys an event the figure keeps no more.
 func (q *rocmEvents) Destroy(e hipdrv.Event) { hipdrv.EventDestroy(e) }
 
 func newROCmBackend() backend { return &rocmBackend{} }
@@ -98,7 +94,11 @@ func (b *rocmBackend) init() error {
 		b.sides = make([]rocmSide, b.n)
 		for i := range b.devs {
 			b.devs[i].ordinal = i
-			b.sides[i].Init(&rocmEvents{ordinal: i})
+			// Whether the runtime's pool hands a block freed on a stream
+			// to the next allocation there at once, as CUDA's does, no
+			// AMD GPU has answered memtrack yet (docs/rocm.md): the
+			// figure takes over no free, and overstates where it does.
+			b.sides[i].Init(&rocmEvents{ordinal: i}, false)
 		}
 	})
 	return b.initErr
@@ -333,13 +333,17 @@ func formatHIPUUID(b [16]byte) string {
 // and restores the thread's device, so that the goroutine need not be
 // locked to its thread.
 //
-// FreeAsync learns that its stream has executed the free by an event
-// recorded after it (hipEventRecord), and a reading queries the pending
-// events (hipEventQuery), as the CUDA backend does, with the same
-// reasoning: an event captures all the work enqueued on its stream before
-// it, so one answer for a stream's newest event retires all its frees, and
-// a stream's host callback (hipStreamAddCallback) "will block later work in
-// the stream until it is finished", which an event does not.
+// FreeAsync records nothing after its free, as the CUDA backend does, with
+// the same reasoning: a reading asks each stream with frees pending
+// whether it has run all its work (hipStreamQuery), and records an event
+// after its frees (hipEventRecord) only where it has not, for the next
+// reading to query (hipEventQuery); an event captures all the work
+// enqueued on its stream before it, so one answer retires all of a
+// stream's frees counted before the question, and a stream's host callback
+// (hipStreamAddCallback) "will block later work in the stream until it is
+// finished", which an event does not. A free on the per-thread default
+// stream, whose handle names another stream on each thread, records an
+// event after it.
 //
 // Stream capture: memtrack never allocates in a HIP graph. AllocAsync and
 // FreeAsync on a stream that takes part in a capture run nothing
@@ -368,9 +372,16 @@ func (b *rocmBackend) side(ordinal int) *rocmSide {
 // The device-side figure is the ROCm backend's capability (heldFigure),
 // which deviceTable.held holds.
 
-func (b *rocmBackend) heldAdd(ordinal int, size int64, pooled bool) {
+func (b *rocmBackend) heldOrder(ordinal int) uint64 {
 	if sd := b.side(ordinal); sd != nil {
-		sd.Add(size, pooled) // the peak leaves out what is known freed
+		return uint64(sd.Order())
+	}
+	return 0
+}
+
+func (b *rocmBackend) heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool) {
+	if sd := b.side(ordinal); sd != nil {
+		sd.Add(size, pooled, hipStreamKey(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
 	}
 }
 
@@ -516,45 +527,46 @@ func (b *rocmBackend) allocInCapture(ordinal int, _ int64, stream Stream, _ *mem
 	return 0, nil
 }
 
-// freeAsync frees m in stream order (hipFreeAsync) and learns when the
-// stream executes the free, by an event recorded after it.
+// freeAsync frees m in stream order (hipFreeAsync); the device-side
+// figure keeps its bytes until a reading learns that the stream ran it.
 func (b *rocmBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
 	if err := b.device(ordinal); err != nil {
 		return err
 	}
 	sd := &b.sides[ordinal]
-	n := sd.TakeSpare() // a free retired, and its event, to reuse
-	var event hipdrv.Event
-	if n != nil {
-		event = n.Event
+	key := hipStreamKey(stream)
+	var spare hipdrv.Event
+	if !key.Ordered {
+		spare, _ = sd.TakeSpare() // an event reached, to record again
 	}
-	f := hipdrv.FreeAsync(ordinal, m.ptr, uintptr(stream), event)
+	f := hipdrv.FreeAsync(ordinal, m.ptr, uintptr(stream), spare)
 	if refused(f) {
 		settleHIP(ordinal, "free", f.Call) // a failed restore is logged there
-		if n != nil {
-			sd.PutSpare(n)
+		if !spare.IsZero() {
+			sd.PutSpare(spare)
 		}
 		return refusedHIPStream("FreeAsync", Device{kind: KindROCm, ordinal: ordinal}, stream, f)
 	}
 	// The free's own result decides (see settleHIP): a failure to restore
 	// the thread's device is logged there, and the free stands.
 	if err := settleHIP(ordinal, "free", f.Call); err != nil {
-		if n != nil {
-			sd.PutSpare(n)
+		if !spare.IsZero() {
+			sd.PutSpare(spare)
 		}
 		return err
 	}
-	if n == nil {
-		n = new(held.Free[hipdrv.Event])
-	}
-	*n = held.Free[hipdrv.Event]{Event: f.Event, Stream: hipStreamKey(stream), Seq: f.Seq, Size: size}
-	// The free is enqueued: count it, then learn when it executes.
-	if f.Retired {
+	switch {
+	case key.Ordered:
+		sd.Freed(key, size)
+	case f.Retired:
 		// The event could not be recorded; the stream was synchronized.
-		sd.Executed(n)
-		return nil
+		if !f.Event.IsZero() {
+			sd.PutSpare(f.Event)
+		}
+		sd.Drop(size, true)
+	default:
+		sd.FreedWithEvent(key, size, f.Event)
 	}
-	sd.Enqueue(n) // where frees pile up unread, it learns of those executed
 	return nil
 }
 

@@ -15,39 +15,49 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The frees that wait for their streams: each stream's in its order, a
-// reading asking each stream once (internal/held). A stream held back
-// (cudatest.HoldStream: a host function that waits) makes the frees enqueued
-// behind it certainly unexecuted, and a synchronization makes those before
-// it certainly executed, so that the figures can be checked exactly.
+// The frees that wait for their streams: each stream's bytes freed since
+// a reading, which a reading asks each stream about once (internal/held).
+// A stream held back (cudatest.HoldStream: a host function that waits)
+// makes the frees enqueued behind it certainly unexecuted, and a
+// synchronization makes those before it certainly executed, so that a
+// reading after it, with no free in between, gives the figures exactly.
 
-// TestCUDAPendingFreesConcurrent: goroutines allocate and free on a stream
-// at once, their events numbered in whatever order they reach it, while
-// others read the figures; halfway, the stream is synchronized and held
-// back. At every reading, Held counts at least the frees returned behind the
-// hold (none leaves before its stream has run it); once the writers are done,
-// it counts exactly those, and after the hold is released, none. With the
-// legacy default stream, half the writers name it NULL and half
-// CU_STREAM_LEGACY: one stream, whose frees a reading asks about together.
+// TestCUDAPendingFreesConcurrent: goroutines allocate and free in stream
+// order at once, while others read the figures; halfway, the streams are
+// synchronized and read, and one is held back. Where the buffers are
+// allocated on another stream than the one they are freed on, no
+// allocation takes a free over: at every reading, Held counts at least the
+// frees returned behind the hold (none leaves before its stream has run
+// it); once the writers are done, exactly those, and after the hold is
+// released, none. With the legacy default stream held, half the writers
+// name it NULL and half CU_STREAM_LEGACY: one stream. Where each buffer is
+// allocated on the stream it is freed on, allocations take the frees
+// before them over: Held counts at least one buffer behind the hold, is
+// never below the pool's used bytes (on the fake, which rounds nothing),
+// never above the frees behind the hold, and exact once the hold is
+// released and the streams synchronized.
 func TestCUDAPendingFreesConcurrent(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	if _, err := d.Pool().Stats(); err != nil {
 		t.Skip(err)
 	}
 	const workers, readers, pairs, size = 4, 2, 64, 1 << 12
-	own, other := newStream(t, d), newStream(t, d)
+	own, other, legacy := newStream(t, d), newStream(t, d), DefaultStream
 	for _, c := range []struct {
 		name    string
 		held    Stream
-		streams []Stream // the writers' streams, in turn; the held one and others that run free
+		streams []Stream // the writers' streams to free on, in turn; the held one and others that run free
+		allocOn *Stream  // where the buffers are allocated; nil for the stream each is freed on
 	}{
-		{"a stream of its own, beside another", own, []Stream{own, other}},
-		{"the legacy default stream, by both its handles", DefaultStream, []Stream{DefaultStream, Stream(cudadrv.StreamLegacy)}},
+		{"a stream of its own, beside another, allocations on the legacy stream", own, []Stream{own, other}, &legacy},
+		{"the legacy default stream, by both its handles, allocations on a stream of its own", DefaultStream, []Stream{DefaultStream, Stream(cudadrv.StreamLegacy)}, &own},
+		{"a stream of its own, beside another, allocations taking frees over", own, []Stream{own, other}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			quietSide(t, d)
-			base := d.MemoryStats()
-			isHeld := func(s Stream) bool { return keyOf(0, s) == keyOf(0, c.held) }
+			base, basePool := d.MemoryStats(), poolStats(t, d)
+			takeOver := c.allocOn == nil
+			isHeld := func(s Stream) bool { return keyOf(s) == keyOf(c.held) }
 			var behind atomic.Int64 // frees returned on the held stream behind the hold
 			holding := false
 			phase := func() {
@@ -65,11 +75,14 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 								return
 							default:
 							}
-							n := behind.Load()
+							least := behind.Load() * size
+							if takeOver {
+								least = min(least, size) // the newest free behind the hold, or the buffer that took it over
+							}
 							// Held and Tracked are two counters, which a
 							// reading beside allocations does not take at
 							// one instant: only Held is checked here.
-							assert.GreaterOrEqual(t, d.MemoryStats().Held, base.Held+n*size, "a free behind the hold left Held")
+							assert.GreaterOrEqual(t, d.MemoryStats().Held, base.Held+least, "a free behind the hold left Held")
 						}
 					}()
 				}
@@ -80,11 +93,15 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 						start.Wait()
 						for i := range pairs {
 							s := c.streams[(w+i)%len(c.streams)]
-							b, err := d.AllocAsync(size, s)
+							on := s
+							if !takeOver {
+								on = *c.allocOn
+							}
+							b, err := d.AllocAsync(size, on)
 							if !assert.NoError(t, err) {
 								return
 							}
-							if !assert.NoError(t, b.FreeAsync(s)) {
+							if !assert.NoError(t, b.FreeAsync(s)) { // ordered after the allocation: the same stream, or the legacy one's implicit order
 								return
 							}
 							if holding && isHeld(s) {
@@ -103,6 +120,7 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 			for _, s := range c.streams {
 				syncStream(t, d, s) // every free of the first phase executed
 			}
+			require.Equal(t, base.Held, d.MemoryStats().Held, "read after the synchronization: every free of the first phase uncounted")
 			defer cudatest.ReleaseStreams() // where the test stops before it does
 			inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(c.held))) })
 			holding = true
@@ -116,7 +134,15 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 			require.Positive(t, n)
 			st := d.MemoryStats()
 			assert.Equal(t, base.Tracked, st.Tracked)
-			assert.Equal(t, base.Held+n*size, st.Held, "Held counts the frees behind the hold, and no other")
+			if takeOver {
+				assert.GreaterOrEqual(t, st.Held, base.Held+size, "the newest free behind the hold")
+				assert.LessOrEqual(t, st.Held, base.Held+n*size, "no more than the frees behind the hold")
+				if onFake() {
+					assert.GreaterOrEqual(t, st.Held-base.Held, poolStats(t, d).PoolUsed-basePool.PoolUsed, "below what the pool holds")
+				}
+			} else {
+				assert.Equal(t, base.Held+n*size, st.Held, "Held counts the frees behind the hold, and no other")
+			}
 			if q, counted := readingQueries(t, d); counted {
 				assert.NotZero(t, q, "the frees behind the hold are pending: a reading asks about them")
 			}
@@ -136,19 +162,21 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 
 // FuzzCUDAPendingFrees runs stream-ordered allocations and frees on two
 // streams, each synchronized or held back at times, against a sequential
-// model that knows of each free whether its stream has certainly run it
-// (synchronized since), certainly not (enqueued behind a hold), or may have.
-// At each reading, Held is at least the live bytes and the frees certainly
-// not run, and at most that and the frees that may have run; on the fake,
-// Held is at least the pool's used bytes read after it. A free certainly run
-// is never counted, one behind a hold always is, whatever mix of both a
-// stream's pending frees hold. Each byte is an operation: its low three
+// model that knows of the frees of each stream which certainly have not
+// run (enqueued behind a hold, less what later allocations on the stream
+// took over: they take the newest first), and which may still be counted
+// (any other not yet read while their stream was idle). At each reading,
+// Held is at least the live bytes and the frees certainly not run, and at
+// most that and the frees that may still be counted; on the fake, Held is
+// at least the pool's used bytes read after it. A free behind a hold is
+// never uncounted; a reading after a synchronization, with no free in
+// between, leaves none that ran. Each byte is an operation: its low three
 // bits the kind, the next the stream, the rest the size.
 //
 //	go test -tags cuda -run '^$' -fuzz FuzzCUDAPendingFrees -fuzztime 60s
 func FuzzCUDAPendingFrees(f *testing.F) {
 	// Two frees pending on one stream, the first executed, the second
-	// behind a hold: the reading must keep the second alone.
+	// behind a hold: the reading must keep the second.
 	f.Add([]byte{0x40, 0x00, 0x02, 0x04, 0x03, 0x07, 0x06, 0x07})
 	f.Add([]byte{0x48, 0x08, 0x00, 0x0a, 0x02, 0x0c, 0x0b, 0x03, 0x07, 0x05, 0x07, 0x06, 0x07})
 	f.Add([]byte{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f})
@@ -163,17 +191,21 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		type model struct {
 			held            bool
-			certain, maybes int64 // bytes freed on the stream: behind its hold; since its last synchronization, before any hold
+			idle            bool  // synchronized since its last free, and not held: a reading uncounts every free of it
+			certain, maybes int64 // bytes freed on the stream: behind its hold; else not yet read while it was idle
 		}
 		var m [2]model
 		release := func() {
 			cudatest.ReleaseStreams()
 			for i, s := range streams {
 				syncStream(t, d, s)
-				m[i] = model{}
+				m[i].maybes += m[i].certain
+				m[i].held, m[i].idle, m[i].certain = false, true, 0
 			}
 		}
 		release()
+		d.MemoryStats() // both streams idle: nothing pending
+		m = [2]model{}
 		defer release()
 		base := d.MemoryStats()
 		basePool := poolStats(t, d).PoolUsed
@@ -187,21 +219,28 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 			l := bufs[k]
 			require.NoError(t, l.b.FreeAsync(streams[l.stream]))
 			tracked -= l.b.Size()
-			if m[l.stream].held {
-				m[l.stream].certain += l.b.Size()
+			ms := &m[l.stream]
+			if ms.held {
+				ms.certain += l.b.Size()
 			} else {
-				m[l.stream].maybes += l.b.Size()
+				ms.maybes += l.b.Size()
 			}
+			ms.idle = false
 			bufs = append(bufs[:k], bufs[k+1:]...)
 		}
 		read := func(msg string) {
 			t.Helper()
 			st := d.MemoryStats()
+			for i := range m {
+				if m[i].idle {
+					m[i].maybes = 0
+				}
+			}
 			least := base.Held + tracked + m[0].certain + m[1].certain
 			msg = fmt.Sprintf("%s: %+v", msg, m)
 			require.Equal(t, base.Tracked+tracked, st.Tracked, msg)
 			require.GreaterOrEqual(t, st.Held, least, msg+": a free left Held before its stream ran it")
-			require.LessOrEqual(t, st.Held, least+m[0].maybes+m[1].maybes, msg+": a free its stream ran is still counted")
+			require.LessOrEqual(t, st.Held, least+m[0].maybes+m[1].maybes, msg+": a free its stream ran is still counted after a reading found the stream idle")
 			if onFake() {
 				require.GreaterOrEqual(t, st.Held-base.Held, poolStats(t, d).PoolUsed-basePool, msg)
 			}
@@ -209,12 +248,16 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 		for i, op := range ops {
 			s := int(op>>3) & 1
 			switch op & 7 {
-			case 0, 1: // allocate
+			case 0, 1: // allocate on s: it takes over the frees pending there, the newest first
 				size := int64(op>>4%5+1) << 12
 				b, err := d.AllocAsync(size, streams[s])
 				require.NoError(t, err)
 				bufs = append(bufs, live{b, s})
 				tracked += size
+				ms := &m[s]
+				taken := min(size, ms.certain)
+				ms.certain -= taken
+				ms.maybes = max(0, ms.maybes-(size-taken))
 			case 2: // free the oldest, on its stream
 				if len(bufs) > 0 {
 					free(0)
@@ -227,12 +270,12 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 				if !m[s].held {
 					syncStream(t, d, streams[s])
 					inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(streams[s]))) })
-					m[s] = model{held: true}
+					m[s].held, m[s].idle = true, false
 				}
 			case 5: // synchronize a stream
 				if !m[s].held {
 					syncStream(t, d, streams[s])
-					m[s].maybes = 0
+					m[s].idle = true
 				}
 			case 6: // release both streams and synchronize them
 				release()
@@ -243,7 +286,7 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 		read("at the end")
 		release()
 		st := d.MemoryStats()
-		assert.Equal(t, base.Held+tracked, st.Held, "after the synchronization, every free executed is uncounted")
+		assert.Equal(t, base.Held+tracked, st.Held, "after the synchronization, a reading uncounts every free executed")
 		for len(bufs) > 0 {
 			free(0)
 		}

@@ -21,11 +21,9 @@ typedef struct {
 	CUresult restore;   // putting the previous context back
 	CUdeviceptr ptr;    // an allocation
 	size_t free, total; // memtrack_meminfo: cuMemGetInfo
-	CUevent event;      // memtrack_free_async: the event recorded after the free
+	CUevent event;      // memtrack_free_async: the event recorded after a free on the per-thread default stream
 	int retired;        // memtrack_free_async: the free is known to be executed
 	int foreign;        // the stream is of another context than ctx (memtrack_enter_stream)
-	int spare_unused;   // memtrack_free_async: the event given was not used
-	unsigned long long seq; // memtrack_free_async: the event's number among those recorded on its stream
 	CUcontext stream_ctx; // the stream's context (memtrack_enter_stream)
 	CUdevice stream_device; // the stream's device, where other_device
 	int other_device;   // the stream is of another device: the operation did not run
@@ -102,6 +100,20 @@ static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *
 	if (r == CUDA_SUCCESS) res->capturing = st;
 	if (r == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE) res->capture_id = id;
 	return r;
+}
+
+// memtrack_ask_capture is memtrack_check_capture where the capture's ID
+// is wanted only where the stream captures: cuStreamIsCapturing, which
+// costs half of cuStreamGetCaptureInfo on an H200 (17 and 33 ns a call),
+// and cuStreamGetCaptureInfo only where a capture is under way.
+static inline CUresult memtrack_ask_capture(CUstream stream, memtrack_result *res) {
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUresult r = memtrack_cu.cuStreamIsCapturing(stream, &st);
+	if (r != CUDA_SUCCESS || st == CU_STREAM_CAPTURE_STATUS_NONE || !memtrack_cu.cuStreamGetCaptureInfo) {
+		if (r == CUDA_SUCCESS) res->capturing = st;
+		return r;
+	}
+	return memtrack_check_capture(stream, res);
 }
 
 // memtrack_relaxed sets the calling thread's stream capture mode to relaxed

@@ -73,7 +73,9 @@ enum {
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
 	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+	CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
 
 	CU_EVENT_DISABLE_TIMING = 0x2, // CUevent_flags
 
@@ -152,6 +154,7 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 	X(cuStreamGetCtx, , 9020, MEMTRACK_ESSENTIAL, (CUstream stream, CUcontext *ctx)) \
 	X(cuStreamIsCapturing, , 10000, MEMTRACK_ESSENTIAL, (CUstream stream, CUstreamCaptureStatus *status)) \
 	X(cuStreamSynchronize, , 2000, MEMTRACK_ESSENTIAL, (CUstream stream)) \
+	X(cuStreamQuery, , 2000, MEMTRACK_ESSENTIAL, (CUstream stream)) \
 	X(cuStreamWaitEvent, , 3020, MEMTRACK_ESSENTIAL, (CUstream stream, CUevent event, unsigned int flags)) \
 	X(cuEventCreate, , 2000, MEMTRACK_ESSENTIAL, (CUevent *event, unsigned int flags)) \
 	X(cuEventRecord, , 2000, MEMTRACK_ESSENTIAL, (CUevent event, CUstream stream)) \

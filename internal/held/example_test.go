@@ -6,61 +6,58 @@ import (
 	"github.com/memtrack/memtrack/internal/held"
 )
 
-// event is a driver's event in this example: the number of the free it
-// follows on its stream.
+// event is a driver's event in this example.
 type event int
 
-// querier is a driver whose one stream has run the frees up to ran.
-type querier struct {
-	ran     event
-	reached []int // of the last query, for each stream
+// driver is a device with one stream, busy until the test says it is idle.
+type driver struct {
+	idle    bool
 	queries int
 }
 
-func (q *querier) Query(events []event, ends []int) bool {
-	q.queries++
-	q.reached = q.reached[:0]
-	start := 0
-	for _, end := range ends {
-		n := 0
-		for _, e := range events[start:end] {
-			if e > q.ran {
-				break
-			}
-			n++
+// Query answers for the one stream: idle, or busy, in which case it
+// records an event (never reached, in this example).
+func (d *driver) Query(qs []held.Query[event]) bool {
+	d.queries++
+	for i := range qs {
+		q := &qs[i]
+		switch {
+		case q.Ask && d.idle:
+			q.Reached, q.Idle = len(q.Events), true
+		case d.idle:
+			q.Reached = len(q.Events)
+		case q.Record:
+			q.Recorded = 1
 		}
-		q.reached = append(q.reached, n)
-		start = end
 	}
 	return true
 }
 
-func (q *querier) Reached(i int) (int, bool) { return q.reached[i], true }
-func (q *querier) Destroy(e event)           {}
+func (d *driver) Destroy(event) {}
 
-// An adapter counts an allocation with Add, a free that returns the memory
-// at once with Drop, and a free in stream order with Enqueue, the event it
-// recorded after the free beside it. A reading (Load) asks the driver once,
-// and uncounts the frees the stream has run; so does an allocation that
-// would raise the peak, first, and one within the peak asks nothing.
+// An adapter counts an allocation with Add (the Order taken before it
+// asked the driver), a free that returns the memory at once with Drop, and
+// a free in stream order with Freed, which asks the driver nothing. An
+// allocation on a stream takes over the bytes of the frees pending there,
+// as the driver's pool reuses them. A reading (Load) asks the driver once
+// per stream with frees pending: here the stream is busy, and the last
+// free stays counted until a reading finds the stream idle.
 func Example() {
-	q := new(querier)
-	var f held.Figure[event, *querier]
-	f.Init(q)
-	f.Add(3<<20, false) // an allocation freed at once
-	f.Drop(3<<20, false)
-	s := held.Stream{Context: 1, Handle: 7, Ordered: true}
-	for seq := 1; seq <= 3; seq++ {
-		f.Add(1<<20, true)
-		n := f.TakeSpare() // none yet: the first events are new
-		if n == nil {
-			n = new(held.Free[event])
-		}
-		*n = held.Free[event]{Event: event(seq), Stream: s, Seq: uint64(seq), Size: 1 << 20}
-		f.Enqueue(n)
+	d := new(driver)
+	var f held.Figure[event, *driver]
+	f.Init(d, true)
+	s := held.Stream{Handle: 7, Context: 1, Ordered: true}
+	for range 3 {
+		at := f.Order()
+		f.Add(1<<20, true, s.Handle, at) // takes over the last free's MiB
+		f.Freed(s, 1<<20)
 	}
-	q.ran = 2 // the stream has run the first two frees
 	cur, peak := f.Load()
-	fmt.Printf("held %d MiB, peak %d MiB, after %d query\n", cur>>20, peak>>20, q.queries)
-	// Output: held 1 MiB, peak 3 MiB, after 1 query
+	fmt.Printf("busy: held %d MiB, peak %d MiB, after %d query\n", cur>>20, peak>>20, d.queries)
+	d.idle = true
+	cur, peak = f.Load()
+	fmt.Printf("idle: held %d MiB, peak %d MiB, after %d queries\n", cur>>20, peak>>20, d.queries)
+	// Output:
+	// busy: held 1 MiB, peak 1 MiB, after 1 query
+	// idle: held 0 MiB, peak 1 MiB, after 2 queries
 }

@@ -47,6 +47,8 @@ enum {
 	hipErrorInvalidDevice = 101,
 	hipErrorNotReady = 600,
 	hipErrorNotSupported = 801,
+	hipErrorStreamCaptureUnsupported = 900,
+	hipErrorStreamCaptureWrongThread = 908,
 
 	hipEventDisableTiming = 0x2, // hipEventCreateWithFlags
 
@@ -113,6 +115,7 @@ enum { MEMTRACK_HIP_ESSENTIAL = 1, MEMTRACK_HIP_OPTIONAL = 0 };
 	X(hipFree, 401, MEMTRACK_HIP_ESSENTIAL, (void *ptr)) \
 	X(hipMemGetInfo, 401, MEMTRACK_HIP_ESSENTIAL, (size_t *free, size_t *total)) \
 	X(hipStreamSynchronize, 401, MEMTRACK_HIP_ESSENTIAL, (hipStream_t stream)) \
+	X(hipStreamQuery, 401, MEMTRACK_HIP_ESSENTIAL, (hipStream_t stream)) \
 	X(hipEventCreateWithFlags, 401, MEMTRACK_HIP_ESSENTIAL, (hipEvent_t *event, unsigned int flags)) \
 	X(hipEventRecord, 401, MEMTRACK_HIP_ESSENTIAL, (hipEvent_t event, hipStream_t stream)) \
 	X(hipEventQuery, 401, MEMTRACK_HIP_ESSENTIAL, (hipEvent_t event)) \
