@@ -619,6 +619,46 @@ func TestCUDAStreamReconcile(t *testing.T) {
 	t.Log("\n" + out.String())
 }
 
+// TestCUDAStreamReuseOnStream: a buffer freed and a second of the same
+// size allocated on the same stream, behind a stream held back, as
+// scripts/gpu-check.sh's stream-ordered table does behind memsets: the
+// pool hands the second the first's block (on an H200 the pool's
+// USED_MEM_HIGH was one buffer's size for two), and the device-side
+// figures agree with the pool's: the device-side peak rises by one
+// buffer, Held counts one while the second free waits, and nothing once
+// the stream has run and been synchronized. Budgets built on the peak set
+// aside one buffer, not two.
+func TestCUDAStreamReuseOnStream(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	const size = 64 << 20
+	syncStream(t, d, s)
+	d.MemoryStats()
+	d.ResetPeakMemoryStats()
+	before, poolBefore := d.MemoryStats(), poolStats(t, d)
+	defer cudatest.ReleaseStreams() // where the test stops before it does
+	inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(s))) })
+	for range 2 {
+		b, err := d.AllocAsync(size, s)
+		require.NoError(t, err)
+		require.NoError(t, b.FreeAsync(s))
+	}
+	atFree, poolAtFree := d.MemoryStats(), poolStats(t, d)
+	assert.Equal(t, before.Tracked, atFree.Tracked)
+	assert.Equal(t, before.Held+size, atFree.Held, "the second free waits; the first's block is the second buffer's")
+	assert.Equal(t, before.PeakHeld+size, atFree.PeakHeld, "one buffer's block at a time")
+	if onFake() {
+		assert.Equal(t, poolBefore.PoolUsed+size, poolAtFree.PoolUsed, "the pool counts the block once")
+	}
+	cudatest.ReleaseStreams()
+	syncStream(t, d, s)
+	st, pool := d.MemoryStats(), poolStats(t, d)
+	assert.Equal(t, before.Held, st.Held)
+	assert.Equal(t, before.PeakHeld+size, st.PeakHeld)
+	assert.Equal(t, poolBefore.PoolUsed+size, pool.PeakPoolUsed, "the pool's high-water mark: one buffer")
+	assert.Equal(t, pool.PeakPoolUsed-poolBefore.PoolUsed, st.PeakHeld-before.Held, "the device-side peak is the pool's")
+}
+
 // TestCUDAFreesUnread: a program that frees in stream order and never reads
 // its figures costs no driver call of memtrack's own per free: no event
 // is created, recorded or queried, and no stream is asked, where no
