@@ -112,6 +112,7 @@ func TestReadingsReached(t *testing.T) {
 				held := mark(t, other)
 				hiptest.ReleaseStreams()
 				require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
+				require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, other))
 				require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, s))
 				require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, other))
 				for range n - k {
