@@ -481,16 +481,21 @@ func (b *cudaBackend) side(ordinal int) *deviceSide {
 // The device-side figure is the CUDA backend's capability (heldFigure),
 // which deviceTable.held holds.
 
+// heldOrder and heldAdd are called on the allocation path, after the
+// device was looked up in its table, which the backend's initialisation
+// made before the table was published: they index the figures without
+// asking init again.
+
 func (b *cudaBackend) heldOrder(ordinal int) uint64 {
-	if sd := b.side(ordinal); sd != nil {
-		return uint64(sd.Order())
+	if uint(ordinal) < uint(len(b.sides)) {
+		return uint64(b.sides[ordinal].Order())
 	}
 	return 0
 }
 
 func (b *cudaBackend) heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool) {
-	if sd := b.side(ordinal); sd != nil {
-		sd.Add(size, pooled, keyOf(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
+	if uint(ordinal) < uint(len(b.sides)) {
+		b.sides[ordinal].Add(size, pooled, keyOf(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
 	}
 }
 

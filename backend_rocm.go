@@ -372,16 +372,21 @@ func (b *rocmBackend) side(ordinal int) *rocmSide {
 // The device-side figure is the ROCm backend's capability (heldFigure),
 // which deviceTable.held holds.
 
+// heldOrder and heldAdd are called on the allocation path, after the
+// device was looked up in its table, which the backend's initialisation
+// made before the table was published: they index the figures without
+// asking init again.
+
 func (b *rocmBackend) heldOrder(ordinal int) uint64 {
-	if sd := b.side(ordinal); sd != nil {
-		return uint64(sd.Order())
+	if uint(ordinal) < uint(len(b.sides)) {
+		return uint64(b.sides[ordinal].Order())
 	}
 	return 0
 }
 
 func (b *rocmBackend) heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool) {
-	if sd := b.side(ordinal); sd != nil {
-		sd.Add(size, pooled, hipStreamKey(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
+	if uint(ordinal) < uint(len(b.sides)) {
+		b.sides[ordinal].Add(size, pooled, hipStreamKey(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
 	}
 }
 

@@ -3,6 +3,7 @@
 package memtrack
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -186,6 +187,41 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 			b.ReportMetric(float64(tracked)/float64(raw), "ratio")
 			b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
 			b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
+		})
+	}
+}
+
+// BenchmarkCUDACrossing times one crossing from Go into C and back, the
+// unit of docs/performance.md's predicted cost of the tracked pair: of a C
+// function that does nothing (op=nothing), of one that calls the driver's
+// cuCtxGetCurrent once (op=cuCtxGetCurrent), and of one that calls it ten
+// times, per call (op=cuCtxGetCurrent-x10, ns/op divided by ten), which
+// gives the driver call's own cost apart from the crossing's.
+//
+//	go test -tags cuda -run '^$' -bench CUDACrossing -count 5
+func BenchmarkCUDACrossing(b *testing.B) {
+	if _, err := CUDA(0); err != nil {
+		b.Skip(err)
+	}
+	if err := cudatest.Load(); err != nil {
+		b.Skip(err)
+	}
+	b.Run("op=nothing", func(b *testing.B) {
+		for b.Loop() {
+			cudatest.Nothing()
+		}
+	})
+	for _, n := range []int{1, 10} {
+		name := "op=cuCtxGetCurrent"
+		if n > 1 {
+			name += fmt.Sprintf("-x%d", n)
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if r := cudatest.ThreadContextTimes(n); r != cudadrv.Success {
+					b.Fatal(resultError("cuCtxGetCurrent", "", r))
+				}
+			}
 		})
 	}
 }

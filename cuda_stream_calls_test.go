@@ -220,7 +220,12 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 				sumTracked += tracked[n]
 				sumRaw += raw[n]
 			}
-			fmt.Fprintf(&table, "%-24s %8.3f %8.3f", "all", float64(sumTracked)/(pairs*rounds), float64(sumRaw)/(pairs*rounds))
+			fmt.Fprintf(&table, "%-24s %8.3f %8.3f\n", "all", float64(sumTracked)/(pairs*rounds), float64(sumRaw)/(pairs*rounds))
+			// The crossings into C: one per operation, and the reading's one
+			// per round; the raw pair's one per operation.
+			crossTracked, crossRaw := 2+1.0/pairs, 2.0
+			fmt.Fprintf(&table, "%-24s %8.3f %8.3f\n", "crossings into C", crossTracked, crossRaw)
+			predictOnH200(&table, c.s == DefaultStream, tracked, raw, pairs*rounds, crossTracked, crossRaw)
 			t.Log("\n" + table.String())
 
 			// Per round of 32 pairs and a reading: the pair's two calls,
@@ -264,6 +269,57 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 			assert.Equal(t, perRounds(want), withoutZeros(tracked), "the tracked pair")
 			assert.Equal(t, perRounds(wantRaw), withoutZeros(raw), "the raw pair")
 		})
+	}
+}
+
+// h200CallNs is what each driver call took on an H200 (driver 580.159.04,
+// CUDA 13.0), called from C in a loop of its own: the medians of
+// /work/shared/gpu-runs/h200-2026-12-04/driver-costs-and-graph-memory.txt
+// (callcost.c), cuThreadExchangeStreamCaptureMode half of the pair there
+// and back. cuEventCreate and cuEventDestroy, which a running program's
+// pairs do not make, were not timed.
+var h200CallNs = map[string]float64{
+	"cuCtxGetCurrent": 12.3, "cuCtxSetCurrent": 25.3, "cuStreamGetCtx": 27.4, "cuStreamIsCapturing": 17.2,
+	"cuStreamGetCaptureInfo": 32.9, "cuThreadExchangeStreamCaptureMode": 10.0, "cuEventRecord": 227.1,
+	"cuEventQuery": 278.8, "cuStreamQuery": 297.9,
+}
+
+// h200PairNs is what cuMemAllocAsync and cuMemFreeAsync took together on
+// the H200, by size and stream (callcost.c; the legacy stream was timed at
+// 1 KiB alone, and its 1 MiB pair is taken as the own stream's), and
+// h200CrossingNs the range of one crossing from Go into C there
+// (cgo-cost.txt: an empty C function 46.8 ns, one calling cuCtxGetCurrent
+// 41.3 ns).
+var (
+	h200PairNs = map[bool]map[string]float64{
+		false: {"1 KiB": 746.7, "1 MiB": 635.5},
+		true:  {"1 KiB": 707.2, "1 MiB": 635.5},
+	}
+	h200CrossingNs = [2]float64{41.3, 46.8}
+)
+
+// predictOnH200 writes the predicted cost of the tracked and the raw pair
+// on the H200: each call per pair weighted by what it took there
+// (h200CallNs, the pair's own h200PairNs), and the crossings into C at
+// h200CrossingNs; then their ratio per size. memtrack's own Go code is not
+// in it.
+func predictOnH200(w *strings.Builder, legacy bool, tracked, raw map[string]uint64, pairs int, crossTracked, crossRaw float64) {
+	calls := func(m map[string]uint64) (ns float64) {
+		for n, v := range m {
+			ns += float64(v) / float64(pairs) * h200CallNs[n]
+		}
+		return ns
+	}
+	ct, cr := calls(tracked), calls(raw)
+	fmt.Fprintf(w, "predicted on the H200, beside the pair: calls %.1f ns tracked, %.1f ns raw; crossings at %.1f-%.1f ns\n",
+		ct, cr, h200CrossingNs[0], h200CrossingNs[1])
+	for _, size := range []string{"1 KiB", "1 MiB"} {
+		pair := h200PairNs[legacy][size]
+		lo := (pair + ct + crossTracked*h200CrossingNs[0]) / (pair + cr + crossRaw*h200CrossingNs[0])
+		hi := (pair + ct + crossTracked*h200CrossingNs[1]) / (pair + cr + crossRaw*h200CrossingNs[1])
+		fmt.Fprintf(w, "  %s: tracked %.0f-%.0f ns, raw %.0f-%.0f ns, tracked/raw %.3f-%.3f\n", size,
+			pair+ct+crossTracked*h200CrossingNs[0], pair+ct+crossTracked*h200CrossingNs[1],
+			pair+cr+crossRaw*h200CrossingNs[0], pair+cr+crossRaw*h200CrossingNs[1], min(lo, hi), max(lo, hi))
 	}
 }
 

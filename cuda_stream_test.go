@@ -659,6 +659,69 @@ func TestCUDAStreamReuseOnStream(t *testing.T) {
 	assert.Equal(t, pool.PeakPoolUsed-poolBefore.PoolUsed, st.PeakHeld-before.Held, "the device-side peak is the pool's")
 }
 
+// TestCUDAExactAfterSynchronize: Held and PeakHeld are exact when read
+// after the program synchronized its streams. Frees on two streams, some
+// behind holds, readings while the streams are busy (which record events
+// after the frees), more frees after them; then the holds are released and,
+// before any reading, the streams synchronized: the next reading gives
+// Held = Tracked and leaves nothing pending. Then a free on one stream,
+// that stream synchronized and not read, and an allocation on another that
+// raises the device-side peak: it reads first, so that the peak leaves the
+// free out.
+func TestCUDAExactAfterSynchronize(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	a, b := newStream(t, d), newStream(t, d)
+	quietSide(t, d)
+	base := d.MemoryStats()
+	const size = 1 << 20
+	var live []*Buffer
+	alloc := func(s Stream) *Buffer {
+		buf, err := d.AllocAsync(size, s)
+		require.NoError(t, err)
+		return buf
+	}
+	defer cudatest.ReleaseStreams() // where the test stops before it does
+	for round := range 3 {
+		for _, s := range []Stream{a, b} {
+			if round == 1 {
+				inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(s))) })
+			}
+			live = append(live, alloc(s))
+			for range 4 {
+				buf := alloc(DefaultStream)
+				require.NoError(t, buf.FreeAsync(s)) // ordered after the legacy stream's allocation
+			}
+		}
+		st := d.MemoryStats() // busy streams: events recorded after their frees
+		assert.GreaterOrEqual(t, st.Held, st.Tracked)
+	}
+	cudatest.ReleaseStreams()
+	syncStream(t, d, a)
+	syncStream(t, d, b)
+	st := d.MemoryStats()
+	assert.Equal(t, base.Tracked+int64(len(live))*size, st.Tracked)
+	assert.Equal(t, st.Tracked-base.Tracked, st.Held-base.Held, "exact after the synchronization")
+	assert.Zero(t, sideOf(d.Ordinal()).Pending(), "nothing pending")
+
+	// The peak: a free run and not read, then an allocation that raises it.
+	for _, buf := range live {
+		require.NoError(t, buf.FreeAsync(a)) // a's after the synchronization above, b's ordered by it too
+	}
+	syncStream(t, d, a)
+	d.ResetPeakMemoryStats() // reads: the frees above leave
+	big := alloc(DefaultStream)
+	freed := alloc(b)
+	require.NoError(t, freed.FreeAsync(b))
+	syncStream(t, d, b) // run, not read
+	bigger, err := d.AllocAsync(4*size, a)
+	require.NoError(t, err)
+	st = d.MemoryStats()
+	assert.Equal(t, base.Held+5*size, st.Held)
+	assert.Equal(t, base.Held+5*size, st.PeakHeld, "the allocation that raised the peak read first: the free run on b left out")
+	require.NoError(t, big.Free())
+	require.NoError(t, bigger.Free())
+}
+
 // TestCUDAFreesUnread: a program that frees in stream order and never reads
 // its figures costs no driver call of memtrack's own per free: no event
 // is created, recorded or queried, and no stream is asked, where no

@@ -100,7 +100,7 @@ static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr
 // reading can ask it, it records event (created if NULL) after the free;
 // where that event cannot be recorded, it waits for the stream and reports
 // the free retired.
-static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr_t handle, CUevent event) {
+static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr_t handle, uintptr_t event) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
 	if (!memtrack_cu.cuMemFreeAsync) {
@@ -109,7 +109,7 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 	}
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
-	a.event = event;
+	a.event = (CUevent)event;
 	if ((a.enter = memtrack_enter_capture(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
 	if (a.other_device || a.capturing || a.op != CUDA_SUCCESS) {
 		a.restore = memtrack_leave_stream(ctx, prev, &a);
@@ -421,7 +421,9 @@ func CheckStream(ctx Context, stream uintptr) StreamCall {
 // event's creation and that synchronization run in relaxed stream-capture
 // mode; the free, in the caller's (AllocAsync).
 func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall {
-	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), event.p))
+	// The event crosses as a number, which cgo need not check as it checks
+	// a pointer: it is the driver's handle, not Go memory.
+	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), C.uintptr_t(uintptr(unsafe.Pointer(event.p)))))
 }
 
 // Readings asks, in one call, how far streams have come past the frees

@@ -176,8 +176,8 @@ func (f *Figure[E, Q]) takeOver(stream uintptr, at Order, size int64) int64 {
 		return 0
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.gone || e.last > at {
+		e.mu.Unlock()
 		return 0
 	}
 	take := min(size, e.open)
@@ -188,6 +188,7 @@ func (f *Figure[E, Q]) takeOver(stream uintptr, at Order, size int64) int64 {
 		take += t
 	}
 	f.pending.Add(-take)
+	e.mu.Unlock()
 	return take
 }
 

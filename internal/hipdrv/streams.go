@@ -39,14 +39,14 @@ static memtrack_hip_result memtrack_hip_alloc_async(int device, size_t size, uin
 // free; where that event cannot be recorded, it waits for the stream and
 // reports the free retired. A stream of another device, or one that takes
 // part in a capture, frees nothing.
-static memtrack_hip_result memtrack_hip_free_async(int device, uintptr_t ptr, uintptr_t handle, hipEvent_t event) {
+static memtrack_hip_result memtrack_hip_free_async(int device, uintptr_t ptr, uintptr_t handle, uintptr_t event) {
 	memtrack_hip_result a = {0};
 	if (!memtrack_hip.hipFreeAsync) {
 		a.op = hipErrorNotSupported;
 		return a;
 	}
 	hipStream_t stream = (hipStream_t)handle;
-	a.event = event;
+	a.event = (hipEvent_t)event;
 	int prev;
 	if ((a.enter = memtrack_hip_enter(device, &prev)) != hipSuccess) return a;
 	a.op = memtrack_hip_check_stream(device, stream, &a);
@@ -195,6 +195,8 @@ static hipError_t memtrack_hip_read_streams(int device, const hipEvent_t *events
 */
 import "C"
 
+import "unsafe"
+
 // Event is a HIP event (hipEvent_t); the zero Event is none.
 type Event struct{ p C.hipEvent_t }
 
@@ -247,7 +249,9 @@ func AllocAsync(device int, size int64, stream uintptr) StreamCall {
 // retired. A stream of another device, or one that takes part in a
 // capture, frees nothing.
 func FreeAsync(device int, ptr uintptr, stream uintptr, event Event) StreamCall {
-	return streamCallOf(C.memtrack_hip_free_async(C.int(device), C.uintptr_t(ptr), C.uintptr_t(stream), event.p))
+	// The event crosses as a number, which cgo need not check as it checks
+	// a pointer: it is the runtime's handle, not Go memory.
+	return streamCallOf(C.memtrack_hip_free_async(C.int(device), C.uintptr_t(ptr), C.uintptr_t(stream), C.uintptr_t(uintptr(unsafe.Pointer(event.p)))))
 }
 
 // StreamInfo reports what AllocAsync would find of stream, with device
