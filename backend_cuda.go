@@ -78,40 +78,39 @@ type retained struct{ ctx cuContext }
 type deviceSide = held.Figure[cudadrv.Event, *cudaEvents]
 
 // cudaEvents is how the device-side figure of one device asks the driver
-// how far its streams have come past their frees (held.Querier): a
-// reading's questions, asked in one cgo call (cudadrv.Readings.Read).
+// which frees in stream order have executed (held.Querier): the events
+// recorded after them, queried in the device's primary context in one cgo
+// call (cudadrv.StreamEvents.Query).
 type cudaEvents struct {
 	b       *cudaBackend
 	ordinal int
-	r       cudadrv.Readings // the last reading's
+	q       cudadrv.StreamEvents // the last query's
 }
 
-// Query asks the driver each question of qs, in the streams' contexts,
-// and writes the answers; it returns false where the device cannot be
-// reached (it is lost, or its context cannot be retained).
+// Query queries the events of each stream of qs in the device's primary
+// context, and writes the answers; it returns false where the device
+// cannot be reached (it is lost, or its context cannot be retained).
 func (q *cudaEvents) Query(qs []held.Query[cudadrv.Event]) bool {
-	dev, ctx, err := q.b.device(q.ordinal, "reading")
+	dev, ctx, err := q.b.device(q.ordinal, "event query")
 	if err != nil {
 		return false
 	}
-	q.r.Reset()
+	q.q.Reset()
 	for i := range qs {
-		x := &qs[i]
-		q.r.Add(x.Stream, cudadrv.Context(x.Context), x.Events, x.Ask, x.Record, x.Spare)
+		q.q.Add(qs[i].Events)
 	}
-	if r := q.r.Read(ctx); r != cudadrv.Success {
-		dev.restoreFailed("reading", r)
+	if r := q.q.Query(ctx); r != cudadrv.Success {
+		dev.restoreFailed("event query", r)
 	}
 	for i := range qs {
-		x := &qs[i]
-		var res cudadrv.Result
-		x.Reached, x.Idle, x.Recorded, res = q.r.Answer(i)
-		x.Gone = res != cudadrv.Success
+		var r cudadrv.Result
+		qs[i].Reached, r = q.q.Reached(i)
+		qs[i].Gone = r != cudadrv.Success
 	}
 	return true
 }
 
-// Destroy destroys an event the figure keeps no more.
+// Destroy destroys an event of a stream of another context.
 func (q *cudaEvents) Destroy(e cudadrv.Event) { cudadrv.EventDestroy(e) }
 
 func newCUDABackend() backend { return &cudaBackend{} }
@@ -421,38 +420,42 @@ func formatGPUUUID(b [16]byte) string {
 // operates and restores the thread's context, so that the goroutine need
 // not be locked to its thread.
 
-// FreeAsync records nothing after its free on a stream of one's own or the
-// legacy default stream: the device-side figure keeps, per stream, the
-// bytes freed since its last reading, and a reading asks each stream with
-// frees pending whether it has run all its work (cuStreamQuery), recording
-// an event after its frees only where it has not, for the next reading to
-// query (cuEventQuery). An event captures all the work enqueued on its
-// stream before it (cuEventRecord), and a stream idle has run all of it,
-// so one answer retires every free of a stream counted before the
-// question. A query that fails (a context error: nothing will run on the
-// device again) retires the frees too. A host function enqueued after each
-// free (cuLaunchHostFunc) would cost more, as the driver's reference says:
-// it blocks the work enqueued after it on its stream, host functions of
-// different streams may be serialized, and none is called after a context
-// error, so that a free behind a kernel fault would stay in the
-// device-side figure.
+// FreeAsync learns that its stream has executed the free by an event
+// recorded after it (cuEventRecord), in the same cgo call; the figures are
+// read after querying the pending events (cuEventQuery), as PyTorch's and
+// CuPy's allocators learn of their frees. A query that fails (a context
+// error: nothing will run on the device again) retires the free too. A
+// host function enqueued after the free (cuLaunchHostFunc) would cost
+// more, as the driver's reference says: it blocks the work enqueued after
+// it on its stream, host functions of different streams may be
+// serialized, and none is called after a context error, so that a free
+// behind a kernel fault would stay in the device-side figure.
 //
-// The per-thread default stream's handle names another stream on each
-// thread, which a reading made on another thread cannot ask: a free there
-// records an event after it, a spare of the figure's where there is one,
-// and the readings query it alone.
+// The event is recorded inside FreeAsync, where the program hands memtrack
+// the stream: a reading never calls the driver with a stream of the
+// program's, which the program may have destroyed since (its handle then
+// names nothing, or another stream), or may be capturing, begun after any
+// check a reading could make (a query of a capturing stream fails and
+// invalidates its capture; an event recorded there becomes the graph's).
+//
+// An event captures all the work enqueued on its stream before it
+// (cuEventRecord), so where a stream has reached the event after one free,
+// it has executed every free enqueued on it before: a reading queries each
+// stream's newest pending event first, and one answer retires all the
+// stream's frees; where the stream has not reached it, bisection finds the
+// first free not executed.
 //
 // The pool hands a block freed on a stream to the next allocation on that
-// stream at once, the allocation being ordered after the free on the
-// stream (CUDA Programming Guide, Stream Ordered Memory Allocator), and on
-// an H200 two buffers of 64 MiB allocated and freed in turn on one stream
-// behind a busy stream left the pool's USED_MEM_HIGH at 64 MiB: an
-// allocation takes over the bytes of the frees pending on its stream
-// (held.Figure.Add).
+// stream at once, the allocation being ordered after the free there (the
+// driver's reference, Stream Ordered Memory Allocator: the allocator "may
+// refer to internal stream ordering"), and on an H200 two buffers of
+// 64 MiB allocated and freed in turn on one stream behind a busy stream
+// left the pool's USED_MEM_HIGH at 64 MiB: an allocation takes over the
+// bytes of the frees pending on its stream (held.Figure.Add).
 
 // The device-side figure of each CUDA device is a held.Figure (deviceSide,
-// backend_cuda.go): this file gives it the frees of FreeAsync, and the
-// backend's heldFigure capability reads it.
+// backend_cuda.go): this file gives it the frees of FreeAsync with their
+// events, and the backend's heldFigure capability reads it.
 
 // keyOf names the stream of a free for the device-side figure of a device:
 // its handle, the legacy default stream by 0 whichever of its two handles
@@ -662,9 +665,9 @@ func (b *cudaBackend) inCapture(dev *cudaDevice, ctx cuContext, d Device, size i
 	return a.CaptureID, nil
 }
 
-// freeAsync frees m in stream order (cuMemFreeAsync); the device-side
-// figure keeps its bytes until a reading learns that the stream ran it
-// (above), or an allocation on the stream takes them over.
+// freeAsync frees m in stream order (cuMemFreeAsync) and learns when the
+// stream executes the free, by an event recorded after it; an allocation
+// on the stream may take the free's bytes over before then.
 func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	sd := &b.sides[ordinal] // the buffer's allocAsync found the device
@@ -672,15 +675,15 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if err != nil {
 		return err
 	}
-	key := keyOf(stream)
-	var spare cudadrv.Event
-	if !key.Ordered {
-		spare, _ = sd.TakeSpare() // an event reached, to record again
-	}
+	spare, taken := sd.TakeSpare() // an event reached, to record again
 	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), spare)
+	if taken && f.SpareUnused {
+		sd.PutSpare(spare) // the stream's context needs an event of its own
+		taken = false
+	}
 	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
 		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
-		if !spare.IsZero() {
+		if taken {
 			sd.PutSpare(spare)
 		}
 		return refusedStream("FreeAsync", d, stream, f)
@@ -688,24 +691,24 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
-		if !spare.IsZero() {
+		if taken {
 			sd.PutSpare(spare)
 		}
 		return err
 	}
-	key.Context = uintptr(f.StreamCtx)
-	switch {
-	case key.Ordered:
-		sd.Freed(key, size)
-	case f.Retired:
+	if f.Retired {
 		// The event could not be recorded; the stream was synchronized.
-		if !f.Event.IsZero() {
+		switch {
+		case f.Event.IsZero():
+		case f.Foreign:
+			cudadrv.EventDestroy(f.Event)
+		default:
 			sd.PutSpare(f.Event)
 		}
 		sd.Drop(size, true)
-	default:
-		sd.FreedWithEvent(key, size, f.Event)
+		return nil
 	}
+	sd.Freed(held.Free[cudadrv.Event]{Event: f.Event, Stream: keyOf(stream), Seq: f.Seq, Size: size, Foreign: f.Foreign})
 	return nil
 }
 

@@ -51,37 +51,39 @@ type rocmDevice struct {
 type rocmSide = held.Figure[hipdrv.Event, *rocmEvents]
 
 // rocmEvents is how the device-side figure of one device asks the runtime
-// how far its streams have come past their frees (held.Querier): a
-// reading's questions, asked with the device current, in one cgo call
-// (hipdrv.Readings.Read).
+// which frees in stream order have executed (held.Querier): the events
+// recorded after them, queried with the device current, in one cgo call
+// (hipdrv.StreamEvents.Query).
 type rocmEvents struct {
 	ordinal int
-	r       hipdrv.Readings // the last reading's
+	q       hipdrv.StreamEvents // the last query's
 }
 
-// Query asks the runtime each question of qs, with the device current,
+// Query queries the events of each stream of qs with the device current,
 // and writes the answers. HIP has no lost device: where the device cannot
 // be made current, each stream's answer is that failure, and its frees
 // count as executed.
 func (q *rocmEvents) Query(qs []held.Query[hipdrv.Event]) bool {
-	q.r.Reset()
+	q.q.Reset()
 	for i := range qs {
-		x := &qs[i]
-		q.r.Add(x.Stream, x.Events, x.Ask, x.Record, x.Spare)
+		for _, e := range qs[i].Events {
+			q.q.Add(e)
+		}
+		q.q.EndStream()
 	}
-	if r := q.r.Read(q.ordinal); r != hipdrv.Success {
-		settleHIP(q.ordinal, "reading", hipdrv.Call{Restore: r}) // logs the failed restore
+	if r := q.q.Query(q.ordinal); r != hipdrv.Success {
+		settleHIP(q.ordinal, "event query", hipdrv.Call{Restore: r}) // logs the failed restore
 	}
 	for i := range qs {
-		x := &qs[i]
-		var res hipdrv.Result
-		x.Reached, x.Idle, x.Recorded, res = q.r.Answer(i)
-		x.Gone = res != hipdrv.Success
+		var r hipdrv.Result
+		qs[i].Reached, r = q.q.Reached(i)
+		qs[i].Gone = r != hipdrv.Success
 	}
 	return true
 }
 
-// Destroy destroys an event the figure keeps no more.
+// Destroy destroys an event. Every event of FreeAsync is created with its
+// device current and kept for reuse, so the figure destroys none.
 func (q *rocmEvents) Destroy(e hipdrv.Event) { hipdrv.EventDestroy(e) }
 
 func newROCmBackend() backend { return &rocmBackend{} }
@@ -333,18 +335,13 @@ func formatHIPUUID(b [16]byte) string {
 // and restores the thread's device, so that the goroutine need not be
 // locked to its thread.
 //
-// FreeAsync records nothing after its free, as the CUDA backend does, with
-// the same reasoning: a reading asks each stream with frees pending
-// whether it has run all its work (hipStreamQuery), and records an event
-// after its frees (hipEventRecord) only where it has not, for the next
-// reading to query (hipEventQuery); an event captures all the work
-// enqueued on its stream before it, so one answer retires all of a
-// stream's frees counted before the question, and a stream's host callback
-// (hipStreamAddCallback) "will block later work in the stream until it is
-// finished", which an event does not. A free on the per-thread default
-// stream, whose handle names another stream on each thread, records an
-// event after it.
-//
+// FreeAsync learns that its stream has executed the free by an event
+// recorded after it (hipEventRecord), and a reading queries the pending
+// events (hipEventQuery), as the CUDA backend does, with the same
+// reasoning: an event captures all the work enqueued on its stream before
+// it, so one answer for a stream's newest event retires all its frees, and
+// a stream's host callback (hipStreamAddCallback) "will block later work in
+// the stream until it is finished", which an event does not.//
 // Stream capture: memtrack never allocates in a HIP graph. AllocAsync and
 // FreeAsync on a stream that takes part in a capture run nothing
 // (hipdrv), and fail with ErrNotSupported, as they do on a CUDA driver
@@ -532,22 +529,18 @@ func (b *rocmBackend) allocInCapture(ordinal int, _ int64, stream Stream, _ *mem
 	return 0, nil
 }
 
-// freeAsync frees m in stream order (hipFreeAsync); the device-side
-// figure keeps its bytes until a reading learns that the stream ran it.
+// freeAsync frees m in stream order (hipFreeAsync) and learns when the
+// stream executes the free, by an event recorded after it.
 func (b *rocmBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
 	if err := b.device(ordinal); err != nil {
 		return err
 	}
 	sd := &b.sides[ordinal]
-	key := hipStreamKey(stream)
-	var spare hipdrv.Event
-	if !key.Ordered {
-		spare, _ = sd.TakeSpare() // an event reached, to record again
-	}
+	spare, taken := sd.TakeSpare() // an event reached, to record again
 	f := hipdrv.FreeAsync(ordinal, m.ptr, uintptr(stream), spare)
 	if refused(f) {
 		settleHIP(ordinal, "free", f.Call) // a failed restore is logged there
-		if !spare.IsZero() {
+		if taken {
 			sd.PutSpare(spare)
 		}
 		return refusedHIPStream("FreeAsync", Device{kind: KindROCm, ordinal: ordinal}, stream, f)
@@ -555,23 +548,20 @@ func (b *rocmBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	// The free's own result decides (see settleHIP): a failure to restore
 	// the thread's device is logged there, and the free stands.
 	if err := settleHIP(ordinal, "free", f.Call); err != nil {
-		if !spare.IsZero() {
+		if taken {
 			sd.PutSpare(spare)
 		}
 		return err
 	}
-	switch {
-	case key.Ordered:
-		sd.Freed(key, size)
-	case f.Retired:
+	if f.Retired {
 		// The event could not be recorded; the stream was synchronized.
 		if !f.Event.IsZero() {
 			sd.PutSpare(f.Event)
 		}
 		sd.Drop(size, true)
-	default:
-		sd.FreedWithEvent(key, size, f.Event)
+		return nil
 	}
+	sd.Freed(held.Free[hipdrv.Event]{Event: f.Event, Stream: hipStreamKey(stream), Seq: f.Seq, Size: size})
 	return nil
 }
 

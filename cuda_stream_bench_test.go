@@ -108,8 +108,13 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// A fifth block, event, is the event's own cost apart: 64 times
 		// the marker recorded on the stream again and queried at once
 		// (cuEventRecord and cuEventQuery, one cgo call), in a context
-		// already current, which a pair that learned of its free by an
-		// event recorded and queried on its own would pay.
+		// already current, which a reading pays for a stream it finds
+		// busy. A sixth, checked, is the raw pair with the driver calls
+		// the tracked pair makes beside it (the stream's context for a
+		// stream of one's own, its capture), in the same crossings: the
+		// tracked pair's floor without memtrack's Go code, so that a GPU's
+		// tracked/checked and checked/raw split the tracked pair's cost
+		// between its Go code and its driver calls.
 		b.Run("size="+size.name+"/pair=interleaved", func(b *testing.B) {
 			_, ctx, err := cudaDeviceOf(0, "bench")
 			if err != nil {
@@ -177,13 +182,27 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 					}
 					syncStream(b, d, s)
 				},
+				func() { // checked
+					for range block {
+						p, r := cudatest.AllocAsyncChecked(uintptr(ctx), size.n, uintptr(s))
+						if r == cudadrv.Success {
+							r = cudatest.FreeAsyncChecked(uintptr(ctx), p, uintptr(s))
+						}
+						if r != cudadrv.Success {
+							b.Fatal(resultError("checked pair", "", r))
+						}
+					}
+					syncStream(b, d, s)
+				},
 			)
-			raw, marked, tracked, busy, event := took[0], took[1], took[2], took[3], took[4]
+			raw, marked, tracked, busy, event, checked := took[0], took[1], took[2], took[3], took[4], took[5]
 			b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
 			b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
 			b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
 			b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
 			b.ReportMetric(float64(event.Nanoseconds())/float64(n), "event-ns/pair")
+			b.ReportMetric(float64(checked.Nanoseconds())/float64(n), "checked-ns/pair")
+			b.ReportMetric(float64(tracked)/float64(checked), "ratio-to-checked")
 			b.ReportMetric(float64(tracked)/float64(raw), "ratio")
 			b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
 			b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")

@@ -114,44 +114,33 @@ func countCalls(tb testing.TB, names ...string) (calls func() map[string]uint64,
 	}, true
 }
 
-// readingQueries reads the figures of device d and returns the queries the
-// reading made of the driver (cuStreamQuery and cuEventQuery): none
-// exactly where no free of FreeAsync is pending (a reading asks nothing
-// then, and asks each stream with frees pending at least once), so that a
-// test sees, from outside, whether frees are pending. counted is false
-// where the driver counts no calls (a real one): the reading is made, and
-// says nothing.
+// readingQueries reads the figures of device d and returns the events the
+// reading asked the driver about (cuEventQuery): none exactly where no free
+// of FreeAsync waits for its event (a reading asks nothing then, and asks
+// each stream with frees pending at least once), so that a test sees, from
+// outside, whether frees are pending. counted is false where the driver
+// counts no calls (a real one): the reading is made, and says nothing.
 func readingQueries(tb testing.TB, d Device) (queries uint64, counted bool) {
 	tb.Helper()
-	calls, counted := countCalls(tb, "cuEventQuery", "cuStreamQuery")
+	calls, counted := countCalls(tb, "cuEventQuery")
 	d.MemoryStats()
 	if !counted {
 		return 0, false
 	}
-	made := calls()
-	return made["cuEventQuery"] + made["cuStreamQuery"], true
+	return calls()["cuEventQuery"], true
 }
 
 // quietSide readies device d for a count of the calls that learn of frees:
 // its device-side peak well above what the test holds, so that no
-// allocation raises it (which would read first), no free pending (checked
-// where the driver counts its calls), and the streams of earlier tests,
-// with nothing pending, dropped from the figure with their events (two
-// readings with a free pending find them quiet), so that no later reading
-// destroys one.
+// allocation raises it (which would read the events first), and no free
+// pending (checked where the driver counts its calls).
 func quietSide(t *testing.T, d Device) {
 	t.Helper()
 	require.NotNil(t, sideOf(d.Ordinal()))
 	big, err := d.Alloc(64 << 20)
 	require.NoError(t, err)
 	require.NoError(t, big.Free())
-	for range 2 {
-		b, err := d.AllocAsync(1<<10, DefaultStream)
-		require.NoError(t, err)
-		require.NoError(t, b.FreeAsync(DefaultStream))
-		syncStream(t, d, DefaultStream)
-		d.MemoryStats() // learns of every free executed
-	}
+	d.MemoryStats() // reads every event reached
 	if q, counted := readingQueries(t, d); counted {
 		require.Zero(t, q, "a free of an earlier test is still pending")
 	}

@@ -15,27 +15,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The frees that wait for their streams: each stream's bytes freed since
-// a reading, which a reading asks each stream about once (internal/held).
-// A stream held back (cudatest.HoldStream: a host function that waits)
-// makes the frees enqueued behind it certainly unexecuted, and a
-// synchronization makes those before it certainly executed, so that a
-// reading after it, with no free in between, gives the figures exactly.
+// The frees that wait for their streams: each stream's in its order, a
+// reading asking each stream once (internal/held); an allocation on a
+// stream takes over the frees pending there, as the driver's pool does. A stream held back
+// (cudatest.HoldStream: a host function that waits) makes the frees enqueued
+// behind it certainly unexecuted, and a synchronization makes those before
+// it certainly executed, so that the figures can be checked exactly.
 
 // TestCUDAPendingFreesConcurrent: goroutines allocate and free in stream
-// order at once, while others read the figures; halfway, the streams are
-// synchronized and read, and one is held back. Where the buffers are
-// allocated on another stream than the one they are freed on, no
-// allocation takes a free over: at every reading, Held counts at least the
-// frees returned behind the hold (none leaves before its stream has run
-// it); once the writers are done, exactly those, and after the hold is
-// released, none. With the legacy default stream held, half the writers
-// name it NULL and half CU_STREAM_LEGACY: one stream. Where each buffer is
-// allocated on the stream it is freed on, allocations take the frees
-// before them over: Held counts at least one buffer behind the hold, is
-// never below the pool's used bytes (on the fake, which rounds nothing),
-// never above the frees behind the hold, and exact once the hold is
-// released and the streams synchronized.
+// order at once, their events numbered in whatever order they reach the
+// stream, while others read the figures; halfway, the streams are
+// synchronized and one is held back. Where the buffers are allocated on
+// another stream than the one they are freed on, no allocation takes a
+// free over: at every reading, Held counts at least the frees returned
+// behind the hold (none leaves before its stream has run it); once the
+// writers are done, exactly those, and after the hold is released, none.
+// With the legacy default stream held, half the writers name it NULL and
+// half CU_STREAM_LEGACY: one stream, whose frees a reading asks about
+// together. Where each buffer is allocated on the stream it is freed on,
+// allocations take the frees before them over: Held counts at least one
+// buffer behind the hold, is never below the pool's used bytes (on the
+// fake, which rounds nothing), never above the frees behind the hold, and
+// exact once the hold is released and the streams synchronized.
 func TestCUDAPendingFreesConcurrent(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	if _, err := d.Pool().Stats(); err != nil {
@@ -120,7 +121,7 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 			for _, s := range c.streams {
 				syncStream(t, d, s) // every free of the first phase executed
 			}
-			require.Equal(t, base.Held, d.MemoryStats().Held, "read after the synchronization: every free of the first phase uncounted")
+			require.Equal(t, base.Held, d.MemoryStats().Held, "every free of the first phase executed and uncounted")
 			defer cudatest.ReleaseStreams() // where the test stops before it does
 			inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(c.held))) })
 			holding = true
@@ -162,21 +163,21 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 
 // FuzzCUDAPendingFrees runs stream-ordered allocations and frees on two
 // streams, each synchronized or held back at times, against a sequential
-// model that knows of the frees of each stream which certainly have not
-// run (enqueued behind a hold, less what later allocations on the stream
-// took over: they take the newest first), and which may still be counted
-// (any other not yet read while their stream was idle). At each reading,
-// Held is at least the live bytes and the frees certainly not run, and at
-// most that and the frees that may still be counted; on the fake, Held is
-// at least the pool's used bytes read after it. A free behind a hold is
-// never uncounted; a reading after a synchronization, with no free in
-// between, leaves none that ran. Each byte is an operation: its low three
+// model that knows of each free whether its stream has certainly run it
+// (synchronized since), certainly not (enqueued behind a hold), or may have,
+// and what allocations on its stream took over of it (the newest frees
+// first: those behind a hold before those before it).
+// At each reading, Held is at least the live bytes and the frees certainly
+// not run, and at most that and the frees that may have run; on the fake,
+// Held is at least the pool's used bytes read after it. A free certainly run
+// is never counted, one behind a hold always is, whatever mix of both a
+// stream's pending frees hold. Each byte is an operation: its low three
 // bits the kind, the next the stream, the rest the size.
 //
 //	go test -tags cuda -run '^$' -fuzz FuzzCUDAPendingFrees -fuzztime 60s
 func FuzzCUDAPendingFrees(f *testing.F) {
 	// Two frees pending on one stream, the first executed, the second
-	// behind a hold: the reading must keep the second.
+	// behind a hold: the reading must keep the second alone.
 	f.Add([]byte{0x40, 0x00, 0x02, 0x04, 0x03, 0x07, 0x06, 0x07})
 	f.Add([]byte{0x48, 0x08, 0x00, 0x0a, 0x02, 0x0c, 0x0b, 0x03, 0x07, 0x05, 0x07, 0x06, 0x07})
 	f.Add([]byte{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f})
@@ -191,21 +192,17 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		type model struct {
 			held            bool
-			idle            bool  // synchronized since its last free, and not held: a reading uncounts every free of it
-			certain, maybes int64 // bytes freed on the stream: behind its hold; else not yet read while it was idle
+			certain, maybes int64 // bytes freed on the stream: behind its hold; since its last synchronization, before any hold
 		}
 		var m [2]model
 		release := func() {
 			cudatest.ReleaseStreams()
 			for i, s := range streams {
 				syncStream(t, d, s)
-				m[i].maybes += m[i].certain
-				m[i].held, m[i].idle, m[i].certain = false, true, 0
+				m[i] = model{}
 			}
 		}
 		release()
-		d.MemoryStats() // both streams idle: nothing pending
-		m = [2]model{}
 		defer release()
 		base := d.MemoryStats()
 		basePool := poolStats(t, d).PoolUsed
@@ -219,28 +216,21 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 			l := bufs[k]
 			require.NoError(t, l.b.FreeAsync(streams[l.stream]))
 			tracked -= l.b.Size()
-			ms := &m[l.stream]
-			if ms.held {
-				ms.certain += l.b.Size()
+			if m[l.stream].held {
+				m[l.stream].certain += l.b.Size()
 			} else {
-				ms.maybes += l.b.Size()
+				m[l.stream].maybes += l.b.Size()
 			}
-			ms.idle = false
 			bufs = append(bufs[:k], bufs[k+1:]...)
 		}
 		read := func(msg string) {
 			t.Helper()
 			st := d.MemoryStats()
-			for i := range m {
-				if m[i].idle {
-					m[i].maybes = 0
-				}
-			}
 			least := base.Held + tracked + m[0].certain + m[1].certain
 			msg = fmt.Sprintf("%s: %+v", msg, m)
 			require.Equal(t, base.Tracked+tracked, st.Tracked, msg)
 			require.GreaterOrEqual(t, st.Held, least, msg+": a free left Held before its stream ran it")
-			require.LessOrEqual(t, st.Held, least+m[0].maybes+m[1].maybes, msg+": a free its stream ran is still counted after a reading found the stream idle")
+			require.LessOrEqual(t, st.Held, least+m[0].maybes+m[1].maybes, msg+": a free its stream ran is still counted")
 			if onFake() {
 				require.GreaterOrEqual(t, st.Held-base.Held, poolStats(t, d).PoolUsed-basePool, msg)
 			}
@@ -254,10 +244,9 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 				require.NoError(t, err)
 				bufs = append(bufs, live{b, s})
 				tracked += size
-				ms := &m[s]
-				taken := min(size, ms.certain)
-				ms.certain -= taken
-				ms.maybes = max(0, ms.maybes-(size-taken))
+				taken := min(size, m[s].certain)
+				m[s].certain -= taken
+				m[s].maybes = max(0, m[s].maybes-(size-taken))
 			case 2: // free the oldest, on its stream
 				if len(bufs) > 0 {
 					free(0)
@@ -270,12 +259,12 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 				if !m[s].held {
 					syncStream(t, d, streams[s])
 					inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(streams[s]))) })
-					m[s].held, m[s].idle = true, false
+					m[s] = model{held: true}
 				}
 			case 5: // synchronize a stream
 				if !m[s].held {
 					syncStream(t, d, streams[s])
-					m[s].idle = true
+					m[s].maybes = 0
 				}
 			case 6: // release both streams and synchronize them
 				release()
@@ -286,7 +275,7 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 		read("at the end")
 		release()
 		st := d.MemoryStats()
-		assert.Equal(t, base.Held+tracked, st.Held, "after the synchronization, a reading uncounts every free executed")
+		assert.Equal(t, base.Held+tracked, st.Held, "after the synchronization, every free executed is uncounted")
 		for len(bufs) > 0 {
 			free(0)
 		}

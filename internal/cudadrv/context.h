@@ -21,9 +21,11 @@ typedef struct {
 	CUresult restore;   // putting the previous context back
 	CUdeviceptr ptr;    // an allocation
 	size_t free, total; // memtrack_meminfo: cuMemGetInfo
-	CUevent event;      // memtrack_free_async: the event recorded after a free on the per-thread default stream
+	CUevent event;      // memtrack_free_async: the event recorded after the free
 	int retired;        // memtrack_free_async: the free is known to be executed
 	int foreign;        // the stream is of another context than ctx (memtrack_enter_stream)
+	int spare_unused;   // memtrack_free_async: the event given was not used
+	unsigned long long seq; // memtrack_free_async: the event's number among those recorded on its stream
 	CUcontext stream_ctx; // the stream's context (memtrack_enter_stream)
 	CUdevice stream_device; // the stream's device, where other_device
 	int other_device;   // the stream is of another device: the operation did not run

@@ -89,9 +89,9 @@ func TestContextRestored(t *testing.T) {
 }
 
 // A free on another stream than the allocation's, ordered after it with a
-// stream wait, as the stream-ordered allocator requires, records nothing;
-// a reading finds the stream idle once it ran.
-func TestCrossStreamFreeReading(t *testing.T) {
+// stream wait, as the stream-ordered allocator requires; the event path
+// learns that it ran.
+func TestCrossStreamFreeByEvent(t *testing.T) {
 	ctx := primary(t, 0)
 	s1, s2 := newStream(t, ctx), newStream(t, ctx)
 	a := cudadrv.AllocAsync(ctx, 1<<20, s1)
@@ -99,15 +99,15 @@ func TestCrossStreamFreeReading(t *testing.T) {
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamWait(s2, s1)) })
 	f := cudadrv.FreeAsync(ctx, a.Ptr, s2, cudadrv.Event{})
 	require.Equal(t, cudadrv.Call{}, f.Call)
-	require.True(t, f.Event.IsZero(), "no event per free")
+	require.False(t, f.Event.IsZero())
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2)) })
-	var r cudadrv.Readings
-	r.Add(s2, f.StreamCtx, nil, true, true, cudadrv.Event{})
-	require.Equal(t, cudadrv.Success, r.Read(ctx))
-	_, idle, e, res := r.Answer(0)
-	assert.True(t, idle)
-	assert.True(t, e.IsZero())
-	assert.Equal(t, cudadrv.Success, res)
+	var q cudadrv.StreamEvents
+	q.Add([]cudadrv.Event{f.Event})
+	require.Equal(t, cudadrv.Success, q.Query(ctx))
+	n, r := q.Reached(0)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, cudadrv.Success, r)
+	cudadrv.EventDestroy(f.Event)
 }
 
 // A stream of another device: AllocAsync runs nothing and names its device.

@@ -154,7 +154,6 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 	X(cuStreamGetCtx, , 9020, MEMTRACK_ESSENTIAL, (CUstream stream, CUcontext *ctx)) \
 	X(cuStreamIsCapturing, , 10000, MEMTRACK_ESSENTIAL, (CUstream stream, CUstreamCaptureStatus *status)) \
 	X(cuStreamSynchronize, , 2000, MEMTRACK_ESSENTIAL, (CUstream stream)) \
-	X(cuStreamQuery, , 2000, MEMTRACK_ESSENTIAL, (CUstream stream)) \
 	X(cuStreamWaitEvent, , 3020, MEMTRACK_ESSENTIAL, (CUstream stream, CUevent event, unsigned int flags)) \
 	X(cuEventCreate, , 2000, MEMTRACK_ESSENTIAL, (CUevent *event, unsigned int flags)) \
 	X(cuEventRecord, , 2000, MEMTRACK_ESSENTIAL, (CUevent event, CUstream stream)) \

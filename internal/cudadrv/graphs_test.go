@@ -856,9 +856,9 @@ func TestGraphLaunchOutOfMemory(t *testing.T) {
 
 // The fake driver counts its calls (fakecuda_calls), so that a test can say
 // how many driver calls an operation takes: memtrack's stream-ordered pair
-// (AllocAsync and FreeAsync, with their context, stream and capture checks;
-// the free records nothing: a reading learns of it) against the raw pair,
-// on a thread where the stream's context is current.
+// (AllocAsync and FreeAsync, with their context, stream and capture checks
+// and the event that learns of the free) against the raw pair, on a thread
+// where the stream's context is current.
 func TestDriverCallsPerPair(t *testing.T) {
 	ctx := primary(t, 0)
 	if _, ok := cudatest.DriverCalls("cuInit"); !ok {
@@ -911,8 +911,8 @@ func TestDriverCallsPerPair(t *testing.T) {
 	t.Logf("driver calls of memtrack's pair: %d %v; of the raw pair: %d %v", sum(tracked), tracked, sum(raw), raw)
 	assert.Equal(t, map[string]uint64{
 		"cuCtxGetCurrent": 2, "cuStreamGetCtx": 2, "cuStreamIsCapturing": 2,
-		"cuMemAllocAsync": 1, "cuMemFreeAsync": 1,
-	}, tracked, "one capture query per call (cuStreamIsCapturing: cuStreamGetCaptureInfo_v2 only where the stream captures), and no event")
+		"cuMemAllocAsync": 1, "cuMemFreeAsync": 1, "cuEventCreate": 1, "cuEventRecord": 1,
+	}, tracked, "one capture query per call (cuStreamIsCapturing: cuStreamGetCaptureInfo_v2 only where the stream captures)")
 	assert.Equal(t, map[string]uint64{"cuCtxGetCurrent": 2, "cuMemAllocAsync": 1, "cuMemFreeAsync": 1}, raw)
 
 	k, _ := newGraphKit(t)

@@ -3,12 +3,13 @@
 package cudadrv
 
 // Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync), how a free
-// is learned to have run (a reading of its stream), and the capture a
+// is learned to have run (an event recorded after it), and the capture a
 // stream takes part in. Each call makes the stream's context current,
 // operates and restores the thread's context, in one cgo call, so that the
 // goroutine need not be locked to its thread.
 
 /*
+#include <pthread.h>
 #include <stdint.h>
 
 #include "context.h"
@@ -16,6 +17,33 @@ package cudadrv
 // What memtrack_alloc_async does on a stream that captures a graph
 // (CaptureAlloc).
 enum { MEMTRACK_CAPTURE_REFUSE, MEMTRACK_CAPTURE_ALLOW, MEMTRACK_CAPTURE_ONLY };
+
+// The events FreeAsync records after its frees are numbered per stream, in
+// the stream's order: a stream hashes to one of these locks, under which
+// its event is recorded and numbered, so that of two threads that free on
+// one stream at once, the one whose event comes first in the stream takes
+// the lower number. Streams that share a lock share its numbers, which
+// still rise along each stream.
+#define MEMTRACK_RECORD_LOCKS 64
+static pthread_mutex_t memtrack_record_mu[MEMTRACK_RECORD_LOCKS] = {[0 ... MEMTRACK_RECORD_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER};
+static unsigned long long memtrack_record_seq[MEMTRACK_RECORD_LOCKS];
+
+// memtrack_record records event on stream and returns in *seq its number:
+// 0 for the per-thread default stream, whose handle names another stream
+// on each thread, so that its events are not numbered in one order.
+static CUresult memtrack_record(CUevent event, CUstream stream, unsigned long long *seq) {
+	if (stream == MEMTRACK_STREAM_PER_THREAD) {
+		*seq = 0;
+		return memtrack_cu.cuEventRecord(event, stream);
+	}
+	uintptr_t h = stream == MEMTRACK_STREAM_LEGACY ? 0 : (uintptr_t)stream; // NULL names the same stream
+	unsigned i = (unsigned)(((h >> 4) * 0x9E3779B97F4A7C15ull) >> 58); // 64 locks
+	pthread_mutex_lock(&memtrack_record_mu[i]);
+	CUresult r = memtrack_cu.cuEventRecord(event, stream);
+	*seq = ++memtrack_record_seq[i];
+	pthread_mutex_unlock(&memtrack_record_mu[i]);
+	return r;
+}
 
 // memtrack_enter_capture enters the stream's context as
 // memtrack_enter_stream does and, for a stream of ctx's device, asks for
@@ -93,13 +121,11 @@ static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr
 	return a;
 }
 
-// memtrack_free_async frees ptr on stream. The free of a stream whose
-// handle names one stream records nothing: a reading learns that the
-// stream ran it (memtrack_read_streams). On the per-thread default stream,
-// whose handle names another stream on each thread, so that no later
-// reading can ask it, it records event (created if NULL) after the free;
-// where that event cannot be recorded, it waits for the stream and reports
-// the free retired.
+// memtrack_free_async frees ptr on stream and arranges to learn when the
+// stream has executed the free: with event (created if NULL, or where the
+// stream is of another context than ctx) recorded after the free, and
+// numbered (memtrack_record). Where the event cannot be recorded, it waits
+// for the stream and reports the free retired.
 static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr_t handle, uintptr_t event) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
@@ -115,8 +141,13 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 		a.restore = memtrack_leave_stream(ctx, prev, &a);
 		return a;
 	}
+	if (a.foreign && a.event) {
+		// The event given is of ctx; the stream's context needs its own.
+		a.event = NULL;
+		a.spare_unused = 1;
+	}
 	a.op = memtrack_cu.cuMemFreeAsync(ptr, stream);
-	if (a.op == CUDA_SUCCESS && stream == MEMTRACK_STREAM_PER_THREAD) {
+	if (a.op == CUDA_SUCCESS) {
 		// memtrack's own calls: the record (harmless during another
 		// thread's capture, on an H200), and, rarely, an event created
 		// or the stream synchronized, in relaxed mode.
@@ -126,7 +157,7 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 			r = memtrack_cu.cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
 			memtrack_unrelax(m);
 		}
-		if (r == CUDA_SUCCESS) r = memtrack_cu.cuEventRecord(a.event, stream);
+		if (r == CUDA_SUCCESS) r = memtrack_record(a.event, stream, &a.seq);
 		if (r != CUDA_SUCCESS) {
 			CUstreamCaptureMode m = memtrack_relaxed();
 			memtrack_cu.cuStreamSynchronize(stream);
@@ -199,94 +230,28 @@ static int memtrack_reached_prefix(const CUevent *ev, int n, CUresult *r) {
 	return lo;
 }
 
-// memtrack_stream_reading is a reading's question of one stream and its
-// answer (held.Query, in the driver's terms).
-typedef struct {
-	uintptr_t stream; // the stream's handle; 0 for the legacy default stream
-	uintptr_t ctx;    // the stream's context (a CUcontext)
-	int first, n;     // its events, oldest first: events[first .. first+n)
-	int ask;          // frees follow them: ask whether the stream is idle
-	int record;       // and where it is not, record spare (or a new event) after them
-	CUevent spare;
-	int reached;      // the answer: the events reached
-	int idle;         // the stream had run all its work
-	CUevent recorded; // the event recorded after the frees, or NULL
-	CUresult result;  // CUDA_SUCCESS, or the failure after which every free of the stream counts as executed
-} memtrack_stream_reading;
-
-// memtrack_read_stream answers one question, in the stream's context,
-// current. The stream's capture is asked first where it is to be queried
-// or recorded on: on a stream that takes part in a capture (or the legacy
-// stream while a blocking stream captures, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
-// neither is made, since what is enqueued there is the graph's, and a
-// query of it fails and invalidates the capture. A query refused for a
-// capture says nothing: its frees stay counted.
-static void memtrack_read_stream(const CUevent *events, memtrack_stream_reading *a) {
-	CUstream stream = (CUstream)a->stream;
-	a->reached = 0, a->idle = 0, a->recorded = NULL, a->result = CUDA_SUCCESS;
-	if (a->n > 0) a->reached = memtrack_reached_prefix(events + a->first, a->n, &a->result);
-	if (!a->ask || a->result != CUDA_SUCCESS || (a->reached < a->n && !a->record)) return;
-	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-	CUresult r = memtrack_cu.cuStreamIsCapturing(stream, &st);
-	if (memtrack_unknown(r) || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)) return;
-	if (r != CUDA_SUCCESS) {
-		a->result = r;
-		return;
-	}
-	if (a->reached == a->n) {
-		r = memtrack_cu.cuStreamQuery(stream);
-		if (r == CUDA_SUCCESS) {
-			a->idle = 1;
-			return;
-		}
-		if (!memtrack_unknown(r)) {
-			a->result = r;
-			return;
-		}
-		if (r != CUDA_ERROR_NOT_READY) return; // refused: a capture is under way after all
-	}
-	if (!a->record) return;
-	CUevent e = a->spare;
-	if (!e && memtrack_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
-	if (memtrack_cu.cuEventRecord(e, stream) == CUDA_SUCCESS) {
-		a->recorded = e;
-	} else if (!a->spare) {
-		memtrack_cu.cuEventDestroy(e);
-	}
-}
-
-// memtrack_read_streams answers, in one call, the questions of a reading
-// of n streams (memtrack_read_stream), each in its stream's context, made
-// current where it is not. Where a context cannot be made current, that
-// failure is its streams' answer: every free of them counts as executed.
-// It returns the result of making the thread's previous context current
-// again. Everything runs in relaxed stream-capture mode: the driver
-// prohibits cuEventQuery and cuStreamQuery while any thread captures in
-// global mode, failing them and invalidating the capture (on an H200;
-// testdata/fakecuda/RULES.md).
-static CUresult memtrack_read_streams(uintptr_t c, const CUevent *events, memtrack_stream_reading *rs, int n) {
-	CUcontext ctx = (CUcontext)c, prev = NULL, cur;
+// memtrack_streams_reached answers, in ctx and in one call, for the events
+// of nstreams streams: stream i's, oldest first, end at ends[i] in events
+// (and start at ends[i-1], or 0); out[i] is how many of them the stream
+// has reached, and res[i] CUDA_SUCCESS or the error of a query that
+// failed, or of making ctx current, after which the stream's frees count
+// as executed. It returns the result of making the thread's previous
+// context current again. The queries run in relaxed stream-capture mode:
+// the driver prohibits cuEventQuery while any thread captures in global
+// mode, failing it and invalidating the capture (on an H200;
+// testdata/fakecuda/RULES.md), and a reading must neither fail nor
+// invalidate the program's capture.
+static CUresult memtrack_streams_reached(uintptr_t c, const CUevent *events, const int *ends, int nstreams, int *out, CUresult *res) {
+	CUcontext ctx = (CUcontext)c;
+	CUcontext prev;
 	CUstreamCaptureMode m = memtrack_relaxed();
-	CUresult r = memtrack_cu.cuCtxGetCurrent(&prev);
-	cur = prev;
-	for (int i = 0; i < n; i++) {
-		memtrack_stream_reading *a = &rs[i];
-		CUcontext want = a->ctx ? (CUcontext)a->ctx : ctx;
-		if (r == CUDA_SUCCESS && want != cur) {
-			CUresult s = memtrack_cu.cuCtxSetCurrent(want);
-			if (s != CUDA_SUCCESS) {
-				a->reached = a->n, a->idle = 0, a->recorded = NULL, a->result = s;
-				continue;
-			}
-			cur = want;
-		}
-		if (r != CUDA_SUCCESS) {
-			a->reached = a->n, a->idle = 0, a->recorded = NULL, a->result = r;
-			continue;
-		}
-		memtrack_read_stream(events, a);
+	CUresult r = memtrack_enter(ctx, &prev);
+	for (int i = 0, start = 0; i < nstreams; start = ends[i++]) {
+		res[i] = r;
+		out[i] = ends[i] - start;
+		if (r == CUDA_SUCCESS) out[i] = memtrack_reached_prefix(events + start, ends[i] - start, &res[i]);
 	}
-	CUresult back = r == CUDA_SUCCESS && cur != prev ? memtrack_cu.cuCtxSetCurrent(prev) : CUDA_SUCCESS;
+	CUresult back = r == CUDA_SUCCESS ? memtrack_leave(ctx, prev) : CUDA_SUCCESS;
 	memtrack_unrelax(m);
 	return back;
 }
@@ -314,10 +279,12 @@ const (
 type StreamCall struct {
 	Call
 	Ptr          uintptr // AllocAsync: the allocation
-	Event        Event   // FreeAsync on the per-thread default stream: the event recorded after the free
-	Retired      bool    // FreeAsync on the per-thread default stream: the free is known to have run (the stream was synchronized)
+	Event        Event   // FreeAsync: the event recorded after the free
+	Seq          uint64  // FreeAsync: the event's number, which rises along its stream's order
+	Retired      bool    // FreeAsync: the free is known to have run (the stream was synchronized)
 	StreamCtx    Context // the stream's context
 	Foreign      bool    // the stream is of another context than ctx
+	SpareUnused  bool    // FreeAsync: the event given was not used (another context's stream)
 	OtherDevice  bool    // the stream is of another device than ctx's: nothing ran
 	StreamDevice int     // the stream's device, where OtherDevice
 	Capturing    bool    // the stream takes part in a capture: nothing ran, unless AllocAsyncIn or FreeGraph added a node
@@ -334,8 +301,8 @@ type StreamCall struct {
 
 func streamCallOf(r C.memtrack_result) StreamCall {
 	return StreamCall{
-		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Retired: r.retired != 0,
-		StreamCtx: Context(uintptr(unsafe.Pointer(r.stream_ctx))), Foreign: r.foreign != 0, OtherDevice: r.other_device != 0,
+		Call: callOf(r), Ptr: uintptr(r.ptr), Event: Event{r.event}, Seq: uint64(r.seq), Retired: r.retired != 0,
+		StreamCtx: Context(uintptr(unsafe.Pointer(r.stream_ctx))), Foreign: r.foreign != 0, SpareUnused: r.spare_unused != 0, OtherDevice: r.other_device != 0,
 		StreamDevice: int(r.stream_device), Capturing: r.capturing != 0, CaptureStatus: CaptureStatus(r.capturing),
 		CaptureID: uint64(r.capture_id), Invalidated: r.invalidated != 0,
 	}
@@ -411,86 +378,77 @@ func CheckStream(ctx Context, stream uintptr) StreamCall {
 	return streamCallOf(C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream), 0))
 }
 
-// FreeAsync frees ptr on stream (cuMemFreeAsync) in the stream's context.
-// It records nothing on a stream whose handle names one stream: a reading
-// learns that the stream ran the free (Readings). On the per-thread default
-// stream (StreamPerThread), whose handle names another stream on each
-// thread, which no reading made on another thread can ask about, it records
-// event (created where zero) after the free; where that event cannot be
-// recorded it synchronizes the stream and reports the free retired. The
-// event's creation and that synchronization run in relaxed stream-capture
-// mode; the free, in the caller's (AllocAsync).
+// FreeAsync frees ptr on stream (cuMemFreeAsync) in the stream's context
+// and arranges to learn when it has run: with event (created where zero, or
+// where the stream is of another context) recorded after the free, and
+// numbered so that of two events of FreeAsync on one stream, the one the
+// stream reaches first has the lower Seq, whichever threads recorded them
+// (the per-thread default stream's are not numbered: Seq 0). Where the
+// event cannot be recorded it synchronizes the stream and reports the free
+// retired. The event's creation and that synchronization run in relaxed
+// stream-capture mode; the free, in the caller's (AllocAsync).
 func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall {
 	// The event crosses as a number, which cgo need not check as it checks
 	// a pointer: it is the driver's handle, not Go memory.
 	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), C.uintptr_t(uintptr(unsafe.Pointer(event.p)))))
 }
 
-// Readings asks, in one call, how far streams have come past the frees
-// enqueued on them, and holds the answers: the questions of a reading of
-// the device-side figure (internal/held's Query), in the driver's terms.
-// Its buffers are kept from one reading to the next.
-type Readings struct {
-	rs     []C.memtrack_stream_reading
-	events []C.CUevent
+// StreamEvents asks how far streams have come through events recorded on
+// them, and holds the answers: for each stream, how many of its events,
+// from the oldest, the stream has reached. Its buffers are kept from one
+// query to the next.
+type StreamEvents struct {
+	events  []C.CUevent
+	ends    []C.int // where each stream's events end
+	reached []C.int
+	res     []C.CUresult
 }
 
-// Reset empties r, keeping its buffers.
-func (r *Readings) Reset() { r.rs, r.events = r.rs[:0], r.events[:0] }
+// Reset empties s, keeping its buffers.
+func (s *StreamEvents) Reset() {
+	s.events, s.ends, s.reached, s.res = s.events[:0], s.ends[:0], s.reached[:0], s.res[:0]
+}
 
-// Add adds a question of stream (its handle; 0 for the legacy default
-// stream), of context streamCtx: how many of events, recorded on it
-// earlier, oldest first, it has reached; where ask, whether it has run all
-// its work (cuStreamQuery) once it has reached them all; and where record,
-// and the stream has not, to record spare (a new event where zero) on it.
-func (r *Readings) Add(stream uintptr, streamCtx Context, events []Event, ask, record bool, spare Event) {
-	first := len(r.events)
-	for _, e := range events {
-		r.events = append(r.events, e.p)
+// Add adds a stream's events, in the order the stream reaches them; a
+// stream of no event is not added.
+func (s *StreamEvents) Add(events []Event) {
+	if len(events) == 0 {
+		return
 	}
-	r.rs = append(r.rs, C.memtrack_stream_reading{
-		stream: C.uintptr_t(stream), ctx: C.uintptr_t(streamCtx),
-		first: C.int(first), n: C.int(len(events)), ask: cbool(ask), record: cbool(record), spare: spare.p,
-	})
+	for _, e := range events {
+		s.events = append(s.events, e.p)
+	}
+	s.ends = append(s.ends, C.int(len(s.events)))
 }
 
-// Read asks the questions added, in one cgo call, each in its stream's
-// context, made current where it is not (ctx, the device's primary
-// context, where a question names none), in relaxed stream-capture mode:
-// the newest event of each stream first, all older ones being reached
-// where it is (an event captures all the work enqueued on its stream
-// before it), and, where it is not, the first event not reached by
-// bisection, in at most 1 + ceil(log2 n) queries for n events; then, where
-// asked, whether the stream is idle, and where it is not, an event
-// recorded. Neither is made of a stream that takes part in a capture. It
-// returns the result of making the thread's previous context current
-// again.
-func (r *Readings) Read(ctx Context) Result {
-	if len(r.rs) == 0 {
+// Streams returns how many streams s holds.
+func (s *StreamEvents) Streams() int { return len(s.ends) }
+
+// Query asks, in ctx and in one call, how far each stream added has come
+// through its events (cuEventQuery), in relaxed stream-capture mode: the
+// newest event of each stream first, all older ones being reached where it
+// is (an event captures all the work enqueued on its stream before it),
+// and, where it is not, the first event not reached by bisection, in at
+// most 1 + ceil(log2 n) queries for n events. A query refused because a
+// capture is under way answers "not reached". It returns the result of
+// making the thread's previous context current again.
+func (s *StreamEvents) Query(ctx Context) Result {
+	n := len(s.ends)
+	s.reached = append(s.reached[:0], make([]C.int, n)...)
+	s.res = append(s.res[:0], make([]C.CUresult, n)...)
+	if n == 0 {
 		return Success
 	}
-	var events *C.CUevent
-	if len(r.events) > 0 {
-		events = &r.events[0]
-	}
-	return Result(C.memtrack_read_streams(C.uintptr_t(ctx), events, &r.rs[0], C.int(len(r.rs))))
+	return Result(C.memtrack_streams_reached(C.uintptr_t(ctx), &s.events[0], &s.ends[0], C.int(n), &s.reached[0], &s.res[0]))
 }
 
-// Answer returns the answer to question i: how many of its events the
-// stream has reached; whether it had run all its work; the event recorded
-// on it (zero where none); and Success, or the failure after which every
-// free of the stream counts as executed (a query that failed, its context
-// not made current).
-func (r *Readings) Answer(i int) (reached int, idle bool, recorded Event, res Result) {
-	a := &r.rs[i]
-	return int(a.reached), a.idle != 0, Event{a.recorded}, Result(a.result)
-}
-
-func cbool(b bool) C.int {
-	if b {
-		return 1
-	}
-	return 0
+// Reached returns how many of stream i's events, from the oldest, the
+// stream has reached, as Query found, and the answer that said so:
+// Success, or the error of a query that failed (or of making ctx
+// current), after which the stream's frees count as executed and its
+// events are not to be recorded again.
+func (s *StreamEvents) Reached(i int) (int, Result) {
+	return int(s.reached[i]), Result(s.res[i])
 }
 
 // EventDestroy destroys an event (cuEventDestroy), in relaxed

@@ -27,65 +27,56 @@ func calls(name string) uint64 {
 	return n
 }
 
-// mark records an event on stream s, held back (busy), by a reading: the
-// question of a stream with frees after its events, which records one
-// where the stream is not idle.
-func mark(t *testing.T, ctx cudadrv.Context, s uintptr) cudadrv.Event {
-	t.Helper()
-	var r cudadrv.Readings
-	r.Add(s, ctx, nil, true, true, cudadrv.Event{})
-	require.Equal(t, cudadrv.Success, r.Read(ctx))
-	_, idle, e, res := r.Answer(0)
-	require.Equal(t, cudadrv.Success, res)
-	require.False(t, idle, "the stream is held back")
-	require.False(t, e.IsZero(), "an event recorded")
-	return e
-}
-
-// TestReadingsReached: of n events recorded on one stream, the stream has
-// reached the first k, the others being recorded behind a host function
-// that holds it back; Readings finds k, for every k, in at most
-// 1 + ceil(log2 n) queries, and in one where k is n. With two streams, it
-// answers for each apart.
-func TestReadingsReached(t *testing.T) {
+// TestStreamEventsReached: of n events of FreeAsync on one stream, the
+// stream has reached the first k, the others being enqueued behind a host
+// function that holds it back; StreamEvents.Query finds k, for every k, in
+// at most 1 + ceil(log2 n) queries, and in one where k is n. With two
+// streams, it answers for each apart.
+func TestStreamEventsReached(t *testing.T) {
 	ctx := primary(t, 0)
 	countsCalls(t)
+	if err := cudadrv.MemPools(); err != nil {
+		t.Skip(err)
+	}
 	s1, s2 := newStream(t, ctx), newStream(t, ctx)
+	free := func(s uintptr) cudadrv.Event {
+		a := cudadrv.AllocAsync(ctx, 1<<10, s)
+		require.Equal(t, cudadrv.Call{}, a.Call)
+		f := cudadrv.FreeAsync(ctx, a.Ptr, s, cudadrv.Event{})
+		require.Equal(t, cudadrv.Call{}, f.Call)
+		require.False(t, f.Retired)
+		return f.Event
+	}
 	const n = 9
 	for k := 0; k <= n; k++ {
 		t.Run(fmt.Sprintf("%d of %d reached", k, n), func(t *testing.T) {
 			// s1 reaches k of its n events, s2 all of its two.
-			defer cudatest.ReleaseStreams() // where the test stops before it does
-			onThread(t, ctx, func() {
-				require.Equal(t, cudadrv.Success, cudatest.HoldStream(s1))
-				require.Equal(t, cudadrv.Success, cudatest.HoldStream(s2))
-			})
 			var e1, e2 []cudadrv.Event
 			for range k {
-				e1 = append(e1, mark(t, ctx, s1))
+				e1 = append(e1, free(s1))
 			}
-			e2 = append(e2, mark(t, ctx, s2), mark(t, ctx, s2))
-			cudatest.ReleaseStreams()
+			e2 = append(e2, free(s2), free(s2))
+			defer cudatest.ReleaseStreams() // where the test stops before it does
 			onThread(t, ctx, func() {
 				require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s1))
 				require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2))
 				require.Equal(t, cudadrv.Success, cudatest.HoldStream(s1))
 			})
 			for range n - k {
-				e1 = append(e1, mark(t, ctx, s1))
+				e1 = append(e1, free(s1))
 			}
-			var r cudadrv.Readings
-			r.Add(s1, ctx, e1, false, false, cudadrv.Event{})
-			r.Add(s2, ctx, e2, false, false, cudadrv.Event{})
+			var q cudadrv.StreamEvents
+			q.Add(e1)
+			q.Add(e2)
 			before := calls("cuEventQuery")
-			require.Equal(t, cudadrv.Success, r.Read(ctx))
+			require.Equal(t, cudadrv.Success, q.Query(ctx))
 			queries := calls("cuEventQuery") - before
-			got, _, _, res := r.Answer(0)
+			got, r := q.Reached(0)
 			assert.Equal(t, k, got, "the first stream's events reached")
-			assert.Equal(t, cudadrv.Success, res)
-			got, _, _, res = r.Answer(1)
+			assert.Equal(t, cudadrv.Success, r)
+			got, r = q.Reached(1)
 			assert.Equal(t, 2, got, "the second stream's")
-			assert.Equal(t, cudadrv.Success, res)
+			assert.Equal(t, cudadrv.Success, r)
 			most := 1 + (1 + bits.Len(n-1)) // the second stream's newest, then the first's bound
 			if k == n {
 				most = 2
@@ -94,10 +85,10 @@ func TestReadingsReached(t *testing.T) {
 
 			cudatest.ReleaseStreams()
 			onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s1)) })
-			r.Reset()
-			r.Add(s1, ctx, e1, false, false, cudadrv.Event{})
-			require.Equal(t, cudadrv.Success, r.Read(ctx))
-			got, _, _, _ = r.Answer(0)
+			q.Reset()
+			q.Add(e1)
+			require.Equal(t, cudadrv.Success, q.Query(ctx))
+			got, _ = q.Reached(0)
 			assert.Equal(t, n, got, "after the synchronization")
 			for _, e := range append(e1, e2...) {
 				cudadrv.EventDestroy(e)
@@ -106,125 +97,59 @@ func TestReadingsReached(t *testing.T) {
 	}
 }
 
-// TestReadingsIdleOrRecord: a question of a stream with frees after its
-// events asks whether it is idle (cuStreamQuery) once it has reached them
-// all: where it is, nothing is recorded, and no event made; where it is
-// held back, the spare given is recorded (or a new event, where none is
-// given), and where recording is not asked, nothing is. A stream that has
-// not reached its events is not queried: the event is recorded at once.
-func TestReadingsIdleOrRecord(t *testing.T) {
+// TestStreamEventsEmpty: a stream of no event is not added, and a query of
+// nothing asks the driver nothing.
+func TestStreamEventsEmpty(t *testing.T) {
 	ctx := primary(t, 0)
 	countsCalls(t)
-	s := newStream(t, ctx)
-	names := []string{"cuStreamQuery", "cuStreamIsCapturing", "cuEventRecord", "cuEventCreate", "cuEventQuery"}
-	count := func() map[string]uint64 {
-		m := map[string]uint64{}
-		for _, n := range names {
-			m[n] = calls(n)
-		}
-		return m
+	var q cudadrv.StreamEvents
+	q.Add(nil)
+	assert.Zero(t, q.Streams())
+	before := calls("cuEventQuery") + calls("cuCtxGetCurrent")
+	assert.Equal(t, cudadrv.Success, q.Query(ctx))
+	assert.Equal(t, before, calls("cuEventQuery")+calls("cuCtxGetCurrent"), "nothing asked")
+}
+
+// TestStreamEventsCapture: a reading made while a capture is under way in
+// global mode, from another thread, asks in relaxed mode: the capture
+// survives, and the event is answered for.
+func TestStreamEventsCapture(t *testing.T) {
+	ctx := primary(t, 0)
+	countsCalls(t)
+	if err := cudadrv.MemPools(); err != nil {
+		t.Skip(err)
 	}
-	since := func(before map[string]uint64) map[string]uint64 {
-		m := map[string]uint64{}
-		for _, n := range names {
-			if d := calls(n) - before[n]; d > 0 {
-				m[n] = d
-			}
-		}
-		return m
-	}
-	read := func(events []cudadrv.Event, ask, record bool, spare cudadrv.Event) (int, bool, cudadrv.Event) {
-		var r cudadrv.Readings
-		r.Add(s, ctx, events, ask, record, spare)
-		require.Equal(t, cudadrv.Success, r.Read(ctx))
-		reached, idle, e, res := r.Answer(0)
-		require.Equal(t, cudadrv.Success, res)
-		return reached, idle, e
-	}
-
-	before := count()
-	_, idle, e := read(nil, true, true, cudadrv.Event{})
-	assert.True(t, idle, "a stream with nothing enqueued")
-	assert.True(t, e.IsZero())
-	assert.Equal(t, map[string]uint64{"cuStreamIsCapturing": 1, "cuStreamQuery": 1}, since(before))
-
-	defer cudatest.ReleaseStreams()
-	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(s)) })
-	before = count()
-	_, idle, e = read(nil, true, false, cudadrv.Event{})
-	assert.False(t, idle)
-	assert.True(t, e.IsZero(), "no record asked")
-	assert.Equal(t, map[string]uint64{"cuStreamIsCapturing": 1, "cuStreamQuery": 1}, since(before))
-
-	before = count()
-	_, idle, made := read(nil, true, true, cudadrv.Event{})
-	assert.False(t, idle)
-	require.False(t, made.IsZero(), "a new event, recorded")
-	assert.Equal(t, map[string]uint64{"cuStreamIsCapturing": 1, "cuStreamQuery": 1, "cuEventCreate": 1, "cuEventRecord": 1}, since(before))
-
-	before = count()
-	reached, idle, again := read([]cudadrv.Event{made}, true, true, made)
-	assert.Zero(t, reached)
-	assert.False(t, idle)
-	assert.Equal(t, made, again, "the spare recorded")
-	assert.Equal(t, map[string]uint64{"cuEventQuery": 1, "cuStreamIsCapturing": 1, "cuEventRecord": 1}, since(before),
-		"the event not reached: recorded again without a query of the stream")
-
-	cudatest.ReleaseStreams()
+	s, capturing := newStream(t, ctx), newStream(t, ctx)
+	a := cudadrv.AllocAsync(ctx, 1<<10, s)
+	require.Equal(t, cudadrv.Call{}, a.Call)
+	f := cudadrv.FreeAsync(ctx, a.Ptr, s, cudadrv.Event{})
+	require.Equal(t, cudadrv.Call{}, f.Call)
+	defer cudadrv.EventDestroy(f.Event)
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s)) })
-	reached, idle, e = read([]cudadrv.Event{made}, true, true, cudadrv.Event{})
-	assert.Equal(t, 1, reached)
-	assert.True(t, idle)
-	assert.True(t, e.IsZero())
-	cudadrv.EventDestroy(made)
-}
-
-// TestReadingsCapture: a stream that takes part in a capture is neither
-// queried nor recorded on by a reading, which answers that nothing is
-// known, and the capture ends with its graph, empty.
-func TestReadingsCapture(t *testing.T) {
-	ctx := primary(t, 0)
-	countsCalls(t)
-	s := newStream(t, ctx)
-	onThread(t, ctx, func() {
-		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(s, cudatest.CaptureGlobal))
-		var r cudadrv.Readings
-		r.Add(s, ctx, nil, true, true, cudadrv.Event{})
-		before := calls("cuStreamQuery") + calls("cuEventRecord")
-		require.Equal(t, cudadrv.Success, r.Read(ctx))
-		reached, idle, e, res := r.Answer(0)
-		assert.Equal(t, cudadrv.Success, res)
-		assert.Zero(t, reached)
-		assert.False(t, idle)
-		assert.True(t, e.IsZero(), "nothing recorded in the capture")
-		assert.Equal(t, before, calls("cuStreamQuery")+calls("cuEventRecord"))
-		nodes, res := cudatest.EndCapture(s)
-		assert.Equal(t, cudadrv.Success, res, "the capture survives")
-		assert.Zero(t, nodes)
-	})
-}
-
-// TestReadingsContextGone: where the context of a question cannot be made
-// current (destroyed), that failure is its answer, after which its frees
-// count as executed; the thread's context is put back.
-func TestReadingsContextGone(t *testing.T) {
-	ctx := primary(t, 0)
-	countsCalls(t)
-	own, r := cudatest.CtxCreate(0)
-	require.Equal(t, cudadrv.Success, r)
-	require.Equal(t, cudadrv.Success, cudatest.CtxDestroy(own))
-	var rd cudadrv.Readings
-	rd.Add(0, cudadrv.Context(own), nil, true, true, cudadrv.Event{})
-	rd.Add(0, ctx, nil, true, true, cudadrv.Event{})
-	onThread(t, 0, func() {
-		require.Equal(t, cudadrv.Success, rd.Read(ctx))
-		assert.Zero(t, current(t), "the thread's context put back")
-	})
-	_, _, _, res := rd.Answer(0)
-	assert.NotEqual(t, cudadrv.Success, res, "the destroyed context")
-	_, idle, _, res := rd.Answer(1)
-	assert.Equal(t, cudadrv.Success, res)
-	assert.True(t, idle)
+	begun, done, ended := make(chan bool), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		r := cudatest.InContext(uintptr(ctx), func() {
+			ok := cudatest.BeginCapture(capturing, cudatest.CaptureGlobal) == cudadrv.Success
+			begun <- ok
+			if !ok {
+				return
+			}
+			<-done
+			_, r := cudatest.EndCapture(capturing)
+			assert.Equal(t, cudadrv.Success, r, "the capture survived the reading")
+		})
+		assert.Equal(t, cudadrv.Success, r)
+	}()
+	require.True(t, <-begun, "the capture begun")
+	var q cudadrv.StreamEvents
+	q.Add([]cudadrv.Event{f.Event})
+	require.Equal(t, cudadrv.Success, q.Query(ctx))
+	n, r := q.Reached(0)
+	close(done)
+	<-ended
+	assert.Equal(t, 1, n)
+	assert.Equal(t, cudadrv.Success, r)
 }
 
 // TestDefaultStreamContext: a default stream's handle names the default
@@ -258,11 +183,8 @@ func TestDefaultStreamContext(t *testing.T) {
 			require.Equal(t, cudadrv.Call{}, f.Call)
 			assert.Equal(t, ctx, f.StreamCtx)
 			assert.Equal(t, 2*c.asks, calls("cuStreamGetCtx")-before)
-			assert.Equal(t, c.stream == cudadrv.StreamPerThread, !f.Event.IsZero(), "an event after the free on the per-thread stream alone")
 			onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(c.stream)) })
-			if !f.Event.IsZero() {
-				cudadrv.EventDestroy(f.Event)
-			}
+			cudadrv.EventDestroy(f.Event)
 		})
 	}
 }

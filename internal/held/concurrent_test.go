@@ -111,7 +111,7 @@ func TestConcurrent(t *testing.T) {
 			assert.Zero(t, cur, "every free retired")
 			assert.Zero(t, h.f.Pending())
 			assert.Zero(t, h.f.Pooled())
-			assert.Zero(t, h.f.unordered.Load())
+			assert.Zero(t, h.f.npending.Load())
 		})
 	}
 }

@@ -9,10 +9,10 @@ import (
 )
 
 // The tests' driver: a device whose streams run their operations (frees
-// and event records) when the test says, with a pool that hands a block
-// freed on a stream to the next allocation on that stream at once, as
-// CUDA's does; and a Querier of it that answers from what the streams
-// have run and keeps what each query was asked.
+// and the events recorded after them) when the test says, with a pool
+// that hands a block freed on a stream to the next allocation on that
+// stream at once, as CUDA's does; and a Querier of it that answers from
+// what the streams have run and keeps what each query was asked.
 
 // fakeDevice is the driver's state of one device's streams, events and
 // pool.
@@ -29,11 +29,10 @@ type fakeDevice struct {
 // fakeStream is one stream: its operations, those run, and the frees its
 // pool still counts (enqueued, not run).
 type fakeStream struct {
-	ops, ran  int
-	running   bool // runs each operation as it is enqueued
-	failing   bool // its queries fail
-	capturing bool // takes part in a capture: neither queried nor recorded on
-	frees     []*fakeFree
+	ops, ran int
+	running  bool // runs each operation as it is enqueued
+	failing  bool // its queries fail
+	frees    []*fakeFree
 }
 
 // fakeFree is a free enqueued on a stream at pos, and the bytes of it the
@@ -114,8 +113,9 @@ func (d *fakeDevice) free(h uintptr, size int64) {
 	s.frees = append(s.frees, &fakeFree{pos: s.enqueue(), remaining: size})
 }
 
-// record records e (a new event where 0) on stream h and returns it.
-func (d *fakeDevice) record(h uintptr, e int) int {
+// recordSeq records e (a new event where 0) on stream h and returns it,
+// with its number along h: its position there.
+func (d *fakeDevice) recordSeq(h uintptr, e int) (int, uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e == 0 {
@@ -125,7 +125,7 @@ func (d *fakeDevice) record(h uintptr, e int) int {
 	}
 	s := d.stream(h)
 	d.events[e] = fakeMark{h, s.enqueue()}
-	return e
+	return e, uint64(d.events[e].pos)
 }
 
 // run makes stream h run every operation enqueued on it so far.
@@ -173,20 +173,17 @@ func (d *fakeDevice) holds() int64 {
 }
 
 // fakeQuerier is a Figure's Querier of a fakeDevice. It checks what the
-// Querier's contract asks of the Figure: each stream's events in the order
-// it reaches them, no question with nothing to ask, a record only with a
-// question of idleness (and the race detector, that no two readings use it
-// at once).
+// Querier's contract asks of the Figure: each question's events of one
+// stream, in the order it reaches them, none empty (and the race detector,
+// that no two readings use it at once).
 type fakeQuerier struct {
 	t testing.TB
 	d *fakeDevice
 
 	// What the test reads, under d.mu.
-	queries   int        // Query calls answered
-	asked     int        // streams asked about, over all queries
-	records   int        // events recorded by readings
-	log       []fakeMark // where they were recorded, for the fuzz test's model to take
-	destroyed []int      // events destroyed
+	queries   int   // Query calls answered
+	asked     int   // questions asked, over all queries
+	destroyed []int // events destroyed
 }
 
 func (q *fakeQuerier) Query(qs []Query[int]) bool {
@@ -203,48 +200,30 @@ func (q *fakeQuerier) Query(qs []Query[int]) bool {
 	q.asked += len(qs)
 	for i := range qs {
 		a := &qs[i]
-		if len(a.Events) == 0 && !a.Ask {
+		if len(a.Events) == 0 {
 			q.t.Error("a stream asked nothing")
+			continue
 		}
-		if a.Record && !a.Ask {
-			q.t.Error("a record without a question of idleness")
+		var stream uintptr
+		last := 0
+		for j, e := range a.Events {
+			m, ok := d.events[e]
+			if !ok || j > 0 && (m.stream != stream || m.pos <= last) {
+				q.t.Errorf("event %d asked out of its stream's order (recorded at %+v)", e, m)
+			}
+			stream, last = m.stream, m.pos
 		}
-		s := d.stream(a.Stream)
+		s := d.stream(stream)
 		if s.failing {
 			a.Gone = true
 			s.writeOff()
 			continue
 		}
-		last := 0
 		for _, e := range a.Events {
-			m, ok := d.events[e]
-			if !ok || m.stream != a.Stream || m.pos <= last {
-				q.t.Errorf("event %d asked of stream %#x out of its order (recorded at %+v)", e, a.Stream, m)
-			}
-			last = m.pos
-			if m.pos > s.ran {
+			if d.events[e].pos > s.ran {
 				break
 			}
 			a.Reached++
-		}
-		if !a.Ask || a.Reached < len(a.Events) && !a.Record || s.capturing {
-			continue
-		}
-		if a.Reached == len(a.Events) && s.ran == s.ops {
-			a.Idle = true
-			continue
-		}
-		if a.Record {
-			e := a.Spare
-			if e == 0 {
-				d.last++
-				d.created++
-				e = d.last
-			}
-			d.events[e] = fakeMark{a.Stream, s.enqueue()}
-			a.Recorded = e
-			q.records++
-			q.log = append(q.log, d.events[e])
 		}
 	}
 	return true
@@ -256,26 +235,12 @@ func (q *fakeQuerier) Destroy(e int) {
 	q.d.mu.Unlock()
 }
 
-// takeRecord takes from the log the position of the first event recorded
-// on stream h, and false where none was.
-func (q *fakeQuerier) takeRecord(h uintptr) (int, bool) {
+// reads returns what the querier did so far: its queries, and the events
+// it destroyed.
+func (q *fakeQuerier) reads() (queries int, destroyed []int) {
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
-	for i, m := range q.log {
-		if m.stream == h {
-			q.log = slices.Delete(q.log, i, i+1)
-			return m.pos, true
-		}
-	}
-	return 0, false
-}
-
-// reads returns what the querier did so far: its queries, the events it
-// recorded and those it destroyed.
-func (q *fakeQuerier) reads() (queries, records int, destroyed []int) {
-	q.d.mu.Lock()
-	defer q.d.mu.Unlock()
-	return q.queries, q.records, slices.Clone(q.destroyed)
+	return q.queries, slices.Clone(q.destroyed)
 }
 
 // fig is a Figure on a fake device, driven as a backend's adapter drives
@@ -304,16 +269,23 @@ func (h *fig) alloc(s Stream, size int64) {
 }
 
 // free frees size bytes in stream order on s, as a backend's FreeAsync
-// does: on an Ordered stream the free alone; on another, with an event
-// recorded after it (a spare where there is one).
+// does: with an event recorded after it, a spare where there is one, and
+// numbered along the stream.
 func (h *fig) free(s Stream, size int64) {
+	h.free2(s, size, false)
+}
+
+// free2 is free; foreign, an event of another context: a new one, never
+// a spare.
+func (h *fig) free2(s Stream, size int64, foreign bool) int {
 	h.d.free(s.Handle, size)
-	if s.Ordered {
-		h.f.Freed(s, size)
-		return
+	e := 0
+	if !foreign {
+		e, _ = h.f.TakeSpare()
 	}
-	e, _ := h.f.TakeSpare()
-	h.f.FreedWithEvent(s, size, h.d.record(s.Handle, e))
+	e, seq := h.d.recordSeq(s.Handle, e)
+	h.f.Freed(Free[int]{Event: e, Stream: s, Seq: seq, Size: size, Foreign: foreign})
+	return e
 }
 
 // highPeak raises the figure's peak to n above the figure, with a buffer
@@ -330,18 +302,11 @@ func (h *fig) allocFree(s Stream, size int64) {
 	h.free(s, size)
 }
 
-// spares returns how many events the figure keeps for reuse: its own and
-// its streams'.
+// spares returns how many events the figure keeps for reuse.
 func (h *fig) spares() int {
 	h.f.spareMu.Lock()
-	n := len(h.f.spare)
-	h.f.spareMu.Unlock()
-	for _, e := range h.f.streams.Load().list {
-		e.mu.Lock()
-		n += len(e.spares)
-		e.mu.Unlock()
-	}
-	return n
+	defer h.f.spareMu.Unlock()
+	return len(h.f.spare)
 }
 
 // load reads the figure, and requires it of the figure's counts: cur
@@ -360,15 +325,14 @@ func (h *fig) load(msg string, cur, peak, pending int64) {
 
 // queries returns the queries the figure made so far.
 func (h *fig) queries() int {
-	q, _, _ := h.q.reads()
+	q, _ := h.q.reads()
 	return q
 }
 
-// Streams of the tests: two of one context, one of another, and one that
-// is not ordered.
+// Streams of the tests: three, and one that is not ordered.
 var (
-	streamA   = Stream{Handle: 10, Context: 1, Ordered: true}
-	streamB   = Stream{Handle: 20, Context: 1, Ordered: true}
-	streamC   = Stream{Handle: 30, Context: 2, Ordered: true}
-	unordered = Stream{Handle: 2, Context: 1}
+	streamA   = Stream{Handle: 10, Ordered: true}
+	streamB   = Stream{Handle: 20, Ordered: true}
+	streamC   = Stream{Handle: 30, Ordered: true}
+	unordered = Stream{Handle: 2}
 )

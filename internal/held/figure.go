@@ -11,8 +11,9 @@ import (
 // holds for the library's buffers, with its peak. It counts every buffer
 // from the allocation's return; [Figure.Drop] uncounts a buffer whose free
 // returned the memory, and a free in stream order ([Figure.Freed]) is
-// uncounted once a reading has learned that its stream executed it. E is
-// the driver's event, Q the adapter's [Querier] of streams and events.
+// uncounted once a reading has learned that its stream executed it, or an
+// allocation on its stream took its bytes over. E is the driver's event, Q
+// the adapter's [Querier] of events.
 //
 // A zero Figure must be given its Querier ([Figure.Init]) before any other
 // call, and must not be copied after.
@@ -24,12 +25,11 @@ type Figure[E comparable, Q Querier[E]] struct {
 	// pending is the bytes of the frees in stream order not yet learned
 	// executed, less what allocations took over: the part of held that a
 	// reading may uncount.
-	pending atomic.Int64
+	pending  atomic.Int64
+	npending atomic.Int64 // the frees awaiting their events
+	reapAt   atomic.Int64 // Freed reads at this many pending (at least PendingBound), set by reapLocked
 	// seq numbers the frees in stream order as they are counted (Order).
 	seq atomic.Uint64
-	// unordered is how many frees of streams not Ordered wait for their
-	// events.
-	unordered atomic.Int64
 
 	// streams is the table of the streams with frees pending, or had them
 	// lately: read without a lock, replaced whole under tableMu.
@@ -37,7 +37,7 @@ type Figure[E comparable, Q Querier[E]] struct {
 	tableMu sync.Mutex
 
 	// reapMu lets one reading run at a time, and guards what the readings
-	// keep: the questions of the last one, for reuse.
+	// keep: the buffers of the last one's questions, for reuse.
 	reapMu  sync.Mutex
 	asked   []asked[E]
 	qs      []Query[E]
@@ -46,7 +46,7 @@ type Figure[E comparable, Q Querier[E]] struct {
 	reuse   bool
 
 	spareMu sync.Mutex
-	spare   []E // events of the device's own context, reached, for the frees of streams not Ordered
+	spare   []E // events of the device's own context, reached, for the next frees to record again
 }
 
 // counts is the figure and its pooled part: the part of a Figure that

@@ -8,64 +8,55 @@ import (
 // Stream names the stream of a free as the adapter keys it: its handle,
 // one for each stream of the device (the adapter folds the several handles
 // of one stream, such as those of CUDA's legacy default stream, into one,
-// and names a default stream in the device's own context), and the
-// stream's context, in which its events are recorded. A handle names one
-// stream at a time for the frees pending on it: a destroyed stream's
+// and names a default stream in the device's own context). A handle names
+// one stream at a time for the frees pending on it: a destroyed stream's
 // resources are released once the device has completed its work
 // (cuStreamDestroy, hipStreamDestroy), so that a stream created later with
-// the same handle finds every free of the old one executed.
+// the same handle finds every event of the old one reached.
 type Stream struct {
-	Handle  uintptr
-	Context uintptr // the stream's context, as the driver names it
-	// Ordered says that the handle names one stream, which runs its frees
-	// in the order they were enqueued: not so CUDA's per-thread default
-	// stream, whose handle names another stream on each thread. The frees
-	// of a stream not Ordered each come with an event of their own
-	// (FreedWithEvent), and no allocation takes them over. It is the
-	// stream's: the same for every free of one Handle.
+	Handle uintptr
+	// Ordered says that the handle names one stream, which reaches the
+	// events of its frees in the order of their numbers (Free.Seq): not so
+	// CUDA's per-thread default stream, whose handle names another stream
+	// on each thread. The frees of a stream not Ordered are asked about one
+	// by one, and no allocation takes them over. It is the stream's: the
+	// same for every free of one Handle.
 	Ordered bool
 }
 
-// entry is what the Figure keeps of one stream: the frees pending on it,
-// in the order they were counted, and the events its readings recorded.
+// Free is one buffer freed in stream order, with the event recorded after
+// it on its stream.
+type Free[E comparable] struct {
+	Event   E      // recorded after the free
+	Stream  Stream // the free's stream
+	Seq     uint64 // the event's number, which rises along its stream's order
+	Size    int64  // the buffer's bytes
+	Foreign bool   // Event is of another context than the device's own: destroyed once reached, not kept
+}
+
+// entry is what the Figure keeps of one stream: the frees pending on it.
 type entry[E comparable] struct {
 	handle  uintptr
 	ordered bool
 
 	mu   sync.Mutex
-	gone bool    // dropped from the table: a free that finds it looks again
-	ctx  uintptr // the stream's context, as the last free gave it
-	last Order   // the newest free counted on the stream
-	// open is the bytes of the frees counted since a reading last sealed
-	// them into a segment, less what allocations took over.
-	open int64
-	// segs are the frees a reading sealed, oldest first: of an Ordered
-	// stream, those with an event recorded after them, then at most one
-	// without (sealed, no event recorded yet); of a stream not Ordered,
-	// one per free, each with its event.
-	segs []segment[E]
-	// spares are events of the stream's context that it reached, for its
-	// next readings to record again.
-	spares []E
-	quiet  int // readings in a row that found nothing pending on it (under reapMu)
+	gone bool  // dropped from the table: a free that finds it looks again
+	last Order // the newest free counted on the stream
+	// segs are the frees pending on the stream: of an Ordered stream in
+	// the order of their events' numbers, which is the order the stream
+	// reaches them; of a stream not Ordered, as they came. Each keeps the
+	// bytes no allocation took over.
+	segs  []segment[E]
+	quiet int // readings in a row that found nothing pending on it (under reapMu)
 }
 
-// segment is frees of one stream counted together: their bytes, less what
-// allocations took over, and the event recorded after them on the stream,
-// or the zero E where none is yet.
+// segment is a free pending on a stream: its event, its number there, and
+// its bytes, less what allocations on the stream took over.
 type segment[E comparable] struct {
-	event E
-	bytes int64
-}
-
-// marked returns how many of e's segments, from the oldest, have their
-// event (e.mu held).
-func (e *entry[E]) marked() int {
-	var none E
-	if n := len(e.segs); n > 0 && e.segs[n-1].event == none {
-		return n - 1
-	}
-	return len(e.segs)
+	event   E
+	seq     uint64
+	bytes   int64
+	foreign bool
 }
 
 // table is the Figure's streams, replaced whole when one is added or
@@ -134,32 +125,30 @@ func (f *Figure[E, Q]) addEntry(s Stream) *entry[E] {
 	return e
 }
 
-// Freed counts a free of size bytes in stream order on s, an Ordered
-// stream, enqueued (the driver's free returned): the figure keeps its
-// bytes until a reading learns that s has run it, or an allocation on s
-// takes them over. It calls no driver.
-func (f *Figure[E, Q]) Freed(s Stream, size int64) {
-	e := f.lockEntry(s)
-	e.ctx = s.Context
+// Freed counts n, a free in stream order enqueued with its event recorded
+// after it: the figure keeps its bytes until a reading finds its stream
+// has reached the event, or an allocation on the stream takes them over.
+// Once PendingBound frees wait (or twice what the last reading left, where
+// more), it learns of executed frees itself, unless another reading is
+// under way, so that a program that never reads its figures keeps few
+// frees, and events, waiting.
+func (f *Figure[E, Q]) Freed(n Free[E]) {
+	e := f.lockEntry(n.Stream)
 	e.last = Order(f.seq.Add(1))
-	e.open += size
-	f.pending.Add(size)
+	s := segment[E]{event: n.Event, seq: n.Seq, bytes: n.Size, foreign: n.Foreign}
+	i := len(e.segs)
+	if e.ordered {
+		// Two goroutines that free on one stream at once may count their
+		// frees in another order than the stream's: the events' numbers
+		// give the stream's.
+		for i > 0 && e.segs[i-1].seq > n.Seq {
+			i--
+		}
+	}
+	e.segs = slices.Insert(e.segs, i, s)
+	f.pending.Add(n.Size)
 	e.mu.Unlock()
-}
-
-// FreedWithEvent counts a free of size bytes in stream order on s, a
-// stream not Ordered, with event recorded after it on the stream: the
-// figure keeps its bytes until a reading finds the event reached. Once
-// PendingBound such frees wait, it reads itself, unless another reading
-// is under way, so that a program that never reads its figures keeps few
-// of them, and their events, waiting.
-func (f *Figure[E, Q]) FreedWithEvent(s Stream, size int64, event E) {
-	e := f.lockEntry(s)
-	e.ctx = s.Context
-	e.segs = append(e.segs, segment[E]{event: event, bytes: size})
-	f.pending.Add(size)
-	e.mu.Unlock()
-	if f.unordered.Add(1) >= PendingBound && f.reapMu.TryLock() {
+	if f.npending.Add(1) >= max(f.reapAt.Load(), PendingBound) && f.reapMu.TryLock() {
 		f.reapLocked()
 		f.reapMu.Unlock()
 	}
@@ -180,8 +169,7 @@ func (f *Figure[E, Q]) takeOver(stream uintptr, at Order, size int64) int64 {
 		e.mu.Unlock()
 		return 0
 	}
-	take := min(size, e.open)
-	e.open -= take
+	var take int64
 	for i := len(e.segs) - 1; i >= 0 && take < size; i-- {
 		t := min(size-take, e.segs[i].bytes)
 		e.segs[i].bytes -= t
@@ -193,9 +181,9 @@ func (f *Figure[E, Q]) takeOver(stream uintptr, at Order, size int64) int64 {
 }
 
 // TakeSpare returns an event of the device's own context that its stream
-// has reached, for a free on a stream not Ordered to record again, and
-// false where there is none. An event taken and not handed to
-// FreedWithEvent goes back by PutSpare.
+// has reached, for the next free in stream order to record again, and
+// false where there is none. An event taken and not handed to Freed goes
+// back by PutSpare.
 func (f *Figure[E, Q]) TakeSpare() (E, bool) {
 	f.spareMu.Lock()
 	defer f.spareMu.Unlock()

@@ -9,70 +9,50 @@ import (
 
 const mib int64 = 1 << 20
 
-// TestNoEventPerFree: a free in stream order asks nothing of the driver;
-// a reading asks each stream with frees pending once, and where the stream
-// has run all its work, every one of its frees leaves, with no event
-// recorded.
-func TestNoEventPerFree(t *testing.T) {
+// TestOneQuestionPerStream: each free comes with its event; a reading asks
+// each stream with frees pending once, in one query, and where the stream
+// has reached its newest event, every free of it leaves; the events are
+// kept and recorded again, so that a running program creates none.
+func TestOneQuestionPerStream(t *testing.T) {
 	h := newFig(t)
 	h.highPeak(64 * mib)
-	for range 32 {
+	for range 8 {
 		h.allocFree(streamA, mib)
 		h.allocFree(streamB, mib)
 	}
-	q, records, _ := h.q.reads()
-	require.Zero(t, q, "the frees asked nothing")
+	require.Zero(t, h.queries(), "the frees asked nothing")
 	require.Equal(t, 2*mib, h.f.Pending(), "each stream's last free: the others were taken over by the next allocation")
 	h.d.run(streamA.Handle)
 	h.d.run(streamB.Handle)
-	h.load("the streams idle", 0, 64*mib, 0)
+	h.load("the streams ran", 0, 64*mib, 0)
 	require.Equal(t, 1, h.queries())
-	_, records, _ = h.q.reads()
-	assert.Zero(t, records, "no event recorded: both streams were idle")
 	assert.Equal(t, 2, h.q.asked, "one question per stream")
-	assert.Zero(t, h.d.created)
+	assert.Equal(t, 16, h.spares(), "every event kept")
+	for range 8 {
+		h.allocFree(streamA, mib)
+	}
+	assert.Equal(t, 16, h.d.created, "no event created once the program runs")
 }
 
-// TestReadingMarksBusyStream: a reading that finds a stream busy records
-// one event after its frees and keeps them; the next reading asks for that
-// event alone; once reached, the event is kept for the stream's next
-// readings, so that a stream that stays busy costs no event created per
-// reading.
-func TestReadingMarksBusyStream(t *testing.T) {
+// TestHeldBack: a stream held back keeps its frees; the reading asks about
+// them again until the stream has run them, and retires them in its order.
+func TestHeldBack(t *testing.T) {
 	h := newFig(t)
 	h.alloc(streamA, 3*mib) // stays live
 	h.alloc(streamB, mib)
 	h.free(streamB, mib)
 	h.load("busy", 4*mib, 4*mib, mib)
-	require.Equal(t, 1, h.queries())
-	_, records, _ := h.q.reads()
-	require.Equal(t, 1, records, "one event, after the stream's frees")
 	h.load("still busy", 4*mib, 4*mib, mib)
 	require.Equal(t, 2, h.queries())
-	_, records, _ = h.q.reads()
-	require.Equal(t, 1, records, "the event awaits the stream: none other")
-
 	h.d.run(streamB.Handle)
-	h.load("the event reached", 3*mib, 4*mib, 0)
-	require.Equal(t, 3, h.queries())
-	require.Equal(t, 1, h.spares(), "the event kept for the stream")
-
-	for range 3 {
-		h.alloc(streamB, 2*mib)
-		h.free(streamB, 2*mib)
-		h.f.Load()
-		h.d.run(streamB.Handle)
-		h.f.Load()
-	}
-	assert.Equal(t, 1, h.d.created, "one event for all the readings")
-	h.load("idle", 3*mib, 5*mib, 0)
-	require.Equal(t, 9, h.queries())
+	h.load("reached", 3*mib, 4*mib, 0)
+	require.Equal(t, 1, h.spares())
 }
 
 // TestReuseOnStream: a buffer freed and a second of the same size
 // allocated on the same stream, behind a busy stream: the pool hands the
-// first's block to the second, so the device holds one buffer's bytes,
-// and so does the figure, at every moment and at its peak.
+// first's block to the second, so the device holds one buffer's bytes, and
+// so does the figure, at every moment and at its peak.
 func TestReuseOnStream(t *testing.T) {
 	h := newFig(t)
 	const size = 64 * mib
@@ -81,11 +61,9 @@ func TestReuseOnStream(t *testing.T) {
 	h.alloc(streamA, size)
 	h.free(streamA, size)
 	h.load("both freed, the stream held back", size, size, size)
-	require.Equal(t, 1, h.queries())
 	assert.Equal(t, size, h.d.holds())
 	h.d.run(streamA.Handle)
 	h.load("run", 0, size, 0)
-	require.Equal(t, 2, h.queries())
 }
 
 // TestReuseOtherStream: a free on one stream is not taken over by an
@@ -99,30 +77,26 @@ func TestReuseOtherStream(t *testing.T) {
 	h.alloc(streamB, size) // raises the peak: reads first (A busy)
 	require.Equal(t, 1, h.queries())
 	h.load("the free pending on A, B's buffer live", 2*size, 2*size, size)
-	require.Equal(t, 2, h.queries())
 	h.d.run(streamA.Handle)
 	h.load("A ran its free", size, 2*size, 0)
-	require.Equal(t, 3, h.queries())
 }
 
 // TestReuseNewestFirst: an allocation takes over the frees pending on its
-// stream from the newest: those counted since the last reading, then the
-// segments the readings sealed, newest first; a free the allocation's
-// stream ran leaves as the stream reaches it, less what was taken.
+// stream from the newest; a free the stream runs leaves with what no
+// allocation took.
 func TestReuseNewestFirst(t *testing.T) {
 	h := newFig(t)
-	for _, n := range []int64{1, 2, 3} {
+	for _, n := range []int64{1, 2, 3, 4} {
 		h.alloc(streamB, n*mib) // each its own block: B's frees are none
 		h.free(streamA, n*mib)  // ordered after its allocation, as the driver requires
-		h.f.Load()              // seals the free, with an event after it (A is busy)
 	}
-	h.alloc(streamB, 4*mib)
-	h.free(streamA, 4*mib) // open
 	require.Equal(t, 10*mib, h.f.Pending())
-	h.alloc(streamA, 5*mib) // 4 from the open frees, 1 from the newest segment
+	h.alloc(streamA, 5*mib) // 4 from the newest free, 1 from the one before
 	require.Equal(t, 5*mib, h.f.Pending())
 	h.load("taken over", 10*mib, 10*mib, 5*mib)
-	assert.Equal(t, h.d.holds(), int64(10*mib), "the device took over the same bytes")
+	assert.Equal(t, h.d.holds(), 10*mib, "the device took over the same bytes")
+	e := h.f.streams.Load().find(streamA.Handle)
+	assert.Equal(t, []int64{mib, 2 * mib, 2 * mib, 0}, []int64{e.segs[0].bytes, e.segs[1].bytes, e.segs[2].bytes, e.segs[3].bytes})
 }
 
 // TestReuseOrder: a free counted after an allocation's Order may have come
@@ -141,45 +115,63 @@ func TestReuseOrder(t *testing.T) {
 	require.Zero(t, h.f.Pending())
 }
 
-// TestMaxWaiting: a stream that stays busy gets at most MaxWaiting events
-// awaiting it, however often it is read; once it has run its work, one
-// reading uncounts every free of it, those counted after the last event
-// too.
-func TestMaxWaiting(t *testing.T) {
+// TestOutOfOrder: two goroutines that free on one stream at once may count
+// their frees in another order than the stream's; the events' numbers put
+// them back in the stream's order, so that a reading keeps the one the
+// stream has not reached.
+func TestOutOfOrder(t *testing.T) {
 	h := newFig(t)
-	h.highPeak(1 << 30)
-	h.alloc(streamB, 100*mib)
-	h.free(streamA, 100*mib)
-	for i := range 3 * MaxWaiting {
-		h.alloc(streamB, mib)
-		h.free(streamA, mib)
-		h.f.Load()
-		_, records, _ := h.q.reads()
-		require.Equal(t, min(i+1, MaxWaiting), records, "reading %d", i)
-	}
-	h.d.run(streamA.Handle)
-	q, _, _ := h.q.reads()
-	h.load("every free run", 0, -1, 0)
-	require.Equal(t, q+1, h.queries())
-	assert.Equal(t, MaxWaiting, h.spares(), "the events kept for the stream")
+	h.highPeak(64 * mib)
+	h.alloc(streamA, mib)
+	h.alloc(streamA, 2*mib)
+	h.d.free(streamA.Handle, mib)
+	e1, s1 := h.d.recordSeq(streamA.Handle, 0)
+	h.d.run(streamA.Handle) // the stream reaches the first free's event
+	h.d.free(streamA.Handle, 2*mib)
+	e2, s2 := h.d.recordSeq(streamA.Handle, 0)
+	h.f.Freed(Free[int]{Event: e2, Stream: streamA, Seq: s2, Size: 2 * mib}) // counted first
+	h.f.Freed(Free[int]{Event: e1, Stream: streamA, Seq: s1, Size: mib})
+	h.load("the first free ran, the second not", 2*mib, 64*mib, 2*mib)
 }
 
-// TestFailedQuery: where a stream's query fails (the stream is gone, or
-// the device met a sticky error), its frees count as executed, those
-// counted since too; where the device cannot be asked at all, every free
-// does.
+// TestPendingBound: frees that nothing reads stay bounded: once
+// PendingBound wait, a free reads itself, then at twice what that reading
+// left, and a reading that leaves little brings the bound back down.
+func TestPendingBound(t *testing.T) {
+	h := newFig(t)
+	h.highPeak(1 << 30)
+	for i := range PendingBound - 1 {
+		h.alloc(streamB, mib)
+		h.free(streamA, mib)
+		require.Zero(t, h.queries(), "free %d", i)
+	}
+	h.alloc(streamB, mib)
+	h.free(streamA, mib)
+	require.Equal(t, 1, h.queries(), "at the bound, the free read")
+	require.Equal(t, int64(2*PendingBound), h.f.reapAt.Load(), "none ran: the next at twice as many")
+	h.d.setRunning(streamA.Handle, true)
+	for range PendingBound {
+		h.alloc(streamB, mib)
+		h.free(streamA, mib)
+	}
+	require.Equal(t, 2, h.queries())
+	assert.Zero(t, h.f.reapAt.Load(), "every free ran: the bound back down")
+	assert.Zero(t, h.f.npending.Load())
+}
+
+// TestFailedQuery: where a stream's query fails (the event or its context
+// is gone, or the device met a sticky error), its frees count as executed;
+// where the device cannot be asked at all, every free does.
 func TestFailedQuery(t *testing.T) {
 	h := newFig(t)
 	h.alloc(streamB, 8*mib)
 	h.free(streamA, 4*mib)
 	h.free(streamB, 4*mib)
 	h.load("both busy", 8*mib, 8*mib, 8*mib)
-	require.Equal(t, 1, h.queries())
-	h.alloc(streamC, mib)
-	h.free(streamA, mib) // after the event
 	h.d.set(streamA.Handle, func(s *fakeStream) { s.failing = true })
 	h.f.Load()
-	require.Equal(t, 4*mib, h.f.Pending(), "A's frees done with, B's kept")
+	require.Equal(t, 4*mib, h.f.Pending(), "A's free done with, B's kept")
+	assert.Zero(t, h.spares(), "no event whose query failed is kept")
 	h.d.lost = true
 	c, _ := h.f.Load()
 	assert.Zero(t, c, "a lost device: every free done with")
@@ -187,27 +179,23 @@ func TestFailedQuery(t *testing.T) {
 	assert.Zero(t, h.f.Pooled())
 }
 
-// TestCapturingStream: a stream that takes part in a capture is neither
-// queried nor recorded on; its frees wait until the capture ends.
-func TestCapturingStream(t *testing.T) {
+// TestForeignEvents: an event of another context than the device's own is
+// destroyed once reached, and never kept for reuse.
+func TestForeignEvents(t *testing.T) {
 	h := newFig(t)
-	h.alloc(streamA, mib)
-	h.free(streamA, mib)
-	h.d.run(streamA.Handle)
-	h.d.set(streamA.Handle, func(s *fakeStream) { s.capturing = true })
-	h.load("capturing", mib, mib, mib)
-	require.Equal(t, 1, h.queries())
-	_, records, _ := h.q.reads()
-	require.Zero(t, records)
-	h.d.set(streamA.Handle, func(s *fakeStream) { s.capturing = false })
-	h.load("the capture ended", 0, mib, 0)
-	require.Equal(t, 2, h.queries())
+	h.highPeak(64 * mib)
+	h.alloc(streamC, mib)
+	e := h.free2(streamC, mib, true)
+	h.d.run(streamC.Handle)
+	h.load("reached", 0, 64*mib, 0)
+	_, destroyed := h.q.reads()
+	assert.Equal(t, []int{e}, destroyed)
+	assert.Zero(t, h.spares())
 }
 
-// TestUnorderedStream: the frees of a stream not Ordered each come with
-// an event, and are asked about one by one: a reading keeps those not
-// reached, whatever the order; no allocation takes them over; their
-// events are reused. Once PendingBound of them wait, a free reads itself.
+// TestUnorderedStream: the frees of a stream not Ordered are asked about
+// one by one: a reading keeps those not reached, whatever the order; no
+// allocation takes them over.
 func TestUnorderedStream(t *testing.T) {
 	h := newFig(t)
 	h.highPeak(64 * mib)
@@ -217,46 +205,25 @@ func TestUnorderedStream(t *testing.T) {
 	require.Equal(t, mib, h.f.Pending())
 	h.free(unordered, mib)
 	h.load("both pending", 2*mib, 64*mib, 2*mib)
-	require.Equal(t, 1, h.queries())
+	assert.Equal(t, 2, h.q.asked, "a question per free")
 	h.d.run(unordered.Handle)
 	h.load("both reached", 0, 64*mib, 0)
-	require.Equal(t, 2, h.queries())
 	require.Equal(t, 2, h.spares())
-
-	h.d.setRunning(unordered.Handle, false)
-	for range PendingBound - 1 {
-		h.allocFree(unordered, mib)
-	}
-	q, _, _ := h.q.reads()
-	require.Equal(t, 2, q, "below the bound, no reading")
-	h.allocFree(unordered, mib)
-	q, _, _ = h.q.reads()
-	require.Equal(t, 3, q, "at the bound, the free read")
-	assert.Equal(t, PendingBound, int(h.f.unordered.Load()), "none reached")
-	h.d.run(unordered.Handle)
-	h.f.Load()
-	assert.Zero(t, h.f.unordered.Load())
-	assert.Equal(t, PendingBound, h.d.created, "each event in use at once, reused after")
 }
 
 // TestQuietStreamDropped: a stream with nothing pending at two readings
-// in a row leaves the table, its events destroyed; a free on it later
-// makes a new entry.
+// in a row leaves the table; a free on it later makes a new entry.
 func TestQuietStreamDropped(t *testing.T) {
 	h := newFig(t)
 	h.alloc(streamB, mib)
 	h.free(streamA, mib)
-	h.f.Load() // A busy: an event recorded
 	h.d.run(streamA.Handle)
-	h.f.Load() // reached: kept as a spare
-	require.Equal(t, 1, h.spares())
-	keep := func() { h.alloc(streamC, mib); h.free(streamC, mib); h.f.Load(); h.d.run(streamC.Handle) }
+	h.f.Load() // retired
+	keep := func() { h.alloc(streamC, mib); h.free(streamC, mib); h.d.run(streamC.Handle); h.f.Load() }
 	keep() // A quiet once (C keeps the readings coming)
 	require.NotNil(t, h.f.streams.Load().find(streamA.Handle))
 	keep() // twice
 	assert.Nil(t, h.f.streams.Load().find(streamA.Handle), "A dropped")
-	_, _, destroyed := h.q.reads()
-	assert.Len(t, destroyed, 1, "its event destroyed")
 	h.allocFree(streamA, mib)
 	h.d.run(streamA.Handle)
 	h.f.Load()

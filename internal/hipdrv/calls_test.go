@@ -108,7 +108,7 @@ func TestCurrentDeviceRestored(t *testing.T) {
 	require.Equal(t, hipdrv.Success, r)
 	defer hiptest.StreamDestroy(stream)
 	var ptr, aptr uintptr
-	var readings hipdrv.Readings
+	var events hipdrv.StreamEvents
 	for _, tc := range []struct {
 		name string
 		op   func() hipdrv.Call
@@ -131,14 +131,14 @@ func TestCurrentDeviceRestored(t *testing.T) {
 		}},
 		{"FreeAsync", func() hipdrv.Call {
 			f := hipdrv.FreeAsync(0, aptr, stream, hipdrv.Event{})
-			readings.Add(stream, nil, true, true, hipdrv.Event{})
+			events.Add(f.Event)
+			events.EndStream()
 			return f.Call
 		}},
-		{"Readings.Read", func() hipdrv.Call {
-			back := readings.Read(0)
-			_, _, e, res := readings.Answer(0)
-			hipdrv.EventDestroy(e)
-			return hipdrv.Call{Op: res, Restore: back}
+		{"StreamEvents.Query", func() hipdrv.Call {
+			events.Query(0)
+			_, res := events.Reached(0)
+			return hipdrv.Call{Op: res}
 		}},
 		{"StreamInfo", func() hipdrv.Call { return hipdrv.StreamInfo(0, stream).Call }},
 	} {

@@ -28,8 +28,9 @@ typedef struct {
 	hipError_t restore;     // putting the previous device back
 	void *ptr;              // an allocation
 	size_t free, total;     // memtrack_hip_meminfo: hipMemGetInfo
-	hipEvent_t event;       // memtrack_hip_free_async: the event recorded after a free on the per-thread default stream
+	hipEvent_t event;       // memtrack_hip_free_async: the event recorded after the free
 	int retired;            // memtrack_hip_free_async: the free is known to be executed
+	unsigned long long seq; // memtrack_hip_free_async: the event's number among those recorded on its stream
 	int other_device;       // the stream is of another device: the operation did not run
 	int stream_device;      // the stream's device, where other_device
 	int capturing;          // the stream's hipStreamCaptureStatus: where not 0 (None), the operation did not run

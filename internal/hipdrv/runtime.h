@@ -115,7 +115,6 @@ enum { MEMTRACK_HIP_ESSENTIAL = 1, MEMTRACK_HIP_OPTIONAL = 0 };
 	X(hipFree, 401, MEMTRACK_HIP_ESSENTIAL, (void *ptr)) \
 	X(hipMemGetInfo, 401, MEMTRACK_HIP_ESSENTIAL, (size_t *free, size_t *total)) \
 	X(hipStreamSynchronize, 401, MEMTRACK_HIP_ESSENTIAL, (hipStream_t stream)) \
-	X(hipStreamQuery, 401, MEMTRACK_HIP_ESSENTIAL, (hipStream_t stream)) \
 	X(hipEventCreateWithFlags, 401, MEMTRACK_HIP_ESSENTIAL, (hipEvent_t *event, unsigned int flags)) \
 	X(hipEventRecord, 401, MEMTRACK_HIP_ESSENTIAL, (hipEvent_t event, hipStream_t stream)) \
 	X(hipEventQuery, 401, MEMTRACK_HIP_ESSENTIAL, (hipEvent_t event)) \

@@ -24,28 +24,28 @@ func stream(t *testing.T, device int) uintptr {
 }
 
 // A stream-ordered allocation and its free, on each kind of stream: the
-// free records nothing, but on the per-thread stream, whose handle names
-// another stream on each thread, where it records an event after the free,
-// which the stream reaches once it runs the free; a reading finds each
-// stream idle once it ran.
+// free records an event after it, numbered along its stream (the
+// per-thread stream's are not), which the stream reaches once it runs the
+// free.
 func TestAllocFreeAsync(t *testing.T) {
 	_, _ = fakeDirs(t)
 	requireFake(t, 1)
 	for _, tc := range []struct {
-		name   string
-		stream uintptr
-		event  bool
+		name     string
+		stream   uintptr
+		numbered bool
 	}{
-		{"null stream", 0, false},
-		{"per-thread stream", hipdrv.StreamPerThread, true},
-		{"stream of one's own", stream(t, 0), false},
+		{"null stream", 0, true},
+		{"per-thread stream", hipdrv.StreamPerThread, false},
+		{"stream of one's own", stream(t, 0), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The per-thread stream is the thread's own, and a subtest
 			// runs in a goroutine of its own: it holds its thread.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			var events []hipdrv.Event
+			var seqs []uint64
+			var events hipdrv.StreamEvents
 			for range 3 {
 				a := hipdrv.AllocAsync(0, mib, tc.stream)
 				require.Equal(t, hipdrv.Call{}, a.Call)
@@ -53,82 +53,67 @@ func TestAllocFreeAsync(t *testing.T) {
 				assert.Equal(t, hipdrv.Capture{}, a.Capture)
 				f := hipdrv.FreeAsync(0, a.Ptr, tc.stream, hipdrv.Event{})
 				require.Equal(t, hipdrv.Call{}, f.Call)
-				require.Equal(t, tc.event, !f.Event.IsZero())
+				require.False(t, f.Event.IsZero())
 				assert.False(t, f.Retired)
-				if tc.event {
-					events = append(events, f.Event)
-				}
+				seqs = append(seqs, f.Seq)
+				events.Add(f.Event)
+			}
+			events.EndStream()
+			if tc.numbered {
+				assert.Less(t, seqs[0], seqs[1])
+				assert.Less(t, seqs[1], seqs[2])
+			} else {
+				assert.Equal(t, []uint64{0, 0, 0}, seqs)
 			}
 			require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, tc.stream))
-			var r hipdrv.Readings
-			r.Add(tc.stream, events, !tc.event, !tc.event, hipdrv.Event{})
-			require.Equal(t, hipdrv.Success, r.Read(0))
-			n, idle, recorded, res := r.Answer(0)
-			assert.Equal(t, len(events), n)
-			assert.Equal(t, !tc.event, idle)
-			assert.True(t, recorded.IsZero())
-			assert.Equal(t, hipdrv.Success, res)
-			for _, e := range events {
-				hipdrv.EventDestroy(e)
-			}
+			events.Query(0)
+			n, r := events.Reached(0)
+			assert.Equal(t, 3, n)
+			assert.Equal(t, hipdrv.Success, r)
 		})
 	}
 }
 
-// mark records an event on stream s of device 0, held back (busy), by a
-// reading: the question of a stream with frees after its events, which
-// records one where the stream is not idle.
-func mark(t *testing.T, s uintptr) hipdrv.Event {
-	t.Helper()
-	var r hipdrv.Readings
-	r.Add(s, nil, true, true, hipdrv.Event{})
-	require.Equal(t, hipdrv.Success, r.Read(0))
-	_, idle, e, res := r.Answer(0)
-	require.Equal(t, hipdrv.Success, res)
-	require.False(t, idle, "the stream is held back")
-	require.False(t, e.IsZero(), "an event recorded")
-	return e
-}
-
-// How far a stream has come through the events readings recorded on it,
-// asked of streams held back at every place: the newest event first, then
-// bisection, so that n events cost at most 1 + ceil(log2 n) queries, and
-// exactly one where all are reached; a second stream is answered apart, in
-// the same call.
-func TestReadingsReached(t *testing.T) {
+// How far a stream has come through its events, asked of streams held back
+// at every place: the newest event first, then bisection, so that n events
+// cost at most 1 + ceil(log2 n) queries, and exactly one where all are
+// reached.
+func TestStreamEventsReached(t *testing.T) {
 	_, _ = fakeDirs(t)
 	requireFake(t, 1)
 	for n := 1; n <= 6; n++ {
 		for k := 0; k <= n; k++ {
 			t.Run(fmt.Sprintf("%d of %d", k, n), func(t *testing.T) {
-				s, other := stream(t, 0), stream(t, 0)
-				defer hiptest.ReleaseStreams()
-				require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, s))
-				require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, other))
-				var events []hipdrv.Event
-				for range k {
-					events = append(events, mark(t, s))
+				s := stream(t, 0)
+				var events hipdrv.StreamEvents
+				var marker uintptr
+				for i := range n {
+					if i == k {
+						var r hipdrv.Result
+						marker, r = hiptest.RecordEvent(0, s)
+						require.Equal(t, hipdrv.Success, r)
+						require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, s))
+					}
+					a := hipdrv.AllocAsync(0, mib, s)
+					require.Equal(t, hipdrv.Call{}, a.Call)
+					f := hipdrv.FreeAsync(0, a.Ptr, s, hipdrv.Event{})
+					require.Equal(t, hipdrv.Call{}, f.Call)
+					events.Add(f.Event)
 				}
-				held := mark(t, other)
-				hiptest.ReleaseStreams()
-				require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
-				require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, other))
-				require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, s))
-				require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, other))
-				for range n - k {
-					events = append(events, mark(t, s))
+				events.EndStream()
+				if k == n {
+					var r hipdrv.Result
+					marker, r = hiptest.RecordEvent(0, s)
+					require.Equal(t, hipdrv.Success, r)
 				}
-				var r hipdrv.Readings
-				r.Add(s, events, false, false, hipdrv.Event{})
-				r.Add(other, []hipdrv.Event{held}, false, false, hipdrv.Event{})
+				require.Equal(t, hipdrv.Success, hiptest.EventSynchronize(marker)) // the first k frees ran
+				defer hiptest.EventDestroy(marker)
 				before := calls(t, "hipEventQuery")
-				require.Equal(t, hipdrv.Success, r.Read(0))
-				queries := calls(t, "hipEventQuery") - before - 1 // the other stream's one
-				reached, _, _, res := r.Answer(0)
+				events.Query(0)
+				queries := calls(t, "hipEventQuery") - before
+				reached, r := events.Reached(0)
 				assert.Equal(t, k, reached)
-				assert.Equal(t, hipdrv.Success, res)
-				reached, _, _, _ = r.Answer(1)
-				assert.Equal(t, 1, reached, "the other stream, released before its second hold")
+				assert.Equal(t, hipdrv.Success, r)
 				if k == n {
 					assert.Equal(t, uint64(1), queries)
 				} else {
@@ -136,61 +121,49 @@ func TestReadingsReached(t *testing.T) {
 				}
 				hiptest.ReleaseStreams()
 				require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
-				r.Reset()
-				r.Add(s, events, false, false, hipdrv.Event{})
-				require.Equal(t, hipdrv.Success, r.Read(0))
-				reached, _, _, _ = r.Answer(0)
+				events.Query(0)
+				reached, _ = events.Reached(0)
 				assert.Equal(t, n, reached)
-				for _, e := range append(events, held) {
-					hipdrv.EventDestroy(e)
-				}
 			})
 		}
 	}
 }
 
-// A reading records on a stream held back the spare it is given, or a new
-// event; where the stream is idle it records nothing; where recording is
-// not asked, nothing either.
-func TestReadingsRecord(t *testing.T) {
+// StreamEvents groups events by stream: each stream is answered apart, in
+// one call for all.
+func TestStreamEventsStreams(t *testing.T) {
 	_, _ = fakeDirs(t)
 	requireFake(t, 1)
-	s := stream(t, 0)
-	read := func(events []hipdrv.Event, ask, record bool, spare hipdrv.Event) (int, bool, hipdrv.Event) {
-		var r hipdrv.Readings
-		r.Add(s, events, ask, record, spare)
-		require.Equal(t, hipdrv.Success, r.Read(0))
-		n, idle, e, res := r.Answer(0)
-		require.Equal(t, hipdrv.Success, res)
-		return n, idle, e
-	}
-	_, idle, e := read(nil, true, true, hipdrv.Event{})
-	assert.True(t, idle)
-	assert.True(t, e.IsZero())
+	held, free := stream(t, 0), stream(t, 0)
+	require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, held))
 	defer hiptest.ReleaseStreams()
-	require.Equal(t, hipdrv.Success, hiptest.HoldStream(0, s))
-	_, idle, e = read(nil, true, false, hipdrv.Event{})
-	assert.False(t, idle)
-	assert.True(t, e.IsZero(), "no record asked")
-	creates := calls(t, "hipEventCreateWithFlags")
-	_, _, made := read(nil, true, true, hipdrv.Event{})
-	require.False(t, made.IsZero())
-	assert.Equal(t, creates+1, calls(t, "hipEventCreateWithFlags"))
-	n, _, again := read([]hipdrv.Event{made}, true, true, made)
-	assert.Zero(t, n)
-	assert.Equal(t, made, again, "the spare recorded")
-	assert.Equal(t, creates+1, calls(t, "hipEventCreateWithFlags"), "none made")
-	hiptest.ReleaseStreams()
-	require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
-	n, idle, _ = read([]hipdrv.Event{made}, true, true, hipdrv.Event{})
-	assert.Equal(t, 1, n)
-	assert.True(t, idle)
-	hipdrv.EventDestroy(made)
+	var events hipdrv.StreamEvents
+	for _, s := range []uintptr{held, free} {
+		for range 2 {
+			a := hipdrv.AllocAsync(0, mib, s)
+			require.Equal(t, hipdrv.Call{}, a.Call)
+			f := hipdrv.FreeAsync(0, a.Ptr, s, hipdrv.Event{})
+			require.Equal(t, hipdrv.Call{}, f.Call)
+			events.Add(f.Event)
+		}
+		events.EndStream()
+	}
+	require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, free))
+	require.Equal(t, 2, events.Streams())
+	assert.Equal(t, 2, events.Len(0))
+	assert.Equal(t, 2, events.Len(1))
+	events.Query(0)
+	n, _ := events.Reached(0)
+	assert.Equal(t, 0, n, "the held stream")
+	n, _ = events.Reached(1)
+	assert.Equal(t, 2, n, "the other")
+	events.Reset()
+	assert.Zero(t, events.Streams())
 }
 
-// An event of one's own may be given to FreeAsync on the per-thread
-// stream, which records it after the free; where it cannot be recorded,
-// FreeAsync waits for the stream and says the free ran.
+// An event of one's own may be given to FreeAsync, which records it after
+// the free; where it cannot be recorded, FreeAsync waits for the stream and
+// says the free ran.
 func TestFreeAsyncEvent(t *testing.T) {
 	current, _ := fakeDirs(t)
 	for _, tc := range []struct {
@@ -206,9 +179,7 @@ func TestFreeAsyncEvent(t *testing.T) {
 				return
 			}
 			requireFake(t, 1)
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			s := hipdrv.StreamPerThread
+			s := stream(t, 0)
 			a := hipdrv.AllocAsync(0, mib, s)
 			require.Equal(t, hipdrv.Call{}, a.Call)
 			if !tc.retired {
@@ -219,13 +190,24 @@ func TestFreeAsyncEvent(t *testing.T) {
 			assert.Equal(t, tc.retired, f.Retired)
 			if tc.retired {
 				assert.Equal(t, hipdrv.Success, hiptest.StreamQuery(0, s), "the stream was synchronized: the free ran")
+				// The event made for it was never recorded: hipEventQuery
+				// "returns hipSuccess, if hipEventRecord() is not called
+				// before", so it counts as reached.
+				require.False(t, f.Event.IsZero())
+				var events hipdrv.StreamEvents
+				events.Add(f.Event)
+				events.EndStream()
+				events.Query(0)
+				n, r := events.Reached(0)
+				assert.Equal(t, [2]any{1, hipdrv.Success}, [2]any{n, r})
 				hipdrv.EventDestroy(f.Event)
 				return
 			}
-			var r hipdrv.Readings
-			r.Add(s, []hipdrv.Event{f.Event}, false, false, hipdrv.Event{})
-			require.Equal(t, hipdrv.Success, r.Read(0))
-			n, _, _, _ := r.Answer(0)
+			var events hipdrv.StreamEvents
+			events.Add(f.Event)
+			events.EndStream()
+			events.Query(0)
+			n, _ := events.Reached(0)
 			assert.Zero(t, n, "held back: the free has not run")
 			hiptest.ReleaseStreams()
 			require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
@@ -234,6 +216,7 @@ func TestFreeAsyncEvent(t *testing.T) {
 			g := hipdrv.FreeAsync(0, a.Ptr, s, f.Event)
 			require.Equal(t, hipdrv.Call{}, g.Call)
 			assert.Equal(t, f.Event, g.Event)
+			assert.Greater(t, g.Seq, f.Seq)
 			require.Equal(t, hipdrv.Success, hiptest.StreamSynchronize(0, s))
 			hipdrv.EventDestroy(g.Event)
 		})
