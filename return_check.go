@@ -55,7 +55,8 @@ func (c *ReturnCheck) processUsed(u Usage) processFigure {
 // StartReturnCheck reads the device's figures ([Device.Usage]: device-wide,
 // and per process through NVML where present) before the program unmaps
 // memory from its reservations. It fails as [Device.MapGranularity] does,
-// and where the figures cannot be read.
+// and where the figures cannot be read. A check, like every reading of
+// figures, registers nothing ([UsedDevices]).
 func (d Device) StartReturnCheck() (*ReturnCheck, error) {
 	g, err := d.MapGranularity()
 	if err != nil {
