@@ -168,7 +168,8 @@ func (r *Reservation) Mapped() int64 { return r.space.Mapped() }
 // Map maps size bytes of new physical memory at offset into the
 // reservation, readable and writable by the device (on a CUDA GPU:
 // cuMemCreate, cuMemMap, cuMemSetAccess; on the CPU the pages are
-// committed, and the OS gives each memory, zeroed, at its first write),
+// committed, and the OS gives each memory, zeroed, at its first write:
+// until then they are in [Usage].NotResident, as a buffer's pages are),
 // and counts them as [Device.Alloc] counts a buffer: in Tracked, in the
 // category of a [Category.Reserve], under the limits, in the history, the
 // allocation sites (the caller of Map) and the leak watch.
