@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"sync"
 
-	"go.uber.org/atomic"
-
 	"github.com/memtrack/memtrack/internal/addrspace"
 )
 
@@ -239,7 +237,6 @@ func (r *Reservation) Unmap(offset, size int64) error {
 	delete(r.maps, offset)
 	r.mu.Unlock()
 	_ = r.space.EndUnmap(offset, true) // BeginUnmap marked it: cannot fail
-	r.figures().unmapped.Add(size)
 	if err != nil {
 		return b.uncountFailed(err)
 	}
@@ -332,30 +329,6 @@ func (r *Reservation) refused(err error) error {
 		me.Offset, me.Size = 0, e.ReservationSize
 	}
 	return me
-}
-
-// spaceFigures is what a device counts of its reservations: the address
-// space reserved (AddressSpace) and the reservations, and, for a
-// ReturnCheck, the cumulative bytes mapped and unmapped.
-type spaceFigures struct {
-	space, reservations atomic.Int64
-	mapped, unmapped    atomic.Int64
-}
-
-// spacesSlot is the slot of a device's reservations' figures in its state.
-const spacesSlot = 7
-
-// spacesOf returns the figures of device ordinal of s, made where make is
-// true (the device is in use); nil where they were never made.
-func spacesOf(s *deviceTable, ordinal int, make bool) *spaceFigures {
-	if s == nil {
-		return nil
-	}
-	var newState func() *spaceFigures
-	if make {
-		newState = func() *spaceFigures { return new(spaceFigures) }
-	}
-	return slotOf(s, ordinal, spacesSlot, newState)
 }
 
 // addressSpace returns the bytes of address space that d's reservations
