@@ -2,21 +2,11 @@ package memtrack
 
 import (
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// writeFraction writes the first num/den of b's pages, making them
-// resident.
-func writeFraction(b []byte, num, den int) {
-	page := os.Getpagesize()
-	for i := 0; i < len(b)*num/den; i += page {
-		b[i] = 1
-	}
-}
 
 // residentCases are the states of a buffer's or a mapping's pages: none
 // written, half written, all written.
