@@ -194,6 +194,20 @@ func TestCUDAReturnCheck(t *testing.T) {
 	require.NoError(t, r.Unmap(6*g, 2*g))
 }
 
+// TestCUDAReturnCheckCountsLeakUnmaps: on the second GPU, a mapping that
+// the leak watch unmaps (FreeLeaks) while a return check runs counts in
+// the check's Unmapped, and the driver has its memory back.
+func TestCUDAReturnCheckCountsLeakUnmaps(t *testing.T) {
+	d := cudaDevices(t, 2)[1]
+	ret := testReturnCheckCountsLeakUnmaps(t, d, nil)
+	if onFake() {
+		assert.Equal(t, ret.Expected, ret.DeviceReturned, "the fake's device is this process's alone")
+		if ret.PerProcess {
+			assert.Equal(t, ret.Expected, ret.ProcessReturned)
+		}
+	}
+}
+
 // TestCUDAReservationChildren runs the cases that need a driver of their
 // own, each in a process of its own (runChild): the driver is loaded once
 // and the fake reads its switches once.
