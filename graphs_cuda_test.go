@@ -218,6 +218,13 @@ func TestCUDAGraphBuffers(t *testing.T) {
 	assert.Equal(t, len(h0.Events), len(h1.Events), "nor the history")
 	assert.Empty(t, check.Leaks(), "nor the leak watch")
 
+	for name, free := range map[string]func() error{"Free": b.Free, "FreeAsync": func() error { return b.FreeAsync(s) }} {
+		err := free()
+		assert.Error(t, err, "%s before the first launch: nothing is live", name)
+		assert.ErrorContains(t, err, "a graph's allocation is live from each launch of its graph until freed", name)
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+		assert.False(t, b.Freed(), name)
+	}
 	e := k.exec(graph)
 	k.grew(0, k.stats("captured, instantiated"), "instantiation reserves nothing")
 	assert.LessOrEqual(t, k.stats("captured, instantiated").GraphReserved, k.base.GraphReserved)

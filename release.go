@@ -142,9 +142,10 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	return nil
 }
 
-// notLive completes the error of a refused free of graph buffer b.
+// notLive completes the error of a refused free of graph buffer b: where
+// the driver refused it (a backend's *callError), why it may have.
 func notLive(err error, b *Buffer) error {
-	if _, ok := err.(*BackendError); ok {
+	if _, ok := err.(*callError); ok {
 		return wrapf(fillError(err, b.Device(), b.size, nil),
 			"free of a %d-byte graph allocation at %#x (a graph's allocation is live from each launch of its graph until freed; its own capture frees it once)",
 			b.size, b.mem.ptr)
