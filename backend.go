@@ -163,6 +163,12 @@ type streamBackend interface {
 	// ordinal, without their Device; trimGraphs is Graphs.Trim.
 	graphStats(ordinal int) (GraphStats, error)
 	trimGraphs(ordinal int) error
+	// graphChunk returns the chunk in which the driver reserves device
+	// ordinal's graph memory (a graph's memory is its peak footprint
+	// rounded up to it), learned from the driver where learned is true,
+	// else a multiple of it, which rounds no graph below what the driver
+	// reserves; it fails where it can give neither.
+	graphChunk(ordinal int) (chunk int64, learned bool, err error)
 }
 
 // callError is the one error type of the seam: a call of a backend that

@@ -134,7 +134,7 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	case id == 0:
 	case id == c.ID():
 		if b.moveState(stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
-			capturesOf(t, o).FreeNode(id, uintptr(stream), b.RoundedSize())
+			capturesOf(t, o).FreeNode(id, uintptr(stream), b.size)
 		}
 	default:
 		capturesOf(t, o).FreeNode(id, uintptr(stream), 0)

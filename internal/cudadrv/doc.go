@@ -139,23 +139,33 @@
 //     cuMemFree or another graph's free node frees it; a graph exec whose
 //     allocation is still live cannot be launched again
 //     (CUDA_ERROR_INVALID_VALUE, cuGraphLaunch), and a graph with memory
-//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags).
+//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags;
+//     the error is not named, and the H200 answered CUDA_ERROR_NOT_SUPPORTED).
 //     Instantiation maps no memory; the first launch, or cuGraphUpload,
 //     does (CUDA Programming Guide, Graph Memory Nodes: First Launch /
-//     cudaGraphUpload). Graphs launched one after another on one stream
-//     share their memory; graphs that may run at once, on other streams,
-//     need their own, and "physical pages cannot be reused if they are
-//     bound to ... a graph allocation which remains unfreed" (Physical
-//     Memory Management and Sharing). Graph memory is physical memory
-//     mapped to the allocations' addresses ("virtual aliasing", Optimized
-//     Memory Reuse), created and mapped in multiples of the device's
-//     minimum allocation granularity (cuMemCreate, cuMemMap;
-//     [Granularity]); whether each allocation node takes granules of its
-//     own, the documents do not say. Freeing
-//     graph allocations does not shrink the memory kept; cuDeviceGraphMemTrim
-//     returns what no executing or scheduled graph and no unfreed
-//     allocation uses, from graph execs not destroyed too (Physical Memory
-//     Footprint; NVIDIA's graphMemoryFootprint sample). The figures
+//     cudaGraphUpload; the H200 reserved 32 MiB at the upload of a 20 MiB
+//     graph, nothing at its instantiation). Graphs launched one after
+//     another on one stream share their memory; graphs that may run at
+//     once, on other streams, need their own, but a graph "whose execution
+//     has already finished" lends its memory to a graph of another stream
+//     (the H200: 20 MiB on one stream, synchronized, then 20 MiB on
+//     another, 32 MiB); "physical pages cannot be reused if they are bound
+//     to ... a graph allocation which remains unfreed" (Physical Memory
+//     Management and Sharing). Freeing graph allocations does not shrink
+//     the memory kept; cuDeviceGraphMemTrim returns what no executing or
+//     scheduled graph and no unfreed allocation uses, from graph execs not
+//     destroyed too (Physical Memory Footprint; NVIDIA's
+//     graphMemoryFootprint sample). How much a graph reserves the
+//     documents do not say; the H200's rule, on graphs of known shapes
+//     (driver-costs-and-graph-memory.txt of its run): one graph's memory is
+//     its peak footprint rounded up to a chunk of 32 MiB, not each node to
+//     the 2 MiB allocation granularity (4 KiB to 32 MiB: 32; 33 to 64: 64;
+//     100 nodes of 4 KiB live at once: 32; four of 20 MiB: 96); graphs of
+//     28 then 56 MiB on one stream 64; an 8 MiB allocation outliving its
+//     launch pins its chunk (32, then 64 with a 12 MiB graph after it, 64
+//     still once freed); a destroyed graph exec's memory stays reserved
+//     and mapped (used) until a trim. [GraphChunk] learns the chunk of the
+//     driver at hand by a probe graph. The figures
 //     ([GraphGet]): USED_MEM_CURRENT, "the amount of physical memory
 //     currently mapped by at least one graph", RESERVED_MEM_CURRENT, "the
 //     amount of physical memory reserved by the driver for graph
@@ -165,8 +175,8 @@
 //     cudaMemPoolTrimTo()"), but it is the process's device memory, which
 //     cuMemGetInfo counts. Graph memory nodes need a driver of CUDA 11.4
 //     (Support and Compatibility). Whether a reset high-water mark reads 0
-//     or the current figure, and whether a destroyed graph exec's memory
-//     stays mapped until a trim, the documents do not say.
+//     or the current figure the documents do not say (the H200: the
+//     current figure).
 //
 //   - The legacy default stream waits for the work enqueued before on every
 //     blocking stream of its context, and a blocking stream's work waits for
