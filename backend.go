@@ -157,7 +157,8 @@ type streamBackend interface {
 	// that capture's graph, whose ID it returns; on one that is not
 	// capturing, the allocation of the graph's last launch. On an error
 	// nothing was freed; a free node refused in a capture that the refusal
-	// left invalidated fails with an *invalidatedIn.
+	// left invalidated fails with an *invalidatedIn, and one refused in a
+	// capture that goes on returns that capture's ID with its error.
 	freeGraph(ordinal int, size int64, m *memory, stream Stream) (capture uint64, err error)
 	// graphStats reads the driver's graph memory figures of device
 	// ordinal, without their Device; trimGraphs is Graphs.Trim.

@@ -925,7 +925,7 @@ func (b *cudaBackend) freeGraph(ordinal int, size int64, m *memory, stream Strea
 		if f.Invalidated {
 			return 0, &invalidatedIn{id: f.CaptureID, err: err}
 		}
-		return 0, err
+		return f.CaptureID, err // a free node refused in the active capture, which goes on
 	}
 	return f.CaptureID, nil
 }

@@ -128,6 +128,11 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the driver invalidated the capture, which ends with no graph",
 				b.size, b.mem.ptr, e.id, b.Device())
 		}
+		if id != 0 {
+			return wrapf(fillError(err, b.Device(), b.size, nil),
+				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the capture goes on, without the node",
+				b.size, b.mem.ptr, id, b.Device())
+		}
 		return notLive(err, b)
 	}
 	switch {

@@ -126,10 +126,21 @@
 //     reports the same ID ([CaptureInfo]). An invalid operation during a
 //     capture invalidates it, and further use of its streams "will return
 //     an error, until stream capture is ended" (Stream Capture:
-//     Invalidation): [AllocAsyncIn] and [FreeGraph], where the driver
-//     refuses the node they add, say whether the capture whose ID they read
-//     in the same call is invalidated since (StreamCall.Invalidated), the
-//     one way to learn which capture the driver invalidated.
+//     Invalidation): on an NVIDIA H200 (driver 580.159.04) that error,
+//     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, answered the step that makes
+//     the stream's context current (cuCtxGetCurrent, then cuStreamGetCtx
+//     of the stream, of which the documentation's "use of any streams"
+//     names the second) of every call of this package on such a stream,
+//     until cuStreamEndCapture answered it too and ended the capture; the
+//     calls report such a stream as in an invalidated capture
+//     (CaptureInvalidated), not as a failure. A node
+//     the driver refuses is not always an invalid operation: the H200
+//     refused a second free node of one allocation in one graph with
+//     CUDA_ERROR_INVALID_VALUE and kept the capture active, with its ID.
+//     [AllocAsyncIn] and [FreeGraph], where the driver refuses the node
+//     they add, say whether the capture whose ID they read in the same call
+//     is invalidated since (StreamCall.Invalidated), the one way to learn
+//     which capture the driver invalidated.
 //
 //   - Graph memory. On a capturing stream, cuMemAllocAsync and
 //     cuMemFreeAsync add allocation and free nodes to the graph; the

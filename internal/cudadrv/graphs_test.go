@@ -796,16 +796,19 @@ func TestGraphAllocAsyncIn(t *testing.T) {
 	})
 }
 
-// A node the driver refuses in a capture, as an invalid operation,
-// invalidates it ("When an invalid operation is attempted during stream
-// capture, any associated capture graphs are invalidated", CUDA
-// Programming Guide, Stream Capture: Invalidation): FreeGraph reports the
-// refusal with the ID of the capture it read in the same call, which the
-// driver gives no more, and that the capture is invalidated; a later node
-// is refused (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) until the capture
-// ends, with no graph. A second free node of one allocation in one graph
-// is such an operation (cuGraphAddMemFreeNode).
-func TestGraphRefusedNodeInvalidates(t *testing.T) {
+// A free node the driver refuses in a capture leaves the capture as it
+// was: an H200 refused a second free node of one allocation in one graph
+// (cuGraphAddMemFreeNode) with CUDA_ERROR_INVALID_VALUE, and the capture
+// stayed active with its ID, took a later allocation node and ended with
+// its graph. FreeGraph reports the refusal with the ID of the capture it
+// read in the same call, and no invalidation. A capture that an invalid
+// operation did invalidate (a query of its stream) refuses every later use
+// of its stream with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED until it ends
+// ("further use of any streams which are being captured ... is invalid and
+// will return an error, until stream capture is ended", CUDA Programming
+// Guide, Stream Capture: Invalidation): the driver's own calls, and
+// memtrack's, which report the capture invalidated.
+func TestGraphRefusedNodeLeavesCapture(t *testing.T) {
 	k, s := newGraphKit(t)
 	other := newStream(t, k.ctx)
 	_, p := k.launched(s, 2*mib, false) // outliving its launch, live
@@ -817,29 +820,42 @@ func TestGraphRefusedNodeInvalidates(t *testing.T) {
 		require.Equal(t, cudadrv.Call{}, first.Call, "a free node of another graph's allocation")
 		assert.False(t, first.Invalidated)
 		second := cudadrv.FreeGraph(k.ctx, p, other)
-		assert.NotEqual(t, cudadrv.Success, second.Op, "a second free node of it in the same graph")
-		if k.fake {
-			assert.Equal(t, invalidValue, second.Op)
-		}
+		assert.Equal(t, invalidValue, second.Op, "a second free node of it in the same graph")
 		assert.Equal(t, c.ID, second.CaptureID, "the capture the call read before the node")
-		assert.True(t, second.Invalidated, "and left invalidated")
+		assert.False(t, second.Invalidated, "and left as it was")
 		after, call := cudadrv.CaptureInfo(k.ctx, other)
 		require.Equal(t, cudadrv.Call{}, call)
-		assert.Equal(t, cudadrv.Capture{Status: cudadrv.CaptureInvalidated}, after, "no ID")
+		assert.Equal(t, c, after, "active, with its ID")
 		third := cudadrv.AllocAsyncIn(k.ctx, mib, other, cudadrv.AllowCapture)
-		assert.Equal(t, cudadrv.CaptureInvalidated, third.CaptureStatus, "nothing more is added")
-		assert.Zero(t, third.Ptr)
-		_, r := cudatest.EndCaptureGraph(other)
-		assert.Equal(t, cudadrv.Result(901), r, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
-		// On the driver's own call, too: a node of an invalidated capture
-		// is refused.
+		require.Equal(t, cudadrv.Call{}, third.Call)
+		assert.Equal(t, c.ID, third.CaptureID)
+		assert.NotZero(t, third.Ptr, "a later allocation node is added")
+		g, r := cudatest.EndCaptureGraph(other)
+		require.Equal(t, cudadrv.Success, r, "the capture ends with its graph")
+		k.graphs[g] = true
+		n, r := cudatest.GraphNodes(g)
+		require.Equal(t, cudadrv.Success, r)
+		assert.Equal(t, 2, n, "the first free node and the allocation node")
+
+		// A capture invalidated by an invalid operation: every use of its
+		// stream is refused until it ends.
 		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(other, cudatest.CaptureRelaxed))
 		assert.NotEqual(t, cudadrv.Success, cudatest.StreamQuery(other), "an invalid operation invalidates the capture")
 		_, r = cudatest.AllocAsync(uintptr(k.ctx), mib, other)
 		assert.Equal(t, cudadrv.Result(901), r, "cuMemAllocAsync in it")
 		assert.Equal(t, cudadrv.Result(901), k.free(p, other), "cuMemFreeAsync in it")
+		info, call := cudadrv.CaptureInfo(k.ctx, other)
+		assert.Equal(t, cudadrv.Call{}, call, "memtrack's reading, whose context step the driver refuses")
+		assert.Equal(t, cudadrv.Capture{Status: cudadrv.CaptureInvalidated}, info, "reports the capture invalidated, with no ID")
+		a := cudadrv.AllocAsyncIn(k.ctx, mib, other, cudadrv.AllowCapture)
+		assert.Equal(t, cudadrv.Call{}, a.Call)
+		assert.Equal(t, cudadrv.CaptureInvalidated, a.CaptureStatus, "and allocates nothing")
+		assert.Zero(t, a.Ptr)
 		_, r = cudatest.EndCaptureGraph(other)
 		assert.Equal(t, cudadrv.Result(901), r)
+		info, call = cudadrv.CaptureInfo(k.ctx, other)
+		assert.Equal(t, cudadrv.Call{}, call, "the capture ended: the stream is usable again")
+		assert.Equal(t, cudadrv.Capture{Status: cudadrv.CaptureNone}, info)
 	})
 	require.Equal(t, cudadrv.Success, k.free(p, s), "the allocation, still live: no free node ran")
 	k.sync(s)

@@ -439,7 +439,8 @@ static int frees(const struct CUgraph_st *g, const struct galloc *a) {
 // refused (CUDA_ERROR_INVALID_VALUE) for an address no allocation node
 // returned, an allocation freed twice in the same graph (its own or
 // another), or freed both in its graph and in another
-// (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode).
+// (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode). A refusal leaves the
+// capture as it was, as the H200 left it.
 CUresult fakecuda_graph_free(struct CUgraph_st *g, CUdeviceptr dptr) {
 	struct galloc *a = find(dptr);
 	int own = a && a->graph == g;
