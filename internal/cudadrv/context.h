@@ -69,8 +69,9 @@ static inline int memtrack_default_stream(CUstream stream) {
 // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ("further use of any streams which
 // are being captured ... is invalid and will return an error, until stream
 // capture is ended", CUDA Programming Guide, Stream Capture: Invalidation;
-// an H200 answered so), is reported in res->capturing, in ctx: nothing else
-// should run. Undo it with memtrack_leave_stream.
+// an H200 answered so on every thread, cuCtxGetCurrent answering 0), is
+// reported in res->capturing, in ctx: nothing else should run. Undo it with
+// memtrack_leave_stream.
 static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *res) {
 	CUresult r = memtrack_enter(ctx, prev);
 	if (r != CUDA_SUCCESS) return r;

@@ -127,12 +127,13 @@
 //     capture invalidates it, and further use of its streams "will return
 //     an error, until stream capture is ended" (Stream Capture:
 //     Invalidation): on an NVIDIA H200 (driver 580.159.04) that error,
-//     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, answered the step that makes
-//     the stream's context current (cuCtxGetCurrent, then cuStreamGetCtx
-//     of the stream, of which the documentation's "use of any streams"
-//     names the second) of every call of this package on such a stream,
-//     until cuStreamEndCapture answered it too and ended the capture; the
-//     calls report such a stream as in an invalidated capture
+//     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, answered cuStreamGetCtx of
+//     such a stream, on any thread, in the step that makes the stream's
+//     context current of every call of this package, until
+//     cuStreamEndCapture answered it too and ended the capture
+//     (cuCtxGetCurrent, and cuStreamGetCaptureInfo_v2, which gave the
+//     status CU_STREAM_CAPTURE_STATUS_INVALIDATED, answered 0); the calls
+//     report such a stream as in an invalidated capture
 //     (CaptureInvalidated), not as a failure. A node
 //     the driver refuses is not always an invalid operation: the H200
 //     refused a second free node of one allocation in one graph with
@@ -166,7 +167,11 @@
 //     the memory kept; cuDeviceGraphMemTrim returns what no executing or
 //     scheduled graph and no unfreed allocation uses, from graph execs not
 //     destroyed too (Physical Memory Footprint; NVIDIA's
-//     graphMemoryFootprint sample). How much a graph reserves the
+//     graphMemoryFootprint sample). cuGraphInstantiateWithFlags,
+//     cuGraphExecDestroy and cuStreamSynchronize are "potentially unsafe"
+//     during another thread's capture in global mode (the H200 answered
+//     them 900 and invalidated that capture), so [GraphChunk] makes every
+//     call in relaxed mode. How much a graph reserves the
 //     documents do not say; the H200's rule, on graphs of known shapes
 //     (driver-costs-and-graph-memory.txt of its run): one graph's memory is
 //     its peak footprint rounded up to a chunk of 32 MiB, not each node to

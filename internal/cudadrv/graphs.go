@@ -249,8 +249,12 @@ type ChunkProbe struct {
 // device with graph memory reserved is not probed (ChunkProbe.Ran): the
 // driver may reuse a finished graph's memory for the probe, which would
 // then reserve nothing, and the trim would return that graph's cached
-// memory. It costs about 100 µs where it runs (the H200: 99 µs for a
-// launched probe), once per device for a caller that keeps the answer.
+// memory. Relaxed mode is needed: the H200 answered
+// cuGraphInstantiateWithFlags, cuStreamSynchronize and cuGraphExecDestroy
+// with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and invalidated the capture,
+// where another thread held one begun in global mode. It costs about
+// 100 µs where it runs (the H200: 99 µs for a launched probe in C, 32 MiB),
+// once per device for a caller that keeps the answer.
 func GraphChunk(ctx Context) (ChunkProbe, Call) {
 	p := C.memtrack_graph_chunk(C.uintptr_t(ctx))
 	return ChunkProbe{

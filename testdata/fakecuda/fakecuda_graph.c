@@ -72,8 +72,8 @@ CUresult fakecuda_take(int dev, size_t n);
 int fakecuda_devices(void);
 void fakecuda_give(int dev, size_t n);
 
-// From fakecuda_stream.c; all but the first two and the last with the lock
-// held.
+// From fakecuda_stream.c; all but the first two and the last two with the
+// lock held.
 void fakecuda_lock(void);
 void fakecuda_unlock(void);
 CUresult fakecuda_resolve(const char *fn, CUstream h, struct CUstream_st **s, int *dev);
@@ -82,6 +82,7 @@ long fakecuda_enqueue_call(struct CUstream_st *s, void (*fn)(void *), void *data
 int fakecuda_ordered_after(struct CUstream_st *s, struct CUstream_st *t, long pos);
 void fakecuda_unordered_free(struct CUstream_st *s, struct CUstream_st *t, const void *mem);
 void fakecuda_run_hostfn(CUhostFn fn, void *data);
+CUresult fakecuda_unsafe_call(void);
 
 static pthread_once_t gconfig_once = PTHREAD_ONCE_INIT;
 static int reset_to_zero;               // FAKECUDA_GRAPH_HIGH_RESET=zero
@@ -524,11 +525,16 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
 // unknown"). A graph with allocation or free nodes has "at most one
 // executable graph in existence ... at a time": a second instantiation
 // before cuGraphExecDestroy of the first "will result in an error", which
-// the reference does not name: CUDA_ERROR_NOT_SUPPORTED, the H200's.
+// the reference does not name: CUDA_ERROR_NOT_SUPPORTED, the H200's. It is
+// potentially unsafe during a capture (fakecuda_unsafe_call): the H200
+// answered it with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and invalidated
+// the capture, where another thread had begun one in global mode and the
+// calling thread was not in relaxed mode.
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigned long long flags) {
 	int dev;
 	gconfig();
 	CUresult r = fakecuda_in_context("cuGraphInstantiateWithFlags", &dev);
+	if (r == CUDA_SUCCESS) r = fakecuda_unsafe_call();
 	if (r != CUDA_SUCCESS) return r;
 	const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
 	if (!pe || !g || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
@@ -722,10 +728,12 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec e, CUstream h) { return launch("cuGra
 // asynchronously on completion"); its graph may be instantiated again. It
 // frees no live allocation, and the memory mapped for it stays mapped,
 // for later graphs, until a trim: the H200 read 32 MiB used before
-// cuGraphExecDestroy of a launched 8 MiB graph, and 32 after.
+// cuGraphExecDestroy of a launched 8 MiB graph, and 32 after. It is
+// potentially unsafe during a capture, as cuGraphInstantiateWithFlags is.
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e) {
 	gconfig();
 	CUresult r = fakecuda_ready("cuGraphExecDestroy");
+	if (r == CUDA_SUCCESS) r = fakecuda_unsafe_call();
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_VALUE;
 	fakecuda_lock();

@@ -652,8 +652,8 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 // capture is invalidated it answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 // until the capture ends ("further use of any streams which are being
 // captured ... is invalid and will return an error, until stream capture
-// is ended"), as the H200 answered memtrack's context step on such a
-// stream.
+// is ended"), as the H200 answered, on every thread (cuCtxGetCurrent
+// answered 0).
 CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext *pctx) {
 	struct CUstream_st *s;
 	sconfig();
