@@ -165,13 +165,14 @@ func (g Graphs) Captures() ([]Capture, error) {
 // Chunk returns the chunk in which the CUDA driver reserves the device's
 // graph memory: one graph's memory is its peak footprint rounded up to it,
 // and an allocation that outlives its launch pins every chunk it lies in
-// ([Capture].Need and Outliving are counted in it). NVIDIA documents no chunk (an NVIDIA
-// H200 with driver 580.159.04 reserves 32 MiB), so memtrack learns it from
-// the driver, once per device: a probe graph of one allocation node of 1
-// byte, captured on a stream of memtrack's own in relaxed capture mode,
-// uploaded (cuGraphUpload), measured by the growth of the device's reserved
-// graph memory, destroyed, and trimmed (cuDeviceGraphMemTrim), about
-// 100 µs. No call of the probe fails for, or invalidates, a capture that
+// ([Capture].Need and Outliving are counted in it). NVIDIA documents no
+// chunk (an NVIDIA H200 with driver 580.159.04 reserves 32 MiB), so
+// memtrack learns it from the driver, once per device: a probe graph of
+// one allocation node of 1 byte, captured on a stream of memtrack's own in
+// relaxed capture mode, uploaded (cuGraphUpload), measured by the growth
+// of the device's reserved graph memory, destroyed, and trimmed
+// (cuDeviceGraphMemTrim), about 100 µs (the H200: 162 µs through Python's
+// ctypes). No call of the probe fails for, or invalidates, a capture that
 // the program has begun, in any mode and on any thread. The probe runs at
 // the device's first allocation in a capture, and at a reading that needs
 // the chunk while it is not learned, only where the device holds no graph
