@@ -306,31 +306,30 @@ static void unref(struct galloc *a) {
 }
 
 // spanned returns the memory of the chunks that p's live allocations lie
-// in, each at its offset in its graph's memory.
+// in, each at its offset in its graph's memory, each chunk once.
 static size_t spanned(const struct gpin *p) {
-	size_t n = 0, last = SIZE_MAX; // chunks counted; the last one counted
-	// The members are in node order, and so at rising offsets where none
-	// was freed between: count each chunk once, sorting where need be.
-	size_t first[64], end[64];
+	size_t *first = malloc((size_t)p->n * 2 * sizeof *first), *last = first + p->n;
+	size_t n = 0;
 	int k = 0;
 	for (int i = 0; i < p->n; i++) {
 		const struct galloc *a = p->members[i];
 		if (!a->live || a->pin != p) continue;
 		size_t f = a->off / chunk, e = (a->off + a->size - 1) / chunk;
-		if (k < 64) {
-			int j = k++;
-			while (j > 0 && first[j - 1] > f) first[j] = first[j - 1], end[j] = end[j - 1], j--;
-			first[j] = f, end[j] = e;
-		} else {
-			n += e - f + 1; // past 64 allocations, at most their chunks each
+		if (!first) { // no memory to sort them: at most their chunks each
+			n += e - f + 1;
+			continue;
 		}
+		int j = k++;
+		for (; j > 0 && first[j - 1] > f; j--) first[j] = first[j - 1], last[j] = last[j - 1];
+		first[j] = f, last[j] = e;
 	}
+	size_t covered = 0; // the last chunk counted, where i > 0
 	for (int i = 0; i < k; i++) {
-		size_t f = first[i];
-		if (last != SIZE_MAX && f <= last) f = last + 1;
-		if (end[i] >= f) n += end[i] - f + 1;
-		if (last == SIZE_MAX || end[i] > last) last = end[i];
+		size_t f = i > 0 && first[i] <= covered ? covered + 1 : first[i];
+		if (last[i] >= f) n += last[i] - f + 1;
+		if (i == 0 || last[i] > covered) covered = last[i];
 	}
+	free(first);
 	return n * chunk;
 }
 
