@@ -213,7 +213,16 @@
 //     cuMemUnmap takes "the entire contiguous address range that was mapped
 //     to", never a part of one; the memory is freed once its handle is
 //     released (cuMemRelease) and its last mapping unmapped, in either
-//     order. So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
+//     order. Where the reference is silent, an H200 (driver 580.159.04)
+//     answered: cuMemMap of a size off the granularity 801
+//     (CUDA_ERROR_NOT_SUPPORTED), not 1; cuMemAddressReserve of whole host
+//     pages off the granularity (2 MiB + 4 KiB) 1; a cuMemMap running
+//     past the end of its reservation 0, mapping it; a cuMemUnmap over two
+//     whole mappings and a granule never mapped 0, unmapping both, and
+//     over a granule with nothing mapped 0. The driver being no guard of
+//     a reservation's bounds, memtrack checks every map and unmap against
+//     its own record of the reservation before any driver call
+//     (internal/addrspace). So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
 //     call, and [Unmap] cuMemUnmap and cuMemRelease, the driver's figures
 //     (cuMemGetInfo, NVML's of the process) moving by the size at each.
 //     Map undoes its earlier steps where a later one fails, so that a
