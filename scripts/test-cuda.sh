@@ -154,7 +154,7 @@ LD_BIND_NOW=1 go test -tags cuda -count=1 ./...
 # Where the driver's reference is silent the fake offers each reading behind
 # a switch (testdata/fakecuda/RULES.md); the figures must hold under every
 # one, not only the default.
-for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 \
+for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query \
 	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_EXEC_DESTROY=keep FAKECUDA_GRAPH_ROUND=graph; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv

@@ -32,8 +32,17 @@
 // Each rule below is the driver's documented behaviour, with the page of
 // the CUDA Driver API reference (docs.nvidia.com/cuda/cuda-driver-api) or
 // the comment of cuda.h (CUDA 11.8, as scripts/cuda-dev.sh fetches it for
-// the fake driver) that states it. The fake driver of testdata/fakecuda follows the same rules
-// (its RULES.md), and the tests of this package check them against it.
+// the fake driver) that states it, unless it says "an H200": where the
+// documents are silent, what an NVIDIA H200 (driver 580.159.04, CUDA 13.0)
+// answered, with its figures. The fake driver of testdata/fakecuda follows
+// the same rules, and takes the H200's answers as its defaults (its
+// RULES.md); the tests of this package check them against it.
+//
+//   - Device memory (cuMemAlloc). An H200 grew the device's used memory
+//     (cuMemGetInfo) by the size rounded up to 2 MiB, its allocation
+//     granularity: 1 B, 4 KiB and 1 MiB took 2 MiB, 2 MiB + 1 B and
+//     3 MiB 4 MiB, 64 MiB 64 MiB; and it handed the address just freed to
+//     the next allocation, of another size. The reference says neither.
 //
 //   - Contexts. cuDevicePrimaryCtxRetain retains a device's primary context
 //     and makes nothing current; cuCtxSetCurrent replaces the top of the
@@ -69,7 +78,13 @@
 //     that have been asynchronously freed but whose completion has not been
 //     observed on the host (eg. by a synchronize) can count as outstanding".
 //     When a free's bytes leave USED_MEM_CURRENT, at its execution or as soon
-//     as it is enqueued, the reference does not say.
+//     as it is enqueued, the reference does not say, nor could an H200
+//     tell (its stream had run the free before the reading). Nor does it
+//     say in what steps a pool reserves: an H200's default pool, its
+//     threshold 0, reserved 32 MiB for a cuMemAllocAsync of 1 B to
+//     32 MiB, 64 for 33 MiB, 96 for 65, 128 for 100, and counted the size
+//     asked as used (1 MiB: 1.000 MiB); so PoolReserved exceeds PoolUsed
+//     by up to a step.
 //
 //   - Events. cuEventRecord: "hEvent and hStream must be from the same
 //     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the

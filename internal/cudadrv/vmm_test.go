@@ -32,7 +32,7 @@ type vmmKit struct {
 	// (the process alone on its machine); nil where there is neither. A
 	// GPU's cuMemGetInfo is no such figure: on an H200 its free figure
 	// moved by tens of MiB between two readings with nothing mapped or
-	// freed in between (29 MiB in TestMapRefused).
+	// freed in between (28 MiB in TestMapRefused).
 	own func() int64
 }
 

@@ -11,9 +11,11 @@
 // device, created on first use; it does not synchronize with other streams.
 //
 // The pool of each device keeps what the driver's does: used bytes (each
-// allocation's size, rounded up to FAKECUDA_POOL_ROUND) and reserved bytes
-// (taken from the device in 2 MiB granules as the used bytes outgrow them),
-// with the high-water mark of each. An allocation counts as used from
+// allocation's size, rounded up to FAKECUDA_POOL_ROUND: by default the size
+// asked, as an H200's pool counted it) and reserved bytes (taken from the
+// device in steps of FAKECUDA_POOL_STEP as the used bytes outgrow them:
+// 32 MiB by default, as an H200's default pool reserved them), with the
+// high-water mark of each. An allocation counts as used from
 // cuMemAllocAsync's return; a free stops counting when its stream executes
 // it. Reserved memory above the release threshold (0 by default) returns to
 // the device at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo returns what is free above its argument.
@@ -31,6 +33,8 @@
 //	                              file path exists: a test holds every stream
 //	                              back, then creates the file to let them run
 //	FAKECUDA_POOL_ROUND=b         round each pool allocation up to b bytes (default 1)
+//	FAKECUDA_POOL_STEP=b          a pool reserves device memory in steps of b
+//	                              bytes (default 32 MiB, an H200's: RULES.md)
 //	FAKECUDA_POOL_FREE=r          when a cuMemFreeAsync's bytes leave the pool's
 //	                              USED_MEM_CURRENT, which the reference does not
 //	                              settle: "executed" (default), when the stream
@@ -70,7 +74,6 @@
 #include <unistd.h>
 
 #define MAX_DEVICES 16
-#define GRANULE ((size_t)2 << 20)
 
 struct CUstream_st;
 
@@ -204,6 +207,7 @@ static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
+static size_t pool_step = (size_t)32 << 20;
 static int no_pools, allow_unordered, free_enqueued, trim_query;
 static long hostfn_delay_us;
 static int hostfn_serial = 1;
@@ -233,6 +237,8 @@ static void sconfigure(void) {
 	if (gate && !*gate) gate = NULL;
 	long r = senv("FAKECUDA_POOL_ROUND", 1);
 	pool_round = r > 0 ? (size_t)r : 1;
+	long step = senv("FAKECUDA_POOL_STEP", 32L << 20);
+	if (step > 0) pool_step = (size_t)step;
 	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
 	hostfn_delay_us = senv("FAKECUDA_HOSTFN_DELAY_US", 0);
 	hostfn_serial = senv("FAKECUDA_HOSTFN_SERIAL", 1) != 0;
@@ -264,12 +270,12 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // ---- pools (smu held)
 
 // pool_release returns the pool's reserved memory above max(keep, used) to
-// the device, in whole granules.
+// the device, in whole steps.
 static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
 	// Frees whose completion the host has not observed can count as
 	// outstanding (cuMemPoolTrimTo): the fake keeps them reserved.
 	size_t out = p->used + p->unobserved;
-	size_t want = round_up(out > keep ? out : keep, GRANULE);
+	size_t want = round_up(out > keep ? out : keep, pool_step);
 	if (p->reserved > want) {
 		fakecuda_give(p->device, p->reserved - want);
 		p->reserved = want;
@@ -1217,10 +1223,10 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	struct CUmemPoolHandle_st *p = current_pool[dev] ? current_pool[dev] : &pools[dev];
 	a->pool = p;
 	long n = ++nallocs_async;
-	if (n == fail_alloc_async || a->used > SIZE_MAX - GRANULE - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
-	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, GRANULE) : 0;
+	if (n == fail_alloc_async || a->used > SIZE_MAX - pool_step - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
+	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, pool_step) : 0;
 	if (r == CUDA_SUCCESS && want > p->reserved) {
-		// Take the granules from the device; if it has no room, release
+		// Take the steps from the device; if it has no room, release
 		// what the pool keeps free first, as the driver does, and retry.
 		r = fakecuda_take(dev, want - p->reserved);
 		if (r != CUDA_SUCCESS) {

@@ -165,6 +165,14 @@ int fakecuda_vmm_supported(int dev) {
 	return dev >= 0 && dev < MAX_DEVICES && vmm[dev];
 }
 
+// fakecuda_granularity returns the devices' minimum allocation granularity
+// (FAKECUDA_GRANULARITY), the page in which cuMemAlloc maps memory too
+// (fakecuda.c).
+size_t fakecuda_granularity(void) {
+	pthread_once(&vconfig_once, vconfigure);
+	return gran_min;
+}
+
 static int any_vmm(void) {
 	for (int i = 0; i < fakecuda_devices(); i++)
 		if (vmm[i]) return 1;
