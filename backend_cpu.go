@@ -33,8 +33,9 @@ type cpuBackend struct {
 	modelMu sync.Mutex
 	model   *string // the CPU's model name, once read (package hostmem)
 
-	// maps holds the buffers mapped from the OS (from mmapThreshold), so
-	// that the figures can say how much of them is not resident yet.
+	// maps holds the buffers mapped from the OS (from mmapThreshold) and
+	// the mappings of the reservations (the pages committed), so that the
+	// figures can say how much of them is not resident yet.
 	maps hostmem.Mappings
 
 	// spaces holds the reservations of address space (vmmBackend), sorted
@@ -138,10 +139,11 @@ func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 	return free, total, nil
 }
 
-// notResident returns the bytes of the buffers mapped from the OS that are
-// not resident (pages never written), which the process's resident set
-// leaves out; it is read with the figures, never on the allocation path.
-// Buffers under mmapThreshold come from the Go heap and are not in it.
+// notResident returns the bytes of the buffers mapped from the OS and of
+// the reservations' mappings that are not resident (pages never written),
+// which the process's resident set leaves out; it is read with the
+// figures, never on the allocation path. Buffers under mmapThreshold come
+// from the Go heap and are not in it.
 func (c *cpuBackend) notResident(int) (int64, error) {
 	n, err := c.maps.NotResident()
 	if err != nil {
@@ -221,7 +223,10 @@ func cmpAddr(a, b uintptr) int {
 }
 
 // mapAt commits the pages, unless, beside what the device holds, they pass
-// the capacity, as alloc refuses a buffer.
+// the capacity, as alloc refuses a buffer, and enters them in maps, as
+// alloc enters a buffer mapped from the OS: a page is resident only from
+// its first write, and NotResident counts the mapping's pages not written
+// as it counts a buffer's.
 func (c *cpuBackend) mapAt(_ int, ptr uintptr, size int64, m *memory) error {
 	held := c.held()
 	if capacity := c.capacity.Refuses(size, held, time.Now(), hostCapacity); capacity > 0 {
@@ -239,18 +244,24 @@ func (c *cpuBackend) mapAt(_ int, ptr uintptr, size int64, m *memory) error {
 	if err := r.Commit(off, size); err != nil {
 		return &callError{op: "map", oom: true, err: err}
 	}
+	c.maps.Add(host)
 	m.ptr = ptr
 	m.setHost(host)
 	return nil
 }
 
-// unmap decommits the pages: their memory goes back to the OS at once.
+// unmap decommits the pages: their memory goes back to the OS at once. They
+// leave maps first, so that NotResident never reads them decommitted; where
+// the decommit fails, they stay mapped, and go back in.
 func (c *cpuBackend) unmap(_ int, size int64, m *memory) error {
 	r := c.spaceOf(m.ptr)
 	if r == nil {
 		return &callError{op: "unmap", err: fmt.Errorf("%#x is in no reservation", m.ptr)}
 	}
+	host := m.hostBytes(size)
+	c.maps.Remove(host)
 	if err := r.Decommit(int64(m.ptr-r.Base()), size); err != nil {
+		c.maps.Add(host)
 		return &callError{op: "unmap", err: err}
 	}
 	return nil

@@ -224,7 +224,8 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 			// (cuStreamGetCtx); one event recorded per free; and the
 			// reading's one cgo call, in relaxed capture mode
 			// (cuThreadExchangeStreamCaptureMode there and back), one query
-			// for the stream.
+			// for the stream; the pair's own calls leave the mode as the
+			// program set it.
 			switches := func(cgoCalls uint64) uint64 {
 				if c.current == 0 {
 					return 2 * cgoCalls

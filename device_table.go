@@ -477,13 +477,16 @@ func (d *Device) UnmarshalText(text []byte) error {
 
 // UsedDevices returns every device the process has used, in the order of
 // [Devices]: those obtained with [CUDA], [Metal], [ROCm] or [ParseDevice], and those
-// on which memory was allocated or tracked or a setting was changed (the
+// on which memory was allocated or tracked, address space reserved
+// ([Device.Reserve]) or a setting changed (the
 // CPU, which [CPU] returns without checking, is listed once it has been used
 // so, and so is a device that [Devices] lists). Reading a figure registers
 // nothing: the device's (MemoryAllocated, MemoryStats, MemGetInfo, Usage,
 // Baseline, Info, CategoryStats, ...), its features' (Sites().Snapshot,
 // History().Snapshot, Leaks().Stats, Leaks().Enabled, Pool().Stats, ...),
-// and neither does turning off a feature that is off. It only reads the
+// and neither does turning off a feature that is off, nor a query of
+// elastic memory (MapGranularity, a return check) or a reservation
+// refused; a reservation made registers its device. It only reads the
 // device tables: a kind never used stays uninitialised, so listing never
 // starts a driver.
 func UsedDevices() []Device {

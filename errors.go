@@ -117,17 +117,24 @@ var (
 	ErrReservationReleased = errors.New("memtrack: reservation released")
 )
 
-// MappingError is a refusal of a [Reservation]: what was asked and what
-// stood in the way. It matches one of [ErrUnaligned], [ErrOutOfRange],
-// [ErrOverlap], [ErrNotMapped], [ErrBusy], [ErrMappingsLeft] and
+// MappingError is a refusal of elastic memory: of a reservation asked for
+// ([Device.Reserve], [Category.Reserve]), or of a call of a [Reservation]
+// (Map, Unmap, Release); what was asked and what stood in the way. It
+// matches one of [ErrUnaligned], [ErrOutOfRange], [ErrOverlap],
+// [ErrNotMapped], [ErrBusy], [ErrMappingsLeft] and
 // [ErrReservationReleased].
 type MappingError struct {
 	Device Device
-	Op     string // "map", "unmap" or "release"
+	// Op names the call refused: "reserve" (Device.Reserve,
+	// Category.Reserve, of a size off the granularity: ErrUnaligned),
+	// "map", "unmap" or "release" (the Reservation's).
+	Op string
 	// Offset and Size are the range asked for, from the reservation's
-	// base (for a release: the whole reservation).
+	// base (for a release: the whole reservation; for a reserve: 0 and
+	// the size asked).
 	Offset, Size int64
-	// ReservationSize and Granularity are the reservation's.
+	// ReservationSize and Granularity are the reservation's (for a
+	// reserve: the size asked, and the device's granularity).
 	ReservationSize, Granularity int64
 	// MappingOffset and MappingSize are the mapping in the way: the one
 	// overlapped (ErrOverlap), the one the range falls in (ErrNotMapped;
@@ -140,6 +147,9 @@ type MappingError struct {
 }
 
 func (e *MappingError) Error() string {
+	if e.Op == "reserve" {
+		return fmt.Sprintf("%v: reserve of %d bytes on %v (granularity %d)", e.Err, e.Size, e.Device, e.Granularity)
+	}
 	msg := fmt.Sprintf("%v: %s of %d bytes at offset %d of a %d-byte reservation on %v (granularity %d)",
 		e.Err, e.Op, e.Size, e.Offset, e.ReservationSize, e.Device, e.Granularity)
 	switch {

@@ -19,9 +19,11 @@ import (
 //     leak watch frees), or in stream order (Buffer.FreeAsync); the
 //     caller's function frees it (Tracked.FreeWith, Kind.UntrackAddr); or
 //     nothing is freed (Tracked.Release); or the backend unmaps a mapping of
-//     a reservation and gives its physical memory back (Reservation.Unmap).
-//     Where it fails, the claim is
-//     given back, and the memory stays live and counted;
+//     a reservation and gives its physical memory back (Reservation.Unmap,
+//     and the leak watch's unmap of a leaked mapping), which counts the
+//     unmap in the device's figures of its mappings (space_figures.go),
+//     for the return checks. Where it fails, the claim is given back, and
+//     the memory stays live and counted;
 //  3. the tail, in deviceTable.release: the ledger takes the bytes back (the
 //     category's and the device's records), the device-side figure drops
 //     (unless the stream has yet to execute the free), the hooks of the
@@ -38,7 +40,7 @@ const (
 	freeLeak                        // the backend frees a leaked buffer's memory now: LeakWatch.FreeLeaks
 	freeWith                        // the caller's function frees it: Tracked.FreeWith, Kind.UntrackAddr
 	releaseOnly                     // nothing is freed: Tracked.Release, and Kind.UntrackAddr without a function
-	unmapNow                        // the backend unmaps it and gives its physical memory back now: Reservation.Unmap
+	unmapNow                        // the backend unmaps it and gives its physical memory back now: Reservation.Unmap, LeakWatch.FreeLeaks
 )
 
 // heldNow reports whether the device-side figure drops with the tracked
@@ -66,7 +68,11 @@ func (s *deviceTable) release(a *allocation, rec *tracker.Record, how releaseKin
 	case freeInStream:
 		err = s.stream.freeAsync(int(a.ordinal), a.size, &a.mem, stream)
 	case unmapNow:
-		err = s.vmm.unmap(int(a.ordinal), a.size, &a.mem)
+		if err = s.vmm.unmap(int(a.ordinal), a.size, &a.mem); err == nil {
+			// Every unmap counts toward a return check, whichever path
+			// makes it: Reservation.Unmap, the leak watch's FreeLeaks.
+			spacesOf(s, int(a.ordinal), true).unmapped.Add(a.size)
+		}
 	}
 	if err != nil {
 		return false, err
@@ -128,13 +134,18 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the driver invalidated the capture, which ends with no graph",
 				b.size, b.mem.ptr, e.id, b.Device())
 		}
+		if id != 0 {
+			return wrapf(fillError(err, b.Device(), b.size, nil),
+				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the capture goes on, without the node",
+				b.size, b.mem.ptr, id, b.Device())
+		}
 		return notLive(err, b)
 	}
 	switch {
 	case id == 0:
 	case id == c.ID():
 		if b.moveState(stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
-			capturesOf(t, o).FreeNode(id, uintptr(stream), b.RoundedSize())
+			capturesOf(t, o).FreeNode(id, uintptr(stream), b.size)
 		}
 	default:
 		capturesOf(t, o).FreeNode(id, uintptr(stream), 0)
@@ -142,9 +153,10 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	return nil
 }
 
-// notLive completes the error of a refused free of graph buffer b.
+// notLive completes the error of a refused free of graph buffer b: where
+// the driver refused it (a backend's *callError), why it may have.
 func notLive(err error, b *Buffer) error {
-	if _, ok := err.(*BackendError); ok {
+	if _, ok := err.(*callError); ok {
 		return wrapf(fillError(err, b.Device(), b.size, nil),
 			"free of a %d-byte graph allocation at %#x (a graph's allocation is live from each launch of its graph until freed; its own capture frees it once)",
 			b.size, b.mem.ptr)

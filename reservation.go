@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"sync"
 
-	"go.uber.org/atomic"
-
 	"github.com/memtrack/memtrack/internal/addrspace"
 )
 
@@ -56,9 +54,10 @@ type Reservation struct {
 // reservations). It fails, wrapping [ErrNotSupported], on a device that
 // has no such reservations: a Metal GPU, a CUDA driver before CUDA 10.2
 // (which lacks the calls), a GPU whose
-// CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0.
+// CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0. It is a
+// query: it registers nothing ([UsedDevices]).
 func (d Device) MapGranularity() (int64, error) {
-	s, _, err := d.vmm()
+	s, err := d.vmm()
 	if err != nil {
 		return 0, err
 	}
@@ -70,16 +69,18 @@ func (d Device) MapGranularity() (int64, error) {
 }
 
 // vmm looks the device up for a reservation, and fails where its backend
-// has none.
-func (d Device) vmm() (*deviceTable, *spaceFigures, error) {
-	s, _, err := d.lookup(use)
+// has none. It starts the backend and registers nothing: a device is
+// used from its first reservation made (Device.reserve), and a query or a
+// call refused leaves UsedDevices as it was.
+func (d Device) vmm() (*deviceTable, error) {
+	s, _, err := d.lookup(start)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if s.vmm == nil {
-		return nil, nil, fmt.Errorf("%w: %v reserves no address space: elastic memory needs a CUDA GPU with virtual memory management or the CPU", ErrNotSupported, d)
+		return nil, fmt.Errorf("%w: %v reserves no address space: elastic memory needs a CUDA GPU with virtual memory management or the CPU", ErrNotSupported, d)
 	}
-	return s, spacesOf(s, d.ordinal, true), nil
+	return s, nil
 }
 
 // Reserve reserves size bytes of address space on the device, with no
@@ -89,7 +90,9 @@ func (d Device) vmm() (*deviceTable, *spaceFigures, error) {
 // holds no memory. It fails with [ErrInvalidSize] for size <= 0, with a
 // [*MappingError] matching [ErrUnaligned] for a size off the granularity,
 // as MapGranularity does on a device without reservations, and with the
-// driver's error where it refuses.
+// driver's error where it refuses. A reservation made registers the device
+// ([UsedDevices]), as an allocation does; a reservation refused, for
+// whatever reason, registers nothing.
 func (d Device) Reserve(size int64) (*Reservation, error) {
 	return d.reserve(size, nil, 0)
 }
@@ -109,7 +112,7 @@ func (d Device) reserve(size int64, cats *categorySet, cat uint8) (*Reservation,
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: a reservation of %d bytes on %v", ErrInvalidSize, size, d)
 	}
-	s, fig, err := d.vmm()
+	s, err := d.vmm()
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +125,7 @@ func (d Device) reserve(size int64, cats *categorySet, cat uint8) (*Reservation,
 	}
 	base, err := s.vmm.reserve(d.ordinal, size, g)
 	if err != nil {
-		return nil, fillError(err, d, 0, nil)
+		return nil, fillError(err, d, size, nil)
 	}
 	space, err := addrspace.New(base, size, g)
 	if err != nil {
@@ -130,6 +133,12 @@ func (d Device) reserve(size int64, cats *categorySet, cat uint8) (*Reservation,
 		_ = s.vmm.freeSpace(d.ordinal, base, size)
 		return nil, fmt.Errorf("%w: %v: the driver reserved %d bytes at %#x: %w", ErrNotSupported, d, size, base, err)
 	}
+	// The reservation is made: the device is used from now on.
+	if _, _, err := d.lookup(use); err != nil {
+		_ = s.vmm.freeSpace(d.ordinal, base, size)
+		return nil, err
+	}
+	fig := spacesOf(s, d.ordinal, true)
 	fig.space.Add(size)
 	fig.reservations.Add(1)
 	return &Reservation{dev: d, cats: cats, cat: cat, space: space, maps: make(map[int64]*Buffer)}, nil
@@ -157,7 +166,8 @@ func (r *Reservation) Mapped() int64 { return r.space.Mapped() }
 // Map maps size bytes of new physical memory at offset into the
 // reservation, readable and writable by the device (on a CUDA GPU:
 // cuMemCreate, cuMemMap, cuMemSetAccess; on the CPU the pages are
-// committed, and the OS gives each memory, zeroed, at its first write),
+// committed, and the OS gives each memory, zeroed, at its first write:
+// until then they are in [Usage].NotResident, as a buffer's pages are),
 // and counts them as [Device.Alloc] counts a buffer: in Tracked, in the
 // category of a [Category.Reserve], under the limits, in the history, the
 // allocation sites (the caller of Map) and the leak watch.
@@ -227,7 +237,6 @@ func (r *Reservation) Unmap(offset, size int64) error {
 	delete(r.maps, offset)
 	r.mu.Unlock()
 	_ = r.space.EndUnmap(offset, true) // BeginUnmap marked it: cannot fail
-	r.figures().unmapped.Add(size)
 	if err != nil {
 		return b.uncountFailed(err)
 	}
@@ -320,30 +329,6 @@ func (r *Reservation) refused(err error) error {
 		me.Offset, me.Size = 0, e.ReservationSize
 	}
 	return me
-}
-
-// spaceFigures is what a device counts of its reservations: the address
-// space reserved (AddressSpace) and the reservations, and, for a
-// ReturnCheck, the cumulative bytes mapped and unmapped.
-type spaceFigures struct {
-	space, reservations atomic.Int64
-	mapped, unmapped    atomic.Int64
-}
-
-// spacesSlot is the slot of a device's reservations' figures in its state.
-const spacesSlot = 7
-
-// spacesOf returns the figures of device ordinal of s, made where make is
-// true (the device is in use); nil where they were never made.
-func spacesOf(s *deviceTable, ordinal int, make bool) *spaceFigures {
-	if s == nil {
-		return nil
-	}
-	var newState func() *spaceFigures
-	if make {
-		newState = func() *spaceFigures { return new(spaceFigures) }
-	}
-	return slotOf(s, ordinal, spacesSlot, newState)
 }
 
 // addressSpace returns the bytes of address space that d's reservations

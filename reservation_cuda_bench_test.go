@@ -47,19 +47,6 @@ func BenchmarkCUDAMapUnmap(b *testing.B) {
 	b.Run("pair=alloc", func(b *testing.B) { benchAllocPairs(b, d.Alloc, g) })
 }
 
-// benchMapPairs maps size bytes at offset size of r and unmaps them, b.N
-// times.
-func benchMapPairs(b *testing.B, r *Reservation, size int64) {
-	for b.Loop() {
-		if err := r.Map(size, size); err != nil {
-			b.Fatal(err)
-		}
-		if err := r.Unmap(size, size); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // benchRawMapPairs maps size bytes at ptr with the raw driver calls and
 // unmaps them, b.N times, in the thread's current context.
 func benchRawMapPairs(b *testing.B, ptr uintptr, size int64) {

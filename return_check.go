@@ -55,7 +55,8 @@ func (c *ReturnCheck) processUsed(u Usage) processFigure {
 // StartReturnCheck reads the device's figures ([Device.Usage]: device-wide,
 // and per process through NVML where present) before the program unmaps
 // memory from its reservations. It fails as [Device.MapGranularity] does,
-// and where the figures cannot be read.
+// and where the figures cannot be read. A check, like every reading of
+// figures, registers nothing ([UsedDevices]).
 func (d Device) StartReturnCheck() (*ReturnCheck, error) {
 	g, err := d.MapGranularity()
 	if err != nil {
@@ -71,7 +72,8 @@ func (d Device) StartReturnCheck() (*ReturnCheck, error) {
 }
 
 // End reads the figures again and compares them with what memtrack
-// unmapped and mapped on the device since [Device.StartReturnCheck].
+// unmapped (by [Reservation.Unmap] and by the leak watch alike) and mapped
+// on the device since [Device.StartReturnCheck].
 func (c *ReturnCheck) End() (Return, error) {
 	f := spacesOf(tableOf(c.dev.kind), c.dev.ordinal, true)
 	p := c.processUsed(Usage{}) // the backend's figure of its reservations, where it has one
@@ -105,7 +107,9 @@ type Return struct {
 	Device        Device
 	Before, After Usage // the readings at StartReturnCheck and End
 	// Unmapped and Mapped are the bytes memtrack unmapped and mapped on
-	// the device in between ([Reservation.Unmap], [Reservation.Map]), and
+	// the device in between: every unmap, whichever path made it
+	// ([Reservation.Unmap], or the leak watch's of a reservation dropped
+	// without Release, [LeakWatch].FreeLeaks), and every [Reservation.Map].
 	// Expected is Unmapped - Mapped: what the figures should give back.
 	Unmapped, Mapped, Expected int64
 	// Granularity is the device's [Device.MapGranularity], the margin of

@@ -43,10 +43,11 @@ func (d Device) MemGetInfo() (free, total int64, err error) {
 // limit applies.
 //
 // On the CPU, buffers from 1 MiB are mapped from the OS, and their pages
-// are resident only once written: Used (the process's resident set) leaves
+// are resident only once written, as are the pages of a reservation's
+// mappings ([Reservation.Map]): Used (the process's resident set) leaves
 // out what is not written yet. NotResident counts those bytes, so that
 // Untracked is what the device has in use that this package did not count
-// whether or not the buffers were written.
+// whether or not the buffers and the mappings were written.
 //
 // On a CUDA GPU the driver also accounts for each process (NVML's
 // nvmlDeviceGetComputeRunningProcesses; on an AMD GPU, the kernel's compute
@@ -70,10 +71,11 @@ type Usage struct {
 	Free    int64 // free memory, as reported
 	Used    int64 // Total - Free: memory in use on the device, by anyone
 	// NotResident is, on the CPU, the bytes of this package's buffers
-	// mapped from the OS that are not resident (pages never written, or
-	// swapped out), which Used leaves out; 0 on other devices. It is read
-	// with the figures (mincore(2) over each mapped buffer, on Linux),
-	// never on the allocation path.
+	// mapped from the OS and of its reservations' mappings that are not
+	// resident (pages never written, or swapped out), which Used leaves
+	// out; 0 on other devices. It is read with the figures (mincore(2)
+	// over each mapped buffer and mapping, on Linux), never on the
+	// allocation path.
 	NotResident int64
 	Untracked   int64 // Used + NotResident - Tracked, or 0 where that is negative: memory in use that this package did not allocate
 

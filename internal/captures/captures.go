@@ -2,6 +2,7 @@ package captures
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 )
@@ -13,14 +14,46 @@ type State struct {
 	Invalidated bool   // the capture is invalidated: it ends with no graph (the driver gives it no ID)
 }
 
-// Capture is what the set counted of one capture, as a value.
+// Capture is what the set counted of one capture, as a value, in bytes as
+// the allocations asked for them: the caller rounds them as the driver
+// reserves graph memory (RoundUp).
 type Capture struct {
 	ID                     uint64  // the driver's ID of the capture; 0 for none
 	Stream                 uintptr // the stream the set first saw in it
 	Capturing, Invalidated bool
 	Allocs, Frees          int64 // its allocation and free nodes
-	Need                   int64 // the peak of its own allocations live at once, in node order
-	Outliving              int64 // its allocations that none of its free nodes frees
+	PeakBytes              int64 // the peak of its own allocations' bytes live at once, in node order
+	OutlivingBytes         int64 // the bytes of its allocations that none of its free nodes frees
+	OutlivingAllocs        int64 // how many allocations those are
+}
+
+// Pinned returns the most memory, in whole chunks, that the allocations a
+// launch leaves live may pin: n allocations of bytes in all, in a graph
+// that needs need (whole chunks). An allocation pins every chunk it lies
+// in, wherever the driver placed it among the graph's allocations; one of
+// s bytes lies in at most ceil((s-1)/chunk)+1 chunks, so that n of them
+// lie in at most ceil((bytes-n)/chunk) + 2n - 1, and in no more than the
+// graph's memory. A chunk below 2 rounds nothing: the bytes.
+func Pinned(bytes, n, need, chunk int64) int64 {
+	if n <= 0 || bytes <= 0 {
+		return 0
+	}
+	if chunk <= 1 {
+		return bytes
+	}
+	return min(need, satMul(satAdd(RoundUp(bytes-n, chunk)/chunk, 2*n-1), chunk))
+}
+
+// RoundUp returns n rounded up to a whole number of chunks, saturating at
+// the largest such number; a chunk below 1 rounds nothing.
+func RoundUp(n, chunk int64) int64 {
+	if chunk <= 1 || n <= 0 {
+		return n
+	}
+	if n > math.MaxInt64-(chunk-1) {
+		return math.MaxInt64 / chunk * chunk
+	}
+	return (n + chunk - 1) / chunk * chunk
 }
 
 // Record is one capture's record, which a graph's buffer keeps to know
@@ -32,6 +65,7 @@ type Record struct {
 	capturing, invalidated bool
 	allocs, frees          int64
 	live, need             int64
+	liveAllocs             int64 // its own allocations that no free node of its own frees
 }
 
 // ID returns the driver's ID of the capture.
@@ -45,9 +79,10 @@ type Set struct {
 	byID     map[uint64]*Record
 	byStream map[uintptr]*Record // each stream's last capture
 	ended    []*Record           // the captures that ended, the oldest first, at most max
-	// outliving is the Outliving of every capture counted, those
-	// forgotten past max included, less those known invalidated.
-	outliving int64
+	// forgottenBytes and forgottenAllocs are the outliving bytes, and
+	// allocations, of the captures forgotten past max, less those known
+	// invalidated.
+	forgottenBytes, forgottenAllocs int64
 }
 
 // New returns a Set that keeps at most max captures that ended.
@@ -86,6 +121,10 @@ func (s *Set) endLocked(c *Record) {
 		old := s.ended[0]
 		s.ended[0] = nil
 		s.ended = s.ended[1:]
+		if !old.invalidated && old.liveAllocs > 0 {
+			s.forgottenBytes += old.live
+			s.forgottenAllocs += old.liveAllocs
+		}
 		delete(s.byID, old.id)
 		for _, st := range old.streams {
 			if s.byStream[st] == old {
@@ -95,31 +134,30 @@ func (s *Set) endLocked(c *Record) {
 	}
 }
 
-// AllocNode counts an allocation node of size bytes that capture id,
-// seen on stream, just made, and returns the capture's record.
+// AllocNode counts an allocation node of size bytes (as asked for) that
+// capture id, seen on stream, just made, and returns the capture's record.
 func (s *Set) AllocNode(id uint64, stream uintptr, size int64) *Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.seenLocked(id, stream)
 	c.allocs++
 	c.live += size
+	c.liveAllocs++
 	c.need = max(c.need, c.live)
-	if !c.invalidated {
-		s.outliving += size
-	}
 	return c
 }
 
 // FreeNode counts a free node of capture id, seen on stream, which frees
-// size bytes of its own allocations (0 for another graph's allocation).
+// size bytes (as asked for) of its own allocations (0 for another graph's
+// allocation).
 func (s *Set) FreeNode(id uint64, stream uintptr, size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.seenLocked(id, stream)
 	c.frees++
-	c.live -= size
-	if !c.invalidated {
-		s.outliving -= size
+	if size > 0 {
+		c.live -= size
+		c.liveAllocs--
 	}
 }
 
@@ -129,18 +167,42 @@ func (s *Set) FreeNode(id uint64, stream uintptr, size int64) {
 func (s *Set) Invalidated(id uint64, stream uintptr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.seenLocked(id, stream); !c.invalidated {
-		c.invalidated = true
-		s.outliving -= c.live
-	}
+	s.seenLocked(id, stream).invalidated = true
 }
 
-// Outliving returns the Outliving of every capture counted, but those
-// known invalidated.
-func (s *Set) Outliving() int64 {
+// Outliving returns what the outliving allocations of every capture
+// counted may pin, but those known invalidated, in whole chunks: each kept
+// capture's Pinned, and for those forgotten past the set's bound, whose
+// bytes and allocations it keeps summed, ceil(bytes/chunk) plus two chunks
+// an allocation, at least the sum of theirs. A chunk below 2 rounds
+// nothing: the bytes.
+func (s *Set) Outliving(chunk int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.outliving
+	n := s.forgottenBytes
+	if chunk > 1 {
+		n = satAdd(RoundUp(n, chunk), satMul(2*s.forgottenAllocs, chunk))
+	}
+	for _, c := range s.byID {
+		if !c.invalidated {
+			n = satAdd(n, Pinned(c.live, c.liveAllocs, RoundUp(c.need, chunk), chunk))
+		}
+	}
+	return n
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // OnStream returns the capture that stream takes part in, as the driver
@@ -213,5 +275,5 @@ func (s *Set) List(query func(stream uintptr) (State, error)) []Capture {
 // value returns c as a Capture. The lock is held.
 func (c *Record) value() Capture {
 	return Capture{ID: c.id, Stream: c.stream, Capturing: c.capturing, Invalidated: c.invalidated,
-		Allocs: c.allocs, Frees: c.frees, Need: c.need, Outliving: c.live}
+		Allocs: c.allocs, Frees: c.frees, PeakBytes: c.need, OutlivingBytes: c.live, OutlivingAllocs: c.liveAllocs}
 }

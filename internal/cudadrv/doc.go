@@ -32,8 +32,17 @@
 // Each rule below is the driver's documented behaviour, with the page of
 // the CUDA Driver API reference (docs.nvidia.com/cuda/cuda-driver-api) or
 // the comment of cuda.h (CUDA 11.8, as scripts/cuda-dev.sh fetches it for
-// the fake driver) that states it. The fake driver of testdata/fakecuda follows the same rules
-// (its RULES.md), and the tests of this package check them against it.
+// the fake driver) that states it, unless it says "an H200": where the
+// documents are silent, what an NVIDIA H200 (driver 580.159.04, CUDA 13.0)
+// answered, with its figures. The fake driver of testdata/fakecuda follows
+// the same rules, and takes the H200's answers as its defaults (its
+// RULES.md); the tests of this package check them against it.
+//
+//   - Device memory (cuMemAlloc). An H200 grew the device's used memory
+//     (cuMemGetInfo) by the size rounded up to 2 MiB, its allocation
+//     granularity: 1 B, 4 KiB and 1 MiB took 2 MiB, 2 MiB + 1 B and
+//     3 MiB 4 MiB, 64 MiB 64 MiB; and it handed the address just freed to
+//     the next allocation, of another size. The reference says neither.
 //
 //   - Contexts. cuDevicePrimaryCtxRetain retains a device's primary context
 //     and makes nothing current; cuCtxSetCurrent replaces the top of the
@@ -69,7 +78,13 @@
 //     that have been asynchronously freed but whose completion has not been
 //     observed on the host (eg. by a synchronize) can count as outstanding".
 //     When a free's bytes leave USED_MEM_CURRENT, at its execution or as soon
-//     as it is enqueued, the reference does not say.
+//     as it is enqueued, the reference does not say, nor could an H200
+//     tell (its stream had run the free before the reading). Nor does it
+//     say in what steps a pool reserves: an H200's default pool, its
+//     threshold 0, reserved 32 MiB for a cuMemAllocAsync of 1 B to
+//     32 MiB, 64 for 33 MiB, 96 for 65, 128 for 100, and counted the size
+//     asked as used (1 MiB: 1.000 MiB); so PoolReserved exceeds PoolUsed
+//     by up to a step.
 //
 //   - Events. cuEventRecord: "hEvent and hStream must be from the same
 //     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the
@@ -148,10 +163,22 @@
 //     reports the same ID ([CaptureInfo]). An invalid operation during a
 //     capture invalidates it, and further use of its streams "will return
 //     an error, until stream capture is ended" (Stream Capture:
-//     Invalidation): [AllocAsyncIn] and [FreeGraph], where the driver
-//     refuses the node they add, say whether the capture whose ID they read
-//     in the same call is invalidated since (StreamCall.Invalidated), the
-//     one way to learn which capture the driver invalidated.
+//     Invalidation): on an NVIDIA H200 (driver 580.159.04) that error,
+//     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, answered cuStreamGetCtx of
+//     such a stream, on any thread, in the step that makes the stream's
+//     context current of every call of this package, until
+//     cuStreamEndCapture answered it too and ended the capture
+//     (cuCtxGetCurrent, and cuStreamGetCaptureInfo_v2, which gave the
+//     status CU_STREAM_CAPTURE_STATUS_INVALIDATED, answered 0); the calls
+//     report such a stream as in an invalidated capture
+//     (CaptureInvalidated), not as a failure. A node
+//     the driver refuses is not always an invalid operation: the H200
+//     refused a second free node of one allocation in one graph with
+//     CUDA_ERROR_INVALID_VALUE and kept the capture active, with its ID.
+//     [AllocAsyncIn] and [FreeGraph], where the driver refuses the node
+//     they add, say whether the capture whose ID they read in the same call
+//     is invalidated since (StreamCall.Invalidated), the one way to learn
+//     which capture the driver invalidated.
 //
 //   - Graph memory. On a capturing stream, cuMemAllocAsync and
 //     cuMemFreeAsync add allocation and free nodes to the graph; the
@@ -161,23 +188,39 @@
 //     cuMemFree or another graph's free node frees it; a graph exec whose
 //     allocation is still live cannot be launched again
 //     (CUDA_ERROR_INVALID_VALUE, cuGraphLaunch), and a graph with memory
-//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags).
+//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags;
+//     the error is not named, and the H200 answered CUDA_ERROR_NOT_SUPPORTED).
 //     Instantiation maps no memory; the first launch, or cuGraphUpload,
 //     does (CUDA Programming Guide, Graph Memory Nodes: First Launch /
-//     cudaGraphUpload). Graphs launched one after another on one stream
-//     share their memory; graphs that may run at once, on other streams,
-//     need their own, and "physical pages cannot be reused if they are
-//     bound to ... a graph allocation which remains unfreed" (Physical
-//     Memory Management and Sharing). Graph memory is physical memory
-//     mapped to the allocations' addresses ("virtual aliasing", Optimized
-//     Memory Reuse), created and mapped in multiples of the device's
-//     minimum allocation granularity (cuMemCreate, cuMemMap;
-//     [Granularity]); whether each allocation node takes granules of its
-//     own, the documents do not say. Freeing
-//     graph allocations does not shrink the memory kept; cuDeviceGraphMemTrim
-//     returns what no executing or scheduled graph and no unfreed
-//     allocation uses, from graph execs not destroyed too (Physical Memory
-//     Footprint; NVIDIA's graphMemoryFootprint sample). The figures
+//     cudaGraphUpload; the H200 reserved 32 MiB at the upload of a 20 MiB
+//     graph, nothing at its instantiation). Graphs launched one after
+//     another on one stream share their memory; graphs that may run at
+//     once, on other streams, need their own, but a graph "whose execution
+//     has already finished" lends its memory to a graph of another stream
+//     (the H200: 20 MiB on one stream, synchronized, then 20 MiB on
+//     another, 32 MiB); "physical pages cannot be reused if they are bound
+//     to ... a graph allocation which remains unfreed" (Physical Memory
+//     Management and Sharing). Freeing graph allocations does not shrink
+//     the memory kept; cuDeviceGraphMemTrim returns what no executing or
+//     scheduled graph and no unfreed allocation uses, from graph execs not
+//     destroyed too (Physical Memory Footprint; NVIDIA's
+//     graphMemoryFootprint sample). cuGraphInstantiateWithFlags,
+//     cuGraphExecDestroy and cuStreamSynchronize are "potentially unsafe"
+//     during another thread's capture in global mode (the H200 answered
+//     them 900 and invalidated that capture), so [GraphChunk] makes every
+//     call in relaxed mode. How much a graph reserves the
+//     documents do not say; the H200's rule, on graphs of known shapes
+//     (driver-costs-and-graph-memory.txt of its run): one graph's memory is
+//     its peak footprint rounded up to a chunk of 32 MiB, not each node to
+//     the 2 MiB allocation granularity (4 KiB to 32 MiB: 32; 33 to 64: 64;
+//     100 nodes of 4 KiB live at once: 32; four of 20 MiB: 96); graphs of
+//     28 then 56 MiB on one stream 64; an 8 MiB allocation outliving its
+//     launch pins its chunk (32, then 64 with a 12 MiB graph after it, 64
+//     still once freed), and every chunk it lies in, the graph laid out in
+//     capture order (8 MiB left live after 30 MiB freed: two chunks); a
+//     destroyed graph exec's memory stays reserved and mapped (used) until
+//     a trim. [GraphChunk] learns the chunk of the
+//     driver at hand by a probe graph. The figures
 //     ([GraphGet]): USED_MEM_CURRENT, "the amount of physical memory
 //     currently mapped by at least one graph", RESERVED_MEM_CURRENT, "the
 //     amount of physical memory reserved by the driver for graph
@@ -187,8 +230,8 @@
 //     cudaMemPoolTrimTo()"), but it is the process's device memory, which
 //     cuMemGetInfo counts. Graph memory nodes need a driver of CUDA 11.4
 //     (Support and Compatibility). Whether a reset high-water mark reads 0
-//     or the current figure, and whether a destroyed graph exec's memory
-//     stays mapped until a trim, the documents do not say.
+//     or the current figure the documents do not say (the H200: the
+//     current figure).
 //
 //   - The legacy default stream waits for the work enqueued before on every
 //     blocking stream of its context, and a blocking stream's work waits for
@@ -213,7 +256,16 @@
 //     cuMemUnmap takes "the entire contiguous address range that was mapped
 //     to", never a part of one; the memory is freed once its handle is
 //     released (cuMemRelease) and its last mapping unmapped, in either
-//     order. So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
+//     order. Where the reference is silent, an H200 (driver 580.159.04)
+//     answered: cuMemMap of a size off the granularity 801
+//     (CUDA_ERROR_NOT_SUPPORTED), not 1; cuMemAddressReserve of whole host
+//     pages off the granularity (2 MiB + 4 KiB) 1; a cuMemMap running
+//     past the end of its reservation 0, mapping it; a cuMemUnmap over two
+//     whole mappings and a granule never mapped 0, unmapping both, and
+//     over a granule with nothing mapped 0. The driver being no guard of
+//     a reservation's bounds, memtrack checks every map and unmap against
+//     its own record of the reservation before any driver call
+//     (internal/addrspace). So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
 //     call, and [Unmap] cuMemUnmap and cuMemRelease, the driver's figures
 //     (cuMemGetInfo, NVML's of the process) moving by the size at each.
 //     Map undoes its earlier steps where a later one fails, so that a

@@ -7,16 +7,19 @@ import (
 	"unsafe"
 )
 
-// Mappings is a set of live mappings made with [Mappings.Map], whose bytes
-// that are not resident [Mappings.NotResident] reads: anonymous memory is
-// resident only from its first write, so that a process's resident set
-// leaves out what its owner mapped and has not written yet. The zero
-// Mappings is empty and ready to use; it is safe for concurrent use.
+// Mappings is a set of live mappings, made with [Mappings.Map] or made
+// elsewhere and added with [Mappings.Add] (the pages of a reservation
+// committed), whose bytes that are not resident [Mappings.NotResident]
+// reads: anonymous memory is resident only from its first write, so that a
+// process's resident set leaves out what its owner mapped and has not
+// written yet. The zero Mappings is empty and ready to use; it is safe for
+// concurrent use.
 //
 // Map and Unmap add one map insertion or deletion under a mutex to the
-// system call they make, and read nothing; NotResident reads the
-// residency of every live mapping (mincore(2) on Linux), holding the mutex,
-// so that no mapping is unmapped while it is read.
+// system call they make, and read nothing, as Add and Remove do;
+// NotResident reads the residency of every live mapping (mincore(2) on
+// Linux), holding the mutex, so that no mapping is unmapped while it is
+// read.
 type Mappings struct {
 	mu   sync.Mutex
 	live map[uintptr]int // the mappings' first bytes and lengths
@@ -47,6 +50,26 @@ func (ms *Mappings) Unmap(b []byte) error {
 		return err
 	}
 	return nil
+}
+
+// Add adds b, anonymous memory that its caller mapped (pages of a
+// reservation, committed), to the set, so that NotResident reads it until
+// Remove takes it out. b stays mapped while it is in the set: the caller
+// removes it before it unmaps it.
+func (ms *Mappings) Add(b []byte) {
+	if len(b) > 0 {
+		ms.add(b)
+	}
+}
+
+// Remove takes b, which Add added, out of the set, and unmaps nothing.
+func (ms *Mappings) Remove(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	ms.mu.Lock()
+	delete(ms.live, addr(b))
+	ms.mu.Unlock()
 }
 
 func (ms *Mappings) add(b []byte) {

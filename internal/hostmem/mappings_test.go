@@ -73,3 +73,32 @@ func TestResident(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n)
 }
+
+// TestMappingsAdd: memory mapped elsewhere and added counts in
+// NotResident as a mapping of Map does, until it is removed; Remove
+// unmaps nothing.
+func TestMappingsAdd(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("residency is read on Linux only")
+	}
+	page := os.Getpagesize()
+	b, err := Map(int64(8 * page)) // mapped outside the set
+	require.NoError(t, err)
+	defer func() { require.NoError(t, Unmap(b)) }()
+	var ms Mappings
+	ms.Add(nil) // nothing to add
+	ms.Add(b)
+	n, err := ms.NotResident()
+	require.NoError(t, err)
+	assert.Equal(t, int64(8*page), n, "nothing written")
+	b[0], b[5*page] = 1, 1
+	n, err = ms.NotResident()
+	require.NoError(t, err)
+	assert.Equal(t, int64(6*page), n, "two pages written")
+	ms.Remove(b)
+	n, err = ms.NotResident()
+	require.NoError(t, err)
+	assert.Zero(t, n, "removed")
+	b[7*page] = 1 // still mapped
+	ms.Remove(nil)
+}

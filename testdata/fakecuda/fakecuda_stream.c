@@ -11,14 +11,18 @@
 // device, created on first use; it does not synchronize with other streams.
 //
 // The pool of each device keeps what the driver's does: used bytes (each
-// allocation's size, rounded up to FAKECUDA_POOL_ROUND) and reserved bytes
-// (taken from the device in 2 MiB granules as the used bytes outgrow them),
-// with the high-water mark of each. An allocation counts as used from
+// allocation's size, rounded up to FAKECUDA_POOL_ROUND: by default the size
+// asked, as an H200's pool counted it) and reserved bytes (taken from the
+// device in steps of FAKECUDA_POOL_STEP as the used bytes outgrow them:
+// 32 MiB by default, as an H200's default pool reserved them), with the
+// high-water mark of each. An allocation counts as used from
 // cuMemAllocAsync's return; a free stops counting when its stream executes
 // it, less what allocations on its stream took over before then: an
 // allocation takes over the bytes of the frees enqueued on its stream, the
-// newest first, before it takes anything more from the pool. Reserved memory above the release threshold (0 by default) returns to
-// the device at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo returns what is free above its argument.
+// newest first, before it takes anything more from the pool. Reserved
+// memory above the release threshold (0 by default) returns to the device
+// at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo
+// returns what is free above its argument.
 //
 // A capture (cuStreamBeginCapture) has an ID unique over the process's
 // lifetime (cuStreamGetCaptureInfo); a stream that waits for an event
@@ -33,6 +37,8 @@
 //	                              file path exists: a test holds every stream
 //	                              back, then creates the file to let them run
 //	FAKECUDA_POOL_ROUND=b         round each pool allocation up to b bytes (default 1)
+//	FAKECUDA_POOL_STEP=b          a pool reserves device memory in steps of b
+//	                              bytes (default 32 MiB, an H200's: RULES.md)
 //	FAKECUDA_POOL_FREE=r          when a cuMemFreeAsync's bytes leave the pool's
 //	                              USED_MEM_CURRENT, which the reference does not
 //	                              settle: "executed" (default), when the stream
@@ -72,7 +78,6 @@
 #include <unistd.h>
 
 #define MAX_DEVICES 16
-#define GRANULE ((size_t)2 << 20)
 
 struct CUstream_st;
 
@@ -215,6 +220,7 @@ static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
+static size_t pool_step = (size_t)32 << 20;
 static int no_pools, allow_unordered, free_enqueued, trim_query;
 static long hostfn_delay_us;
 static int hostfn_serial = 1;
@@ -244,6 +250,8 @@ static void sconfigure(void) {
 	if (gate && !*gate) gate = NULL;
 	long r = senv("FAKECUDA_POOL_ROUND", 1);
 	pool_round = r > 0 ? (size_t)r : 1;
+	long step = senv("FAKECUDA_POOL_STEP", 32L << 20);
+	if (step > 0) pool_step = (size_t)step;
 	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
 	hostfn_delay_us = senv("FAKECUDA_HOSTFN_DELAY_US", 0);
 	hostfn_serial = senv("FAKECUDA_HOSTFN_SERIAL", 1) != 0;
@@ -275,12 +283,12 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // ---- pools (smu held)
 
 // pool_release returns the pool's reserved memory above max(keep, used) to
-// the device, in whole granules.
+// the device, in whole steps.
 static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
 	// Frees whose completion the host has not observed can count as
 	// outstanding (cuMemPoolTrimTo): the fake keeps them reserved.
 	size_t out = p->used + p->unobserved;
-	size_t want = round_up(out > keep ? out : keep, GRANULE);
+	size_t want = round_up(out > keep ? out : keep, pool_step);
 	if (p->reserved > want) {
 		fakecuda_give(p->device, p->reserved - want);
 		p->reserved = want;
@@ -627,16 +635,6 @@ static CUresult node_call(struct CUstream_st *s) {
 	return s->capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
-// refused returns r, the result of a node that s's capture was to get, and
-// invalidates the capture where the node was refused as invalid (smu held):
-// "When an invalid operation is attempted during stream capture, any
-// associated capture graphs are invalidated". A node the fake had no
-// memory for is no invalid operation.
-static CUresult refused(struct CUstream_st *s, CUresult r) {
-	if (r == CUDA_ERROR_INVALID_VALUE) invalidate(s->cap);
-	return r;
-}
-
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	int dev;
 	sconfig();
@@ -696,13 +694,19 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 }
 
 // cuStreamGetCtx returns the context a stream was created in; for the
-// special handles, the calling thread's current context.
+// special handles, the calling thread's current context. On a stream whose
+// capture is invalidated it answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+// until the capture ends ("further use of any streams which are being
+// captured ... is invalid and will return an error, until stream capture
+// is ended"), as the H200 answered, on every thread (cuCtxGetCurrent
+// answered 0).
 CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext *pctx) {
 	struct CUstream_st *s;
 	sconfig();
 	CUresult r = resolve("cuStreamGetCtx", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE) == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 	*pctx = stream_ctx(h, s);
 	return CUDA_SUCCESS;
 }
@@ -1235,7 +1239,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 		if (fakecuda_version() < 11040) return CUDA_ERROR_NOT_SUPPORTED;
 		pthread_mutex_lock(&smu);
 		r = node_call(s);
-		if (r == CUDA_SUCCESS) r = refused(s, fakecuda_graph_alloc(s->cap->graph, dev, size, dptr));
+		if (r == CUDA_SUCCESS) r = fakecuda_graph_alloc(s->cap->graph, dev, size, dptr); // refused, it leaves the capture as it was
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
@@ -1252,11 +1256,11 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	struct CUmemPoolHandle_st *p = current_pool[dev] ? current_pool[dev] : &pools[dev];
 	a->pool = p;
 	long n = ++nallocs_async;
-	if (n == fail_alloc_async || a->used > SIZE_MAX - GRANULE - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (n == fail_alloc_async || a->used > SIZE_MAX - pool_step - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
 	size_t reused = r == CUDA_SUCCESS ? reusable(s, p, a->used, 0) : 0; // already counted in used
-	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used - reused, GRANULE) : 0;
+	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used - reused, pool_step) : 0;
 	if (r == CUDA_SUCCESS && want > p->reserved) {
-		// Take the granules from the device; if it has no room, release
+		// Take the steps from the device; if it has no room, release
 		// what the pool keeps free first, as the driver does, and retry.
 		r = fakecuda_take(dev, want - p->reserved);
 		if (r != CUDA_SUCCESS) {
@@ -1335,7 +1339,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 		// A free node of the capture's graph (fakecuda_graph.c).
 		pthread_mutex_lock(&smu);
 		r = node_call(s);
-		if (r == CUDA_SUCCESS) r = refused(s, fakecuda_graph_free(s->cap->graph, dptr));
+		if (r == CUDA_SUCCESS) r = fakecuda_graph_free(s->cap->graph, dptr); // refused, it leaves the capture as it was
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
