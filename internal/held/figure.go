@@ -42,6 +42,7 @@ type Figure[E comparable, Q Querier[E]] struct {
 	asked   []asked[E]
 	qs      []Query[E]
 	events  []E
+	reached []E // the events a reading found reached, on their way to spare
 	queries Q
 	reuse   bool
 

@@ -129,6 +129,7 @@ func (f *Figure[E, Q]) reapLocked() {
 func (f *Figure[E, Q]) settle(qs []Query[E], as []asked[E], answered bool) {
 	var retired, frees int64
 	var foreign []E
+	spare := f.reached[:0] // events of the device's own context, for reuse
 	for i := range qs {
 		q, a, e := &qs[i], as[i], as[i].e
 		ok := answered && !q.Gone
@@ -148,21 +149,31 @@ func (f *Figure[E, Q]) settle(qs []Query[E], as []asked[E], answered bool) {
 			case s.foreign:
 				foreign = append(foreign, s.event)
 			case ok:
-				f.PutSpare(s.event)
+				spare = append(spare, s.event)
 			}
 			s.bytes = -1 // gone, below
 		}
+		if e.ordered && reached > 0 {
+			e.segs = deleteGone(e.segs) // its one question
+		}
 		e.mu.Unlock()
 	}
-	// The segments answered for, out of their streams' lists (a stream
-	// not Ordered has one question per segment, in a row).
+	// The segments answered for, out of the lists of the streams not
+	// Ordered (one question per segment, in a row).
 	for i := range as {
-		if e := as[i].e; i+1 == len(as) || as[i+1].e != e {
+		if e := as[i].e; !e.ordered && (i+1 == len(as) || as[i+1].e != e) {
 			e.mu.Lock()
 			e.segs = deleteGone(e.segs)
 			e.mu.Unlock()
 		}
 	}
+	if len(spare) > 0 {
+		f.spareMu.Lock()
+		f.spare = append(f.spare, spare...)
+		f.spareMu.Unlock()
+		clear(spare)
+	}
+	f.reached = spare[:0]
 	if retired > 0 {
 		f.pending.Add(-retired)
 		f.Drop(retired, true)

@@ -136,16 +136,17 @@ func (f *Figure[E, Q]) Freed(n Free[E]) {
 	e := f.lockEntry(n.Stream)
 	e.last = Order(f.seq.Add(1))
 	s := segment[E]{event: n.Event, seq: n.Seq, bytes: n.Size, foreign: n.Foreign}
-	i := len(e.segs)
-	if e.ordered {
+	if i := len(e.segs); i == 0 || !e.ordered || e.segs[i-1].seq < n.Seq {
+		e.segs = append(e.segs, s)
+	} else {
 		// Two goroutines that free on one stream at once may count their
 		// frees in another order than the stream's: the events' numbers
 		// give the stream's.
 		for i > 0 && e.segs[i-1].seq > n.Seq {
 			i--
 		}
+		e.segs = slices.Insert(e.segs, i, s)
 	}
-	e.segs = slices.Insert(e.segs, i, s)
 	f.pending.Add(n.Size)
 	e.mu.Unlock()
 	if f.npending.Add(1) >= max(f.reapAt.Load(), PendingBound) && f.reapMu.TryLock() {
@@ -186,14 +187,15 @@ func (f *Figure[E, Q]) takeOver(stream uintptr, at Order, size int64) int64 {
 // back by PutSpare.
 func (f *Figure[E, Q]) TakeSpare() (E, bool) {
 	f.spareMu.Lock()
-	defer f.spareMu.Unlock()
 	k := len(f.spare)
 	if k == 0 {
+		f.spareMu.Unlock()
 		var none E
 		return none, false
 	}
 	e := f.spare[k-1]
 	f.spare = f.spare[:k-1]
+	f.spareMu.Unlock()
 	return e, true
 }
 
