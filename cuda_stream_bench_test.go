@@ -115,98 +115,107 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// tracked pair's floor without memtrack's Go code, so that a GPU's
 		// tracked/checked and checked/raw split the tracked pair's cost
 		// between its Go code and its driver calls.
-		b.Run("size="+size.name+"/pair=interleaved", func(b *testing.B) {
-			_, ctx, err := cudaDeviceOf(0, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			const block = 64
-			work := spinFor(trackedWork)
-			if err := cudatest.Load(); err != nil {
-				b.Fatal(err)
-			}
-			marker, r := cudatest.EventCreate(uintptr(ctx))
-			if r != cudadrv.Success {
-				b.Fatal(resultError("event", "", r))
-			}
-			defer cudatest.EventDestroy(marker)
-			took, n := interleave.Run(b, block,
-				func() { // raw
-					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s, 0); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-				},
-				func() { // raw-with-marker
-					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-				},
-				func() { // tracked
-					for range block {
-						buf, err := d.AllocAsync(size.n, s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := buf.FreeAsync(s); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-					d.MemoryStats()
-				},
-				func() { // raw-with-marker after busy work
-					for range block {
-						spin(work)
-						if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-				},
-				func() { // event
-					r := cudatest.InContext(uintptr(ctx), func() {
+		// Each on a stream of its own (stream=own) and on the legacy
+		// default stream (stream=legacy), whose handle asks no
+		// cuStreamGetCtx of the tracked pair.
+		for _, st := range []struct {
+			name string
+			s    Stream
+		}{{"own", s}, {"legacy", DefaultStream}} {
+			s := st.s
+			b.Run("size="+size.name+"/pair=interleaved/stream="+st.name, func(b *testing.B) {
+				_, ctx, err := cudaDeviceOf(0, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				const block = 64
+				work := spinFor(trackedWork)
+				if err := cudatest.Load(); err != nil {
+					b.Fatal(err)
+				}
+				marker, r := cudatest.EventCreate(uintptr(ctx))
+				if r != cudadrv.Success {
+					b.Fatal(resultError("event", "", r))
+				}
+				defer cudatest.EventDestroy(marker)
+				took, n := interleave.Run(b, block,
+					func() { // raw
 						for range block {
-							if r := cudatest.RecordAgain(marker, uintptr(s)); r != cudadrv.Success && r != cudadrv.NotReady {
-								b.Fatal(resultError("event", "", r))
+							if err := rawAllocFreeAsync(ctx, size.n, s, 0); err != nil {
+								b.Fatal(err)
 							}
 						}
-					})
-					if r != cudadrv.Success {
-						b.Fatal(resultError("context", "", r))
-					}
-					syncStream(b, d, s)
-				},
-				func() { // checked
-					for range block {
-						p, r := cudatest.AllocAsyncChecked(uintptr(ctx), size.n, uintptr(s))
-						if r == cudadrv.Success {
-							r = cudatest.FreeAsyncChecked(uintptr(ctx), p, uintptr(s))
+						syncStream(b, d, s)
+					},
+					func() { // raw-with-marker
+						for range block {
+							if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
+								b.Fatal(err)
+							}
 						}
+						syncStream(b, d, s)
+					},
+					func() { // tracked
+						for range block {
+							buf, err := d.AllocAsync(size.n, s)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if err := buf.FreeAsync(s); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+						d.MemoryStats()
+					},
+					func() { // raw-with-marker after busy work
+						for range block {
+							spin(work)
+							if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+					},
+					func() { // event
+						r := cudatest.InContext(uintptr(ctx), func() {
+							for range block {
+								if r := cudatest.RecordAgain(marker, uintptr(s)); r != cudadrv.Success && r != cudadrv.NotReady {
+									b.Fatal(resultError("event", "", r))
+								}
+							}
+						})
 						if r != cudadrv.Success {
-							b.Fatal(resultError("checked pair", "", r))
+							b.Fatal(resultError("context", "", r))
 						}
-					}
-					syncStream(b, d, s)
-				},
-			)
-			raw, marked, tracked, busy, event, checked := took[0], took[1], took[2], took[3], took[4], took[5]
-			b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
-			b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
-			b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
-			b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
-			b.ReportMetric(float64(event.Nanoseconds())/float64(n), "event-ns/pair")
-			b.ReportMetric(float64(checked.Nanoseconds())/float64(n), "checked-ns/pair")
-			b.ReportMetric(float64(tracked)/float64(checked), "ratio-to-checked")
-			b.ReportMetric(float64(tracked)/float64(raw), "ratio")
-			b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
-			b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
-		})
+						syncStream(b, d, s)
+					},
+					func() { // checked
+						for range block {
+							p, r := cudatest.AllocAsyncChecked(uintptr(ctx), size.n, uintptr(s))
+							if r == cudadrv.Success {
+								r = cudatest.FreeAsyncChecked(uintptr(ctx), p, uintptr(s))
+							}
+							if r != cudadrv.Success {
+								b.Fatal(resultError("checked pair", "", r))
+							}
+						}
+						syncStream(b, d, s)
+					},
+				)
+				raw, marked, tracked, busy, event, checked := took[0], took[1], took[2], took[3], took[4], took[5]
+				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
+				b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
+				b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
+				b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
+				b.ReportMetric(float64(event.Nanoseconds())/float64(n), "event-ns/pair")
+				b.ReportMetric(float64(checked.Nanoseconds())/float64(n), "checked-ns/pair")
+				b.ReportMetric(float64(tracked)/float64(checked), "ratio-to-checked")
+				b.ReportMetric(float64(tracked)/float64(raw), "ratio")
+				b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
+				b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
+			})
+		}
 	}
 }
 

@@ -175,7 +175,8 @@ readings() {
 }
 step "readings: which semantics this driver follows where the fake offers a choice" readings
 # The stream-ordered pair alone, for its table: per size, the raw pair,
-# the tracked pair, and, interleaved in one run, each per pair (raw-ns,
+# the tracked pair, and, interleaved in one run on a stream of its own and
+# on the legacy default stream, each per pair (raw-ns,
 # tracked-ns), the raw pair with the tracked pair's driver calls beside it
 # (checked-ns: the tracked pair's floor without memtrack's Go code), an
 # event's own cost apart (event-ns: cuEventRecord and cuEventQuery of one
