@@ -260,9 +260,9 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 }
 
 // h200CallNs is what each driver call took on an H200 (driver 580.159.04,
-// CUDA 13.0), called from C in a loop of its own: the medians of
-// /work/shared/gpu-runs/h200-2026-12-04/driver-costs-and-graph-memory.txt
-// (callcost.c), cuThreadExchangeStreamCaptureMode half of the pair there
+// CUDA 13.0), called from C in a loop of its own: the medians of that
+// run's driver-costs-and-graph-memory.txt (callcost.c's output),
+// cuThreadExchangeStreamCaptureMode half of the pair there
 // and back. cuEventCreate and cuEventDestroy, which a running program's
 // pairs do not make, were not timed.
 var h200CallNs = map[string]float64{

@@ -661,8 +661,9 @@ func TestCUDAStreamReuseOnStream(t *testing.T) {
 
 // TestCUDAExactAfterSynchronize: Held and PeakHeld are exact when read
 // after the program synchronized its streams. Frees on two streams, some
-// behind holds, readings while the streams are busy (which record events
-// after the frees), more frees after them; then the holds are released and,
+// behind holds, readings while the streams are busy (which find frees not
+// yet executed and leave them pending), more frees after them; then the
+// holds are released and,
 // before any reading, the streams synchronized: the next reading gives
 // Held = Tracked and leaves nothing pending. Then a free on one stream,
 // that stream synchronized and not read, and an allocation on another that
@@ -692,7 +693,7 @@ func TestCUDAExactAfterSynchronize(t *testing.T) {
 				require.NoError(t, buf.FreeAsync(s)) // ordered after the legacy stream's allocation
 			}
 		}
-		st := d.MemoryStats() // busy streams: events recorded after their frees
+		st := d.MemoryStats() // busy streams: frees left pending
 		assert.GreaterOrEqual(t, st.Held, st.Tracked)
 	}
 	cudatest.ReleaseStreams()
