@@ -43,14 +43,16 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 		t.Skip(err)
 	}
 	const workers, readers, pairs, size = 4, 2, 64, 1 << 12
-	own, other, legacy := newStream(t, d), newStream(t, d), DefaultStream
+	own, other, third, legacy := newStream(t, d), newStream(t, d), newStream(t, d), DefaultStream
+	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
+	require.NoError(t, err)
 	for _, c := range []struct {
 		name    string
 		held    Stream
 		streams []Stream // the writers' streams to free on, in turn; the held one and others that run free
 		allocOn *Stream  // where the buffers are allocated; nil for the stream each is freed on
 	}{
-		{"a stream of its own, beside another, allocations on the legacy stream", own, []Stream{own, other}, &legacy},
+		{"a stream of its own, beside another, allocations on a third", own, []Stream{own, other}, &third},
 		{"the legacy default stream, by both its handles, allocations on a stream of its own", DefaultStream, []Stream{DefaultStream, Stream(cudadrv.StreamLegacy)}, &own},
 		{"a stream of its own, beside another, allocations taking frees over", own, []Stream{own, other}, nil},
 	} {
@@ -101,6 +103,22 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 							b, err := d.AllocAsync(size, on)
 							if !assert.NoError(t, err) {
 								return
+							}
+							if on != s && keyOf(s) != keyOf(legacy) {
+								// The free on s ordered after the
+								// allocation: its stream synchronized. A
+								// free on the legacy stream is ordered by
+								// the legacy stream's implicit
+								// synchronization with the blocking
+								// streams, and needs none: with the legacy
+								// stream held, the allocating stream waits
+								// for it (on a GPU; the fake runs it), and
+								// a synchronization would never return.
+								var r cudadrv.Result
+								if !assert.Equal(t, cudadrv.Success, cudatest.InContext(uintptr(ctx), func() { r = cudatest.StreamSynchronize(uintptr(on)) })) ||
+									!assert.Equal(t, cudadrv.Success, r) {
+									return
+								}
 							}
 							if !assert.NoError(t, b.FreeAsync(s)) { // ordered after the allocation: the same stream, or the legacy one's implicit order
 								return

@@ -338,8 +338,10 @@ static void pool_free(struct palloc *a, int by_stream) {
 		}
 	}
 	// What an allocation took over of a free stays used: it is that
-	// allocation's now.
-	size_t back = a->freeing ? a->remaining : a->used;
+	// allocation's now. (A free uncounted when it was enqueued,
+	// FAKECUDA_POOL_FREE=enqueued, is in no stream's list: nothing took
+	// it over.)
+	size_t back = a->listed ? a->remaining : a->used;
 	if (a->listed) {
 		struct CUstream_st *s = a->free_stream;
 		if (a->fprev) a->fprev->fnext = a->fnext; else s->fhead = a->fnext;
