@@ -40,6 +40,7 @@ var vocabulary = []vocabularyRule{
 		"PoolStats.PoolReserved", "PoolStats.PeakPoolReserved", "PoolUsage.PoolReserved",
 		"cudadrv.PoolAttributes.PoolReserved", "cudadrv.PoolAttributes.PeakPoolReserved",
 		"hipdrv.PoolAttributes.PoolReserved", "hipdrv.PoolAttributes.PeakPoolReserved",
+		"fit.Before.PoolReserved", "fit.Result.PoolReserved", "fit.Result.PeakPoolReserved", // a prediction's pool, as the driver's attributes name it
 		"metric memtrack_pool_reserved_bytes", "metric memtrack_peak_pool_reserved_bytes",
 		"GraphStats.GraphReserved", "GraphStats.PeakGraphReserved", "Usage.GraphReserved", "Usage.PeakGraphReserved",
 		"Measurement.StartGraphReserved", "Measurement.EndGraphReserved", "Budget.GraphReserved", "OutOfMemoryError.GraphReserved",

@@ -72,8 +72,8 @@ type Result struct {
 	// PoolReserved is the pool's reservation once the load is done, and
 	// PoolGrowth its growth over Before.PoolReserved.
 	PoolReserved, PoolGrowth int64
-	// PoolPeak is the pool's reservation with the transient parts live.
-	PoolPeak int64
+	// PeakPoolReserved is the pool's reservation with the transient parts live.
+	PeakPoolReserved int64
 	// GraphGrowth is the graphs' growth, as given.
 	GraphGrowth int64
 	// Stays is what the load adds once done: its Alloc and Map parts that
@@ -143,13 +143,13 @@ func Predict(r Rules, b Before, parts []Part, graphGrowth int64) (Result, error)
 	}
 	if poolAll > 0 {
 		res.PoolReserved = max(b.PoolReserved, RoundUp(Add(b.PoolUsed, poolStays), r.PoolChunk))
-		res.PoolPeak = max(b.PoolReserved, RoundUp(Add(b.PoolUsed, poolAll), r.PoolChunk))
+		res.PeakPoolReserved = max(b.PoolReserved, RoundUp(Add(b.PoolUsed, poolAll), r.PoolChunk))
 	} else {
-		res.PoolReserved, res.PoolPeak = b.PoolReserved, b.PoolReserved
+		res.PoolReserved, res.PeakPoolReserved = b.PoolReserved, b.PoolReserved
 	}
 	res.PoolGrowth = res.PoolReserved - b.PoolReserved
 	res.Stays = Add(Add(allocStays, res.PoolGrowth), graphGrowth)
-	res.Transient = Add(allocTransient, res.PoolPeak-res.PoolReserved)
+	res.Transient = Add(allocTransient, res.PeakPoolReserved-res.PoolReserved)
 	res.Need = Add(res.Stays, res.Transient)
 	return res, nil
 }
