@@ -304,16 +304,12 @@ func graphOf(b *Buffer) *graphBuffer { return (*graphBuffer)(unsafe.Pointer(b)) 
 
 // captured is the tail of the allocation path for a graph's allocation:
 // the stream-ordered allocation that r asked for, which the backend made in
-// capture id at memory m, with the graph memory it takes in m.reserved
-// where the backend rounds it. The capture counts that; the ledger, the
-// device-side figure and the hooks do not, since the host holds nothing
-// of it between the graph's launches.
+// capture id at memory m. The capture counts its bytes, which the driver
+// rounds as a graph's, not one by one (Capture.Need); the ledger, the
+// device-side figure and the hooks do not, since the host holds nothing of
+// it between the graph's launches.
 func (d Device) captured(s *deviceTable, r *request, m memory, id uint64) *Buffer {
-	rounded := r.size
-	if m.reserved > 0 {
-		rounded = m.reserved // the graph memory the node takes (cudaBackend.inCapture)
-	}
-	c := capturesOf(s, d.ordinal).AllocNode(id, uintptr(r.stream), rounded)
+	c := capturesOf(s, d.ordinal).AllocNode(id, uintptr(r.stream), r.size)
 	g := &graphBuffer{capture: c}
 	g.fill(d, r)
 	g.mem, g.from, g.cat, g.state = m, fromGraph, 0, stateGraph
@@ -365,10 +361,28 @@ func capturesOf(s *deviceTable, ordinal int) *captures.Set {
 }
 
 // graphOutliving returns the Outliving of every capture counted on device
-// ordinal, but those known invalidated (captures.Set.Outliving).
-func (s *deviceTable) graphOutliving(ordinal int) int64 {
-	if c := slotOf[captures.Set](s, ordinal, capturesSlot, nil); c != nil {
-		return c.Outliving()
+// d, but those known invalidated (captures.Set.Outliving), each in whole
+// chunks of the device's graph memory.
+func (s *deviceTable) graphOutliving(d Device) (int64, error) {
+	c := slotOf[captures.Set](s, d.ordinal, capturesSlot, nil)
+	if c == nil {
+		return 0, nil
 	}
-	return 0
+	chunk, err := s.graphChunk(d, c.Outliving(1))
+	if err != nil {
+		return 0, err
+	}
+	return c.Outliving(chunk), nil
+}
+
+// graphChunk returns the chunk in which the driver reserves device d's
+// graph memory (streamBackend.graphChunk), where bytes of d's captures
+// need rounding; 1, which rounds nothing, where bytes is 0, so that no
+// probe runs for captures without an allocation.
+func (s *deviceTable) graphChunk(d Device, bytes int64) (int64, error) {
+	if bytes <= 0 {
+		return 1, nil
+	}
+	chunk, _, err := s.stream.graphChunk(d.ordinal)
+	return chunk, fillError(err, d, 0, nil)
 }

@@ -157,12 +157,19 @@ type streamBackend interface {
 	// that capture's graph, whose ID it returns; on one that is not
 	// capturing, the allocation of the graph's last launch. On an error
 	// nothing was freed; a free node refused in a capture that the refusal
-	// left invalidated fails with an *invalidatedIn.
+	// left invalidated fails with an *invalidatedIn, and one refused in a
+	// capture that goes on returns that capture's ID with its error.
 	freeGraph(ordinal int, size int64, m *memory, stream Stream) (capture uint64, err error)
 	// graphStats reads the driver's graph memory figures of device
 	// ordinal, without their Device; trimGraphs is Graphs.Trim.
 	graphStats(ordinal int) (GraphStats, error)
 	trimGraphs(ordinal int) error
+	// graphChunk returns the chunk in which the driver reserves device
+	// ordinal's graph memory (a graph's memory is its peak footprint
+	// rounded up to it), learned from the driver where learned is true,
+	// else a multiple of it, which rounds no graph below what the driver
+	// reserves; it fails where it can give neither.
+	graphChunk(ordinal int) (chunk int64, learned bool, err error)
 }
 
 // callError is the one error type of the seam: a call of a backend that

@@ -3,11 +3,11 @@
 package memtrack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,9 +54,14 @@ type cudaDevice struct {
 	// restoreFailures counts operations that succeeded but could not make
 	// the thread's previous context current again.
 	restoreFailures atomic.Int64
-	// granule is the device's allocation granularity, in which the driver
-	// maps graph memory (graphGranule); 0 until the driver has said.
+	// granule is the device's allocation granularity (granularityOf); 0
+	// until the driver has said.
 	granule atomic.Int64
+	// chunk is the chunk in which the driver reserves the device's graph
+	// memory, once a probe graph learned it (graphChunk); 0 until then.
+	// chunkMu is held while a probe runs, so that one runs at a time.
+	chunk   atomic.Int64
+	chunkMu sync.Mutex
 	// pools holds the driver's answer to whether the device has memory
 	// pools, once it gave one: nil where it has, the error that says so
 	// where it has not (poolsSupported).
@@ -586,7 +591,7 @@ func (b *cudaBackend) allocIn(ordinal int, size int64, stream Stream, m *memory,
 	}
 	a := cudadrv.AllocAsyncIn(ctx, size, uintptr(stream), mode)
 	if (a.OtherDevice || a.Capturing) && a.Enter == cudadrv.Success {
-		return b.inCapture(dev, ctx, d, size, stream, a, m)
+		return b.inCapture(dev, d, stream, a, m)
 	}
 	if err := dev.settle("alloc", resultOf(a.Call)); err != nil {
 		return 0, err
@@ -599,11 +604,12 @@ func (b *cudaBackend) allocIn(ordinal int, size int64, stream Stream, m *memory,
 // or a capturing one: refused, as bad input, where nothing was allocated
 // (cuMemAllocAsync would have allocated on the stream's device, or in a
 // graph memtrack does not allocate in), and a graph's allocation, in the
-// capture whose ID it returns, where the driver made one, with the bytes
-// the driver maps for it (graphRounded) in m.reserved. A graph's
+// capture whose ID it returns, where the driver made one. A graph's
 // allocation that the driver refuses is counted nowhere; where the refusal
-// left the capture invalidated, the error says which (invalidatedIn).
-func (b *cudaBackend) inCapture(dev *cudaDevice, ctx cuContext, d Device, size int64, stream Stream, a cudadrv.StreamCall, m *memory) (uint64, error) {
+// left the capture invalidated, the error says which (invalidatedIn). The
+// device's first graph allocation learns the device's graph chunk
+// (graphChunk), most likely before any graph has reserved memory.
+func (b *cudaBackend) inCapture(dev *cudaDevice, d Device, stream Stream, a cudadrv.StreamCall, m *memory) (uint64, error) {
 	if a.OtherDevice || (a.Ptr == 0 && a.Op == cudadrv.Success) {
 		dev.settle("alloc", resultOf(a.Call)) // a failed restore is logged there
 		return 0, uncounted{refusedStream("AllocAsync", d, stream, a)}
@@ -614,15 +620,10 @@ func (b *cudaBackend) inCapture(dev *cudaDevice, ctx cuContext, d Device, size i
 		}
 		return 0, uncounted{err}
 	}
-	rounded, err := graphRounded(dev, size)
-	if err != nil {
-		// Nothing could count the node at its size: a free node ends it
-		// in the graph, so that no launch holds memory nothing counts.
-		f := cudadrv.FreeGraph(ctx, a.Ptr, uintptr(stream))
-		dev.settle("free", resultOf(f.Call)) // a failure is logged there; the capture's result says the rest
-		return 0, uncounted{err}
+	m.ptr = a.Ptr
+	if dev.chunk.Load() == 0 {
+		b.graphChunk(d.ordinal) // where it cannot learn it yet, a reading tries again
 	}
-	*m = memory{ptr: a.Ptr, reserved: rounded}
 	return a.CaptureID, nil
 }
 
@@ -811,29 +812,81 @@ func (b *cudaBackend) graphsSupported(ordinal int) error {
 	return fmt.Errorf("%w: CUDA graph memory on %v: the CUDA driver is unavailable", ErrNotSupported, d)
 }
 
-// graphRounded returns the bytes of graph memory that an allocation node
-// of size bytes on dev takes: size rounded up to the device's allocation
-// granularity, which the driver gives (cudadrv.Granularity) and dev keeps.
-// Each node in whole granules of its own is what the driver maps at most:
-// a driver that packs a graph's nodes together maps less
-// (testdata/fakecuda/RULES.md, FAKECUDA_GRAPH_ROUND).
-func graphRounded(dev *cudaDevice, size int64) (int64, error) {
-	g := dev.granule.Load()
-	if g == 0 {
-		n, _, r := cudadrv.Granularity(dev.ordinal)
-		if r != cudadrv.Success {
-			return 0, resultError("allocation granularity", "asking the device's allocation granularity, in which graph memory is mapped", r)
-		}
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: cuda:%d: the driver gives an allocation granularity of %d bytes", ErrNotSupported, dev.ordinal, n)
-		}
-		dev.granule.Store(n)
-		g = n
+// graphChunk returns the chunk in which the driver reserves the graph
+// memory of device ordinal: one graph's memory is its peak footprint
+// rounded up to it, and an allocation that outlives its launch pins its
+// chunk (32 MiB on an NVIDIA H200 with driver 580.159.04). NVIDIA documents
+// no chunk, so memtrack learns it from the driver, once per device: a probe
+// graph of one 1-byte allocation node (cudadrv.GraphChunk), made on a
+// stream of its own and in relaxed capture mode, uploaded, measured by the
+// growth of the device's reserved graph memory, destroyed and trimmed.
+// The probe runs only on a device that holds no graph memory, where the
+// trim returns its reservation alone and no finished graph's memory could
+// serve it; a device that holds some is not probed now, and learned is
+// false: the chunk returned is then the greatest common divisor of the
+// device's reserved graph memory and its high-water mark, both whole
+// chunks, so a multiple of the chunk, which rounds no graph below what the
+// driver reserves. One probe runs at a time per device (chunkMu); once
+// learned, the chunk is an atomic load.
+func (b *cudaBackend) graphChunk(ordinal int) (chunk int64, learned bool, err error) {
+	dev, ctx, err := b.device(ordinal, "graph chunk")
+	if err != nil {
+		return 0, false, err
 	}
-	if size > math.MaxInt64-(g-1) {
-		return math.MaxInt64, nil
+	if c := dev.chunk.Load(); c > 0 {
+		return c, true, nil
 	}
-	return (size + g - 1) / g * g, nil
+	dev.chunkMu.Lock()
+	defer dev.chunkMu.Unlock()
+	if c := dev.chunk.Load(); c > 0 {
+		return c, true, nil
+	}
+	p, c := cudadrv.GraphChunk(ctx)
+	probeErr := dev.settle("graph chunk", resultOf(c))
+	if probeErr == nil && p.Chunk > 0 {
+		dev.chunk.Store(p.Chunk)
+		return p.Chunk, true, nil
+	}
+	g := p.Before // where the probe did not run, the figures it found
+	if p.Ran || probeErr != nil {
+		g, c = cudadrv.GraphGet(ctx)
+		if err := dev.settle("graph chunk", resultOf(c)); err != nil {
+			return 0, false, cmp.Or(probeErr, err)
+		}
+	}
+	if bound := gcd(g.GraphReserved, g.PeakGraphReserved); bound > 0 {
+		return bound, false, nil
+	}
+	if probeErr != nil {
+		return 0, false, probeErr
+	}
+	return 0, false, fmt.Errorf("%w: the chunk of CUDA graph memory on cuda:%d: the probe graph reserved nothing alone (%d bytes reserved after it), and the device holds no graph memory to bound it",
+		ErrNotSupported, ordinal, p.After)
+}
+
+// gcd is the greatest common divisor of a and b, both at least 0.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// granularityOf returns dev's allocation granularity, which the driver
+// gives (cudadrv.Granularity) and dev keeps.
+func granularityOf(dev *cudaDevice) (int64, error) {
+	if g := dev.granule.Load(); g != 0 {
+		return g, nil
+	}
+	n, _, r := cudadrv.Granularity(dev.ordinal)
+	if r != cudadrv.Success {
+		return 0, resultError("allocation granularity", "asking the device's allocation granularity", r)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: cuda:%d: the driver gives an allocation granularity of %d bytes", ErrNotSupported, dev.ordinal, n)
+	}
+	dev.granule.Store(n)
+	return n, nil
 }
 
 // captureOf asks the driver what capture stream takes part in.
@@ -872,7 +925,7 @@ func (b *cudaBackend) freeGraph(ordinal int, size int64, m *memory, stream Strea
 		if f.Invalidated {
 			return 0, &invalidatedIn{id: f.CaptureID, err: err}
 		}
-		return 0, err
+		return f.CaptureID, err // a free node refused in the active capture, which goes on
 	}
 	return f.CaptureID, nil
 }
@@ -969,7 +1022,7 @@ func (b *cudaBackend) vmmGranularity(ordinal int) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: virtual memory management on %v: the device does not support it (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)", ErrNotSupported, d)
 	}
-	return graphRounded(dev, 1)
+	return granularityOf(dev)
 }
 
 func (b *cudaBackend) reserve(ordinal int, size, granularity int64) (uintptr, error) {

@@ -44,8 +44,8 @@ func TestCUDADriverLoading(t *testing.T) {
 		{"TestCUDAChildNoStreamOrdered", []string{"FAKECUDA_HIDE=cuMemFreeAsync", "MEMTRACK_WANT=cuMemFreeAsync of CUDA 11.2 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)"}},
 		{"TestCUDAChildDriverUnusable", []string{"FAKECUDA_HIDE=cuMemGetInfo"}},
 		{"TestCUDAChildNoGraphMemory", []string{"FAKECUDA_VERSION=11030", "MEMTRACK_WANT=cuDeviceGetGraphMemAttribute of CUDA 11.4"}},
-		{"TestCUDAChildNoGraphMemory", []string{"FAKECUDA_HIDE=cuMemGetAllocationGranularity", "MEMTRACK_WANT=cuMemGetAllocationGranularity of CUDA 10.2"}},
-		{"TestCUDAChildGraphGranularity", []string{"FAKECUDA_GRANULARITY=4194304"}},
+		{"TestCUDAChildNoGraphMemory", []string{"FAKECUDA_HIDE=cuGraphUpload", "MEMTRACK_WANT=cuGraphUpload of CUDA 11.1"}},
+		{"TestCUDAChildGraphChunk", []string{"FAKECUDA_GRAPH_CHUNK=4194304"}},
 	} {
 		t.Run(c.child+"/"+strings.Join(c.env, ","), func(t *testing.T) {
 			if slices.Contains(c.env, noDriver) && systemDriver != "" {

@@ -711,6 +711,13 @@ func (b *rocmBackend) trimGraphs(ordinal int) error {
 	return nil
 }
 
+// graphChunk fails: memtrack adds no node to a HIP graph, and learns no
+// chunk of HIP's graph memory.
+func (b *rocmBackend) graphChunk(ordinal int) (int64, bool, error) {
+	return 0, false, fmt.Errorf("%w: the chunk of HIP graph memory on %v: memtrack adds no node to a HIP graph",
+		ErrNotSupported, Device{kind: KindROCm, ordinal: ordinal})
+}
+
 // The ROCm backend's half of the per-process figures (processBackend): the
 // compute processes rocm_smi lists on a GPU, with the VRAM the kernel
 // attributes to each there (internal/rocmsmi says why rocm_smi), the GPU

@@ -269,9 +269,10 @@ func (p Measurement) budget(base Usage, utilization float64, blockSize int64, fo
 //
 // which is the largest Need where no graph's allocation outlives its
 // launch, and covers every outliving allocation live at once otherwise.
-// Need and Outliving count each allocation in the driver's granules (the
-// device's allocation granularity), so that GraphNeed is what the driver
-// reserves. [Measurement.Budget] reuses for GraphNeed what the pass's own
+// Need and Outliving are in whole chunks of the device's graph memory
+// ([Graphs.Chunk]), as the driver reserves it, so that GraphNeed is what
+// the driver reserves (an NVIDIA H200 reserved 128 MiB for graphs of 28,
+// 56 and 112 MiB launched on one stream: their largest Need). [Measurement.Budget] reuses for GraphNeed what the pass's own
 // launches reserved, never setting both aside, but for the part that
 // allocations left live by a launch may hold ([Measurement].EndGraphOutliving).
 //

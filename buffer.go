@@ -162,11 +162,12 @@ func (b *Buffer) DevicePtr() uintptr {
 
 // RoundedSize returns the bytes the device set aside for the buffer: the
 // driver's figure, to compare with [Buffer.Size], which is what is tracked.
-// Metal rounds every buffer up (its allocatedSize); a CUDA graph's buffer
-// ([Device.Graphs]) is the graph memory its allocation node takes at each
-// launch, its size rounded up to the device's allocation granularity, as
-// its capture counts it; where a backend reports no rounding, as the CPU
-// backend does, RoundedSize equals Size. It returns 0 for a nil buffer.
+// Metal rounds every buffer up (its allocatedSize); where a backend reports
+// no rounding, as the CPU backend does, RoundedSize equals Size. A CUDA
+// graph's buffer ([Device.Graphs]) is its size too: the driver rounds a
+// graph's memory as a whole, its peak footprint up to the device's graph
+// chunk ([Capture].Need), not each allocation. It returns 0 for a nil
+// buffer.
 func (b *Buffer) RoundedSize() int64 {
 	if b == nil {
 		return 0

@@ -60,22 +60,24 @@ type Capture struct {
 	// to the capture's graph (a free node of another graph's allocation
 	// included).
 	Allocs, Frees int64
-	// Need is the peak of the capture's own allocations, in the order
-	// they were captured, each rounded up to the device's allocation
-	// granularity (cuMemGetAllocationGranularity, 2 MiB on current GPUs;
-	// [Buffer.RoundedSize] of the allocation's buffer): what one launch
-	// of the graph needs. The driver reserves it at the graph's first
-	// launch or upload; a driver that packs a graph's allocations into
-	// shared granules, which the documentation leaves open, reserves less
-	// (down to the peak of the bytes asked for, rounded up once), never
-	// more. Graphs launched one after another on one stream share that
-	// memory ([Measurement.WithGraphs]).
+	// Need is the peak of the bytes of the capture's own allocations live
+	// at once, in the order they were captured, rounded up once to the
+	// chunk in which the driver reserves graph memory ([Graphs.Chunk]):
+	// what one launch of the graph needs, which the driver reserves at the
+	// graph's first launch or upload. The driver rounds a graph's memory
+	// as a whole, not each allocation: an NVIDIA H200 (driver 580.159.04,
+	// a chunk of 32 MiB) reserved 32 MiB for one allocation of 4 KiB to 32
+	// MiB, 64 for 33 MiB, 32 for 100 allocations of 4 KiB live at once and
+	// 96 for four of 20 MiB. Graphs launched one after another on one
+	// stream share that memory ([Measurement.WithGraphs]).
 	Need int64
-	// Outliving is the memory of the capture's allocations that the
-	// capture does not free, rounded as in Need: each launch makes them
-	// again, and they stay allocated after it until freed ([Buffer.Free],
-	// [Buffer.FreeAsync], or another graph's free node), their physical
-	// memory apart from every other graph's. It is part of Need.
+	// Outliving is the bytes of the capture's allocations that the
+	// capture does not free, rounded up to the chunk once as in Need: each
+	// launch makes them again, and they stay allocated after it until
+	// freed ([Buffer.Free], [Buffer.FreeAsync], or another graph's free
+	// node), pinning their chunks apart from every other graph's (the
+	// H200: an 8 MiB allocation live after its launch held 32 MiB, and a
+	// 12 MiB graph launched after it took 32 more). It is part of Need.
 	Outliving int64
 }
 
@@ -116,7 +118,12 @@ func (g Graphs) Capture(stream Stream) (Capture, error) {
 	if err != nil {
 		return Capture{Device: g.dev}, err
 	}
-	return captureOf(g.dev, capturesOf(s, g.dev.ordinal).OnStream(uintptr(stream), st)), nil
+	c := capturesOf(s, g.dev.ordinal).OnStream(uintptr(stream), st)
+	chunk, err := s.graphChunk(g.dev, c.PeakBytes)
+	if err != nil {
+		return Capture{Device: g.dev}, err
+	}
+	return captureOf(g.dev, c, chunk), nil
 }
 
 // Captures returns the captures memtrack saw on the device, the
@@ -136,11 +143,49 @@ func (g Graphs) Captures() ([]Capture, error) {
 	list := set.List(func(stream uintptr) (captureState, error) {
 		return s.stream.captureOf(g.dev.ordinal, Stream(stream))
 	})
+	var bytes int64
+	for _, c := range list {
+		bytes = max(bytes, c.PeakBytes)
+	}
+	chunk, err := s.graphChunk(g.dev, bytes)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Capture, len(list))
 	for i, c := range list {
-		out[i] = captureOf(g.dev, c)
+		out[i] = captureOf(g.dev, c, chunk)
 	}
 	return out, nil
+}
+
+// Chunk returns the chunk in which the CUDA driver reserves the device's
+// graph memory: one graph's memory is its peak footprint rounded up to it,
+// and an allocation that outlives its launch pins its chunk ([Capture].Need
+// and Outliving are counted in it). NVIDIA documents no chunk (an NVIDIA
+// H200 with driver 580.159.04 reserves 32 MiB), so memtrack learns it from
+// the driver, once per device: a probe graph of one allocation node of 1
+// byte, captured on a stream of memtrack's own in relaxed capture mode,
+// uploaded (cuGraphUpload), measured by the growth of the device's reserved
+// graph memory, destroyed, and trimmed (cuDeviceGraphMemTrim), about
+// 100 µs. No call of the probe fails for, or invalidates, a capture that
+// the program has begun, in any mode and on any thread. The probe runs at
+// the device's first allocation in a capture, and at a reading that needs
+// the chunk while it is not learned, only where the device holds no graph
+// memory: there the trim returns the probe's reservation alone, and no
+// finished graph's memory can serve the probe, so that its reading is
+// exact. Where the device holds graph memory at each try, learned is false
+// and chunk is the greatest common divisor of the reserved graph memory
+// and its high-water mark, both whole chunks, so a multiple of the chunk:
+// what it rounds to is never below what the driver reserves. It fails with
+// [ErrNotSupported] as [Graphs.Stats] does, and on an AMD GPU, where
+// memtrack adds no node to a graph.
+func (g Graphs) Chunk() (chunk int64, learned bool, err error) {
+	s, err := g.graphs("Graphs().Chunk", false)
+	if err != nil {
+		return 0, false, err
+	}
+	chunk, learned, err = s.stream.graphChunk(g.dev.ordinal)
+	return chunk, learned, fillError(err, g.dev, 0, nil)
 }
 
 // Stats returns the driver's graph memory figures of the device. It fails
@@ -171,8 +216,9 @@ func (g Graphs) Trim() error {
 	return fillError(s.stream.trimGraphs(g.dev.ordinal), g.dev, 0, nil)
 }
 
-// captureOf returns c, a capture of device d, as a Capture.
-func captureOf(d Device, c captures.Capture) Capture {
+// captureOf returns c, a capture of device d, as a Capture, its bytes in
+// whole chunks of d's graph memory.
+func captureOf(d Device, c captures.Capture, chunk int64) Capture {
 	return Capture{Device: d, ID: c.ID, Stream: Stream(c.Stream), Capturing: c.Capturing, Invalidated: c.Invalidated,
-		Allocs: c.Allocs, Frees: c.Frees, Need: c.Need, Outliving: c.Outliving}
+		Allocs: c.Allocs, Frees: c.Frees, Need: captures.RoundUp(c.PeakBytes, chunk), Outliving: captures.RoundUp(c.OutlivingBytes, chunk)}
 }

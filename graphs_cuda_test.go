@@ -22,10 +22,11 @@ import (
 // through the root API: buffers that Device.AllocAsync makes on a
 // capturing stream, what their captures say each graph needs, and the
 // driver's figures beside them. The fake's figures are known to the byte
-// (2 MiB granules, and every size here is a multiple), a GPU's only within
-// the bounds the documentation sets: each test checks the bounds, the exact
-// figures on the fake, and logs the driver's figures beside memtrack's per
-// graph, so that a GPU run (scripts/gpu-check.sh) shows both.
+// (a graph's memory in chunks of 32 MiB, FAKECUDA_GRAPH_CHUNK, as an H200
+// reserved it), a GPU's only within the bounds the documentation sets: each
+// test checks the bounds, the exact figures on the fake, and logs the
+// driver's figures beside memtrack's per graph, so that a GPU run
+// (scripts/gpu-check.sh) shows both.
 
 const graphMiB = 1 << 20
 
@@ -37,6 +38,7 @@ type graphKit struct {
 	d      Device
 	g      Graphs
 	base   GraphStats // the figures when the test began, trimmed
+	chunk  int64      // the device's graph chunk, learned (Graphs.Chunk)
 	graphs map[uintptr]bool
 	execs  map[uintptr]bool
 }
@@ -61,9 +63,20 @@ func newGraphKit(t *testing.T) (*graphKit, Stream) {
 		}
 	})
 	require.NoError(t, k.g.Trim())
+	chunk, learned, err := k.g.Chunk()
+	require.NoError(t, err)
+	require.True(t, learned, "a trimmed device holds no graph memory: the probe runs")
+	if onFake() {
+		require.Equal(t, fakeChunk(t), chunk, "the fake's chunk (FAKECUDA_GRAPH_CHUNK)")
+	}
+	k.chunk = chunk
 	k.base = k.stats("before")
 	return k, newStream(t, d)
 }
+
+// need is what the driver reserves for a graph whose own allocations peak
+// at bytes live at once: their bytes in whole chunks.
+func (k *graphKit) need(bytes int64) int64 { return (bytes + k.chunk - 1) / k.chunk * k.chunk }
 
 // capture records, on stream s in relaxed mode, what f enqueues on it,
 // and returns the graph and its Capture as memtrack reads it just before
@@ -199,7 +212,9 @@ func TestCUDAGraphBuffers(t *testing.T) {
 	})
 	k.logCapture("8 MiB freed, 4 MiB outliving", c)
 	assert.NotZero(t, c.ID)
-	assert.Equal(t, Capture{Device: d, ID: c.ID, Stream: s, Capturing: true, Allocs: 2, Frees: 1, Need: 12 * graphMiB, Outliving: 4 * graphMiB}, c)
+	assert.Equal(t, Capture{Device: d, ID: c.ID, Stream: s, Capturing: true, Allocs: 2, Frees: 1, Need: k.need(12 * graphMiB), Outliving: k.need(4 * graphMiB)}, c,
+		"12 MiB live at once, in whole chunks; 4 MiB outliving, a chunk of its own")
+	assert.Equal(t, int64(4*graphMiB), b.RoundedSize(), "the driver rounds the graph's memory, not each allocation")
 	n, r := cudatest.GraphNodes(graph)
 	require.Equal(t, cudadrv.Success, r)
 	assert.Equal(t, 3, n, "two allocation nodes and a free node")
@@ -218,6 +233,13 @@ func TestCUDAGraphBuffers(t *testing.T) {
 	assert.Equal(t, len(h0.Events), len(h1.Events), "nor the history")
 	assert.Empty(t, check.Leaks(), "nor the leak watch")
 
+	for name, free := range map[string]func() error{"Free": b.Free, "FreeAsync": func() error { return b.FreeAsync(s) }} {
+		err := free()
+		assert.Error(t, err, "%s before the first launch: nothing is live", name)
+		assert.ErrorContains(t, err, "a graph's allocation is live from each launch of its graph until freed", name)
+		assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
+		assert.False(t, b.Freed(), name)
+	}
 	e := k.exec(graph)
 	k.grew(0, k.stats("captured, instantiated"), "instantiation reserves nothing")
 	assert.LessOrEqual(t, k.stats("captured, instantiated").GraphReserved, k.base.GraphReserved)
@@ -259,7 +281,7 @@ func TestCUDAGraphReuseOneStream(t *testing.T) {
 	k.logCapture("12 MiB", c12)
 	p, err := Measurement{Device: k.d}.WithGraphs(c8, c12)
 	require.NoError(t, err)
-	assert.Equal(t, int64(12*graphMiB), p.GraphNeed, "the largest, not the sum")
+	assert.Equal(t, k.need(12*graphMiB), p.GraphNeed, "the largest, not the sum")
 	e8, e12 := k.exec(g8), k.exec(g12)
 	k.launch(e8, s)
 	k.launch(e12, s)
@@ -283,7 +305,7 @@ func TestCUDAGraphConcurrentStreams(t *testing.T) {
 	require.NoError(t, err)
 	p, err = p.WithGraphs(cb)
 	require.NoError(t, err)
-	assert.Equal(t, int64(20*graphMiB), p.GraphNeed, "a stream each: the sum")
+	assert.Equal(t, k.need(8*graphMiB)+k.need(12*graphMiB), p.GraphNeed, "a stream each: the sum")
 	a, b := k.exec(ga), k.exec(gb)
 	released := false
 	release := func() {
@@ -374,7 +396,7 @@ func TestCUDAGraphBudget(t *testing.T) {
 		require.NoError(t, err)
 		b, err := p.Budget(base, 0.9, graphMiB)
 		require.NoError(t, err)
-		assert.Equal(t, int64(10*graphMiB), b.GraphReserved)
+		assert.Equal(t, max(k.need(6*graphMiB), k.need(10*graphMiB)), b.GraphReserved)
 		assert.Equal(t, plain.SetAside+b.GraphReserved, b.SetAside, "set aside once")
 		e6, e10 := k.exec(g6), k.exec(g10)
 		k.launch(e6, s)
@@ -399,7 +421,7 @@ func TestCUDAGraphCapturesConcurrent(t *testing.T) {
 	ready.Add(workers)
 	start.Add(1)
 	got := make([]Capture, workers)
-	rounded := make([]int64, workers) // the graph memory of each worker's node
+	rounded := make([]int64, workers) // the RoundedSize of each worker's node
 	graphs := make([]uintptr, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -435,13 +457,11 @@ func TestCUDAGraphCapturesConcurrent(t *testing.T) {
 		if graphs[w] != 0 {
 			k.graphs[graphs[w]] = true
 		}
-		size := rounded[w] // (w+1) MiB in whole granules
-		assert.GreaterOrEqual(t, size, int64(w+1)*graphMiB)
-		if granule, _ := fakeGranule(t); onFake() {
-			assert.Equal(t, (int64(w+1)*graphMiB+granule-1)/granule*granule, size, "worker %d", w)
-		}
+		size := int64(w+1) * graphMiB
+		assert.Equal(t, size, rounded[w], "worker %d: the graph's memory is rounded as a whole", w)
+		live := k.need(allocs / 2 * size) // the odd ones outlive; the peak is at the last
 		assert.Equal(t, Capture{Device: k.d, ID: c.ID, Stream: streams[w], Capturing: true, Allocs: allocs, Frees: allocs / 2,
-			Need: allocs / 2 * size, Outliving: allocs / 2 * size}, c, "worker %d", w) // the odd ones outlive; the peak is at the last
+			Need: live, Outliving: live}, c, "worker %d", w)
 	}
 	assert.Equal(t, before, k.d.MemoryStats())
 }
@@ -496,7 +516,8 @@ func TestCUDAGraphRefusals(t *testing.T) {
 
 // TestCUDAChildNoGraphMemory: a driver without graph memory nodes (CUDA
 // 11.3), or without a call that memtrack's count of them needs
-// (cuMemGetAllocationGranularity), refuses AllocAsync on a capturing
+// (cuGraphUpload, which the probe of the graph chunk takes), refuses
+// AllocAsync on a capturing
 // stream, as before, naming what is missing (MEMTRACK_WANT), and counts
 // nothing; the graph calls fail with ErrNotSupported, and Usage says why
 // its graph figures are missing.
@@ -679,81 +700,76 @@ func TestCUDAGraphInvalidation(t *testing.T) {
 
 	t.Run("a free node the driver refused", func(t *testing.T) {
 		// The driver refuses a second free node of one allocation in one
-		// graph (cuGraphAddMemFreeNode), an invalid operation, which
-		// invalidates the capture: memtrack read the capture's ID in the
-		// same call, and its record says so.
+		// graph (cuGraphAddMemFreeNode), and the capture goes on: an H200
+		// answered CUDA_ERROR_INVALID_VALUE and kept the capture active,
+		// with its ID, until it ended with its graph. memtrack read the
+		// capture's ID in the same call: the error names it, and no
+		// figure moves.
 		k, s1 := newGraphKit(t)
 		s2 := newStream(t, k.d)
 		_, _, b := k.allocGraph(s1, 2*graphMiB, false)
-		var id uint64
+		var c Capture
 		inContext(t, k.d, func() {
 			require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s2), cudatest.CaptureRelaxed))
 			require.NoError(t, b.FreeAsync(s2), "a free node of another graph's allocation")
-			c, err := k.g.Capture(s2)
+			var err error
+			c, err = k.g.Capture(s2)
 			require.NoError(t, err)
-			id = c.ID
 			err = b.FreeAsync(s2)
 			require.Error(t, err, "a second free node of it in the same graph")
-			assert.ErrorContains(t, err, "invalidated")
-			assert.ErrorContains(t, err, fmt.Sprint(id))
+			var be *BackendError
+			require.ErrorAs(t, err, &be)
+			assert.Equal(t, 1, be.Code, "CUDA_ERROR_INVALID_VALUE")
+			assert.ErrorContains(t, err, fmt.Sprintf("capture %d", c.ID))
+			assert.ErrorContains(t, err, "the capture goes on")
 			assert.Equal(t, 1, strings.Count(err.Error(), "memtrack: "), "%v", err)
 			assert.False(t, b.Freed(), "the buffer stays the other graph's")
-			idless(k, s2)
+			again, err := k.g.Capture(s2)
+			require.NoError(t, err)
+			assert.Equal(t, c, again, "the capture as it was: active, its one free node")
 			_, r := cudatest.EndCaptureGraph(uintptr(s2))
-			assert.Equal(t, cudadrv.Result(901), r)
+			assert.Equal(t, cudadrv.Success, r, "it ends with its graph")
 		})
 		ended, err := k.g.Capture(s2)
 		require.NoError(t, err)
-		assert.Equal(t, Capture{Device: k.d, ID: id, Stream: s2, Invalidated: true, Frees: 1}, ended)
-		list, err := k.g.Captures()
-		require.NoError(t, err)
-		assert.Contains(t, list, ended)
+		assert.Equal(t, Capture{Device: k.d, ID: c.ID, Stream: s2, Frees: 1}, ended)
 		_, err = Measurement{Device: k.d}.WithGraphs(ended)
-		assert.ErrorIs(t, err, ErrInvalidArgument)
-		assert.ErrorContains(t, err, "invalidated")
+		assert.NoError(t, err)
 	})
 }
 
-// fakeGranule is the fake driver's allocation granularity
-// (FAKECUDA_GRANULARITY, 2 MiB by default), in which it maps graph memory,
-// and whether it maps each allocation node in granules of its own
-// (FAKECUDA_GRAPH_ROUND=node, the default) rather than a graph's nodes
-// packed together (graph).
-func fakeGranule(t *testing.T) (granule int64, perNode bool) {
+// fakeChunk is the fake driver's graph chunk (FAKECUDA_GRAPH_CHUNK, 32 MiB
+// by default, the H200's).
+func fakeChunk(t *testing.T) int64 {
 	t.Helper()
-	granule = 2 << 20
-	if v := os.Getenv("FAKECUDA_GRANULARITY"); v != "" {
+	chunk := int64(32 << 20)
+	if v := os.Getenv("FAKECUDA_GRAPH_CHUNK"); v != "" {
 		var err error
-		granule, err = strconv.ParseInt(v, 10, 64)
+		chunk, err = strconv.ParseInt(v, 10, 64)
 		require.NoError(t, err)
 	}
-	return granule, os.Getenv("FAKECUDA_GRAPH_ROUND") != "graph"
+	return chunk
 }
 
-// A graph's allocations take physical memory mapped in whole granules of
-// the device's allocation granularity (cuMemGetAllocationGranularity;
-// cuMemMap's size "must be a multiple of" it): a capture's Need rounds each
-// allocation node up to it, as the driver's answer gives it, and the buffer's
-// RoundedSize says the rounded size. The driver then reserves Need where
-// it maps each node apart, at most Need where it packs a graph's nodes
-// together (the documentation does not say which: the fake offers both,
-// FAKECUDA_GRAPH_ROUND); checked with 100 allocations of 4 KiB, live
-// together, and a capture of sizes that are not whole granules, one of
-// them outliving the launch.
+// A graph's memory is its peak footprint rounded up to the driver's chunk
+// once, not each allocation rounded up to the allocation granularity (an
+// H200, chunk 32 MiB: 100 allocations of 4 KiB live at once reserved 32
+// MiB): a capture's Need is its peak's bytes in whole chunks, and each
+// buffer's RoundedSize is its size. The driver then reserves Need; checked
+// with 100 allocations of 4 KiB, live together, and a capture of 3 MiB
+// freed in the graph and 5 MiB outliving its launch, whose chunk it pins.
 func TestCUDAGraphRounding(t *testing.T) { checkGraphRounding(t) }
 
-// TestCUDAChildGraphGranularity: the same on a device whose allocation
-// granularity is 4 MiB, so that the rounding is the driver's answer, not
-// a figure of memtrack's.
-func TestCUDAChildGraphGranularity(t *testing.T) {
+// TestCUDAChildGraphChunk: the same on a device whose chunk is 4 MiB
+// (FAKECUDA_GRAPH_CHUNK), so that the chunk is the driver's answer, learned
+// by memtrack's probe graph, not a figure of memtrack's.
+func TestCUDAChildGraphChunk(t *testing.T) {
 	child(t)
 	checkGraphRounding(t)
 }
 
 func checkGraphRounding(t *testing.T) {
 	k, s := newGraphKit(t)
-	granule, perNode := fakeGranule(t)
-	roundUp := func(n int64) int64 { return (n + granule - 1) / granule * granule }
 
 	const n, size = 100, 4 << 10
 	var bufs []*Buffer
@@ -770,12 +786,8 @@ func checkGraphRounding(t *testing.T) {
 	k.logCapture("100 allocations of 4 KiB, then their frees", c)
 	assert.Equal(t, int64(n), c.Allocs)
 	assert.Equal(t, int64(size), bufs[0].Size())
-	assert.GreaterOrEqual(t, c.Need, int64(n*size), "at least the bytes asked for")
-	if onFake() {
-		assert.Equal(t, granule, bufs[0].RoundedSize(), "each node in whole granules")
-		assert.Equal(t, n*granule, c.Need, "the peak of the rounded nodes")
-	}
-	assert.Equal(t, n*bufs[0].RoundedSize(), c.Need)
+	assert.Equal(t, int64(size), bufs[0].RoundedSize(), "the driver rounds the graph, not each allocation")
+	assert.Equal(t, k.need(n*size), c.Need, "the peak's bytes in whole chunks")
 	p, err := Measurement{Device: k.d}.WithGraphs(c)
 	require.NoError(t, err)
 	k.launch(k.exec(g), s)
@@ -784,16 +796,11 @@ func checkGraphRounding(t *testing.T) {
 	grown := st.GraphReserved - k.base.GraphReserved
 	assert.LessOrEqual(t, grown, p.GraphNeed, "the budget sets aside what the driver reserves, at least")
 	if onFake() {
-		if perNode {
-			assert.Equal(t, p.GraphNeed, grown, "the driver maps each node apart: exactly Need")
-		} else {
-			assert.Equal(t, roundUp(n*size), grown, "the driver packs the nodes: their bytes, rounded once")
-		}
+		assert.Equal(t, p.GraphNeed, grown, "exactly Need")
 	}
 	require.NoError(t, k.g.Trim())
 
-	// Sizes that are not whole granules: 3 MiB freed in the graph, 5 MiB
-	// outliving its launch.
+	// 3 MiB freed in the graph, 5 MiB outliving its launch.
 	var out *Buffer
 	g, c = k.capture(s, func() {
 		a, err := k.d.AllocAsync(3<<20, s)
@@ -803,22 +810,15 @@ func checkGraphRounding(t *testing.T) {
 		require.NoError(t, a.FreeAsync(s))
 	})
 	k.logCapture("3 MiB freed, 5 MiB outliving", c)
-	assert.Equal(t, out.RoundedSize(), c.Outliving, "what outlives the launch, rounded")
-	if onFake() {
-		assert.Equal(t, roundUp(3<<20)+roundUp(5<<20), c.Need)
-		assert.Equal(t, roundUp(5<<20), c.Outliving)
-	}
+	assert.Equal(t, k.need(8<<20), c.Need, "8 MiB live at once")
+	assert.Equal(t, k.need(5<<20), c.Outliving, "what outlives the launch, in whole chunks")
 	k.launch(k.exec(g), s)
 	syncStream(t, k.d, s)
 	st = k.stats("3 MiB and 5 MiB launched, 5 MiB live")
 	grown = st.GraphReserved - k.base.GraphReserved
 	assert.LessOrEqual(t, grown, c.Need)
 	if onFake() {
-		want := c.Need
-		if !perNode {
-			want = roundUp(8 << 20)
-		}
-		assert.Equal(t, want, grown)
+		assert.Equal(t, c.Need, grown)
 	}
 	require.NoError(t, out.Free(), "the launch's allocation, which outlived it")
 	require.NoError(t, k.g.Trim())
@@ -829,29 +829,31 @@ func checkGraphRounding(t *testing.T) {
 // the graph or outliving the launch), and a graph captured after the pass
 // and launched after the budget (later MiB), on one stream; budget and
 // reserved are the fake's exact figures of the budget's GraphReserved and
-// of what the driver then reserved.
+// of what the driver then reserved: the sum of the two graphs' needs, or
+// the larger (in chunks of 32 MiB, 64 MiB and 32).
 var graphOutlivingCases = []struct {
 	name             string
 	pass, later      int64 // MiB
 	passOut, lateOut bool  // the allocation outlives its launch
 	free             string
-	budget, reserved int64 // MiB
+	budget, reserved string // "sum" or "max"
 }{
 	// The pass's allocation is still live when the later graph launches:
-	// the driver reuses none of its memory.
-	{"live at the end of the pass, a larger later graph", 8, 12, true, false, "", 20, 20},
-	{"live at the end of the pass, a smaller later graph", 12, 8, true, false, "", 20, 20},
+	// the driver reuses none of its chunk (an H200: 8 MiB live, 32 MiB
+	// reserved; a 12 MiB graph after it, 64).
+	{"live at the end of the pass, a larger later graph", 8, 12, true, false, "", "sum", "sum"},
+	{"live at the end of the pass, a smaller later graph", 12, 8, true, false, "", "sum", "sum"},
 	// Launched, freed and launched again in the pass: live at its end.
-	{"freed and launched again in the pass", 8, 12, true, false, "relaunched", 20, 20},
+	{"freed and launched again in the pass", 8, 12, true, false, "relaunched", "sum", "sum"},
 	// The later graph's allocation outlives its launch: it takes its
 	// memory from the stream's, which the pass's graph left free.
-	{"the later graph's allocation outliving", 12, 8, false, true, "", 12, 12},
+	{"the later graph's allocation outliving", 12, 8, false, true, "", "max", "max"},
 	// Freed before the later graph launches: the driver reuses the memory.
 	// memtrack does not see launches, so that it cannot tell a freed
 	// allocation from one its graph allocated again: the budget sets it
 	// apart all the same.
-	{"freed after the pass, before the later launch", 8, 12, true, false, "after", 20, 12},
-	{"freed in the pass", 8, 12, true, false, "in", 20, 12},
+	{"freed after the pass, before the later launch", 8, 12, true, false, "after", "sum", "max"},
+	{"freed in the pass", 8, 12, true, false, "in", "sum", "max"},
 }
 
 // TestCUDAGraphBudgetOutliving runs TestCUDAChildGraphBudgetOutliving once
@@ -880,7 +882,7 @@ func TestCUDAChildGraphBudgetOutliving(t *testing.T) {
 		pass, later      int64
 		passOut, lateOut bool
 		free             string
-		budget, reserved int64
+		budget, reserved string
 	}) bool {
 		return c.name == os.Getenv("MEMTRACK_GRAPH_CASE")
 	})
@@ -928,8 +930,10 @@ func TestCUDAChildGraphBudgetOutliving(t *testing.T) {
 	t.Logf("budget: GraphReserved %d MiB; the driver reserved %d MiB", b.GraphReserved/graphMiB, grown/graphMiB)
 	assert.GreaterOrEqual(t, b.GraphReserved, grown, "the budget sets aside at least what the driver reserves")
 	if onFake() {
-		assert.Equal(t, tc.reserved*graphMiB, grown, "the driver")
-		assert.Equal(t, tc.budget*graphMiB, b.GraphReserved, "the budget")
+		a, l := k.need(tc.pass*graphMiB), k.need(tc.later*graphMiB)
+		figure := map[string]int64{"sum": a + l, "max": max(a, l)}
+		assert.Equal(t, figure[tc.reserved], grown, "the driver")
+		assert.Equal(t, figure[tc.budget], b.GraphReserved, "the budget")
 	}
 	if tc.passOut && (tc.free == "" || tc.free == "relaunched") {
 		require.NoError(t, out.Free())
@@ -937,4 +941,161 @@ func TestCUDAChildGraphBudgetOutliving(t *testing.T) {
 	if tc.lateOut {
 		require.NoError(t, outl.Free())
 	}
+}
+
+// TestCUDAGraphChunkLearned runs the children that learn the graph chunk
+// in a process of their own, whose devices have not learned it yet.
+func TestCUDAGraphChunkLearned(t *testing.T) {
+	requireFake(t)
+	for _, c := range []string{"TestCUDAChildGraphChunkOnce", "TestCUDAChildGraphChunkBound", "TestCUDAChildGraphChunkDuringCapture"} {
+		t.Run(c, func(t *testing.T) { runChild(t, c, nil) })
+	}
+}
+
+// TestCUDAChildGraphChunkOnce: goroutines that ask a device's chunk at once
+// get the driver's, learned by one probe graph (one cuGraphUpload), and the
+// probe leaves the device's graph figures as they were.
+func TestCUDAChildGraphChunkOnce(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	before, err := d.Graphs().Stats()
+	require.NoError(t, err)
+	uploads, ok := cudatest.DriverCalls("cuGraphUpload")
+	require.True(t, ok)
+	const workers = 8
+	var ready, start, done sync.WaitGroup
+	ready.Add(workers)
+	start.Add(1)
+	chunks := make([]int64, workers)
+	learned := make([]bool, workers)
+	for w := range workers {
+		done.Go(func() {
+			ready.Done()
+			start.Wait()
+			var err error
+			chunks[w], learned[w], err = d.Graphs().Chunk()
+			assert.NoError(t, err)
+		})
+	}
+	ready.Wait()
+	start.Done()
+	done.Wait()
+	for w := range workers {
+		assert.Equal(t, fakeChunk(t), chunks[w], "worker %d", w)
+		assert.True(t, learned[w], "worker %d", w)
+	}
+	after, _ := cudatest.DriverCalls("cuGraphUpload")
+	assert.Equal(t, uint64(1), after-uploads, "one probe graph")
+	st, err := d.Graphs().Stats()
+	require.NoError(t, err)
+	assert.Equal(t, before, st, "nothing left behind")
+}
+
+// TestCUDAChildGraphChunkBound: a device that holds graph memory when
+// memtrack first needs the chunk is not probed (a finished graph's memory
+// could serve the probe, and the trim would return it): the chunk is then
+// the greatest common divisor of the reserved graph memory and its
+// high-water mark, a multiple of the driver's chunk, which a capture's Need
+// follows, never below what the driver reserves; once the device holds no
+// graph memory, the probe learns the chunk itself.
+func TestCUDAChildGraphChunkBound(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	_, ctx, err := cudaDeviceOf(0, "test")
+	require.NoError(t, err)
+	s := newStream(t, d)
+	chunk := fakeChunk(t)
+	held65 := (65<<20 + chunk - 1) / chunk * chunk // three chunks of 32 MiB
+	// A graph of 65 MiB made without memtrack, launched.
+	var exec uintptr
+	inContext(t, d, func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+		p, r := cudatest.AllocAsync(uintptr(ctx), 65<<20, uintptr(s))
+		require.Equal(t, cudadrv.Success, r)
+		require.Equal(t, cudadrv.Success, cudatest.FreeAsync(uintptr(ctx), p, uintptr(s), 0))
+		g, r := cudatest.EndCaptureGraph(uintptr(s))
+		require.Equal(t, cudadrv.Success, r)
+		t.Cleanup(func() { cudatest.GraphDestroy(g) })
+		exec, r = cudatest.GraphInstantiate(g, false)
+		require.Equal(t, cudadrv.Success, r)
+		require.Equal(t, cudadrv.Success, cudatest.GraphLaunch(exec, uintptr(s)))
+		require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(uintptr(s)))
+	})
+	held, err := d.Graphs().Stats()
+	require.NoError(t, err)
+	require.Equal(t, held65, held.GraphReserved)
+
+	got, learned, err := d.Graphs().Chunk()
+	require.NoError(t, err)
+	assert.False(t, learned, "the device holds graph memory: no probe")
+	assert.Equal(t, held65, got, "gcd(reserved, its high-water mark): a multiple of the chunk")
+	st, err := d.Graphs().Stats()
+	require.NoError(t, err)
+	assert.Equal(t, held, st, "the graph's memory stays reserved")
+
+	// A capture of 1 MiB: memtrack's first graph allocation tries the
+	// probe again, which does not run; its Need is the bound.
+	var c Capture
+	inContext(t, d, func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureRelaxed))
+		b, err := d.AllocAsync(1<<20, s)
+		require.NoError(t, err)
+		require.NoError(t, b.FreeAsync(s))
+		c, err = d.Graphs().Capture(s)
+		require.NoError(t, err)
+		g, r := cudatest.EndCaptureGraph(uintptr(s))
+		require.Equal(t, cudadrv.Success, r)
+		require.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
+	})
+	assert.Equal(t, held65, c.Need, "rounded up to the bound: at least what the driver reserves (one chunk)")
+
+	require.Equal(t, cudadrv.Success, cudatest.GraphExecDestroy(exec))
+	require.NoError(t, d.Graphs().Trim())
+	got, learned, err = d.Graphs().Chunk()
+	require.NoError(t, err)
+	assert.True(t, learned, "a device without graph memory is probed")
+	assert.Equal(t, chunk, got)
+	again, err := d.Graphs().Capture(s)
+	require.NoError(t, err)
+	c.Capturing = false
+	c.Need = chunk
+	assert.Equal(t, c, again, "the capture's bytes, rounded up to the chunk learned")
+}
+
+// TestCUDAChildGraphChunkDuringCapture: the probe runs at memtrack's first
+// allocation in a capture, on the program's capturing thread, and at a
+// reading from another goroutine; with the program's capture begun in
+// global mode, that capture ends with its graph and its two nodes.
+func TestCUDAChildGraphChunkDuringCapture(t *testing.T) {
+	child(t)
+	d := cudaDevices(t, 1)[0]
+	s := newStream(t, d)
+	uploads, ok := cudatest.DriverCalls("cuGraphUpload")
+	require.True(t, ok)
+	var c Capture
+	inContext(t, d, func() {
+		require.Equal(t, cudadrv.Success, cudatest.BeginCapture(uintptr(s), cudatest.CaptureGlobal))
+		b, err := d.AllocAsync(1<<20, s)
+		require.NoError(t, err, "the first allocation in a capture: the probe runs")
+		after, _ := cudatest.DriverCalls("cuGraphUpload")
+		assert.Equal(t, uint64(1), after-uploads, "one probe graph, on the capturing thread")
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			chunk, learned, err := d.Graphs().Chunk()
+			assert.NoError(t, err)
+			assert.True(t, learned)
+			assert.Equal(t, fakeChunk(t), chunk)
+		})
+		wg.Wait()
+		require.NoError(t, b.FreeAsync(s))
+		c, err = d.Graphs().Capture(s)
+		require.NoError(t, err)
+		g, r := cudatest.EndCaptureGraph(uintptr(s))
+		require.Equal(t, cudadrv.Success, r, "the program's capture ends with its graph")
+		n, r := cudatest.GraphNodes(g)
+		require.Equal(t, cudadrv.Success, r)
+		assert.Equal(t, 2, n, "its allocation and free nodes, and none of the probe's")
+		require.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
+	})
+	assert.Equal(t, fakeChunk(t), c.Need)
 }

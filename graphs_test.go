@@ -113,6 +113,65 @@ func TestGraphsThroughTheBackend(t *testing.T) {
 	assert.Contains(t, d.MemorySummary(), "graph memory: reserved 2.00 MiB (peak 4.00 MiB), used 1.00 MiB (peak 3.00 MiB)")
 }
 
+// TestGraphsChunk: a capture counts its allocations' bytes as asked, and
+// reads them in whole chunks of the device's graph memory, as the backend
+// gives the chunk (learned, or a bound while it is not): Need is the peak's
+// bytes rounded up once, Outliving the outliving bytes rounded up once,
+// Measure's EndGraphOutliving each capture's, and a buffer's RoundedSize is
+// its size. A capture without an allocation asks for no chunk; where the
+// backend can give none, a reading that needs it fails, and Measure leaves
+// its graph figures 0, so that the pass's graph memory stays in the
+// untracked growth.
+func TestGraphsChunk(t *testing.T) {
+	f := &fakeStreams{fakeBackend: newFakeBackend(1, 1<<20), capturing: map[Stream]uint64{7: 41, 8: 42, 9: 43}, chunk: 100}
+	useBackend(t, KindCUDA, f)
+	d, err := CUDA(0)
+	require.NoError(t, err)
+	a, err := d.AllocAsync(30, 7)
+	require.NoError(t, err)
+	assert.Equal(t, int64(30), a.RoundedSize(), "a graph's memory is rounded as a whole, not each allocation")
+	b, err := d.AllocAsync(50, 7)
+	require.NoError(t, err)
+	require.NoError(t, a.FreeAsync(7))
+	_, err = d.AllocAsync(10, 7)
+	require.NoError(t, err)
+	_, err = d.AllocAsync(120, 8)
+	require.NoError(t, err)
+	got, err := d.Graphs().Capture(7)
+	require.NoError(t, err)
+	assert.Equal(t, Capture{Device: d, ID: 41, Stream: 7, Capturing: true, Allocs: 3, Frees: 1, Need: 100, Outliving: 100}, got,
+		"80 bytes live at once, 60 outliving: a chunk each")
+	chunk, learned, err := d.Graphs().Chunk()
+	require.NoError(t, err)
+	assert.Equal(t, [2]any{int64(100), true}, [2]any{chunk, learned})
+	p, err := d.Measure(func() error { return nil })
+	require.NoError(t, err)
+	assert.Equal(t, int64(100+200), p.EndGraphOutliving, "each capture's outliving bytes rounded up once")
+
+	f.chunk, f.chunkBound = 300, true // a multiple of the chunk, while it is not learned
+	got, err = d.Graphs().Capture(8)
+	require.NoError(t, err)
+	assert.Equal(t, int64(300), got.Need)
+	_, learned, err = d.Graphs().Chunk()
+	require.NoError(t, err)
+	assert.False(t, learned)
+
+	f.chunkErr = errFakeDriver
+	_, err = d.Graphs().Capture(7)
+	assert.ErrorIs(t, err, errFakeDriver, "the chunk is needed and cannot be had")
+	_, err = d.Graphs().Captures()
+	assert.ErrorIs(t, err, errFakeDriver)
+	none, err := d.Graphs().Capture(9)
+	require.NoError(t, err, "a capture without an allocation asks for no chunk")
+	assert.Equal(t, Capture{Device: d, ID: 43, Stream: 9, Capturing: true}, none)
+	f.graphs.GraphReserved = 1 << 10
+	p, err = d.Measure(func() error { return nil })
+	require.NoError(t, err)
+	assert.Equal(t, [3]int64{}, [3]int64{p.StartGraphReserved, p.EndGraphReserved, p.EndGraphOutliving},
+		"no graph figures: the pass's graph memory stays in the untracked growth")
+	assert.False(t, b.Freed())
+}
+
 // TestWithGraphs: graphs of one call (one stream) share one reservation,
 // the largest need less what outlives a launch; calls (streams) add up;
 // what is not a capture of the device that will launch is refused, and p

@@ -55,10 +55,12 @@ type Measurement struct {
 
 	// StartGraphReserved and EndGraphReserved are the driver's graph
 	// memory reserved ([Usage].GraphReserved) when the run began and
-	// ended, on a CUDA GPU whose driver has graph memory nodes (both 0
-	// where either reading had none): their difference is what the graphs
-	// launched during the run reserved, which Untracked includes and
-	// [Measurement.Budget] sets aside apart.
+	// ended, on a CUDA GPU whose driver has graph memory nodes (both 0,
+	// and EndGraphOutliving too, where either reading had none, or where
+	// the device's graph chunk, in which EndGraphOutliving counts, could
+	// not be had: the graphs' memory then stays in Untracked): their
+	// difference is what the graphs launched during the run reserved,
+	// which Untracked includes and [Measurement.Budget] sets aside apart.
 	StartGraphReserved, EndGraphReserved int64
 	// EndGraphOutliving is, where the run has StartGraphReserved and
 	// EndGraphReserved, the [Capture].Outliving of every capture memtrack
@@ -70,9 +72,11 @@ type Measurement struct {
 	// "physical pages cannot be reused if they are bound to ... a graph
 	// allocation which remains unfreed"). memtrack does not see launches,
 	// so it cannot tell an allocation freed since its launch from one its
-	// graph allocated again, and counts every outliving allocation:
-	// [Measurement.Budget] sets apart no more of it than the run's graphs
-	// reserved.
+	// graph allocated again, and counts every outliving allocation, each
+	// capture's in whole chunks of the device's graph memory ([Graphs.Chunk];
+	// a capture forgotten past [MaxCaptures], its bytes plus at most a
+	// chunk): [Measurement.Budget] sets apart no more of it than the run's
+	// graphs reserved.
 	EndGraphOutliving int64
 	// GraphNeed is what graphs captured after the run will reserve when
 	// they are launched, which [Measurement.WithGraphs] adds from their
@@ -250,8 +254,10 @@ func (m *measuring) end() (Measurement, error) {
 	readProcesses(s, d).setEnd(&p)
 	if g := m.graphs; !g.absent && g.err == nil {
 		if end := readGraphs(s, d); end.err == nil {
-			p.StartGraphReserved, p.EndGraphReserved = g.reserved(), end.reserved()
-			p.EndGraphOutliving = s.graphOutliving(d.ordinal)
+			if outliving, err := s.graphOutliving(d); err == nil {
+				p.StartGraphReserved, p.EndGraphReserved = g.reserved(), end.reserved()
+				p.EndGraphOutliving = outliving
+			}
 		}
 	}
 	return p, nil

@@ -134,13 +134,18 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the driver invalidated the capture, which ends with no graph",
 				b.size, b.mem.ptr, e.id, b.Device())
 		}
+		if id != 0 {
+			return wrapf(fillError(err, b.Device(), b.size, nil),
+				"free node of a %d-byte graph allocation at %#x in CUDA graph capture %d on %v, refused (a graph frees an allocation once, cuGraphAddMemFreeNode); the capture goes on, without the node",
+				b.size, b.mem.ptr, id, b.Device())
+		}
 		return notLive(err, b)
 	}
 	switch {
 	case id == 0:
 	case id == c.ID():
 		if b.moveState(stateGraph, stateFreed) { // the driver takes one free node of an allocation in its graph
-			capturesOf(t, o).FreeNode(id, uintptr(stream), b.RoundedSize())
+			capturesOf(t, o).FreeNode(id, uintptr(stream), b.size)
 		}
 	default:
 		capturesOf(t, o).FreeNode(id, uintptr(stream), 0)
@@ -148,9 +153,10 @@ func (b *Buffer) releaseGraph(how releaseKind, stream Stream) error {
 	return nil
 }
 
-// notLive completes the error of a refused free of graph buffer b.
+// notLive completes the error of a refused free of graph buffer b: where
+// the driver refused it (a backend's *callError), why it may have.
 func notLive(err error, b *Buffer) error {
-	if _, ok := err.(*BackendError); ok {
+	if _, ok := err.(*callError); ok {
 		return wrapf(fillError(err, b.Device(), b.size, nil),
 			"free of a %d-byte graph allocation at %#x (a graph's allocation is live from each launch of its graph until freed; its own capture frees it once)",
 			b.size, b.mem.ptr)

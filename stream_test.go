@@ -70,6 +70,9 @@ type fakeStreams struct {
 	graphFrees int               // frees freeGraph made
 	graphs     GraphStats        // what graphStats returns
 	trims      int               // the trims trimGraphs made
+	chunk      int64             // what graphChunk returns (1 where 0)
+	chunkBound bool              // graphChunk's chunk is a bound, not learned
+	chunkErr   error             // where set, graphChunk fails with it
 }
 
 func (f *fakeStreams) poolsSupported(int) error { return nil }
@@ -117,6 +120,15 @@ func (f *fakeStreams) freeGraph(_ int, _ int64, _ *memory, s Stream) (uint64, er
 
 func (f *fakeStreams) graphStats(int) (GraphStats, error) { return f.graphs, nil }
 func (f *fakeStreams) trimGraphs(int) error               { f.trims++; return nil }
+
+// graphChunk is f.chunk (1, which rounds nothing, where 0), learned unless
+// f.chunkBound.
+func (f *fakeStreams) graphChunk(int) (int64, bool, error) {
+	if f.chunkErr != nil {
+		return 0, false, f.chunkErr
+	}
+	return max(f.chunk, 1), !f.chunkBound, nil
+}
 
 func (f *fakeStreams) freeAsync(ordinal int, size int64, m *memory, _ Stream) error {
 	if f.freeErr != nil {

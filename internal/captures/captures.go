@@ -2,6 +2,7 @@ package captures
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 )
@@ -13,14 +14,28 @@ type State struct {
 	Invalidated bool   // the capture is invalidated: it ends with no graph (the driver gives it no ID)
 }
 
-// Capture is what the set counted of one capture, as a value.
+// Capture is what the set counted of one capture, as a value, in bytes as
+// the allocations asked for them: the caller rounds them as the driver
+// reserves graph memory (RoundUp).
 type Capture struct {
 	ID                     uint64  // the driver's ID of the capture; 0 for none
 	Stream                 uintptr // the stream the set first saw in it
 	Capturing, Invalidated bool
 	Allocs, Frees          int64 // its allocation and free nodes
-	Need                   int64 // the peak of its own allocations live at once, in node order
-	Outliving              int64 // its allocations that none of its free nodes frees
+	PeakBytes              int64 // the peak of its own allocations' bytes live at once, in node order
+	OutlivingBytes         int64 // the bytes of its allocations that none of its free nodes frees
+}
+
+// RoundUp returns n rounded up to a whole number of chunks, saturating at
+// the largest such number; a chunk below 1 rounds nothing.
+func RoundUp(n, chunk int64) int64 {
+	if chunk <= 1 || n <= 0 {
+		return n
+	}
+	if n > math.MaxInt64-(chunk-1) {
+		return math.MaxInt64 / chunk * chunk
+	}
+	return (n + chunk - 1) / chunk * chunk
 }
 
 // Record is one capture's record, which a graph's buffer keeps to know
@@ -45,9 +60,10 @@ type Set struct {
 	byID     map[uint64]*Record
 	byStream map[uintptr]*Record // each stream's last capture
 	ended    []*Record           // the captures that ended, the oldest first, at most max
-	// outliving is the Outliving of every capture counted, those
-	// forgotten past max included, less those known invalidated.
-	outliving int64
+	// forgottenBytes and forgotten are the outliving bytes of the
+	// captures forgotten past max, less those known invalidated, and how
+	// many of them have any.
+	forgottenBytes, forgotten int64
 }
 
 // New returns a Set that keeps at most max captures that ended.
@@ -86,6 +102,10 @@ func (s *Set) endLocked(c *Record) {
 		old := s.ended[0]
 		s.ended[0] = nil
 		s.ended = s.ended[1:]
+		if !old.invalidated && old.live > 0 {
+			s.forgottenBytes += old.live
+			s.forgotten++
+		}
 		delete(s.byID, old.id)
 		for _, st := range old.streams {
 			if s.byStream[st] == old {
@@ -95,8 +115,8 @@ func (s *Set) endLocked(c *Record) {
 	}
 }
 
-// AllocNode counts an allocation node of size bytes that capture id,
-// seen on stream, just made, and returns the capture's record.
+// AllocNode counts an allocation node of size bytes (as asked for) that
+// capture id, seen on stream, just made, and returns the capture's record.
 func (s *Set) AllocNode(id uint64, stream uintptr, size int64) *Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,23 +124,18 @@ func (s *Set) AllocNode(id uint64, stream uintptr, size int64) *Record {
 	c.allocs++
 	c.live += size
 	c.need = max(c.need, c.live)
-	if !c.invalidated {
-		s.outliving += size
-	}
 	return c
 }
 
 // FreeNode counts a free node of capture id, seen on stream, which frees
-// size bytes of its own allocations (0 for another graph's allocation).
+// size bytes (as asked for) of its own allocations (0 for another graph's
+// allocation).
 func (s *Set) FreeNode(id uint64, stream uintptr, size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.seenLocked(id, stream)
 	c.frees++
 	c.live -= size
-	if !c.invalidated {
-		s.outliving -= size
-	}
 }
 
 // Invalidated records that the driver invalidated capture id, seen on
@@ -129,18 +144,42 @@ func (s *Set) FreeNode(id uint64, stream uintptr, size int64) {
 func (s *Set) Invalidated(id uint64, stream uintptr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.seenLocked(id, stream); !c.invalidated {
-		c.invalidated = true
-		s.outliving -= c.live
-	}
+	s.seenLocked(id, stream).invalidated = true
 }
 
-// Outliving returns the Outliving of every capture counted, but those
-// known invalidated.
-func (s *Set) Outliving() int64 {
+// Outliving returns the outliving bytes of every capture counted, but
+// those known invalidated, each capture's rounded up to chunk once (as
+// the driver pins the allocations a launch leaves live): exactly, for the
+// captures the set keeps, and at most that for those it forgot past its
+// bound, whose bytes it keeps summed (each rounded up by less than a
+// chunk).
+func (s *Set) Outliving(chunk int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.outliving
+	n := s.forgottenBytes
+	if chunk > 1 {
+		n = satAdd(n, satMul(s.forgotten, chunk-1))
+	}
+	for _, c := range s.byID {
+		if !c.invalidated {
+			n = satAdd(n, RoundUp(c.live, chunk))
+		}
+	}
+	return n
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // OnStream returns the capture that stream takes part in, as the driver
@@ -213,5 +252,5 @@ func (s *Set) List(query func(stream uintptr) (State, error)) []Capture {
 // value returns c as a Capture. The lock is held.
 func (c *Record) value() Capture {
 	return Capture{ID: c.id, Stream: c.stream, Capturing: c.capturing, Invalidated: c.invalidated,
-		Allocs: c.allocs, Frees: c.frees, Need: c.need, Outliving: c.live}
+		Allocs: c.allocs, Frees: c.frees, PeakBytes: c.need, OutlivingBytes: c.live}
 }

@@ -1,6 +1,7 @@
 package captures
 
 import (
+	"math"
 	"sync"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 // TestBounded: a set keeps every capture in progress and the last max
 // that ended, so that a program capturing graphs for ever holds a bounded
 // record of them; its Outliving keeps the forgotten ones', whose
-// allocations may still be live.
+// allocations may still be live: their bytes, and for a chunk at most a
+// chunk less one byte more each.
 func TestBounded(t *testing.T) {
 	const bound = 64
 	s := New(bound)
@@ -37,7 +39,26 @@ func TestBounded(t *testing.T) {
 	for id := int64(2); id < 2+bound+10; id++ {
 		outliving += id
 	}
-	assert.Equal(t, outliving, s.Outliving(), "the forgotten captures' allocations may still be live")
+	assert.Equal(t, outliving, s.Outliving(1), "the forgotten captures' allocations may still be live")
+	const chunk = 32
+	rounded := RoundUp(10, chunk) + 10*(chunk-1) // the capture in progress; the ten forgotten, at most
+	for id := int64(2 + 10); id < 2+bound+10; id++ {
+		rounded += RoundUp(id, chunk) // those kept, exactly
+	}
+	for id := int64(2); id < 2+10; id++ {
+		rounded += id
+	}
+	assert.Equal(t, rounded, s.Outliving(chunk), "each kept capture rounded up to the chunk once")
+}
+
+// TestRoundUp: whole chunks, saturating; a chunk of 0 or 1 rounds nothing.
+func TestRoundUp(t *testing.T) {
+	for _, c := range []struct{ n, chunk, want int64 }{
+		{0, 32, 0}, {1, 32, 32}, {32, 32, 32}, {33, 32, 64}, {100 << 20, 32 << 20, 128 << 20}, {7, 0, 7}, {7, 1, 7}, {-3, 32, -3},
+		{math.MaxInt64, 32, math.MaxInt64 / 32 * 32}, {math.MaxInt64 - 5, 1 << 20, math.MaxInt64 / (1 << 20) * (1 << 20)},
+	} {
+		assert.Equal(t, c.want, RoundUp(c.n, c.chunk), "%d in chunks of %d", c.n, c.chunk)
+	}
 }
 
 // FuzzCaptures: captures counted from several goroutines at once, one per
@@ -105,7 +126,7 @@ func FuzzCaptures(f *testing.F) {
 			return State{ID: uint64(stream), Capturing: true}, nil
 		})
 		want := []Capture{}
-		var outliving int64 // of the captures not known invalidated
+		var outliving, rounded int64 // of the captures not known invalidated
 		for id, m := range models {
 			if !m.seen {
 				continue
@@ -118,10 +139,14 @@ func FuzzCaptures(f *testing.F) {
 				outliving += live
 			}
 			want = append(want, Capture{ID: uint64(id + 1), Stream: uintptr(id + 1), Capturing: true, Invalidated: m.invalidated,
-				Allocs: m.allocs, Frees: m.frees, Need: m.need, Outliving: live})
+				Allocs: m.allocs, Frees: m.frees, PeakBytes: m.need, OutlivingBytes: live})
+			if !m.invalidated {
+				rounded += RoundUp(live, 3<<20)
+			}
 		}
 		assert.Equal(t, want, list)
-		assert.Equal(t, outliving, s.Outliving(), "the sum of the captures not known invalidated")
+		assert.Equal(t, outliving, s.Outliving(1), "the sum of the captures not known invalidated")
+		assert.Equal(t, rounded, s.Outliving(3<<20), "each rounded up to the chunk once")
 	})
 }
 
@@ -147,7 +172,7 @@ func TestInvalidatedWithoutID(t *testing.T) {
 			s := New(4096)
 			s.AllocNode(1, 7, 8)
 			before := s.OnStream(7, State{ID: 1, Capturing: true}) // just before it ends, as documented
-			require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, Need: 8, Outliving: 8}, before)
+			require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, PeakBytes: 8, OutlivingBytes: 8}, before)
 
 			// It ends with its graph; the next capture on the stream is
 			// invalidated before the set sees it, and the stream is read once.
@@ -165,7 +190,7 @@ func TestInvalidatedWithoutID(t *testing.T) {
 			want := before
 			want.Capturing = false
 			assert.Equal(t, want, ended, "ended, not invalidated")
-			assert.Equal(t, int64(8), s.Outliving(), "its allocation outlives its launches")
+			assert.Equal(t, int64(8), s.Outliving(1), "its allocation outlives its launches")
 		})
 	}
 }
@@ -178,13 +203,14 @@ func TestInvalidatedByID(t *testing.T) {
 	s := New(4096)
 	s.AllocNode(1, 7, 8)
 	s.AllocNode(2, 8, 4)
-	require.Equal(t, int64(12), s.Outliving())
+	require.Equal(t, int64(12), s.Outliving(1))
+	require.Equal(t, int64(20), s.Outliving(10), "each capture in whole chunks")
 	s.Invalidated(1, 7)
-	assert.Equal(t, int64(4), s.Outliving())
+	assert.Equal(t, int64(4), s.Outliving(1))
 	s.AllocNode(1, 7, 16)
-	assert.Equal(t, int64(4), s.Outliving(), "a node of an invalidated capture")
+	assert.Equal(t, int64(4), s.Outliving(1), "a node of an invalidated capture")
 	c := s.OnStream(7, State{ID: 1, Capturing: true})
-	assert.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Invalidated: true, Allocs: 2, Need: 24, Outliving: 24}, c)
+	assert.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Invalidated: true, Allocs: 2, PeakBytes: 24, OutlivingBytes: 24}, c)
 	s.Invalidated(1, 7)
-	assert.Equal(t, int64(4), s.Outliving(), "invalidated once")
+	assert.Equal(t, int64(4), s.Outliving(1), "invalidated once")
 }

@@ -4,19 +4,24 @@
 // needs, and what its allocations leave live after a launch.
 //
 // Its invariants:
-//   - A capture's Need is the peak, in the order its nodes were added, of
-//     the bytes of its own allocations live at once; its Outliving, the
-//     bytes of them that no free node of its own frees. Neither ever goes
-//     below 0.
+//   - A capture's PeakBytes is the peak, in the order its nodes were added,
+//     of the bytes of its own allocations live at once, as they asked for
+//     them; its OutlivingBytes, the bytes of them that no free node of its
+//     own frees. Neither ever goes below 0. The caller rounds them up to
+//     the chunk in which the driver reserves graph memory (RoundUp): the
+//     set keeps bytes, so that a chunk learned late rounds every capture
+//     kept.
 //   - A stream takes part in one capture at a time, and leaves it only
 //     when the capture ends: a node seen on a stream in another capture
 //     ends the stream's last one.
 //   - What the driver reports of a stream whose capture it invalidated
 //     (no ID) changes no record: only a node that the driver refused in a
 //     capture it names by ID marks that capture invalidated.
-//   - The set's Outliving is the sum of its captures', those forgotten
-//     past its bound included, less those known invalidated, whose graphs
-//     never launch.
+//   - The set's Outliving for a chunk is the sum of its captures'
+//     OutlivingBytes, each rounded up to the chunk, less those known
+//     invalidated, whose graphs never launch; the captures forgotten past
+//     its bound count their bytes plus a chunk less one byte each, at
+//     least what rounding gives.
 //   - At most max captures that ended are kept, the most recent; those in
 //     progress are all kept.
 //

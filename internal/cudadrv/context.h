@@ -64,7 +64,13 @@ static inline int memtrack_default_stream(CUstream stream) {
 // *prev the context that was current, reports the stream's context in
 // res->stream_ctx, a stream of another context in res->foreign and one of
 // another device than ctx's in res->other_device, with its device in
-// res->stream_device (nothing else should then run). Undo it with
+// res->stream_device (nothing else should then run). A stream whose capture
+// the driver invalidated, of which cuStreamGetCtx answers
+// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ("further use of any streams which
+// are being captured ... is invalid and will return an error, until stream
+// capture is ended", CUDA Programming Guide, Stream Capture: Invalidation;
+// an H200 answered so on every thread, cuCtxGetCurrent answering 0), is
+// reported in res->capturing, in ctx: nothing else should run. Undo it with
 // memtrack_leave_stream.
 static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *res) {
 	CUresult r = memtrack_enter(ctx, prev);
@@ -73,6 +79,10 @@ static inline CUresult memtrack_enter_stream(CUcontext ctx, CUstream stream, CUc
 	if (memtrack_default_stream(stream)) return CUDA_SUCCESS;
 	CUcontext sctx = NULL;
 	r = memtrack_cu.cuStreamGetCtx(stream, &sctx);
+	if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+		res->capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		return CUDA_SUCCESS;
+	}
 	if (r != CUDA_SUCCESS || sctx == ctx) {
 		if (r != CUDA_SUCCESS) memtrack_leave(ctx, *prev);
 		return r;

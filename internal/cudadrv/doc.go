@@ -126,10 +126,22 @@
 //     reports the same ID ([CaptureInfo]). An invalid operation during a
 //     capture invalidates it, and further use of its streams "will return
 //     an error, until stream capture is ended" (Stream Capture:
-//     Invalidation): [AllocAsyncIn] and [FreeGraph], where the driver
-//     refuses the node they add, say whether the capture whose ID they read
-//     in the same call is invalidated since (StreamCall.Invalidated), the
-//     one way to learn which capture the driver invalidated.
+//     Invalidation): on an NVIDIA H200 (driver 580.159.04) that error,
+//     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, answered cuStreamGetCtx of
+//     such a stream, on any thread, in the step that makes the stream's
+//     context current of every call of this package, until
+//     cuStreamEndCapture answered it too and ended the capture
+//     (cuCtxGetCurrent, and cuStreamGetCaptureInfo_v2, which gave the
+//     status CU_STREAM_CAPTURE_STATUS_INVALIDATED, answered 0); the calls
+//     report such a stream as in an invalidated capture
+//     (CaptureInvalidated), not as a failure. A node
+//     the driver refuses is not always an invalid operation: the H200
+//     refused a second free node of one allocation in one graph with
+//     CUDA_ERROR_INVALID_VALUE and kept the capture active, with its ID.
+//     [AllocAsyncIn] and [FreeGraph], where the driver refuses the node
+//     they add, say whether the capture whose ID they read in the same call
+//     is invalidated since (StreamCall.Invalidated), the one way to learn
+//     which capture the driver invalidated.
 //
 //   - Graph memory. On a capturing stream, cuMemAllocAsync and
 //     cuMemFreeAsync add allocation and free nodes to the graph; the
@@ -139,23 +151,37 @@
 //     cuMemFree or another graph's free node frees it; a graph exec whose
 //     allocation is still live cannot be launched again
 //     (CUDA_ERROR_INVALID_VALUE, cuGraphLaunch), and a graph with memory
-//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags).
+//     nodes may have one graph exec at a time (cuGraphInstantiateWithFlags;
+//     the error is not named, and the H200 answered CUDA_ERROR_NOT_SUPPORTED).
 //     Instantiation maps no memory; the first launch, or cuGraphUpload,
 //     does (CUDA Programming Guide, Graph Memory Nodes: First Launch /
-//     cudaGraphUpload). Graphs launched one after another on one stream
-//     share their memory; graphs that may run at once, on other streams,
-//     need their own, and "physical pages cannot be reused if they are
-//     bound to ... a graph allocation which remains unfreed" (Physical
-//     Memory Management and Sharing). Graph memory is physical memory
-//     mapped to the allocations' addresses ("virtual aliasing", Optimized
-//     Memory Reuse), created and mapped in multiples of the device's
-//     minimum allocation granularity (cuMemCreate, cuMemMap;
-//     [Granularity]); whether each allocation node takes granules of its
-//     own, the documents do not say. Freeing
-//     graph allocations does not shrink the memory kept; cuDeviceGraphMemTrim
-//     returns what no executing or scheduled graph and no unfreed
-//     allocation uses, from graph execs not destroyed too (Physical Memory
-//     Footprint; NVIDIA's graphMemoryFootprint sample). The figures
+//     cudaGraphUpload; the H200 reserved 32 MiB at the upload of a 20 MiB
+//     graph, nothing at its instantiation). Graphs launched one after
+//     another on one stream share their memory; graphs that may run at
+//     once, on other streams, need their own, but a graph "whose execution
+//     has already finished" lends its memory to a graph of another stream
+//     (the H200: 20 MiB on one stream, synchronized, then 20 MiB on
+//     another, 32 MiB); "physical pages cannot be reused if they are bound
+//     to ... a graph allocation which remains unfreed" (Physical Memory
+//     Management and Sharing). Freeing graph allocations does not shrink
+//     the memory kept; cuDeviceGraphMemTrim returns what no executing or
+//     scheduled graph and no unfreed allocation uses, from graph execs not
+//     destroyed too (Physical Memory Footprint; NVIDIA's
+//     graphMemoryFootprint sample). cuGraphInstantiateWithFlags,
+//     cuGraphExecDestroy and cuStreamSynchronize are "potentially unsafe"
+//     during another thread's capture in global mode (the H200 answered
+//     them 900 and invalidated that capture), so [GraphChunk] makes every
+//     call in relaxed mode. How much a graph reserves the
+//     documents do not say; the H200's rule, on graphs of known shapes
+//     (driver-costs-and-graph-memory.txt of its run): one graph's memory is
+//     its peak footprint rounded up to a chunk of 32 MiB, not each node to
+//     the 2 MiB allocation granularity (4 KiB to 32 MiB: 32; 33 to 64: 64;
+//     100 nodes of 4 KiB live at once: 32; four of 20 MiB: 96); graphs of
+//     28 then 56 MiB on one stream 64; an 8 MiB allocation outliving its
+//     launch pins its chunk (32, then 64 with a 12 MiB graph after it, 64
+//     still once freed); a destroyed graph exec's memory stays reserved
+//     and mapped (used) until a trim. [GraphChunk] learns the chunk of the
+//     driver at hand by a probe graph. The figures
 //     ([GraphGet]): USED_MEM_CURRENT, "the amount of physical memory
 //     currently mapped by at least one graph", RESERVED_MEM_CURRENT, "the
 //     amount of physical memory reserved by the driver for graph
@@ -165,8 +191,8 @@
 //     cudaMemPoolTrimTo()"), but it is the process's device memory, which
 //     cuMemGetInfo counts. Graph memory nodes need a driver of CUDA 11.4
 //     (Support and Compatibility). Whether a reset high-water mark reads 0
-//     or the current figure, and whether a destroyed graph exec's memory
-//     stays mapped until a trim, the documents do not say.
+//     or the current figure the documents do not say (the H200: the
+//     current figure).
 //
 //   - The legacy default stream waits for the work enqueued before on every
 //     blocking stream of its context, and a blocking stream's work waits for

@@ -26,6 +26,7 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUuuid_st {
 	char bytes[16];
@@ -76,6 +77,7 @@ enum {
 	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 
 	CU_EVENT_DISABLE_TIMING = 0x2, // CUevent_flags
+	CU_STREAM_NON_BLOCKING = 0x1,  // CUstream_flags
 
 	CU_STREAM_CAPTURE_STATUS_NONE = 0, // CUstreamCaptureStatus
 	CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
@@ -152,6 +154,14 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 	X(cuStreamGetCtx, , 9020, MEMTRACK_ESSENTIAL, (CUstream stream, CUcontext *ctx)) \
 	X(cuStreamIsCapturing, , 10000, MEMTRACK_ESSENTIAL, (CUstream stream, CUstreamCaptureStatus *status)) \
 	X(cuStreamSynchronize, , 2000, MEMTRACK_ESSENTIAL, (CUstream stream)) \
+	X(cuStreamCreate, , 2000, MEMTRACK_OPTIONAL, (CUstream *stream, unsigned int flags)) \
+	X(cuStreamDestroy, _v2, 4000, MEMTRACK_OPTIONAL, (CUstream stream)) \
+	X(cuStreamBeginCapture, _v2, 10010, MEMTRACK_OPTIONAL, (CUstream stream, CUstreamCaptureMode mode)) \
+	X(cuStreamEndCapture, , 10000, MEMTRACK_OPTIONAL, (CUstream stream, CUgraph *graph)) \
+	X(cuGraphDestroy, , 10000, MEMTRACK_OPTIONAL, (CUgraph graph)) \
+	X(cuGraphExecDestroy, , 10000, MEMTRACK_OPTIONAL, (CUgraphExec exec)) \
+	X(cuGraphUpload, , 11010, MEMTRACK_OPTIONAL, (CUgraphExec exec, CUstream stream)) \
+	X(cuGraphInstantiateWithFlags, , 11040, MEMTRACK_OPTIONAL, (CUgraphExec *exec, CUgraph graph, unsigned long long flags)) \
 	X(cuStreamWaitEvent, , 3020, MEMTRACK_ESSENTIAL, (CUstream stream, CUevent event, unsigned int flags)) \
 	X(cuEventCreate, , 2000, MEMTRACK_ESSENTIAL, (CUevent *event, unsigned int flags)) \
 	X(cuEventRecord, , 2000, MEMTRACK_ESSENTIAL, (CUevent event, CUstream stream)) \

@@ -208,8 +208,8 @@ func TestGraphMemMissing(t *testing.T) {
 			"cuStreamGetCaptureInfo of CUDA 11.3 (it needs a driver of CUDA 11.3 or later)", false, false},
 		{"no trim", []string{"FAKECUDA_HIDE=cuDeviceGraphMemTrim"}, "cuDeviceGraphMemTrim",
 			"cuDeviceGraphMemTrim of CUDA 11.4 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
-		{"no granularity", []string{"FAKECUDA_HIDE=cuMemGetAllocationGranularity"}, "cuMemGetAllocationGranularity",
-			"cuMemGetAllocationGranularity of CUDA 10.2 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
+		{"no upload", []string{"FAKECUDA_HIDE=cuGraphUpload"}, "cuGraphUpload",
+			"cuGraphUpload of CUDA 11.1 (cuGetProcAddress_v2: CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !childtest.InChild(t, "MEMTRACK_CUDADRV_CHILD", tc.env...) {
@@ -226,10 +226,11 @@ func TestGraphMemMissing(t *testing.T) {
 				assert.Equal(t, cudadrv.NotSupported, cudadrv.GraphTrim(ctx).Op)
 				_, c := cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
-			case "cuMemGetAllocationGranularity":
-				_, _, r := cudadrv.Granularity(0)
-				assert.Equal(t, cudadrv.NotSupported, r)
-				_, c := cudadrv.GraphGet(ctx)
+			case "cuGraphUpload":
+				p, c := cudadrv.GraphChunk(ctx)
+				assert.Equal(t, cudadrv.NotSupported, c.Op, "the chunk's probe graph is uploaded")
+				assert.False(t, p.Ran)
+				_, c = cudadrv.GraphGet(ctx)
 				assert.Equal(t, cudadrv.Call{}, c, "the figures are there")
 			default:
 				_, c := cudadrv.GraphGet(ctx)

@@ -47,12 +47,12 @@ static CUresult memtrack_record(CUevent event, CUstream stream, unsigned long lo
 
 // memtrack_enter_capture enters the stream's context as
 // memtrack_enter_stream does and, for a stream of ctx's device, asks for
-// the stream's capture (memtrack_check_capture, its result in a->op). It
-// returns what entering returned; where that succeeded, the caller leaves
-// with memtrack_leave_stream.
+// the stream's capture (memtrack_check_capture, its result in a->op),
+// unless entering found it invalidated. It returns what entering returned;
+// where that succeeded, the caller leaves with memtrack_leave_stream.
 static inline CUresult memtrack_enter_capture(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *a) {
 	CUresult r = memtrack_enter_stream(ctx, stream, prev, a);
-	if (r == CUDA_SUCCESS && !a->other_device) a->op = memtrack_check_capture(stream, a);
+	if (r == CUDA_SUCCESS && !a->other_device && !a->capturing) a->op = memtrack_check_capture(stream, a);
 	return r;
 }
 
@@ -166,7 +166,7 @@ static memtrack_result memtrack_check_stream(uintptr_t c, uintptr_t handle, int 
 	memtrack_result a = {0};
 	CUcontext prev;
 	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
-	if (!a.other_device || any_device) a.op = memtrack_check_capture((CUstream)handle, &a);
+	if ((!a.other_device || any_device) && !a.capturing) a.op = memtrack_check_capture((CUstream)handle, &a);
 	a.restore = memtrack_leave_stream(ctx, prev, &a);
 	return a;
 }

@@ -2,7 +2,8 @@
 // fakecuda_stream.c: what a stream capture records, instantiation, upload
 // and launch, and graph memory, the physical memory the driver keeps for
 // graph allocations apart from every memory pool. RULES.md lists each rule
-// with where NVIDIA documents it.
+// with where NVIDIA documents it, or where the documents are silent, what
+// an NVIDIA H200 (driver 580.159.04) answered.
 //
 // A capture's graph keeps its nodes in capture order: allocation and free
 // nodes (cuMemAllocAsync and cuMemFreeAsync on a capturing stream), host
@@ -12,9 +13,8 @@
 // launches: host memory malloc'd then stands for its virtual range, kept
 // while a graph or graph exec holds the node or the allocation is live.
 //
-// Graph memory, per device, in granules of the allocation granularity
-// that cuMemGetAllocationGranularity gives (2 MiB by default, as the
-// fake's pools take theirs), is of three kinds:
+// Graph memory, per device, is reserved in chunks (32 MiB, as the H200
+// reserved it; FAKECUDA_GRAPH_CHUNK), and is of two kinds:
 //
 //   - mapped for the graphs of a stream (a binding): shared by every graph
 //     launched or uploaded on that stream, since graphs launched one after
@@ -22,21 +22,23 @@
 //   - pinned: held by the graph allocations that outlive their launch,
 //     until they are freed, when it returns to their stream's binding
 //     ("physical pages cannot be reused if they are bound to ... a graph
-//     allocation which remains unfreed");
-//   - idle: reserved, and mapped by no graph.
+//     allocation which remains unfreed").
 //
-// CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT is the mapped and pinned memory ("the
-// amount of physical memory currently mapped by at least one graph"),
-// RESERVED_MEM_CURRENT that and the idle memory. A launch needs on its
-// stream the peak of its own allocations in node order, each allocation
-// node in granules of its own (FAKECUDA_GRAPH_ROUND=node) or the graph's
-// bytes rounded up once (graph); what its stream's
-// binding lacks it takes from idle memory, then from the bindings of
-// streams where no graph is executing or scheduled, then from the device,
-// or it fails with CUDA_ERROR_OUT_OF_MEMORY and changes nothing. Its
-// allocations that the graph does not free are pinned at once: the host
-// sees them live from the launch, so that later stream work may use and
-// free them. cuDeviceGraphMemTrim returns to the device the idle memory and
+// A launch needs on its stream the peak of its graph's own allocations in
+// node order, their bytes rounded up to the chunk once (the H200: one
+// allocation of 4 KiB to 32 MiB reserved 32 MiB, of 33 MiB 64; 100 of
+// 4 KiB live at once 32; 4 of 20 MiB 96); what its stream's binding lacks
+// it takes from the bindings of streams where no graph is executing or
+// scheduled, then from the device, or it fails with
+// CUDA_ERROR_OUT_OF_MEMORY and changes nothing. The allocations it leaves
+// live pin their bytes rounded up to the chunk once (the H200: an 8 MiB
+// allocation live after its launch held 32 MiB, and a 12 MiB graph
+// launched after it took 32 more), less as they are freed: the host sees
+// them live from the launch, so that later stream work may use and free
+// them. Memory stays mapped, and counted in USED_MEM_CURRENT as in
+// RESERVED_MEM_CURRENT, until a trim or another stream's launch takes it:
+// destroying a graph exec unmaps nothing (the H200: 32 MiB used before
+// cuGraphExecDestroy, 32 after). cuDeviceGraphMemTrim returns to the device
 // each binding's memory beyond what its launches in flight use (an upload
 // not yet executed counts as one); pinned memory stays.
 //
@@ -44,32 +46,12 @@
 //
 //	FAKECUDA_GRAPH_HIGH_RESET=r    what cuDeviceSetGraphMemAttribute of 0 makes
 //	                               of a high-water mark, which the reference
-//	                               does not settle: "current" (default), the
-//	                               figure's current value; "zero", 0
-//	FAKECUDA_GRAPH_EXEC_DESTROY=r  what becomes of the memory mapped for a
-//	                               stream's graphs once no graph exec is bound
-//	                               there any more (cuGraphExecDestroy, or a
-//	                               launch on another stream), which the
-//	                               documentation does not settle: "unmap"
-//	                               (default), it is unmapped and stays
-//	                               reserved, idle, until a trim; "keep", it
-//	                               stays mapped (and used) until a trim
-//	FAKECUDA_GRANULARITY=m[,r]     the allocation granularity in bytes that
-//	                               cuMemGetAllocationGranularity gives for a
-//	                               device's memory (fakecuda_vmm.c), whose
-//	                               minimum m is the granule in which graph
-//	                               memory is mapped (default 2 MiB)
-//	FAKECUDA_GRAPH_ROUND=r         how a graph's allocation nodes take that
-//	                               memory, which the documentation does not
-//	                               settle: "node" (default), each node whole
-//	                               granules of its own, so that a graph needs
-//	                               the peak of its nodes' granules and an
-//	                               allocation that outlives a launch pins its
-//	                               own; "graph", a graph's nodes packed
-//	                               together, so that it needs the peak of its
-//	                               bytes rounded up once, and the allocations
-//	                               one launch leaves live pin their bytes
-//	                               rounded up once
+//	                               does not settle: "current" (default, the
+//	                               H200's), the figure's current value;
+//	                               "zero", 0
+//	FAKECUDA_GRAPH_CHUNK=b         the chunk in bytes in which graph memory is
+//	                               reserved (default 33554432, the H200's);
+//	                               a device of another chunk
 #include <cuda.h>
 
 #include <pthread.h>
@@ -90,8 +72,8 @@ CUresult fakecuda_take(int dev, size_t n);
 int fakecuda_devices(void);
 void fakecuda_give(int dev, size_t n);
 
-// From fakecuda_stream.c; all but the first two and the last with the lock
-// held.
+// From fakecuda_stream.c; all but the first two and the last two with the
+// lock held.
 void fakecuda_lock(void);
 void fakecuda_unlock(void);
 CUresult fakecuda_resolve(const char *fn, CUstream h, struct CUstream_st **s, int *dev);
@@ -100,27 +82,26 @@ long fakecuda_enqueue_call(struct CUstream_st *s, void (*fn)(void *), void *data
 int fakecuda_ordered_after(struct CUstream_st *s, struct CUstream_st *t, long pos);
 void fakecuda_unordered_free(struct CUstream_st *s, struct CUstream_st *t, const void *mem);
 void fakecuda_run_hostfn(CUhostFn fn, void *data);
+CUresult fakecuda_unsafe_call(void);
 
 static pthread_once_t gconfig_once = PTHREAD_ONCE_INIT;
-static int reset_to_zero;                 // FAKECUDA_GRAPH_HIGH_RESET=zero
-static int keep_mapped;                   // FAKECUDA_GRAPH_EXEC_DESTROY=keep
-static size_t granule = (size_t)2 << 20; // FAKECUDA_GRANULARITY
-static int packed;                        // FAKECUDA_GRAPH_ROUND=graph
+static int reset_to_zero;               // FAKECUDA_GRAPH_HIGH_RESET=zero
+static size_t chunk = (size_t)32 << 20; // FAKECUDA_GRAPH_CHUNK
 
 static void gconfigure(void) {
 	const char *h = getenv("FAKECUDA_GRAPH_HIGH_RESET");
 	reset_to_zero = h && strcmp(h, "zero") == 0;
-	const char *d = getenv("FAKECUDA_GRAPH_EXEC_DESTROY");
-	keep_mapped = d && strcmp(d, "keep") == 0;
-	const char *g = getenv("FAKECUDA_GRANULARITY");
-	if (g && strtoull(g, NULL, 10) > 0) granule = (size_t)strtoull(g, NULL, 10);
-	const char *r = getenv("FAKECUDA_GRAPH_ROUND");
-	packed = r && strcmp(r, "graph") == 0;
+	const char *c = getenv("FAKECUDA_GRAPH_CHUNK");
+	if (c && strtoull(c, NULL, 10) > 0) chunk = (size_t)strtoull(c, NULL, 10);
 }
 
 static void gconfig(void) { pthread_once(&gconfig_once, gconfigure); }
 
-static size_t granules(size_t n) { return (n + granule - 1) / granule * granule; }
+// chunks rounds n bytes up to whole chunks, saturating.
+static size_t chunks(size_t n) {
+	if (n > SIZE_MAX - (chunk - 1)) return SIZE_MAX / chunk * chunk;
+	return (n + chunk - 1) / chunk * chunk;
+}
 
 // ---- the state, guarded by fakecuda_lock
 
@@ -135,9 +116,9 @@ struct gbind {
 	int pinned;                // live allocations whose memory came from it
 };
 
-// A device's graph memory.
+// A device's graph memory: its bindings' and what is pinned, all of it
+// mapped (USED_MEM_CURRENT) and reserved (RESERVED_MEM_CURRENT).
 struct gdev {
-	size_t idle;   // reserved, mapped by no graph
 	size_t pinned; // held by live allocations that outlive their launch
 	size_t used_high, reserved_high;
 	struct gbind binds[MAX_BINDINGS];
@@ -146,20 +127,19 @@ struct gdev {
 
 static struct gdev gdevs[MAX_DEVICES];
 
-// A pin: the memory that allocations left live by one launch hold, apart
-// from their stream's binding until freed; each allocation has one of its
-// own (FAKECUDA_GRAPH_ROUND=node), or those of a launch share one (graph).
+// A pin: the memory that the allocations left live by one launch hold,
+// apart from their stream's binding until freed.
 struct gpin {
 	int live;     // its allocations still live
 	size_t bytes; // their sizes
-	size_t phys;  // the memory it holds: their granules, or their bytes rounded up once
+	size_t phys;  // the memory it holds: their bytes rounded up to the chunk once
 };
 
 // An allocation node's allocation.
 struct galloc {
 	struct galloc *next;      // every allocation node that still exists
 	void *mem;                // its fixed address
-	size_t size, phys;        // asked for; in granules
+	size_t size;              // asked for
 	int device;
 	struct CUgraph_st *graph; // the graph that allocates it, until destroyed
 	int freed_in_own;         // its graph has a free node for it
@@ -202,7 +182,7 @@ struct CUgraphExec_st {
 	struct CUgraph_st *graph; // NULL once destroyed
 	struct nodes nodes;
 	int device;               // its allocations' device, or -1 for none
-	size_t need;              // the peak of its own allocations in node order
+	size_t need;              // the peak of its own allocations' bytes in node order, in chunks
 	unsigned long long flags;
 	struct gbind *bind;       // where its memory is mapped: its last stream's
 	int inflight;             // launches and uploads not yet executed
@@ -237,19 +217,16 @@ static size_t used_of(struct gdev *d) {
 }
 
 static void raise_highs(struct gdev *d) {
-	size_t u = used_of(d), r = u + d->idle;
+	size_t u = used_of(d);
 	if (u > d->used_high) d->used_high = u;
-	if (r > d->reserved_high) d->reserved_high = r;
+	if (u > d->reserved_high) d->reserved_high = u;
 }
 
-// settle unmaps a binding no graph exec is bound to (FAKECUDA_GRAPH_EXEC_DESTROY=unmap)
-// once nothing runs on it, and frees its slot once it holds nothing.
+// settle frees a binding's slot once it holds nothing: no memory, no graph
+// exec bound, nothing in flight, nothing pinned from it. A binding no graph
+// exec is bound to keeps its memory mapped until a trim or another stream
+// takes it (the H200 kept a destroyed graph exec's 32 MiB used).
 static void settle(struct gbind *b) {
-	struct gdev *d = &gdevs[b->device];
-	if (!keep_mapped && b->execs == 0 && b->busy == 0) {
-		d->idle += b->phys;
-		b->phys = 0;
-	}
 	if (b->phys == 0 && b->execs == 0 && b->busy == 0 && b->pinned == 0) b->used = 0;
 }
 
@@ -267,14 +244,16 @@ static struct gbind *bind(int dev, struct CUstream_st *s) {
 	return free_slot;
 }
 
-// provide grows b's memory to want: from idle memory, then from the
-// bindings where nothing is in flight, then from the device. It fails with
+// provide grows b's memory to want: from the bindings where nothing is in
+// flight ("CUDA may reuse physical memory from a graph whose execution has
+// already finished -- even if the new graph is being launched in a
+// different stream"), then from the device. It fails with
 // CUDA_ERROR_OUT_OF_MEMORY, changing nothing, where the device has not
 // enough.
 static CUresult provide(struct gbind *b, size_t want) {
 	if (b->phys >= want) return CUDA_SUCCESS;
 	struct gdev *d = &gdevs[b->device];
-	size_t lack = want - b->phys, avail = d->idle;
+	size_t lack = want - b->phys, avail = 0;
 	for (int i = 0; i < MAX_BINDINGS; i++) {
 		struct gbind *o = &d->binds[i];
 		if (o->used && o != b && o->busy == 0) avail += o->phys;
@@ -285,12 +264,10 @@ static CUresult provide(struct gbind *b, size_t want) {
 		b->phys += lack - avail;
 		lack = avail;
 	}
-	size_t t = lack < d->idle ? lack : d->idle;
-	d->idle -= t, b->phys += t, lack -= t;
 	for (int i = 0; i < MAX_BINDINGS && lack > 0; i++) {
 		struct gbind *o = &d->binds[i];
 		if (!o->used || o == b || o->busy != 0) continue;
-		t = lack < o->phys ? lack : o->phys;
+		size_t t = lack < o->phys ? lack : o->phys;
 		o->phys -= t, b->phys += t, lack -= t;
 		settle(o);
 	}
@@ -334,7 +311,7 @@ static void release(struct galloc *a) {
 	a->pin = NULL;
 	p->live--;
 	p->bytes -= a->size;
-	size_t keep = packed ? granules(p->bytes) : p->phys - a->phys;
+	size_t keep = chunks(p->bytes);
 	d->pinned -= p->phys - keep;
 	b->phys += p->phys - keep;
 	p->phys = keep;
@@ -438,7 +415,6 @@ CUresult fakecuda_graph_alloc(struct CUgraph_st *g, int dev, size_t size, CUdevi
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->size = size;
-	a->phys = granules(size);
 	a->device = dev;
 	a->graph = g;
 	a->next = gallocs;
@@ -464,7 +440,8 @@ static int frees(const struct CUgraph_st *g, const struct galloc *a) {
 // refused (CUDA_ERROR_INVALID_VALUE) for an address no allocation node
 // returned, an allocation freed twice in the same graph (its own or
 // another), or freed both in its graph and in another
-// (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode).
+// (cuGraphAddMemFreeNode, cuGraphAddMemAllocNode). A refusal leaves the
+// capture as it was, as the H200 left it.
 CUresult fakecuda_graph_free(struct CUgraph_st *g, CUdeviceptr dptr) {
 	struct galloc *a = find(dptr);
 	int own = a && a->graph == g;
@@ -547,12 +524,17 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
 // instantiation because the stream in which the graph will execute is
 // unknown"). A graph with allocation or free nodes has "at most one
 // executable graph in existence ... at a time": a second instantiation
-// before cuGraphExecDestroy of the first is refused
-// (CUDA_ERROR_INVALID_VALUE, the one error the reference lists).
+// before cuGraphExecDestroy of the first "will result in an error", which
+// the reference does not name: CUDA_ERROR_NOT_SUPPORTED, the H200's. It is
+// potentially unsafe during a capture (fakecuda_unsafe_call): the H200
+// answered it with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and invalidated
+// the capture, where another thread had begun one in global mode and the
+// calling thread was not in relaxed mode.
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigned long long flags) {
 	int dev;
 	gconfig();
 	CUresult r = fakecuda_in_context("cuGraphInstantiateWithFlags", &dev);
+	if (r == CUDA_SUCCESS) r = fakecuda_unsafe_call();
 	if (r != CUDA_SUCCESS) return r;
 	const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
 	if (!pe || !g || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
@@ -562,10 +544,10 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigne
 	if (g->memory && g->exec) {
 		fakecuda_unlock();
 		free(e);
-		return CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	e->device = -1;
-	size_t running = 0, bytes = 0, peak = 0; // granules, and bytes, in node order
+	size_t bytes = 0, peak = 0; // its own allocations' bytes, in node order
 	for (long i = 0; i < g->nodes.n; i++) {
 		struct gnode n = g->nodes.v[i];
 		if (!add(&e->nodes, n)) {
@@ -574,20 +556,17 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigne
 			free(e);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		// Its need: the peak of its own allocations' granules in node
-		// order, or of their bytes, rounded up once.
+		// Its need: the peak of its own allocations' bytes in node
+		// order, rounded up to the chunk once.
 		if (n.kind == N_ALLOC) {
 			if (e->device < 0) e->device = n.alloc->device;
-			running += n.alloc->phys;
 			bytes += n.alloc->size;
-			if (running > e->need) e->need = running;
 			if (bytes > peak) peak = bytes;
 		} else if (n.kind == N_FREE && n.alloc->freed_in_own) {
-			running -= n.alloc->phys; // its own: another graph's is freed_elsewhere
-			bytes -= n.alloc->size;
+			bytes -= n.alloc->size; // its own: another graph's is freed_elsewhere
 		}
 	}
-	if (packed) e->need = granules(peak);
+	e->need = chunks(peak);
 	e->graph = g;
 	e->flags = flags;
 	if (g->memory) g->exec = e;
@@ -641,7 +620,7 @@ static void launched(void *data) {
 // binding, the memory the graph needs is mapped now ("Calling
 // cudaGraphUpload can separate out the cost of allocation from the launch
 // by performing all mappings for that graph immediately and associating
-// the graph with the upload stream"), taken from what idle graphs hold
+// the graph with the upload stream"), taken from what finished graphs hold
 // before the device, or the call fails with CUDA_ERROR_OUT_OF_MEMORY. A
 // launch refuses a graph exec whose earlier allocations are still live
 // (CUDA_ERROR_INVALID_VALUE), unless it was instantiated with
@@ -675,17 +654,10 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 		b = bind(e->device, s);
 		r = b ? provide(b, e->need) : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	// The pins of the allocations it leaves live: one each, or one for all.
-	struct gpin **pins = NULL;
-	long npins = 0;
-	for (long i = 0; r == CUDA_SUCCESS && b && !upload && i < e->nodes.n; i++)
-		if (outliving(&e->nodes.v[i]) && (!packed || npins == 0)) npins++;
-	if (npins > 0) {
-		pins = calloc((size_t)npins, sizeof *pins);
-		for (long i = 0; pins && i < npins; i++)
-			if (!(pins[i] = calloc(1, sizeof **pins))) r = CUDA_ERROR_OUT_OF_MEMORY;
-		if (!pins) r = CUDA_ERROR_OUT_OF_MEMORY;
-	}
+	// The pin of the allocations it leaves live, which share it.
+	struct gpin *pin = NULL;
+	for (long i = 0; r == CUDA_SUCCESS && b && !upload && !pin && i < e->nodes.n; i++)
+		if (outliving(&e->nodes.v[i]) && !(pin = calloc(1, sizeof *pin))) r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS && !upload) {
 		// The allocations of other graphs that its free nodes free.
 		for (long i = 0; i < e->nodes.n; i++) {
@@ -708,8 +680,7 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 	if (r != CUDA_SUCCESS) {
 		if (b) settle(b);
 		fakecuda_unlock();
-		for (long i = 0; pins && i < npins; i++) free(pins[i]);
-		free(pins);
+		free(pin);
 		free(l);
 		return r;
 	}
@@ -720,16 +691,16 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 		b->busy++;
 		l->bind = b;
 		l->use = e->need;
-		// Its allocations that it does not free live on from here, pinned:
-		// each in its own granules, or together in their bytes rounded up.
-		for (long i = 0, k = 0; !upload && i < e->nodes.n; i++) {
+		// Its allocations that it does not free live on from here, pinned
+		// together: their bytes rounded up to the chunk once.
+		for (long i = 0; pin && i < e->nodes.n; i++) {
 			if (!outliving(&e->nodes.v[i])) continue;
 			struct galloc *a = e->nodes.v[i].alloc;
-			struct gpin *p = pins[packed ? 0 : k++];
+			struct gpin *p = pin;
 			size_t before = p->phys;
 			p->live++;
 			p->bytes += a->size;
-			p->phys = packed ? granules(p->bytes) : p->phys + a->phys;
+			p->phys = chunks(p->bytes);
 			a->live = 1;
 			a->gen++;
 			a->home = b;
@@ -746,7 +717,6 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 		raise_highs(d);
 	}
 	fakecuda_unlock();
-	free(pins);
 	return CUDA_SUCCESS;
 }
 
@@ -756,11 +726,14 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec e, CUstream h) { return launch("cuGra
 
 // cuGraphExecDestroy destroys a graph exec, in flight or not ("freed
 // asynchronously on completion"); its graph may be instantiated again. It
-// frees no live allocation; what becomes of the memory mapped for it is
-// FAKECUDA_GRAPH_EXEC_DESTROY's reading.
+// frees no live allocation, and the memory mapped for it stays mapped,
+// for later graphs, until a trim: the H200 read 32 MiB used before
+// cuGraphExecDestroy of a launched 8 MiB graph, and 32 after. It is
+// potentially unsafe during a capture, as cuGraphInstantiateWithFlags is.
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e) {
 	gconfig();
 	CUresult r = fakecuda_ready("cuGraphExecDestroy");
+	if (r == CUDA_SUCCESS) r = fakecuda_unsafe_call();
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_VALUE;
 	fakecuda_lock();
@@ -795,8 +768,7 @@ CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice dev) {
 	if (r != CUDA_SUCCESS) return r;
 	fakecuda_lock();
 	struct gdev *d = &gdevs[dev];
-	size_t give = d->idle;
-	d->idle = 0;
+	size_t give = 0;
 	for (int i = 0; i < MAX_BINDINGS; i++) {
 		struct gbind *b = &d->binds[i];
 		if (!b->used) continue;
@@ -821,7 +793,7 @@ CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute
 	switch (attr) {
 	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: v = used; break;
 	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: v = d->used_high; break;
-	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: v = used + d->idle; break;
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: v = used; break;
 	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: v = d->reserved_high; break;
 	default: r = CUDA_ERROR_INVALID_VALUE;
 	}
@@ -843,7 +815,7 @@ CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute
 	size_t used = used_of(d);
 	switch (attr) {
 	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: d->used_high = reset_to_zero ? 0 : used; break;
-	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: d->reserved_high = reset_to_zero ? 0 : used + d->idle; break;
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: d->reserved_high = reset_to_zero ? 0 : used; break;
 	default: r = CUDA_ERROR_INVALID_VALUE;
 	}
 	fakecuda_unlock();

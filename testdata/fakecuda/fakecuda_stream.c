@@ -589,16 +589,6 @@ static CUresult node_call(struct CUstream_st *s) {
 	return s->capturing == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
-// refused returns r, the result of a node that s's capture was to get, and
-// invalidates the capture where the node was refused as invalid (smu held):
-// "When an invalid operation is attempted during stream capture, any
-// associated capture graphs are invalidated". A node the fake had no
-// memory for is no invalid operation.
-static CUresult refused(struct CUstream_st *s, CUresult r) {
-	if (r == CUDA_ERROR_INVALID_VALUE) invalidate(s->cap);
-	return r;
-}
-
 CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	int dev;
 	sconfig();
@@ -658,13 +648,19 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 }
 
 // cuStreamGetCtx returns the context a stream was created in; for the
-// special handles, the calling thread's current context.
+// special handles, the calling thread's current context. On a stream whose
+// capture is invalidated it answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+// until the capture ends ("further use of any streams which are being
+// captured ... is invalid and will return an error, until stream capture
+// is ended"), as the H200 answered, on every thread (cuCtxGetCurrent
+// answered 0).
 CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext *pctx) {
 	struct CUstream_st *s;
 	sconfig();
 	CUresult r = resolve("cuStreamGetCtx", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
 	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE) == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 	*pctx = stream_ctx(h, s);
 	return CUDA_SUCCESS;
 }
@@ -1179,7 +1175,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 		if (fakecuda_version() < 11040) return CUDA_ERROR_NOT_SUPPORTED;
 		pthread_mutex_lock(&smu);
 		r = node_call(s);
-		if (r == CUDA_SUCCESS) r = refused(s, fakecuda_graph_alloc(s->cap->graph, dev, size, dptr));
+		if (r == CUDA_SUCCESS) r = fakecuda_graph_alloc(s->cap->graph, dev, size, dptr); // refused, it leaves the capture as it was
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
@@ -1274,7 +1270,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 		// A free node of the capture's graph (fakecuda_graph.c).
 		pthread_mutex_lock(&smu);
 		r = node_call(s);
-		if (r == CUDA_SUCCESS) r = refused(s, fakecuda_graph_free(s->cap->graph, dptr));
+		if (r == CUDA_SUCCESS) r = fakecuda_graph_free(s->cap->graph, dptr); // refused, it leaves the capture as it was
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
