@@ -12,7 +12,7 @@
 //
 //   - [Alloc], a synchronous allocation of its own (CUDA's cuMemAlloc; the
 //     CPU's mapping from the OS), takes its size rounded up to the
-//     device's granularity ([Rules].Granularity: on an NVIDIA H200 with
+//     device's allocation unit ([Rules].AllocUnit: on an NVIDIA H200 with
 //     driver 580.159.04, cuMemGetInfo's used memory grew by 2 MiB for
 //     allocations of 1 B, 4 KiB and 1 MiB, by 4 MiB for 2 MiB + 1 B and 3
 //     MiB, by 64 MiB for 64 MiB: the size rounded up to
@@ -22,7 +22,9 @@
 //
 //   - [Map], physical memory mapped into a reservation (cuMemCreate),
 //     takes whole granules: its size must be a multiple of the
-//     granularity, as the driver refuses any other;
+//     granularity ([Rules].Granularity, the same 2 MiB on a CUDA GPU; the
+//     CPU's reservations are mapped in pages, 64 KiB on Windows), as the
+//     driver refuses any other;
 //
 //   - [Pool], a stream-ordered allocation from the device's memory pool
 //     (cuMemAllocAsync), moves the pool's used figure by its size, and the
@@ -52,8 +54,9 @@
 // Every figure of a [Result] is 0 or more, and none wraps: each sum and
 // product is held at math.MaxInt64 rather than wrapped round. Need is at
 // least Stays. A part added to a load never lowers Stays or Need. Bad
-// input (a size or count below 1, a granularity below 1, a part in the
-// pool without a chunk, a mapping off the granularity, a figure below 0)
+// input (a size or count below 1, an allocation unit below 1, a part in
+// the pool without a chunk, a mapping off the granularity or on a device
+// without one, a figure below 0)
 // is an error, and no result. The tests check the closed forms above
 // against a model that allocates the buffers one by one, as a driver
 // does, and frees the transient ones.

@@ -34,13 +34,16 @@ func (w Way) String() string {
 
 // Rules are the driver's rules of one device that a prediction uses.
 type Rules struct {
-	// Granularity is the unit an Alloc is rounded up to, and of which a
-	// Map's size is a multiple: at least 1 (1 where the driver rounds
-	// nothing the caller knows of).
-	Granularity int64
+	// AllocUnit is the unit an Alloc is rounded up to: at least 1 (1
+	// where the driver rounds nothing the caller knows of).
+	AllocUnit int64
 	// HeapBelow is the size below which an Alloc is taken as asked (the
 	// CPU's buffers from the Go heap); 0 for none.
 	HeapBelow int64
+	// Granularity is the unit of which a Map's size is a multiple; 0
+	// where the device maps nothing, and a load with a Map part is then
+	// refused.
+	Granularity int64
 	// PoolChunk is the chunk in which the device's memory pool reserves
 	// memory; 0 where it is not known, and a load with a Pool part is then
 	// refused.
@@ -91,14 +94,17 @@ type Result struct {
 var ErrInvalid = errors.New("invalid input")
 
 // Rounded returns what one buffer of size bytes allocated by w takes, by
-// the rules: size rounded up to the granularity for an Alloc (as asked
-// below HeapBelow) and for a Map; as asked in the pool. It saturates at
-// math.MaxInt64.
+// the rules: size rounded up to the allocation unit for an Alloc (as
+// asked below HeapBelow), to the granularity for a Map; as asked in the
+// pool. It saturates at math.MaxInt64.
 func (r Rules) Rounded(w Way, size int64) int64 {
-	if w == Pool || (w == Alloc && size < r.HeapBelow) || r.Granularity <= 1 {
-		return size
+	switch {
+	case w == Map:
+		return RoundUp(size, r.Granularity)
+	case w == Alloc && size >= r.HeapBelow:
+		return RoundUp(size, r.AllocUnit)
 	}
-	return RoundUp(size, r.Granularity)
+	return size
 }
 
 // RoundUp returns n rounded up to a multiple of unit (n for a unit below
@@ -156,8 +162,9 @@ func Predict(r Rules, b Before, parts []Part, graphGrowth int64) (Result, error)
 
 // check refuses input outside what the rules accept.
 func check(r Rules, b Before, parts []Part, graphGrowth int64) error {
-	if r.Granularity < 1 || r.HeapBelow < 0 || r.PoolChunk < 0 {
-		return fmt.Errorf("%w: rules with a granularity of %d, a heap below %d and a pool chunk of %d bytes", ErrInvalid, r.Granularity, r.HeapBelow, r.PoolChunk)
+	if r.AllocUnit < 1 || r.HeapBelow < 0 || r.Granularity < 0 || r.PoolChunk < 0 {
+		return fmt.Errorf("%w: rules with an allocation unit of %d, a heap below %d, a granularity of %d and a pool chunk of %d bytes",
+			ErrInvalid, r.AllocUnit, r.HeapBelow, r.Granularity, r.PoolChunk)
 	}
 	if b.PoolUsed < 0 || b.PoolReserved < 0 || graphGrowth < 0 {
 		return fmt.Errorf("%w: figures before the load below 0 (pool used %d, pool reserved %d, graph growth %d)", ErrInvalid, b.PoolUsed, b.PoolReserved, graphGrowth)
@@ -170,6 +177,8 @@ func check(r Rules, b Before, parts []Part, graphGrowth int64) error {
 			return fmt.Errorf("%w: part %d: %d buffers of %d bytes: want at least one buffer of at least 1 byte", ErrInvalid, i, p.Count, p.Size)
 		case p.Way == Pool && r.PoolChunk < 1:
 			return fmt.Errorf("%w: part %d is allocated from the memory pool, whose chunk is not known", ErrInvalid, i)
+		case p.Way == Map && r.Granularity < 1:
+			return fmt.Errorf("%w: part %d is mapped, on a device that maps nothing", ErrInvalid, i)
 		case p.Way == Map && p.Size%r.Granularity != 0:
 			return fmt.Errorf("%w: part %d maps %d bytes, not a multiple of the granularity of %d bytes", ErrInvalid, i, p.Size, r.Granularity)
 		}

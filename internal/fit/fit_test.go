@@ -12,7 +12,7 @@ const mib = 1 << 20
 
 // h200 is the rules an NVIDIA H200 with driver 580.159.04 showed: 2 MiB
 // granules, a pool reserving 32 MiB chunks.
-var h200 = Rules{Granularity: 2 * mib, PoolChunk: 32 * mib}
+var h200 = Rules{AllocUnit: 2 * mib, Granularity: 2 * mib, PoolChunk: 32 * mib}
 
 func TestPredict(t *testing.T) {
 	for _, tc := range []struct {
@@ -59,10 +59,10 @@ func TestPredict(t *testing.T) {
 				Stays: 32 * mib, Transient: 32 * mib, Need: 64 * mib}},
 		// The CPU: buffers under 1 MiB from the Go heap, as asked; from 1
 		// MiB mapped from the OS, in 4 KiB pages.
-		{"cpu", Rules{Granularity: 4096, HeapBelow: mib}, Before{}, []Part{{Alloc, 1000, 3, false}, {Alloc, mib + 1, 1, false}}, 0,
+		{"cpu", Rules{AllocUnit: 4096, HeapBelow: mib, Granularity: 4096}, Before{}, []Part{{Alloc, 1000, 3, false}, {Alloc, mib + 1, 1, false}}, 0,
 			Result{Parts: []int64{3000, mib + 4096}, Stays: 3000 + mib + 4096, Need: 3000 + mib + 4096}},
 		// A device whose rounding is not known: as asked.
-		{"no rounding known", Rules{Granularity: 1}, Before{}, []Part{{Alloc, 3, 5, false}}, 0,
+		{"no rounding known", Rules{AllocUnit: 1}, Before{}, []Part{{Alloc, 3, 5, false}}, 0,
 			Result{Parts: []int64{15}, Stays: 15, Need: 15}},
 		{"saturates", h200, Before{}, []Part{{Alloc, math.MaxInt64 - 1, 2, false}, {Alloc, 1, 1, true}}, math.MaxInt64,
 			Result{Parts: []int64{math.MaxInt64, 2 * mib}, GraphGrowth: math.MaxInt64, Stays: math.MaxInt64, Transient: 2 * mib, Need: math.MaxInt64}},
@@ -88,9 +88,10 @@ func TestPredictRefuses(t *testing.T) {
 		graphs int64
 		want   string
 	}{
-		{"granularity 0", Rules{}, Before{}, nil, 0, "granularity of 0"},
-		{"negative chunk", Rules{Granularity: 1, PoolChunk: -1}, Before{}, nil, 0, "pool chunk of -1"},
-		{"negative heap", Rules{Granularity: 1, HeapBelow: -1}, Before{}, nil, 0, "heap below -1"},
+		{"allocation unit 0", Rules{}, Before{}, nil, 0, "an allocation unit of 0"},
+		{"negative granularity", Rules{AllocUnit: 1, Granularity: -1}, Before{}, nil, 0, "a granularity of -1"},
+		{"negative chunk", Rules{AllocUnit: 1, PoolChunk: -1}, Before{}, nil, 0, "pool chunk of -1"},
+		{"negative heap", Rules{AllocUnit: 1, HeapBelow: -1}, Before{}, nil, 0, "heap below -1"},
 		{"negative pool used", h200, Before{PoolUsed: -1}, nil, 0, "pool used -1"},
 		{"negative pool reserved", h200, Before{PoolReserved: -1}, nil, 0, "pool reserved -1"},
 		{"negative graphs", h200, Before{}, nil, -1, "graph growth -1"},
@@ -98,7 +99,8 @@ func TestPredictRefuses(t *testing.T) {
 		{"negative size", h200, Before{}, []Part{{Alloc, 1, 1, false}, {Alloc, -5, 1, false}}, 0, "part 1: 1 buffers of -5 bytes"},
 		{"count 0", h200, Before{}, []Part{{Map, 2 * mib, 0, false}}, 0, "0 buffers"},
 		{"unknown way", h200, Before{}, []Part{{Way(9), 1, 1, false}}, 0, "way(9) is no way"},
-		{"pool without a chunk", Rules{Granularity: 1}, Before{}, []Part{{Pool, 1, 1, false}}, 0, "whose chunk is not known"},
+		{"pool without a chunk", Rules{AllocUnit: 1}, Before{}, []Part{{Pool, 1, 1, false}}, 0, "whose chunk is not known"},
+		{"map without a granularity", Rules{AllocUnit: 1}, Before{}, []Part{{Map, 4096, 1, false}}, 0, "on a device that maps nothing"},
 		{"map off the granularity", h200, Before{}, []Part{{Map, 3 * mib, 1, false}}, 0, "not a multiple of the granularity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,8 +55,10 @@ func (d *device) alloc(r Rules, p Part) {
 		}
 	case p.Way == Alloc && p.Size < r.HeapBelow:
 		d.take(big.NewInt(p.Size))
-	default:
+	case p.Way == Map:
 		d.take(roundBig(p.Size, r.Granularity))
+	default:
+		d.take(roundBig(p.Size, r.AllocUnit))
 	}
 }
 
@@ -67,8 +69,10 @@ func (d *device) free(r Rules, p Part) {
 		d.poolUsed.Sub(d.poolUsed, big.NewInt(p.Size))
 	case p.Way == Alloc && p.Size < r.HeapBelow:
 		d.used.Sub(d.used, big.NewInt(p.Size))
-	default:
+	case p.Way == Map:
 		d.used.Sub(d.used, roundBig(p.Size, r.Granularity))
+	default:
+		d.used.Sub(d.used, roundBig(p.Size, r.AllocUnit))
 	}
 }
 
@@ -115,7 +119,8 @@ func FuzzPredict(f *testing.F) {
 		// Figures a device could have: granules and chunks of up to 64 MiB,
 		// buffers of up to 1 GiB, up to 15 of them a part; the model
 		// allocates each chunk apart.
-		r := Rules{Granularity: 1 + abs(gran)%(64<<20), PoolChunk: 1 + abs(chunk)%(64<<20), HeapBelow: abs(heap) % (2 << 20)}
+		r := Rules{AllocUnit: 1 + abs(gran)%(64<<20), Granularity: 1 + abs(gran/3)%(64<<20),
+			PoolChunk: 1 + abs(chunk)%(64<<20), HeapBelow: abs(heap) % (2 << 20)}
 		used := abs(poolUsed) % (1 << 30)
 		b := Before{PoolUsed: used, PoolReserved: RoundUp(used, r.PoolChunk) + (abs(poolReserved)%4)*r.PoolChunk}
 		var parts []Part
