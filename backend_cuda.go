@@ -327,6 +327,11 @@ func resultError(op, stage string, res cudadrv.Result) error {
 		e.oom, e.err = true, errors.New(reason)
 	case cudadrv.Sticky(res):
 		e.lost, e.err = true, errors.New(text+" (the CUDA context is unusable until the process restarts)")
+	case res == cudadrv.CaptureUnsupported:
+		// The program's call (AllocAsync, FreeAsync), refused as the raw
+		// call would be: memtrack's own calls run in relaxed mode.
+		e.err = fmt.Errorf("%w: %s: a CUDA graph capture is under way (one begun in global mode on any thread, or one of this thread's own), during which the driver prohibits this call outside relaxed mode, and it invalidated that capture; make the call in relaxed mode (cuThreadExchangeStreamCaptureMode), or capture in thread-local mode on another thread",
+			ErrNotSupported, text)
 	default:
 		e.err = errors.New(text)
 	}

@@ -11,17 +11,18 @@ import (
 )
 
 // TestCUDAStreamChildMeasureLag measures a pass that allocates and frees
-// in stream order twice, 8 MiB each, while its stream holds its work (the
-// gate is shut): at the end both frees are still in flight, so the device
-// holds 16 MiB that the tracked figure has let go. They are the device-side
-// peak's rise, and nothing of them is untracked: the budgets set 16 MiB
-// aside for the pass, not 32.
+// in stream order twice, half a pool step each (16 MiB of the fake's
+// 32 MiB), while its stream holds its work (the gate is shut): at the end
+// both frees are still in flight, so the device holds a whole step that
+// the tracked figure has let go. It is the device-side peak's rise, and
+// nothing of it is untracked: the budgets set one step aside for the
+// pass, not two.
 func TestCUDAStreamChildMeasureLag(t *testing.T) {
 	d := streamChild(t)
 	s := newStream(t, d)
 	base, err := d.Baseline()
 	require.NoError(t, err)
-	const size = 8 << 20
+	size := fakePoolReserves(1) / 2
 	p, err := d.Measure(func() error {
 		for range 2 {
 			b, err := d.AllocAsync(size, s)
@@ -39,22 +40,22 @@ func TestCUDAStreamChildMeasureLag(t *testing.T) {
 		require.NoError(t, os.WriteFile(os.Getenv("MEMTRACK_GATE"), nil, 0o600))
 		syncStream(t, d, s)
 	})
-	require.Equal(t, int64(2*size), d.MemoryStats().Held-d.MemoryAllocated(), "both frees are in flight")
+	require.Equal(t, 2*size, d.MemoryStats().Held-d.MemoryAllocated(), "both frees are in flight")
 
-	assert.Equal(t, int64(size), p.PeakTrackedIncrease)
-	assert.Equal(t, int64(2*size), p.PeakHeldIncrease)
-	assert.Equal(t, int64(2*size), p.UsedIncrease, "the pool holds both buffers")
+	assert.Equal(t, size, p.PeakTrackedIncrease)
+	assert.Equal(t, 2*size, p.PeakHeldIncrease)
+	assert.Equal(t, 2*size, p.UsedIncrease, "the pool holds both buffers")
 	assert.Zero(t, p.Untracked, "the in-flight frees are held, not untracked")
 
 	b, err := p.Budget(base, 0.5, 1<<20)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2*size), b.PeakIncrease)
+	assert.Equal(t, 2*size, b.PeakIncrease)
 	assert.Zero(t, b.UntrackedIncrease)
-	assert.Equal(t, int64(2*size), b.SetAside)
+	assert.Equal(t, 2*size, b.SetAside)
 
 	sb, err := p.SharedBudget(0.5, 1<<20)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2*size), sb.PeakIncrease)
+	assert.Equal(t, 2*size, sb.PeakIncrease)
 	assert.Zero(t, sb.UntrackedIncrease)
 	assert.Equal(t, p.StartUsed+2*size, sb.SetAside)
 }

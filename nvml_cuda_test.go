@@ -301,7 +301,7 @@ func TestNVMLProcessesComeAndGo(t *testing.T) {
 	require.Empty(t, b.do("alloc 100000000").Err)
 	u = a.do("usage").Usage
 	require.Len(t, u.OtherProcesses, 1)
-	assert.Equal(t, alone+100000000+fakeContextBytes, u.Used)
+	assert.Equal(t, alone+fakeAllocTakes(100000000)+fakeContextBytes, u.Used)
 
 	b.stop() // exits: the driver frees its memory
 	u = a.do("usage").Usage
@@ -389,7 +389,7 @@ func TestNVMLMIG(t *testing.T) {
 	require.Empty(t, i.do("alloc 1048576").Err)
 	v := i.do("usage")
 	require.True(t, v.Usage.PerProcess, v.PerErr)
-	assert.Equal(t, int64(1<<20+fakeContextBytes), v.Usage.ProcessUsed)
+	assert.Equal(t, fakeAllocTakes(1<<20)+fakeContextBytes, v.Usage.ProcessUsed)
 }
 
 // Two instances started together on one GPU: each loads its weights while

@@ -163,6 +163,49 @@ func TestCUDAReservationDriverCalls(t *testing.T) {
 	}
 }
 
+// TestCUDAReservationRefusals: a map past the end of the reservation,
+// over a mapping or off the granularity, and an unmap of anything but one
+// whole mapping, are refused by memtrack's own check (internal/addrspace),
+// before any driver call, changing no figure. The driver is no guard: an
+// H200 mapped 2 granules at the last granule of a reservation of 4
+// (cuMemMap answered 0), and unmapped a range of two mappings and a
+// granule never mapped (testdata/fakecuda/RULES.md), as the fake does.
+func TestCUDAReservationRefusals(t *testing.T) {
+	d := cudaDevices(t, 1)[0]
+	r, g := cudaReserve(t, d, 8)
+	require.NoError(t, r.Map(0, 2*g))
+	require.NoError(t, r.Map(2*g, g))
+	t.Cleanup(func() { _ = r.Unmap(0, 2*g); _ = r.Unmap(2*g, g) })
+	require.NoError(t, cudatest.Load())
+	counter, counted := cudatest.CountCalls(cudatest.VMMEntryPoints()...)
+	for _, tc := range []struct {
+		name string
+		op   func() error
+		want error
+	}{
+		{"a map past the end", func() error { return r.Map(7*g, 2*g) }, ErrOutOfRange},
+		{"a map at the end", func() error { return r.Map(8*g, g) }, ErrOutOfRange},
+		{"a map over a mapping", func() error { return r.Map(g, 2*g) }, ErrOverlap},
+		{"a map off the granularity", func() error { return r.Map(4*g, g+4096) }, ErrUnaligned},
+		{"an unmap of part of a mapping", func() error { return r.Unmap(0, g) }, ErrNotMapped},
+		{"an unmap of two mappings", func() error { return r.Unmap(0, 3*g) }, ErrNotMapped},
+		{"an unmap of nothing mapped", func() error { return r.Unmap(4*g, g) }, ErrNotMapped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := d.MemoryStats()
+			if counted {
+				counter.Reset()
+			}
+			assert.ErrorIs(t, tc.op(), tc.want)
+			if counted {
+				assert.Empty(t, counter.Made(), "no driver call")
+			}
+			assert.Equal(t, before, d.MemoryStats(), "no figure moved")
+			assert.Equal(t, 3*g, r.Mapped())
+		})
+	}
+}
+
 // TestCUDAReturnCheck: after an unmap the driver has the memory back, by
 // its device-wide figure and by NVML's figure of this process, within the
 // granularity (exactly, on the fake).

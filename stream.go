@@ -55,6 +55,19 @@ func (d Device) streamTable(op string, change bool, feature string) (*deviceTabl
 // device's current pool, and a stream that is capturing a HIP graph is
 // refused with [ErrNotSupported] (docs/rocm.md).
 //
+// AllocAsync is the program's call, and keeps the driver's rules of stream
+// capture: while a CUDA graph capture begun in global mode is under way on
+// any thread (or one of the calling thread's own, in thread-local mode),
+// the driver refuses cuMemAllocAsync on a stream that does not capture
+// from a thread that is not in relaxed mode, and invalidates the capture,
+// as it would the raw call. AllocAsync then fails with an error matching
+// [ErrNotSupported] that names the code
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), counting one failed allocation
+// and nothing else; from a thread the program made relaxed
+// (cuThreadExchangeStreamCaptureMode) it allocates. The calls memtrack
+// adds to it change nothing of that, and memtrack's readings never
+// prohibit or invalidate anything: they run in relaxed mode (docs/cuda.md).
+//
 // The buffer counts from AllocAsync's return, both in the tracked figure
 // ([Device.MemoryAllocated]) and in the device-side one ([Stats].Held).
 // Release it with [Buffer.FreeAsync], or with [Buffer.Free] once the work
@@ -94,5 +107,8 @@ func (d Device) AllocAsync(size int64, stream Stream) (*Buffer, error) {
 // launch, which outlived it, and the buffer stays the graph's
 // ([Graphs]). Where it refuses the stream, or the driver refuses the free, the buffer
 // stays live and counted (and watched, on a device watched for leaks), and
-// FreeAsync or Free may be called again.
+// FreeAsync or Free may be called again. The driver refuses
+// cuMemFreeAsync as it does cuMemAllocAsync while a capture is under way
+// ([Device.AllocAsync]): FreeAsync then fails with an error matching
+// [ErrNotSupported], and the buffer stays live.
 func (b *Buffer) FreeAsync(stream Stream) error { return b.release(freeInStream, stream) }

@@ -156,7 +156,7 @@ LD_BIND_NOW=1 go test -tags cuda -count=1 ./...
 # one, not only the default, and on a device whose graph memory comes in
 # chunks other than the H200's (FAKECUDA_GRAPH_CHUNK), which memtrack
 # learns from the driver.
-for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query FAKECUDA_ALLOC_REUSE=1 \
+for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query \
 	FAKECUDA_GRAPH_HIGH_RESET=zero FAKECUDA_GRAPH_CHUNK=2097152; do
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv

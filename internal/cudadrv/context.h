@@ -116,9 +116,11 @@ static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *
 
 // memtrack_relaxed sets the calling thread's stream capture mode to relaxed
 // and returns the one it had, for memtrack_unrelax: a potentially unsafe
-// call (cuMemAlloc, cuMemFree) made in between then neither fails nor
+// call (cuMemAlloc, cuMemFree; on an H200 the pool's attributes and trim
+// and cuEventQuery too, doc.go) made in between then neither fails nor
 // invalidates a capture that another thread, or this one, has begun in
-// global or thread-local mode (cuThreadExchangeStreamCaptureMode).
+// global or thread-local mode (cuThreadExchangeStreamCaptureMode). Every
+// call memtrack makes on its own account runs so.
 static inline CUstreamCaptureMode memtrack_relaxed(void) {
 	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
 	if (memtrack_cu.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) m = CU_STREAM_CAPTURE_MODE_RELAXED;

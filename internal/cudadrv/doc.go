@@ -32,8 +32,17 @@
 // Each rule below is the driver's documented behaviour, with the page of
 // the CUDA Driver API reference (docs.nvidia.com/cuda/cuda-driver-api) or
 // the comment of cuda.h (CUDA 11.8, as scripts/cuda-dev.sh fetches it for
-// the fake driver) that states it. The fake driver of testdata/fakecuda follows the same rules
-// (its RULES.md), and the tests of this package check them against it.
+// the fake driver) that states it, unless it says "an H200": where the
+// documents are silent, what an NVIDIA H200 (driver 580.159.04, CUDA 13.0)
+// answered, with its figures. The fake driver of testdata/fakecuda follows
+// the same rules, and takes the H200's answers as its defaults (its
+// RULES.md); the tests of this package check them against it.
+//
+//   - Device memory (cuMemAlloc). An H200 grew the device's used memory
+//     (cuMemGetInfo) by the size rounded up to 2 MiB, its allocation
+//     granularity: 1 B, 4 KiB and 1 MiB took 2 MiB, 2 MiB + 1 B and
+//     3 MiB 4 MiB, 64 MiB 64 MiB; and it handed the address just freed to
+//     the next allocation, of another size. The reference says neither.
 //
 //   - Contexts. cuDevicePrimaryCtxRetain retains a device's primary context
 //     and makes nothing current; cuCtxSetCurrent replaces the top of the
@@ -69,7 +78,13 @@
 //     that have been asynchronously freed but whose completion has not been
 //     observed on the host (eg. by a synchronize) can count as outstanding".
 //     When a free's bytes leave USED_MEM_CURRENT, at its execution or as soon
-//     as it is enqueued, the reference does not say.
+//     as it is enqueued, the reference does not say, nor could an H200
+//     tell (its stream had run the free before the reading). Nor does it
+//     say in what steps a pool reserves: an H200's default pool, its
+//     threshold 0, reserved 32 MiB for a cuMemAllocAsync of 1 B to
+//     32 MiB, 64 for 33 MiB, 96 for 65, 128 for 100, and counted the size
+//     asked as used (1 MiB: 1.000 MiB); so PoolReserved exceeds PoolUsed
+//     by up to a step.
 //
 //   - A pool's chunk. A pool reserves device memory in chunks larger than
 //     the allocation granularity (an NVIDIA H200 with driver 580.159.04:
@@ -123,9 +138,31 @@
 //     global mode, the thread "is prohibited from potentially unsafe API
 //     calls" such as cuMemAlloc; in relaxed mode it is not. cuEventQuery of
 //     an event last recorded in a capture fails with CUDA_ERROR_CAPTURED_EVENT
-//     (cuda.h). [Alloc] and [Free] run in relaxed mode, as PyTorch's caching
-//     allocator wraps cudaMalloc, so that they never invalidate anyone's
-//     capture; [AllocAsync] and [FreeAsync] ask cuStreamGetCaptureInfo_v2
+//     (cuda.h). Which calls are "potentially unsafe" the documents do not
+//     list beyond cudaMalloc; an H200 (driver 580.159.04, CUDA 13.0)
+//     prohibited, from the capturing thread and from another, in global
+//     mode, cuMemPoolGetAttribute, cuMemPoolSetAttribute, cuMemPoolTrimTo,
+//     cuEventQuery of an event recorded before the capture, cuStreamQuery
+//     of another stream, cuMemAlloc and cuMemFree, and cuMemAllocAsync on
+//     another stream: each answered 900 (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+//     and the capture's cuStreamEndCapture 901 (invalidated); in relaxed
+//     mode each answered 0 and the capture ended with its graph
+//     (testdata/fakecuda/RULES.md, "Calls unsafe during a capture").
+//     Every call memtrack makes on its own account therefore runs in
+//     relaxed mode, inside the one C call of its operation: [Alloc] and
+//     [Free], as PyTorch's caching allocator wraps cudaMalloc, the pool's
+//     calls ([PoolGet], [PoolResetHighs], [PoolSetReleaseThreshold],
+//     [PoolTrimTo], [MemPool]), the event queries of [StreamEvents.Query],
+//     [CheckStream] and [CaptureInfo], [EventDestroy], and the virtual
+//     memory calls, so that no reading invalidates anyone's capture.
+//     [AllocAsync] and [FreeAsync] are the program's calls: their
+//     cuMemAllocAsync and cuMemFreeAsync run in the caller's mode, as the
+//     program made them, and fail and invalidate where the raw calls
+//     would; their own extra calls change nothing of that: the context
+//     switch, cuStreamGetCaptureInfo and the event record after a free
+//     the probe found allowed, and cuStreamGetCtx memtrack's own
+//     allocations in a capture made on the H200 without harm (the graph
+//     tests of the root package, which passed there). [AllocAsync] and [FreeAsync] ask cuStreamGetCaptureInfo_v2
 //     (cuStreamIsCapturing before CUDA 11.3) and run nothing on a capturing
 //     stream, reporting the capture's ID from the same call. The ID is
 //     "unique over the lifetime of the process", and valid only while the
@@ -227,7 +264,16 @@
 //     cuMemUnmap takes "the entire contiguous address range that was mapped
 //     to", never a part of one; the memory is freed once its handle is
 //     released (cuMemRelease) and its last mapping unmapped, in either
-//     order. So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
+//     order. Where the reference is silent, an H200 (driver 580.159.04)
+//     answered: cuMemMap of a size off the granularity 801
+//     (CUDA_ERROR_NOT_SUPPORTED), not 1; cuMemAddressReserve of whole host
+//     pages off the granularity (2 MiB + 4 KiB) 1; a cuMemMap running
+//     past the end of its reservation 0, mapping it; a cuMemUnmap over two
+//     whole mappings and a granule never mapped 0, unmapping both, and
+//     over a granule with nothing mapped 0. The driver being no guard of
+//     a reservation's bounds, memtrack checks every map and unmap against
+//     its own record of the reservation before any driver call
+//     (internal/addrspace). So [Map] is cuMemCreate, cuMemMap and cuMemSetAccess in one
 //     call, and [Unmap] cuMemUnmap and cuMemRelease, the driver's figures
 //     (cuMemGetInfo, NVML's of the process) moving by the size at each.
 //     Map undoes its earlier steps where a later one fails, so that a

@@ -11,6 +11,10 @@ const (
 	OutOfMemory  Result = 2   // CUDA_ERROR_OUT_OF_MEMORY
 	NotReady     Result = 600 // CUDA_ERROR_NOT_READY
 	NotSupported Result = 801 // CUDA_ERROR_NOT_SUPPORTED
+	// CaptureUnsupported is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900):
+	// "the operation is not permitted when the stream is capturing", and
+	// the answer to a call that a capture under way prohibits (doc.go).
+	CaptureUnsupported Result = 900
 )
 
 // Sticky reports whether r leaves the context unusable. cuda.h documents

@@ -147,10 +147,20 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 	}
 	a.op = memtrack_cu.cuMemFreeAsync(ptr, stream);
 	if (a.op == CUDA_SUCCESS) {
-		CUresult r = a.event ? CUDA_SUCCESS : memtrack_cu.cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
+		// memtrack's own calls: the record (harmless during another
+		// thread's capture, on an H200), and, rarely, an event created
+		// or the stream synchronized, in relaxed mode.
+		CUresult r = CUDA_SUCCESS;
+		if (!a.event) {
+			CUstreamCaptureMode m = memtrack_relaxed();
+			r = memtrack_cu.cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING);
+			memtrack_unrelax(m);
+		}
 		if (r == CUDA_SUCCESS) r = memtrack_record(a.event, stream, &a.seq);
 		if (r != CUDA_SUCCESS) {
+			CUstreamCaptureMode m = memtrack_relaxed();
 			memtrack_cu.cuStreamSynchronize(stream);
+			memtrack_unrelax(m);
 			a.retired = 1;
 		}
 	}
@@ -161,19 +171,28 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 // memtrack_check_stream reports what memtrack_alloc_async would find of
 // stream (another device, a capture) without allocating; where any_device,
 // it asks for the capture of a stream of another device too.
+// It runs in relaxed stream-capture mode: it reads, for memtrack.
 static memtrack_result memtrack_check_stream(uintptr_t c, uintptr_t handle, int any_device) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
 	CUcontext prev;
-	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) != CUDA_SUCCESS) return a;
-	if ((!a.other_device || any_device) && !a.capturing) a.op = memtrack_check_capture((CUstream)handle, &a);
-	a.restore = memtrack_leave_stream(ctx, prev, &a);
+	CUstreamCaptureMode m = memtrack_relaxed();
+	if ((a.enter = memtrack_enter_stream(ctx, (CUstream)handle, &prev, &a)) == CUDA_SUCCESS) {
+		if ((!a.other_device || any_device) && !a.capturing) a.op = memtrack_check_capture((CUstream)handle, &a);
+		a.restore = memtrack_leave_stream(ctx, prev, &a);
+	}
+	memtrack_unrelax(m);
 	return a;
 }
 
 // memtrack_event_destroy destroys an event of a stream of another context,
 // once reached: memtrack keeps only events of its own context for reuse.
-static void memtrack_event_destroy(CUevent e) { memtrack_cu.cuEventDestroy(e); }
+// It runs in relaxed stream-capture mode, as memtrack's own call.
+static void memtrack_event_destroy(CUevent e) {
+	CUstreamCaptureMode m = memtrack_relaxed();
+	memtrack_cu.cuEventDestroy(e);
+	memtrack_unrelax(m);
+}
 
 // memtrack_reached is, for the events of one stream, how many of them the
 // stream has reached, from the oldest, and the answer that says so:
@@ -215,19 +234,25 @@ static memtrack_reached memtrack_reached_prefix(const CUevent *ev, int n) {
 // (and start at ends[i-1], or 0). Where the context cannot be made current,
 // that failure is every stream's answer, every event counting as reached;
 // where the previous context cannot be made current again, that failure
-// replaces every CUDA_SUCCESS.
+// replaces every CUDA_SUCCESS. The queries run in relaxed stream-capture
+// mode: the driver prohibits cuEventQuery while any thread captures in
+// global mode, failing it and invalidating the capture (on an H200;
+// testdata/fakecuda/RULES.md), and a failed query would count as reached.
 static void memtrack_streams_reached(uintptr_t c, const CUevent *events, const int *ends, int nstreams, memtrack_reached *out) {
 	CUcontext ctx = (CUcontext)c;
 	CUcontext prev;
+	CUstreamCaptureMode m = memtrack_relaxed();
 	CUresult r = memtrack_enter(ctx, &prev);
 	for (int i = 0, start = 0; i < nstreams; start = ends[i++]) {
 		out[i] = r == CUDA_SUCCESS ? memtrack_reached_prefix(events + start, ends[i] - start) : (memtrack_reached){ends[i] - start, r};
 	}
-	if (r != CUDA_SUCCESS) return;
-	CUresult r2 = memtrack_leave(ctx, prev);
-	for (int i = 0; r2 != CUDA_SUCCESS && i < nstreams; i++) {
-		if (out[i].result == CUDA_SUCCESS) out[i].result = r2;
+	if (r == CUDA_SUCCESS) {
+		CUresult r2 = memtrack_leave(ctx, prev);
+		for (int i = 0; r2 != CUDA_SUCCESS && i < nstreams; i++) {
+			if (out[i].result == CUDA_SUCCESS) out[i].result = r2;
+		}
 	}
+	memtrack_unrelax(m);
 }
 */
 import "C"
@@ -294,6 +319,15 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 // allocates nothing. Where the driver lacks cuMemAllocAsync the result is
 // CUDA_ERROR_NOT_SUPPORTED (MemPools says why); so for FreeAsync and
 // cuMemFreeAsync.
+//
+// cuMemAllocAsync runs in the calling thread's stream-capture mode, as the
+// program made it: on a stream that does not capture, while another
+// thread captures in global mode (or this one has a capture of its own),
+// the driver refuses it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and
+// invalidates the capture, as it would the raw call; a thread made relaxed
+// (cuThreadExchangeStreamCaptureMode) allocates. The calls AllocAsync adds
+// (the context switch, cuStreamGetCtx, cuStreamGetCaptureInfo_v2) change
+// nothing of that. So for FreeAsync and cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 	return AllocAsyncIn(ctx, size, stream, RefuseCapture)
 }
@@ -338,7 +372,8 @@ func FreeGraph(ctx Context, ptr uintptr, stream uintptr) StreamCall {
 
 // CheckStream reports what AllocAsync would find of stream, in ctx, without
 // allocating: whether it is of another device, or capturing a graph, and
-// which capture.
+// which capture. It runs in relaxed stream-capture mode, as CaptureInfo
+// does.
 func CheckStream(ctx Context, stream uintptr) StreamCall {
 	return streamCallOf(C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream), 0))
 }
@@ -350,7 +385,8 @@ func CheckStream(ctx Context, stream uintptr) StreamCall {
 // stream reaches first has the lower Seq, whichever threads recorded them
 // (the per-thread default stream's are not numbered: Seq 0).
 // Where the event cannot be recorded it synchronizes the stream and reports
-// the free retired.
+// the free retired. The event's creation and that synchronization run in
+// relaxed stream-capture mode; the free, in the caller's (AllocAsync).
 func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall {
 	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), event.p))
 }
@@ -374,6 +410,9 @@ type StreamEvents struct {
 // fails counts as reached: nothing will run in the context again. It keeps
 // neither slice. A stream that ends past the events, or before the one
 // before it, is answered for with no event reached, and none asked about.
+// The queries run in relaxed stream-capture mode: the driver prohibits
+// cuEventQuery while a capture is under way in global mode (doc.go), and
+// a reading must neither fail nor invalidate the program's capture.
 func (s *StreamEvents) Query(ctx Context, events []Event, ends []int) {
 	s.ends = slices.Grow(s.ends[:0], len(ends))
 	s.out = slices.Grow(s.out[:0], len(ends))[:len(ends)]
@@ -404,7 +443,8 @@ func (s *StreamEvents) Reached(i int) (int, Result) {
 	return int(s.out[i].reached), Result(s.out[i].result)
 }
 
-// EventDestroy destroys an event (cuEventDestroy).
+// EventDestroy destroys an event (cuEventDestroy), in relaxed
+// stream-capture mode.
 func EventDestroy(e Event) { C.memtrack_event_destroy(e.p) }
 
 // CaptureStatus is a stream's capture status (CUstreamCaptureStatus).
@@ -430,7 +470,7 @@ type Capture struct {
 // the capture's ID, asked in the stream's context (cuStreamGetCtx), a
 // stream of another device's too, in the one driver call AllocAsync makes
 // (cuStreamGetCaptureInfo_v2; cuStreamIsCapturing, which gives no ID,
-// before CUDA 11.3).
+// before CUDA 11.3), in relaxed stream-capture mode.
 func CaptureInfo(ctx Context, stream uintptr) (Capture, Call) {
 	r := C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream), 1)
 	return Capture{Status: CaptureStatus(r.capturing), ID: uint64(r.capture_id)}, callOf(r)

@@ -21,11 +21,19 @@ import (
 // (internal/cudatest) and through Map and Unmap.
 
 // vmmKit is a device with virtual memory management, its primary
-// context and its minimum granularity.
+// context and its minimum granularity, and a figure of this process's
+// memory on the device that nothing else moves.
 type vmmKit struct {
 	t    *testing.T
 	ctx  cudadrv.Context
 	gran int64
+	// own returns this process's memory on device 0: NVML's figure of it
+	// where NVML gives one, else, on the fake, cuMemGetInfo's used figure
+	// (the process alone on its machine); nil where there is neither. A
+	// GPU's cuMemGetInfo is no such figure: on an H200 its free figure
+	// moved by tens of MiB between two readings with nothing mapped or
+	// freed in between (28 MiB in TestMapRefused).
+	own func() int64
 }
 
 // newVMMKit skips where the driver or device 0 lacks virtual memory
@@ -44,15 +52,68 @@ func newVMMKit(t *testing.T) *vmmKit {
 	gran, _, r := cudadrv.Granularity(0)
 	require.Equal(t, cudadrv.Success, r)
 	require.Positive(t, gran)
-	return &vmmKit{t, ctx, gran}
+	k := &vmmKit{t: t, ctx: ctx, gran: gran}
+	k.own = processFigure(t, ctx)
+	return k
 }
 
-// free returns the device's free memory (cuMemGetInfo).
-func (k *vmmKit) free() int64 {
+// processFigure returns a function that reads this process's memory on
+// device 0 (vmmKit.own), or nil where there is none.
+func processFigure(t *testing.T, ctx cudadrv.Context) func() int64 {
+	t.Helper()
+	if lib, err := nvml.Open(); err == nil {
+		t.Cleanup(func() { lib.Close() })
+		_, u, r := cudadrv.DeviceInfo(0)
+		require.Equal(t, cudadrv.Success, r)
+		uuid := fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+		read := func() (int64, bool) {
+			ps, err := lib.Processes(uuid)
+			require.NoError(t, err)
+			for _, p := range ps {
+				if p.PID == os.Getpid() && p.UsedKnown {
+					return int64(p.Used), true
+				}
+			}
+			return 0, false
+		}
+		if _, ok := read(); ok {
+			return func() int64 {
+				t.Helper()
+				n, ok := read()
+				require.True(t, ok, "NVML lists this process")
+				return n
+			}
+		}
+	}
+	if isFake(t) {
+		return func() int64 {
+			t.Helper()
+			free, total, c := cudadrv.MemInfo(ctx)
+			require.Equal(t, cudadrv.Call{}, c)
+			return total - free
+		}
+	}
+	return nil
+}
+
+// used returns this process's memory on the device (own), or 0 where
+// there is no figure of it; usedIs checks it, and says once that it
+// cannot where there is none.
+func (k *vmmKit) used() int64 {
 	k.t.Helper()
-	free, _, c := cudadrv.MemInfo(k.ctx)
-	require.Equal(k.t, cudadrv.Call{}, c)
-	return free
+	if k.own == nil {
+		return 0
+	}
+	return k.own()
+}
+
+func (k *vmmKit) usedIs(t *testing.T, want int64, msgAndArgs ...any) {
+	t.Helper()
+	if k.own == nil {
+		t.Log("no figure of this process's memory that only it moves (NVML gives none here, and cuMemGetInfo counts the whole device): not checked")
+		return
+	}
+	assert.Equal(t, want, k.own(), msgAndArgs...)
 }
 
 // reserve reserves n granules, aligned to the granularity, freed when the
@@ -87,14 +148,14 @@ func TestGranularity(t *testing.T) {
 // Unmap gives it back; the reservation counted nothing.
 func TestMapUnmap(t *testing.T) {
 	k := newVMMKit(t)
-	before := k.free()
+	before := k.used()
 	p := k.reserve(64)
-	assert.Equal(t, before, k.free(), "a reservation holds no physical memory")
+	k.usedIs(t, before, "a reservation holds no physical memory")
 
 	h, c := cudadrv.Map(k.ctx, 0, p+uintptr(2*k.gran), 3*k.gran)
 	require.Equal(t, cudadrv.VMMCall{}, c)
 	require.NotZero(t, h)
-	assert.Equal(t, before-3*k.gran, k.free(), "cuMemGetInfo counts the memory mapped")
+	k.usedIs(t, before+3*k.gran, "the driver counts the memory mapped")
 	k.in(func() {
 		flags, r := cudatest.GetAccess(p+uintptr(2*k.gran), 0)
 		require.Equal(t, cudadrv.Success, r)
@@ -105,7 +166,7 @@ func TestMapUnmap(t *testing.T) {
 
 	c = cudadrv.Unmap(k.ctx, p+uintptr(2*k.gran), 3*k.gran, h)
 	require.Equal(t, cudadrv.VMMCall{}, c)
-	assert.Equal(t, before, k.free(), "the driver has the memory back")
+	k.usedIs(t, before, "the driver has the memory back")
 	require.Equal(t, cudadrv.Call{}, cudadrv.AddressFree(k.ctx, p, 64*k.gran))
 }
 
@@ -113,7 +174,7 @@ func TestMapUnmap(t *testing.T) {
 // nothing behind.
 func TestMapRefused(t *testing.T) {
 	k := newVMMKit(t)
-	before := k.free()
+	before := k.used()
 	p := k.reserve(4)
 	for _, tc := range []struct {
 		name string
@@ -123,7 +184,6 @@ func TestMapRefused(t *testing.T) {
 	}{
 		{"size off the granularity", p, k.gran + 4096, cudadrv.StepCreate},
 		{"address off the granularity", p + 4096, k.gran, cudadrv.StepMap},
-		{"past the reservation", p + uintptr(3*k.gran), 2 * k.gran, cudadrv.StepMap},
 		{"more than the device has", p, 1 << 50, cudadrv.StepCreate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,21 +194,48 @@ func TestMapRefused(t *testing.T) {
 			assert.Equal(t, cudadrv.Success, c.Undo)
 			assert.Equal(t, cudadrv.Success, c.Enter)
 			assert.Equal(t, cudadrv.Success, c.Restore)
-			assert.Equal(t, before, k.free(), "nothing left behind")
+			k.usedIs(t, before, "nothing left behind")
 		})
 	}
-	h, c := cudadrv.Map(k.ctx, 0, p, k.gran)
+	h, c := cudadrv.Map(k.ctx, 0, p, 2*k.gran)
 	require.Equal(t, cudadrv.VMMCall{}, c)
 	_, c = cudadrv.Map(k.ctx, 0, p, k.gran)
 	assert.Equal(t, cudadrv.StepMap, c.Step, "a mapped range is not mapped again")
-	assert.Equal(t, before-k.gran, k.free(), "the second map's memory was released")
-	c = cudadrv.Unmap(k.ctx, p+uintptr(k.gran), k.gran, h)
-	assert.Equal(t, cudadrv.StepUnmap, c.Step, "nothing mapped there")
+	k.usedIs(t, before+2*k.gran, "the second map's memory was released")
+	c = cudadrv.Unmap(k.ctx, p, k.gran, h)
+	assert.Equal(t, cudadrv.StepUnmap, c.Step, "part of a mapping")
 	assert.Equal(t, invalidValue, c.Op)
-	require.Equal(t, cudadrv.VMMCall{}, cudadrv.Unmap(k.ctx, p, k.gran, h), "the failed unmap released nothing")
-	assert.Equal(t, before, k.free())
+	require.Equal(t, cudadrv.VMMCall{}, cudadrv.Unmap(k.ctx, p, 2*k.gran, h), "the failed unmap released nothing")
+	k.usedIs(t, before)
 	assert.Equal(t, "cuMemSetAccess", cudadrv.StepAccess.String())
 	assert.Equal(t, "", cudadrv.StepNone.String())
+}
+
+// A map that runs past the end of its reservation: the reference asks for
+// "an address reservation previously reserved" and says nothing of a
+// range that leaves it, and an H200 mapped one (2 granules at the last
+// granule of a reservation of 4: cuMemMap answered 0). The driver being no
+// guard, memtrack checks its ranges itself (Reservation.Map, ErrOutOfRange,
+// before any driver call). Whatever the driver answers, nothing is left
+// behind: a mapping left there lay across the next reservation's addresses
+// and made its first map fail (on the H200, TestVMMContextRestored's, with
+// 1).
+func TestMapPastTheReservation(t *testing.T) {
+	k := newVMMKit(t)
+	before := k.used()
+	p := k.reserve(4)
+	h, c := cudadrv.Map(k.ctx, 0, p+uintptr(3*k.gran), 2*k.gran)
+	t.Logf("a map of 2 granules at the last granule of a reservation of 4: %+v", c)
+	if isFake(t) {
+		require.Equal(t, cudadrv.VMMCall{}, c, "mapped, as on an H200")
+	}
+	if c.Op == cudadrv.Success {
+		require.NotZero(t, h)
+		k.usedIs(t, before+2*k.gran, "the mapping's memory")
+		require.Equal(t, cudadrv.VMMCall{}, cudadrv.Unmap(k.ctx, p+uintptr(3*k.gran), 2*k.gran, h))
+	}
+	k.usedIs(t, before, "nothing left behind")
+	require.Equal(t, cudadrv.Call{}, cudadrv.AddressFree(k.ctx, p, 4*k.gran), "nothing mapped there any more")
 }
 
 // Where cuMemSetAccess fails, Map unmaps and releases what it made: the
@@ -159,16 +246,16 @@ func TestMapUndo(t *testing.T) {
 	}
 	requireFakeDriver(t)
 	k := newVMMKit(t)
-	before := k.free()
+	before := k.used()
 	p := k.reserve(4)
 	h, c := cudadrv.Map(k.ctx, 0, p, 2*k.gran)
 	assert.Zero(t, h)
 	assert.Equal(t, cudadrv.VMMCall{Call: cudadrv.Call{Op: 999}, Step: cudadrv.StepAccess}, c)
-	assert.Equal(t, before, k.free(), "unmapped and released")
+	k.usedIs(t, before, "unmapped and released")
 	h, c = cudadrv.Map(k.ctx, 0, p, 2*k.gran)
 	assert.Zero(t, h)
 	assert.Equal(t, cudadrv.VMMCall{Call: cudadrv.Call{Op: cudadrv.OutOfMemory}, Step: cudadrv.StepMap}, c)
-	assert.Equal(t, before, k.free(), "released")
+	k.usedIs(t, before, "released")
 	h, c = cudadrv.Map(k.ctx, 0, p, 2*k.gran)
 	require.Equal(t, cudadrv.VMMCall{}, c, "the range was left unmapped")
 	require.Equal(t, cudadrv.VMMCall{}, cudadrv.Unmap(k.ctx, p, 2*k.gran, h))
@@ -199,12 +286,18 @@ func TestVMMProcessFigure(t *testing.T) {
 		t.Skip("NVML gives no figure of this process")
 		return 0
 	}
-	before, free := used(), k.free()
+	devFree := func() int64 { // cuMemGetInfo, beside NVML's figure: the whole device's
+		t.Helper()
+		free, _, c := cudadrv.MemInfo(k.ctx)
+		require.Equal(t, cudadrv.Call{}, c)
+		return free
+	}
+	before, free := used(), devFree()
 	p := k.reserve(16)
 	reserved := used()
 	h, c := cudadrv.Map(k.ctx, 0, p, 4*k.gran)
 	require.Equal(t, cudadrv.VMMCall{}, c)
-	mapped, freeMapped := used(), k.free()
+	mapped, freeMapped := used(), devFree()
 	require.Equal(t, cudadrv.VMMCall{}, cudadrv.Unmap(k.ctx, p, 4*k.gran, h))
 	unmapped := used()
 	t.Logf("NVML's figure of this process: %+d bytes reserving 16 granules, %+d mapping 4, %+d unmapping them; cuMemGetInfo's free %+d mapping them",
@@ -329,35 +422,40 @@ func TestVMMRules(t *testing.T) {
 			assert.Equal(t, invalidValue, r, "cuMemCreate")
 			h := create(2)
 			assert.Equal(t, invalidValue, cudatest.MemMap(p+4096, 2*g, h), "cuMemMap at an address off the granularity")
-			assert.Equal(t, invalidValue, cudatest.MemMap(p, g+4096, h), "cuMemMap of a size off it")
+			// The reference says "must be a multiple"; an H200 answered 801.
+			assert.Equal(t, cudadrv.NotSupported, cudatest.MemMap(p, g+4096, h), "cuMemMap of a size off it")
 			assert.Equal(t, cudadrv.Success, cudatest.MemRelease(h))
+			// The reference asks for whole host pages; an H200 answered 1
+			// to 2 MiB + 4 KiB.
+			_, r = cudatest.AddressReserve(g+int64(os.Getpagesize()), 0)
+			assert.Equal(t, invalidValue, r, "cuMemAddressReserve of a size off it")
 		})
 		t.Run("a reservation holds no physical memory", func(t *testing.T) {
-			before := k.free()
+			before := k.used()
 			p, r := cudatest.AddressReserve(1<<40, 0) // a TiB
 			require.Equal(t, cudadrv.Success, r)
-			assert.Equal(t, before, k.free())
+			k.usedIs(t, before)
 			assert.Equal(t, cudadrv.Success, cudatest.AddressFree(p, 1<<40))
 		})
 		t.Run("physical memory exists from create to release", func(t *testing.T) {
-			before := k.free()
+			before := k.used()
 			h := create(3)
-			assert.Equal(t, before-3*g, k.free(), "counted at cuMemCreate, mapped or not")
+			k.usedIs(t, before+3*g, "counted at cuMemCreate, mapped or not")
 			assert.Equal(t, cudadrv.Success, cudatest.MemRelease(h))
-			assert.Equal(t, before, k.free())
+			k.usedIs(t, before)
 		})
 		t.Run("release frees nothing while a mapping remains", func(t *testing.T) {
-			before := k.free()
+			before := k.used()
 			p := k.reserve(4)
 			h := create(2)
 			require.Equal(t, cudadrv.Success, cudatest.MemMap(p, 2*g, h))
 			require.Equal(t, cudadrv.Success, cudatest.MemMap(at(p, 2), 2*g, h), "a second mapping of the same memory")
 			require.Equal(t, cudadrv.Success, cudatest.MemRelease(h))
-			assert.Equal(t, before-2*g, k.free(), "released, still mapped twice")
+			k.usedIs(t, before+2*g, "released, still mapped twice")
 			require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 2*g))
-			assert.Equal(t, before-2*g, k.free(), "still mapped once")
+			k.usedIs(t, before+2*g, "still mapped once")
 			require.Equal(t, cudadrv.Success, cudatest.MemUnmap(at(p, 2), 2*g))
-			assert.Equal(t, before, k.free(), "freed with the last mapping")
+			k.usedIs(t, before, "freed with the last mapping")
 		})
 		t.Run("no access until access is set", func(t *testing.T) {
 			p := k.reserve(2)
@@ -379,8 +477,8 @@ func TestVMMRules(t *testing.T) {
 			require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 2*g))
 			require.Equal(t, cudadrv.Success, cudatest.MemRelease(h))
 		})
-		t.Run("unmap takes whole mappings only", func(t *testing.T) {
-			before := k.free()
+		t.Run("unmap takes whole mappings, never part of one", func(t *testing.T) {
+			before := k.used()
 			p := k.reserve(4)
 			a, b := create(2), create(1)
 			require.Equal(t, cudadrv.Success, cudatest.MemMap(p, 2*g, a))
@@ -389,14 +487,20 @@ func TestVMMRules(t *testing.T) {
 			require.Equal(t, cudadrv.Success, cudatest.MemRelease(b))
 			assert.Equal(t, invalidValue, cudatest.MemUnmap(p, g), "part of a mapping")
 			assert.Equal(t, invalidValue, cudatest.MemUnmap(at(p, 1), 2*g), "parts of two")
-			assert.Equal(t, invalidValue, cudatest.MemUnmap(p, 4*g), "two and a range never mapped")
-			assert.Equal(t, before-3*g, k.free(), "nothing unmapped")
+			k.usedIs(t, before+3*g, "nothing unmapped")
 			c := create(1)
 			assert.Equal(t, invalidValue, cudatest.MemMap(at(p, 1), g, c), "nor mapped over")
-			require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 3*g), "two whole mappings back to back, as NVIDIA's samples unmap")
-			assert.Equal(t, before-g, k.free(), "only the handle not mapped is left")
+			// NVIDIA's samples unmap several mappings back to back in one
+			// call; an H200 unmapped a range with a granule never mapped
+			// after them too (answering 0, its free figure 6 MiB up), and
+			// a granule with nothing mapped (answering 0).
+			require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 4*g), "two whole mappings and a granule never mapped")
+			k.usedIs(t, before+g, "only the handle not mapped is left")
+			assert.Equal(t, cudadrv.Success, cudatest.MemUnmap(at(p, 1), g), "a granule with nothing mapped")
+			require.Equal(t, cudadrv.Success, cudatest.MemMap(at(p, 1), g, c), "the range is free to map")
+			require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 3*g), "one mapping between granules never mapped")
 			require.Equal(t, cudadrv.Success, cudatest.MemRelease(c))
-			assert.Equal(t, before, k.free())
+			k.usedIs(t, before)
 		})
 	})
 }
@@ -444,7 +548,7 @@ func TestAddressFreeReading(t *testing.T) {
 			g := k.gran
 			var reading, why string
 			k.in(func() {
-				before := k.free()
+				before := k.used()
 				p, r := cudatest.AddressReserve(4*g, g)
 				require.Equal(t, cudadrv.Success, r)
 				h, r := cudatest.RawMap(0, p, 2*g)
@@ -453,24 +557,23 @@ func TestAddressFreeReading(t *testing.T) {
 				assert.Equal(t, invalidValue, cudatest.AddressFree(p, 2*g), "the size must match the reservation's")
 				freed := cudatest.AddressFree(p, 4*g)
 				_, access := cudatest.GetAccess(p, 0)
-				mapped := k.free()
 				switch {
 				case freed != cudadrv.Success:
 					reading, why = "refuse", fmt.Sprintf("cuMemAddressFree answered %d (%s)", freed, cudadrv.Name(freed))
 					assert.Equal(t, cudadrv.Success, access, "still mapped")
-					assert.Equal(t, before-2*g, mapped, "the memory still held")
+					k.usedIs(t, before+2*g, "the memory still held")
 					require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 2*g))
 					require.Equal(t, cudadrv.Success, cudatest.AddressFree(p, 4*g))
 				case access != cudadrv.Success:
 					reading, why = "unmap", "cuMemAddressFree succeeded and unmapped what was mapped"
-					assert.Equal(t, before, mapped, "the memory freed with the mapping")
+					k.usedIs(t, before, "the memory freed with the mapping")
 				default:
 					reading, why = "defer", "cuMemAddressFree succeeded; the mapping stays until unmapped"
-					assert.Equal(t, before-2*g, mapped)
+					k.usedIs(t, before+2*g)
 					assert.Equal(t, invalidValue, cudatest.AddressFree(p, 4*g), "freed once")
 					require.Equal(t, cudadrv.Success, cudatest.MemUnmap(p, 2*g))
 				}
-				assert.Equal(t, before, k.free(), "nothing left")
+				k.usedIs(t, before, "nothing left")
 				assert.Equal(t, invalidValue, cudatest.AddressFree(p, 4*g), "the reservation is gone")
 			})
 			return reading, why
@@ -479,7 +582,9 @@ func TestAddressFreeReading(t *testing.T) {
 
 // A reservation with alignment 0 gets the driver's default alignment,
 // which the documents do not give (FAKECUDA_VMM_ALIGN); one with an
-// alignment asked for is aligned to it, as memtrack asks.
+// alignment asked for is aligned to it, as memtrack asks. The sizes are
+// whole granules: an H200 refused 2 MiB + 4 KiB (cuMemAddressReserve
+// answered 1), though the reference asks for whole host pages only.
 func TestAddressAlignReading(t *testing.T) {
 	readings(t, "align", "FAKECUDA_VMM_ALIGN", "granularity", []string{"granularity", "page"},
 		func(t *testing.T, k *vmmKit) (string, string) {
@@ -488,19 +593,19 @@ func TestAddressAlignReading(t *testing.T) {
 				page := int64(os.Getpagesize())
 				reading = "granularity"
 				for range 16 { // a page-aligned base is granularity-aligned by chance one time in gran/page
-					p, r := cudatest.AddressReserve(k.gran+page, 0)
+					p, r := cudatest.AddressReserve(k.gran, 0)
 					require.Equal(t, cudadrv.Success, r)
 					assert.Zero(t, int64(p)%page, "page-aligned at least")
 					why = fmt.Sprintf("alignment 0 gave %#x", p)
-					require.Equal(t, cudadrv.Success, cudatest.AddressFree(p, k.gran+page))
+					require.Equal(t, cudadrv.Success, cudatest.AddressFree(p, k.gran))
 					if int64(p)%k.gran != 0 {
 						reading = "page"
 						break
 					}
 					// Keep the range taken, so that the next is elsewhere.
-					q, r := cudatest.AddressReserve(k.gran+page, k.gran)
+					q, r := cudatest.AddressReserve(k.gran, k.gran)
 					require.Equal(t, cudadrv.Success, r)
-					defer cudatest.AddressFree(q, k.gran+page)
+					defer cudatest.AddressFree(q, k.gran)
 				}
 				for range 8 {
 					p, c := cudadrv.AddressReserve(k.ctx, k.gran, 4*k.gran)

@@ -13,6 +13,10 @@ static CUresult cudatest_begin_capture(uintptr_t stream, CUstreamCaptureMode mod
 	return CUDATEST_CALL(cudatest_cu.cuStreamBeginCapture, (CUstream)stream, mode);
 }
 
+static CUresult cudatest_exchange_mode(CUstreamCaptureMode *mode) {
+	return CUDATEST_CALL(cudatest_lib.cuThreadExchangeStreamCaptureMode, mode);
+}
+
 // cudatest_end_capture ends the capture on stream and reports how many
 // nodes the graph holds, then destroys it.
 static CUresult cudatest_end_capture(uintptr_t stream, size_t *nodes) {
@@ -53,4 +57,14 @@ func EndCapture(stream uintptr) (nodes int, _ cudadrv.Result) {
 	var n C.size_t
 	r := cudadrv.Result(C.cudatest_end_capture(C.uintptr_t(stream), &n))
 	return int(n), r
+}
+
+// ExchangeCaptureMode sets the calling thread's stream-capture mode to mode
+// and returns the one it had (cuThreadExchangeStreamCaptureMode), as a
+// program does around a call it makes relaxed: the caller locks its
+// goroutine to the thread until it has put the old mode back.
+func ExchangeCaptureMode(mode CaptureMode) (CaptureMode, cudadrv.Result) {
+	m := C.CUstreamCaptureMode(mode)
+	r := cudadrv.Result(C.cudatest_exchange_mode(&m))
+	return CaptureMode(m), r
 }

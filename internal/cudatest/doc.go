@@ -3,7 +3,8 @@
 // their own, stream capture, graphs instantiated, uploaded and launched, a
 // memory pool set current, a stream held back by a host function, the raw
 // calls the benchmarks compare with, those of virtual memory management one
-// by one), and the fake driver's count of the calls of each entry point
+// by one, a program's capture in global mode during which a test makes a
+// call), and the fake driver's count of the calls of each entry point
 // (DriverCalls, and CountCalls, with which a test asserts exactly which
 // calls an operation makes). It calls
 // the driver through a table of its own, filled by the loader of

@@ -61,6 +61,26 @@ func requireFake(t *testing.T, fake bool) {
 	}
 }
 
+// requireFakeBeforeOpen skips, before NVML is opened, a test whose process
+// sets the fake NVML's switches to make the open fail (FAKENVML_FAIL,
+// FAKENVML_HIDE): a real NVML has none, and opens. The fake NVML comes
+// with the fake driver (scripts/test-cuda.sh), whose devices say so by
+// name.
+func requireFakeBeforeOpen(t *testing.T) {
+	t.Helper()
+	if _, err := cudadrv.Load(); err != nil {
+		t.Skip(err)
+	}
+	if n, r := cudadrv.Init(); r != cudadrv.Success || n == 0 {
+		t.Skipf("needs a CUDA device: cuInit: %d, %d device(s)", r, n)
+	}
+	name, _, r := cudadrv.DeviceInfo(0)
+	require.Equal(t, cudadrv.Success, r)
+	if !strings.HasPrefix(name, "memtrack fakecuda") {
+		t.Skip("needs the fake NVML of testdata/fakenvml and the fake driver: a real NVML has no switches to fail or hide its calls")
+	}
+}
+
 // uuidOf returns CUDA device ordinal's UUID as NVML writes it.
 func uuidOf(t *testing.T, ordinal int) string {
 	_, u, r := cudadrv.DeviceInfo(ordinal)
@@ -254,10 +274,7 @@ func TestProcessCalls(t *testing.T) {
 				return
 			}
 			if tc.call == "" {
-				if _, err := cudadrv.Load(); err != nil {
-					t.Skip(err)
-				}
-				cudadrv.Init()
+				requireFakeBeforeOpen(t)
 				l, err := nvml.Open()
 				if l != nil {
 					l.Close()
@@ -304,10 +321,7 @@ func TestInitFails(t *testing.T) {
 			if !childtest.InChild(t, "MEMTRACK_NVML_CHILD", fmt.Sprintf("FAKENVML_FAIL=nvmlInitWithFlags:1:%d", code)) {
 				return
 			}
-			if _, err := cudadrv.Load(); err != nil {
-				t.Skip(err)
-			}
-			cudadrv.Init()
+			requireFakeBeforeOpen(t)
 			l, err := nvml.Open()
 			assert.Nil(t, l)
 			require.ErrorIs(t, err, nvml.ErrUnavailable)

@@ -11,6 +11,12 @@
 // finds each by name and version as the driver does (cuGetProcAddress, in
 // fakecuda_proc.c, which can also make it an older driver, or one without
 // some calls).
+// cuMemAlloc maps whole pages of the allocation granularity
+// (FAKECUDA_GRANULARITY, 2 MiB by default): the device's used memory grows
+// by the size rounded up to it, and a freed range's addresses go to the
+// next allocation that fits in them, whatever its size, the last freed
+// first, as an H200 did (RULES.md).
+//
 // Including cuda.h gives each function the signature and the versioned name
 // (cuMemAlloc_v2, ...) the real driver has. Init, devices, primary contexts
 // (retained and released, counted), contexts of one's own (cuCtxCreate,
@@ -42,11 +48,6 @@
 //	                           a real GPU, where they cannot tell the fake
 //	FAKECUDA_CONTEXT_BYTES=b   memory a context takes on its device while it
 //	                           lives (default 0), as a real one does
-//	FAKECUDA_ALLOC_REUSE=1     cuMemAlloc maps whole 2 MiB pages and hands a
-//	                           freed range out again to the next allocation
-//	                           that fits in it, whatever its size, as the
-//	                           driver may; by default addresses come from
-//	                           malloc, which reuses them less eagerly
 //	FAKECUDA_FAIL_ALLOC=n      the n-th cuMemAlloc of the process fails with
 //	                           CUDA_ERROR_OUT_OF_MEMORY
 //	FAKECUDA_FAIL_FREE=n       the n-th cuMemFree of the process fails with
@@ -100,7 +101,8 @@ struct alloc {
 	struct alloc *next;
 	void *mem;
 	size_t size;
-	size_t extent; // FAKECUDA_ALLOC_REUSE: the 2 MiB pages mapped for it
+	size_t extent;  // the range's addresses: at least the size rounded up to the granularity
+	size_t charged; // the device memory it takes: its size rounded up to the granularity
 	int device;
 };
 
@@ -110,8 +112,7 @@ static int ndevices = 1;
 static size_t capacity[MAX_DEVICES];
 static size_t context_bytes;
 static const char *device_name;
-static int alloc_reuse;
-static struct alloc *unmapped; // FAKECUDA_ALLOC_REUSE: freed ranges, the last freed first
+static struct alloc *unmapped; // freed ranges, the last freed first
 static long fail_alloc, fail_free;
 static CUresult every_call = CUDA_SUCCESS;
 static struct fault faults[MAX_FAULTS];
@@ -280,7 +281,6 @@ static void configure(void) {
 		contexts[i].primary = 1;
 	}
 	context_bytes = (size_t)env_long("FAKECUDA_CONTEXT_BYTES", 0);
-	alloc_reuse = env_long("FAKECUDA_ALLOC_REUSE", 0) != 0;
 	device_name = getenv("FAKECUDA_NAME");
 	if (device_name && !*device_name) device_name = NULL;
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
@@ -434,6 +434,7 @@ static CUresult usable(CUcontext ctx) {
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
 CUresult fakecuda_unsafe_call(void);
+size_t fakecuda_granularity(void); // fakecuda_vmm.c
 
 CUresult fakecuda_enter(const char *fn) { return enter(fn); }
 CUresult fakecuda_ready(const char *fn) { return ready(fn); }
@@ -742,51 +743,53 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 // cuMemAlloc and cuMemFree are potentially unsafe during stream capture
 // (cuThreadExchangeStreamCaptureMode): where the thread's capture mode
 // prohibits them, they fail and invalidate the captures concerned.
+//
+// cuMemAlloc maps whole pages of the allocation granularity: the device's
+// used memory grows by the size rounded up to it (an H200's cuMemGetInfo:
+// 1 B, 4 KiB and 1 MiB took 2 MiB, 2 MiB + 1 B and 3 MiB 4 MiB), and it
+// hands a freed range's addresses out again to the next allocation that
+// fits in them, whatever its size, the last freed first (an H200 gave the
+// next allocation the address just freed); the memory taken is the
+// allocation's own size rounded up, whatever the range. Host memory stands
+// for device memory; malloc maps large blocks lazily, so untouched
+// gigabytes cost no RAM.
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 	int dev;
 	CUresult r = in_context("cuMemAlloc", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+	size_t page = fakecuda_granularity();
+	if (bytesize > SIZE_MAX - page) return CUDA_ERROR_OUT_OF_MEMORY;
+	size_t extent = (bytesize + page - 1) / page * page;
 	struct alloc *a = malloc(sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&mu);
 	long n = ++nallocs;
-	if (n == fail_alloc || charge(dev, bytesize) != CUDA_SUCCESS) {
+	if (n == fail_alloc || charge(dev, extent) != CUDA_SUCCESS) {
 		pthread_mutex_unlock(&mu);
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->mem = NULL;
+	a->extent = extent;
+	for (struct alloc **q = &unmapped; *q; q = &(*q)->next) {
+		if ((*q)->extent >= bytesize) {
+			struct alloc *u = *q;
+			*q = u->next;
+			a->mem = u->mem;
+			a->extent = u->extent; // the range's pages, at least the size's
+			free(u);
+			break;
+		}
 	}
 	pthread_mutex_unlock(&mu);
-	// Host memory stands for device memory; malloc maps large blocks lazily,
-	// so untouched gigabytes cost no RAM.
-	a->mem = NULL;
-	if (alloc_reuse) {
-		size_t page = (size_t)2 << 20;
-		pthread_mutex_lock(&mu);
-		for (struct alloc **q = &unmapped; *q; q = &(*q)->next) {
-			if ((*q)->extent >= bytesize) {
-				struct alloc *u = *q;
-				*q = u->next;
-				a->mem = u->mem;
-				a->extent = u->extent;
-				free(u);
-				break;
-			}
-		}
-		pthread_mutex_unlock(&mu);
-		if (!a->mem) {
-			a->extent = (bytesize + page - 1) / page * page;
-			a->mem = malloc(a->extent);
-		}
-	} else {
-		a->mem = malloc(bytesize);
-	}
-	if (!a->mem) {
-		uncharge(dev, bytesize);
+	if (!a->mem && !(a->mem = malloc(extent))) {
+		uncharge(dev, extent);
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	a->charged = extent;
 	a->size = bytesize;
 	a->device = dev;
 	pthread_mutex_lock(&mu);
@@ -816,16 +819,12 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	}
 	struct alloc *a = *p;
 	*p = a->next;
-	uncharge(a->device, a->size);
-	if (alloc_reuse) {
-		a->next = unmapped;
-		unmapped = a;
-		pthread_mutex_unlock(&mu);
-		return CUDA_SUCCESS;
-	}
+	uncharge(a->device, a->charged);
+	// The range's pages go back to the device; its addresses to the next
+	// allocation that fits.
+	a->next = unmapped;
+	unmapped = a;
 	pthread_mutex_unlock(&mu);
-	free(a->mem);
-	free(a);
 	return CUDA_SUCCESS;
 }
 

@@ -11,9 +11,11 @@
 // device, created on first use; it does not synchronize with other streams.
 //
 // The pool of each device keeps what the driver's does: used bytes (each
-// allocation's size, rounded up to FAKECUDA_POOL_ROUND) and reserved bytes
-// (taken from the device in 2 MiB granules as the used bytes outgrow them),
-// with the high-water mark of each. An allocation counts as used from
+// allocation's size, rounded up to FAKECUDA_POOL_ROUND: by default the size
+// asked, as an H200's pool counted it) and reserved bytes (taken from the
+// device in steps of FAKECUDA_POOL_STEP as the used bytes outgrow them:
+// 32 MiB by default, as an H200's default pool reserved them), with the
+// high-water mark of each. An allocation counts as used from
 // cuMemAllocAsync's return; a free stops counting when its stream executes
 // it. Reserved memory above the release threshold (0 by default) returns to
 // the device at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo returns what is free above its argument.
@@ -31,6 +33,8 @@
 //	                              file path exists: a test holds every stream
 //	                              back, then creates the file to let them run
 //	FAKECUDA_POOL_ROUND=b         round each pool allocation up to b bytes (default 1)
+//	FAKECUDA_POOL_STEP=b          a pool reserves device memory in steps of b
+//	                              bytes (default 32 MiB, an H200's: RULES.md)
 //	FAKECUDA_POOL_FREE=r          when a cuMemFreeAsync's bytes leave the pool's
 //	                              USED_MEM_CURRENT, which the reference does not
 //	                              settle: "executed" (default), when the stream
@@ -70,7 +74,6 @@
 #include <unistd.h>
 
 #define MAX_DEVICES 16
-#define GRANULE ((size_t)2 << 20)
 
 struct CUstream_st;
 
@@ -89,6 +92,9 @@ void fakecuda_graph_stream_gone(struct CUstream_st *s);
 
 // From fakecuda_vmm.c.
 int fakecuda_vmm_supported(int dev);
+
+// Below: the check of a potentially unsafe call during stream capture.
+CUresult fakecuda_unsafe_call(void);
 
 // From fakecuda.c.
 CUresult fakecuda_ready(const char *fn);
@@ -201,6 +207,7 @@ static pthread_once_t sconfig_once = PTHREAD_ONCE_INIT;
 static long delay_us, fail_alloc_async, fail_free_async;
 static const char *gate;
 static size_t pool_round = 1;
+static size_t pool_step = (size_t)32 << 20;
 static int no_pools, allow_unordered, free_enqueued, trim_query;
 static long hostfn_delay_us;
 static int hostfn_serial = 1;
@@ -230,6 +237,8 @@ static void sconfigure(void) {
 	if (gate && !*gate) gate = NULL;
 	long r = senv("FAKECUDA_POOL_ROUND", 1);
 	pool_round = r > 0 ? (size_t)r : 1;
+	long step = senv("FAKECUDA_POOL_STEP", 32L << 20);
+	if (step > 0) pool_step = (size_t)step;
 	no_pools = senv("FAKECUDA_NO_POOLS", 0) != 0;
 	hostfn_delay_us = senv("FAKECUDA_HOSTFN_DELAY_US", 0);
 	hostfn_serial = senv("FAKECUDA_HOSTFN_SERIAL", 1) != 0;
@@ -261,12 +270,12 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // ---- pools (smu held)
 
 // pool_release returns the pool's reserved memory above max(keep, used) to
-// the device, in whole granules.
+// the device, in whole steps.
 static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
 	// Frees whose completion the host has not observed can count as
 	// outstanding (cuMemPoolTrimTo): the fake keeps them reserved.
 	size_t out = p->used + p->unobserved;
-	size_t want = round_up(out > keep ? out : keep, GRANULE);
+	size_t want = round_up(out > keep ? out : keep, pool_step);
 	if (p->reserved > want) {
 		fakecuda_give(p->device, p->reserved - want);
 		p->reserved = want;
@@ -676,6 +685,11 @@ CUresult CUDAAPI cuStreamQuery(CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
+	pthread_mutex_unlock(&smu);
+	// A query of a stream that does not capture is potentially unsafe
+	// while a capture is under way elsewhere (the H200, RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
 	int idle = !s->head && !s->busy;
 	pthread_mutex_unlock(&smu);
 	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -897,12 +911,16 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 	return CUDA_SUCCESS;
 }
 
-// fakecuda_unsafe_call is the check of a potentially unsafe call (cuMemAlloc,
-// cuMemFree) on the calling thread: prohibited, unless the thread's mode is
-// relaxed, while the thread has a capture of its own that is not relaxed,
-// or, in global mode, while any thread has a capture begun in global mode.
-// A prohibited call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
-// invalidates those captures.
+// fakecuda_unsafe_call is the check of a potentially unsafe call on the
+// calling thread: cuMemAlloc and cuMemFree, which
+// cuThreadExchangeStreamCaptureMode names, and those an H200 refused
+// (RULES.md): cuMemPoolGetAttribute, cuMemPoolSetAttribute,
+// cuMemPoolTrimTo, cuEventQuery of an event not captured, cuStreamQuery,
+// cuMemAllocAsync and cuMemFreeAsync of a stream that does not capture.
+// Prohibited, unless the thread's mode is relaxed, while the thread has a
+// capture of its own that is not relaxed, or, in global mode, while any
+// thread has a capture begun in global mode. A prohibited call fails with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates those captures.
 CUresult fakecuda_unsafe_call(void) {
 	pthread_once(&sconfig_once, sconfigure);
 	if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
@@ -983,6 +1001,12 @@ CUresult CUDAAPI cuEventQuery(CUevent e) {
 	CUresult r = sready("cuEventQuery");
 	if (r != CUDA_SUCCESS) return r;
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&smu);
+	int captured_now = e->captured;
+	pthread_mutex_unlock(&smu);
+	// A query of an event recorded outside a capture is potentially unsafe
+	// while a capture is under way (the H200, RULES.md).
+	if (!captured_now && (r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	int reached = e->done >= e->recorded, captured = e->captured;
 	// FAKECUDA_TRIM_OBSERVED=query: a query that finds the event reached is
@@ -1108,6 +1132,7 @@ static CUresult valid_pool(const char *fn, CUmemoryPool p) {
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
 	CUresult r = valid_pool("cuMemPoolGetAttribute", p);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!value) return CUDA_ERROR_INVALID_VALUE;
 	cuuint64_t v;
 	pthread_mutex_lock(&smu);
@@ -1127,6 +1152,7 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr,
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value) {
 	CUresult r = valid_pool("cuMemPoolSetAttribute", p);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	if (!value) return CUDA_ERROR_INVALID_VALUE;
 	cuuint64_t v = *(cuuint64_t *)value;
 	pthread_mutex_lock(&smu);
@@ -1151,6 +1177,7 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr,
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
 	CUresult r = valid_pool("cuMemPoolTrimTo", p);
 	if (r != CUDA_SUCCESS) return r;
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	pthread_mutex_lock(&smu);
 	pool_release(p, keep);
 	pthread_mutex_unlock(&smu);
@@ -1184,6 +1211,9 @@ static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUst
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
+	// On a stream that does not capture, potentially unsafe while a
+	// capture is under way elsewhere (the H200, RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	struct palloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
 	a->size = size;
@@ -1194,10 +1224,10 @@ static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUst
 	struct CUmemPoolHandle_st *p = from ? from : current_pool[dev] ? current_pool[dev] : &pools[dev];
 	a->pool = p;
 	long n = ++nallocs_async;
-	if (n == fail_alloc_async || a->used > SIZE_MAX - GRANULE - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
-	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, GRANULE) : 0;
+	if (n == fail_alloc_async || a->used > SIZE_MAX - pool_step - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
+	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, pool_step) : 0;
 	if (r == CUDA_SUCCESS && want > p->reserved) {
-		// Take the granules from the device; if it has no room, release
+		// Take the steps from the device; if it has no room, release
 		// what the pool keeps free first, as the driver does, and retry.
 		r = fakecuda_take(dev, want - p->reserved);
 		if (r != CUDA_SUCCESS) {
@@ -1291,6 +1321,9 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
+	// On a stream that does not capture, potentially unsafe as
+	// cuMemAllocAsync is (RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
 	struct op *o = calloc(1, sizeof *o);
 	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&smu);

@@ -99,6 +99,7 @@ struct mapping {
 	struct mapping *next;
 	uintptr_t ptr;
 	size_t size;
+	size_t tail; // the bytes past its reservation's end, host address space the fake took for it
 	struct handle *h;
 	struct reservation *res;
 	unsigned long long access[MAX_DEVICES]; // CUmemAccess_flags per device
@@ -164,6 +165,14 @@ int fakecuda_vmm_supported(int dev) {
 	return dev >= 0 && dev < MAX_DEVICES && vmm[dev];
 }
 
+// fakecuda_granularity returns the devices' minimum allocation granularity
+// (FAKECUDA_GRANULARITY), the page in which cuMemAlloc maps memory too
+// (fakecuda.c).
+size_t fakecuda_granularity(void) {
+	pthread_once(&vconfig_once, vconfigure);
+	return gran_min;
+}
+
 static int any_vmm(void) {
 	for (int i = 0; i < fakecuda_devices(); i++)
 		if (vmm[i]) return 1;
@@ -192,10 +201,16 @@ static struct reservation *reservation_of(uintptr_t ptr, size_t size) {
 	return NULL;
 }
 
+// reservation_at returns the reservation in which ptr lies, or NULL.
+static struct reservation *reservation_at(uintptr_t ptr) {
+	for (struct reservation *r = reservations; r; r = r->next)
+		if (ptr >= r->base && ptr - r->base < r->size) return r;
+	return NULL;
+}
+
 // covered reports whether [ptr, ptr+size) is made of whole mappings, back
-// to back, every byte mapped: what cuMemUnmap ("the entire contiguous
-// address range that was mapped to", never "a sub-range") and cuMemSetAccess
-// ("a fully mapped address range containing all allocations") take.
+// to back, every byte mapped: what cuMemSetAccess ("a fully mapped address
+// range containing all allocations") takes.
 static int covered(uintptr_t ptr, size_t size) {
 	if (size == 0) return 0;
 	uintptr_t at = ptr, end = ptr + size;
@@ -220,7 +235,8 @@ static void unmap_one(struct mapping *m) {
 			break;
 		}
 	}
-	mmap((void *)m->ptr, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	mmap((void *)m->ptr, m->size - m->tail, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (m->tail) munmap((void *)(m->ptr + m->size - m->tail), m->tail); // not the reservation's: given back
 	struct handle *h = m->h;
 	if (--h->mappings == 0 && h->released) {
 		fakecuda_give(h->device, h->size);
@@ -277,7 +293,9 @@ CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 	CUresult r = vready("cuMemAddressReserve");
 	if (r != CUDA_SUCCESS) return r;
 	if ((r = unsafe()) != CUDA_SUCCESS) return r;
-	if (!ptr || size == 0 || size % host_page != 0 || addr % host_page != 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+	// The reference asks for a size of whole host pages; an H200 refused
+	// one of whole pages off the granularity (2 MiB + 4 KiB: RULES.md).
+	if (!ptr || size == 0 || size % gran_min != 0 || addr % host_page != 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	if (alignment & (alignment - 1)) return CUDA_ERROR_INVALID_VALUE; // a power of two, or 0
 	if (!any_vmm()) return CUDA_ERROR_NOT_SUPPORTED;
 	if (alignment == 0) alignment = align_page ? host_page : gran_min;
@@ -409,28 +427,46 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
 	return CUDA_SUCCESS;
 }
 
-// cuMemMap maps a handle into a reservation: ptr, size and offset multiples
-// of the minimum granularity, offset 0 ("currently must be zero"), the
-// range within one reservation and "not currently mapped", the handle
-// valid; the mapping has no access until cuMemSetAccess.
+// cuMemMap maps a handle into a reservation: ptr and offset multiples of
+// the minimum granularity, offset 0 ("currently must be zero"), ptr within
+// a reservation and the range "not currently mapped", the handle valid;
+// the mapping has no access until cuMemSetAccess. A size off the
+// granularity is CUDA_ERROR_NOT_SUPPORTED, and a range that runs past the
+// end of its reservation is mapped, as an H200 answered (RULES.md); the
+// fake takes the host's address space past the end for it, and refuses it
+// (CUDA_ERROR_INVALID_VALUE) where that space is another's.
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
 			  unsigned long long flags) {
 	CUresult r = vready("cuMemMap");
 	if (r != CUDA_SUCCESS) return r;
 	if ((r = unsafe()) != CUDA_SUCCESS) return r;
-	if (flags != 0 || offset != 0 || size == 0 || size % gran_min != 0 || ptr % gran_min != 0) return CUDA_ERROR_INVALID_VALUE;
+	if (flags != 0 || offset != 0 || size == 0 || ptr % gran_min != 0) return CUDA_ERROR_INVALID_VALUE;
+	if (size % gran_min != 0) return CUDA_ERROR_NOT_SUPPORTED;
 	struct mapping *m = calloc(1, sizeof *m);
 	if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&vmu);
 	struct handle *h = valid_handle(handle);
-	struct reservation *res = reservation_of((uintptr_t)ptr, size);
+	struct reservation *res = reservation_at((uintptr_t)ptr);
 	int overlap = 0;
 	for (struct mapping *x = mappings; x && !overlap; x = x->next)
 		overlap = x->ptr < (uintptr_t)ptr + size && (uintptr_t)ptr < x->ptr + x->size;
-	if (!h || !res || res->freed || overlap || offset + size > h->size) {
+	if (!h || !res || res->freed || overlap || offset + size > h->size || (uintptr_t)ptr + size < (uintptr_t)ptr) {
 		pthread_mutex_unlock(&vmu);
 		free(m);
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	uintptr_t end = res->base + res->size;
+	if ((uintptr_t)ptr + size > end) {
+		// Past the reservation's end: the host's address space there, if
+		// nothing holds it (another reservation or any other mapping).
+		m->tail = (uintptr_t)ptr + size - end;
+		void *t = mmap((void *)end, m->tail, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (t != (void *)end) {
+			if (t != MAP_FAILED) munmap(t, m->tail); // a kernel that took the flag as a hint
+			pthread_mutex_unlock(&vmu);
+			free(m);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
 	}
 	m->ptr = (uintptr_t)ptr;
 	m->size = size;
@@ -443,24 +479,33 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
 	return CUDA_SUCCESS;
 }
 
-// cuMemUnmap unmaps "the entire contiguous address range that was mapped
-// to" (one mapping or several back to back, never part of one); "Any
-// backing memory allocations will be freed if there are no existing
-// mappings and there are no unreleased memory handles", and the range is
-// "converted to an address reservation", whose next mapping starts with no
-// access.
+// cuMemUnmap unmaps whole mappings, never part of one ("cuMemUnmap cannot
+// unmap a sub-range of an address range mapped by cuMemCreate / cuMemMap");
+// a range over several, back to back (NVIDIA's samples) or with address
+// space never mapped between or around them, or with none, in a
+// reservation, is unmapped, as an H200 answered (RULES.md). "Any backing
+// memory allocations will be freed if there are no existing mappings and
+// there are no unreleased memory handles", and the range is "converted to
+// an address reservation", whose next mapping starts with no access.
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
 	CUresult r = vready("cuMemUnmap");
 	if (r != CUDA_SUCCESS) return r;
 	if ((r = unsafe()) != CUDA_SUCCESS) return r;
+	uintptr_t at = (uintptr_t)ptr;
 	pthread_mutex_lock(&vmu);
-	if (!covered((uintptr_t)ptr, size)) {
+	int cut = size == 0 || at + size < at, inside = 0;
+	for (struct mapping *m = mappings; m && !cut; m = m->next) {
+		if (m->ptr >= at + size || m->ptr + m->size <= at) continue;
+		cut = m->ptr < at || m->ptr + m->size > at + size; // part of a mapping
+		inside++;
+	}
+	if (cut || (!inside && !reservation_of(at, size))) {
 		pthread_mutex_unlock(&vmu);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	for (struct mapping *m = mappings, *next; m; m = next) {
 		next = m->next;
-		if (m->ptr >= (uintptr_t)ptr && m->ptr - (uintptr_t)ptr < size) unmap_one(m);
+		if (m->ptr >= at && m->ptr - at < size) unmap_one(m);
 	}
 	pthread_mutex_unlock(&vmu);
 	return CUDA_SUCCESS;
