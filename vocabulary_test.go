@@ -41,6 +41,7 @@ var vocabulary = []vocabularyRule{
 		"cudadrv.PoolAttributes.PoolReserved", "cudadrv.PoolAttributes.PeakPoolReserved",
 		"hipdrv.PoolAttributes.PoolReserved", "hipdrv.PoolAttributes.PeakPoolReserved",
 		"fit.Before.PoolReserved", "fit.Result.PoolReserved", "fit.Result.PeakPoolReserved", // a prediction's pool, as the driver's attributes name it
+		"Prediction.PoolReservedIncrease", "Prediction.GraphReservedIncrease", "FitCheck.PoolReservedIncrease", "FitCheck.GraphReservedIncrease",
 		"metric memtrack_pool_reserved_bytes", "metric memtrack_peak_pool_reserved_bytes",
 		"GraphStats.GraphReserved", "GraphStats.PeakGraphReserved", "Usage.GraphReserved", "Usage.PeakGraphReserved",
 		"Measurement.StartGraphReserved", "Measurement.EndGraphReserved", "Budget.GraphReserved", "OutOfMemoryError.GraphReserved",
@@ -65,7 +66,7 @@ var vocabulary = []vocabularyRule{
 		"Measurement.PerProcess", "Measurement.PerProcessErr", "Measurement.StartProcessUsed", "Measurement.EndProcessUsed",
 		"Measurement.StartOtherProcessesUsed", "Measurement.EndOtherProcessesUsed", "Measurement.ProcessUntracked", "Measurement.OtherProcesses",
 		"Budget.PerProcess", "Budget.PerProcessErr", "Budget.OtherProcessesUsed", "Budget.ProcessUsed",
-		"Target.PerProcess", "Target.PerProcessErr",
+		"Target.PerProcess", "Target.PerProcessErr", "Prediction.PerProcess", "Prediction.PerProcessErr",
 		"OutOfMemoryError.PerProcess", "OutOfMemoryError.PerProcessErr", "OutOfMemoryError.ProcessUsed",
 		"OutOfMemoryError.OtherProcessesUsed", "OutOfMemoryError.OtherProcesses",
 		"metric memtrack_process_used_bytes", "metric memtrack_process_untracked_bytes", "metric memtrack_other_processes_used_bytes",
