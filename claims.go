@@ -128,11 +128,12 @@ func claimKey(d Device) (string, error) {
 // Claim is a claim this process posted of the memory a load needs on a
 // device ([Prediction.Claim]). Its methods are safe for concurrent use.
 type Claim struct {
-	mu     sync.Mutex
-	plan   Plan
-	posted *claims.Posted
-	ttl    time.Duration
-	renew  time.Time // when the claim was last written
+	mu        sync.Mutex
+	plan      Plan
+	posted    *claims.Posted
+	ttl       time.Duration
+	renew     time.Time // when the claim was last written
+	withdrawn bool
 }
 
 // Claim posts, on the plan's board (Plan.Claims), a claim of Need + Margin
@@ -206,6 +207,10 @@ func (c *Claim) Wait(ctx context.Context, interval time.Duration) (Prediction, e
 	defer tick.Stop()
 	for {
 		c.mu.Lock()
+		if c.withdrawn {
+			c.mu.Unlock()
+			return Prediction{Plan: c.plan}, fmt.Errorf("%w: Wait on the claim on %v, withdrawn already", ErrInvalidArgument, c.plan.Device)
+		}
 		p, err := c.plan.predict(c.posted)
 		if err == nil && time.Since(c.renew) >= c.ttl/3 {
 			err = c.renewLocked(time.Now())
@@ -231,6 +236,7 @@ func (c *Claim) Withdraw() error {
 	if err := c.posted.Withdraw(); err != nil {
 		return c.refused(err)
 	}
+	c.withdrawn = true
 	return nil
 }
 

@@ -115,11 +115,11 @@ func (p Plan) WithMeasurement(m Measurement) (Plan, error) {
 		return p, fmt.Errorf("%w: a measurement of %v with %d bytes in total for a plan of %v: want a measurement of a device of the same kind, from Device.Measure or ReadMeasurement",
 			ErrInvalidArgument, m.Device, m.Total, p.Device)
 	}
-	peak := max(m.PeakTrackedIncrease, m.PeakHeldIncrease)
-	if peak < 0 || m.GraphNeed < 0 {
-		return p, fmt.Errorf("%w: a measurement of %v whose peak rose %d bytes, with a graph need of %d bytes", ErrInvalidArgument, m.Device, peak, m.GraphNeed)
+	if m.PeakTrackedIncrease < 0 || m.PeakHeldIncrease < 0 || m.GraphNeed < 0 {
+		return p, fmt.Errorf("%w: a measurement of %v whose peaks rose %d and %d bytes, with a graph need of %d bytes: want 0 or more",
+			ErrInvalidArgument, m.Device, m.PeakTrackedIncrease, m.PeakHeldIncrease, m.GraphNeed)
 	}
-	p.Transient, p.GraphNeed = peak, m.GraphNeed
+	p.Transient, p.GraphNeed = max(m.PeakTrackedIncrease, m.PeakHeldIncrease), m.GraphNeed
 	return p, nil
 }
 
@@ -245,8 +245,18 @@ type fitStart struct {
 func (p Plan) Predict() (Prediction, error) { return p.predict(nil) }
 
 // predict is Predict, counting, where own is a claim of this process's,
-// only the claims posted before it.
+// only the claims posted before it. A refused prediction is the plan
+// alone.
 func (p Plan) predict(own *claims.Posted) (Prediction, error) {
+	pred, err := p.predictFigures(own)
+	if err != nil {
+		return Prediction{Plan: p}, err
+	}
+	return pred, nil
+}
+
+// predictFigures is predict's work.
+func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 	s, err := p.check()
 	if err != nil {
 		return Prediction{Plan: p}, err
@@ -273,6 +283,9 @@ func (p Plan) predict(own *claims.Posted) (Prediction, error) {
 		if rules.Granularity, err = d.MapGranularity(); err != nil {
 			return pred, err
 		}
+	}
+	if err := fit.Check(rules, p.parts(true)); err != nil {
+		return pred, fmt.Errorf("%w: the plan of %v: %v", ErrInvalidArgument, d, err)
 	}
 	if p.GraphNeed > 0 {
 		if _, err := s.graphMemory(d); err != nil {

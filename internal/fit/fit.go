@@ -120,6 +120,11 @@ func RoundUp(n, unit int64) int64 {
 	return Mul(q, unit)
 }
 
+// Check refuses parts that the rules do not accept, as Predict does, with
+// no figure of the device yet: a caller checks its load before it reads
+// the device.
+func Check(r Rules, parts []Part) error { return check(r, Before{}, parts, 0) }
+
 // Predict returns what the parts will add to the process's memory on a
 // device with rules r whose figures are b just before the load, with
 // graphGrowth, what the load's CUDA graphs will reserve beyond what the
