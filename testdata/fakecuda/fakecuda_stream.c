@@ -109,6 +109,7 @@ void fakecuda_absent(const char *fn, void *variant);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
+int fakecuda_devices(void);
 void fakecuda_give(int dev, size_t n);
 
 enum op_kind { OP_FREE, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_MEMSET, OP_CALL };
@@ -1094,8 +1095,8 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props
 	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
 	    props->location.id >= MAX_DEVICES || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
-	int dev = props->location.id, unused;
-	if ((r = fakecuda_on_device("cuMemPoolCreate", dev, &unused)) != CUDA_SUCCESS) return r;
+	int dev = props->location.id;
+	if (dev >= fakecuda_devices()) return CUDA_ERROR_INVALID_DEVICE; // sready was the call's one prologue
 	pthread_mutex_lock(&smu);
 	struct CUmemPoolHandle_st *p = NULL;
 	for (int i = MAX_DEVICES; i < MAX_POOLS && !p; i++)
