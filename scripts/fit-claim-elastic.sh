@@ -2,7 +2,9 @@
 # A newcomer that claims the room its load needs, beside an elastic cache
 # that follows the device and counts claims (examples/profile): the
 # follower starts alone and maps its whole budget, holding most of the
-# GPU; the newcomer (-fit -claim) plans a load larger than the memory
+# GPU; newcomers without a claim (-fit) find that a cache of 40 blocks does
+# not fit, say how many blocks would, and load that many, not one more;
+# the newcomer (-fit -claim) plans a load larger than the memory
 # left free, predicts that it does not fit, claims what it needs, and
 # waits; the follower shrinks for the claim at the reading that first
 # counts it; the newcomer loads with no out-of-memory, checks its
@@ -13,6 +15,8 @@
 #
 #   - the follower's blocks, once it has settled alone, are not the blocks
 #     it reserved for its budget;
+#   - a newcomer without a claim loads a cache that does not fit, or the
+#     blocks it says would fit do not, or one more does;
 #   - the newcomer's first prediction fits (its load must not fit in what
 #     the follower leaves free), or predicts other than its weights and
 #     cache in whole granules of 2 MiB;
@@ -35,6 +39,7 @@
 #	FOLLOWER    the follower's flags (-utilization 0.9 -weights 256MiB -block-size 64MiB -workers 1 -activation 16MiB)
 #	NEWCOMER    the newcomer's load (-weights 1GiB -cache-blocks 4 -block-size 16MiB -workers 1 -activation 8MiB)
 #	MARGIN      the newcomer's margin (32MiB)
+#	SMALL       the weights of the newcomers without a claim (128MiB)
 #	TIMEOUT     seconds each step may wait (60)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,6 +47,7 @@ device=${DEVICE:-cuda:0}
 follower=${FOLLOWER:--utilization 0.9 -weights 256MiB -block-size 64MiB -workers 1 -activation 16MiB}
 newcomer=${NEWCOMER:--weights 1GiB -cache-blocks 4 -block-size 16MiB -workers 1 -activation 8MiB}
 margin=${MARGIN:-32MiB}
+small=${SMALL:-128MiB}
 timeout=${TIMEOUT:-60}
 work=$(mktemp -d)
 pid=
@@ -108,7 +114,37 @@ total=$(field "$last" total)
 echo "== the follower alone: $a0 blocks mapped, $reserved reserved for its budget; the device: $used of $total MiB used"
 ((a0 > 0 && a0 == reserved)) || fail "the follower alone mapped $a0 blocks, not the $reserved of its budget"
 
-# 2. The newcomer: a load larger than the free memory, claimed.
+# 2. A newcomer without a claim, of smaller weights: its load does not
+# fit, and it says how many of its blocks would; that many fit, and one
+# more does not.
+# shellcheck disable=SC2086
+newcomer() { "$profile" -device "$device" -fit $newcomer "$@" >"$work/newcomer.out" 2>&1; }
+rc=0
+newcomer -weights "$small" -cache-blocks 40 || rc=$?
+fits=$(grep -m1 '^  fits:' "$work/newcomer.out" || true)
+echo "== a newcomer of 40 blocks, without a claim (exit status $rc):$fits"
+((rc == 1)) && [[ $fits == *"does not fit"* ]] || fail "a newcomer of 40 blocks, without a claim, did not stop before loading: $fits"
+grep -qx 'fit: not loaded: .*' "$work/newcomer.out" || fail "the newcomer of 40 blocks did not say it loaded nothing"
+n=$(sed -n 's/.*; \([0-9]*\) blocks of .* would fit beside the rest of the load$/\1/p' <<<"$fits")
+((n > 0 && n < 40)) || fail "the newcomer of 40 blocks says $n blocks would fit"
+rc=0
+newcomer -weights "$small" -cache-blocks $((n + 1)) || rc=$?
+((rc == 1)) || fail "$((n + 1)) blocks fit, one more than the $n the newcomer said"
+mark=$(wc -l <"$work/follower.out")
+rc=0
+newcomer -weights "$small" -cache-blocks "$n" || rc=$?
+((rc == 0)) || fail "the $n blocks the newcomer said would fit did not load"
+fitline=$(tail -n1 "$work/newcomer.out")
+echo "== $n blocks would fit: $((n + 1)) do not; $n load: $fitline"
+read -r p m < <(sed -n 's/^fit: device=[^ ]* predicted=\([0-9]*\) measured=\([0-9]*\) .*/\1 \2/p' <<<"$fitline")
+[[ -n $p && $p == "$m" ]] || fail "the newcomer of $n blocks predicted $p bytes and measured $m"
+# Where the follower shrank for it, it grows back to its blocks alone.
+if tail -n +"$((mark + 1))" "$work/follower.out" | grep -q '^follow t=.* blocks='; then
+	before=$(settled | wc -l)
+	await "the follower grows back after the newcomer of $n blocks" settles $((before + 1)) "$a0"
+fi
+
+# 3. The newcomer: a load larger than the free memory, claimed.
 echo "== the newcomer: -fit -claim -fit-margin $margin $newcomer"
 rc=0
 # shellcheck disable=SC2086
@@ -134,7 +170,7 @@ claimed=$(sed -n 's/^claim: \([0-9]*\) bytes .*/\1/p' "$work/newcomer.out")
 claim=$(awk -v b="$claimed" 'BEGIN { printf "%.2f", b / 1048576 }')
 echo "== the newcomer: does not fit at first; claimed $claim MiB, got the room, loaded, predicted $predicted and measured $measured bytes"
 
-# 3. The follower counted the claim as posted, shrank at once, and counts
+# 4. The follower counted the claim as posted, shrank at once, and counts
 # nothing once it is withdrawn.
 mapfile -t lines < <(counted)
 ((${#lines[@]} >= 2)) || fail "the follower printed no claim counted and then gone: ${lines[*]}"
@@ -151,7 +187,7 @@ echo "== the follower: counted the claim ($c1 MiB) at reading $r1, shrank to $ta
 gone=$(field "${lines[-1]}" counted)
 awk -v a="$gone" 'BEGIN { exit !(a == 0) }' || fail "the follower still counts $gone MiB of claims once the newcomer withdrew its claim"
 
-# 4. The newcomer has exited: the follower grows back.
+# 5. The newcomer has exited: the follower grows back.
 await "the follower grows back after the newcomer exits" settles 2 "$a0"
 echo "== the newcomer exited: the follower back to $(settled | tail -n1) blocks"
 touch "$work/follower.stop"

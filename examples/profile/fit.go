@@ -92,6 +92,10 @@ func planFit(dev memtrack.Device, o fitOptions, l fitLoad) *fitRun {
 	r := &fitRun{pred: p, why: why}
 	r.printPrediction()
 	if !o.claim {
+		if !p.Fits {
+			fmt.Printf("fit: not loaded: the load does not fit on %v, and the program claims no room (-claim)\n", dev)
+			os.Exit(1)
+		}
 		return r
 	}
 	r.claim, err = p.Claim(o.claimTTL)
