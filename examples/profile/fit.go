@@ -120,14 +120,17 @@ func planFit(dev memtrack.Device, o fitOptions, l fitLoad) *fitRun {
 func (r *fitRun) printPrediction() {
 	p := r.pred
 	fmt.Printf("fit: the load planned on %v (Plan.Predict), as its driver counts it:\n", p.Plan.Device)
-	rules := fmt.Sprintf("allocations in units of %s", size(p.AllocUnit))
+	rules := fmt.Sprintf("allocations in units of %s, learned from the driver", size(p.AllocUnit))
+	if p.AllocUnit == 1 {
+		rules = "allocations as asked (the driver states no rounding)"
+	}
 	if p.Granularity > 0 {
 		rules += fmt.Sprintf(", mappings in granules of %s", size(p.Granularity))
 	}
 	if p.PoolChunk > 0 {
 		rules += fmt.Sprintf(", the memory pool in chunks of %s", size(p.PoolChunk))
 	}
-	fmt.Printf("  rules:     %s (from the driver)\n", rules)
+	fmt.Printf("  rules:     %s\n", rules)
 	for _, part := range p.Parts {
 		fmt.Printf("  %-10s %d x %s by %s: %s\n", part.Category, part.Count, size(part.Size), part.Via, size(part.Predicted))
 	}
