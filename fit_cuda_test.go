@@ -266,7 +266,3 @@ func TestCUDAFitRefused(t *testing.T) {
 		assert.Contains(t, err.Error(), "cuMemAllocFromPoolAsync")
 	})
 }
-
-// fitChild marks the tests' children: a probe's answer and the driver's
-// configuration are the process's.
-const fitChild = "MEMTRACK_FIT_CHILD"

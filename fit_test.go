@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/memtrack/memtrack/internal/childtest"
 	"github.com/memtrack/memtrack/internal/claims"
 )
 
@@ -72,11 +73,20 @@ func countPrefix(s string) int {
 	return n
 }
 
+// fitChild marks the tests' children: a process of their own, for the
+// categories they make on the CPU and for a probe's answer and the
+// driver's configuration on a GPU.
+const fitChild = "MEMTRACK_FIT_CHILD"
+
 // On the CPU, a buffer from 1 MiB is mapped from the OS in whole pages, a
 // smaller one comes from the Go heap as asked, a mapping takes its pages:
 // the prediction says so, part by part, and the check finds each
-// category's Tracked grown as planned.
+// category's Tracked grown as planned. It runs in a process of its own:
+// its categories, the KV cache's among them, stay there.
 func TestPredictCPU(t *testing.T) {
+	if !childtest.InChild(t, fitChild) {
+		return
+	}
 	d := CPU()
 	page := int64(os.Getpagesize())
 	g, err := d.MapGranularity()
