@@ -222,6 +222,7 @@ type fitStart struct {
 	graphRead     bool
 	notResident   int64
 	runtime       int64 // the CPU: the Go runtime's memory from the OS (runtimeMemory)
+	files         int64 // the CPU: the process's resident pages of files (hostmem.ResidentFiles); -1 where unknown
 }
 
 // Predict predicts what the load of the plan will add to this process's
@@ -307,7 +308,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 		pred.start.tracked[part.Category] = categoryTracked(d, part.Category)
 	}
 	if d.kind == KindCPU {
-		pred.start.runtime = runtimeMemory()
+		pred.start.runtime, pred.start.files = runtimeMemory(), residentFiles()
 	}
 	var before fit.Before
 	if pool {

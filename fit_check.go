@@ -6,6 +6,7 @@ import (
 
 	"github.com/memtrack/memtrack/internal/bytesize"
 	"github.com/memtrack/memtrack/internal/fit"
+	"github.com/memtrack/memtrack/internal/hostmem"
 )
 
 // FitCheck is a [Prediction] set beside what the load did: the figure the
@@ -150,6 +151,11 @@ func (c FitCheck) why(u Usage) []string {
 				bytesize.Format(rt)))
 			explained += rt
 		}
+		if files := residentFiles(); files >= 0 && p.start.files >= 0 && files != p.start.files {
+			why = append(why, fmt.Sprintf("the process's resident pages of files (its code and libraries, read in as they run: RssFile) grew %s",
+				bytesize.Format(files-p.start.files)))
+			explained += files - p.start.files
+		}
 	}
 	if rest := c.Difference - explained; abs64(rest) > c.Within {
 		what, who := "more", "this process allocated memory outside memtrack (a library's workspace, a context of its own)"
@@ -160,7 +166,7 @@ func (c FitCheck) why(u Usage) []string {
 			who += "; or other processes moved it: the figure is the device's, which every process moves"
 		}
 		if p.Plan.Device.kind == KindCPU {
-			who = "the rest of the process moved: the OS's figure holds all of its memory (its code, its other allocations; its cgroup's other processes and page cache, where a cgroup limit applies)"
+			who = "the rest of the process moved: the OS's figure holds all of its memory, its anonymous memory outside the Go runtime's figures and memtrack's buffers (threads' stacks, memory of C code), and, where a cgroup limit applies, its cgroup's other processes and page cache"
 		}
 		why = append(why, fmt.Sprintf("%s %s than the plan and memtrack's own counts explain: %s", bytesize.Format(abs64(rest)), what, who))
 	}
@@ -177,6 +183,16 @@ func runtimeMemory() int64 {
 		return 0
 	}
 	return int64(s[0].Value.Uint64()) - int64(s[1].Value.Uint64())
+}
+
+// residentFiles is the process's resident pages of files, on the CPU
+// (hostmem.ResidentFiles), or -1 where the OS does not say.
+func residentFiles() int64 {
+	n, err := hostmem.ResidentFiles()
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // abs64 returns |n|, math.MaxInt64 for math.MinInt64.
