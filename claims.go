@@ -23,7 +23,7 @@ import (
 // them aside as memory in use at its next reading, and shrinks the cache
 // it sizes to make the room. A claim is not memory: nothing is reserved,
 // and a process that announces nothing is seen only by the memory it
-// holds, for which the plan's margin is all that is kept.
+// holds, for which the plan's headroom is all that is kept.
 //
 // A claim names its device by the GPU's UUID, which names the same GPU in
 // every process and container whatever CUDA_VISIBLE_DEVICES renumbers (the
@@ -136,8 +136,9 @@ type Claim struct {
 	withdrawn bool
 }
 
-// Claim posts, on the plan's board (Plan.Claims), a claim of Need + Margin
-// on the plan's device: what the load takes at its most and the margin
+// Claim posts, on the plan's board (Plan.Claims), a claim of Need +
+// Headroom on the plan's device: what the load takes at its most and the
+// headroom
 // kept beside it, which followers that count the board set aside as in use
 // from their next reading. The claim expires ttl after it is posted, and
 // after each renewal ([Claim.Wait] renews it as it waits, [Claim.Renew] on
@@ -149,7 +150,7 @@ func (p Prediction) Claim(ttl time.Duration) (*Claim, error) {
 	if p.Plan.Claims == nil {
 		return nil, fmt.Errorf("%w: a claim on %v without a board: set Plan.Claims (OpenClaims)", ErrInvalidArgument, p.Plan.Device)
 	}
-	bytes := addSat(p.Need, p.Plan.Margin)
+	bytes := addSat(p.Need, p.Plan.Headroom)
 	if ttl <= 0 || bytes <= 0 {
 		return nil, fmt.Errorf("%w: a claim of %d bytes on %v lasting %v: want a positive size and duration", ErrInvalidSize, bytes, p.Plan.Device, ttl)
 	}
@@ -222,8 +223,8 @@ func (c *Claim) Wait(ctx context.Context, interval time.Duration) (Prediction, e
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return p, wrapf(ctx.Err(), "waiting for room for %s on %v: %s free, %s claimed before this claim, %s kept as the margin",
-				bytesize.Format(p.Need), p.Plan.Device, bytesize.Format(p.Free), bytesize.Format(p.Claimed), bytesize.Format(p.Plan.Margin))
+			return p, wrapf(ctx.Err(), "waiting for room for %s on %v: %s free, %s claimed before this claim, %s kept as headroom",
+				bytesize.Format(p.Need), p.Plan.Device, bytesize.Format(p.Free), bytesize.Format(p.Claimed), bytesize.Format(p.Plan.Headroom))
 		}
 	}
 }

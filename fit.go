@@ -86,13 +86,13 @@ type Plan struct {
 	// largest Need of the graphs of one stream, summed over streams); 0
 	// for none.
 	GraphNeed int64
-	// Margin is the memory to leave free beside the load, for what others
-	// that announce nothing may take: the load fits where the device's
-	// free memory, less the margin and the other processes' claims,
+	// Headroom is the memory to leave free beside the load, for what
+	// others that announce nothing may take: the load fits where the
+	// device's free memory, less the headroom and the other processes' claims,
 	// covers what the load takes at its most. A process that makes no
 	// claim is seen only by the memory it holds when the prediction is
-	// read; the margin is all that is kept for what it takes after.
-	Margin int64
+	// read; the headroom is all that is kept for what it takes after.
+	Headroom int64
 	// BlockSize is the bytes of one KV-cache block, for
 	// [Prediction].Blocks; 0 for none.
 	BlockSize int64
@@ -139,7 +139,7 @@ const (
 // what the load will add to this process's memory there as the driver
 // counts it (Predicted), what it takes at its most (Need), whether that
 // fits beside what other processes hold and claim now, with the plan's
-// margin, and how many KV-cache blocks would fit beside the rest of it.
+// headroom, and how many KV-cache blocks would fit beside the rest of it.
 type Prediction struct {
 	Plan Plan
 
@@ -188,7 +188,7 @@ type Prediction struct {
 	// for ([Plan].Claims): their bytes, less what each claimant has taken
 	// since it claimed, where the per-process figures show it.
 	Claimed int64
-	// Room is Free - Margin - Claimed - Need, and Fits says that it is 0
+	// Room is Free - Headroom - Claimed - Need, and Fits says that it is 0
 	// or more: the load fits beside what the others hold and claim.
 	Room int64
 	Fits bool
@@ -239,7 +239,7 @@ type fitStart struct {
 // with [ErrInvalidDevice] for the zero Device, the device's error where it
 // does not exist here ([ErrInvalidOrdinal], [ErrBackendNotBuilt],
 // [ErrBackendUnavailable]), [ErrInvalidSize] for a size or count below 1
-// or transient memory, a graph need, a margin or a block size below 0, and
+// or transient memory, a graph need, a headroom or a block size below 0, and
 // [ErrInvalidArgument] for a Via that is none; a device without what the
 // plan needs refuses it with [ErrNotSupported] (memory pools, mappings or
 // CUDA graphs).
@@ -348,7 +348,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 			return pred, err
 		}
 	}
-	pred.Room = roomOf(pred.Free, p.Margin, pred.Claimed, pred.Need)
+	pred.Room = roomOf(pred.Free, p.Headroom, pred.Claimed, pred.Need)
 	pred.Fits = pred.Room >= 0
 	if p.BlockSize > 0 {
 		beside, err := fit.Predict(rules, before, p.parts(false), graphGrowth)
@@ -359,7 +359,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 		if p.cacheVia() == ViaMap {
 			block = fit.RoundUp(p.BlockSize, rules.Granularity)
 		}
-		pred.Blocks = max(roomOf(pred.Free, p.Margin, pred.Claimed, beside.Need), 0) / block
+		pred.Blocks = max(roomOf(pred.Free, p.Headroom, pred.Claimed, beside.Need), 0) / block
 	}
 	return pred, nil
 }
@@ -386,7 +386,7 @@ func (p Plan) check() (*deviceTable, error) {
 	for _, f := range []struct {
 		name string
 		n    int64
-	}{{"transient memory", p.Transient}, {"graph need", p.GraphNeed}, {"margin", p.Margin}, {"block size", p.BlockSize}} {
+	}{{"transient memory", p.Transient}, {"graph need", p.GraphNeed}, {"headroom", p.Headroom}, {"block size", p.BlockSize}} {
 		if f.n < 0 {
 			return nil, fmt.Errorf("%w: the plan of %v: a %s of %d bytes: want 0 or more", ErrInvalidSize, p.Device, f.name, f.n)
 		}
@@ -474,7 +474,7 @@ func categoryTracked(d Device, name string) int64 {
 	return 0
 }
 
-// roomOf is free - margin - claimed - need, held to the int64 range.
-func roomOf(free, margin, claimed, need int64) int64 {
-	return subSat(subSat(subSat(free, margin), claimed), need)
+// roomOf is free - headroom - claimed - need, held to the int64 range.
+func roomOf(free, headroom, claimed, need int64) int64 {
+	return subSat(subSat(subSat(free, headroom), claimed), need)
 }

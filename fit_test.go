@@ -40,7 +40,7 @@ func TestPlanRefused(t *testing.T) {
 		{"negative transient memory", Plan{Device: cpu, Transient: -1}, ErrInvalidSize, "a transient memory of -1 bytes"},
 		{"transient memory of no way", Plan{Device: cpu, Transient: 1, TransientVia: Via(9)}, ErrInvalidArgument, "Via(9)"},
 		{"a negative graph need", Plan{Device: cpu, GraphNeed: -1}, ErrInvalidSize, "a graph need of -1 bytes"},
-		{"a negative margin", Plan{Device: cpu, Margin: -1}, ErrInvalidSize, "a margin of -1 bytes"},
+		{"a negative headroom", Plan{Device: cpu, Headroom: -1}, ErrInvalidSize, "a headroom of -1 bytes"},
 		{"a negative block size", Plan{Device: cpu, BlockSize: -16}, ErrInvalidSize, "a block size of -16 bytes"},
 		{"the CPU's memory pool", Plan{Device: cpu, Parts: []PlanPart{{Via: ViaAllocAsync, Size: 5, Count: 1}}}, ErrNotSupported, "memory pools"},
 		{"the CPU's transient pool", Plan{Device: cpu, Transient: 5, TransientVia: ViaAllocAsync}, ErrNotSupported, "memory pools"},
@@ -96,7 +96,7 @@ func TestPredictCPU(t *testing.T) {
 		{Category: "fit mapped", Size: 1<<20 + 1, Count: 2},
 		{Category: "fit reserved", Via: ViaMap, Size: 4 * g, Count: 2},
 		{Category: CategoryKVCache, Size: 8 << 20, Count: 2},
-	}, Transient: 5<<20 + 1, BlockSize: 8<<20 + 1, Margin: 1 << 20}
+	}, Transient: 5<<20 + 1, BlockSize: 8<<20 + 1, Headroom: 1 << 20}
 	p, err := plan.Predict()
 	require.NoError(t, err)
 	rounded := (1<<20 + 1 + page - 1) / page * page
@@ -183,7 +183,7 @@ func writePages(b []byte) {
 // measurement of the same kind of device, here or from a file; another
 // kind's, or no measurement, is refused and the plan stays.
 func TestPlanWithMeasurement(t *testing.T) {
-	plan := Plan{Device: CPU(), Parts: []PlanPart{{Size: 1, Count: 1}}, Margin: 7}
+	plan := Plan{Device: CPU(), Parts: []PlanPart{{Size: 1, Count: 1}}, Headroom: 7}
 	got, err := plan.WithMeasurement(Measurement{Device: CPU(), Total: 1 << 30, PeakTrackedIncrease: 52 << 20, PeakHeldIncrease: 40 << 20, GraphNeed: 3})
 	require.NoError(t, err)
 	want := plan

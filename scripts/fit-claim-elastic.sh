@@ -38,7 +38,7 @@
 #	DEVICE      the device (cuda:0)
 #	FOLLOWER    the follower's flags (-utilization 0.9 -weights 256MiB -block-size 64MiB -workers 1 -activation 16MiB)
 #	NEWCOMER    the newcomer's load (-weights 1GiB -cache-blocks 4 -block-size 16MiB -workers 1 -activation 8MiB)
-#	MARGIN      the newcomer's margin (32MiB)
+#	HEADROOM    the newcomer's headroom (32MiB)
 #	SMALL       the weights of the newcomers without a claim (128MiB)
 #	TIMEOUT     seconds each step may wait (60)
 set -euo pipefail
@@ -46,7 +46,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 device=${DEVICE:-cuda:0}
 follower=${FOLLOWER:--utilization 0.9 -weights 256MiB -block-size 64MiB -workers 1 -activation 16MiB}
 newcomer=${NEWCOMER:--weights 1GiB -cache-blocks 4 -block-size 16MiB -workers 1 -activation 8MiB}
-margin=${MARGIN:-32MiB}
+headroom=${HEADROOM:-32MiB}
 small=${SMALL:-128MiB}
 timeout=${TIMEOUT:-60}
 work=$(mktemp -d)
@@ -145,10 +145,10 @@ if tail -n +"$((mark + 1))" "$work/follower.out" | grep -q '^follow t=.* blocks=
 fi
 
 # 3. The newcomer: a load larger than the free memory, claimed.
-echo "== the newcomer: -fit -claim -fit-margin $margin $newcomer"
+echo "== the newcomer: -fit -claim -fit-headroom $headroom $newcomer"
 rc=0
 # shellcheck disable=SC2086
-"$profile" -device "$device" -fit -claim -claim-dir "$claims" -claim-wait "${timeout}s" -fit-margin "$margin" \
+"$profile" -device "$device" -fit -claim -claim-dir "$claims" -claim-wait "${timeout}s" -fit-headroom "$headroom" \
 	$newcomer >"$work/newcomer.out" 2>&1 || rc=$?
 sed -n '/^fit: the load planned/,/^  fits:/p' "$work/newcomer.out" | head -n 20
 grep -E '^(claim|room):' "$work/newcomer.out" || true

@@ -16,7 +16,7 @@ import (
 type fitOptions struct {
 	on        bool                  // -fit: plan, predict, load, check
 	from      *memtrack.Measurement // -fit-from: the transient memory and the graphs of a saved pass
-	margin    int64                 // -fit-margin
+	headroom  int64                 // -fit-headroom
 	claim     bool                  // -claim: claim the room and wait for it
 	board     *memtrack.Claims      // -claim-dir's board, with -claim
 	claimWait time.Duration         // -claim-wait
@@ -71,7 +71,7 @@ type fitLoad struct {
 func planFit(dev memtrack.Device, o fitOptions, l fitLoad) *fitRun {
 	plan := memtrack.Plan{Device: dev, Parts: []memtrack.PlanPart{
 		{Category: memtrack.CategoryWeights, Via: memtrack.ViaAlloc, Size: l.weights, Count: 1},
-	}, Transient: l.transient, GraphNeed: l.graphNeed, Margin: o.margin, BlockSize: l.blockSize}
+	}, Transient: l.transient, GraphNeed: l.graphNeed, Headroom: o.headroom, BlockSize: l.blockSize}
 	if l.cacheBlocks > 0 {
 		plan.Parts = append(plan.Parts, memtrack.PlanPart{Category: memtrack.CategoryKVCache, Via: l.cacheVia, Size: l.block, Count: l.cacheBlocks})
 	}
@@ -100,7 +100,7 @@ func planFit(dev memtrack.Device, o fitOptions, l fitLoad) *fitRun {
 	}
 	r.claim, err = p.Claim(o.claimTTL)
 	check(err)
-	fmt.Printf("claim: %d bytes (%s) on %v (Prediction.Claim: what the load takes at its most, with the margin) in %s, expiring %v after each renewal\n",
+	fmt.Printf("claim: %d bytes (%s) on %v (Prediction.Claim: what the load takes at its most, with the headroom) in %s, expiring %v after each renewal\n",
 		r.claim.Bytes(), size(r.claim.Bytes()), dev, o.board.Dir(), o.claimTTL)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), o.claimWait)
@@ -144,8 +144,8 @@ func (r *fitRun) printPrediction() {
 		fmt.Printf("  before:    %s of this process's memory (%s): its context, and what it holds before the load\n", size(p.Before), p.Source)
 	}
 	fmt.Printf("  predicted: %s more of this process's memory (%s), %s at the most\n", size(p.Predicted), sourceName(p), size(p.Need))
-	fmt.Printf("  device:    %s total, %s free, %s claimed by other processes, a margin of %s\n",
-		size(p.Total), size(p.Free), size(p.Claimed), size(p.Plan.Margin))
+	fmt.Printf("  device:    %s total, %s free, %s claimed by other processes, a headroom of %s\n",
+		size(p.Total), size(p.Free), size(p.Claimed), size(p.Plan.Headroom))
 	if p.Fits {
 		fmt.Printf("  fits:      yes, with %s to spare; %d blocks of %s would fit beside the rest of the load\n", size(p.Room), p.Blocks, size(p.Plan.BlockSize))
 	} else {

@@ -126,7 +126,7 @@ func main() {
 		fitOn       = flag.Bool("fit", false, "plan the load before making it, print what the driver will count of it and whether it fits, load, and check the prediction")
 		fitSave     = flag.String("fit-save", "", "write the pass's measurement to this file (JSON), for a later -fit-from")
 		fitFrom     = flag.String("fit-from", "", "with -fit, plan the pass's transient memory and graphs from the measurement in this file, before any pass runs")
-		fitMargin   = flag.String("fit-margin", "0", "with -fit, memory to keep free beside the load (for processes that announce nothing)")
+		fitHeadroom = flag.String("fit-headroom", "0", "with -fit, memory to keep free beside the load (for processes that announce nothing)")
 		claimOn     = flag.Bool("claim", false, "with -fit, claim the room the load needs on the board of -claim-dir, wait for it, load, and withdraw the claim")
 		claimDir    = flag.String("claim-dir", memtrack.DefaultClaimsDir(), "the directory of the board of claims that the processes sharing a device read")
 		claimWait   = flag.Duration("claim-wait", time.Minute, "with -claim, how long to wait for the room")
@@ -151,15 +151,15 @@ func main() {
 	if *follow > 0 && (!*elastic || *followUntil == "" && *followFor == 0) {
 		log.Fatalf("-follow takes -elastic, and -follow-until or -follow-for to stop")
 	}
-	if (*fitFrom != "" || *claimOn || *fitMargin != "0") && !*fitOn {
-		log.Fatalf("-fit-from, -fit-margin and -claim take -fit")
+	if (*fitFrom != "" || *claimOn || *fitHeadroom != "0") && !*fitOn {
+		log.Fatalf("-fit-from, -fit-headroom and -claim take -fit")
 	}
 	if *fitOn && *follow > 0 {
 		log.Fatalf("-fit plans a load made once: it takes no -follow")
 	}
 	fo := fitOptions{on: *fitOn, claim: *claimOn, claimWait: *claimWait, claimTTL: *claimTTL}
-	if *fitMargin != "0" {
-		fo.margin, err = parseSize(*fitMargin)
+	if *fitHeadroom != "0" {
+		fo.headroom, err = parseSize(*fitHeadroom)
 		check(err)
 	}
 	if *fitFrom != "" {
