@@ -33,8 +33,13 @@ type followOptions struct {
 // they count for changes.
 //
 // The lines are read by scripts/two-instances-elastic.sh and
-// scripts/fit-claim-elastic.sh; each figure is in MiB, and reading counts
-// the readings from 1:
+// scripts/fit-claim-elastic.sh; each figure is in MiB:
+//
+//	follow t=SECONDS target=N blocks=N mapped=MiB tracked=MiB used=MiB total=MiB process=MiB others=MiB sharers=N
+//
+// and, where the follower counts claims, with the reading (counted from
+// 1) and what the claims counted for at it, and a line of its own where
+// that changes:
 //
 //	follow t=SECONDS reading=N target=N blocks=N mapped=MiB tracked=MiB used=MiB total=MiB process=MiB others=MiB claimed=MiB sharers=N
 //	follow t=SECONDS reading=N claims counted=MiB target=N
@@ -67,7 +72,7 @@ func runFollow(dev memtrack.Device, cat memtrack.Category, p memtrack.Measuremen
 		size(c.r.Size()), c.capacity(), size(c.block), size(s.AddressSpace))
 	target := tg.Blocks
 	step := func(blocks int64) {
-		fmt.Println(followLine(dev, time.Since(start), reading, target, blocks, c.block, tg))
+		fmt.Println(followLine(dev, time.Since(start), reading, target, blocks, c.block, tg, o.claims != nil))
 	}
 	unchanged := 0
 	for {
@@ -109,22 +114,27 @@ func runFollow(dev memtrack.Device, cat memtrack.Category, p memtrack.Measuremen
 }
 
 // followLine is one step of a following cache: the time since the first
-// reading, the reading, the target, the blocks mapped and their bytes, the
-// device's Tracked, the driver's Used and Total, its per-process figures
-// (this process's and the others'; "-" where the device has none), and
-// what other processes' claims counted for at the reading.
-func followLine(dev memtrack.Device, t time.Duration, reading int, target, blocks, block int64, tg memtrack.Target) string {
+// reading, the target, the blocks mapped and their bytes, the device's
+// Tracked, the driver's Used and Total, and its per-process figures (this
+// process's and the others'; "-" where the device has none); where claims
+// counts claims, the reading too, and what other processes' claims
+// counted for at it.
+func followLine(dev memtrack.Device, t time.Duration, reading int, target, blocks, block int64, tg memtrack.Target, claims bool) string {
+	at, claimed := fmt.Sprintf("t=%.3fs", t.Seconds()), ""
+	if claims {
+		at += fmt.Sprintf(" reading=%d", reading)
+		claimed = " claimed=" + mib(tg.Common.Budgets[0].Claimed)
+	}
 	u, err := dev.Usage()
 	if err != nil {
-		return fmt.Sprintf("follow t=%.3fs reading=%d target=%d blocks=%d mapped=%s usage unavailable: %v", t.Seconds(), reading, target, blocks, mib(blocks*block), err)
+		return fmt.Sprintf("follow %s target=%d blocks=%d mapped=%s usage unavailable: %v", at, target, blocks, mib(blocks*block), err)
 	}
 	process, others := "-", "-"
 	if u.PerProcess {
 		process, others = mib(u.ProcessUsed), mib(u.OtherProcessesUsed)
 	}
-	return fmt.Sprintf("follow t=%.3fs reading=%d target=%d blocks=%d mapped=%s tracked=%s used=%s total=%s process=%s others=%s claimed=%s sharers=%d",
-		t.Seconds(), reading, target, blocks, mib(blocks*block), mib(u.Tracked), mib(u.Used), mib(u.Total), process, others,
-		mib(tg.Common.Budgets[0].Claimed), tg.Sharers)
+	return fmt.Sprintf("follow %s target=%d blocks=%d mapped=%s tracked=%s used=%s total=%s process=%s others=%s%s sharers=%d",
+		at, target, blocks, mib(blocks*block), mib(u.Tracked), mib(u.Used), mib(u.Total), process, others, claimed, tg.Sharers)
 }
 
 // mib formats n bytes in MiB, with two decimals, for lines a script reads.
