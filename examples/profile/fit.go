@@ -120,7 +120,7 @@ func planFit(dev memtrack.Device, o fitOptions, l fitLoad) *fitRun {
 func (r *fitRun) printPrediction() {
 	p := r.pred
 	fmt.Printf("fit: the load planned on %v (Plan.Predict), as its driver counts it:\n", p.Plan.Device)
-	rules := fmt.Sprintf("allocations in units of %s, learned from the driver", size(p.AllocUnit))
+	rules := fmt.Sprintf("allocations in units of %s, as the device gives them", size(p.AllocUnit))
 	if p.AllocUnit == 1 {
 		rules = "allocations as asked (the driver states no rounding)"
 	}
