@@ -56,7 +56,8 @@ var vocabulary = []vocabularyRule{
 	{"active", nil, "nothing: the count of live buffers is Buffers"},
 	{"live", nil, "nothing: the count of live buffers is Buffers, their bytes Tracked"},
 	{"resident", []string{"Usage.NotResident", "Measurement.StartNotResident", "Measurement.EndNotResident", "OutOfMemoryError.NotResident",
-		"hostmem.Mappings.NotResident", "hostmem.Resident"},
+		"hostmem.Mappings.NotResident", "hostmem.Resident",
+		"hostmem.ResidentFiles"}, // the OS's figure of the process's resident pages of files, which a check on the CPU explains its difference by
 		"the tracked bytes of the CPU's mapped buffers not resident yet, NotResident"},
 	{"baseline", []string{"Device.Baseline"},
 		"the Usage before the weights; a Measurement's first reading is Start"},
