@@ -301,7 +301,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 	if err != nil {
 		return pred, err
 	}
-	pred.Source, pred.PerProcess, pred.PerProcessErr, pred.Before = sourceOf(u)
+	pred.Source, pred.PerProcess, pred.Before, pred.PerProcessErr = sourceOf(u)
 	pred.Total, pred.Free, pred.OtherProcessesUsed = u.Total, u.Free, u.OtherProcessesUsed
 	pred.start = fitStart{tracked: map[string]int64{}, notResident: u.NotResident}
 	for _, part := range p.Parts {
@@ -439,20 +439,20 @@ func graphsAfter(reserved, outliving, need int64) int64 {
 // sourceOf returns the figure of u that a prediction reads: this process's
 // memory on the device as the driver accounts it where u has it, else the
 // device's used memory, with its source's name.
-func sourceOf(u Usage) (source string, perProcess bool, perProcessErr error, figure int64) {
+func sourceOf(u Usage) (source string, perProcess bool, figure int64, perProcessErr error) {
 	switch {
 	case u.PerProcess && u.Device.kind == KindROCm:
-		return SourceROCmSMI, true, nil, u.ProcessUsed
+		return SourceROCmSMI, true, u.ProcessUsed, nil
 	case u.PerProcess:
-		return SourceNVML, true, nil, u.ProcessUsed
+		return SourceNVML, true, u.ProcessUsed, nil
 	case u.Device.kind == KindCUDA:
-		return SourceCUDAUsed, false, u.PerProcessErr, u.Used
+		return SourceCUDAUsed, false, u.Used, u.PerProcessErr
 	case u.Device.kind == KindROCm:
-		return SourceHIPUsed, false, u.PerProcessErr, u.Used
+		return SourceHIPUsed, false, u.Used, u.PerProcessErr
 	case u.Device.kind == KindCPU:
-		return SourceOS, false, nil, u.Used
+		return SourceOS, false, u.Used, nil
 	}
-	return SourceUnchecked, false, u.PerProcessErr, u.Used
+	return SourceUnchecked, false, u.Used, u.PerProcessErr
 }
 
 // categoryTracked returns the Tracked of the category of d called name,

@@ -167,7 +167,7 @@ func (f measurementFile) measurement() (Measurement, error) {
 		{"StartOtherProcessesUsed", f.StartOtherProcessesUsed}, {"EndOtherProcessesUsed", f.EndOtherProcessesUsed},
 	} {
 		if v.n < 0 {
-			return Measurement{}, fmt.Errorf("%s is %d bytes: want 0 or more", v.name, v.n)
+			return Measurement{}, fmt.Errorf("the figure %s is %d bytes: want 0 or more", v.name, v.n)
 		}
 	}
 	if err := peakOf("Tracked", f.StartTracked, f.PeakTracked, f.EndTracked, f.PeakTrackedIncrease); err != nil {
@@ -177,20 +177,20 @@ func (f measurementFile) measurement() (Measurement, error) {
 		return Measurement{}, err
 	}
 	if f.UsedIncrease != f.EndUsed-f.StartUsed {
-		return Measurement{}, fmt.Errorf("UsedIncrease is %d bytes, not EndUsed - StartUsed = %d", f.UsedIncrease, f.EndUsed-f.StartUsed)
+		return Measurement{}, fmt.Errorf("the figure UsedIncrease is %d bytes, not EndUsed - StartUsed = %d", f.UsedIncrease, f.EndUsed-f.StartUsed)
 	}
 	if want := f.UsedIncrease + (f.EndNotResident - f.StartNotResident) - (f.EndHeld - f.StartHeld); f.Untracked != want {
-		return Measurement{}, fmt.Errorf("Untracked is %d bytes, not UsedIncrease + (EndNotResident - StartNotResident) - (EndHeld - StartHeld) = %d", f.Untracked, want)
+		return Measurement{}, fmt.Errorf("the figure Untracked is %d bytes, not UsedIncrease + (EndNotResident - StartNotResident) - (EndHeld - StartHeld) = %d", f.Untracked, want)
 	}
 	if !f.PerProcess && (f.StartProcessUsed != 0 || f.EndProcessUsed != 0 || f.StartOtherProcessesUsed != 0 ||
 		f.EndOtherProcessesUsed != 0 || f.ProcessUntracked != 0 || len(f.OtherProcesses) != 0) {
 		return Measurement{}, errors.New("per-process figures without PerProcess")
 	}
 	if f.PerProcess && f.PerProcessErr != "" {
-		return Measurement{}, errors.New("PerProcess with a PerProcessErr")
+		return Measurement{}, errors.New("the figures are PerProcess and have a PerProcessErr")
 	}
 	if want := (f.EndProcessUsed - f.StartProcessUsed) - (f.EndHeld - f.StartHeld); f.PerProcess && f.ProcessUntracked != want {
-		return Measurement{}, fmt.Errorf("ProcessUntracked is %d bytes, not (EndProcessUsed - StartProcessUsed) - (EndHeld - StartHeld) = %d", f.ProcessUntracked, want)
+		return Measurement{}, fmt.Errorf("the figure ProcessUntracked is %d bytes, not (EndProcessUsed - StartProcessUsed) - (EndHeld - StartHeld) = %d", f.ProcessUntracked, want)
 	}
 	seen := make(map[string]bool, len(f.Categories))
 	for _, c := range f.Categories {
@@ -232,7 +232,7 @@ func (f measurementFile) measurement() (Measurement, error) {
 // whose increase is not its peak less its start.
 func peakOf(name string, start, peak, end, increase int64) error {
 	if peak < start || peak < end {
-		return fmt.Errorf("Peak%s is %d bytes, below its start (%d) or its end (%d)", name, peak, start, end)
+		return fmt.Errorf("the figure Peak%s is %d bytes, below its start (%d) or its end (%d)", name, peak, start, end)
 	}
 	if increase != peak-start {
 		return fmt.Errorf("the increase of Peak%s is %d bytes, not %d - %d", name, increase, peak, start)

@@ -93,7 +93,7 @@ func TestMeasurementFileRefused(t *testing.T) {
 		{"an unknown field", edit(`"Total":`, `"Totall": 5, "Total":`), `unknown field "Totall"`, 1},
 		{"a string for a figure", edit(`"Total": 150754820096`, `"Total": "big"`), "Total", 1},
 		{"a device of no kind", edit(`"Device": "cpu"`, `"Device": "tpu:0"`), `invalid device: "tpu:0"`, 1},
-		{"a negative total", edit(`"Total": 150754820096`, `"Total": -1`), "Total is -1 bytes", 1},
+		{"a negative total", edit(`"Total": 150754820096`, `"Total": -1`), "the figure Total is -1 bytes", 1},
 		{"a negative graph need", edit(`"GraphNeed": 134217728`, `"GraphNeed": -134217728`), "GraphNeed is -134217728 bytes", 1},
 		{"a peak below its start", edit(`"PeakTracked": 121634816`, `"PeakTracked": 1`), "PeakTracked is 1 bytes, below its start", 1},
 		{"an increase that is no difference", edit(`"PeakHeldIncrease": 54525952`, `"PeakHeldIncrease": 5`), "the increase of PeakHeld is 5 bytes", 1},
