@@ -2,6 +2,7 @@ package memtrack
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/memtrack/memtrack/internal/claims"
 	"github.com/memtrack/memtrack/internal/fit"
@@ -286,7 +287,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 		}
 	}
 	if err := fit.Check(rules, p.parts(true)); err != nil {
-		return pred, fmt.Errorf("%w: the plan of %v: %v", ErrInvalidArgument, d, err)
+		return pred, refusedPlan(d, err)
 	}
 	if p.GraphNeed > 0 {
 		if _, err := s.graphMemory(d); err != nil {
@@ -334,7 +335,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 
 	res, err := fit.Predict(rules, before, p.parts(true), graphGrowth)
 	if err != nil {
-		return pred, fmt.Errorf("%w: the plan of %v: %v", ErrInvalidArgument, d, err)
+		return pred, refusedPlan(d, err)
 	}
 	pred.Parts = make([]PartPrediction, len(p.Parts))
 	for i, part := range p.Parts {
@@ -353,15 +354,18 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 	if p.BlockSize > 0 {
 		beside, err := fit.Predict(rules, before, p.parts(false), graphGrowth)
 		if err != nil {
-			return pred, fmt.Errorf("%w: the plan of %v: %v", ErrInvalidArgument, d, err)
+			return pred, refusedPlan(d, err)
 		}
 		block := rules.Rounded(p.cacheVia().way(), p.BlockSize)
-		if p.cacheVia() == ViaMap {
-			block = fit.RoundUp(p.BlockSize, rules.Granularity)
-		}
 		pred.Blocks = max(roomOf(pred.Free, p.Headroom, pred.Claimed, beside.Need), 0) / block
 	}
 	return pred, nil
+}
+
+// refusedPlan is the error of a plan of d that the arithmetic refused
+// (internal/fit), in the package's words.
+func refusedPlan(d Device, err error) error {
+	return fmt.Errorf("%w: the plan of %v: %s", ErrInvalidArgument, d, strings.TrimPrefix(err.Error(), fit.ErrInvalid.Error()+": "))
 }
 
 // check refuses a plan that is not one, reading nothing, and returns its
