@@ -164,6 +164,13 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query \
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
+# A prediction of a load learns the pools' chunk and the granularity from
+# the driver: its table holds exact on a device whose pools reserve in
+# other steps than the H200's 32 MiB, and whose granules are not 2 MiB.
+for machine in FAKECUDA_POOL_STEP=$((8 << 20)) FAKECUDA_GRANULARITY=$((4 << 20)); do
+	echo "== go test -tags cuda -run 'TestCUDAFit|TestPoolChunk' . ./internal/cudadrv (fake driver, $machine)"
+	env "$machine" go test -tags cuda -count=1 -run 'TestCUDAFit|TestPoolChunk' . ./internal/cudadrv
+done
 # The readings of virtual memory management (reserve, create, map): the
 # driver bindings' tests under each, Map and Unmap included, and the root's
 # reservations (Device.Reserve, Reservation.Map and Unmap, the return check).
