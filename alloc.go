@@ -361,8 +361,9 @@ func capturesOf(s *deviceTable, ordinal int) *captures.Set {
 }
 
 // graphOutliving returns the Outliving of every capture counted on device
-// d, but those known invalidated (captures.Set.Outliving), each in whole
-// chunks of the device's graph memory.
+// d, but those known invalidated (captures.Set.Outliving): what each
+// capture's outliving allocations may pin, in whole chunks of the device's
+// graph memory.
 func (s *deviceTable) graphOutliving(d Device) (int64, error) {
 	c := slotOf[captures.Set](s, d.ordinal, capturesSlot, nil)
 	if c == nil {

@@ -824,8 +824,8 @@ func (b *cudaBackend) graphsSupported(ordinal int) error {
 
 // graphChunk returns the chunk in which the driver reserves the graph
 // memory of device ordinal: one graph's memory is its peak footprint
-// rounded up to it, and an allocation that outlives its launch pins its
-// chunk (32 MiB on an NVIDIA H200 with driver 580.159.04). NVIDIA documents
+// rounded up to it, and an allocation that outlives its launch pins every
+// chunk it lies in (32 MiB on an NVIDIA H200 with driver 580.159.04). NVIDIA documents
 // no chunk, so memtrack learns it from the driver, once per device: a probe
 // graph of one 1-byte allocation node (cudadrv.GraphChunk), made on a
 // stream of its own and in relaxed capture mode, uploaded, measured by the

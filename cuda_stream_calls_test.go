@@ -144,7 +144,8 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 	quietSide(t, d)
 	own := newStream(t, d)
 	names := []string{"cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice", "cuStreamGetCtx", "cuStreamGetCaptureInfo",
-		"cuStreamIsCapturing", "cuMemAllocAsync", "cuMemFreeAsync", "cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy"}
+		"cuStreamIsCapturing", "cuMemAllocAsync", "cuMemFreeAsync", "cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy",
+		"cuThreadExchangeStreamCaptureMode"}
 	const pairs, rounds = 32, 4
 	for _, c := range []struct {
 		stream  string
@@ -212,7 +213,8 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 			// the stream's capture; the stream's context, where the stream
 			// is not a default one (cuStreamGetCtx); one event recorded per
 			// free; and the reading's one cgo call, one query for the
-			// stream.
+			// stream, in relaxed capture mode (two exchanges); the pair's
+			// own calls leave the mode as the program set it.
 			switches := func(cgoCalls uint64) uint64 {
 				if c.current == 0 {
 					return 2 * cgoCalls
@@ -226,7 +228,7 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 			want := map[string]uint64{
 				"cuCtxGetCurrent": 2*pairs + 1, "cuCtxSetCurrent": switches(2*pairs + 1), "cuStreamGetCtx": getCtx,
 				"cuStreamGetCaptureInfo": 2 * pairs, "cuMemAllocAsync": pairs, "cuMemFreeAsync": pairs,
-				"cuEventRecord": pairs, "cuEventQuery": 1,
+				"cuEventRecord": pairs, "cuEventQuery": 1, "cuThreadExchangeStreamCaptureMode": 2,
 			}
 			wantRaw := map[string]uint64{
 				"cuCtxGetCurrent": 2 * pairs, "cuCtxSetCurrent": switches(2 * pairs), "cuMemAllocAsync": pairs, "cuMemFreeAsync": pairs,

@@ -71,13 +71,17 @@ type Capture struct {
 	// 96 for four of 20 MiB. Graphs launched one after another on one
 	// stream share that memory ([Measurement.WithGraphs]).
 	Need int64
-	// Outliving is the bytes of the capture's allocations that the
-	// capture does not free, rounded up to the chunk once as in Need: each
-	// launch makes them again, and they stay allocated after it until
-	// freed ([Buffer.Free], [Buffer.FreeAsync], or another graph's free
-	// node), pinning their chunks apart from every other graph's (the
-	// H200: an 8 MiB allocation live after its launch held 32 MiB, and a
-	// 12 MiB graph launched after it took 32 more). It is part of Need.
+	// Outliving is the memory that the capture's allocations it does not
+	// free may pin: each launch makes them again, and they stay allocated
+	// after it until freed ([Buffer.Free], [Buffer.FreeAsync], or another
+	// graph's free node), each pinning every chunk it lies in, apart from
+	// every other graph's, wherever the driver placed it among the graph's
+	// allocations (the H200: an 8 MiB allocation left live by its launch
+	// held one chunk, 32 MiB, where it came first or after 40 MiB the graph
+	// freed, and two where it came after 30 MiB). memtrack does not see
+	// where the driver places them: it counts the most they may lie in, n
+	// allocations of b bytes in at most ceil((b-n)/chunk) + 2n - 1 chunks,
+	// and never more than Need, which it is part of.
 	Outliving int64
 }
 
@@ -160,14 +164,15 @@ func (g Graphs) Captures() ([]Capture, error) {
 
 // Chunk returns the chunk in which the CUDA driver reserves the device's
 // graph memory: one graph's memory is its peak footprint rounded up to it,
-// and an allocation that outlives its launch pins its chunk ([Capture].Need
-// and Outliving are counted in it). NVIDIA documents no chunk (an NVIDIA
-// H200 with driver 580.159.04 reserves 32 MiB), so memtrack learns it from
-// the driver, once per device: a probe graph of one allocation node of 1
-// byte, captured on a stream of memtrack's own in relaxed capture mode,
-// uploaded (cuGraphUpload), measured by the growth of the device's reserved
-// graph memory, destroyed, and trimmed (cuDeviceGraphMemTrim), about
-// 100 µs. No call of the probe fails for, or invalidates, a capture that
+// and an allocation that outlives its launch pins every chunk it lies in
+// ([Capture].Need and Outliving are counted in it). NVIDIA documents no
+// chunk (an NVIDIA H200 with driver 580.159.04 reserves 32 MiB), so
+// memtrack learns it from the driver, once per device: a probe graph of
+// one allocation node of 1 byte, captured on a stream of memtrack's own in
+// relaxed capture mode, uploaded (cuGraphUpload), measured by the growth
+// of the device's reserved graph memory, destroyed, and trimmed
+// (cuDeviceGraphMemTrim), about 100 µs (the H200: 162 µs through Python's
+// ctypes). No call of the probe fails for, or invalidates, a capture that
 // the program has begun, in any mode and on any thread. The probe runs at
 // the device's first allocation in a capture, and at a reading that needs
 // the chunk while it is not learned, only where the device holds no graph
@@ -219,6 +224,7 @@ func (g Graphs) Trim() error {
 // captureOf returns c, a capture of device d, as a Capture, its bytes in
 // whole chunks of d's graph memory.
 func captureOf(d Device, c captures.Capture, chunk int64) Capture {
+	need := captures.RoundUp(c.PeakBytes, chunk)
 	return Capture{Device: d, ID: c.ID, Stream: Stream(c.Stream), Capturing: c.Capturing, Invalidated: c.Invalidated,
-		Allocs: c.Allocs, Frees: c.Frees, Need: captures.RoundUp(c.PeakBytes, chunk), Outliving: captures.RoundUp(c.OutlivingBytes, chunk)}
+		Allocs: c.Allocs, Frees: c.Frees, Need: need, Outliving: captures.Pinned(c.OutlivingBytes, c.OutlivingAllocs, need, chunk)}
 }

@@ -78,6 +78,13 @@ func newGraphKit(t *testing.T) (*graphKit, Stream) {
 // at bytes live at once: their bytes in whole chunks.
 func (k *graphKit) need(bytes int64) int64 { return (bytes + k.chunk - 1) / k.chunk * k.chunk }
 
+// pinned is the most that n allocations of bytes, outliving a launch of a
+// graph that needs need, may pin (Capture.Outliving): ceil((bytes-n)/chunk)
+// + 2n - 1 chunks, and no more than need.
+func (k *graphKit) pinned(bytes, n, need int64) int64 {
+	return min(need, ((bytes-n+k.chunk-1)/k.chunk+2*n-1)*k.chunk)
+}
+
 // capture records, on stream s in relaxed mode, what f enqueues on it,
 // and returns the graph and its Capture as memtrack reads it just before
 // the capture ends.
@@ -212,8 +219,8 @@ func TestCUDAGraphBuffers(t *testing.T) {
 	})
 	k.logCapture("8 MiB freed, 4 MiB outliving", c)
 	assert.NotZero(t, c.ID)
-	assert.Equal(t, Capture{Device: d, ID: c.ID, Stream: s, Capturing: true, Allocs: 2, Frees: 1, Need: k.need(12 * graphMiB), Outliving: k.need(4 * graphMiB)}, c,
-		"12 MiB live at once, in whole chunks; 4 MiB outliving, a chunk of its own")
+	assert.Equal(t, Capture{Device: d, ID: c.ID, Stream: s, Capturing: true, Allocs: 2, Frees: 1, Need: k.need(12 * graphMiB), Outliving: k.pinned(4*graphMiB, 1, k.need(12*graphMiB))}, c,
+		"12 MiB live at once, in whole chunks; 4 MiB outliving, the chunks it may lie in")
 	assert.Equal(t, int64(4*graphMiB), b.RoundedSize(), "the driver rounds the graph's memory, not each allocation")
 	n, r := cudatest.GraphNodes(graph)
 	require.Equal(t, cudadrv.Success, r)
@@ -459,9 +466,9 @@ func TestCUDAGraphCapturesConcurrent(t *testing.T) {
 		}
 		size := int64(w+1) * graphMiB
 		assert.Equal(t, size, rounded[w], "worker %d: the graph's memory is rounded as a whole", w)
-		live := k.need(allocs / 2 * size) // the odd ones outlive; the peak is at the last
+		need := k.need(allocs / 2 * size) // the odd ones outlive; the peak is at the last
 		assert.Equal(t, Capture{Device: k.d, ID: c.ID, Stream: streams[w], Capturing: true, Allocs: allocs, Frees: allocs / 2,
-			Need: live, Outliving: live}, c, "worker %d", w)
+			Need: need, Outliving: k.pinned(allocs/2*size, allocs/2, need)}, c, "worker %d", w)
 	}
 	assert.Equal(t, before, k.d.MemoryStats())
 }
@@ -811,7 +818,7 @@ func checkGraphRounding(t *testing.T) {
 	})
 	k.logCapture("3 MiB freed, 5 MiB outliving", c)
 	assert.Equal(t, k.need(8<<20), c.Need, "8 MiB live at once")
-	assert.Equal(t, k.need(5<<20), c.Outliving, "what outlives the launch, in whole chunks")
+	assert.Equal(t, k.pinned(5<<20, 1, c.Need), c.Outliving, "the chunks what outlives the launch may lie in")
 	k.launch(k.exec(g), s)
 	syncStream(t, k.d, s)
 	st = k.stats("3 MiB and 5 MiB launched, 5 MiB live")
@@ -1098,4 +1105,76 @@ func TestCUDAChildGraphChunkDuringCapture(t *testing.T) {
 		require.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
 	})
 	assert.Equal(t, fakeChunk(t), c.Need)
+}
+
+// graphLayoutCases are graphs whose allocations outlive their launch among
+// others the graph frees, and a later graph launched on the same stream,
+// as an NVIDIA H200 (driver 580.159.04) reserved them, in MiB after both
+// launches: an outliving allocation pins every chunk of 32 MiB it lies in,
+// at its offset in the graph's memory, which the H200 lays out in capture
+// order. Each op allocates (a, MiB) or frees (f) the allocation of that
+// name; the names of the allocations left live are those never freed.
+var graphLayoutCases = []struct {
+	name  string
+	ops   []string // "aX 30": allocate 30 MiB as X; "fX": free X
+	later int64    // MiB
+	h200  int64    // MiB reserved after both launches
+}{
+	{"30 freed, 8 live", []string{"aA 30", "aB 8", "fA"}, 20, 96},
+	{"8 live, 30 freed", []string{"aB 8", "aA 30", "fA"}, 20, 64},
+	{"40 freed, 8 live", []string{"aA 40", "aB 8", "fA"}, 20, 64},
+	{"28 freed, 8 live", []string{"aA 28", "aB 8", "fA"}, 28, 96},
+	{"30 freed, 3 live", []string{"aA 30", "aB 3", "fA"}, 31, 96},
+	{"8 live, 30 freed, 8 live", []string{"aB 8", "aA 30", "aC 8", "fA"}, 20, 96},
+	{"20 live, 20 live", []string{"aB 20", "aC 20"}, 20, 96},
+	{"60 freed, 8 live", []string{"aA 60", "aB 8", "fA"}, 60, 128},
+}
+
+// An allocation that outlives its launch pins every chunk it lies in,
+// wherever the driver placed it among the graph's other allocations:
+// Measurement.WithGraphs of such a graph and a later one on the same
+// stream sets aside at least what the driver reserves once both are
+// launched, on every row the H200 was measured on (the fake driver lays
+// a graph out as the H200 did, and reserves the H200's figures).
+func TestCUDAGraphOutlivingLayout(t *testing.T) {
+	for _, tc := range graphLayoutCases {
+		t.Run(tc.name, func(t *testing.T) {
+			k, s := newGraphKit(t)
+			bufs := map[string]*Buffer{}
+			g1, c1 := k.capture(s, func() {
+				for _, op := range tc.ops {
+					name := op[1:2]
+					if op[0] == 'f' {
+						require.NoError(t, bufs[name].FreeAsync(s))
+						continue
+					}
+					var mib int64
+					_, err := fmt.Sscan(op[3:], &mib)
+					require.NoError(t, err)
+					bufs[name], err = k.d.AllocAsync(mib*graphMiB, s)
+					require.NoError(t, err)
+				}
+			})
+			g2, c2, _ := k.allocGraph(s, tc.later*graphMiB, true)
+			k.logCapture(tc.name, c1)
+			p, err := Measurement{Device: k.d}.WithGraphs(c1, c2)
+			require.NoError(t, err)
+			k.launch(k.exec(g1), s)
+			syncStream(t, k.d, s)
+			k.launch(k.exec(g2), s)
+			syncStream(t, k.d, s)
+			grown := k.stats("both launched").GraphReserved - k.base.GraphReserved
+			t.Logf("the budget's GraphNeed %d MiB; the driver reserved %d MiB (the H200: %d)", p.GraphNeed/graphMiB, grown/graphMiB, tc.h200)
+			assert.GreaterOrEqual(t, p.GraphNeed, grown, "the budget sets aside at least what the driver reserves")
+			if onFake() && k.chunk == 32*graphMiB {
+				assert.Equal(t, tc.h200*graphMiB, grown, "the H200's figure")
+			}
+			for name, b := range bufs {
+				if !b.Freed() {
+					require.NoError(t, b.FreeAsync(s), name)
+				}
+			}
+			syncStream(t, k.d, s)
+		})
+	}
 }

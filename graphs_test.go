@@ -116,7 +116,7 @@ func TestGraphsThroughTheBackend(t *testing.T) {
 // TestGraphsChunk: a capture counts its allocations' bytes as asked, and
 // reads them in whole chunks of the device's graph memory, as the backend
 // gives the chunk (learned, or a bound while it is not): Need is the peak's
-// bytes rounded up once, Outliving the outliving bytes rounded up once,
+// bytes rounded up once, Outliving what the outliving allocations may pin,
 // Measure's EndGraphOutliving each capture's, and a buffer's RoundedSize is
 // its size. A capture without an allocation asks for no chunk; where the
 // backend can give none, a reading that needs it fails, and Measure leaves
@@ -146,7 +146,7 @@ func TestGraphsChunk(t *testing.T) {
 	assert.Equal(t, [2]any{int64(100), true}, [2]any{chunk, learned})
 	p, err := d.Measure(func() error { return nil })
 	require.NoError(t, err)
-	assert.Equal(t, int64(100+200), p.EndGraphOutliving, "each capture's outliving bytes rounded up once")
+	assert.Equal(t, int64(100+200), p.EndGraphOutliving, "each capture's Outliving: no more than its Need")
 
 	f.chunk, f.chunkBound = 300, true // a multiple of the chunk, while it is not learned
 	got, err = d.Graphs().Capture(8)

@@ -73,9 +73,9 @@ type Measurement struct {
 	// allocation which remains unfreed"). memtrack does not see launches,
 	// so it cannot tell an allocation freed since its launch from one its
 	// graph allocated again, and counts every outliving allocation, each
-	// capture's in whole chunks of the device's graph memory ([Graphs.Chunk];
-	// a capture forgotten past [MaxCaptures], its bytes plus at most a
-	// chunk): [Measurement.Budget] sets apart no more of it than the run's
+	// capture's [Capture].Outliving (a capture forgotten past [MaxCaptures],
+	// its bytes in whole chunks and two chunks an allocation, at least
+	// that): [Measurement.Budget] sets apart no more of it than the run's
 	// graphs reserved.
 	EndGraphOutliving int64
 	// GraphNeed is what graphs captured after the run will reserve when

@@ -24,6 +24,24 @@ type Capture struct {
 	Allocs, Frees          int64 // its allocation and free nodes
 	PeakBytes              int64 // the peak of its own allocations' bytes live at once, in node order
 	OutlivingBytes         int64 // the bytes of its allocations that none of its free nodes frees
+	OutlivingAllocs        int64 // how many allocations those are
+}
+
+// Pinned returns the most memory, in whole chunks, that the allocations a
+// launch leaves live may pin: n allocations of bytes in all, in a graph
+// that needs need (whole chunks). An allocation pins every chunk it lies
+// in, wherever the driver placed it among the graph's allocations; one of
+// s bytes lies in at most ceil((s-1)/chunk)+1 chunks, so that n of them
+// lie in at most ceil((bytes-n)/chunk) + 2n - 1, and in no more than the
+// graph's memory. A chunk below 2 rounds nothing: the bytes.
+func Pinned(bytes, n, need, chunk int64) int64 {
+	if n <= 0 || bytes <= 0 {
+		return 0
+	}
+	if chunk <= 1 {
+		return bytes
+	}
+	return min(need, satMul(satAdd(RoundUp(bytes-n, chunk)/chunk, 2*n-1), chunk))
 }
 
 // RoundUp returns n rounded up to a whole number of chunks, saturating at
@@ -47,6 +65,7 @@ type Record struct {
 	capturing, invalidated bool
 	allocs, frees          int64
 	live, need             int64
+	liveAllocs             int64 // its own allocations that no free node of its own frees
 }
 
 // ID returns the driver's ID of the capture.
@@ -60,10 +79,10 @@ type Set struct {
 	byID     map[uint64]*Record
 	byStream map[uintptr]*Record // each stream's last capture
 	ended    []*Record           // the captures that ended, the oldest first, at most max
-	// forgottenBytes and forgotten are the outliving bytes of the
-	// captures forgotten past max, less those known invalidated, and how
-	// many of them have any.
-	forgottenBytes, forgotten int64
+	// forgottenBytes and forgottenAllocs are the outliving bytes, and
+	// allocations, of the captures forgotten past max, less those known
+	// invalidated.
+	forgottenBytes, forgottenAllocs int64
 }
 
 // New returns a Set that keeps at most max captures that ended.
@@ -102,9 +121,9 @@ func (s *Set) endLocked(c *Record) {
 		old := s.ended[0]
 		s.ended[0] = nil
 		s.ended = s.ended[1:]
-		if !old.invalidated && old.live > 0 {
+		if !old.invalidated && old.liveAllocs > 0 {
 			s.forgottenBytes += old.live
-			s.forgotten++
+			s.forgottenAllocs += old.liveAllocs
 		}
 		delete(s.byID, old.id)
 		for _, st := range old.streams {
@@ -123,6 +142,7 @@ func (s *Set) AllocNode(id uint64, stream uintptr, size int64) *Record {
 	c := s.seenLocked(id, stream)
 	c.allocs++
 	c.live += size
+	c.liveAllocs++
 	c.need = max(c.need, c.live)
 	return c
 }
@@ -135,7 +155,10 @@ func (s *Set) FreeNode(id uint64, stream uintptr, size int64) {
 	defer s.mu.Unlock()
 	c := s.seenLocked(id, stream)
 	c.frees++
-	c.live -= size
+	if size > 0 {
+		c.live -= size
+		c.liveAllocs--
+	}
 }
 
 // Invalidated records that the driver invalidated capture id, seen on
@@ -147,22 +170,22 @@ func (s *Set) Invalidated(id uint64, stream uintptr) {
 	s.seenLocked(id, stream).invalidated = true
 }
 
-// Outliving returns the outliving bytes of every capture counted, but
-// those known invalidated, each capture's rounded up to chunk once (as
-// the driver pins the allocations a launch leaves live): exactly, for the
-// captures the set keeps, and at most that for those it forgot past its
-// bound, whose bytes it keeps summed (each rounded up by less than a
-// chunk).
+// Outliving returns what the outliving allocations of every capture
+// counted may pin, but those known invalidated, in whole chunks: each kept
+// capture's Pinned, and for those forgotten past the set's bound, whose
+// bytes and allocations it keeps summed, ceil(bytes/chunk) plus two chunks
+// an allocation, at least the sum of theirs. A chunk below 2 rounds
+// nothing: the bytes.
 func (s *Set) Outliving(chunk int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.forgottenBytes
 	if chunk > 1 {
-		n = satAdd(n, satMul(s.forgotten, chunk-1))
+		n = satAdd(RoundUp(n, chunk), satMul(2*s.forgottenAllocs, chunk))
 	}
 	for _, c := range s.byID {
 		if !c.invalidated {
-			n = satAdd(n, RoundUp(c.live, chunk))
+			n = satAdd(n, Pinned(c.live, c.liveAllocs, RoundUp(c.need, chunk), chunk))
 		}
 	}
 	return n
@@ -252,5 +275,5 @@ func (s *Set) List(query func(stream uintptr) (State, error)) []Capture {
 // value returns c as a Capture. The lock is held.
 func (c *Record) value() Capture {
 	return Capture{ID: c.id, Stream: c.stream, Capturing: c.capturing, Invalidated: c.invalidated,
-		Allocs: c.allocs, Frees: c.frees, PeakBytes: c.need, OutlivingBytes: c.live}
+		Allocs: c.allocs, Frees: c.frees, PeakBytes: c.need, OutlivingBytes: c.live, OutlivingAllocs: c.liveAllocs}
 }

@@ -12,8 +12,8 @@ import (
 // TestBounded: a set keeps every capture in progress and the last max
 // that ended, so that a program capturing graphs for ever holds a bounded
 // record of them; its Outliving keeps the forgotten ones', whose
-// allocations may still be live: their bytes, and for a chunk at most a
-// chunk less one byte more each.
+// allocations may still be live: their bytes, and for a chunk their bytes
+// in whole chunks and two chunks more an allocation.
 func TestBounded(t *testing.T) {
 	const bound = 64
 	s := New(bound)
@@ -41,14 +41,40 @@ func TestBounded(t *testing.T) {
 	}
 	assert.Equal(t, outliving, s.Outliving(1), "the forgotten captures' allocations may still be live")
 	const chunk = 32
-	rounded := RoundUp(10, chunk) + 10*(chunk-1) // the capture in progress; the ten forgotten, at most
+	rounded := Pinned(10, 1, chunk, chunk) // the capture in progress
 	for id := int64(2 + 10); id < 2+bound+10; id++ {
-		rounded += RoundUp(id, chunk) // those kept, exactly
+		rounded += Pinned(id, 1, RoundUp(id, chunk), chunk) // those kept
 	}
+	var forgotten int64
 	for id := int64(2); id < 2+10; id++ {
-		rounded += id
+		forgotten += id
 	}
-	assert.Equal(t, rounded, s.Outliving(chunk), "each kept capture rounded up to the chunk once")
+	rounded += RoundUp(forgotten, chunk) + 2*10*chunk // the ten forgotten, at most
+	assert.Equal(t, rounded, s.Outliving(chunk), "each kept capture's Pinned; the forgotten ones' bound")
+}
+
+// TestPinned: what n allocations of bytes may pin, wherever the driver
+// placed them: ceil((s-1)/chunk)+1 chunks for one of s bytes, so at most
+// ceil((bytes-n)/chunk) + 2n - 1 chunks for n, and no more than the
+// graph's need; the H200's rows among them (chunk 32 MiB: 8 MiB after 30
+// MiB freed pinned two chunks, 3 MiB after 30 MiB two, 8 and 8 MiB with
+// 30 MiB freed between two).
+func TestPinned(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct{ bytes, n, need, chunk, want int64 }{
+		{0, 0, 64 * mib, 32 * mib, 0},
+		{8 * mib, 1, 64 * mib, 32 * mib, 64 * mib},
+		{8 * mib, 1, 32 * mib, 32 * mib, 32 * mib},
+		{3 * mib, 1, 64 * mib, 32 * mib, 64 * mib},
+		{16 * mib, 2, 64 * mib, 32 * mib, 64 * mib},
+		{16 * mib, 2, 1024 * mib, 32 * mib, 128 * mib},
+		{32 * mib, 1, 1024 * mib, 32 * mib, 64 * mib},
+		{33 * mib, 1, 1024 * mib, 32 * mib, 96 * mib},
+		{1, 1, 1024 * mib, 32 * mib, 32 * mib},
+		{200, 1, 500, 1, 200}, {60, 2, 100, 0, 60},
+	} {
+		assert.Equal(t, c.want, Pinned(c.bytes, c.n, c.need, c.chunk), "%d allocations of %d bytes, need %d, chunk %d", c.n, c.bytes, c.need, c.chunk)
+	}
 }
 
 // TestRoundUp: whole chunks, saturating; a chunk of 0 or 1 rounds nothing.
@@ -102,7 +128,7 @@ func FuzzCaptures(f *testing.F) {
 						continue
 					}
 					if op[0]&0x80 == 0 || len(m.live) == 0 {
-						size := int64(op[1]%16) << 20
+						size := int64(op[1]%16+1) << 20 // memtrack counts no allocation of 0 bytes
 						s.AllocNode(uint64(id+1), stream, size)
 						m.seen = true
 						m.allocs++
@@ -126,7 +152,7 @@ func FuzzCaptures(f *testing.F) {
 			return State{ID: uint64(stream), Capturing: true}, nil
 		})
 		want := []Capture{}
-		var outliving, rounded int64 // of the captures not known invalidated
+		var outliving, pinned int64 // of the captures not known invalidated
 		for id, m := range models {
 			if !m.seen {
 				continue
@@ -139,14 +165,14 @@ func FuzzCaptures(f *testing.F) {
 				outliving += live
 			}
 			want = append(want, Capture{ID: uint64(id + 1), Stream: uintptr(id + 1), Capturing: true, Invalidated: m.invalidated,
-				Allocs: m.allocs, Frees: m.frees, PeakBytes: m.need, OutlivingBytes: live})
+				Allocs: m.allocs, Frees: m.frees, PeakBytes: m.need, OutlivingBytes: live, OutlivingAllocs: int64(len(m.live))})
 			if !m.invalidated {
-				rounded += RoundUp(live, 3<<20)
+				pinned += Pinned(live, int64(len(m.live)), RoundUp(m.need, 3<<20), 3<<20)
 			}
 		}
 		assert.Equal(t, want, list)
 		assert.Equal(t, outliving, s.Outliving(1), "the sum of the captures not known invalidated")
-		assert.Equal(t, rounded, s.Outliving(3<<20), "each rounded up to the chunk once")
+		assert.Equal(t, pinned, s.Outliving(3<<20), "each capture's Pinned")
 	})
 }
 
@@ -172,7 +198,7 @@ func TestInvalidatedWithoutID(t *testing.T) {
 			s := New(4096)
 			s.AllocNode(1, 7, 8)
 			before := s.OnStream(7, State{ID: 1, Capturing: true}) // just before it ends, as documented
-			require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, PeakBytes: 8, OutlivingBytes: 8}, before)
+			require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, PeakBytes: 8, OutlivingBytes: 8, OutlivingAllocs: 1}, before)
 
 			// It ends with its graph; the next capture on the stream is
 			// invalidated before the set sees it, and the stream is read once.
@@ -204,13 +230,13 @@ func TestInvalidatedByID(t *testing.T) {
 	s.AllocNode(1, 7, 8)
 	s.AllocNode(2, 8, 4)
 	require.Equal(t, int64(12), s.Outliving(1))
-	require.Equal(t, int64(20), s.Outliving(10), "each capture in whole chunks")
+	require.Equal(t, int64(20), s.Outliving(10), "each capture's one allocation in its one chunk")
 	s.Invalidated(1, 7)
 	assert.Equal(t, int64(4), s.Outliving(1))
 	s.AllocNode(1, 7, 16)
 	assert.Equal(t, int64(4), s.Outliving(1), "a node of an invalidated capture")
 	c := s.OnStream(7, State{ID: 1, Capturing: true})
-	assert.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Invalidated: true, Allocs: 2, PeakBytes: 24, OutlivingBytes: 24}, c)
+	assert.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Invalidated: true, Allocs: 2, PeakBytes: 24, OutlivingBytes: 24, OutlivingAllocs: 2}, c)
 	s.Invalidated(1, 7)
 	assert.Equal(t, int64(4), s.Outliving(1), "invalidated once")
 }

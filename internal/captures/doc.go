@@ -17,11 +17,11 @@
 //   - What the driver reports of a stream whose capture it invalidated
 //     (no ID) changes no record: only a node that the driver refused in a
 //     capture it names by ID marks that capture invalidated.
-//   - The set's Outliving for a chunk is the sum of its captures'
-//     OutlivingBytes, each rounded up to the chunk, less those known
+//   - The set's Outliving for a chunk is the sum of what its captures'
+//     outliving allocations may pin (Pinned), less those known
 //     invalidated, whose graphs never launch; the captures forgotten past
-//     its bound count their bytes plus a chunk less one byte each, at
-//     least what rounding gives.
+//     its bound count their bytes in whole chunks and two chunks an
+//     allocation, at least what Pinned gives.
 //   - At most max captures that ended are kept, the most recent; those in
 //     progress are all kept.
 //

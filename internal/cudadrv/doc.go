@@ -226,8 +226,10 @@
 //     100 nodes of 4 KiB live at once: 32; four of 20 MiB: 96); graphs of
 //     28 then 56 MiB on one stream 64; an 8 MiB allocation outliving its
 //     launch pins its chunk (32, then 64 with a 12 MiB graph after it, 64
-//     still once freed); a destroyed graph exec's memory stays reserved
-//     and mapped (used) until a trim. [GraphChunk] learns the chunk of the
+//     still once freed), and every chunk it lies in, the graph laid out in
+//     capture order (8 MiB left live after 30 MiB freed: two chunks); a
+//     destroyed graph exec's memory stays reserved and mapped (used) until
+//     a trim. [GraphChunk] learns the chunk of the
 //     driver at hand by a probe graph. The figures
 //     ([GraphGet]): USED_MEM_CURRENT, "the amount of physical memory
 //     currently mapped by at least one graph", RESERVED_MEM_CURRENT, "the

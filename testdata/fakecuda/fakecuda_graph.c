@@ -30,12 +30,14 @@
 // 4 KiB live at once 32; 4 of 20 MiB 96); what its stream's binding lacks
 // it takes from the bindings of streams where no graph is executing or
 // scheduled, then from the device, or it fails with
-// CUDA_ERROR_OUT_OF_MEMORY and changes nothing. The allocations it leaves
-// live pin their bytes rounded up to the chunk once (the H200: an 8 MiB
-// allocation live after its launch held 32 MiB, and a 12 MiB graph
-// launched after it took 32 more), less as they are freed: the host sees
-// them live from the launch, so that later stream work may use and free
-// them. Memory stays mapped, and counted in USED_MEM_CURRENT as in
+// CUDA_ERROR_OUT_OF_MEMORY and changes nothing. A graph's allocations lie
+// at offsets in its memory, each at the lowest one where it fits among
+// those live then, in node order (first fit); the allocations a launch
+// leaves live pin every chunk they lie in (the H200: an 8 MiB allocation
+// live after its launch held 32 MiB, and a 12 MiB graph launched after it
+// took 32 more; 8 MiB left live after 30 MiB the graph freed held two
+// chunks, after 40 MiB one), less as they are freed: the host sees them
+// live from the launch, so that later stream work may use and free them. Memory stays mapped, and counted in USED_MEM_CURRENT as in
 // RESERVED_MEM_CURRENT, until a trim or another stream's launch takes it:
 // destroying a graph exec unmaps nothing (the H200: 32 MiB used before
 // cuGraphExecDestroy, 32 after). cuDeviceGraphMemTrim returns to the device
@@ -128,11 +130,13 @@ struct gdev {
 static struct gdev gdevs[MAX_DEVICES];
 
 // A pin: the memory that the allocations left live by one launch hold,
-// apart from their stream's binding until freed.
+// apart from their stream's binding until freed: every chunk of the
+// graph's memory that one of them lies in, at its offset (galloc.off).
 struct gpin {
-	int live;     // its allocations still live
-	size_t bytes; // their sizes
-	size_t phys;  // the memory it holds: their bytes rounded up to the chunk once
+	int live;                 // its allocations still live
+	int n;                    // its allocations
+	struct galloc **members;  // its allocations, live or not
+	size_t phys;              // the memory it holds: the chunks its live allocations lie in
 };
 
 // An allocation node's allocation.
@@ -140,6 +144,7 @@ struct galloc {
 	struct galloc *next;      // every allocation node that still exists
 	void *mem;                // its fixed address
 	size_t size;              // asked for
+	size_t off;               // its offset in its graph's memory (instantiate)
 	int device;
 	struct CUgraph_st *graph; // the graph that allocates it, until destroyed
 	int freed_in_own;         // its graph has a free node for it
@@ -300,6 +305,34 @@ static void unref(struct galloc *a) {
 	free(a);
 }
 
+// spanned returns the memory of the chunks that p's live allocations lie
+// in, each at its offset in its graph's memory, each chunk once.
+static size_t spanned(const struct gpin *p) {
+	size_t *first = malloc((size_t)p->n * 2 * sizeof *first), *last = first + p->n;
+	size_t n = 0;
+	int k = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct galloc *a = p->members[i];
+		if (!a->live || a->pin != p) continue;
+		size_t f = a->off / chunk, e = (a->off + a->size - 1) / chunk;
+		if (!first) { // no memory to sort them: at most their chunks each
+			n += e - f + 1;
+			continue;
+		}
+		int j = k++;
+		for (; j > 0 && first[j - 1] > f; j--) first[j] = first[j - 1], last[j] = last[j - 1];
+		first[j] = f, last[j] = e;
+	}
+	size_t covered = 0; // the last chunk counted, where i > 0
+	for (int i = 0; i < k; i++) {
+		size_t f = i > 0 && first[i] <= covered ? covered + 1 : first[i];
+		if (last[i] >= f) n += last[i] - f + 1;
+		if (i == 0 || last[i] > covered) covered = last[i];
+	}
+	free(first);
+	return n * chunk;
+}
+
 // release ends the life of a live allocation: the memory its pin holds no
 // more returns, still mapped, to the binding it was pinned from.
 static void release(struct galloc *a) {
@@ -310,12 +343,14 @@ static void release(struct galloc *a) {
 	a->home = NULL;
 	a->pin = NULL;
 	p->live--;
-	p->bytes -= a->size;
-	size_t keep = chunks(p->bytes);
+	size_t keep = spanned(p);
 	d->pinned -= p->phys - keep;
 	b->phys += p->phys - keep;
 	p->phys = keep;
-	if (p->live == 0) free(p);
+	if (p->live == 0) {
+		free(p->members);
+		free(p);
+	}
 	b->pinned--;
 	settle(b);
 	if (a->refs == 0) {
@@ -547,26 +582,55 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigne
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	e->device = -1;
-	size_t bytes = 0, peak = 0; // its own allocations' bytes, in node order
+	// Its own allocations' bytes live at once, in node order, and their
+	// layout: each at the lowest offset where it fits among those live
+	// (first fit), which keeps the footprint at the peak for every graph
+	// the H200 was measured on.
+	size_t bytes = 0, peak = 0, top = 0;
+	struct galloc **placed = calloc((size_t)g->nodes.n + 1, sizeof *placed); // the live ones, by offset
+	long nplaced = 0;
+	if (!placed) {
+		fakecuda_unlock();
+		free(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	for (long i = 0; i < g->nodes.n; i++) {
 		struct gnode n = g->nodes.v[i];
 		if (!add(&e->nodes, n)) {
 			drop(&e->nodes);
 			fakecuda_unlock();
+			free(placed);
 			free(e);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		// Its need: the peak of its own allocations' bytes in node
-		// order, rounded up to the chunk once.
 		if (n.kind == N_ALLOC) {
-			if (e->device < 0) e->device = n.alloc->device;
-			bytes += n.alloc->size;
+			struct galloc *a = n.alloc;
+			if (e->device < 0) e->device = a->device;
+			bytes += a->size;
 			if (bytes > peak) peak = bytes;
+			size_t off = 0;
+			long j = 0;
+			for (; j < nplaced && placed[j]->off < off + a->size; j++)
+				if (placed[j]->off + placed[j]->size > off) off = placed[j]->off + placed[j]->size;
+			a->off = off;
+			memmove(placed + j + 1, placed + j, (size_t)(nplaced - j) * sizeof *placed);
+			placed[j] = a;
+			nplaced++;
+			if (off + a->size > top) top = off + a->size;
 		} else if (n.kind == N_FREE && n.alloc->freed_in_own) {
 			bytes -= n.alloc->size; // its own: another graph's is freed_elsewhere
+			for (long j = 0; j < nplaced; j++) {
+				if (placed[j] != n.alloc) continue;
+				memmove(placed + j, placed + j + 1, (size_t)(nplaced - j - 1) * sizeof *placed);
+				nplaced--;
+				break;
+			}
 		}
 	}
-	e->need = chunks(peak);
+	free(placed);
+	// Its need: the peak of those bytes rounded up to the chunk once (the
+	// footprint where first fit leaves a gap).
+	e->need = chunks(peak > top ? peak : top);
 	e->graph = g;
 	e->flags = flags;
 	if (g->memory) g->exec = e;
@@ -656,8 +720,14 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 	}
 	// The pin of the allocations it leaves live, which share it.
 	struct gpin *pin = NULL;
-	for (long i = 0; r == CUDA_SUCCESS && b && !upload && !pin && i < e->nodes.n; i++)
-		if (outliving(&e->nodes.v[i]) && !(pin = calloc(1, sizeof *pin))) r = CUDA_ERROR_OUT_OF_MEMORY;
+	int nout = 0;
+	for (long i = 0; r == CUDA_SUCCESS && b && !upload && i < e->nodes.n; i++)
+		nout += outliving(&e->nodes.v[i]);
+	if (nout > 0) {
+		pin = calloc(1, sizeof *pin);
+		if (pin) pin->members = calloc((size_t)nout, sizeof *pin->members);
+		if (!pin || !pin->members) r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (r == CUDA_SUCCESS && !upload) {
 		// The allocations of other graphs that its free nodes free.
 		for (long i = 0; i < e->nodes.n; i++) {
@@ -680,6 +750,7 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 	if (r != CUDA_SUCCESS) {
 		if (b) settle(b);
 		fakecuda_unlock();
+		if (pin) free(pin->members);
 		free(pin);
 		free(l);
 		return r;
@@ -692,25 +763,27 @@ static CUresult launch(const char *fn, CUgraphExec e, CUstream h, int upload) {
 		l->bind = b;
 		l->use = e->need;
 		// Its allocations that it does not free live on from here, pinned
-		// together: their bytes rounded up to the chunk once.
+		// together: the chunks they lie in (the H200: 8 MiB left live after
+		// 30 MiB freed in the graph held two chunks, 64 MiB; after 40 MiB,
+		// one).
 		for (long i = 0; pin && i < e->nodes.n; i++) {
 			if (!outliving(&e->nodes.v[i])) continue;
 			struct galloc *a = e->nodes.v[i].alloc;
-			struct gpin *p = pin;
-			size_t before = p->phys;
-			p->live++;
-			p->bytes += a->size;
-			p->phys = chunks(p->bytes);
+			pin->members[pin->n++] = a;
+			pin->live++;
 			a->live = 1;
 			a->gen++;
 			a->home = b;
-			a->pin = p;
+			a->pin = pin;
 			a->stream = s;
 			a->pos = pos;
 			b->pinned++;
-			b->phys -= p->phys - before;
-			d->pinned += p->phys - before;
-			l->use -= p->phys - before;
+		}
+		if (pin) {
+			pin->phys = spanned(pin);
+			b->phys -= pin->phys;
+			d->pinned += pin->phys;
+			l->use -= pin->phys;
 		}
 		l->next = d->inflight;
 		d->inflight = l;
