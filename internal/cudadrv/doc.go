@@ -86,6 +86,16 @@
 //     asked as used (1 MiB: 1.000 MiB); so PoolReserved exceeds PoolUsed
 //     by up to a step.
 //
+//   - A pool's chunk. A pool reserves device memory in chunks larger than
+//     the allocation granularity (an NVIDIA H200 with driver 580.159.04:
+//     32 MiB for 1 B to 32 MiB, 64 for 33 MiB, 96 for 65 MiB), of a size
+//     that NVIDIA documents nowhere and no attribute gives. [PoolChunk]
+//     learns it from a pool of its own (cuMemPoolCreate), whose
+//     reservation it reads after an allocation of 1 byte on a stream of its
+//     own (cuMemAllocFromPoolAsync: "Allocates memory from a specified
+//     pool", not the device's current one), so that the device's current
+//     pool, its default pool and the program's streams are left alone.
+//
 //   - Events. cuEventRecord: "hEvent and hStream must be from the same
 //     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the
 //     context it was created in, and for the special handles (NULL,

@@ -109,6 +109,7 @@ void fakecuda_absent(const char *fn, void *variant);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
+int fakecuda_devices(void);
 void fakecuda_give(int dev, size_t n);
 
 enum op_kind { OP_FREE, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_MEMSET, OP_CALL };
@@ -1094,8 +1095,8 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props
 	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
 	    props->location.id >= MAX_DEVICES || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
-	int dev = props->location.id, unused;
-	if ((r = fakecuda_on_device("cuMemPoolCreate", dev, &unused)) != CUDA_SUCCESS) return r;
+	int dev = props->location.id;
+	if (dev >= fakecuda_devices()) return CUDA_ERROR_INVALID_DEVICE; // sready was the call's one prologue
 	pthread_mutex_lock(&smu);
 	struct CUmemPoolHandle_st *p = NULL;
 	for (int i = MAX_DEVICES; i < MAX_POOLS && !p; i++)
@@ -1184,17 +1185,22 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
+// alloc_async is cuMemAllocAsync, named fn, and, where from is not NULL,
+// cuMemAllocFromPoolAsync from the pool from.
+static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUstream h, struct CUmemPoolHandle_st *from) {
 	struct CUstream_st *s;
 	sconfig();
 	int dev;
-	CUresult r = resolve("cuMemAllocAsync", h, &s, &dev);
+	CUresult r = resolve(fn, h, &s, &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+	if (from && (from < &pools[0] || from >= &pools[MAX_POOLS] || !from->alive)) return CUDA_ERROR_INVALID_VALUE;
 	// The allocation comes from the pool current to the stream's device,
-	// whatever the current context's device (cuMemAllocAsync).
-	dev = s->device;
+	// whatever the current context's device (cuMemAllocAsync); or from the
+	// pool given, which "may be from a device different than that of the
+	// specified hStream" (cuMemAllocFromPoolAsync).
+	dev = from ? from->device : s->device;
 	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
 		// An allocation node of the capture's graph (fakecuda_graph.c),
 		// which needs a driver of CUDA 11.4 ("Graph memory nodes are only
@@ -1215,8 +1221,8 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	a->used = round_up(size, pool_round);
 	a->device = dev;
 	pthread_mutex_lock(&smu);
-	// From the device's current pool (cuDeviceGetMemPool).
-	struct CUmemPoolHandle_st *p = current_pool[dev] ? current_pool[dev] : &pools[dev];
+	// From the device's current pool (cuDeviceGetMemPool), or the one given.
+	struct CUmemPoolHandle_st *p = from ? from : current_pool[dev] ? current_pool[dev] : &pools[dev];
 	a->pool = p;
 	long n = ++nallocs_async;
 	if (n == fail_alloc_async || a->used > SIZE_MAX - pool_step - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1251,6 +1257,18 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	pthread_mutex_unlock(&smu);
 	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
 	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
+	return alloc_async("cuMemAllocAsync", dptr, size, h, NULL);
+}
+
+// cuMemAllocFromPoolAsync "Allocates memory from a specified pool with
+// stream ordered semantics": as cuMemAllocAsync, from pool, not from the
+// device's current pool.
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h) {
+	if (!pool) return CUDA_ERROR_INVALID_VALUE;
+	return alloc_async("cuMemAllocFromPoolAsync", dptr, size, h, pool);
 }
 
 // fakecuda_ordered_after reports whether work enqueued on s now runs
