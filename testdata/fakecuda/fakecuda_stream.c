@@ -674,6 +674,11 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
+	pthread_mutex_unlock(&smu);
+	// A synchronize of a stream that does not capture is potentially
+	// unsafe while a capture is under way elsewhere (the H200, RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
 	long enq = s->enq;
 	drain(s);
 	if (enq > s->host_seen) s->host_seen = enq;
@@ -946,7 +951,8 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 // cuThreadExchangeStreamCaptureMode names, and those an H200 refused
 // (RULES.md): cuMemPoolGetAttribute, cuMemPoolSetAttribute,
 // cuMemPoolTrimTo, cuEventQuery of an event not captured, cuStreamQuery,
-// cuMemAllocAsync and cuMemFreeAsync of a stream that does not capture.
+// cuStreamSynchronize, cuMemAllocAsync and cuMemFreeAsync of a stream
+// that does not capture, cuGraphInstantiateWithFlags, cuGraphExecDestroy.
 // Prohibited, unless the thread's mode is relaxed, while the thread has a
 // capture of its own that is not relaxed, or, in global mode, while any
 // thread has a capture begun in global mode. A prohibited call fails with
