@@ -24,10 +24,13 @@ const destroyedChild = "MEMTRACK_DESTROYED_STREAM_CHILD"
 // that had ended, its stream destroyed, and the fake driver stops the
 // process there, naming the call (testdata/fakecuda/RULES.md). Here a
 // capture that memtrack saw in progress ends, and its stream is destroyed,
-// without memtrack being told; then every reading succeeds, and
-// Graphs.Captures lists the capture as memtrack last saw it: in progress,
-// with its nodes. It runs in a process of its own, whose device has seen
-// no other test's capture.
+// without memtrack being told; and a buffer freed in stream order on
+// another stream, which the program destroys before any reading learned
+// that the free ran. Then every reading succeeds, Graphs.Captures lists
+// the capture as memtrack last saw it, in progress with its nodes, and the
+// free is learned to have run (Held drops), by the event memtrack recorded
+// after it, which outlives its stream. It runs in a process of its own,
+// whose device has seen no other test's capture.
 func TestCUDAReadingsAfterStreamDestroyed(t *testing.T) {
 	if !childtest.InChild(t, destroyedChild) {
 		return
@@ -54,6 +57,15 @@ func TestCUDAReadingsAfterStreamDestroyed(t *testing.T) {
 		require.Equal(t, cudadrv.Success, cudatest.GraphDestroy(g))
 		require.Equal(t, cudadrv.Success, cudatest.StreamDestroy(s))
 	})
+	heldBefore := d.MemoryStats().Held
+	inContext(t, d, func() {
+		s2, r := cudatest.StreamCreate()
+		require.Equal(t, cudadrv.Success, r)
+		b, err := d.AllocAsync(1<<20, Stream(s2))
+		require.NoError(t, err)
+		require.NoError(t, b.FreeAsync(Stream(s2)))
+		require.Equal(t, cudadrv.Success, cudatest.StreamDestroy(s2))
+	})
 	require.NotZero(t, seen.ID)
 	assert.Equal(t, Capture{Device: d, ID: seen.ID, Stream: Stream(s), Capturing: true, Allocs: 1, Frees: 1, Need: seen.Need}, seen)
 
@@ -63,4 +75,5 @@ func TestCUDAReadingsAfterStreamDestroyed(t *testing.T) {
 	for _, rd := range cudaReadings(t, d, newStream(t, d)) {
 		assert.NoError(t, rd.read(), rd.name)
 	}
+	assert.Equal(t, heldBefore, d.MemoryStats().Held, "the free on the destroyed stream ran, and is known to have")
 }
