@@ -234,7 +234,7 @@ func (s *Set) OnStream(stream uintptr, st State) Capture {
 // List returns the captures kept, the oldest (by ID) first, each as the
 // set last saw it: a capture that ended unseen reads in progress until its
 // stream is seen again (OnStream, or a node of another capture on it).
-// It asks nothing of the streams: a stream's handle is the program's, who
+// It asks nothing of the streams: a stream's handle is the program's, which
 // may have destroyed it, and no call may be made with it but where the
 // program passes it.
 func (s *Set) List() []Capture {

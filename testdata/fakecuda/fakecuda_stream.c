@@ -460,11 +460,11 @@ static CUcontext stream_ctx(CUstream h, struct CUstream_st *s) { return special(
 // behavior"). An NVIDIA H200 (driver 580.159.04), asked by memtrack
 // (cuStreamGetCtx) about a stream destroyed earlier, stopped the process
 // with SIGSEGV in the call; a driver that gave the handle to a new stream
-// would answer for that one instead. The
-// fake never gives a destroyed stream's handle to another (the stream is
-// kept, marked, never freed), so that every later call with it is caught,
-// as a sanitizer would: the message names the call and the handle. Every
-// call that takes a stream handle checks it first, before its context.
+// would answer for that one instead. The fake never gives a destroyed
+// stream's handle to another (the stream is kept, marked, never freed), so
+// that every later call with it is caught, as a sanitizer would: the
+// message names the call and the handle. Every call that takes a stream
+// handle checks it first, before its context.
 void fakecuda_stream_check(const char *fn, CUstream h) {
 	if (special(h) || !__atomic_load_n(&h->destroyed, __ATOMIC_ACQUIRE)) return;
 	fprintf(stderr,
