@@ -144,6 +144,7 @@ struct CUstream_st {
 	CUcontext ctx;   // the context it was created in; NULL for a legacy default stream
 	int legacy;      // a device's legacy default stream
 	int nonblocking; // CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
+	int destroyed;   // cuStreamDestroy returned: the handle is released (atomic)
 	long enq;        // operations enqueued so far, allocations included
 	long host_seen;  // enq when the host last saw the stream drained (a synchronize)
 	int capturing;   // CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED, or 0
@@ -160,7 +161,6 @@ struct CUstream_st {
 	int sleeping; // the worker waits for an operation
 	int draining; // threads waiting in drain
 	int stop;
-	int destroyed; // cuStreamDestroy returned: the handle is released (atomic)
 };
 
 struct CUevent_st {
