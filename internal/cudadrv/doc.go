@@ -104,7 +104,20 @@
 //     the stream's context and records an event of that context; AllocAsync
 //     and FreeAsync make ctx current first, so they ask cuStreamGetCtx only
 //     about a stream of one's own.
-
+//
+//   - Stream handles. cuStreamDestroy "Destroys the stream specified by
+//     hStream", and a call with the handle afterwards is undefined
+//     behaviour (of cudaStreamDestroy, the runtime's form of the call:
+//     "Use of the handle after this call is undefined behavior"); an
+//     NVIDIA H200 (driver 580.159.04) stopped the process with SIGSEGV in
+//     cuStreamGetCtx of a stream destroyed earlier. A stream's handle is
+//     the program's: every call of this package that takes one
+//     ([AllocAsync], [AllocAsyncIn], [FreeAsync], [FreeGraph],
+//     [CheckStream], [CaptureInfo]) serves a call of the program that
+//     passes the stream in that call, and a handle memtrack keeps (with a
+//     pending free, with a capture's record) is a key, never passed to the
+//     driver again.
+//
 //   - Event order. cuEventRecord "Captures in hEvent the contents of hStream
 //     at the time of this call", and cuEventQuery returns CUDA_SUCCESS "if
 //     all captured work has been completed": of two events recorded on one
