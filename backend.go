@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/memtrack/memtrack/internal/captures"
+	"github.com/memtrack/memtrack/internal/fit"
 	"github.com/memtrack/memtrack/tracker"
 )
 
@@ -275,4 +276,18 @@ type vmmBackend interface {
 	// OS says page by page), for a return check; ok is false where it has
 	// no such figure.
 	reservedResident(ordinal int) (resident int64, ok bool)
+}
+
+// fitBackend is a backend that says how its driver counts what it is
+// given, for a prediction ([Plan.Predict]): CUDA's (the allocation
+// granularity, and the chunk of its memory pools, which it learns by a
+// probe), the CPU's (its page, and the Go heap's buffers, taken as asked)
+// and ROCm's (no rounding it knows of). A backend without it (Metal's) is
+// predicted at the sizes asked.
+type fitBackend interface {
+	// fitRules returns device ordinal's rules, with the chunk of its
+	// memory pools where pool is set, which the backend learns once per
+	// device; an error that wraps ErrNotSupported where the device has no
+	// rules for what is asked.
+	fitRules(ordinal int, pool bool) (fit.Rules, error)
 }

@@ -3,11 +3,13 @@ package memtrack
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/memtrack/memtrack/internal/bytesize"
+	"github.com/memtrack/memtrack/internal/fit"
 	"github.com/memtrack/memtrack/internal/hostmem"
 	"github.com/memtrack/memtrack/internal/hostvm"
 	"github.com/memtrack/memtrack/tracker"
@@ -137,6 +139,17 @@ func (*cpuBackend) memInfo(int) (free, total int64, err error) {
 		free = max(total-used, 0)
 	}
 	return free, total, nil
+}
+
+// fitRules gives the CPU's rules to a prediction: a buffer from
+// mmapThreshold is mapped from the OS, in whole pages; a smaller one comes
+// from the Go heap, taken as asked (the heap grows by spans of its own,
+// which the prediction cannot know). The CPU has no memory pools.
+func (*cpuBackend) fitRules(_ int, pool bool) (fit.Rules, error) {
+	if pool {
+		return fit.Rules{}, fmt.Errorf("%w: the CPU has no memory pools", ErrNotSupported)
+	}
+	return fit.Rules{AllocUnit: int64(os.Getpagesize()), HeapBelow: mmapThreshold}, nil
 }
 
 // notResident returns the bytes of the buffers mapped from the OS and of

@@ -71,6 +71,11 @@ type cudaDevice struct {
 	// unmap.
 	vmmMu   sync.Mutex
 	handles map[uintptr]cudadrv.Handle
+	// poolChunk is the chunk in which the device's memory pools reserve,
+	// once a probe learned it (fitRules); 0 until then. poolChunkMu is
+	// held while a probe runs, so that one runs at a time.
+	poolChunk   atomic.Int64
+	poolChunkMu sync.Mutex
 }
 
 // retained holds a retained primary context.

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/atomic"
 
+	"github.com/memtrack/memtrack/internal/fit"
 	"github.com/memtrack/memtrack/internal/held"
 	"github.com/memtrack/memtrack/internal/hipdrv"
 	"github.com/memtrack/memtrack/internal/rocmsmi"
@@ -752,4 +753,15 @@ func (b *rocmBackend) processes(ordinal int) ([]ProcessMemory, error) {
 		out[i] = ProcessMemory{PID: p.PID, Name: p.Name, Used: int64(p.Used)}
 	}
 	return out, nil
+}
+
+// fitRules gives the ROCm backend's rules to a prediction: none, since
+// AMD's reference states no rounding of hipMalloc's (docs/rocm.md), so
+// that a size is predicted as asked; and no chunk of the memory pools,
+// which memtrack's HIP binding does not learn.
+func (b *rocmBackend) fitRules(ordinal int, pool bool) (fit.Rules, error) {
+	if pool {
+		return fit.Rules{}, fmt.Errorf("%w: the chunk of the HIP memory pools of rocm:%d: memtrack does not learn it; plan stream-ordered loads on a CUDA GPU", ErrNotSupported, ordinal)
+	}
+	return fit.Rules{AllocUnit: 1}, nil
 }

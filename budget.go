@@ -81,6 +81,13 @@ type Budget struct {
 	// leaves it outside the request), which the cache cannot have while
 	// it is in use; 0 for a budget computed once.
 	OverShare int64
+	// Claimed is, in a [Target] of a [Follower] that counts claims
+	// ([Follower.CountClaims]), what other processes' live claims on the
+	// device count for at the reading: memory about to be in use, counted
+	// in use outside the budget (so in OverShare where it passes the
+	// share left outside); 0 otherwise. It is not summed in SetAside
+	// apart: OverShare holds what of it the budget sets aside.
+	Claimed int64
 	// SetAside is Weights + OtherTracked + StartUsed + ProcessUsed +
 	// OtherProcessesUsed + PeakIncrease + UntrackedIncrease +
 	// GraphReserved + OverShare: the memory that is not the cache's

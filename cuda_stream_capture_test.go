@@ -80,6 +80,33 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.FreeAsync(held))
 	heldBefore := d.MemoryStats().Held
+	readings := cudaReadings(t, d, newStream(t, d))
+	for _, where := range cudatest.Threads {
+		for _, rd := range readings {
+			t.Run(where.String()+"/"+rd.name, func(t *testing.T) {
+				var err error
+				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, func() { err = rd.read() })
+				assert.NoError(t, err)
+				assert.Equal(t, cudadrv.Success, ended, "the program's capture ends with its graph (901: invalidated)")
+				assert.Equal(t, 1, nodes, "its one node")
+			})
+		}
+	}
+	assert.Equal(t, heldBefore, d.MemoryStats().Held, "the free still pending is still held")
+}
+
+// reading is one of memtrack's readings of a device, or a call that makes
+// one on its own account (a reset, a trim, Alloc and Free).
+type reading struct {
+	name string
+	read func() error
+}
+
+// cudaReadings returns every reading memtrack offers of d, with what they
+// need made first (a baseline, a measurement and its follower, a
+// category); Graphs.Capture reads other, a stream of d.
+func cudaReadings(t *testing.T, d Device, other Stream) []reading {
+	t.Helper()
 	base, err := d.Baseline()
 	require.NoError(t, err)
 	m, err := d.Measure(func() error { return nil })
@@ -88,13 +115,9 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 	require.NoError(t, err)
 	cat, err := d.Category("read during a capture")
 	require.NoError(t, err)
-	other := newStream(t, d)
 	noErr := func(f func()) func() error { return func() error { f(); return nil } }
 
-	readings := []struct {
-		name string
-		read func() error
-	}{
+	return []reading{
 		{"MemoryStats", noErr(func() { d.MemoryStats() })},
 		{"MemorySummary", noErr(func() { _ = d.MemorySummary() })},
 		{"MemoryAllocated", noErr(func() { d.MemoryAllocated(); d.MaxMemoryAllocated() })},
@@ -123,6 +146,7 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 		{"Graphs.Captures", func() error { _, err := d.Graphs().Captures(); return err }},
 		{"Graphs.Capture of another stream", func() error { _, err := d.Graphs().Capture(other); return err }},
 		{"Graphs.Trim", func() error { return d.Graphs().Trim() }},
+		{"Graphs.Chunk", func() error { _, _, err := d.Graphs().Chunk(); return err }},
 		{"Follower.Read", func() error { _, err := follower.Read(); return err }},
 		{"ReturnCheck", func() error {
 			c, err := d.StartReturnCheck()
@@ -141,18 +165,6 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 			return b.Free()
 		}},
 	}
-	for _, where := range cudatest.Threads {
-		for _, rd := range readings {
-			t.Run(where.String()+"/"+rd.name, func(t *testing.T) {
-				var err error
-				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, func() { err = rd.read() })
-				assert.NoError(t, err)
-				assert.Equal(t, cudadrv.Success, ended, "the program's capture ends with its graph (901: invalidated)")
-				assert.Equal(t, 1, nodes, "its one node")
-			})
-		}
-	}
-	assert.Equal(t, heldBefore, d.MemoryStats().Held, "the free still pending is still held")
 }
 
 // TestCUDAStreamCallsDuringCapture: AllocAsync and FreeAsync are the

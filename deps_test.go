@@ -31,6 +31,8 @@ var coreDeps = []string{
 	"github.com/memtrack/memtrack/internal/captures",  // the CUDA graph captures' bookkeeping
 	"github.com/memtrack/memtrack/internal/addrspace", // the invariants of one reservation of address space
 	"github.com/memtrack/memtrack/internal/hostvm",    // the CPU's reservations of address space
+	"github.com/memtrack/memtrack/internal/fit",       // the arithmetic of a prediction of a load
+	"github.com/memtrack/memtrack/internal/claims",    // the board of claims that processes sharing a device read
 	"golang.org/x/sys/unix",                           // internal/hostvm's mmap at a fixed address
 	"golang.org/x/sys/windows",                        // internal/hostvm's VirtualAlloc
 	"go.uber.org/atomic",

@@ -395,6 +395,17 @@ func device(k Kind, ordinal int) (Device, error) {
 // and on this machine. On failure it returns the zero Device, which is no
 // device (see [Device]), beside the error.
 func ParseDevice(s string) (Device, error) {
+	d, err := parseDeviceName(s)
+	if err != nil {
+		return Device{}, err
+	}
+	return device(d.kind, d.ordinal)
+}
+
+// parseDeviceName reads a device as ParseDevice does, and looks nothing
+// up: the device it names need not exist here (a device of another
+// machine, in a file that machine wrote).
+func parseDeviceName(s string) (Device, error) {
 	name, ord, hasOrd := strings.Cut(s, ":")
 	k := numKinds
 	for i, n := range kindNames {
@@ -418,7 +429,7 @@ func ParseDevice(s string) (Device, error) {
 			return Device{}, fmt.Errorf("%w: %q: no machine has that many %v devices", ErrInvalidOrdinal, s, k)
 		}
 	}
-	return device(k, n)
+	return Device{kind: k, ordinal: n}, nil
 }
 
 // parseOrdinal reads an ordinal as strconv.Itoa writes it: ASCII digits,

@@ -37,8 +37,9 @@ import (
 type Follower struct {
 	mu     sync.Mutex // held by a reading
 	parts  []followed
-	margin int64 // blocks
-	blocks int64 // the Blocks of the last reading
+	margin int64   // blocks
+	blocks int64   // the Blocks of the last reading
+	claims *Claims // the board whose claims each reading counts; nil for none
 }
 
 // followed is one device of a Follower: its budget as the measurement
@@ -159,7 +160,7 @@ func (p Measurement) follow(base Usage, utilization float64, blockSize int64, fo
 // followers hold together, as [NewCommonBudget] combines their budgets:
 // each reading reads every device, and Common.Blocks is the fewest blocks
 // any of them can hold. The followers are left as they are; the one
-// returned starts afresh (Previous 0, Margin 0).
+// returned starts afresh (Previous 0, Margin 0, no claims counted).
 //
 // It fails as NewCommonBudget does, with [ErrInvalidArgument] where
 // followers is empty or holds nil, gives a device twice, or mixes block
@@ -203,6 +204,27 @@ func (f *Follower) SetMargin(blocks int64) error {
 	return nil
 }
 
+// CountClaims makes each later reading count the claims on board c
+// ([Claims]) that other processes posted on the follower's devices: a
+// claim is memory a newcomer is about to take, which the reading sets
+// aside as in use outside the budget (Budget.Claimed, part of what
+// OverShare compares with the share left outside it), so that the cache
+// shrinks to make room for it before the newcomer allocates, and grows
+// back once the claim is withdrawn or expires and the newcomer's memory
+// is what is in use. Each claim counts for what its owner has not taken
+// yet, where the per-process figures show its owner ([Claims.Claimed]).
+// A nil c stops counting. It fails with [ErrInvalidArgument] for a
+// Follower that Measurement.Follow did not return.
+func (f *Follower) CountClaims(c *Claims) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.claims = c
+	f.mu.Unlock()
+	return nil
+}
+
 // Blocks returns the Blocks of the last reading: 0 before the first.
 func (f *Follower) Blocks() int64 {
 	if f.check() != nil {
@@ -225,14 +247,21 @@ func (f *Follower) Read() (Target, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	readings := make([]Usage, len(f.parts))
+	claimed := make([]int64, len(f.parts))
 	for i, p := range f.parts {
-		u, err := p.budget.Device.Usage()
+		d := p.budget.Device
+		u, err := d.Usage()
 		if err != nil {
-			return Target{}, wrapf(err, "reading of the budget that follows %v", p.budget.Device)
+			return Target{}, wrapf(err, "reading of the budget that follows %v", d)
 		}
 		readings[i] = u
+		if f.claims != nil {
+			if claimed[i], err = f.claims.claimed(d, u, nil); err != nil {
+				return Target{}, wrapf(err, "reading of the budget that follows %v", d)
+			}
+		}
 	}
-	return f.next(readings)
+	return f.next(readings, claimed)
 }
 
 // Run reads the devices as Read does, at once and then every interval,
@@ -288,9 +317,10 @@ func (f *Follower) check() error {
 	return nil
 }
 
-// next returns the target of readings, one per part, and makes its
-// Blocks the follower's. The caller holds f.mu.
-func (f *Follower) next(readings []Usage) (Target, error) {
+// next returns the target of readings, one per part, with the bytes of
+// other processes' claims on each part's device, and makes its Blocks the
+// follower's. The caller holds f.mu.
+func (f *Follower) next(readings []Usage, claimed []int64) (Target, error) {
 	t := Target{Previous: f.blocks, Sharers: 1, PerProcess: true}
 	budgets := make([]Budget, len(f.parts))
 	for i, p := range f.parts {
@@ -309,6 +339,8 @@ func (f *Follower) next(readings []Usage) (Target, error) {
 			own := addSat(subSat(u.Tracked, p.baseTracked), addSat(b.UntrackedIncrease, addSat(b.GraphReserved, b.ProcessUsed)))
 			outside = subSat(addSat(u.Used, u.NotResident), own)
 		}
+		b.Claimed = claimed[i]
+		outside = addSat(outside, b.Claimed)
 		b.OverShare = max(subSat(outside, subSat(p.total, b.Requested)), 0)
 		budgets[i] = b.fill(p.total)
 	}

@@ -38,6 +38,7 @@ type followView struct {
 	PerErr     string `json:"perErr,omitempty"`
 	Used       int64  `json:"used"` // the device's, after the resize
 	Total      int64  `json:"total"`
+	Claimed    int64  `json:"claimed"` // Target.Common.Budgets[0].Claimed; a newcomer's claim's bytes
 }
 
 type followChild struct {
@@ -109,6 +110,7 @@ func TestFollowChild(t *testing.T) {
 		changes chan Target
 		cancel  context.CancelFunc
 		done    chan error
+		claim   *Claim
 	)
 	answer := func(v followView, err error) {
 		if err != nil {
@@ -137,7 +139,7 @@ func TestFollowChild(t *testing.T) {
 			cache = append(cache, b)
 		}
 		v := followView{Blocks: tg.Blocks, Want: tg.Common.Blocks, Budget: budget.Blocks, OverShare: tg.Common.Budgets[0].OverShare,
-			Sharers: tg.Sharers, Changed: tg.Changed, PerProcess: tg.PerProcess}
+			Sharers: tg.Sharers, Changed: tg.Changed, PerProcess: tg.PerProcess, Claimed: tg.Common.Budgets[0].Claimed}
 		if tg.PerProcessErr != nil {
 			v.PerErr = tg.PerProcessErr.Error()
 		}
@@ -212,6 +214,40 @@ func TestFollowChild(t *testing.T) {
 		case "next": // next: the next change Run sends, followed
 			v, err := resize(<-changes)
 			answer(v, err)
+		case "claims": // claims DIR: count the claims of the board in DIR
+			c, err := OpenClaims(a[1])
+			if err == nil {
+				err = f.CountClaims(c)
+			}
+			answer(followView{}, err)
+		case "claim": // claim DIR BYTES: a newcomer's claim of a load of BYTES on the board in DIR
+			n, _ := strconv.ParseInt(a[2], 0, 64)
+			err := func() error {
+				c, err := OpenClaims(a[1])
+				if err != nil {
+					return err
+				}
+				p, err := Plan{Device: d, Parts: []PlanPart{{Size: n, Count: 1}}, Claims: c}.Predict()
+				if err != nil {
+					return err
+				}
+				claim, err = p.Claim(time.Minute)
+				return err
+			}()
+			var v followView
+			if claim != nil {
+				v.Claimed = claim.Bytes()
+			}
+			answer(v, err)
+		case "take": // take N: allocate N bytes more
+			n, _ := strconv.ParseInt(a[1], 0, 64)
+			b, err := d.Alloc(n)
+			if err == nil {
+				weights = append(weights, b)
+			}
+			answer(followView{}, err)
+		case "withdraw": // withdraw: the newcomer's claim
+			answer(followView{}, claim.Withdraw())
 		case "stop": // stop: ends Run, answering its error
 			cancel()
 			answer(followView{PerErr: fmt.Sprint(<-done)}, nil)
@@ -272,6 +308,52 @@ func TestCUDAFollowerTwoProcesses(t *testing.T) {
 	v = a.do("read")
 	assert.Equal(t, int64(37), v.Blocks, "alone again: grows back at once")
 	assert.Equal(t, 1, v.Sharers)
+}
+
+// A follower that counts claims shrinks for a newcomer's claim at its next
+// reading, before the newcomer allocates; as the newcomer loads, its
+// memory moves from its claim into use (NVML's figure of it grows, and its
+// claim counts for less by as much), so the follower holds still; once the
+// claim is withdrawn it grows back to what the newcomer holds, and, once
+// the newcomer exits, to its blocks alone.
+func TestCUDAFollowerCountsClaims(t *testing.T) {
+	machine := machineFile(t)
+	board := t.TempDir()
+	a := startFollowChild(t, machine)
+	const block = 64 << 20
+	a.do("start %d %d 0.9 %d", 1<<30, 256<<20, block)
+	a.do("claims %s", board)
+	v := a.do("read")
+	require.True(t, v.PerProcess, v.PerErr)
+	require.Equal(t, int64(37), v.Blocks, "0.9 × 4 GiB less 1024 + 256 MiB: 37 blocks of 64 MiB")
+	assert.Zero(t, v.Claimed)
+
+	b := startFollowChild(t, machine)
+	bv := b.do("claim %s %d", board, 1<<30)
+	assert.Equal(t, int64(1<<30), bv.Claimed, "a load of 1 GiB, whole granules")
+	v = a.do("read")
+	assert.Equal(t, int64(1<<30), v.Claimed, "the claim, before the newcomer allocates")
+	assert.Equal(t, int64(1120<<20)-outsideShare(0.9), v.OverShare, "1 GiB claimed beside the two contexts, past the 409.6 MiB outside the share")
+	assert.Equal(t, int64(26), v.Blocks, "shrunk at the first reading")
+	claimed := v
+
+	b.do("take %d", 512<<20)
+	v = a.do("read")
+	assert.Equal(t, int64(512<<20), v.Claimed, "the claim counts for what the newcomer has not taken yet")
+	assert.Equal(t, claimed.OverShare, v.OverShare, "memory moved from the claim into use counts once")
+	assert.Equal(t, claimed.Blocks, v.Blocks)
+	assert.False(t, v.Changed, "the follower holds still while the newcomer loads")
+
+	b.do("take %d", 512<<20)
+	b.do("withdraw")
+	v = a.do("read")
+	assert.Zero(t, v.Claimed)
+	assert.Equal(t, claimed.OverShare, v.OverShare, "all of the claim in use now")
+	assert.Equal(t, claimed.Blocks, v.Blocks)
+
+	b.stop()
+	v = a.do("read")
+	assert.Equal(t, int64(37), v.Blocks, "alone again: grows back at once")
 }
 
 // outsideShare is what a budget of utilization leaves outside it of the

@@ -122,7 +122,7 @@ func followRule(t *testing.T) func(*Follower, Usage) Target {
 	return func(f *Follower, u Usage) Target {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		tg, err := f.next([]Usage{u})
+		tg, err := f.next([]Usage{u}, []int64{0})
 		require.NoError(t, err)
 		return tg
 	}
@@ -250,7 +250,7 @@ func TestFollowerModelCatchesFlapping(t *testing.T) {
 	naive := func(f *Follower, u Usage) Target {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		tg, err := f.next([]Usage{u})
+		tg, err := f.next([]Usage{u}, []int64{0})
 		require.NoError(t, err)
 		tg.Blocks, tg.Changed = tg.Common.Blocks, tg.Common.Blocks != tg.Previous
 		f.blocks = tg.Blocks
@@ -343,7 +343,7 @@ func TestFollowerReading(t *testing.T) {
 			b, err := tt.m.budget(tt.base, 0.5, 16<<20, tt.footprint, true)
 			require.NoError(t, err)
 			f := &Follower{parts: []followed{{budget: b, baseTracked: tt.base.Tracked, baseProcessUsed: tt.base.ProcessUsed, total: tt.m.Total}}}
-			tg, err := f.next([]Usage{tt.reading(b)})
+			tg, err := f.next([]Usage{tt.reading(b)}, []int64{0})
 			require.NoError(t, err)
 			got := tg.Common.Budgets[0]
 			assert.Equal(t, tt.over, got.OverShare)
@@ -489,7 +489,7 @@ func TestFollowDevicesCommon(t *testing.T) {
 	f, err := FollowDevices(part(cudaDev(0), 0.9), part(cudaDev(1), 0.6))
 	require.NoError(t, err)
 	reading := Usage{Total: m.Total, Used: base.Used, Tracked: base.Tracked}
-	tg, err := f.next([]Usage{reading, reading})
+	tg, err := f.next([]Usage{reading, reading}, []int64{0, 0})
 	require.NoError(t, err)
 	require.Len(t, tg.Common.Budgets, 2)
 	assert.Less(t, tg.Common.Budgets[1].Blocks, tg.Common.Budgets[0].Blocks)
@@ -499,7 +499,7 @@ func TestFollowDevicesCommon(t *testing.T) {
 	// The first device crowded past its share: it limits the cache now.
 	crowded := reading
 	crowded.Used += m.Total / 2
-	tg, err = f.next([]Usage{crowded, reading})
+	tg, err = f.next([]Usage{crowded, reading}, []int64{0, 0})
 	require.NoError(t, err)
 	assert.Equal(t, 0, tg.Common.Limiting)
 	assert.Equal(t, tg.Common.Budgets[0].Blocks, tg.Blocks)

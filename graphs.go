@@ -130,11 +130,18 @@ func (g Graphs) Capture(stream Stream) (Capture, error) {
 	return captureOf(g.dev, c, chunk), nil
 }
 
-// Captures returns the captures memtrack saw on the device, the
-// oldest first: those in progress, whose state it asks the driver, and the
-// last [MaxCaptures] that ended. A capture whose stream the driver reports
-// in an invalidated capture, which it names by no ID, is left as it was
-// (see [Capture]). It fails as [Graphs.Stats] does.
+// Captures returns the captures memtrack saw on the device, the oldest
+// first: those in progress and the last [MaxCaptures] that ended, each as
+// memtrack last saw it. It asks the driver nothing about their streams: a
+// stream's handle is the program's, which may have destroyed it, and a
+// call with a destroyed stream's handle is undefined behaviour (an NVIDIA
+// H200 stopped the process with SIGSEGV). So a capture that ended since
+// memtrack last saw it reads Capturing until memtrack sees its stream
+// again: [Graphs.Capture] of that stream, or an allocation or free node of
+// a later capture on it. Read a capture with Graphs.Capture just before it
+// ends, as that method says, for its final state. A capture invalidated
+// unseen reads as memtrack last saw it too (see [Capture]). It fails as
+// [Graphs.Stats] does.
 func (g Graphs) Captures() ([]Capture, error) {
 	s, err := g.graphs("Graphs().Captures", false)
 	if err != nil {
@@ -144,9 +151,7 @@ func (g Graphs) Captures() ([]Capture, error) {
 	if set == nil {
 		return nil, nil
 	}
-	list := set.List(func(stream uintptr) (captureState, error) {
-		return s.stream.captureOf(g.dev.ordinal, Stream(stream))
-	})
+	list := set.List()
 	var bytes int64
 	for _, c := range list {
 		bytes = max(bytes, c.PeakBytes)

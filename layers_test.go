@@ -29,7 +29,7 @@ var layers = []struct {
 	{"seam", []string{"backend.go"}},
 	{"adapters", []string{"backend_*.go", "metal_bridge_*.go"}},
 	{"core", []string{"device_table.go", "request.go", "ledger.go", "hooks.go", "usage.go", "oom.go", "release.go", "buffer.go", "track.go", "alloc.go", "space_figures.go"}},
-	{"features and API", []string{"doc.go", "category.go", "sites.go", "history.go", "leak.go", "graphs.go", "pool.go", "stream.go", "scope.go", "stats.go", "measure.go", "budget.go", "common_budget.go", "reservation.go", "return_check.go", "follow.go"}},
+	{"features and API", []string{"doc.go", "category.go", "sites.go", "history.go", "leak.go", "graphs.go", "pool.go", "stream.go", "scope.go", "stats.go", "measure.go", "budget.go", "common_budget.go", "reservation.go", "return_check.go", "follow.go", "measurement_file.go", "fit.go", "fit_check.go", "claims.go"}},
 }
 
 // layerOf returns the index of file's layer, or -1.

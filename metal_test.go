@@ -263,3 +263,30 @@ func TestMetalCategories(t *testing.T) {
 	assert.Equal(t, before.Tracked, d.MemoryAllocated())
 	require.NoError(t, kv.SetMemoryLimit(0))
 }
+
+// On Metal a plan is predicted at the sizes asked (Metal rounds a buffer by
+// a rule memtrack learns only once it is allocated), from the device's
+// figure, which is no figure of this process's as a driver accounts it:
+// the prediction stands, and its check says plainly that it cannot be
+// made.
+func TestMetalFit(t *testing.T) {
+	d := metalDevice(t)
+	plan := memtrack.Plan{Device: d, Parts: []memtrack.PlanPart{{Category: memtrack.CategoryWeights, Size: 3<<20 + 5, Count: 2}},
+		Transient: 1 << 20, BlockSize: 1 << 20}
+	p, err := plan.Predict()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), p.AllocUnit)
+	assert.Equal(t, int64(2*(3<<20+5)), p.Predicted)
+	assert.Equal(t, p.Predicted+1<<20, p.Need)
+	assert.Equal(t, memtrack.SourceUnchecked, p.Source)
+	assert.False(t, p.PerProcess)
+	assert.Positive(t, p.Total)
+	_, err = p.Check()
+	require.ErrorIs(t, err, memtrack.ErrNotSupported)
+	assert.Contains(t, err.Error(), "stands unchecked")
+
+	for _, bad := range []memtrack.PlanPart{{Via: memtrack.ViaAllocAsync, Size: 1, Count: 1}, {Via: memtrack.ViaMap, Size: 1 << 20, Count: 1}} {
+		_, err := memtrack.Plan{Device: d, Parts: []memtrack.PlanPart{bad}}.Predict()
+		assert.ErrorIs(t, err, memtrack.ErrNotSupported, "%v on Metal", bad.Via)
+	}
+}

@@ -40,6 +40,8 @@ var vocabulary = []vocabularyRule{
 		"PoolStats.PoolReserved", "PoolStats.PeakPoolReserved", "PoolUsage.PoolReserved",
 		"cudadrv.PoolAttributes.PoolReserved", "cudadrv.PoolAttributes.PeakPoolReserved",
 		"hipdrv.PoolAttributes.PoolReserved", "hipdrv.PoolAttributes.PeakPoolReserved",
+		"fit.Before.PoolReserved", "fit.Result.PoolReserved", "fit.Result.PeakPoolReserved", // a prediction's pool, as the driver's attributes name it
+		"Prediction.PoolReservedIncrease", "Prediction.GraphReservedIncrease", "FitCheck.PoolReservedIncrease", "FitCheck.GraphReservedIncrease",
 		"metric memtrack_pool_reserved_bytes", "metric memtrack_peak_pool_reserved_bytes",
 		"GraphStats.GraphReserved", "GraphStats.PeakGraphReserved", "Usage.GraphReserved", "Usage.PeakGraphReserved",
 		"Measurement.StartGraphReserved", "Measurement.EndGraphReserved", "Budget.GraphReserved", "OutOfMemoryError.GraphReserved",
@@ -54,7 +56,8 @@ var vocabulary = []vocabularyRule{
 	{"active", nil, "nothing: the count of live buffers is Buffers"},
 	{"live", nil, "nothing: the count of live buffers is Buffers, their bytes Tracked"},
 	{"resident", []string{"Usage.NotResident", "Measurement.StartNotResident", "Measurement.EndNotResident", "OutOfMemoryError.NotResident",
-		"hostmem.Mappings.NotResident", "hostmem.Resident"},
+		"hostmem.Mappings.NotResident", "hostmem.Resident",
+		"hostmem.ResidentFiles"}, // the OS's figure of the process's resident pages of files, which a check on the CPU explains its difference by
 		"the tracked bytes of the CPU's mapped buffers not resident yet, NotResident"},
 	{"baseline", []string{"Device.Baseline"},
 		"the Usage before the weights; a Measurement's first reading is Start"},
@@ -64,7 +67,7 @@ var vocabulary = []vocabularyRule{
 		"Measurement.PerProcess", "Measurement.PerProcessErr", "Measurement.StartProcessUsed", "Measurement.EndProcessUsed",
 		"Measurement.StartOtherProcessesUsed", "Measurement.EndOtherProcessesUsed", "Measurement.ProcessUntracked", "Measurement.OtherProcesses",
 		"Budget.PerProcess", "Budget.PerProcessErr", "Budget.OtherProcessesUsed", "Budget.ProcessUsed",
-		"Target.PerProcess", "Target.PerProcessErr",
+		"Target.PerProcess", "Target.PerProcessErr", "Prediction.PerProcess", "Prediction.PerProcessErr",
 		"OutOfMemoryError.PerProcess", "OutOfMemoryError.PerProcessErr", "OutOfMemoryError.ProcessUsed",
 		"OutOfMemoryError.OtherProcessesUsed", "OutOfMemoryError.OtherProcesses",
 		"metric memtrack_process_used_bytes", "metric memtrack_process_untracked_bytes", "metric memtrack_other_processes_used_bytes",

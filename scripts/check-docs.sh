@@ -46,6 +46,9 @@ declare -A run_cmds=(
 	['go tool pprof -top /tmp/prof/peak.pb.gz']='go tool pprof -top "$DOCS_TMP/prof/peak.pb.gz" | grep -F main.loadWeights'
 	# docs/elastic.md: the elastic cache on the CPU (a few seconds).
 	['go run ./examples/profile -elastic -cache-blocks 6 -block-size 8MiB']=''
+	# README, docs/fit.md: the main job's load predicted and checked, on the
+	# CPU (a few seconds).
+	['go run ./examples/profile -fit']=''
 	# docs/track.md: Device.Track on the CPU (it checks its own peak).
 	['go run ./examples/track']=''
 	# docs/cuda.md: the CUDA build needs no CUDA header, into a temporary
@@ -68,6 +71,12 @@ declare -A skip_cmds=(
 	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1']='scripts/test-cuda.sh runs it on the fake driver with two devices (it needs a GPU or the fake)'
 	['./scripts/two-instances.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
 	['./scripts/two-instances-elastic.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
+	['./scripts/fit-claim-elastic.sh']='scripts/test-cuda.sh runs it on the fake driver and NVML (it needs a GPU or the fakes)'
+	['go run -tags cuda ./examples/profile -device cuda:0 -fit -graphs -elastic']='scripts/test-cuda.sh runs the main job with -fit on the fake driver, with and without -graphs and -elastic, and checks that it measures what it predicted'
+	['go run -tags cuda ./examples/profile -device cuda:0,cuda:1 -fit']='scripts/test-cuda.sh runs it on the fake driver with two devices, and checks that it measures what it predicted'
+	['go run -tags cuda ./examples/profile -device cuda:0 -graphs -fit-save pass.json']='scripts/test-cuda.sh runs it on the fake driver, into a temporary file'
+	['go run -tags cuda ./examples/profile -device cuda:0 -graphs -fit -fit-from pass.json']='scripts/test-cuda.sh runs it on the fake driver, from the file the run before wrote'
+	['go run -tags cuda ./examples/profile -device cuda:0 -fit -claim -fit-headroom 1GiB']='scripts/fit-claim-elastic.sh runs a newcomer with -fit -claim beside a follower on the fake driver (scripts/test-cuda.sh runs it)'
 	['./scripts/test-rocm.sh']='.ci/run runs it (it needs apt the first time, and minutes)'
 	['KIND=rocm ./scripts/two-instances.sh']='scripts/test-rocm.sh runs it on the fake runtime and rocm_smi (it needs an AMD GPU or the fakes)'
 	['./scripts/gpu-check-rocm.sh']='scripts/test-rocm.sh runs it, and its run.sh on the fakes'

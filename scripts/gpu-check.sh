@@ -29,6 +29,11 @@
 #	                    with elastic caches that follow the GPU, the first
 #	                    shrinking when the second starts and growing back
 #	                    when it exits
+#	driver-probes/      scripts/driver-probes: small Python programs that
+#	                    call the driver through ctypes and print what it
+#	                    answers where NVIDIA's documents are silent (calls
+#	                    during a capture, graph memory's chunks), whose
+#	                    answers on an H200 testdata/fakecuda/RULES.md cites
 #	run.sh              runs them: the tests, the race-detector tests, the
 #	                    reconciliation table (tracked bytes against the
 #	                    driver's change in used memory, for 1 KiB to 1 GiB,
@@ -47,8 +52,10 @@
 #	                    with its decode step captured in graphs: the
 #	                    budget's figure beside what the driver reserved),
 #	                    the stream-ordered pair's benchmark (tracked and
-#	                    raw side by side, the event's own cost apart) and
-#	                    the other CUDA benchmarks
+#	                    raw side by side, the event's own cost apart),
+#	                    the other CUDA benchmarks, and the driver probes
+#	                    (each bounded to 60 s; where python3 is missing,
+#	                    run.sh says so and runs none)
 #
 # Copy the folder to the GPU machine and run ./run.sh there; it needs the
 # NVIDIA driver (libcuda.so.1, found as the dynamic loader finds it:
@@ -82,6 +89,8 @@ go test -c -tags cuda -o "$dir/nvml.test" ./internal/nvml
 go build -tags cuda -o "$dir/profile" ./examples/profile
 cp scripts/two-instances.sh "$dir/two-instances.sh"
 cp scripts/two-instances-elastic.sh "$dir/two-instances-elastic.sh"
+cp -r scripts/driver-probes "$dir/driver-probes"
+rm -rf "$dir/driver-probes/__pycache__"
 
 # The oldest glibc the binaries run with: the newest GLIBC_x.y symbol
 # version any of them needs.
@@ -206,6 +215,28 @@ else
 fi
 if [[ -x ./track ]] && ./cu.test -test.run '^$' >/dev/null 2>&1; then
 	step "examples/track" ./track
+fi
+# The driver probes (scripts/driver-probes): what this driver answers where
+# NVIDIA's documents are silent, beside what an H200 answered (each
+# script's header, and testdata/fakecuda/RULES.md). Each prints into its
+# log and here, bounded to 60 s.
+probe() {
+	local log=probe-${1%.py}.log
+	timeout 60 python3 "driver-probes/$1" >"$log" 2>&1
+	local rc=$?
+	cat "$log"
+	((rc == 124)) && echo "== driver-probes/$1: stopped after 60 s"
+	return $rc
+}
+if command -v python3 >/dev/null; then
+	step "driver probe: what the driver answers about a stream whose capture is invalidated" probe invalidated-capture.py
+	step "driver probe: whether a node the driver refuses leaves a relaxed capture as it was" probe refused-nodes.py
+	step "driver probe: what the driver reserves for a graph of one 1-byte allocation, uploaded" probe upload-chunk.py
+	step "driver probe: the graph-chunk probe's calls during a program's capture, and its cost" probe graph-probe-during-capture.py
+	step "driver probe: how much graph memory the allocations a launch leaves live pin" probe outliving-pins.py
+	step "driver probe: where the driver lays out a graph's allocations" probe outliving-layout.py
+else
+	echo "== driver probes: not run (no python3 on this machine)"
 fi
 
 echo "== skipped on this machine (tests that need two GPUs skip on one; those that need the fake driver's fault injection skip on a GPU):"

@@ -25,6 +25,8 @@
 #     scripts/two-instances.sh (two instances sharing one fake GPU),
 #     scripts/two-instances-elastic.sh (two instances whose elastic caches
 #     follow the fake GPU: the first shrinks for the second and grows back),
+#     scripts/fit-claim-elastic.sh (a newcomer claims the room its load
+#     needs, and a follower shrinks for the claim before it allocates),
 #     examples/track, package cu on mumax3 itself (scripts/try-mumax3.sh),
 #     and the folder of scripts/gpu-check.sh run on the fake driver twice,
 #     so that what a GPU machine runs is known to work: once as a one-GPU
@@ -33,7 +35,8 @@
 #     two devices; last, examples/profile on two fake devices of unequal
 #     memory, whose common budget the smaller must limit, and on one with
 #     its decode step captured in CUDA graphs (-graphs), whose budget must
-#     set aside what the driver then reserves for them.
+#     set aside what the driver then reserves for them; and the main job's
+#     -fit, whose prediction must equal what the driver then counts.
 #  5. NVIDIA's own driver libraries, 535 and 470, as Debian's non-free
 #     packages ship them, fetched and unpacked into .cache/nvidia-libs,
 #     never installed (scripts/test-nvidia-libs.sh): every call of
@@ -161,6 +164,13 @@ for reading in FAKECUDA_POOL_FREE=enqueued FAKECUDA_TRIM_OBSERVED=query \
 	echo "== go test -tags cuda (fake driver, $reading)"
 	env "$reading" go test -tags cuda -count=1 . ./cu ./internal/cudadrv
 done
+# A prediction of a load learns the pools' chunk and the granularity from
+# the driver: its table holds exact on a device whose pools reserve in
+# other steps than the H200's 32 MiB, and whose granules are not 2 MiB.
+for machine in FAKECUDA_POOL_STEP=$((8 << 20)) FAKECUDA_GRANULARITY=$((4 << 20)); do
+	echo "== go test -tags cuda -run 'TestCUDAFit|TestPoolChunk' . ./internal/cudadrv (fake driver, $machine)"
+	env "$machine" go test -tags cuda -count=1 -run 'TestCUDAFit|TestPoolChunk' . ./internal/cudadrv
+done
 # The readings of virtual memory management (reserve, create, map): the
 # driver bindings' tests under each, Map and Unmap included, and the root's
 # reservations (Device.Reserve, Reservation.Map and Unmap, the return check).
@@ -176,6 +186,8 @@ echo "== scripts/two-instances.sh (fake driver and NVML)"
 ./scripts/two-instances.sh
 echo "== scripts/two-instances-elastic.sh (fake driver and NVML)"
 ./scripts/two-instances-elastic.sh
+echo "== scripts/fit-claim-elastic.sh (fake driver and NVML)"
+./scripts/fit-claim-elastic.sh
 
 echo "== go run -tags cuda ./examples/track (fake driver)"
 go run -tags cuda ./examples/track
@@ -228,6 +240,32 @@ if [[ -z $grown || $grown != "$aside" ]] || ! grep -q ' CUDA graphs$' <<<"$graph
 	echo "test-cuda.sh: examples/profile -graphs: the budget set aside ${aside:-nothing} for CUDA graphs, the driver reserved ${grown:-nothing}" >&2
 	exit 1
 fi
+
+# The main job with -fit: it predicts what the driver will count of its
+# load before it loads, and checks the prediction after. On the fake, which
+# follows an H200's rules, the prediction is exact: the last line's two
+# figures must be equal, on one device and two, with and without -graphs
+# and -elastic, and from a pass saved with -fit-save and read back with
+# -fit-from. On the CPU the figures differ (the OS's figure holds the whole
+# process): the line must be there.
+fitsave=$(mktemp)
+for args in "-device cuda:0" "-device cuda:0 -graphs -fit-save $fitsave" "-device cuda:0 -graphs -fit-from $fitsave" \
+	"-device cuda:0 -elastic" "-device cuda:0 -elastic -graphs" "-device cuda:0,cuda:1" "-device cpu"; do
+	echo "== go run -tags cuda ./examples/profile -fit $args (fake driver, two devices, contexts of 300 MiB)"
+	# shellcheck disable=SC2086 # the flags split on blanks
+	fitout=$(FAKECUDA_DEVICES=2 FAKECUDA_CONTEXT_BYTES=$((300 << 20)) go run -tags cuda ./examples/profile -fit $args)
+	sed -n '/^fit: the load planned/,/^  fits:/p; /^fit check/,$p' <<<"$fitout"
+	last=$(tail -n1 <<<"$fitout")
+	if ! [[ $last =~ ^fit:\ device=[^\ ]+\ predicted=([0-9]+)\ measured=([0-9]+)\ source=[^\ ]+$ ]]; then
+		echo "test-cuda.sh: examples/profile -fit $args: the last line is not the fit line: $last" >&2
+		exit 1
+	fi
+	if [[ $args != *cpu* && ${BASH_REMATCH[1]} != "${BASH_REMATCH[2]}" ]]; then
+		echo "test-cuda.sh: examples/profile -fit $args: predicted ${BASH_REMATCH[1]} bytes, measured ${BASH_REMATCH[2]}" >&2
+		exit 1
+	fi
+done
+rm -f "$fitsave"
 
 # ---- 5. NVIDIA's own driver libraries
 

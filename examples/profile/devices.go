@@ -18,7 +18,11 @@ import (
 // activations of each layer are split across the devices, each device's
 // cache is budgeted by vLLM's formula, and the common budget is the fewest
 // blocks any device can hold, named with the device that limits it.
-func profileDevices(names []string, utilization float64, block int64, workers, layers int, act, weights, cacheBlocks int64) {
+//
+// With -fit, each device's share of the load is planned and predicted
+// before any of it is made (planFit), and checked once it is; the last
+// line sums the devices' figures.
+func profileDevices(names []string, utilization float64, block int64, workers, layers int, act, weights, cacheBlocks int64, fo fitOptions) {
 	var devs []memtrack.Device
 	for _, name := range names {
 		d, err := memtrack.ParseDevice(name)
@@ -29,10 +33,18 @@ func profileDevices(names []string, utilization float64, block int64, workers, l
 	bases := make([]memtrack.Usage, len(devs))
 	kvCaches := make([]memtrack.Category, len(devs))
 	activations := make([]memtrack.Category, len(devs))
+	var fits []*fitRun
 	for i, d := range devs {
 		var err error
 		bases[i], err = d.Baseline()
 		check(err)
+		if fo.on {
+			load := fitLoad{weights: weights / n, cacheVia: memtrack.ViaAlloc, block: block, cacheBlocks: cacheBlocks, blockSize: block}
+			load.transient, load.transientOf = passBound(workers, act/n)
+			fits = append(fits, planFit(d, fo, load))
+		}
+	}
+	for i, d := range devs {
 		var weightsCat memtrack.Category
 		weightsCat, kvCaches[i], activations[i] = categories(d)
 		// Each device holds its share of every layer's weights.
@@ -64,25 +76,42 @@ func profileDevices(names []string, utilization float64, block int64, workers, l
 		printBudget(b, "weights", "untracked growth since the baseline")
 		budgets = append(budgets, b)
 	}
+	cacheN := cacheBlocks // with -fit, the plan's, which the prediction said fit
 	if len(refused) > 0 {
 		fmt.Printf("KV cache common to the devices: refused, as vLLM refuses to start: %s refused\n", strings.Join(refused, ", "))
-		os.Exit(1)
-	}
-	c, err := memtrack.NewCommonBudget(budgets...)
-	check(err)
-	printCommonBudget(c)
-	if c.Blocks == 0 {
-		os.Exit(1)
+		if !fo.on {
+			os.Exit(1)
+		}
+	} else {
+		c, err := memtrack.NewCommonBudget(budgets...)
+		check(err)
+		printCommonBudget(c)
+		if !fo.on {
+			if c.Blocks == 0 {
+				os.Exit(1)
+			}
+			cacheN = min(cacheBlocks, c.Blocks)
+		}
 	}
 
 	for i := range devs {
-		cache, err := allocCache(kvCaches[i], min(cacheBlocks, c.Blocks), block)
+		cache, err := allocCache(kvCaches[i], cacheN, block)
 		check(err)
 		defer freeAll(cache)
+	}
+	for _, r := range fits {
+		r.done()
 	}
 	for _, d := range devs {
 		fmt.Printf("%v: ", d)
 		printCategories(d)
+	}
+	if fo.on {
+		for _, r := range fits {
+			r.printCheck()
+			fmt.Println(fitLine([]*fitRun{r}))
+		}
+		fmt.Println(fitLine(fits))
 	}
 }
 

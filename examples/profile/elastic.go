@@ -78,40 +78,60 @@ func touchBlock(p []byte) {
 	}
 }
 
-// runElastic reserves an elastic cache for the budget's blocks, maps it
-// block by block up to target, then unmaps half of it and shows the
-// driver's (on the CPU, the OS's) figures give the memory back. It returns
-// the cache, for the caller to close.
-func runElastic(dev memtrack.Device, cat memtrack.Category, budget, target, block int64) *elasticCache {
+// mapElastic reserves an elastic cache for the budget's blocks and maps it
+// block by block up to target, printing the tracked bytes and the
+// device's figure (on the CPU, the process's resident memory) at each. It
+// returns the cache, for the caller to shrink and close.
+func mapElastic(dev memtrack.Device, cat memtrack.Category, budget, target, block int64) *elasticCache {
 	c, err := newElasticCache(cat, budget, block)
 	check(err)
 	s := dev.MemoryStats()
 	fmt.Printf("elastic KV cache (Category.Reserve, Reservation.Map and Unmap):\n")
 	fmt.Printf("  reserved: %s of address space for %d blocks of %s (AddressSpace %s, %d reservation(s)); tracked %s\n",
 		size(c.r.Size()), c.capacity(), size(c.block), size(s.AddressSpace), s.Reservations, size(s.Tracked))
-	used := func() string {
-		u, err := dev.Usage()
-		if err != nil {
-			return "unavailable: " + err.Error()
-		}
-		what := "used (device-wide)"
-		if dev.Kind() == memtrack.KindCPU {
-			what = "resident (the process's)"
-		}
-		return size(u.Used) + " " + what
-	}
-	fmt.Printf("  before mapping: %s\n", used())
-	step := func(blocks int64) {
-		fmt.Printf("  %3d blocks mapped: tracked %s, %s\n", blocks, size(dev.MemoryStats().Tracked), used())
-	}
-	check(c.resize(target, step))
+	fmt.Printf("  before mapping: %s\n", usedFigure(dev))
+	check(c.resize(target, c.step(dev)))
+	return c
+}
+
+// shrink unmaps half of the cache's blocks and shows, with a return
+// check, that the driver (on the CPU, the OS) has the memory back.
+func (c *elasticCache) shrink(dev memtrack.Device) {
 	rc, err := dev.StartReturnCheck()
 	check(err)
-	check(c.resize(c.blocks/2, step))
+	check(c.resize(c.blocks/2, c.step(dev)))
 	ret, err := rc.End()
 	check(err)
 	fmt.Printf("  %s", indent(ret.String()))
-	return c
+}
+
+// step returns the line printed at each block mapped or unmapped.
+func (c *elasticCache) step(dev memtrack.Device) func(blocks int64) {
+	return func(blocks int64) {
+		fmt.Printf("  %3d blocks mapped: tracked %s, %s\n", blocks, size(dev.MemoryStats().Tracked), usedFigure(dev))
+	}
+}
+
+// usedFigure is the device's figure of memory in use: on the CPU, the
+// process's resident memory.
+func usedFigure(dev memtrack.Device) string {
+	u, err := dev.Usage()
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	what := "used (device-wide)"
+	if dev.Kind() == memtrack.KindCPU {
+		what = "resident (the process's)"
+	}
+	return size(u.Used) + " " + what
+}
+
+// mappedBlock is a block of block bytes as the elastic cache maps it: in
+// whole granules of the device's.
+func mappedBlock(dev memtrack.Device, block int64) int64 {
+	g, err := dev.MapGranularity()
+	check(err)
+	return (block + g - 1) / g * g
 }
 
 // indent indents every line but the first of s by two spaces.

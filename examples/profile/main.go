@@ -10,6 +10,7 @@
 //	go run -tags cuda ./examples/profile -device cuda:0 -graphs
 //	go run ./examples/profile -elastic -cache-blocks 8
 //	go run -tags cuda ./examples/profile -device cuda:0 -elastic -follow 10ms -follow-until FILE
+//	go run -tags cuda ./examples/profile -device cuda:0 -fit [-fit-save FILE | -fit-from FILE] [-claim]
 //
 // With -barrier, instances started together line up at each step (the
 // baseline, the weights, the pass), as serving instances started at once on
@@ -53,6 +54,24 @@
 // check. Two instances on one GPU (scripts/two-instances-elastic.sh) show
 // the first shrink when the second starts and grow back when it exits.
 //
+// With -fit, the program plans the load it is about to make before it
+// makes any (memtrack.Plan: the weights, the pass's transient memory, the
+// decode step's graphs, the cache's -cache-blocks blocks), prints what
+// the driver will count of it and whether it fits beside the other
+// processes (Plan.Predict), loads, and checks the prediction against the
+// same figure read again (Prediction.Check); its last line is
+//
+//	fit: device=<device> predicted=<bytes> measured=<bytes> source=<figure>
+//
+// -fit-save FILE writes the pass's Measurement (WriteMeasurement), and
+// -fit-from FILE plans the transient memory and the graphs from one saved
+// before (ReadMeasurement), before any pass runs. With -claim, the program
+// claims on the board of -claim-dir what its load needs before it loads
+// (Prediction.Claim), waits until the device has the room (Claim.Wait),
+// and withdraws the claim once loaded; a follower started with
+// -follow-claims counts such claims at its readings
+// (scripts/fit-claim-elastic.sh runs both).
+//
 // Sizes take decimal units (kB, MB, GB, TB), binary ones (KiB, MiB, GiB,
 // TiB, or Ki, Mi, Gi, Ti) and fractions: 16MB, 1.5GiB, 16Mi.
 //
@@ -74,6 +93,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/memtrack/memtrack"
 )
@@ -102,6 +122,15 @@ func main() {
 		followUntil = flag.String("follow-until", "", "with -follow, stop once this file exists")
 		followFor   = flag.Duration("follow-for", 0, "with -follow, stop after this long (0: only -follow-until stops it)")
 		settle      = flag.Int("follow-settle", 10, "with -follow, print \"settled\" once a target has held for this many readings")
+		followClaim = flag.Bool("follow-claims", false, "with -follow, count other processes' claims on the board of -claim-dir as memory in use")
+		fitOn       = flag.Bool("fit", false, "plan the load before making it, print what the driver will count of it and whether it fits, load, and check the prediction")
+		fitSave     = flag.String("fit-save", "", "write the pass's measurement to this file (JSON), for a later -fit-from")
+		fitFrom     = flag.String("fit-from", "", "with -fit, plan the pass's transient memory and graphs from the measurement in this file, before any pass runs")
+		fitHeadroom = flag.String("fit-headroom", "0", "with -fit, memory to keep free beside the load (for processes that announce nothing)")
+		claimOn     = flag.Bool("claim", false, "with -fit, claim the room the load needs on the board of -claim-dir, wait for it, load, and withdraw the claim")
+		claimDir    = flag.String("claim-dir", memtrack.DefaultClaimsDir(), "the directory of the board of claims that the processes sharing a device read")
+		claimWait   = flag.Duration("claim-wait", time.Minute, "with -claim, how long to wait for the room")
+		claimTTL    = flag.Duration("claim-ttl", time.Minute, "with -claim, how long the claim lasts past its last renewal")
 	)
 	flag.Parse()
 	block, err := parseSize(*blockSize)
@@ -122,11 +151,31 @@ func main() {
 	if *follow > 0 && (!*elastic || *followUntil == "" && *followFor == 0) {
 		log.Fatalf("-follow takes -elastic, and -follow-until or -follow-for to stop")
 	}
+	if (*fitFrom != "" || *claimOn || *fitHeadroom != "0") && !*fitOn {
+		log.Fatalf("-fit-from, -fit-headroom and -claim take -fit")
+	}
+	if *fitOn && *follow > 0 {
+		log.Fatalf("-fit plans a load made once: it takes no -follow")
+	}
+	fo := fitOptions{on: *fitOn, claim: *claimOn, claimWait: *claimWait, claimTTL: *claimTTL}
+	if *fitHeadroom != "0" {
+		fo.headroom, err = parseSize(*fitHeadroom)
+		check(err)
+	}
+	if *fitFrom != "" {
+		fo.from = readFitFrom(*fitFrom) // before anything runs
+	}
+	var board *memtrack.Claims
+	if *claimOn || *followClaim {
+		board, err = memtrack.OpenClaims(*claimDir)
+		check(err)
+		fo.board = board
+	}
 	if names := strings.Split(*devName, ","); len(names) > 1 {
-		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs || *follow > 0 {
-			log.Fatalf("-serve, -trace, -barrier, -graphs and -follow take one -device")
+		if *serve != "" || *traceFile != "" || *barrierDir != "" || *graphs || *follow > 0 || *fitSave != "" || *fitFrom != "" || *claimOn {
+			log.Fatalf("-serve, -trace, -barrier, -graphs, -follow, -fit-save, -fit-from and -claim take one -device")
 		}
-		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks)
+		profileDevices(names, *utilization, block, *workers, *layers, act, w, *cacheBlocks, fo)
 		return
 	}
 	dev, err := memtrack.ParseDevice(*devName)
@@ -140,6 +189,29 @@ func main() {
 	base, err := dev.Baseline()
 	check(err)
 	line.wait("baseline")
+
+	// With -fit, the load is planned before any of it is made. The decode
+	// step's graphs are captured first where the plan takes their need
+	// from their captures: a capture reserves nothing.
+	var decode *decodeGraphs
+	var fit *fitRun
+	if *fitOn {
+		load := fitLoad{weights: w, cacheVia: memtrack.ViaAlloc, block: block, cacheBlocks: *cacheBlocks, blockSize: block}
+		load.transient, load.transientOf = passBound(*workers, act)
+		if *graphs && fo.from == nil {
+			decode, err = captureDecode(dev, activations, *workers, *layers, act)
+			check(err)
+			defer decode.close()
+			m, err := memtrack.Measurement{Device: dev}.WithGraphs(decode.captures...)
+			check(err)
+			load.graphNeed = m.GraphNeed
+		}
+		if *elastic {
+			load.cacheVia, load.block = memtrack.ViaMap, mappedBlock(dev, block)
+		}
+		fit = planFit(dev, fo, load)
+	}
+
 	// The weights stay allocated for the server's lifetime.
 	load, err := dev.History().BeginSpan("load weights") // a phase on the timeline, where a history is recorded
 	check(err)
@@ -163,20 +235,28 @@ func main() {
 	// The decode step's graphs, captured after the pass and before the
 	// cache is sized: capture reserves nothing, and each capture says what
 	// its graph will need.
-	var decode *decodeGraphs
 	if *graphs {
-		decode, err = captureDecode(dev, activations, *workers, *layers, act)
-		check(err)
-		defer decode.close()
+		if decode == nil {
+			decode, err = captureDecode(dev, activations, *workers, *layers, act)
+			check(err)
+			defer decode.close()
+		}
 		decode.print()
 		p, err = p.WithGraphs(decode.captures...) // one call: the graphs of one stream
 		check(err)
+	}
+	if *fitSave != "" {
+		saveFit(*fitSave, p)
 	}
 
 	if *follow > 0 {
 		cacheSpan, err := dev.History().BeginSpan("cache")
 		check(err)
-		runFollow(dev, kvCache, p, base, *utilization, block, followOptions{interval: *follow, until: *followUntil, limit: *followFor, settle: *settle})
+		fopts := followOptions{interval: *follow, until: *followUntil, limit: *followFor, settle: *settle}
+		if *followClaim {
+			fopts.claims = board
+		}
+		runFollow(dev, kvCache, p, base, *utilization, block, fopts)
 		check(cacheSpan.End())
 		stopView()
 		return
@@ -207,30 +287,54 @@ func main() {
 	check(err)
 	printBudget(b, "used before the pass", "untracked growth in the pass")
 	blocks += b.Blocks
-	if blocks == 0 {
+	// The cache holds as many blocks as the budgets allow, up to
+	// -cache-blocks; with -fit, the plan's -cache-blocks, which the
+	// prediction said fit.
+	cacheN := min(*cacheBlocks, max(vllmBlocks, b.Blocks))
+	if fit != nil {
+		cacheN = *cacheBlocks
+	} else if blocks == 0 {
 		os.Exit(1)
 	}
 	cacheSpan, err := dev.History().BeginSpan("cache")
 	check(err)
 	if *elastic {
-		c := runElastic(dev, kvCache, max(vllmBlocks, b.Blocks), min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
+		c := mapElastic(dev, kvCache, max(vllmBlocks, b.Blocks, cacheN), cacheN, block)
 		check(cacheSpan.End())
+		if decode != nil {
+			launchDecode(dev, decode, b.GraphReserved)
+		}
+		if fit != nil {
+			fit.done()
+		}
+		c.shrink(dev)
 		printCategories(dev)
 		check(c.close())
 		stopView()
+		if fit != nil {
+			fit.printCheck()
+			fmt.Println(fitLine([]*fitRun{fit}))
+		}
 		return
 	}
-	cache, err := allocCache(kvCache, min(*cacheBlocks, max(vllmBlocks, b.Blocks)), block)
+	cache, err := allocCache(kvCache, cacheN, block)
 	check(err)
 	check(cacheSpan.End())
 	defer freeAll(cache)
 	if decode != nil {
 		launchDecode(dev, decode, b.GraphReserved)
 	}
+	if fit != nil {
+		fit.done()
+	}
 	printCategories(dev)
 	// The page lingers, and the trace ends, with the weights and the cache
 	// still allocated, so that they show the split.
 	stopView()
+	if fit != nil {
+		fit.printCheck()
+		fmt.Println(fitLine([]*fitRun{fit}))
+	}
 }
 
 // launchDecode launches the decode step's graphs once the cache is

@@ -231,39 +231,15 @@ func (s *Set) OnStream(stream uintptr, st State) Capture {
 	return c.value()
 }
 
-// List returns the captures kept, the oldest (by ID) first, after asking
-// the driver (query) whether those in progress still are. The driver is
-// asked without the lock: a capture that ends meanwhile is seen ended next
-// time.
-func (s *Set) List(query func(stream uintptr) (State, error)) []Capture {
-	s.mu.Lock()
-	var ongoing []*Record
-	for _, c := range s.byID {
-		if c.capturing {
-			ongoing = append(ongoing, c)
-		}
-	}
-	s.mu.Unlock()
-	states := make([]State, len(ongoing))
-	errs := make([]error, len(ongoing))
-	for i, c := range ongoing {
-		states[i], errs[i] = query(c.stream)
-	}
+// List returns the captures kept, the oldest (by ID) first, each as the
+// set last saw it: a capture that ended unseen reads in progress until its
+// stream is seen again (OnStream, or a node of another capture on it).
+// It asks nothing of the streams: a stream's handle is the program's, which
+// may have destroyed it, and no call may be made with it but where the
+// program passes it.
+func (s *Set) List() []Capture {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, c := range ongoing {
-		switch {
-		case errs[i] != nil:
-			// Its stream is gone: nothing captures on it any more.
-			s.endLocked(c)
-		case states[i].ID == c.id:
-		case states[i].Invalidated:
-			// An invalidated capture, with no ID: c, or one begun after
-			// c ended. Nothing is known of c.
-		default:
-			s.endLocked(c)
-		}
-	}
 	out := make([]Capture, 0, len(s.byID))
 	for _, c := range s.byID {
 		out = append(out, c.value())

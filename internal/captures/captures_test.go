@@ -21,12 +21,8 @@ func TestBounded(t *testing.T) {
 	for id := uint64(2); id < 2+bound+10; id++ {
 		s.AllocNode(id, 2, int64(id)) // each ends when the next is seen on stream 2
 	}
-	list := s.List(func(stream uintptr) (State, error) {
-		if stream == 1 {
-			return State{ID: 1, Capturing: true}, nil
-		}
-		return State{}, nil // stream 2 no longer captures
-	})
+	s.OnStream(2, State{}) // stream 2 seen no longer capturing
+	list := s.List()
 	require.Len(t, list, bound+1)
 	assert.Equal(t, live.value(), list[0], "the capture in progress stays")
 	assert.True(t, list[0].Capturing)
@@ -148,9 +144,7 @@ func FuzzCaptures(f *testing.F) {
 			})
 		}
 		wg.Wait()
-		list := s.List(func(stream uintptr) (State, error) {
-			return State{ID: uint64(stream), Capturing: true}, nil
-		})
+		list := s.List()
 		want := []Capture{}
 		var outliving, pinned int64 // of the captures not known invalidated
 		for id, m := range models {
@@ -180,45 +174,52 @@ func FuzzCaptures(f *testing.F) {
 // capture (cuStreamGetCaptureInfo), so a reading of a stream whose capture
 // is invalidated says so of no record: the stream's last capture may be
 // the invalidated one, or may have ended with its graph before another
-// began. Read by OnStream or List, the reading leaves the last capture as
-// it was; the capture then reads ended, not invalidated, once the stream
-// is seen not capturing.
+// began. Read by OnStream, the reading leaves the last capture as it was;
+// the capture then reads ended, not invalidated, once the stream is seen
+// not capturing.
 func TestInvalidatedWithoutID(t *testing.T) {
-	invalidated := State{Capturing: true, Invalidated: true}
-	for _, read := range []struct {
-		name string
-		read func(s *Set) []Capture
-	}{
-		{"OnStream", func(s *Set) []Capture { return []Capture{s.OnStream(7, invalidated)} }},
-		{"List", func(s *Set) []Capture {
-			return s.List(func(uintptr) (State, error) { return invalidated, nil })
-		}},
-	} {
-		t.Run(read.name, func(t *testing.T) {
-			s := New(4096)
-			s.AllocNode(1, 7, 8)
-			before := s.OnStream(7, State{ID: 1, Capturing: true}) // just before it ends, as documented
-			require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, PeakBytes: 8, OutlivingBytes: 8, OutlivingAllocs: 1}, before)
+	s := New(4096)
+	s.AllocNode(1, 7, 8)
+	before := s.OnStream(7, State{ID: 1, Capturing: true}) // just before it ends, as documented
+	require.Equal(t, Capture{ID: 1, Stream: 7, Capturing: true, Allocs: 1, PeakBytes: 8, OutlivingBytes: 8, OutlivingAllocs: 1}, before)
 
-			// It ends with its graph; the next capture on the stream is
-			// invalidated before the set sees it, and the stream is read once.
-			got := read.read(s)
-			if read.name == "OnStream" {
-				assert.Equal(t, []Capture{{Stream: 7, Capturing: true, Invalidated: true}}, got,
-					"the stream's invalidated capture, which the driver names by no ID")
-			} else {
-				assert.Equal(t, []Capture{before}, got, "the record as it was")
-			}
-			for _, c := range s.List(func(uintptr) (State, error) { return State{}, nil }) {
-				assert.False(t, c.Invalidated, "capture %d", c.ID)
-			}
-			ended := s.OnStream(7, State{})
-			want := before
-			want.Capturing = false
-			assert.Equal(t, want, ended, "ended, not invalidated")
-			assert.Equal(t, int64(8), s.Outliving(1), "its allocation outlives its launches")
-		})
+	// It ends with its graph; the next capture on the stream is
+	// invalidated before the set sees it, and the stream is read once.
+	got := s.OnStream(7, State{Capturing: true, Invalidated: true})
+	assert.Equal(t, Capture{Stream: 7, Capturing: true, Invalidated: true}, got,
+		"the stream's invalidated capture, which the driver names by no ID")
+	assert.Equal(t, []Capture{before}, s.List(), "the record as it was")
+	ended := s.OnStream(7, State{})
+	want := before
+	want.Capturing = false
+	assert.Equal(t, want, ended, "ended, not invalidated")
+	assert.Equal(t, []Capture{want}, s.List())
+	assert.Equal(t, int64(8), s.Outliving(1), "its allocation outlives its launches")
+}
+
+// TestListAsksNothing: List reports each capture as the set last saw it,
+// asking nothing of the streams (a stream's handle is the program's, who
+// may have destroyed it): a capture that ended unseen reads in progress
+// until its stream is seen again, not capturing (OnStream) or in another
+// capture (a node of it).
+func TestListAsksNothing(t *testing.T) {
+	s := New(4096)
+	s.AllocNode(1, 7, 8)
+	s.AllocNode(2, 9, 4)
+	inProgress := []Capture{
+		{ID: 1, Stream: 7, Capturing: true, Allocs: 1, PeakBytes: 8, OutlivingBytes: 8, OutlivingAllocs: 1},
+		{ID: 2, Stream: 9, Capturing: true, Allocs: 1, PeakBytes: 4, OutlivingBytes: 4, OutlivingAllocs: 1},
 	}
+	assert.Equal(t, inProgress, s.List(), "both as last seen: in progress")
+	assert.Equal(t, inProgress, s.List(), "a second List changes nothing")
+
+	s.OnStream(7, State{}) // stream 7 seen not capturing
+	s.FreeNode(3, 9, 0)    // stream 9 seen in capture 3
+	list := s.List()
+	require.Len(t, list, 3)
+	assert.False(t, list[0].Capturing, "capture 1 ended: its stream was seen not capturing")
+	assert.False(t, list[1].Capturing, "capture 2 ended: its stream was seen in capture 3")
+	assert.Equal(t, Capture{ID: 3, Stream: 9, Capturing: true, Frees: 1}, list[2])
 }
 
 // TestInvalidatedByID: a capture that the caller learned invalidated by

@@ -13,7 +13,10 @@
 //     kept.
 //   - A stream takes part in one capture at a time, and leaves it only
 //     when the capture ends: a node seen on a stream in another capture
-//     ends the stream's last one.
+//     ends the stream's last one, and so does a reading of the stream that
+//     finds it not capturing (OnStream). The set learns of an end from its
+//     caller alone: List asks nothing of the streams, whose handles are the
+//     program's, and reports each capture as the set last saw it.
 //   - What the driver reports of a stream whose capture it invalidated
 //     (no ID) changes no record: only a node that the driver refused in a
 //     capture it names by ID marks that capture invalidated.

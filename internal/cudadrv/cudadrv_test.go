@@ -216,3 +216,45 @@ func TestLegacyStreamOrder(t *testing.T) {
 		assert.Equal(t, cudadrv.Success, cudatest.EventDestroy(e))
 	})
 }
+
+// cuStreamSynchronize of a stream that does not capture is "potentially
+// unsafe" while a capture begun in global mode is under way: an NVIDIA
+// H200 (driver 580.159.04) answered it 900 (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+// from a thread in global mode, on another thread than the capture's, and
+// that capture ended 901 (invalidated); in relaxed mode it answered 0 and
+// the capture ended with its graph (scripts/h200-probes, the probe of
+// graph calls during a capture; testdata/fakecuda/RULES.md). Every
+// synchronize memtrack makes on its own account runs in relaxed mode.
+func TestSynchronizeDuringCapture(t *testing.T) {
+	ctx := primary(t, 0)
+	s := newStream(t, ctx)
+	for _, where := range cudatest.Threads {
+		for _, tc := range []struct {
+			relaxed   bool
+			sync, end cudadrv.Result
+		}{
+			{false, 900, 901},
+			{true, cudadrv.Success, cudadrv.Success},
+		} {
+			mode := map[bool]string{false: "default", true: "relaxed"}[tc.relaxed]
+			t.Run(where.String()+"/"+mode, func(t *testing.T) {
+				var r cudadrv.Result
+				nodes, ended := cudatest.DuringCapture(t, 0, where, func() {
+					onThread(t, ctx, func() {
+						if tc.relaxed {
+							old, rm := cudatest.ExchangeCaptureMode(cudatest.CaptureRelaxed)
+							require.Equal(t, cudadrv.Success, rm)
+							defer cudatest.ExchangeCaptureMode(old)
+						}
+						r = cudatest.StreamSynchronize(s)
+					})
+				})
+				assert.Equal(t, tc.sync, r, "cuStreamSynchronize of a stream that does not capture")
+				assert.Equal(t, tc.end, ended, "cuStreamEndCapture of the program's capture")
+				if tc.end == cudadrv.Success {
+					assert.Equal(t, 1, nodes, "its one node")
+				}
+			})
+		}
+	}
+}

@@ -86,6 +86,16 @@
 //     asked as used (1 MiB: 1.000 MiB); so PoolReserved exceeds PoolUsed
 //     by up to a step.
 //
+//   - A pool's chunk. A pool reserves device memory in chunks larger than
+//     the allocation granularity (an NVIDIA H200 with driver 580.159.04:
+//     32 MiB for 1 B to 32 MiB, 64 for 33 MiB, 96 for 65 MiB), of a size
+//     that NVIDIA documents nowhere and no attribute gives. [PoolChunk]
+//     learns it from a pool of its own (cuMemPoolCreate), whose
+//     reservation it reads after an allocation of 1 byte on a stream of its
+//     own (cuMemAllocFromPoolAsync: "Allocates memory from a specified
+//     pool", not the device's current one), so that the device's current
+//     pool, its default pool and the program's streams are left alone.
+//
 //   - Events. cuEventRecord: "hEvent and hStream must be from the same
 //     context" (else CUDA_ERROR_INVALID_HANDLE); a stream belongs to the
 //     context it was created in, and for the special handles (NULL,
@@ -94,7 +104,20 @@
 //     the stream's context and records an event of that context; AllocAsync
 //     and FreeAsync make ctx current first, so they ask cuStreamGetCtx only
 //     about a stream of one's own.
-
+//
+//   - Stream handles. cuStreamDestroy "Destroys the stream specified by
+//     hStream", and a call with the handle afterwards is undefined
+//     behaviour (of cudaStreamDestroy, the runtime's form of the call:
+//     "Use of the handle after this call is undefined behavior"); an
+//     NVIDIA H200 (driver 580.159.04) stopped the process with SIGSEGV in
+//     cuStreamGetCtx of a stream destroyed earlier. A stream's handle is
+//     the program's: every call of this package that takes one
+//     ([AllocAsync], [AllocAsyncIn], [FreeAsync], [FreeGraph],
+//     [CheckStream], [CaptureInfo]) serves a call of the program that
+//     passes the stream in that call, and a handle memtrack keeps (with a
+//     pending free, with a capture's record) is a key, never passed to the
+//     driver again.
+//
 //   - Event order. cuEventRecord "Captures in hEvent the contents of hStream
 //     at the time of this call", and cuEventQuery returns CUDA_SUCCESS "if
 //     all captured work has been completed": of two events recorded on one

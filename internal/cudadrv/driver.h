@@ -59,6 +59,17 @@ typedef struct CUmemAllocationProp_st {
 	} allocFlags;
 } CUmemAllocationProp;
 
+// CUmemPoolProps_v1: the memory pool cuMemPoolCreate makes. CUDA 12's
+// cuda.h gives 8 of the reserved bytes to maxSize and 2 to usage, which 0
+// leaves at their defaults (no limit, no usage).
+typedef struct CUmemPoolProps_st {
+	int allocType;   // CUmemAllocationType
+	int handleTypes; // CUmemAllocationHandleType
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	unsigned char reserved[64];
+} CUmemPoolProps;
+
 // CUmemAccessDesc_v1: the access of a location to a mapping (cuMemSetAccess).
 typedef struct CUmemAccessDesc_st {
 	CUmemLocation location;
@@ -175,6 +186,9 @@ enum { MEMTRACK_ESSENTIAL = 1, MEMTRACK_OPTIONAL = 0 };
 	X(cuMemPoolGetAttribute, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
 	X(cuMemPoolSetAttribute, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
 	X(cuMemPoolTrimTo, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool, size_t keep)) \
+	X(cuMemPoolCreate, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool *pool, const CUmemPoolProps *props)) \
+	X(cuMemPoolDestroy, , 11020, MEMTRACK_OPTIONAL, (CUmemoryPool pool)) \
+	X(cuMemAllocFromPoolAsync, , 11020, MEMTRACK_OPTIONAL, (CUdeviceptr *ptr, size_t size, CUmemoryPool pool, CUstream stream)) \
 	X(cuStreamGetCaptureInfo, _v2, 11030, MEMTRACK_OPTIONAL, (CUstream stream, CUstreamCaptureStatus *status, \
 		cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)) \
 	X(cuDeviceGetGraphMemAttribute, , 11040, MEMTRACK_OPTIONAL, (CUdevice dev, CUgraphMem_attribute attr, void *value)) \

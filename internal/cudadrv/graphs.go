@@ -130,7 +130,12 @@ static memtrack_chunk_probe memtrack_graph_chunk(uintptr_t c) {
 	return p;
 }
 
-// memtrack_graph does what on the device of ctx, in ctx.
+// memtrack_graph does what on the device of ctx, in ctx and in relaxed
+// stream-capture mode: memtrack's own calls, which no capture that this
+// thread or another has begun may refuse or be invalidated by. An H200
+// allowed the reads and the trim during another thread's global capture
+// (testdata/fakecuda/RULES.md); the reset of the high-water marks no probe
+// asked.
 static memtrack_graph_mem memtrack_graph(uintptr_t c, int what) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_graph_mem g = {{0}, 0, 0, 0, 0};
@@ -143,9 +148,11 @@ static memtrack_graph_mem memtrack_graph(uintptr_t c, int what) {
 	}
 	CUcontext prev;
 	if ((g.call.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return g;
+	CUstreamCaptureMode mode = memtrack_relaxed();
 	CUdevice dev = 0;
 	g.call.op = memtrack_cu.cuCtxGetDevice(&dev);
 	if (g.call.op == CUDA_SUCCESS) g.call.op = memtrack_graph_op(what, dev, &g);
+	memtrack_unrelax(mode);
 	g.call.restore = memtrack_leave(ctx, prev);
 	return g;
 }
@@ -190,6 +197,8 @@ type GraphAttributes struct {
 }
 
 // GraphGet reads the graph memory figures of ctx's device, in one call.
+// GraphGet, GraphResetHighs and GraphTrim run in relaxed stream-capture
+// mode, as memtrack's own calls do (doc.go).
 func GraphGet(ctx Context) (GraphAttributes, Call) {
 	g := C.memtrack_graph(C.uintptr_t(ctx), C.MEMTRACK_GRAPH_GET)
 	return GraphAttributes{

@@ -949,3 +949,40 @@ func TestDriverCallsPerPair(t *testing.T) {
 	after, _ := cudatest.DriverCalls("cuDeviceGetGraphMemAttribute")
 	assert.Equal(t, uint64(4), after-before, "GraphGet reads the four figures")
 }
+
+// GraphGet, GraphResetHighs and GraphTrim are memtrack's own calls, and run
+// in relaxed stream-capture mode: each sets the thread's mode relaxed and
+// puts it back (two cuThreadExchangeStreamCaptureMode, which the fake
+// counts), and, made during a capture begun in global mode, on another
+// thread or on the capturing one, each succeeds and the capture ends with
+// its graph. An H200 allowed the reads and the trim in global mode too
+// (testdata/fakecuda/RULES.md); the reset no probe asked.
+func TestGraphCallsRelaxed(t *testing.T) {
+	k, _ := newGraphKit(t)
+	calls := []struct {
+		name string
+		make func() cudadrv.Call
+	}{
+		{"GraphGet", func() cudadrv.Call { _, c := cudadrv.GraphGet(k.ctx); return c }},
+		{"GraphResetHighs", func() cudadrv.Call { return cudadrv.GraphResetHighs(k.ctx) }},
+		{"GraphTrim", func() cudadrv.Call { return cudadrv.GraphTrim(k.ctx) }},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			if n, ok := cudatest.CountCalls("cuThreadExchangeStreamCaptureMode"); ok {
+				onThread(t, k.ctx, func() {
+					n.Reset()
+					require.Equal(t, cudadrv.Call{}, c.make())
+					assert.Equal(t, map[string]uint64{"cuThreadExchangeStreamCaptureMode": 2}, n.Made(), "relaxed, then the mode put back")
+				})
+			}
+			for _, where := range cudatest.Threads {
+				var got cudadrv.Call
+				nodes, ended := cudatest.DuringCapture(t, 0, where, func() { got = c.make() })
+				assert.Equal(t, cudadrv.Call{}, got, "on %v", where)
+				assert.Equal(t, cudadrv.Success, ended, "on %v: the program's capture ends with its graph", where)
+				assert.Equal(t, 1, nodes, "on %v", where)
+			}
+		})
+	}
+}

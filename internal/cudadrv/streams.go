@@ -373,7 +373,9 @@ func FreeGraph(ctx Context, ptr uintptr, stream uintptr) StreamCall {
 // CheckStream reports what AllocAsync would find of stream, in ctx, without
 // allocating: whether it is of another device, or capturing a graph, and
 // which capture. It runs in relaxed stream-capture mode, as CaptureInfo
-// does.
+// does. As every call here that takes a stream, it is for a stream the
+// program passes in the call it serves: a destroyed stream's handle is
+// undefined behaviour to the driver (doc.go, "Stream handles").
 func CheckStream(ctx Context, stream uintptr) StreamCall {
 	return streamCallOf(C.memtrack_check_stream(C.uintptr_t(ctx), C.uintptr_t(stream), 0))
 }

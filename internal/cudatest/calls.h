@@ -3,7 +3,8 @@
 // calls.h: the driver calls of the tests (package cudatest), declared as
 // internal/cudadrv/driver.h declares the library's (see there: each line is
 // X(name, suffix, version, need, parameters)), with the types only they
-// need, from cuda.h (CUDA 11.8).
+// need, from cuda.h (CUDA 11.8); the pool's properties (CUmemPoolProps)
+// are driver.h's.
 
 #ifndef MEMTRACK_CUDATEST_CALLS_H
 #define MEMTRACK_CUDATEST_CALLS_H
@@ -12,18 +13,6 @@
 
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef void (*CUhostFn)(void *data);
-
-// CUmemPoolProps_v1: the pool's properties (cuMemPoolCreate).
-typedef struct {
-	int allocType;   // CUmemAllocationType
-	int handleTypes; // CUmemAllocationHandleType
-	struct {
-		int type; // CUmemLocationType
-		int id;
-	} location; // CUmemLocation
-	void *win32SecurityAttributes;
-	unsigned char reserved[64];
-} CUmemPoolProps;
 
 enum {
 	CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1, // CUgraphInstantiate_flags

@@ -13,6 +13,17 @@ static CUresult cudatest_begin_capture(uintptr_t stream, CUstreamCaptureMode mod
 	return CUDATEST_CALL(cudatest_cu.cuStreamBeginCapture, (CUstream)stream, mode);
 }
 
+// cudatest_capture_status asks for stream's capture status, by
+// cuStreamGetCaptureInfo_v2 where info, by cuStreamIsCapturing otherwise.
+static CUresult cudatest_capture_status(uintptr_t stream, int info, int *status) {
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	cuuint64_t id = 0;
+	CUresult r = info ? CUDATEST_CALL(cudatest_lib.cuStreamGetCaptureInfo, (CUstream)stream, &st, &id, NULL, NULL, NULL)
+			  : CUDATEST_CALL(cudatest_lib.cuStreamIsCapturing, (CUstream)stream, &st);
+	*status = st;
+	return r;
+}
+
 static CUresult cudatest_exchange_mode(CUstreamCaptureMode *mode) {
 	return CUDATEST_CALL(cudatest_lib.cuThreadExchangeStreamCaptureMode, mode);
 }
@@ -67,4 +78,17 @@ func ExchangeCaptureMode(mode CaptureMode) (CaptureMode, cudadrv.Result) {
 	m := C.CUstreamCaptureMode(mode)
 	r := cudadrv.Result(C.cudatest_exchange_mode(&m))
 	return CaptureMode(m), r
+}
+
+// CaptureStatus returns stream's capture status as the raw
+// cuStreamGetCaptureInfo_v2 answers it, in the current context; where
+// isCapturing, as cuStreamIsCapturing answers it.
+func CaptureStatus(stream uintptr, isCapturing bool) (cudadrv.CaptureStatus, cudadrv.Result) {
+	var st C.int
+	info := C.int(1)
+	if isCapturing {
+		info = 0
+	}
+	r := cudadrv.Result(C.cudatest_capture_status(C.uintptr_t(stream), info, &st))
+	return cudadrv.CaptureStatus(st), r
 }

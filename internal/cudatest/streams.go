@@ -20,6 +20,12 @@ static CUresult cudatest_stream_destroy(uintptr_t s) { return CUDATEST_CALL(cuda
 static CUresult cudatest_stream_sync(uintptr_t s) { return CUDATEST_CALL(cudatest_lib.cuStreamSynchronize, (CUstream)s); }
 static CUresult cudatest_stream_query(uintptr_t s) { return CUDATEST_CALL(cudatest_cu.cuStreamQuery, (CUstream)s); }
 
+static cudatest_handle cudatest_stream_ctx(uintptr_t s) {
+	CUcontext c = NULL;
+	CUresult r = CUDATEST_CALL(cudatest_lib.cuStreamGetCtx, (CUstream)s, &c);
+	return (cudatest_handle){(uintptr_t)c, r};
+}
+
 static CUresult cudatest_memset_async(uintptr_t dst, unsigned char v, size_t n, uintptr_t s) {
 	return CUDATEST_CALL(cudatest_cu.cuMemsetD8Async, (CUdeviceptr)dst, v, n, (CUstream)s);
 }
@@ -173,6 +179,11 @@ func StreamSynchronize(s uintptr) cudadrv.Result {
 // (cuStreamQuery: Success, or NotReady).
 func StreamQuery(s uintptr) cudadrv.Result {
 	return cudadrv.Result(C.cudatest_stream_query(C.uintptr_t(s)))
+}
+
+// StreamContext returns the context s belongs to (cuStreamGetCtx).
+func StreamContext(s uintptr) (uintptr, cudadrv.Result) {
+	return handleOf(C.cudatest_stream_ctx(C.uintptr_t(s)))
 }
 
 // MemsetD8Async enqueues on s the setting of n bytes at dst to v

@@ -54,3 +54,17 @@ func TestProcessUsedFollowsTouchedMemory(t *testing.T) {
 	assert.Greater(t, during-before, int64(size*8/10), "rose by %d for %d bytes written", during-before, size)
 	assert.Less(t, after-before, int64(size/4), "stayed %d above where it started once unmapped", after-before)
 }
+
+func TestParseStatusKB(t *testing.T) {
+	status := "Name:\tx\nVmRSS:\t  141800 kB\nRssAnon:\t  136160 kB\nRssFile:\t    5640 kB\nRssShmem:\t       0 kB\n"
+	n, err := parseStatusKB(status, "RssFile:")
+	require.NoError(t, err)
+	assert.Equal(t, int64(5640<<10), n)
+	for _, bad := range []string{"", "RssFile: 5640", "RssFile: x kB", "RssFile: -1 kB", "RssFile: 5 MB"} {
+		_, err := parseStatusKB(bad, "RssFile:")
+		assert.Error(t, err, "%q", bad)
+	}
+	files, err := ResidentFiles()
+	require.NoError(t, err)
+	assert.Positive(t, files, "a process's code is resident")
+}

@@ -13,3 +13,6 @@ var ErrNoProcessFigure = errors.New("the process's resident memory is not read o
 
 // ProcessUsed returns [ErrNoProcessFigure] on this OS.
 func ProcessUsed() (int64, error) { return 0, ErrNoProcessFigure }
+
+// ResidentFiles returns [ErrNoProcessFigure] on this OS.
+func ResidentFiles() (int64, error) { return 0, ErrNoProcessFigure }

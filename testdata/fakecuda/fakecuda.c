@@ -434,6 +434,7 @@ static CUresult usable(CUcontext ctx) {
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
 CUresult fakecuda_unsafe_call(void);
+void fakecuda_stream_check(const char *fn, CUstream h);
 size_t fakecuda_granularity(void); // fakecuda_vmm.c
 
 CUresult fakecuda_enter(const char *fn) { return enter(fn); }
@@ -477,6 +478,15 @@ unsigned long long fakecuda_capacity(int dev) { return capacity[dev]; }
 		if (r_ != CUDA_SUCCESS)          \
 			return r_;               \
 		return CUDA_ERROR_NOT_SUPPORTED; \
+	} while (0)
+
+// UNSUPPORTED_ON is UNSUPPORTED for a call on a stream, whose handle is
+// checked first, as every call on a stream checks it
+// (fakecuda_stream_check: a destroyed stream's stops the process).
+#define UNSUPPORTED_ON(fn, stream)                   \
+	do {                                         \
+		fakecuda_stream_check(fn, stream);   \
+		UNSUPPORTED(fn);                     \
 	} while (0)
 
 // ---- error names
@@ -868,23 +878,23 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) { 
 CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f) { UNSUPPORTED("cuFuncGetAttribute"); }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 				unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-				CUstream stream, void **params, void **extra) { UNSUPPORTED("cuLaunchKernel"); }
+				CUstream stream, void **params, void **extra) { UNSUPPORTED_ON("cuLaunchKernel", stream); }
 CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize) { UNSUPPORTED("cuMemAllocHost"); }
 CUresult CUDAAPI cuMemFreeHost(void *p) { UNSUPPORTED("cuMemFreeHost"); }
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { UNSUPPORTED("cuMemcpy"); }
-CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyAsync"); }
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED_ON("cuMemcpyAsync", s); }
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { UNSUPPORTED("cuMemcpyDtoD"); }
-CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyDtoDAsync"); }
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED_ON("cuMemcpyDtoDAsync", s); }
 CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) { UNSUPPORTED("cuMemcpyDtoH"); }
-CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyDtoHAsync"); }
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { UNSUPPORTED_ON("cuMemcpyDtoHAsync", s); }
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) { UNSUPPORTED("cuMemcpyHtoD"); }
-CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { UNSUPPORTED("cuMemcpyHtoDAsync"); }
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { UNSUPPORTED_ON("cuMemcpyHtoDAsync", s); }
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { UNSUPPORTED("cuMemcpyPeer"); }
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
-				   CUstream s) { UNSUPPORTED("cuMemcpyPeerAsync"); }
+				   CUstream s) { UNSUPPORTED_ON("cuMemcpyPeerAsync", s); }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char uc, size_t n) { UNSUPPORTED("cuMemsetD8"); }
 CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int ui, size_t n) { UNSUPPORTED("cuMemsetD32"); }
-CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s) { UNSUPPORTED("cuMemsetD32Async"); }
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s) { UNSUPPORTED_ON("cuMemsetD32Async", s); }
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) { UNSUPPORTED("cuModuleGetFunction"); }
 CUresult CUDAAPI cuModuleLoad(CUmodule *mod, const char *fname) { UNSUPPORTED("cuModuleLoad"); }
 CUresult CUDAAPI cuModuleLoadData(CUmodule *mod, const void *image) { UNSUPPORTED("cuModuleLoadData"); }

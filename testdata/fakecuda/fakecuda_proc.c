@@ -140,6 +140,7 @@ static const struct proc {
 	{"cuMemPoolSetAttribute", 11020, (void *)cuMemPoolSetAttribute},
 	{"cuMemPoolTrimTo", 11020, (void *)cuMemPoolTrimTo},
 	{"cuMemAllocAsync", 11020, (void *)cuMemAllocAsync},
+	{"cuMemAllocFromPoolAsync", 11020, (void *)cuMemAllocFromPoolAsync},
 	{"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync},
 	{"cuMemAddressReserve", 10020, (void *)cuMemAddressReserve},
 	{"cuMemAddressFree", 10020, (void *)cuMemAddressFree},

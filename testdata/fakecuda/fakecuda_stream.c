@@ -113,6 +113,7 @@ void fakecuda_absent(const char *fn, void *variant);
 CUresult fakecuda_in_context(const char *fn, int *device);
 CUresult fakecuda_on_device(const char *fn, CUdevice dev, const void *out);
 CUresult fakecuda_take(int dev, size_t n);
+int fakecuda_devices(void);
 void fakecuda_give(int dev, size_t n);
 
 enum op_kind { OP_FREE, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_MEMSET, OP_CALL };
@@ -148,6 +149,7 @@ struct CUstream_st {
 	CUcontext ctx;   // the context it was created in; NULL for a legacy default stream
 	int legacy;      // a device's legacy default stream
 	int nonblocking; // CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
+	int destroyed;   // cuStreamDestroy returned: the handle is released (atomic)
 	long enq;        // operations enqueued so far, allocations included
 	long host_seen;  // enq when the host last saw the stream drained (a synchronize)
 	int capturing;   // CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED, or 0
@@ -491,11 +493,33 @@ static int special(CUstream h) { return h == NULL || h == CU_STREAM_LEGACY || h 
 // own, or the current one for a default stream.
 static CUcontext stream_ctx(CUstream h, struct CUstream_st *s) { return special(h) ? fakecuda_current() : s->ctx; }
 
+// fakecuda_stream_check stops the process where h is the handle of a
+// stream that cuStreamDestroy destroyed: the handle is released ("Destroys
+// the stream specified by hStream"; of cudaStreamDestroy, the runtime's
+// form of the call: "Use of the handle after this call is undefined
+// behavior"). An NVIDIA H200 (driver 580.159.04), asked by memtrack
+// (cuStreamGetCtx) about a stream destroyed earlier, stopped the process
+// with SIGSEGV in the call; a driver that gave the handle to a new stream
+// would answer for that one instead. The fake never gives a destroyed
+// stream's handle to another (the stream is kept, marked, never freed), so
+// that every later call with it is caught, as a sanitizer would: the
+// message names the call and the handle. Every call that takes a stream
+// handle checks it first, before its context.
+void fakecuda_stream_check(const char *fn, CUstream h) {
+	if (special(h) || !__atomic_load_n(&h->destroyed, __ATOMIC_ACQUIRE)) return;
+	fprintf(stderr,
+		"fakecuda: %s with stream %p, which cuStreamDestroy destroyed: the handle is released, and a call with it is "
+		"undefined behaviour on a real driver (an H200 stopped the process with SIGSEGV)\n",
+		fn, (void *)h);
+	abort();
+}
+
 // resolve returns the stream a handle names: the legacy default stream of
 // the current context's device for the special handles. It needs a current
 // context, as every call on a stream does.
 static CUresult resolve(const char *fn, CUstream h, struct CUstream_st **out, int *devp) {
 	int dev;
+	fakecuda_stream_check(fn, h);
 	CUresult r = fakecuda_in_context(fn, &dev);
 	if (r == CUDA_SUCCESS && devp) *devp = dev;
 	if (r != CUDA_SUCCESS) return r;
@@ -654,10 +678,16 @@ CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags) {
 	return CUDA_SUCCESS;
 }
 
+// cuStreamDestroy drains the stream, stops its worker and releases the
+// handle: a later call with it stops the process (fakecuda_stream_check).
+// The stream's memory is kept, so that no new stream gets its handle, and
+// so that what still refers to it (an event recorded on it, an allocation
+// made on it) reads a stream that has run everything it was given.
 CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	CUresult r = sready("cuStreamDestroy");
 	if (r != CUDA_SUCCESS) return r;
-	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+	if (special(h)) return CUDA_ERROR_INVALID_HANDLE;
+	fakecuda_stream_check("cuStreamDestroy", h);
 	pthread_mutex_lock(&smu);
 	drain(h);
 	observe(h, h->enq);
@@ -668,9 +698,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream h) {
 	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&smu);
 	pthread_join(h->thread, NULL);
-	pthread_cond_destroy(&h->cond);
-	pthread_cond_destroy(&h->idle);
-	free(h);
+	__atomic_store_n(&h->destroyed, 1, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 }
 
@@ -686,6 +714,11 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream h) {
 		pthread_mutex_unlock(&smu);
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
+	pthread_mutex_unlock(&smu);
+	// A synchronize of a stream that does not capture is potentially
+	// unsafe while a capture is under way elsewhere (the H200, RULES.md).
+	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
+	pthread_mutex_lock(&smu);
 	long enq = s->enq;
 	drain(s);
 	if (enq > s->host_seen) s->host_seen = enq;
@@ -752,6 +785,7 @@ static void learn(struct CUstream_st *s, struct CUstream_st *t, long pos) {
 CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
 	struct CUstream_st *s;
 	sconfig();
+	fakecuda_stream_check("cuStreamWaitEvent", h);
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	CUresult r = resolve("cuStreamWaitEvent", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
@@ -770,6 +804,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
 	sconfig();
+	fakecuda_stream_check("cuLaunchHostFunc", h);
 	if (!fn) return CUDA_ERROR_INVALID_VALUE;
 	struct op o = {.kind = OP_HOSTFN, .fn = fn, .data = data};
 	return push("cuLaunchHostFunc", h, &o);
@@ -777,6 +812,7 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
 
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h) {
 	sconfig();
+	fakecuda_stream_check("cuMemsetD8Async", h);
 	if (!dst) return CUDA_ERROR_INVALID_VALUE;
 	struct op o = {.kind = OP_MEMSET, .data = (void *)(uintptr_t)dst, .value = uc, .n = n};
 	return push("cuMemsetD8Async", h, &o);
@@ -955,7 +991,8 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 // cuThreadExchangeStreamCaptureMode names, and those an H200 refused
 // (RULES.md): cuMemPoolGetAttribute, cuMemPoolSetAttribute,
 // cuMemPoolTrimTo, cuEventQuery of an event not captured, cuStreamQuery,
-// cuMemAllocAsync and cuMemFreeAsync of a stream that does not capture.
+// cuStreamSynchronize, cuMemAllocAsync and cuMemFreeAsync of a stream
+// that does not capture, cuGraphInstantiateWithFlags, cuGraphExecDestroy.
 // Prohibited, unless the thread's mode is relaxed, while the thread has a
 // capture of its own that is not relaxed, or, in global mode, while any
 // thread has a capture begun in global mode. A prohibited call fails with
@@ -1008,6 +1045,7 @@ CUresult CUDAAPI cuEventDestroy(CUevent e) {
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream h) {
 	struct CUstream_st *s;
 	sconfig();
+	fakecuda_stream_check("cuEventRecord", h);
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
 	CUresult r = resolve("cuEventRecord", h, &s, NULL);
 	if (r != CUDA_SUCCESS) return r;
@@ -1133,8 +1171,8 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props
 	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
 	    props->location.id >= MAX_DEVICES || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
-	int dev = props->location.id, unused;
-	if ((r = fakecuda_on_device("cuMemPoolCreate", dev, &unused)) != CUDA_SUCCESS) return r;
+	int dev = props->location.id;
+	if (dev >= fakecuda_devices()) return CUDA_ERROR_INVALID_DEVICE; // sready was the call's one prologue
 	pthread_mutex_lock(&smu);
 	struct CUmemPoolHandle_st *p = NULL;
 	for (int i = MAX_DEVICES; i < MAX_POOLS && !p; i++)
@@ -1223,17 +1261,22 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
+// alloc_async is cuMemAllocAsync, named fn, and, where from is not NULL,
+// cuMemAllocFromPoolAsync from the pool from.
+static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUstream h, struct CUmemPoolHandle_st *from) {
 	struct CUstream_st *s;
 	sconfig();
 	int dev;
-	CUresult r = resolve("cuMemAllocAsync", h, &s, &dev);
+	CUresult r = resolve(fn, h, &s, &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
 	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+	if (from && (from < &pools[0] || from >= &pools[MAX_POOLS] || !from->alive)) return CUDA_ERROR_INVALID_VALUE;
 	// The allocation comes from the pool current to the stream's device,
-	// whatever the current context's device (cuMemAllocAsync).
-	dev = s->device;
+	// whatever the current context's device (cuMemAllocAsync); or from the
+	// pool given, which "may be from a device different than that of the
+	// specified hStream" (cuMemAllocFromPoolAsync).
+	dev = from ? from->device : s->device;
 	if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
 		// An allocation node of the capture's graph (fakecuda_graph.c),
 		// which needs a driver of CUDA 11.4 ("Graph memory nodes are only
@@ -1254,8 +1297,8 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	a->used = round_up(size, pool_round);
 	a->device = dev;
 	pthread_mutex_lock(&smu);
-	// From the device's current pool (cuDeviceGetMemPool).
-	struct CUmemPoolHandle_st *p = current_pool[dev] ? current_pool[dev] : &pools[dev];
+	// From the device's current pool (cuDeviceGetMemPool), or the one given.
+	struct CUmemPoolHandle_st *p = from ? from : current_pool[dev] ? current_pool[dev] : &pools[dev];
 	a->pool = p;
 	long n = ++nallocs_async;
 	if (n == fail_alloc_async || a->used > SIZE_MAX - pool_step - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1292,6 +1335,18 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
 	pthread_mutex_unlock(&smu);
 	*dptr = (CUdeviceptr)(uintptr_t)a->mem;
 	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream h) {
+	return alloc_async("cuMemAllocAsync", dptr, size, h, NULL);
+}
+
+// cuMemAllocFromPoolAsync "Allocates memory from a specified pool with
+// stream ordered semantics": as cuMemAllocAsync, from pool, not from the
+// device's current pool.
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h) {
+	if (!pool) return CUDA_ERROR_INVALID_VALUE;
+	return alloc_async("cuMemAllocFromPoolAsync", dptr, size, h, pool);
 }
 
 // fakecuda_ordered_after reports whether work enqueued on s now runs
