@@ -32,7 +32,9 @@ import (
 //  4. the ledger counts it: the device's record, and, as one operation
 //     with it, the category's (ledger.count);
 //  5. the device-side figure counts it (a backend's capability,
-//     deviceTable.held);
+//     deviceTable.held), a stream-ordered allocation less the bytes of
+//     frees pending on its stream that it takes over, of those counted
+//     before step 3 asked the backend (heldOrder);
 //  6. the hooks of the features that are on run (hooks.allocated), one
 //     atomic load while every feature is off.
 //
@@ -93,6 +95,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 	var b *Buffer
 	var t *Tracked
 	var a *allocation
+	var at uint64 // fromPool: the device-side figure's order, before the allocation
 	if r.from == fromAddress {
 		if r.handle {
 			t = newTracked(d, r, rec)
@@ -112,6 +115,9 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 			err = s.vmm.mapAt(d.ordinal, r.ptr, r.size, &b.mem)
 		} else {
 			var capture uint64
+			if s.held != nil {
+				at = s.held.heldOrder(d.ordinal) // the frees counted before the allocation
+			}
 			capture, err = s.stream.allocAsync(d.ordinal, r.size, r.stream, &b.mem)
 			if u, ok := err.(uncounted); ok {
 				return nil, nil, d.invalidatedBy(s, r, u.err) // bad input, or nothing asked of the device: nothing counted
@@ -146,7 +152,7 @@ func (d Device) take(r *request) (*Buffer, *Tracked, error) {
 		return nil, nil, d.refuse(s, &l, r, f)
 	}
 	if s.held != nil {
-		s.held.heldAdd(d.ordinal, r.size, r.from == fromPool)
+		s.held.heldAdd(d.ordinal, r.size, r.stream, at, r.from == fromPool)
 	}
 	if h := s.hooksOf(d.ordinal); h != nil {
 		if a == nil {

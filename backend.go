@@ -85,10 +85,17 @@ type recordUser interface {
 // deviceTable.held; for the other backends the device-side figure is the
 // tracked one.
 type heldFigure interface {
+	// heldOrder returns where the count of device ordinal's frees in
+	// stream order stands, taken before a stream-ordered allocation is
+	// asked of the backend: the frees pending on its stream that the
+	// allocation may take over are those counted before it.
+	heldOrder(ordinal int) uint64
 	// heldAdd and heldDrop add size bytes of device ordinal to the
 	// figure and take them from it; pooled says they are a stream-ordered
-	// buffer's.
-	heldAdd(ordinal int, size int64, pooled bool)
+	// buffer's, allocated on stream after at (heldOrder), which takes over
+	// the bytes of frees pending on stream where the driver's pool hands
+	// them to it.
+	heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool)
 	heldDrop(ordinal int, size int64, pooled bool)
 	// held returns the figure and its peak, after learning which
 	// stream-ordered frees have executed.

@@ -97,23 +97,27 @@ type cudaEvents struct {
 	q       cudadrv.StreamEvents // the last query's
 }
 
-// Query queries the events of each stream, events[ends[i-1]:ends[i]], in
-// the device's primary context; it returns false where the device cannot
-// be reached (it is lost, or its context cannot be retained).
-func (q *cudaEvents) Query(events []cudadrv.Event, ends []int) bool {
-	_, ctx, err := q.b.device(q.ordinal, "event query")
+// Query queries the events of each stream of qs in the device's primary
+// context, and writes the answers; it returns false where the device
+// cannot be reached (it is lost, or its context cannot be retained).
+func (q *cudaEvents) Query(qs []held.Query[cudadrv.Event]) bool {
+	dev, ctx, err := q.b.device(q.ordinal, "event query")
 	if err != nil {
 		return false
 	}
-	q.q.Query(ctx, events, ends)
+	q.q.Reset()
+	for i := range qs {
+		q.q.Add(qs[i].Events)
+	}
+	if r := q.q.Query(ctx); r != cudadrv.Success {
+		dev.restoreFailed("event query", r)
+	}
+	for i := range qs {
+		var r cudadrv.Result
+		qs[i].Reached, r = q.q.Reached(i)
+		qs[i].Gone = r != cudadrv.Success
+	}
 	return true
-}
-
-// Reached returns how many of stream i's events the stream has reached,
-// and whether the driver's answer was a success.
-func (q *cudaEvents) Reached(i int) (int, bool) {
-	n, r := q.q.Reached(i)
-	return n, r == cudadrv.Success
 }
 
 // Destroy destroys an event of a stream of another context.
@@ -131,7 +135,10 @@ func (b *cudaBackend) init() error {
 		}
 		b.sides = make([]deviceSide, b.n)
 		for i := range b.sides {
-			b.sides[i].Init(&cudaEvents{b: b, ordinal: i})
+			// The pool hands a block freed on a stream to the next
+			// allocation on that stream at once (CUDA Programming Guide,
+			// Stream Ordered Memory Allocator: memory reuse).
+			b.sides[i].Init(&cudaEvents{b: b, ordinal: i}, true)
 		}
 		if b.initErr == nil && cudadrv.GraphMem() == nil {
 			b.captureMode = cudadrv.AllowCapture
@@ -424,40 +431,55 @@ func formatGPUUUID(b [16]byte) string {
 // not be locked to its thread.
 
 // FreeAsync learns that its stream has executed the free by an event
-// recorded after it (cuEventRecord); the figures are read after querying the
-// pending events (cuEventQuery), as PyTorch's and CuPy's allocators learn of
-// their frees. A query that fails (a context error: nothing will run on the
-// device again) retires the free too. A host function enqueued after the
-// free (cuLaunchHostFunc) would cost more, as the driver's reference says: it
-// blocks the work enqueued after it on its stream, host functions of
-// different streams may be serialized, and none is called after a context
-// error, so that a free behind a kernel fault would stay in the device-side
-// figure.
+// recorded after it (cuEventRecord), in the same cgo call; the figures are
+// read after querying the pending events (cuEventQuery), as PyTorch's and
+// CuPy's allocators learn of their frees. A query that fails (a context
+// error: nothing will run on the device again) retires the free too. A
+// host function enqueued after the free (cuLaunchHostFunc) would cost
+// more, as the driver's reference says: it blocks the work enqueued after
+// it on its stream, host functions of different streams may be
+// serialized, and none is called after a context error, so that a free
+// behind a kernel fault would stay in the device-side figure.
+//
+// The event is recorded inside FreeAsync, where the program hands memtrack
+// the stream: a reading never calls the driver with a stream of the
+// program's, which the program may have destroyed since (its handle then
+// names nothing, or another stream), or may be capturing, begun after any
+// check a reading could make (a query of a capturing stream fails and
+// invalidates its capture; an event recorded there becomes the graph's).
 //
 // An event captures all the work enqueued on its stream before it
 // (cuEventRecord), so where a stream has reached the event after one free,
 // it has executed every free enqueued on it before: a reading queries each
 // stream's newest pending event first, and one answer retires all the
 // stream's frees; where the stream has not reached it, bisection finds the
-// first free not executed. Each free still needs an event of its own: the
-// program enqueues its own work between two frees, which memtrack cannot
-// see, so that only an event right after a free says when that free ran.
+// first free not executed.
+//
+// The pool hands a block freed on a stream to the next allocation on that
+// stream at once, the allocation being ordered after the free there (the
+// driver's reference, Stream Ordered Memory Allocator: the allocator "may
+// refer to internal stream ordering"), and on an H200 two buffers of
+// 64 MiB allocated and freed in turn on one stream behind a busy stream
+// left the pool's USED_MEM_HIGH at 64 MiB: an allocation takes over the
+// bytes of the frees pending on its stream (held.Figure.Add).
 
 // The device-side figure of each CUDA device is a held.Figure (deviceSide,
 // backend_cuda.go): this file gives it the frees of FreeAsync with their
 // events, and the backend's heldFigure capability reads it.
 
-// keyOf names the stream of a free for the device-side figure: its handle
-// in the stream's context ctx (a default stream's handle names one stream
-// per context), the legacy default stream by 0 whichever of its two handles
-// named it; the per-thread default stream, whose handle names another
-// stream on each thread, is not ordered.
-func keyOf(ctx cuContext, stream Stream) held.Stream {
+// keyOf names the stream of a free for the device-side figure of a device:
+// its handle, the legacy default stream by 0 whichever of its two handles
+// named it. A default stream's handle names the default stream of the
+// device's primary context, in which memtrack runs it, and any other
+// handle one stream of the process, of whatever context: the handle alone
+// names the stream. The per-thread default stream, whose handle names
+// another stream on each thread, is not ordered.
+func keyOf(stream Stream) held.Stream {
 	h := uintptr(stream)
 	if h == cudadrv.StreamLegacy {
 		h = 0
 	}
-	return held.Stream{Context: uintptr(ctx), Handle: h, Ordered: h != cudadrv.StreamPerThread}
+	return held.Stream{Handle: h, Ordered: h != cudadrv.StreamPerThread}
 }
 
 // side returns the device-side figure of device ordinal, or nil if there
@@ -472,9 +494,21 @@ func (b *cudaBackend) side(ordinal int) *deviceSide {
 // The device-side figure is the CUDA backend's capability (heldFigure),
 // which deviceTable.held holds.
 
-func (b *cudaBackend) heldAdd(ordinal int, size int64, pooled bool) {
-	if sd := b.side(ordinal); sd != nil {
-		sd.Add(size, pooled) // the peak leaves out what is known freed
+// heldOrder and heldAdd are called on the allocation path, after the
+// device was looked up in its table, which the backend's initialisation
+// made before the table was published: they index the figures without
+// asking init again.
+
+func (b *cudaBackend) heldOrder(ordinal int) uint64 {
+	if uint(ordinal) < uint(len(b.sides)) {
+		return uint64(b.sides[ordinal].Order())
+	}
+	return 0
+}
+
+func (b *cudaBackend) heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool) {
+	if uint(ordinal) < uint(len(b.sides)) {
+		b.sides[ordinal].Add(size, pooled, keyOf(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
 	}
 }
 
@@ -638,7 +672,8 @@ func (b *cudaBackend) inCapture(dev *cudaDevice, d Device, stream Stream, a cuda
 }
 
 // freeAsync frees m in stream order (cuMemFreeAsync) and learns when the
-// stream executes the free, by an event recorded after it.
+// stream executes the free, by an event recorded after it; an allocation
+// on the stream may take the free's bytes over before then.
 func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Stream) error {
 	d := Device{kind: KindCUDA, ordinal: ordinal}
 	sd := &b.sides[ordinal] // the buffer's allocAsync found the device
@@ -646,42 +681,40 @@ func (b *cudaBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 	if err != nil {
 		return err
 	}
-	n := sd.TakeSpare() // a free retired, and its event, to reuse
-	var event cudadrv.Event
-	if n != nil {
-		event = n.Event
-	}
-	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), event)
-	if n != nil && f.SpareUnused {
-		sd.PutSpare(n) // the stream's context needs an event of its own
-		n = nil
+	spare, taken := sd.TakeSpare() // an event reached, to record again
+	f := cudadrv.FreeAsync(ctx, m.ptr, uintptr(stream), spare)
+	if taken && f.SpareUnused {
+		sd.PutSpare(spare) // the stream's context needs an event of its own
+		taken = false
 	}
 	if (f.OtherDevice || f.Capturing) && f.Enter == cudadrv.Success {
 		dev.settle("free", resultOf(f.Call)) // a failed restore is logged there
-		if n != nil {
-			sd.PutSpare(n)
+		if taken {
+			sd.PutSpare(spare)
 		}
 		return refusedStream("FreeAsync", d, stream, f)
 	}
 	// The free's own result decides (see settle): a failure to restore the
 	// thread's context is logged and counted there, and the free stands.
 	if err := dev.settle("free", resultOf(f.Call)); err != nil {
-		if n != nil {
-			sd.PutSpare(n)
+		if taken {
+			sd.PutSpare(spare)
 		}
 		return err
 	}
-	if n == nil {
-		n = new(held.Free[cudadrv.Event])
-	}
-	*n = held.Free[cudadrv.Event]{Event: f.Event, Stream: keyOf(f.StreamCtx, stream), Seq: f.Seq, Size: size, Foreign: f.Foreign}
-	// The free is enqueued: count it, then learn when it executes.
 	if f.Retired {
 		// The event could not be recorded; the stream was synchronized.
-		sd.Executed(n)
+		switch {
+		case f.Event.IsZero():
+		case f.Foreign:
+			cudadrv.EventDestroy(f.Event)
+		default:
+			sd.PutSpare(f.Event)
+		}
+		sd.Drop(size, true)
 		return nil
 	}
-	sd.Enqueue(n) // where frees pile up unread, it learns of those executed
+	sd.Freed(held.Free[cudadrv.Event]{Event: f.Event, Stream: keyOf(stream), Seq: f.Seq, Size: size, Foreign: f.Foreign})
 	return nil
 }
 

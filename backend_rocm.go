@@ -60,29 +60,27 @@ type rocmEvents struct {
 	q       hipdrv.StreamEvents // the last query's
 }
 
-// Query queries the events of each stream, events[ends[i-1]:ends[i]], with
-// the device current. HIP has no lost device: where the device cannot be
-// made current, each stream's answer is that failure (Reached), and its
-// events count as reached.
-func (q *rocmEvents) Query(events []hipdrv.Event, ends []int) bool {
+// Query queries the events of each stream of qs with the device current,
+// and writes the answers. HIP has no lost device: where the device cannot
+// be made current, each stream's answer is that failure, and its frees
+// count as executed.
+func (q *rocmEvents) Query(qs []held.Query[hipdrv.Event]) bool {
 	q.q.Reset()
-	start := 0
-	for _, end := range ends {
-		for _, e := range events[start:end] {
+	for i := range qs {
+		for _, e := range qs[i].Events {
 			q.q.Add(e)
 		}
 		q.q.EndStream()
-		start = end
 	}
-	q.q.Query(q.ordinal)
+	if r := q.q.Query(q.ordinal); r != hipdrv.Success {
+		settleHIP(q.ordinal, "event query", hipdrv.Call{Restore: r}) // logs the failed restore
+	}
+	for i := range qs {
+		var r hipdrv.Result
+		qs[i].Reached, r = q.q.Reached(i)
+		qs[i].Gone = r != hipdrv.Success
+	}
 	return true
-}
-
-// Reached returns how many of stream i's events the stream has reached,
-// and whether the runtime's answer was a success.
-func (q *rocmEvents) Reached(i int) (int, bool) {
-	n, r := q.q.Reached(i)
-	return n, r == hipdrv.Success
 }
 
 // Destroy destroys an event. Every event of FreeAsync is created with its
@@ -99,7 +97,11 @@ func (b *rocmBackend) init() error {
 		b.sides = make([]rocmSide, b.n)
 		for i := range b.devs {
 			b.devs[i].ordinal = i
-			b.sides[i].Init(&rocmEvents{ordinal: i})
+			// Whether the runtime's pool hands a block freed on a stream
+			// to the next allocation there at once, as CUDA's does, no
+			// AMD GPU has answered memtrack yet (docs/rocm.md): the
+			// figure takes over no free, and overstates where it does.
+			b.sides[i].Init(&rocmEvents{ordinal: i}, false)
 		}
 	})
 	return b.initErr
@@ -340,8 +342,7 @@ func formatHIPUUID(b [16]byte) string {
 // reasoning: an event captures all the work enqueued on its stream before
 // it, so one answer for a stream's newest event retires all its frees, and
 // a stream's host callback (hipStreamAddCallback) "will block later work in
-// the stream until it is finished", which an event does not.
-//
+// the stream until it is finished", which an event does not.//
 // Stream capture: memtrack never allocates in a HIP graph. AllocAsync and
 // FreeAsync on a stream that takes part in a capture run nothing
 // (hipdrv), and fail with ErrNotSupported, as they do on a CUDA driver
@@ -369,9 +370,21 @@ func (b *rocmBackend) side(ordinal int) *rocmSide {
 // The device-side figure is the ROCm backend's capability (heldFigure),
 // which deviceTable.held holds.
 
-func (b *rocmBackend) heldAdd(ordinal int, size int64, pooled bool) {
-	if sd := b.side(ordinal); sd != nil {
-		sd.Add(size, pooled) // the peak leaves out what is known freed
+// heldOrder and heldAdd are called on the allocation path, after the
+// device was looked up in its table, which the backend's initialisation
+// made before the table was published: they index the figures without
+// asking init again.
+
+func (b *rocmBackend) heldOrder(ordinal int) uint64 {
+	if uint(ordinal) < uint(len(b.sides)) {
+		return uint64(b.sides[ordinal].Order())
+	}
+	return 0
+}
+
+func (b *rocmBackend) heldAdd(ordinal int, size int64, stream Stream, at uint64, pooled bool) {
+	if uint(ordinal) < uint(len(b.sides)) {
+		b.sides[ordinal].Add(size, pooled, hipStreamKey(stream).Handle, held.Order(at)) // the peak leaves out what is known freed
 	}
 }
 
@@ -524,38 +537,32 @@ func (b *rocmBackend) freeAsync(ordinal int, size int64, m *memory, stream Strea
 		return err
 	}
 	sd := &b.sides[ordinal]
-	n := sd.TakeSpare() // a free retired, and its event, to reuse
-	var event hipdrv.Event
-	if n != nil {
-		event = n.Event
-	}
-	f := hipdrv.FreeAsync(ordinal, m.ptr, uintptr(stream), event)
+	spare, taken := sd.TakeSpare() // an event reached, to record again
+	f := hipdrv.FreeAsync(ordinal, m.ptr, uintptr(stream), spare)
 	if refused(f) {
 		settleHIP(ordinal, "free", f.Call) // a failed restore is logged there
-		if n != nil {
-			sd.PutSpare(n)
+		if taken {
+			sd.PutSpare(spare)
 		}
 		return refusedHIPStream("FreeAsync", Device{kind: KindROCm, ordinal: ordinal}, stream, f)
 	}
 	// The free's own result decides (see settleHIP): a failure to restore
 	// the thread's device is logged there, and the free stands.
 	if err := settleHIP(ordinal, "free", f.Call); err != nil {
-		if n != nil {
-			sd.PutSpare(n)
+		if taken {
+			sd.PutSpare(spare)
 		}
 		return err
 	}
-	if n == nil {
-		n = new(held.Free[hipdrv.Event])
-	}
-	*n = held.Free[hipdrv.Event]{Event: f.Event, Stream: hipStreamKey(stream), Seq: f.Seq, Size: size}
-	// The free is enqueued: count it, then learn when it executes.
 	if f.Retired {
 		// The event could not be recorded; the stream was synchronized.
-		sd.Executed(n)
+		if !f.Event.IsZero() {
+			sd.PutSpare(f.Event)
+		}
+		sd.Drop(size, true)
 		return nil
 	}
-	sd.Enqueue(n) // where frees pile up unread, it learns of those executed
+	sd.Freed(held.Free[hipdrv.Event]{Event: f.Event, Stream: hipStreamKey(stream), Seq: f.Seq, Size: size})
 	return nil
 }
 

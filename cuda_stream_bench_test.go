@@ -3,6 +3,7 @@
 package memtrack
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -107,85 +108,148 @@ func BenchmarkCUDAAllocFreeAsync(b *testing.B) {
 		// A fifth block, event, is the event's own cost apart: 64 times
 		// the marker recorded on the stream again and queried at once
 		// (cuEventRecord and cuEventQuery, one cgo call), in a context
-		// already current, which a pair that learned of its free by an
-		// event recorded and queried on its own would pay.
-		b.Run("size="+size.name+"/pair=interleaved", func(b *testing.B) {
-			_, ctx, err := cudaDeviceOf(0, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			const block = 64
-			work := spinFor(trackedWork)
-			if err := cudatest.Load(); err != nil {
-				b.Fatal(err)
-			}
-			marker, r := cudatest.EventCreate(uintptr(ctx))
-			if r != cudadrv.Success {
-				b.Fatal(resultError("event", "", r))
-			}
-			defer cudatest.EventDestroy(marker)
-			took, n := interleave.Run(b, block,
-				func() { // raw
-					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s, 0); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-				},
-				func() { // raw-with-marker
-					for range block {
-						if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-				},
-				func() { // tracked
-					for range block {
-						buf, err := d.AllocAsync(size.n, s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := buf.FreeAsync(s); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-					d.MemoryStats()
-				},
-				func() { // raw-with-marker after busy work
-					for range block {
-						spin(work)
-						if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
-							b.Fatal(err)
-						}
-					}
-					syncStream(b, d, s)
-				},
-				func() { // event
-					r := cudatest.InContext(uintptr(ctx), func() {
+		// already current, which a reading pays for a stream it finds
+		// busy. A sixth, checked, is the raw pair with the driver calls
+		// the tracked pair makes beside it (the stream's context for a
+		// stream of one's own, its capture), in the same crossings: the
+		// tracked pair's floor without memtrack's Go code, so that a GPU's
+		// tracked/checked and checked/raw split the tracked pair's cost
+		// between its Go code and its driver calls.
+		// Each on a stream of its own (stream=own) and on the legacy
+		// default stream (stream=legacy), whose handle asks no
+		// cuStreamGetCtx of the tracked pair.
+		for _, st := range []struct {
+			name string
+			s    Stream
+		}{{"own", s}, {"legacy", DefaultStream}} {
+			s := st.s
+			b.Run("size="+size.name+"/pair=interleaved/stream="+st.name, func(b *testing.B) {
+				_, ctx, err := cudaDeviceOf(0, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				const block = 64
+				work := spinFor(trackedWork)
+				if err := cudatest.Load(); err != nil {
+					b.Fatal(err)
+				}
+				marker, r := cudatest.EventCreate(uintptr(ctx))
+				if r != cudadrv.Success {
+					b.Fatal(resultError("event", "", r))
+				}
+				defer cudatest.EventDestroy(marker)
+				took, n := interleave.Run(b, block,
+					func() { // raw
 						for range block {
-							if r := cudatest.RecordAgain(marker, uintptr(s)); r != cudadrv.Success && r != cudadrv.NotReady {
-								b.Fatal(resultError("event", "", r))
+							if err := rawAllocFreeAsync(ctx, size.n, s, 0); err != nil {
+								b.Fatal(err)
 							}
 						}
-					})
-					if r != cudadrv.Success {
-						b.Fatal(resultError("context", "", r))
-					}
-					syncStream(b, d, s)
-				},
-			)
-			raw, marked, tracked, busy, event := took[0], took[1], took[2], took[3], took[4]
-			b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
-			b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
-			b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
-			b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
-			b.ReportMetric(float64(event.Nanoseconds())/float64(n), "event-ns/pair")
-			b.ReportMetric(float64(tracked)/float64(raw), "ratio")
-			b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
-			b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
+						syncStream(b, d, s)
+					},
+					func() { // raw-with-marker
+						for range block {
+							if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+					},
+					func() { // tracked
+						for range block {
+							buf, err := d.AllocAsync(size.n, s)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if err := buf.FreeAsync(s); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+						d.MemoryStats()
+					},
+					func() { // raw-with-marker after busy work
+						for range block {
+							spin(work)
+							if err := rawAllocFreeAsync(ctx, size.n, s, marker); err != nil {
+								b.Fatal(err)
+							}
+						}
+						syncStream(b, d, s)
+					},
+					func() { // event
+						r := cudatest.InContext(uintptr(ctx), func() {
+							for range block {
+								if r := cudatest.RecordAgain(marker, uintptr(s)); r != cudadrv.Success && r != cudadrv.NotReady {
+									b.Fatal(resultError("event", "", r))
+								}
+							}
+						})
+						if r != cudadrv.Success {
+							b.Fatal(resultError("context", "", r))
+						}
+						syncStream(b, d, s)
+					},
+					func() { // checked
+						for range block {
+							p, r := cudatest.AllocAsyncChecked(uintptr(ctx), size.n, uintptr(s))
+							if r == cudadrv.Success {
+								r = cudatest.FreeAsyncChecked(uintptr(ctx), p, uintptr(s))
+							}
+							if r != cudadrv.Success {
+								b.Fatal(resultError("checked pair", "", r))
+							}
+						}
+						syncStream(b, d, s)
+					},
+				)
+				raw, marked, tracked, busy, event, checked := took[0], took[1], took[2], took[3], took[4], took[5]
+				b.ReportMetric(float64(raw.Nanoseconds())/float64(n), "raw-ns/pair")
+				b.ReportMetric(float64(marked.Nanoseconds())/float64(n), "marked-ns/pair")
+				b.ReportMetric(float64(tracked.Nanoseconds())/float64(n), "tracked-ns/pair")
+				b.ReportMetric(float64(busy.Nanoseconds())/float64(n), "busy-ns/pair")
+				b.ReportMetric(float64(event.Nanoseconds())/float64(n), "event-ns/pair")
+				b.ReportMetric(float64(checked.Nanoseconds())/float64(n), "checked-ns/pair")
+				b.ReportMetric(float64(tracked)/float64(checked), "ratio-to-checked")
+				b.ReportMetric(float64(tracked)/float64(raw), "ratio")
+				b.ReportMetric(float64(busy)/float64(marked), "busy-to-marked")
+				b.ReportMetric(float64(tracked)/float64(marked), "ratio-to-marked")
+			})
+		}
+	}
+}
+
+// BenchmarkCUDACrossing times one crossing from Go into C and back, the
+// unit of docs/performance.md's predicted cost of the tracked pair: of a C
+// function that does nothing (op=nothing), of one that calls the driver's
+// cuCtxGetCurrent once (op=cuCtxGetCurrent), and of one that calls it ten
+// times, per call (op=cuCtxGetCurrent-x10, ns/op divided by ten), which
+// gives the driver call's own cost apart from the crossing's.
+//
+//	go test -tags cuda -run '^$' -bench CUDACrossing -count 5
+func BenchmarkCUDACrossing(b *testing.B) {
+	if _, err := CUDA(0); err != nil {
+		b.Skip(err)
+	}
+	if err := cudatest.Load(); err != nil {
+		b.Skip(err)
+	}
+	b.Run("op=nothing", func(b *testing.B) {
+		for b.Loop() {
+			cudatest.Nothing()
+		}
+	})
+	for _, n := range []int{1, 10} {
+		name := "op=cuCtxGetCurrent"
+		if n > 1 {
+			name += fmt.Sprintf("-x%d", n)
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if r := cudatest.ThreadContextTimes(n); r != cudadrv.Success {
+					b.Fatal(resultError("cuCtxGetCurrent", "", r))
+				}
+			}
 		})
 	}
 }

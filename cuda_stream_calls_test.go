@@ -26,7 +26,9 @@ import (
 // enqueued on its stream before it): one query retires them all. Where it
 // has not, the boundary is found by bisection, in at most 1+⌈log2 n⌉
 // queries for n frees. The device-side figure stays exact: it counts the
-// frees held back, and no other.
+// frees held back, and no other. The buffers are allocated on the legacy
+// default stream, so that no allocation takes a free of the test's streams
+// over.
 func TestCUDAReapQueriesPerStream(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	driverCalls(t) // skips on a driver that counts no calls
@@ -52,9 +54,11 @@ func TestCUDAReapQueriesPerStream(t *testing.T) {
 			before := d.MemoryStats()
 			freeOn := func(s Stream, n int) {
 				for range n {
-					b, err := d.AllocAsync(size, s)
+					// Allocated on the legacy stream, so that no allocation
+					// takes over a free of s (the pool's reuse on a stream).
+					b, err := d.AllocAsync(size, DefaultStream)
 					require.NoError(t, err)
-					require.NoError(t, b.FreeAsync(s))
+					require.NoError(t, b.FreeAsync(s)) // ordered after the legacy stream's allocation
 				}
 			}
 			freeing := driverCalls(t, "cuEventQuery")
@@ -144,8 +148,8 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 	quietSide(t, d)
 	own := newStream(t, d)
 	names := []string{"cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice", "cuStreamGetCtx", "cuStreamGetCaptureInfo",
-		"cuStreamIsCapturing", "cuMemAllocAsync", "cuMemFreeAsync", "cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy",
-		"cuThreadExchangeStreamCaptureMode"}
+		"cuStreamIsCapturing", "cuMemAllocAsync", "cuMemFreeAsync", "cuThreadExchangeStreamCaptureMode",
+		"cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy"}
 	const pairs, rounds = 32, 4
 	for _, c := range []struct {
 		stream  string
@@ -204,17 +208,24 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 				sumTracked += tracked[n]
 				sumRaw += raw[n]
 			}
-			fmt.Fprintf(&table, "%-24s %8.3f %8.3f", "all", float64(sumTracked)/(pairs*rounds), float64(sumRaw)/(pairs*rounds))
+			fmt.Fprintf(&table, "%-24s %8.3f %8.3f\n", "all", float64(sumTracked)/(pairs*rounds), float64(sumRaw)/(pairs*rounds))
+			// The crossings into C: one per operation, and the reading's one
+			// per round; the raw pair's one per operation.
+			crossTracked, crossRaw := 2+1.0/pairs, 2.0
+			fmt.Fprintf(&table, "%-24s %8.3f %8.3f\n", "crossings into C", crossTracked, crossRaw)
+			predictOnH200(&table, c.s == DefaultStream, tracked, raw, pairs*rounds, crossTracked, crossRaw)
 			t.Log("\n" + table.String())
 
 			// Per round of 32 pairs and a reading: the pair's two calls,
 			// each making the context current (cuCtxGetCurrent, and
 			// cuCtxSetCurrent there and back where it is not) and asking
-			// the stream's capture; the stream's context, where the stream
-			// is not a default one (cuStreamGetCtx); one event recorded per
-			// free; and the reading's one cgo call, one query for the
-			// stream, in relaxed capture mode (two exchanges); the pair's
-			// own calls leave the mode as the program set it.
+			// the stream's capture (cuStreamIsCapturing); the stream's
+			// context, where the stream is not a default one
+			// (cuStreamGetCtx); one event recorded per free; and the
+			// reading's one cgo call, in relaxed capture mode
+			// (cuThreadExchangeStreamCaptureMode there and back), one query
+			// for the stream; the pair's own calls leave the mode as the
+			// program set it.
 			switches := func(cgoCalls uint64) uint64 {
 				if c.current == 0 {
 					return 2 * cgoCalls
@@ -227,8 +238,8 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 			}
 			want := map[string]uint64{
 				"cuCtxGetCurrent": 2*pairs + 1, "cuCtxSetCurrent": switches(2*pairs + 1), "cuStreamGetCtx": getCtx,
-				"cuStreamGetCaptureInfo": 2 * pairs, "cuMemAllocAsync": pairs, "cuMemFreeAsync": pairs,
-				"cuEventRecord": pairs, "cuEventQuery": 1, "cuThreadExchangeStreamCaptureMode": 2,
+				"cuStreamIsCapturing": 2 * pairs, "cuMemAllocAsync": pairs, "cuMemFreeAsync": pairs,
+				"cuThreadExchangeStreamCaptureMode": 2, "cuEventRecord": pairs, "cuEventQuery": 1,
 			}
 			wantRaw := map[string]uint64{
 				"cuCtxGetCurrent": 2 * pairs, "cuCtxSetCurrent": switches(2 * pairs), "cuMemAllocAsync": pairs, "cuMemFreeAsync": pairs,
@@ -245,6 +256,57 @@ func TestCUDADriverCallsPerPair(t *testing.T) {
 			assert.Equal(t, perRounds(want), withoutZeros(tracked), "the tracked pair")
 			assert.Equal(t, perRounds(wantRaw), withoutZeros(raw), "the raw pair")
 		})
+	}
+}
+
+// h200CallNs is what each driver call took on an H200 (driver 580.159.04,
+// CUDA 13.0), called from C in a loop of its own: the medians of that
+// run's driver-costs-and-graph-memory.txt (callcost.c's output),
+// cuThreadExchangeStreamCaptureMode half of the pair there
+// and back. cuEventCreate and cuEventDestroy, which a running program's
+// pairs do not make, were not timed.
+var h200CallNs = map[string]float64{
+	"cuCtxGetCurrent": 12.3, "cuCtxSetCurrent": 25.3, "cuStreamGetCtx": 27.4, "cuStreamIsCapturing": 17.2,
+	"cuStreamGetCaptureInfo": 32.9, "cuThreadExchangeStreamCaptureMode": 10.0, "cuEventRecord": 227.1,
+	"cuEventQuery": 278.8, "cuStreamQuery": 297.9,
+}
+
+// h200PairNs is what cuMemAllocAsync and cuMemFreeAsync took together on
+// the H200, by size and stream (callcost.c; the legacy stream was timed at
+// 1 KiB alone, and its 1 MiB pair is taken as the own stream's), and
+// h200CrossingNs the range of one crossing from Go into C there
+// (cgo-cost.txt: an empty C function 46.8 ns, one calling cuCtxGetCurrent
+// 41.3 ns).
+var (
+	h200PairNs = map[bool]map[string]float64{
+		false: {"1 KiB": 746.7, "1 MiB": 635.5},
+		true:  {"1 KiB": 707.2, "1 MiB": 635.5},
+	}
+	h200CrossingNs = [2]float64{41.3, 46.8}
+)
+
+// predictOnH200 writes the predicted cost of the tracked and the raw pair
+// on the H200: each call per pair weighted by what it took there
+// (h200CallNs, the pair's own h200PairNs), and the crossings into C at
+// h200CrossingNs; then their ratio per size. memtrack's own Go code is not
+// in it.
+func predictOnH200(w *strings.Builder, legacy bool, tracked, raw map[string]uint64, pairs int, crossTracked, crossRaw float64) {
+	calls := func(m map[string]uint64) (ns float64) {
+		for n, v := range m {
+			ns += float64(v) / float64(pairs) * h200CallNs[n]
+		}
+		return ns
+	}
+	ct, cr := calls(tracked), calls(raw)
+	fmt.Fprintf(w, "predicted on the H200, beside the pair: calls %.1f ns tracked, %.1f ns raw; crossings at %.1f-%.1f ns\n",
+		ct, cr, h200CrossingNs[0], h200CrossingNs[1])
+	for _, size := range []string{"1 KiB", "1 MiB"} {
+		pair := h200PairNs[legacy][size]
+		lo := (pair + ct + crossTracked*h200CrossingNs[0]) / (pair + cr + crossRaw*h200CrossingNs[0])
+		hi := (pair + ct + crossTracked*h200CrossingNs[1]) / (pair + cr + crossRaw*h200CrossingNs[1])
+		fmt.Fprintf(w, "  %s: tracked %.0f-%.0f ns, raw %.0f-%.0f ns, tracked/raw %.3f-%.3f\n", size,
+			pair+ct+crossTracked*h200CrossingNs[0], pair+ct+crossTracked*h200CrossingNs[1],
+			pair+cr+crossRaw*h200CrossingNs[0], pair+cr+crossRaw*h200CrossingNs[1], min(lo, hi), max(lo, hi))
 	}
 }
 

@@ -16,38 +16,51 @@ import (
 )
 
 // The frees that wait for their streams: each stream's in its order, a
-// reading asking each stream once (internal/held). A stream held back
+// reading asking each stream once (internal/held); an allocation on a
+// stream takes over the frees pending there, as the driver's pool does. A stream held back
 // (cudatest.HoldStream: a host function that waits) makes the frees enqueued
 // behind it certainly unexecuted, and a synchronization makes those before
 // it certainly executed, so that the figures can be checked exactly.
 
-// TestCUDAPendingFreesConcurrent: goroutines allocate and free on a stream
-// at once, their events numbered in whatever order they reach it, while
-// others read the figures; halfway, the stream is synchronized and held
-// back. At every reading, Held counts at least the frees returned behind the
-// hold (none leaves before its stream has run it); once the writers are done,
-// it counts exactly those, and after the hold is released, none. With the
-// legacy default stream, half the writers name it NULL and half
-// CU_STREAM_LEGACY: one stream, whose frees a reading asks about together.
+// TestCUDAPendingFreesConcurrent: goroutines allocate and free in stream
+// order at once, their events numbered in whatever order they reach the
+// stream, while others read the figures; halfway, the streams are
+// synchronized and one is held back. Where the buffers are allocated on
+// another stream than the one they are freed on, no allocation takes a
+// free over: at every reading, Held counts at least the frees returned
+// behind the hold (none leaves before its stream has run it); once the
+// writers are done, exactly those, and after the hold is released, none.
+// With the legacy default stream held, half the writers name it NULL and
+// half CU_STREAM_LEGACY: one stream, whose frees a reading asks about
+// together. Where each buffer is allocated on the stream it is freed on,
+// allocations take the frees before them over: Held counts at least one
+// buffer behind the hold, is never below the pool's used bytes (on the
+// fake, which rounds nothing), never above the frees behind the hold, and
+// exact once the hold is released and the streams synchronized.
 func TestCUDAPendingFreesConcurrent(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	if _, err := d.Pool().Stats(); err != nil {
 		t.Skip(err)
 	}
 	const workers, readers, pairs, size = 4, 2, 64, 1 << 12
-	own, other := newStream(t, d), newStream(t, d)
+	own, other, third, legacy := newStream(t, d), newStream(t, d), newStream(t, d), DefaultStream
+	_, ctx, err := cudaDeviceOf(d.Ordinal(), "test")
+	require.NoError(t, err)
 	for _, c := range []struct {
 		name    string
 		held    Stream
-		streams []Stream // the writers' streams, in turn; the held one and others that run free
+		streams []Stream // the writers' streams to free on, in turn; the held one and others that run free
+		allocOn *Stream  // where the buffers are allocated; nil for the stream each is freed on
 	}{
-		{"a stream of its own, beside another", own, []Stream{own, other}},
-		{"the legacy default stream, by both its handles", DefaultStream, []Stream{DefaultStream, Stream(cudadrv.StreamLegacy)}},
+		{"a stream of its own, beside another, allocations on a third", own, []Stream{own, other}, &third},
+		{"the legacy default stream, by both its handles, allocations on a stream of its own", DefaultStream, []Stream{DefaultStream, Stream(cudadrv.StreamLegacy)}, &own},
+		{"a stream of its own, beside another, allocations taking frees over", own, []Stream{own, other}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			quietSide(t, d)
-			base := d.MemoryStats()
-			isHeld := func(s Stream) bool { return keyOf(0, s) == keyOf(0, c.held) }
+			base, basePool := d.MemoryStats(), poolStats(t, d)
+			takeOver := c.allocOn == nil
+			isHeld := func(s Stream) bool { return keyOf(s) == keyOf(c.held) }
 			var behind atomic.Int64 // frees returned on the held stream behind the hold
 			holding := false
 			phase := func() {
@@ -65,11 +78,14 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 								return
 							default:
 							}
-							n := behind.Load()
+							least := behind.Load() * size
+							if takeOver {
+								least = min(least, size) // the newest free behind the hold, or the buffer that took it over
+							}
 							// Held and Tracked are two counters, which a
 							// reading beside allocations does not take at
 							// one instant: only Held is checked here.
-							assert.GreaterOrEqual(t, d.MemoryStats().Held, base.Held+n*size, "a free behind the hold left Held")
+							assert.GreaterOrEqual(t, d.MemoryStats().Held, base.Held+least, "a free behind the hold left Held")
 						}
 					}()
 				}
@@ -80,11 +96,31 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 						start.Wait()
 						for i := range pairs {
 							s := c.streams[(w+i)%len(c.streams)]
-							b, err := d.AllocAsync(size, s)
+							on := s
+							if !takeOver {
+								on = *c.allocOn
+							}
+							b, err := d.AllocAsync(size, on)
 							if !assert.NoError(t, err) {
 								return
 							}
-							if !assert.NoError(t, b.FreeAsync(s)) {
+							if on != s && keyOf(s) != keyOf(legacy) {
+								// The free on s ordered after the
+								// allocation: its stream synchronized. A
+								// free on the legacy stream is ordered by
+								// the legacy stream's implicit
+								// synchronization with the blocking
+								// streams, and needs none: with the legacy
+								// stream held, the allocating stream waits
+								// for it (on a GPU; the fake runs it), and
+								// a synchronization would never return.
+								var r cudadrv.Result
+								if !assert.Equal(t, cudadrv.Success, cudatest.InContext(uintptr(ctx), func() { r = cudatest.StreamSynchronize(uintptr(on)) })) ||
+									!assert.Equal(t, cudadrv.Success, r) {
+									return
+								}
+							}
+							if !assert.NoError(t, b.FreeAsync(s)) { // ordered after the allocation: the same stream, or the legacy one's implicit order
 								return
 							}
 							if holding && isHeld(s) {
@@ -103,6 +139,7 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 			for _, s := range c.streams {
 				syncStream(t, d, s) // every free of the first phase executed
 			}
+			require.Equal(t, base.Held, d.MemoryStats().Held, "every free of the first phase executed and uncounted")
 			defer cudatest.ReleaseStreams() // where the test stops before it does
 			inContext(t, d, func() { require.Equal(t, cudadrv.Success, cudatest.HoldStream(uintptr(c.held))) })
 			holding = true
@@ -116,7 +153,15 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 			require.Positive(t, n)
 			st := d.MemoryStats()
 			assert.Equal(t, base.Tracked, st.Tracked)
-			assert.Equal(t, base.Held+n*size, st.Held, "Held counts the frees behind the hold, and no other")
+			if takeOver {
+				assert.GreaterOrEqual(t, st.Held, base.Held+size, "the newest free behind the hold")
+				assert.LessOrEqual(t, st.Held, base.Held+n*size, "no more than the frees behind the hold")
+				if onFake() {
+					assert.GreaterOrEqual(t, st.Held-base.Held, poolStats(t, d).PoolUsed-basePool.PoolUsed, "below what the pool holds")
+				}
+			} else {
+				assert.Equal(t, base.Held+n*size, st.Held, "Held counts the frees behind the hold, and no other")
+			}
 			if q, counted := readingQueries(t, d); counted {
 				assert.NotZero(t, q, "the frees behind the hold are pending: a reading asks about them")
 			}
@@ -137,7 +182,9 @@ func TestCUDAPendingFreesConcurrent(t *testing.T) {
 // FuzzCUDAPendingFrees runs stream-ordered allocations and frees on two
 // streams, each synchronized or held back at times, against a sequential
 // model that knows of each free whether its stream has certainly run it
-// (synchronized since), certainly not (enqueued behind a hold), or may have.
+// (synchronized since), certainly not (enqueued behind a hold), or may have,
+// and what allocations on its stream took over of it (the newest frees
+// first: those behind a hold before those before it).
 // At each reading, Held is at least the live bytes and the frees certainly
 // not run, and at most that and the frees that may have run; on the fake,
 // Held is at least the pool's used bytes read after it. A free certainly run
@@ -209,12 +256,15 @@ func FuzzCUDAPendingFrees(f *testing.F) {
 		for i, op := range ops {
 			s := int(op>>3) & 1
 			switch op & 7 {
-			case 0, 1: // allocate
+			case 0, 1: // allocate on s: it takes over the frees pending there, the newest first
 				size := int64(op>>4%5+1) << 12
 				b, err := d.AllocAsync(size, streams[s])
 				require.NoError(t, err)
 				bufs = append(bufs, live{b, s})
 				tracked += size
+				taken := min(size, m[s].certain)
+				m[s].certain -= taken
+				m[s].maybes = max(0, m[s].maybes-(size-taken))
 			case 2: // free the oldest, on its stream
 				if len(bufs) > 0 {
 					free(0)

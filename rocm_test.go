@@ -758,7 +758,9 @@ func TestROCmRuntimeCallsPerPair(t *testing.T) {
 			// (hipStreamGetCaptureInfo) and, for a stream of one's own,
 			// its device (hipStreamGetDevice); each free records an event
 			// after it; and the reading of each round is one cgo call, one
-			// query for the stream, with the device made current.
+			// query for the stream, with the device made current, in
+			// relaxed capture mode (hipThreadExchangeStreamCaptureMode
+			// there and back).
 			switches := func(cgoCalls uint64) uint64 {
 				if c.current != d.Ordinal() {
 					return 2 * cgoCalls
@@ -774,7 +776,7 @@ func TestROCmRuntimeCallsPerPair(t *testing.T) {
 				want = map[string]uint64{
 					"hipGetDevice": 2*pairs + 1, "hipSetDevice": switches(2*pairs + 1), "hipStreamGetDevice": getDevice,
 					"hipStreamGetCaptureInfo": 2 * pairs, "hipMallocAsync": pairs, "hipFreeAsync": pairs,
-					"hipEventRecord": pairs, "hipEventQuery": 1,
+					"hipThreadExchangeStreamCaptureMode": 2, "hipEventRecord": pairs, "hipEventQuery": 1,
 				}
 				wantRaw = map[string]uint64{"hipMallocAsync": pairs, "hipFreeAsync": pairs}
 			} else {

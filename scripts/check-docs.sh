@@ -123,6 +123,11 @@ declare -A skip_cmds=(
 	["OVERLAY=category_bench_test.go BASE=a007415 BENCH='^Benchmark(DeviceLayer|CategoryPair|Mark|HistoryRecord)\$' ./scripts/bench-instructions.sh"]='by hand (about a minute; it needs valgrind, from Debian'"'"'s packages): docs/performance.md and docs/timeline.md'
 	["OVERLAY= TAGS=cuda BASE=6c72bd4 BENCH='^BenchmarkCUDAAllocFree\$/size=/pair=(tracked|backend)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
 	["N1=2000 N2=12000 OVERLAY= TAGS=rocm BASE=c9f3306 BENCH='^BenchmarkROCmAllocFree(Async)?\$/size=1KiB/pair=(tracked|raw)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-rocm.sh'"'"'s environment (several minutes; valgrind and the fakes): docs/performance.md'
+	["N1=4000 N2=24000 OVERLAY= TAGS=cuda BASE=d86ebc0 BENCH='^BenchmarkCUDAAllocFreeAsync\$/size=(1KiB|1MiB)/pair=(tracked|raw)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md and docs/streams.md'
+	["OVERLAY= TAGS=cuda BASE=d86ebc0 BENCH='^BenchmarkCUDAAllocFree\$/size=(1KiB|1MiB)/pair=(tracked|backend)\$' ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (several minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
+	["OVERLAY= TAGS=cuda BASE=d86ebc0 BENCH='^BenchmarkCUDAMapUnmap\$' N1=100 N2=600 ./scripts/bench-instructions.sh"]='by hand in scripts/test-cuda.sh'"'"'s environment (a few minutes; valgrind, the fake driver, and cuda.h for the base): docs/performance.md'
+	["BASE=d86ebc0 BENCH='^BenchmarkPair\$' ./scripts/bench-instructions.sh"]='by hand (several minutes; it needs valgrind, from Debian'"'"'s packages): docs/performance.md'
+	["./memtrack.test -test.run '^\$' -test.bench 'CUDAAllocFreeAsync/size=.*/pair=interleaved' -test.benchtime 3000x -test.count 5"]='on a GPU, in the folder scripts/gpu-check.sh builds (its run.sh runs the same benchmark shorter): docs/performance.md'
 	['COUNT=3 BENCHTIME=100ms ./scripts/bench.sh']='by hand (minutes, and it fetches benchstat); .ci/run runs every benchmark once with -benchtime 1x'
 )
 

@@ -184,9 +184,14 @@ readings() {
 }
 step "readings: which semantics this driver follows where the fake offers a choice" readings
 # The stream-ordered pair alone, for its table: per size, the raw pair,
-# the tracked pair, and, interleaved in one run, each per pair (raw-ns,
-# tracked-ns) with the event's own cost apart (event-ns: cuEventRecord and
-# cuEventQuery of one event) and the ratio of tracked to raw.
+# the tracked pair, and, interleaved in one run on a stream of its own and
+# on the legacy default stream, each per pair (raw-ns,
+# tracked-ns), the raw pair with the tracked pair's driver calls beside it
+# (checked-ns: the tracked pair's floor without memtrack's Go code), an
+# event's own cost apart (event-ns: cuEventRecord and cuEventQuery of one
+# event, what a reading pays for a stream it finds busy), and the ratios of
+# tracked to raw and to checked. docs/performance.md predicts the ratio;
+# run longer for it: -test.benchtime 3000x -test.count 5.
 step "benchmarks: the stream-ordered pair, tracked against raw, the event's own cost apart" \
 	./memtrack.test -test.run '^$' -test.bench '^BenchmarkCUDAAllocFreeAsync$' -test.benchmem -test.benchtime "$benchtime" -test.count 3
 step "benchmarks: tracked cuMemAlloc+cuMemFree and the other CUDA benchmarks against the raw pairs" \

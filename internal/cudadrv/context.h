@@ -114,6 +114,20 @@ static inline CUresult memtrack_check_capture(CUstream stream, memtrack_result *
 	return r;
 }
 
+// memtrack_ask_capture is memtrack_check_capture where the capture's ID
+// is wanted only where the stream captures: cuStreamIsCapturing, which
+// costs half of cuStreamGetCaptureInfo on an H200 (17 and 33 ns a call),
+// and cuStreamGetCaptureInfo only where a capture is under way.
+static inline CUresult memtrack_ask_capture(CUstream stream, memtrack_result *res) {
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUresult r = memtrack_cu.cuStreamIsCapturing(stream, &st);
+	if (r != CUDA_SUCCESS || st == CU_STREAM_CAPTURE_STATUS_NONE || !memtrack_cu.cuStreamGetCaptureInfo) {
+		if (r == CUDA_SUCCESS) res->capturing = st;
+		return r;
+	}
+	return memtrack_check_capture(stream, res);
+}
+
 // memtrack_relaxed sets the calling thread's stream capture mode to relaxed
 // and returns the one it had, for memtrack_unrelax: a potentially unsafe
 // call (cuMemAlloc, cuMemFree; on an H200 the pool's attributes and trim

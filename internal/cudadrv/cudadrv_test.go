@@ -102,7 +102,8 @@ func TestCrossStreamFreeByEvent(t *testing.T) {
 	require.False(t, f.Event.IsZero())
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s2)) })
 	var q cudadrv.StreamEvents
-	q.Query(ctx, []cudadrv.Event{f.Event}, []int{1})
+	q.Add([]cudadrv.Event{f.Event})
+	require.Equal(t, cudadrv.Success, q.Query(ctx))
 	n, r := q.Reached(0)
 	assert.Equal(t, 1, n)
 	assert.Equal(t, cudadrv.Success, r)

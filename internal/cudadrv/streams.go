@@ -47,12 +47,12 @@ static CUresult memtrack_record(CUevent event, CUstream stream, unsigned long lo
 
 // memtrack_enter_capture enters the stream's context as
 // memtrack_enter_stream does and, for a stream of ctx's device, asks for
-// the stream's capture (memtrack_check_capture, its result in a->op),
+// the stream's capture (memtrack_ask_capture, its result in a->op),
 // unless entering found it invalidated. It returns what entering returned;
 // where that succeeded, the caller leaves with memtrack_leave_stream.
 static inline CUresult memtrack_enter_capture(CUcontext ctx, CUstream stream, CUcontext *prev, memtrack_result *a) {
 	CUresult r = memtrack_enter_stream(ctx, stream, prev, a);
-	if (r == CUDA_SUCCESS && !a->other_device && !a->capturing) a->op = memtrack_check_capture(stream, a);
+	if (r == CUDA_SUCCESS && !a->other_device && !a->capturing) a->op = memtrack_ask_capture(stream, a);
 	return r;
 }
 
@@ -122,10 +122,11 @@ static memtrack_result memtrack_free_graph(uintptr_t c, CUdeviceptr ptr, uintptr
 }
 
 // memtrack_free_async frees ptr on stream and arranges to learn when the
-// stream has executed the free: with event (created if NULL) recorded after
-// the free, and numbered (memtrack_record). Where the event cannot be
-// recorded, it waits for the stream and reports the free retired.
-static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr_t handle, CUevent event) {
+// stream has executed the free: with event (created if NULL, or where the
+// stream is of another context than ctx) recorded after the free, and
+// numbered (memtrack_record). Where the event cannot be recorded, it waits
+// for the stream and reports the free retired.
+static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr_t handle, uintptr_t event) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_result a = {0};
 	if (!memtrack_cu.cuMemFreeAsync) {
@@ -134,7 +135,7 @@ static memtrack_result memtrack_free_async(uintptr_t c, CUdeviceptr ptr, uintptr
 	}
 	CUstream stream = (CUstream)handle;
 	CUcontext prev;
-	a.event = event;
+	a.event = (CUevent)event;
 	if ((a.enter = memtrack_enter_capture(ctx, stream, &prev, &a)) != CUDA_SUCCESS) return a;
 	if (a.other_device || a.capturing || a.op != CUDA_SUCCESS) {
 		a.restore = memtrack_leave_stream(ctx, prev, &a);
@@ -185,82 +186,79 @@ static memtrack_result memtrack_check_stream(uintptr_t c, uintptr_t handle, int 
 	return a;
 }
 
-// memtrack_event_destroy destroys an event of a stream of another context,
-// once reached: memtrack keeps only events of its own context for reuse.
-// It runs in relaxed stream-capture mode, as memtrack's own call.
+// memtrack_event_destroy destroys an event memtrack keeps no more. It runs
+// in relaxed stream-capture mode, as memtrack's own call.
 static void memtrack_event_destroy(CUevent e) {
 	CUstreamCaptureMode m = memtrack_relaxed();
 	memtrack_cu.cuEventDestroy(e);
 	memtrack_unrelax(m);
 }
 
-// memtrack_reached is, for the events of one stream, how many of them the
-// stream has reached, from the oldest, and the answer that says so:
-// CUDA_SUCCESS, or the error of a query that failed, which counts as
-// reached (nothing will run in the context again).
-typedef struct {
-	int reached;
-	CUresult result;
-} memtrack_reached;
+// memtrack_unknown reports whether r, the answer of a query, says
+// nothing of the work queried: CUDA_ERROR_NOT_READY (not done yet), or an
+// error of stream capture (900 to 908 in cuda.h: the query was refused
+// while a capture is under way), after which the work is not known done.
+static inline int memtrack_unknown(CUresult r) {
+	return r == CUDA_ERROR_NOT_READY || (r >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && r <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+}
 
-// memtrack_reached_prefix answers for the n events of one stream, oldest
-// first (n > 0). A query that finds an event reached finds every older one
-// reached too: an event captures all the work enqueued on its stream before
-// it (cuEventRecord), so the work of an older event is part of a newer
-// one's. The newest is queried first, and where the stream has not reached
-// it, the first event not reached is found by bisection: at most
-// 1 + ceil(log2 n) queries.
-static memtrack_reached memtrack_reached_prefix(const CUevent *ev, int n) {
-	memtrack_reached a = {n, memtrack_cu.cuEventQuery(ev[n - 1])};
-	if (a.result != CUDA_ERROR_NOT_READY) return a;
-	a.result = CUDA_SUCCESS;
+// memtrack_reached_prefix returns how many of the n events ev of one
+// stream, oldest first (n > 0), the stream has reached, and in *r the
+// error of a query that failed, if one did. A query that finds an event
+// reached finds every older one reached too: an event captures all the
+// work enqueued on its stream before it (cuEventRecord), so the work of an
+// older event is part of a newer one's. The newest is queried first, and
+// where the stream has not reached it, the first event not reached is
+// found by bisection: at most 1 + ceil(log2 n) queries.
+static int memtrack_reached_prefix(const CUevent *ev, int n, CUresult *r) {
+	CUresult q = memtrack_cu.cuEventQuery(ev[n - 1]);
+	if (!memtrack_unknown(q)) {
+		*r = q;
+		return n;
+	}
 	int lo = 0, hi = n - 1; // ev[0..lo) reached, ev[hi] not
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
-		CUresult r = memtrack_cu.cuEventQuery(ev[mid]);
-		if (r == CUDA_ERROR_NOT_READY) {
+		q = memtrack_cu.cuEventQuery(ev[mid]);
+		if (memtrack_unknown(q)) {
 			hi = mid;
 			continue;
 		}
 		lo = mid + 1;
-		if (r != CUDA_SUCCESS) a.result = r;
+		if (q != CUDA_SUCCESS) *r = q;
 	}
-	a.reached = lo;
-	return a;
+	return lo;
 }
 
 // memtrack_streams_reached answers, in ctx and in one call, for the events
 // of nstreams streams: stream i's, oldest first, end at ends[i] in events
-// (and start at ends[i-1], or 0). Where the context cannot be made current,
-// that failure is every stream's answer, every event counting as reached;
-// where the previous context cannot be made current again, that failure
-// replaces every CUDA_SUCCESS. The queries run in relaxed stream-capture
-// mode: the driver prohibits cuEventQuery while any thread captures in
-// global mode, failing it and invalidating the capture (on an H200;
-// testdata/fakecuda/RULES.md), and a failed query would count as reached.
-static void memtrack_streams_reached(uintptr_t c, const CUevent *events, const int *ends, int nstreams, memtrack_reached *out) {
+// (and start at ends[i-1], or 0); out[i] is how many of them the stream
+// has reached, and res[i] CUDA_SUCCESS or the error of a query that
+// failed, or of making ctx current, after which the stream's frees count
+// as executed. It returns the result of making the thread's previous
+// context current again. The queries run in relaxed stream-capture mode:
+// the driver prohibits cuEventQuery while any thread captures in global
+// mode, failing it and invalidating the capture (on an H200;
+// testdata/fakecuda/RULES.md), and a reading must neither fail nor
+// invalidate the program's capture.
+static CUresult memtrack_streams_reached(uintptr_t c, const CUevent *events, const int *ends, int nstreams, int *out, CUresult *res) {
 	CUcontext ctx = (CUcontext)c;
 	CUcontext prev;
 	CUstreamCaptureMode m = memtrack_relaxed();
 	CUresult r = memtrack_enter(ctx, &prev);
 	for (int i = 0, start = 0; i < nstreams; start = ends[i++]) {
-		out[i] = r == CUDA_SUCCESS ? memtrack_reached_prefix(events + start, ends[i] - start) : (memtrack_reached){ends[i] - start, r};
+		res[i] = r;
+		out[i] = ends[i] - start;
+		if (r == CUDA_SUCCESS) out[i] = memtrack_reached_prefix(events + start, ends[i] - start, &res[i]);
 	}
-	if (r == CUDA_SUCCESS) {
-		CUresult r2 = memtrack_leave(ctx, prev);
-		for (int i = 0; r2 != CUDA_SUCCESS && i < nstreams; i++) {
-			if (out[i].result == CUDA_SUCCESS) out[i].result = r2;
-		}
-	}
+	CUresult back = r == CUDA_SUCCESS ? memtrack_leave(ctx, prev) : CUDA_SUCCESS;
 	memtrack_unrelax(m);
+	return back;
 }
 */
 import "C"
 
-import (
-	"slices"
-	"unsafe"
-)
+import "unsafe"
 
 // Event is a CUDA event (CUevent); the zero Event is none.
 type Event struct{ p C.CUevent }
@@ -314,9 +312,9 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 // current pool of the stream's device, in the stream's context
 // (cuStreamGetCtx; ctx itself for a default stream's handle, which the
 // driver is not asked about). A stream of another device than ctx's, or
-// one that is capturing a graph (cuStreamGetCaptureInfo_v2, which gives the
-// capture's ID in the same call; cuStreamIsCapturing before CUDA 11.3),
-// allocates nothing. Where the driver lacks cuMemAllocAsync the result is
+// one that is capturing a graph (cuStreamIsCapturing, and where it
+// captures cuStreamGetCaptureInfo_v2, which gives the capture's ID; before
+// CUDA 11.3 no ID), allocates nothing. Where the driver lacks cuMemAllocAsync the result is
 // CUDA_ERROR_NOT_SUPPORTED (MemPools says why); so for FreeAsync and
 // cuMemFreeAsync.
 //
@@ -326,8 +324,10 @@ func streamCallOf(r C.memtrack_result) StreamCall {
 // the driver refuses it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and
 // invalidates the capture, as it would the raw call; a thread made relaxed
 // (cuThreadExchangeStreamCaptureMode) allocates. The calls AllocAsync adds
-// (the context switch, cuStreamGetCtx, cuStreamGetCaptureInfo_v2) change
-// nothing of that. So for FreeAsync and cuMemFreeAsync.
+// (the context switch, cuStreamGetCtx, cuStreamIsCapturing) change
+// nothing of that: the H200 refused none of them during another thread's
+// global capture (cuStreamGetCtx, which it was not asked about, reads the
+// stream's handle as they do). So for FreeAsync and cuMemFreeAsync.
 func AllocAsync(ctx Context, size int64, stream uintptr) StreamCall {
 	return AllocAsyncIn(ctx, size, stream, RefuseCapture)
 }
@@ -385,12 +385,14 @@ func CheckStream(ctx Context, stream uintptr) StreamCall {
 // where the stream is of another context) recorded after the free, and
 // numbered so that of two events of FreeAsync on one stream, the one the
 // stream reaches first has the lower Seq, whichever threads recorded them
-// (the per-thread default stream's are not numbered: Seq 0).
-// Where the event cannot be recorded it synchronizes the stream and reports
-// the free retired. The event's creation and that synchronization run in
-// relaxed stream-capture mode; the free, in the caller's (AllocAsync).
+// (the per-thread default stream's are not numbered: Seq 0). Where the
+// event cannot be recorded it synchronizes the stream and reports the free
+// retired. The event's creation and that synchronization run in relaxed
+// stream-capture mode; the free, in the caller's (AllocAsync).
 func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall {
-	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), event.p))
+	// The event crosses as a number, which cgo need not check as it checks
+	// a pointer: it is the driver's handle, not Go memory.
+	return streamCallOf(C.memtrack_free_async(C.uintptr_t(ctx), C.CUdeviceptr(ptr), C.uintptr_t(stream), C.uintptr_t(uintptr(unsafe.Pointer(event.p)))))
 }
 
 // StreamEvents asks how far streams have come through events recorded on
@@ -398,56 +400,66 @@ func FreeAsync(ctx Context, ptr uintptr, stream uintptr, event Event) StreamCall
 // from the oldest, the stream has reached. Its buffers are kept from one
 // query to the next.
 type StreamEvents struct {
-	ends []C.int // where each stream's events end
-	out  []C.memtrack_reached
+	events  []C.CUevent
+	ends    []C.int // where each stream's events end
+	reached []C.int
+	res     []C.CUresult
 }
 
-// Query asks, in ctx and in one call, how far each stream has come through
-// its events (cuEventQuery): stream i's are events[ends[i-1]:ends[i]] (from
-// 0 for the first), in the order the stream reaches them, none empty. It
-// asks the newest event of each stream first, all older ones being reached
-// where it is (an event captures all the work enqueued on its stream before
-// it), and, where it is not, finds the first event not reached by
-// bisection, in at most 1 + ceil(log2 n) queries for n events. A query that
-// fails counts as reached: nothing will run in the context again. It keeps
-// neither slice. A stream that ends past the events, or before the one
-// before it, is answered for with no event reached, and none asked about.
-// The queries run in relaxed stream-capture mode: the driver prohibits
-// cuEventQuery while a capture is under way in global mode (doc.go), and
-// a reading must neither fail nor invalidate the program's capture.
-func (s *StreamEvents) Query(ctx Context, events []Event, ends []int) {
-	s.ends = slices.Grow(s.ends[:0], len(ends))
-	s.out = slices.Grow(s.out[:0], len(ends))[:len(ends)]
-	last := 0
-	for i, end := range ends {
-		if end <= last || end > len(events) {
-			// Bad input: every stream from here on is answered as none reached.
-			clear(s.out[i:])
-			ends = ends[:i]
-			break
-		}
-		s.ends = append(s.ends, C.int(end))
-		last = end
-	}
-	if len(ends) == 0 {
+// Reset empties s, keeping its buffers.
+func (s *StreamEvents) Reset() {
+	s.events, s.ends, s.reached, s.res = s.events[:0], s.ends[:0], s.reached[:0], s.res[:0]
+}
+
+// Add adds a stream's events, in the order the stream reaches them; a
+// stream of no event is not added.
+func (s *StreamEvents) Add(events []Event) {
+	if len(events) == 0 {
 		return
 	}
-	// An Event is its C handle alone: events is an array of CUevent.
-	C.memtrack_streams_reached(C.uintptr_t(ctx), (*C.CUevent)(unsafe.Pointer(unsafe.SliceData(events))), &s.ends[0], C.int(len(ends)), &s.out[0])
+	for _, e := range events {
+		s.events = append(s.events, e.p)
+	}
+	s.ends = append(s.ends, C.int(len(s.events)))
+}
+
+// Streams returns how many streams s holds.
+func (s *StreamEvents) Streams() int { return len(s.ends) }
+
+// Query asks, in ctx and in one call, how far each stream added has come
+// through its events (cuEventQuery), in relaxed stream-capture mode: the
+// newest event of each stream first, all older ones being reached where it
+// is (an event captures all the work enqueued on its stream before it),
+// and, where it is not, the first event not reached by bisection, in at
+// most 1 + ceil(log2 n) queries for n events. A query refused because a
+// capture is under way answers "not reached". It returns the result of
+// making the thread's previous context current again.
+func (s *StreamEvents) Query(ctx Context) Result {
+	n := len(s.ends)
+	s.reached = append(s.reached[:0], make([]C.int, n)...)
+	s.res = append(s.res[:0], make([]C.CUresult, n)...)
+	if n == 0 {
+		return Success
+	}
+	return Result(C.memtrack_streams_reached(C.uintptr_t(ctx), &s.events[0], &s.ends[0], C.int(n), &s.reached[0], &s.res[0]))
 }
 
 // Reached returns how many of stream i's events, from the oldest, the
-// stream has reached, as Query found, and the answer that said so: Success,
-// or the error of a failed query (or of making ctx current, or the previous
-// context current again), after which the events are not to be recorded
-// again.
+// stream has reached, as Query found, and the answer that said so:
+// Success, or the error of a query that failed (or of making ctx
+// current), after which the stream's frees count as executed and its
+// events are not to be recorded again.
 func (s *StreamEvents) Reached(i int) (int, Result) {
-	return int(s.out[i].reached), Result(s.out[i].result)
+	return int(s.reached[i]), Result(s.res[i])
 }
 
 // EventDestroy destroys an event (cuEventDestroy), in relaxed
-// stream-capture mode.
-func EventDestroy(e Event) { C.memtrack_event_destroy(e.p) }
+// stream-capture mode; the zero Event is none, and nothing is done.
+func EventDestroy(e Event) {
+	if e.p != nil {
+		C.memtrack_event_destroy(e.p)
+	}
+}
 
 // CaptureStatus is a stream's capture status (CUstreamCaptureStatus).
 type CaptureStatus int

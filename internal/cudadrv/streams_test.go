@@ -5,7 +5,6 @@ package cudadrv_test
 import (
 	"fmt"
 	"math/bits"
-	"slices"
 	"testing"
 
 	"github.com/memtrack/memtrack/internal/cudadrv"
@@ -67,10 +66,10 @@ func TestStreamEventsReached(t *testing.T) {
 				e1 = append(e1, free(s1))
 			}
 			var q cudadrv.StreamEvents
-			events := append(slices.Clone(e1), e2...)
-			ends := []int{len(e1), len(e1) + len(e2)}
+			q.Add(e1)
+			q.Add(e2)
 			before := calls("cuEventQuery")
-			q.Query(ctx, events, ends)
+			require.Equal(t, cudadrv.Success, q.Query(ctx))
 			queries := calls("cuEventQuery") - before
 			got, r := q.Reached(0)
 			assert.Equal(t, k, got, "the first stream's events reached")
@@ -86,7 +85,9 @@ func TestStreamEventsReached(t *testing.T) {
 
 			cudatest.ReleaseStreams()
 			onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s1)) })
-			q.Query(ctx, e1, []int{len(e1)})
+			q.Reset()
+			q.Add(e1)
+			require.Equal(t, cudadrv.Success, q.Query(ctx))
 			got, _ = q.Reached(0)
 			assert.Equal(t, n, got, "after the synchronization")
 			for _, e := range append(e1, e2...) {
@@ -96,47 +97,59 @@ func TestStreamEventsReached(t *testing.T) {
 	}
 }
 
-// TestStreamEventsBadEnds: where the ends of the streams do not divide the
-// events (a stream empty, or past the events), Query asks nothing about that
-// stream or those after it, and answers for them that none is reached.
-func TestStreamEventsBadEnds(t *testing.T) {
+// TestStreamEventsEmpty: a stream of no event is not added, and a query of
+// nothing asks the driver nothing.
+func TestStreamEventsEmpty(t *testing.T) {
+	ctx := primary(t, 0)
+	countsCalls(t)
+	var q cudadrv.StreamEvents
+	q.Add(nil)
+	assert.Zero(t, q.Streams())
+	before := calls("cuEventQuery") + calls("cuCtxGetCurrent")
+	assert.Equal(t, cudadrv.Success, q.Query(ctx))
+	assert.Equal(t, before, calls("cuEventQuery")+calls("cuCtxGetCurrent"), "nothing asked")
+}
+
+// TestStreamEventsCapture: a reading made while a capture is under way in
+// global mode, from another thread, asks in relaxed mode: the capture
+// survives, and the event is answered for.
+func TestStreamEventsCapture(t *testing.T) {
 	ctx := primary(t, 0)
 	countsCalls(t)
 	if err := cudadrv.MemPools(); err != nil {
 		t.Skip(err)
 	}
-	s := newStream(t, ctx)
+	s, capturing := newStream(t, ctx), newStream(t, ctx)
 	a := cudadrv.AllocAsync(ctx, 1<<10, s)
 	require.Equal(t, cudadrv.Call{}, a.Call)
 	f := cudadrv.FreeAsync(ctx, a.Ptr, s, cudadrv.Event{})
 	require.Equal(t, cudadrv.Call{}, f.Call)
 	defer cudadrv.EventDestroy(f.Event)
 	onThread(t, ctx, func() { require.Equal(t, cudadrv.Success, cudatest.StreamSynchronize(s)) })
-	events := []cudadrv.Event{f.Event, f.Event}
-	for _, tc := range []struct {
-		name    string
-		ends    []int
-		reached []int // per stream
-		queries uint64
-	}{
-		{"well formed", []int{1, 2}, []int{1, 1}, 2},
-		{"none", nil, nil, 0},
-		{"a stream empty", []int{1, 1}, []int{1, 0}, 1},
-		{"a stream past the events", []int{3}, []int{0}, 0},
-		{"a stream before the one before", []int{2, 1}, []int{2, 0}, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var q cudadrv.StreamEvents
-			before := calls("cuEventQuery")
-			q.Query(ctx, events, tc.ends)
-			assert.Equal(t, tc.queries, calls("cuEventQuery")-before, "queries")
-			for i, want := range tc.reached {
-				n, r := q.Reached(i)
-				assert.Equal(t, want, n, "stream %d", i)
-				assert.Equal(t, cudadrv.Success, r)
+	begun, done, ended := make(chan bool), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		r := cudatest.InContext(uintptr(ctx), func() {
+			ok := cudatest.BeginCapture(capturing, cudatest.CaptureGlobal) == cudadrv.Success
+			begun <- ok
+			if !ok {
+				return
 			}
+			<-done
+			_, r := cudatest.EndCapture(capturing)
+			assert.Equal(t, cudadrv.Success, r, "the capture survived the reading")
 		})
-	}
+		assert.Equal(t, cudadrv.Success, r)
+	}()
+	require.True(t, <-begun, "the capture begun")
+	var q cudadrv.StreamEvents
+	q.Add([]cudadrv.Event{f.Event})
+	require.Equal(t, cudadrv.Success, q.Query(ctx))
+	n, r := q.Reached(0)
+	close(done)
+	<-ended
+	assert.Equal(t, 1, n)
+	assert.Equal(t, cudadrv.Success, r)
 }
 
 // TestDefaultStreamContext: a default stream's handle names the default

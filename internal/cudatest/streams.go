@@ -98,6 +98,50 @@ static CUresult cudatest_free_async(uintptr_t ctx, uintptr_t ptr, uintptr_t stre
 	return r != CUDA_SUCCESS ? r : r2;
 }
 
+// cudatest_checks makes the driver calls memtrack's stream-ordered calls
+// make beside the operation, in the context current: the stream's context
+// for a stream of one's own (cuStreamGetCtx), and its capture
+// (cuStreamIsCapturing).
+static CUresult cudatest_checks(CUstream stream) {
+	CUresult r = CUDA_SUCCESS;
+	if (stream != NULL && stream != (CUstream)0x1 && stream != (CUstream)0x2) {
+		CUcontext c;
+		r = CUDATEST_CALL(cudatest_lib.cuStreamGetCtx, stream, &c);
+	}
+	CUstreamCaptureStatus st;
+	if (r == CUDA_SUCCESS) r = CUDATEST_CALL(cudatest_lib.cuStreamIsCapturing, stream, &st);
+	return r;
+}
+
+// cudatest_alloc_checked and cudatest_free_async_checked are
+// cuMemAllocAsync and cuMemFreeAsync in ctx, in one crossing each as
+// memtrack's, each with the checks memtrack's make (cudatest_checks).
+static CUresult cudatest_alloc_checked(uintptr_t ctx, size_t size, uintptr_t stream, CUdeviceptr *p) {
+	CUcontext prev;
+	CUresult r = cudatest_enter((CUcontext)ctx, &prev);
+	if (r != CUDA_SUCCESS) return r;
+	r = cudatest_checks((CUstream)stream);
+	if (r == CUDA_SUCCESS) r = CUDATEST_CALL(cudatest_lib.cuMemAllocAsync, p, size, (CUstream)stream);
+	CUresult r2 = cudatest_leave((CUcontext)ctx, prev);
+	return r != CUDA_SUCCESS ? r : r2;
+}
+
+static cudatest_handle cudatest_alloc_async_checked(uintptr_t ctx, size_t size, uintptr_t stream) {
+	CUdeviceptr p = 0;
+	CUresult r = cudatest_alloc_checked(ctx, size, stream, &p);
+	return (cudatest_handle){(uintptr_t)p, r};
+}
+
+static CUresult cudatest_free_async_checked(uintptr_t ctx, uintptr_t ptr, uintptr_t stream) {
+	CUcontext prev;
+	CUresult r = cudatest_enter((CUcontext)ctx, &prev);
+	if (r != CUDA_SUCCESS) return r;
+	r = cudatest_checks((CUstream)stream);
+	if (r == CUDA_SUCCESS) r = CUDATEST_CALL(cudatest_lib.cuMemFreeAsync, (CUdeviceptr)ptr, (CUstream)stream);
+	CUresult r2 = cudatest_leave((CUcontext)ctx, prev);
+	return r != CUDA_SUCCESS ? r : r2;
+}
+
 static cudatest_handle cudatest_event_create(uintptr_t ctx) {
 	CUcontext prev;
 	CUevent e = NULL;
@@ -200,6 +244,20 @@ func AllocAsync(ctx uintptr, size int64, stream uintptr) (uintptr, cudadrv.Resul
 // stream operation that learning when a free has executed takes.
 func FreeAsync(ctx, ptr, stream, event uintptr) cudadrv.Result {
 	return cudadrv.Result(C.cudatest_free_async(C.uintptr_t(ctx), C.uintptr_t(ptr), C.uintptr_t(stream), C.uintptr_t(event)))
+}
+
+// AllocAsyncChecked is AllocAsync with the driver calls memtrack's
+// AllocAsync makes beside cuMemAllocAsync: the stream's context, for a
+// stream of one's own (cuStreamGetCtx), and its capture
+// (cuStreamIsCapturing), in the same crossing.
+func AllocAsyncChecked(ctx uintptr, size int64, stream uintptr) (uintptr, cudadrv.Result) {
+	return handleOf(C.cudatest_alloc_async_checked(C.uintptr_t(ctx), C.size_t(size), C.uintptr_t(stream)))
+}
+
+// FreeAsyncChecked is FreeAsync, without an event, with the driver calls
+// memtrack's FreeAsync makes beside cuMemFreeAsync, as AllocAsyncChecked.
+func FreeAsyncChecked(ctx, ptr, stream uintptr) cudadrv.Result {
+	return cudadrv.Result(C.cudatest_free_async_checked(C.uintptr_t(ctx), C.uintptr_t(ptr), C.uintptr_t(stream)))
 }
 
 // NewStream creates a stream in ctx (StreamCreate), which tb's cleanup

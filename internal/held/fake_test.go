@@ -8,33 +8,114 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tests' driver: a device whose streams record events (ints, 0 being
-// none) after frees and reach them when the test says, and a Querier of
-// it that answers from what the streams have reached and keeps what each
-// query was asked.
+// The tests' driver: a device whose streams run their operations (frees
+// and the events recorded after them) when the test says, with a pool
+// that hands a block freed on a stream to the next allocation on that
+// stream at once, as CUDA's does; and a Querier of it that answers from
+// what the streams have run and keeps what each query was asked.
 
-// fakeDevice is the driver's state of one device's streams and events.
+// fakeDevice is the driver's state of one device's streams, events and
+// pool.
 type fakeDevice struct {
 	mu      sync.Mutex
-	last    int               // the last event created
-	seq     map[Stream]uint64 // the last number each stream gave an event
-	where   map[int]Stream    // the stream each event was last recorded on
-	seqOf   map[int]uint64    // its number there
-	done    map[int]bool      // the events their streams have reached
-	failing map[int]bool      // the events whose query fails
-	running map[Stream]bool   // streams that reach each event as it is recorded
-	lost    bool              // the device cannot be asked: Query fails
-	created int               // events created
+	streams map[uintptr]*fakeStream
+	events  map[int]fakeMark // each event's last record
+	last    int              // the last event created
+	created int              // events created
+	lost    bool             // the device cannot be asked: Query fails
+	live    int64            // bytes of the allocations not freed
+}
+
+// fakeStream is one stream: its operations, those run, and the frees its
+// pool still counts (enqueued, not run).
+type fakeStream struct {
+	ops, ran int
+	running  bool // runs each operation as it is enqueued
+	failing  bool // its queries fail
+	frees    []*fakeFree
+}
+
+// fakeFree is a free enqueued on a stream at pos, and the bytes of it the
+// pool counts until the stream runs it (less what allocations on the
+// stream took over).
+type fakeFree struct {
+	pos       int
+	remaining int64
+	// writtenOff says that a query of its stream failed (or the device
+	// was lost) before it ran: the figure has done with it, and the
+	// device's holds leaves it out.
+	writtenOff bool
+}
+
+// writeOff marks the frees of s written off (d.mu held).
+func (s *fakeStream) writeOff() {
+	for _, f := range s.frees {
+		f.writtenOff = true
+	}
+}
+
+// fakeMark is where an event was last recorded.
+type fakeMark struct {
+	stream uintptr
+	pos    int
 }
 
 func newFakeDevice() *fakeDevice {
-	return &fakeDevice{seq: map[Stream]uint64{}, where: map[int]Stream{}, seqOf: map[int]uint64{}, done: map[int]bool{},
-		failing: map[int]bool{}, running: map[Stream]bool{}}
+	return &fakeDevice{streams: map[uintptr]*fakeStream{}, events: map[int]fakeMark{}}
 }
 
-// record records e (a new event where 0) on stream s, after a free, and
-// returns it with its number along s.
-func (d *fakeDevice) record(s Stream, e int) (int, uint64) {
+// stream returns stream h (d.mu held).
+func (d *fakeDevice) stream(h uintptr) *fakeStream {
+	s := d.streams[h]
+	if s == nil {
+		s = &fakeStream{}
+		d.streams[h] = s
+	}
+	return s
+}
+
+// enqueue enqueues an operation on s and returns its position (d.mu held).
+func (s *fakeStream) enqueue() int {
+	s.ops++
+	if s.running {
+		s.ran = s.ops
+	}
+	return s.ops
+}
+
+// alloc allocates size bytes on stream h: the pool takes over first the
+// bytes of the frees on h not yet run, the newest first.
+func (d *fakeDevice) alloc(h uintptr, size int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.live += size
+	s := d.stream(h)
+	need := size
+	for i := len(s.frees) - 1; i >= 0 && need > 0; i-- {
+		if f := s.frees[i]; f.pos > s.ran {
+			t := min(need, f.remaining)
+			f.remaining -= t
+			need -= t
+		}
+	}
+}
+
+// allocNow allocates size bytes out of the pool; freeNow frees them.
+func (d *fakeDevice) allocNow(size int64) { d.mu.Lock(); d.live += size; d.mu.Unlock() }
+func (d *fakeDevice) freeNow(size int64)  { d.mu.Lock(); d.live -= size; d.mu.Unlock() }
+
+// free enqueues a free of size bytes on stream h.
+func (d *fakeDevice) free(h uintptr, size int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.live -= size
+	s := d.stream(h)
+	s.frees = append(s.frees, &fakeFree{pos: s.enqueue(), remaining: size})
+}
+
+// recordSeq records e (a new event where 0) on stream h and returns it,
+// with its number along h: its position there.
+func (d *fakeDevice) recordSeq(h uintptr, e int) (int, uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e == 0 {
@@ -42,115 +123,111 @@ func (d *fakeDevice) record(s Stream, e int) (int, uint64) {
 		d.created++
 		e = d.last
 	}
-	d.seq[s]++
-	d.where[e], d.seqOf[e] = s, d.seq[s]
-	d.done[e] = d.running[s]
-	delete(d.failing, e)
-	return e, d.seq[s]
+	s := d.stream(h)
+	d.events[e] = fakeMark{h, s.enqueue()}
+	return e, uint64(d.events[e].pos)
 }
 
-// newEvent creates an event that is not recorded.
-func (d *fakeDevice) newEvent() int {
+// run makes stream h run every operation enqueued on it so far.
+func (d *fakeDevice) run(h uintptr) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.last++
-	d.created++
-	return d.last
+	s := d.stream(h)
+	s.ran = s.ops
+	d.mu.Unlock()
 }
 
-// run makes stream s reach every event recorded on it so far.
-func (d *fakeDevice) run(s Stream) {
+// setRunning makes h run each operation as it is enqueued (and those
+// enqueued before), or stop doing so.
+func (d *fakeDevice) setRunning(h uintptr, on bool) {
+	d.mu.Lock()
+	s := d.stream(h)
+	s.running = on
+	if on {
+		s.ran = s.ops
+	}
+	d.mu.Unlock()
+}
+
+// set sets a flag of stream h under the device's lock.
+func (d *fakeDevice) set(h uintptr, flag func(*fakeStream)) {
+	d.mu.Lock()
+	flag(d.stream(h))
+	d.mu.Unlock()
+}
+
+// holds returns the bytes the device holds: the live allocations, and the
+// frees its streams have not run, less what allocations took over; the
+// frees written off (a query failed) left out.
+func (d *fakeDevice) holds() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for e, w := range d.where {
-		if w == s {
-			d.done[e] = true
+	n := d.live
+	for _, s := range d.streams {
+		for _, f := range s.frees {
+			if f.pos > s.ran && !f.writtenOff {
+				n += f.remaining
+			}
 		}
 	}
+	return n
 }
 
-// setRunning makes s reach each event as it is recorded (and those
-// recorded before), or stop doing so.
-func (d *fakeDevice) setRunning(s Stream, on bool) {
-	d.mu.Lock()
-	d.running[s] = on
-	d.mu.Unlock()
-	if on {
-		d.run(s)
-	}
-}
-
-// fail makes the query of e fail.
-func (d *fakeDevice) fail(e int) {
-	d.mu.Lock()
-	d.failing[e] = true
-	d.mu.Unlock()
-}
-
-// answered reports whether a query of e finds it reached or failing, and
-// whether it failed.
-func (d *fakeDevice) answered(e int) (reached, failed bool) {
-	return d.done[e] || d.failing[e], d.failing[e]
-}
-
-// fakeQuerier is a Figure's Querier of a fakeDevice. For each stream it
-// answers how many of the stream's events, from the oldest, are reached or
-// failing, and false where one of those failed. It checks what the Querier's
-// contract asks of the Figure: no free without an event, no stream empty
-// (and the race detector, that no two reaps use it at once).
+// fakeQuerier is a Figure's Querier of a fakeDevice. It checks what the
+// Querier's contract asks of the Figure: each question's events of one
+// stream, in the order it reaches them, none empty (and the race detector,
+// that no two readings use it at once).
 type fakeQuerier struct {
-	t   testing.TB
-	d   *fakeDevice
-	out []answer
+	t testing.TB
+	d *fakeDevice
 
 	// What the test reads, under d.mu.
-	queries   int     // Query calls
-	asked     [][]int // the events of each stream of the last query
-	destroyed []int
+	queries   int   // Query calls answered
+	asked     int   // questions asked, over all queries
+	destroyed []int // events destroyed
 }
 
-type answer struct {
-	n  int
-	ok bool
-}
-
-func (q *fakeQuerier) Query(events []int, ends []int) bool {
-	q.d.mu.Lock()
-	defer q.d.mu.Unlock()
-	if q.d.lost {
+func (q *fakeQuerier) Query(qs []Query[int]) bool {
+	d := q.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lost {
+		for _, s := range d.streams {
+			s.writeOff()
+		}
 		return false
 	}
 	q.queries++
-	q.asked, q.out = q.asked[:0], q.out[:0]
-	start := 0
-	for _, end := range ends {
-		if end <= start || end > len(events) {
-			q.t.Errorf("a stream of events[%d:%d], of %d", start, end, len(events))
-			return false
+	q.asked += len(qs)
+	for i := range qs {
+		a := &qs[i]
+		if len(a.Events) == 0 {
+			q.t.Error("a stream asked nothing")
+			continue
 		}
-		a := answer{ok: true}
-		if slices.Contains(events[start:end], 0) {
-			q.t.Error("a free without an event was asked about")
+		var stream uintptr
+		last := 0
+		for j, e := range a.Events {
+			m, ok := d.events[e]
+			if !ok || j > 0 && (m.stream != stream || m.pos <= last) {
+				q.t.Errorf("event %d asked out of its stream's order (recorded at %+v)", e, m)
+			}
+			stream, last = m.stream, m.pos
 		}
-		for _, e := range events[start:end] {
-			reached, failed := q.d.answered(e)
-			if !reached {
+		s := d.stream(stream)
+		if s.failing {
+			a.Gone = true
+			s.writeOff()
+			continue
+		}
+		for _, e := range a.Events {
+			if d.events[e].pos > s.ran {
 				break
 			}
-			a.n++
-			a.ok = a.ok && !failed
+			a.Reached++
 		}
-		q.out = append(q.out, a)
-		q.asked = append(q.asked, slices.Clone(events[start:end]))
-		start = end
-	}
-	if start != len(events) {
-		q.t.Errorf("events past the last stream: %d of %d", start, len(events))
 	}
 	return true
 }
-
-func (q *fakeQuerier) Reached(i int) (int, bool) { return q.out[i].n, q.out[i].ok }
 
 func (q *fakeQuerier) Destroy(e int) {
 	q.d.mu.Lock()
@@ -158,8 +235,8 @@ func (q *fakeQuerier) Destroy(e int) {
 	q.d.mu.Unlock()
 }
 
-// reads returns what the querier was asked so far: its queries, and the
-// events it destroyed.
+// reads returns what the querier did so far: its queries, and the events
+// it destroyed.
 func (q *fakeQuerier) reads() (queries int, destroyed []int) {
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
@@ -179,41 +256,53 @@ func newFig(t *testing.T) *fig {
 	d := newFakeDevice()
 	q := &fakeQuerier{t: t, d: d}
 	f := new(Figure[int, *fakeQuerier])
-	f.Init(q)
+	f.Init(q, true)
 	return &fig{t: t, d: d, q: q, f: f}
 }
 
-// allocFree allocates size bytes in stream order and frees them on s,
-// recording the free's event after it, as a backend's FreeAsync does, and
-// returns the event.
-func (h *fig) allocFree(s Stream, size int64) int {
-	h.f.Add(size, true)
-	return h.free(s, size, false)
+// alloc allocates size bytes in stream order on s, as a backend's
+// AllocAsync does: the Order taken before the driver is asked.
+func (h *fig) alloc(s Stream, size int64) {
+	at := h.f.Order()
+	h.d.alloc(s.Handle, size)
+	h.f.Add(size, true, s.Handle, at)
 }
 
-// free frees size bytes, counted pooled, on s: with an event of its own
-// context, reused where there is a spare, or (foreign) with a new event of
-// another context.
-func (h *fig) free(s Stream, size int64, foreign bool) int {
-	n := h.f.TakeSpare()
+// free frees size bytes in stream order on s, as a backend's FreeAsync
+// does: with an event recorded after it, a spare where there is one, and
+// numbered along the stream.
+func (h *fig) free(s Stream, size int64) {
+	h.free2(s, size, false)
+}
+
+// free2 is free; foreign, an event of another context: a new one, never
+// a spare.
+func (h *fig) free2(s Stream, size int64, foreign bool) int {
+	h.d.free(s.Handle, size)
 	e := 0
-	if n != nil {
-		e = n.Event
+	if !foreign {
+		e, _ = h.f.TakeSpare()
 	}
-	if foreign && n != nil {
-		h.f.PutSpare(n) // the stream's context needs an event of its own
-		n, e = nil, 0
-	}
-	e, seq := h.d.record(s, e)
-	if n == nil {
-		n = new(Free[int])
-	}
-	*n = Free[int]{Event: e, Stream: s, Seq: seq, Size: size, Foreign: foreign}
-	h.f.Enqueue(n)
+	e, seq := h.d.recordSeq(s.Handle, e)
+	h.f.Freed(Free[int]{Event: e, Stream: s, Seq: seq, Size: size, Foreign: foreign})
 	return e
 }
 
-// spares returns how many frees the figure keeps for reuse.
+// highPeak raises the figure's peak to n above the figure, with a buffer
+// allocated and freed at once, so that no allocation of the test raises
+// it (which reads first).
+func (h *fig) highPeak(n int64) {
+	h.f.Add(n, false, 0, 0)
+	h.f.Drop(n, false)
+}
+
+// allocFree allocates size bytes on s and frees them there.
+func (h *fig) allocFree(s Stream, size int64) {
+	h.alloc(s, size)
+	h.free(s, size)
+}
+
+// spares returns how many events the figure keeps for reuse.
 func (h *fig) spares() int {
 	h.f.spareMu.Lock()
 	defer h.f.spareMu.Unlock()
@@ -221,24 +310,29 @@ func (h *fig) spares() int {
 }
 
 // load reads the figure, and requires it of the figure's counts: cur
-// (peak, where not -1), the frees pending, the queries made so far.
-func (h *fig) load(msg string, cur, peak int64, pending int64, queries int) {
+// (peak, where not -1), the bytes pending; and that it is never below what
+// the device holds.
+func (h *fig) load(msg string, cur, peak, pending int64) {
 	h.t.Helper()
 	c, p := h.f.Load()
 	require.Equal(h.t, cur, c, "%s: the figure", msg)
 	if peak >= 0 {
 		require.Equal(h.t, peak, p, "%s: the peak", msg)
 	}
-	require.Equal(h.t, pending, h.f.npending.Load(), "%s: the frees pending", msg)
-	q, _ := h.q.reads()
-	require.Equal(h.t, queries, q, "%s: the queries", msg)
+	require.Equal(h.t, pending, h.f.Pending(), "%s: the bytes pending", msg)
+	require.GreaterOrEqual(h.t, c, h.d.holds(), "%s: below what the device holds", msg)
 }
 
-// Streams of the tests: two of one context, one of another, and one that
-// is not ordered.
+// queries returns the queries the figure made so far.
+func (h *fig) queries() int {
+	q, _ := h.q.reads()
+	return q
+}
+
+// Streams of the tests: three, and one that is not ordered.
 var (
-	streamA   = Stream{Context: 1, Handle: 10, Ordered: true}
-	streamB   = Stream{Context: 1, Handle: 20, Ordered: true}
-	streamC   = Stream{Context: 2, Handle: 10, Ordered: true}
-	unordered = Stream{Context: 1, Handle: 2}
+	streamA   = Stream{Handle: 10, Ordered: true}
+	streamB   = Stream{Handle: 20, Ordered: true}
+	streamC   = Stream{Handle: 30, Ordered: true}
+	unordered = Stream{Handle: 2}
 )

@@ -10,9 +10,10 @@ import (
 // Figure is the device-side figure of one device: the bytes the device
 // holds for the library's buffers, with its peak. It counts every buffer
 // from the allocation's return; [Figure.Drop] uncounts a buffer whose free
-// returned the memory, and a free in stream order ([Figure.Enqueue]) is
-// uncounted once its stream has executed it. E is the driver's event, Q the
-// adapter's [Querier] of such events.
+// returned the memory, and a free in stream order ([Figure.Freed]) is
+// uncounted once a reading has learned that its stream executed it, or an
+// allocation on its stream took its bytes over. E is the driver's event, Q
+// the adapter's [Querier] of events.
 //
 // A zero Figure must be given its Querier ([Figure.Init]) before any other
 // call, and must not be copied after.
@@ -21,26 +22,32 @@ type Figure[E comparable, Q Querier[E]] struct {
 	// 8-byte boundaries on 32-bit platforms too, which go.uber.org/atomic's
 	// Int64 does not ask for itself.
 	counts
-	npending atomic.Int64 // the frees awaiting their events: in pending, or in waiting
-	reapAt   atomic.Int64 // Enqueue reaps at this many pending (at least PendingBound), set by reap
+	// pending is the bytes of the frees in stream order not yet learned
+	// executed, less what allocations took over: the part of held that a
+	// reading may uncount.
+	pending  atomic.Int64
+	npending atomic.Int64 // the frees awaiting their events
+	reapAt   atomic.Int64 // Freed reads at this many pending (at least PendingBound), set by reapLocked
+	// seq numbers the frees in stream order as they are counted (Order).
+	seq atomic.Uint64
 
-	// pending holds the frees awaiting their events that no reap has taken
-	// yet: pushed by Enqueue, taken whole by reap (so no node is ever
-	// popped alone, and a stack needs no lock).
-	pending atomic.Pointer[Free[E]]
+	// streams is the table of the streams with frees pending, or had them
+	// lately: read without a lock, replaced whole under tableMu.
+	streams atomic.Pointer[table[E]]
+	tableMu sync.Mutex
 
-	// reapMu lets one reap run at a time, and guards what the reaps keep:
-	// waiting, the frees taken from pending whose streams had not reached
-	// their events, by stream and in each stream's order, and the events
-	// of the last query with where each stream's end, for reuse.
+	// reapMu lets one reading run at a time, and guards what the readings
+	// keep: the buffers of the last one's questions, for reuse.
 	reapMu  sync.Mutex
-	waiting []*Free[E]
+	asked   []asked[E]
+	qs      []Query[E]
 	events  []E
-	ends    []int
+	reached []E // the events a reading found reached, on their way to spare
 	queries Q
+	reuse   bool
 
 	spareMu sync.Mutex
-	spare   []*Free[E] // frees retired, with their events, reached, for reuse
+	spare   []E // events of the device's own context, reached, for the next frees to record again
 }
 
 // counts is the figure and its pooled part: the part of a Figure that
@@ -52,33 +59,59 @@ type counts struct {
 }
 
 // Init gives f, a zero Figure, the querier through which it learns that
-// the frees in stream order have executed. It must come before any other
-// call.
-func (f *Figure[E, Q]) Init(q Q) { f.queries = q }
+// the frees in stream order have executed, and says whether an allocation
+// in stream order takes over the bytes of frees pending on its stream
+// (reuse): the driver's pool hands a block freed on a stream to the next
+// allocation on that stream at once. It must come before any other call.
+func (f *Figure[E, Q]) Init(q Q, reuse bool) {
+	f.queries, f.reuse = q, reuse
+	f.streams.Store(&table[E]{})
+}
 
-// Add adds size bytes, allocated on the device, to the figure, and to its
-// part that stream-ordered buffers take where pooled. Uncounting the frees
-// known to have executed can only lower the figure, so it must come first
-// only where the addition raises the peak: an addition that stays within
-// the peak is made without it, in one compare-and-swap against the peak,
-// and only where that fails (or the figures show it would) are the frees
-// reaped (one call of the querier) before the addition that raises the
-// peak. With peak scopes open, every addition may raise one of theirs, so
-// the frees are reaped first.
-func (f *Figure[E, Q]) Add(size int64, pooled bool) {
-	if cur, peak := f.held.Load(); size > peak-cur || f.held.HasOpenScopes() || f.held.AllocWithin(size, peak) != nil {
+// Order is where the count of frees in stream order stood at a moment
+// ([Figure.Order]): an allocation asked of the driver after it can have
+// come after those frees on their streams, and after no free counted
+// later.
+type Order uint64
+
+// Order returns where the count of frees in stream order stands: taken
+// before a stream-ordered allocation is asked of the driver, it says
+// which pending frees the allocation may take over ([Figure.Add]).
+func (f *Figure[E, Q]) Order() Order { return Order(f.seq.Load()) }
+
+// Add adds size bytes, allocated on the device, to the figure: a buffer
+// allocated at once (pooled false), or one allocated in stream order
+// (pooled) on stream, which was asked of the driver after at. Where f
+// reuses, the stream-ordered allocation takes over first the bytes of the
+// frees pending on stream that were counted before at, the newest first,
+// and adds only the rest. Uncounting the frees known to have executed can
+// only lower the figure, so it must come first only where the addition
+// raises the peak: an addition that stays within the peak is made without
+// it, in one compare-and-swap against the peak, and only where that fails
+// (or the figures show it would) are the frees reaped (one call of the
+// querier) before the addition that raises the peak. With peak scopes
+// open, every addition may raise one of theirs, so the frees are reaped
+// first.
+func (f *Figure[E, Q]) Add(size int64, pooled bool, stream uintptr, at Order) {
+	add := size
+	if pooled && f.reuse && f.pending.Load() > 0 {
+		add -= f.takeOver(stream, at, size)
+	}
+	if add == 0 {
+		return
+	}
+	if cur, peak := f.held.Load(); add > peak-cur || f.held.HasOpenScopes() || f.held.AllocWithin(add, peak) != nil {
 		f.reap()
-		_ = f.held.Alloc(size) // cannot fail: the caller's record already holds size
+		_ = f.held.Alloc(add) // cannot fail: the caller's record already holds size
 	}
 	if pooled {
-		f.pooled.Add(size)
+		f.pooled.Add(add)
 	}
 }
 
 // Drop takes size bytes from the figure, and from its part that
 // stream-ordered buffers take where pooled: a free's that returned the
-// memory at once, or a free's in stream order, once its stream has executed
-// it.
+// memory at once, or frees' in stream order learned executed.
 func (c *counts) Drop(size int64, pooled bool) {
 	_ = c.held.Free(size) // cannot fail: the figure holds the buffer's bytes
 	if pooled {
@@ -96,6 +129,11 @@ func (f *Figure[E, Q]) Load() (cur, peak int64) {
 // Pooled returns the part of the figure that stream-ordered buffers take,
 // as it stands: without learning of executed frees.
 func (c *counts) Pooled() int64 { return c.pooled.Load() }
+
+// Pending returns the bytes of frees in stream order that the figure
+// counts as not yet executed, as it stands: without learning of executed
+// frees.
+func (f *Figure[E, Q]) Pending() int64 { return f.pending.Load() }
 
 // ResetPeak sets the peak to the figure, after uncounting the frees known
 // to have executed.

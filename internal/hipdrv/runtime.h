@@ -47,6 +47,8 @@ enum {
 	hipErrorInvalidDevice = 101,
 	hipErrorNotReady = 600,
 	hipErrorNotSupported = 801,
+	hipErrorStreamCaptureUnsupported = 900,
+	hipErrorStreamCaptureWrongThread = 908,
 
 	hipEventDisableTiming = 0x2, // hipEventCreateWithFlags
 

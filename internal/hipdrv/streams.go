@@ -64,14 +64,14 @@ static memtrack_hip_result memtrack_hip_alloc_async(int device, size_t size, uin
 // cannot be recorded, it waits for the stream and reports the free retired.
 // A stream of another device, or one that takes part in a capture, frees
 // nothing.
-static memtrack_hip_result memtrack_hip_free_async(int device, uintptr_t ptr, uintptr_t handle, hipEvent_t event) {
+static memtrack_hip_result memtrack_hip_free_async(int device, uintptr_t ptr, uintptr_t handle, uintptr_t event) {
 	memtrack_hip_result a = {0};
 	if (!memtrack_hip.hipFreeAsync) {
 		a.op = hipErrorNotSupported;
 		return a;
 	}
 	hipStream_t stream = (hipStream_t)handle;
-	a.event = event;
+	a.event = (hipEvent_t)event;
 	int prev;
 	if ((a.enter = memtrack_hip_enter(device, &prev)) != hipSuccess) return a;
 	a.op = memtrack_hip_check_stream(device, stream, &a);
@@ -113,6 +113,14 @@ typedef struct {
 	hipError_t result;
 } memtrack_hip_reached;
 
+// memtrack_hip_unknown reports whether r, the answer of a query, says
+// nothing of the work queried: hipErrorNotReady (not done yet), or an
+// error of stream capture (900 to 908: the query was refused while a
+// capture is under way), after which the work is not known done.
+static inline int memtrack_hip_unknown(hipError_t r) {
+	return r == hipErrorNotReady || (r >= hipErrorStreamCaptureUnsupported && r <= hipErrorStreamCaptureWrongThread);
+}
+
 // memtrack_hip_reached_prefix answers for the n events of one stream,
 // oldest first (n > 0). An event "Captures in event the contents of stream
 // at the time of this call" and its query succeeds once "all commands in
@@ -124,13 +132,13 @@ typedef struct {
 // 1 + ceil(log2 n) queries.
 static memtrack_hip_reached memtrack_hip_reached_prefix(const hipEvent_t *ev, int n) {
 	memtrack_hip_reached a = {n, memtrack_hip.hipEventQuery(ev[n - 1])};
-	if (a.result != hipErrorNotReady) return a;
+	if (!memtrack_hip_unknown(a.result)) return a;
 	a.result = hipSuccess;
 	int lo = 0, hi = n - 1; // ev[0..lo) reached, ev[hi] not
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
 		hipError_t r = memtrack_hip.hipEventQuery(ev[mid]);
-		if (r == hipErrorNotReady) {
+		if (memtrack_hip_unknown(r)) {
 			hi = mid;
 			continue;
 		}
@@ -145,24 +153,27 @@ static memtrack_hip_reached memtrack_hip_reached_prefix(const hipEvent_t *ev, in
 // call, for the events of nstreams streams: stream i's, oldest first, end
 // at ends[i] in events (and start at ends[i-1], or 0). Where the device
 // cannot be made current, that failure is every stream's answer, every
-// event counting as reached; where the previous device cannot be made
-// current again, that failure replaces every hipSuccess.
-static void memtrack_hip_streams_reached(int device, const hipEvent_t *events, const int *ends, int nstreams, memtrack_hip_reached *out) {
+// event counting as reached. It returns the result of making the thread's
+// previous device current again. The queries run in relaxed stream-capture
+// mode, where the runtime has it, as memtrack's own calls.
+static hipError_t memtrack_hip_streams_reached(int device, const hipEvent_t *events, const int *ends, int nstreams, memtrack_hip_reached *out) {
 	int prev;
+	hipStreamCaptureMode m = memtrack_hip_relaxed();
 	hipError_t r = memtrack_hip_enter(device, &prev);
 	for (int i = 0, start = 0; i < nstreams; start = ends[i++]) {
 		out[i] = r == hipSuccess ? memtrack_hip_reached_prefix(events + start, ends[i] - start) : (memtrack_hip_reached){ends[i] - start, r};
 	}
-	if (r != hipSuccess) return;
-	hipError_t r2 = memtrack_hip_leave(device, prev);
-	for (int i = 0; r2 != hipSuccess && i < nstreams; i++) {
-		if (out[i].result == hipSuccess) out[i].result = r2;
-	}
+	hipError_t back = r == hipSuccess ? memtrack_hip_leave(device, prev) : hipSuccess;
+	memtrack_hip_unrelax(m);
+	return back;
 }
 */
 import "C"
 
-import "slices"
+import (
+	"slices"
+	"unsafe"
+)
 
 // Event is a HIP event (hipEvent_t); the zero Event is none.
 type Event struct{ p C.hipEvent_t }
@@ -216,7 +227,9 @@ func AllocAsync(device int, size int64, stream uintptr) StreamCall {
 // stream and reports the free retired. A stream of another device, or one
 // that takes part in a capture, frees nothing.
 func FreeAsync(device int, ptr uintptr, stream uintptr, event Event) StreamCall {
-	return streamCallOf(C.memtrack_hip_free_async(C.int(device), C.uintptr_t(ptr), C.uintptr_t(stream), event.p))
+	// The event crosses as a number, which cgo need not check as it checks
+	// a pointer: it is the runtime's handle, not Go memory.
+	return streamCallOf(C.memtrack_hip_free_async(C.int(device), C.uintptr_t(ptr), C.uintptr_t(stream), C.uintptr_t(uintptr(unsafe.Pointer(event.p)))))
 }
 
 // StreamInfo reports what AllocAsync would find of stream, with device
@@ -272,19 +285,20 @@ func (s *StreamEvents) Len(i int) int {
 // stream first, all older ones being reached where it is, and, where it is
 // not, the first event not reached found by bisection, in at most
 // 1 + ceil(log2 n) queries for n events. A query that fails counts as
-// reached.
-func (s *StreamEvents) Query(device int) {
+// reached; one refused because a capture is under way, as not reached. It
+// returns the result of making the thread's previous device current again.
+func (s *StreamEvents) Query(device int) Result {
 	s.out = slices.Grow(s.out[:0], len(s.ends))[:len(s.ends)]
 	if len(s.ends) == 0 {
-		return
+		return Success
 	}
-	C.memtrack_hip_streams_reached(C.int(device), &s.events[0], &s.ends[0], C.int(len(s.ends)), &s.out[0])
+	return Result(C.memtrack_hip_streams_reached(C.int(device), &s.events[0], &s.ends[0], C.int(len(s.ends)), &s.out[0]))
 }
 
 // Reached returns how many of stream i's events, from the oldest, the
 // stream has reached, as Query found, and the answer that said so:
 // Success, or the error of a failed query (or of making the device
-// current, or the previous device current again).
+// current).
 func (s *StreamEvents) Reached(i int) (int, Result) {
 	return int(s.out[i].reached), Result(s.out[i].result)
 }

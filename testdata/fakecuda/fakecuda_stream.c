@@ -17,8 +17,12 @@
 // 32 MiB by default, as an H200's default pool reserved them), with the
 // high-water mark of each. An allocation counts as used from
 // cuMemAllocAsync's return; a free stops counting when its stream executes
-// it. Reserved memory above the release threshold (0 by default) returns to
-// the device at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo returns what is free above its argument.
+// it, less what allocations on its stream took over before then: an
+// allocation takes over the bytes of the frees enqueued on its stream, the
+// newest first, before it takes anything more from the pool. Reserved
+// memory above the release threshold (0 by default) returns to the device
+// at cuStreamSynchronize and cuEventSynchronize, and cuMemPoolTrimTo
+// returns what is free above its argument.
 //
 // A capture (cuStreamBeginCapture) has an ID unique over the process's
 // lifetime (cuStreamGetCaptureInfo); a stream that waits for an event
@@ -162,6 +166,9 @@ struct CUstream_st {
 	int sleeping; // the worker waits for an operation
 	int draining; // threads waiting in drain
 	int stop;
+	// The pool frees enqueued on it and not yet executed, oldest first
+	// (palloc.fprev, .fnext), which an allocation on it takes over.
+	struct palloc *fhead, *ftail;
 };
 
 struct CUevent_st {
@@ -191,6 +198,12 @@ struct palloc {
 	int device;
 	int freeing; // a cuMemFreeAsync of it is enqueued
 	int uncounted; // its bytes already left the pool's used figure (FAKECUDA_POOL_FREE=enqueued)
+	// While its free is enqueued and not executed: the bytes of it the
+	// pool still counts as used, less what allocations on the free's
+	// stream took over, and its place in that stream's list of frees.
+	size_t remaining;
+	struct palloc *fprev, *fnext;
+	int listed;
 	struct CUstream_st *free_stream; // cuMemFreeAsync: its stream and its position there
 	long free_pos;
 	struct CUmemPoolHandle_st *pool;
@@ -326,10 +339,36 @@ static void pool_free(struct palloc *a, int by_stream) {
 			break;
 		}
 	}
-	if (!a->uncounted) p->used -= a->used;
-	if (by_stream) unobserved_add(p, a->free_stream, a->free_pos, a->used);
+	// What an allocation took over of a free stays used: it is that
+	// allocation's now. (A free uncounted when it was enqueued,
+	// FAKECUDA_POOL_FREE=enqueued, is in no stream's list: nothing took
+	// it over.)
+	size_t back = a->listed ? a->remaining : a->used;
+	if (a->listed) {
+		struct CUstream_st *s = a->free_stream;
+		if (a->fprev) a->fprev->fnext = a->fnext; else s->fhead = a->fnext;
+		if (a->fnext) a->fnext->fprev = a->fprev; else s->ftail = a->fprev;
+	}
+	if (!a->uncounted) p->used -= back;
+	if (by_stream) unobserved_add(p, a->free_stream, a->free_pos, back);
 	free(a->mem);
 	free(a);
+}
+
+// reusable returns how many of want bytes an allocation on s from pool p
+// takes over of the frees enqueued on s and not yet executed (smu held):
+// the pool hands a block freed on a stream to the next allocation on that
+// stream at once, the allocation being ordered after the free there
+// (RULES.md). With take, it takes them, from the newest free.
+static size_t reusable(struct CUstream_st *s, struct CUmemPoolHandle_st *p, size_t want, int take) {
+	size_t got = 0;
+	for (struct palloc *x = s->ftail; x && got < want; x = x->fprev) {
+		if (x->pool != p || x->remaining == 0) continue;
+		size_t t = want - got < x->remaining ? want - got : x->remaining;
+		if (take) x->remaining -= t;
+		got += t;
+	}
+	return got;
 }
 
 // ---- streams
@@ -1263,7 +1302,8 @@ static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUst
 	a->pool = p;
 	long n = ++nallocs_async;
 	if (n == fail_alloc_async || a->used > SIZE_MAX - pool_step - p->used) r = CUDA_ERROR_OUT_OF_MEMORY;
-	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used, pool_step) : 0;
+	size_t reused = r == CUDA_SUCCESS ? reusable(s, p, a->used, 0) : 0; // already counted in used
+	size_t want = r == CUDA_SUCCESS ? round_up(p->used + a->used - reused, pool_step) : 0;
 	if (r == CUDA_SUCCESS && want > p->reserved) {
 		// Take the steps from the device; if it has no room, release
 		// what the pool keeps free first, as the driver does, and retry.
@@ -1284,7 +1324,8 @@ static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUst
 		free(a);
 		return r;
 	}
-	p->used += a->used;
+	reusable(s, p, reused, 1);
+	p->used += a->used - reused;
 	if (p->used > p->used_high) p->used_high = p->used;
 	if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
 	a->next = plive;
@@ -1394,6 +1435,15 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
 	enqueue(s, o);
 	a->free_stream = s; // its position: the worker executes it only after smu is released
 	a->free_pos = s->enq;
+	if (!a->uncounted) {
+		// Counted until the stream executes the free, and the next
+		// allocations on the stream take it over first.
+		a->remaining = a->used;
+		a->listed = 1;
+		a->fprev = s->ftail, a->fnext = NULL;
+		if (s->ftail) s->ftail->fnext = a; else s->fhead = a;
+		s->ftail = a;
+	}
 	pthread_mutex_unlock(&smu);
 	return CUDA_SUCCESS;
 }
