@@ -40,6 +40,11 @@ func (b *Buffer) valid() bool { return b != nil && b.self == b }
 // For a graph's buffer (an allocation of [Device.AllocAsync] in a capture,
 // counted in no figure) Free frees the allocation of the graph's last
 // launch, which outlived it (cuMemFree), and the buffer stays the graph's.
+// On CUDA, Free of a buffer of [Device.Alloc] is the driver's cuMemFree,
+// which may wait until every stream of the device has run what was
+// enqueued on it (the driver's implicit synchronization; an H200's did):
+// a buffer of [Device.AllocAsync] freed with [Buffer.FreeAsync] never
+// waits so.
 func (b *Buffer) Free() error { return b.release(freeNow, DefaultStream) }
 
 // release is Free and FreeAsync: the claim of the release path, then the

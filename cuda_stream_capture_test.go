@@ -65,9 +65,12 @@ func TestCUDACaptureAllocDoesNotInvalidate(t *testing.T) {
 // (cuMemPoolGetAttribute, cuMemPoolSetAttribute, cuMemPoolTrimTo,
 // cuEventQuery; testdata/fakecuda/RULES.md, "Calls unsafe during a
 // capture", which an H200 answered), so memtrack makes them in relaxed
-// mode. A free in stream order stays pending throughout, its stream held
-// back, so that every reading that learns which frees have executed
-// queries its event; it is still held at the end.
+// mode. A free in stream order stays pending, its stream held back, so
+// that every reading that learns which frees have executed queries its
+// event; it is still held once they have run. Then the stream is let go,
+// and the readings whose driver calls wait for the device's streams
+// (Alloc and Free: cuMemFree of a cuMemAlloc pointer "may perform implicit
+// synchronization", and an H200's waited for the held stream) run.
 func TestCUDAReadingsDuringCapture(t *testing.T) {
 	d := cudaDevices(t, 1)[0]
 	if _, err := d.Pool().Stats(); err != nil {
@@ -81,18 +84,28 @@ func TestCUDAReadingsDuringCapture(t *testing.T) {
 	require.NoError(t, b.FreeAsync(held))
 	heldBefore := d.MemoryStats().Held
 	readings := cudaReadings(t, d, newStream(t, d))
-	for _, where := range cudatest.Threads {
-		for _, rd := range readings {
-			t.Run(where.String()+"/"+rd.name, func(t *testing.T) {
-				var err error
-				nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, func() { err = rd.read() })
-				assert.NoError(t, err)
-				assert.Equal(t, cudadrv.Success, ended, "the program's capture ends with its graph (901: invalidated)")
-				assert.Equal(t, 1, nodes, "its one node")
-			})
+	during := func(synchronizing bool) {
+		for _, where := range cudatest.Threads {
+			for _, rd := range readings {
+				if rd.synchronizes() != synchronizing {
+					continue
+				}
+				t.Run(where.String()+"/"+rd.name, func(t *testing.T) {
+					var err error
+					nodes, ended := cudatest.DuringCapture(t, d.Ordinal(), where, func() { err = rd.read() })
+					assert.NoError(t, err)
+					assert.Equal(t, cudadrv.Success, ended, "the program's capture ends with its graph (901: invalidated)")
+					assert.Equal(t, 1, nodes, "its one node")
+				})
+			}
 		}
 	}
+	during(false)
 	assert.Equal(t, heldBefore, d.MemoryStats().Held, "the free still pending is still held")
+
+	cudatest.ReleaseStreams()
+	syncStream(t, d, held)
+	during(true)
 }
 
 // reading is one of memtrack's readings of a device, or a call that makes
@@ -101,6 +114,11 @@ type reading struct {
 	name string
 	read func() error
 }
+
+// synchronizes reports whether r makes a driver call that may wait for
+// every stream of the device (cuMemFree of a cuMemAlloc pointer), which
+// never returns while a stream is held back.
+func (r reading) synchronizes() bool { return r.name == "Alloc and Free" }
 
 // cudaReadings returns every reading memtrack offers of d, with what they
 // need made first (a baseline, a measurement and its follower, a

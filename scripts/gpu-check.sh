@@ -247,6 +247,7 @@ skipped nvml-tests.log
 grep -h -o '[a-z]* reading: .*' readings.log 2>/dev/null | sed 's/^/== /'
 grep -h -o 'graph [a-z-]* reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
 grep -h -o 'vmm [a-z-]* reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
+grep -h -o 'free-sync reading: .*' cudadrv-tests.log 2>/dev/null | sed 's/^/== /'
 if ((${#failed[@]} > 0)); then
 	printf '== FAILED: %s\n' "${failed[@]}"
 	exit 1

@@ -59,6 +59,10 @@
 //	FAKECUDA_ERROR=code        every call returns this CUresult
 //	FAKECUDA_VERSION=v         the driver is CUDA version v (fakecuda_proc.c)
 //	FAKECUDA_HIDE=f[,..]       the driver has no call f (fakecuda_proc.c)
+//	FAKECUDA_FREE_SYNC=none    cuMemFree of a cuMemAlloc pointer returns at
+//	                           once; by default it first waits until every
+//	                           stream of the device has executed what was
+//	                           enqueued on it, as an H200's waited (RULES.md)
 //	FAKECUDA_MACHINE=path      the machine's state (machine.h) is the file
 //	                           path, mapped shared: every process started
 //	                           with the same path, devices and capacities
@@ -114,6 +118,7 @@ static size_t context_bytes;
 static const char *device_name;
 static struct alloc *unmapped; // freed ranges, the last freed first
 static long fail_alloc, fail_free;
+static int free_sync = 1; // FAKECUDA_FREE_SYNC
 static CUresult every_call = CUDA_SUCCESS;
 static struct fault faults[MAX_FAULTS];
 static int nfaults;
@@ -285,6 +290,8 @@ static void configure(void) {
 	if (device_name && !*device_name) device_name = NULL;
 	fail_alloc = env_long("FAKECUDA_FAIL_ALLOC", 0);
 	fail_free = env_long("FAKECUDA_FAIL_FREE", 0);
+	const char *fs = getenv("FAKECUDA_FREE_SYNC");
+	free_sync = !(fs && strcmp(fs, "none") == 0);
 	every_call = (CUresult)env_long("FAKECUDA_ERROR", CUDA_SUCCESS);
 	nfaults = parse_faults(getenv("FAKECUDA_FAIL"), faults);
 	fakecuda_proc_configure();
@@ -433,6 +440,7 @@ static CUresult usable(CUcontext ctx) {
 // fakecuda_proc.c (the version, cuGetProcAddress)
 
 CUresult fakecuda_pool_free_now(CUdeviceptr dptr);
+void fakecuda_device_drain(int dev);
 CUresult fakecuda_unsafe_call(void);
 void fakecuda_stream_check(const char *fn, CUstream h);
 size_t fakecuda_granularity(void); // fakecuda_vmm.c
@@ -815,6 +823,18 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	CUresult r = in_context("cuMemFree", &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
+	// A pointer of cuMemAlloc's: the free waits for the device's streams
+	// ("For all other pointers, this API may perform implicit
+	// synchronization"; an H200's cuMemFree waited for a stream that a
+	// host function held back, RULES.md). A pointer of the stream-ordered
+	// allocator's does not ("will not perform any implicit
+	// synchronization").
+	pthread_mutex_lock(&mu);
+	struct alloc *q = live;
+	while (q && (CUdeviceptr)(uintptr_t)q->mem != dptr) q = q->next;
+	int of = q ? q->device : -1;
+	pthread_mutex_unlock(&mu);
+	if (of >= 0 && free_sync) fakecuda_device_drain(of);
 	pthread_mutex_lock(&mu);
 	long n = ++nfrees;
 	struct alloc **p = &live;

@@ -631,6 +631,19 @@ static void drain(struct CUstream_st *s) {
 	s->draining--;
 }
 
+// fakecuda_device_drain waits until every stream of device dev has
+// executed what was enqueued on it: the implicit synchronization of
+// cuMemFree (fakecuda.c).
+void fakecuda_device_drain(int dev) {
+	sconfig();
+	pthread_mutex_lock(&smu);
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct CUstream_st *s = all_streams[i];
+		if (s && s->device == dev) drain(s);
+	}
+	pthread_mutex_unlock(&smu);
+}
+
 // synchronized releases what the pools reserve above their thresholds, as
 // the driver does at a synchronization (smu held).
 static void synchronized(void) {
@@ -1270,7 +1283,7 @@ static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUst
 	CUresult r = resolve(fn, h, &s, &dev);
 	if (r != CUDA_SUCCESS) return r;
 	if (no_pools) return CUDA_ERROR_NOT_SUPPORTED;
-	if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+	if (!dptr) return CUDA_ERROR_INVALID_VALUE;
 	if (from && (from < &pools[0] || from >= &pools[MAX_POOLS] || !from->alive)) return CUDA_ERROR_INVALID_VALUE;
 	// The allocation comes from the pool current to the stream's device,
 	// whatever the current context's device (cuMemAllocAsync); or from the
@@ -1284,10 +1297,13 @@ static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUst
 		if (fakecuda_version() < 11040) return CUDA_ERROR_NOT_SUPPORTED;
 		pthread_mutex_lock(&smu);
 		r = node_call(s);
+		// An allocation node of 0 bytes is accepted, as an H200 accepted
+		// it (scripts/driver-probes/refused-nodes.py).
 		if (r == CUDA_SUCCESS) r = fakecuda_graph_alloc(s->cap->graph, dev, size, dptr); // refused, it leaves the capture as it was
 		pthread_mutex_unlock(&smu);
 		return r;
 	}
+	if (size == 0) return CUDA_ERROR_INVALID_VALUE;
 	// On a stream that does not capture, potentially unsafe while a
 	// capture is under way elsewhere (the H200, RULES.md).
 	if ((r = fakecuda_unsafe_call()) != CUDA_SUCCESS) return r;
