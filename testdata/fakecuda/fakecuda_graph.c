@@ -444,7 +444,7 @@ CUresult fakecuda_graph_alloc(struct CUgraph_st *g, int dev, size_t size, CUdevi
 	gconfig();
 	struct galloc *a = calloc(1, sizeof *a);
 	if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
-	a->mem = malloc(size); // host memory stands for the range, mapped lazily
+	a->mem = malloc(size ? size : 1); // host memory stands for the range, mapped lazily; an address of its own for 0 bytes
 	if (!a->mem) {
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
