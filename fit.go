@@ -46,16 +46,8 @@ func (v Via) String() string {
 	return fmt.Sprintf("Via(%d)", uint8(v))
 }
 
-// way is the arithmetic's way of v.
-func (v Via) way() fit.Way {
-	switch v {
-	case ViaAllocAsync:
-		return fit.Pool
-	case ViaMap:
-		return fit.Map
-	}
-	return fit.Alloc
-}
+// fit is v in the arithmetic, which numbers its Vias as this package does.
+func (v Via) fit() fit.Via { return fit.Via(v) }
 
 // PlanPart is one part of a [Plan]: Count buffers, or mapped blocks, of
 // Size bytes each, allocated Via, in the category named Category ("" for
@@ -339,7 +331,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 	}
 	pred.Parts = make([]PartPrediction, len(p.Parts))
 	for i, part := range p.Parts {
-		pred.Parts[i] = PartPrediction{PlanPart: part, Rounded: rules.Rounded(part.Via.way(), part.Size), Predicted: res.Parts[i]}
+		pred.Parts[i] = PartPrediction{PlanPart: part, Rounded: rules.Rounded(part.Via.fit(), part.Size), Predicted: res.Parts[i]}
 	}
 	pred.PoolReservedIncrease, pred.GraphReservedIncrease = res.PoolGrowth, res.GraphGrowth
 	pred.Predicted, pred.Transient, pred.Need = res.Stays, res.Transient, res.Need
@@ -356,7 +348,7 @@ func (p Plan) predictFigures(own *claims.Posted) (Prediction, error) {
 		if err != nil {
 			return pred, refusedPlan(d, err)
 		}
-		block := rules.Rounded(p.cacheVia().way(), p.BlockSize)
+		block := rules.Rounded(p.cacheVia().fit(), p.BlockSize)
 		pred.Blocks = max(roomOf(pred.Free, p.Headroom, pred.Claimed, beside.Need), 0) / block
 	}
 	return pred, nil
@@ -409,11 +401,11 @@ func (p Plan) parts(cache bool) []fit.Part {
 	out := make([]fit.Part, 0, len(p.Parts)+1)
 	for _, part := range p.Parts {
 		if cache || part.Category != CategoryKVCache {
-			out = append(out, fit.Part{Way: part.Via.way(), Size: part.Size, Count: part.Count})
+			out = append(out, fit.Part{Via: part.Via.fit(), Size: part.Size, Count: part.Count})
 		}
 	}
 	if p.Transient > 0 {
-		out = append(out, fit.Part{Way: p.TransientVia.way(), Size: p.Transient, Count: 1, Transient: true})
+		out = append(out, fit.Part{Via: p.TransientVia.fit(), Size: p.Transient, Count: 1, Transient: true})
 	}
 	return out
 }

@@ -17,6 +17,15 @@ import (
 // A plan that is not one is refused with what is wrong, before anything is
 // read, probed or claimed: the device's figures stay as they were and the
 // board has no claim.
+// TestViaInTheArithmetic: each Via is the arithmetic's of the same name,
+// and one past the last is none in either.
+func TestViaInTheArithmetic(t *testing.T) {
+	for v := ViaAlloc; v <= numVias; v++ {
+		assert.Equal(t, v.String(), v.fit().String(), "Via %d", uint8(v))
+	}
+	assert.Equal(t, "Via(3)", numVias.String())
+}
+
 func TestPlanRefused(t *testing.T) {
 	board, err := OpenClaims(t.TempDir())
 	require.NoError(t, err)

@@ -8,9 +8,9 @@
 // # The rules
 //
 // A load is parts ([Part]), each some buffers of one size allocated one
-// way ([Way]):
+// way ([Via]):
 //
-//   - [Alloc], a synchronous allocation of its own (CUDA's cuMemAlloc; the
+//   - [ViaAlloc], a synchronous allocation of its own (CUDA's cuMemAlloc; the
 //     CPU's mapping from the OS), takes its size rounded up to the
 //     device's allocation unit ([Rules].AllocUnit: on an NVIDIA H200 with
 //     driver 580.159.04, cuMemGetInfo's used memory grew by 2 MiB for
@@ -20,13 +20,13 @@
 //     [Rules].HeapBelow (the CPU's buffers from the Go heap), which are
 //     taken as asked;
 //
-//   - [Map], physical memory mapped into a reservation (cuMemCreate),
+//   - [ViaMap], physical memory mapped into a reservation (cuMemCreate),
 //     takes whole granules: its size must be a multiple of the
 //     granularity ([Rules].Granularity, the same 2 MiB on a CUDA GPU; the
 //     CPU's reservations are mapped in pages, 64 KiB on Windows), as the
 //     driver refuses any other;
 //
-//   - [Pool], a stream-ordered allocation from the device's memory pool
+//   - [ViaAllocAsync], a stream-ordered allocation from the device's memory pool
 //     (cuMemAllocAsync), moves the pool's used figure by its size, and the
 //     pool reserves device memory in whole chunks ([Rules].PoolChunk; an
 //     H200's default pool reserved 32 MiB for 1 B to 32 MiB, 64 for 33

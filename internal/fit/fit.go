@@ -6,30 +6,30 @@ import (
 	"math"
 )
 
-// Way is how the buffers of a part are allocated, which decides how the
-// driver counts them.
-type Way uint8
+// Via is how the buffers of a part are allocated, which decides how the
+// driver counts them; the root package's Via, numbered alike.
+type Via uint8
 
 const (
-	// Alloc is a synchronous allocation of its own: its size rounded up to
+	// ViaAlloc is a synchronous allocation of its own: its size rounded up to
 	// the granularity (as asked below HeapBelow).
-	Alloc Way = iota
-	// Pool is a stream-ordered allocation from the device's memory pool,
+	ViaAlloc Via = iota
+	// ViaAllocAsync is a stream-ordered allocation from the device's memory pool,
 	// which reserves device memory in whole chunks.
-	Pool
-	// Map is physical memory mapped into a reservation, in whole granules.
-	Map
-	numWays
+	ViaAllocAsync
+	// ViaMap is physical memory mapped into a reservation, in whole granules.
+	ViaMap
+	numVias
 )
 
-var wayNames = [numWays]string{Alloc: "alloc", Pool: "pool", Map: "map"}
+var viaNames = [numVias]string{ViaAlloc: "Alloc", ViaAllocAsync: "AllocAsync", ViaMap: "Map"}
 
-// String returns "alloc", "pool" or "map".
-func (w Way) String() string {
-	if w < numWays {
-		return wayNames[w]
+// String returns "Alloc", "AllocAsync" or "Map".
+func (v Via) String() string {
+	if v < numVias {
+		return viaNames[v]
 	}
-	return fmt.Sprintf("way(%d)", uint8(w))
+	return fmt.Sprintf("Via(%d)", uint8(v))
 }
 
 // Rules are the driver's rules of one device that a prediction uses.
@@ -45,14 +45,14 @@ type Rules struct {
 	// refused.
 	Granularity int64
 	// PoolChunk is the chunk in which the device's memory pool reserves
-	// memory; 0 where it is not known, and a load with a Pool part is then
+	// memory; 0 where it is not known, and a load with an AllocAsync part is then
 	// refused.
 	PoolChunk int64
 }
 
 // Part is some buffers of one size, allocated one way.
 type Part struct {
-	Way   Way
+	Via   Via
 	Size  int64 // bytes of one buffer, at least 1
 	Count int64 // how many, at least 1
 	// Transient says that the buffers are freed before the load ends.
@@ -69,7 +69,7 @@ type Before struct {
 // Result is what the load will add to the process's memory on the device.
 type Result struct {
 	// Parts is each part's bytes as the driver counts them: an Alloc's or
-	// a Map's size as rounded, times the count; a Pool part's bytes in the
+	// a Map's size as rounded, times the count; an AllocAsync part's bytes in the
 	// pool's used figure (its reservation is PoolGrowth).
 	Parts []int64
 	// PoolReserved is the pool's reservation once the load is done, and
@@ -97,11 +97,11 @@ var ErrInvalid = errors.New("invalid input")
 // the rules: size rounded up to the allocation unit for an Alloc (as
 // asked below HeapBelow), to the granularity for a Map; as asked in the
 // pool. It saturates at math.MaxInt64.
-func (r Rules) Rounded(w Way, size int64) int64 {
+func (r Rules) Rounded(w Via, size int64) int64 {
 	switch {
-	case w == Map:
+	case w == ViaMap:
 		return RoundUp(size, r.Granularity)
-	case w == Alloc && size >= r.HeapBelow:
+	case w == ViaAlloc && size >= r.HeapBelow:
 		return RoundUp(size, r.AllocUnit)
 	}
 	return size
@@ -138,10 +138,10 @@ func Predict(r Rules, b Before, parts []Part, graphGrowth int64) (Result, error)
 	var poolStays, poolAll int64 // the pool bytes of the parts that stay, and of all of them
 	var allocStays, allocTransient int64
 	for i, p := range parts {
-		n := Mul(r.Rounded(p.Way, p.Size), p.Count)
+		n := Mul(r.Rounded(p.Via, p.Size), p.Count)
 		res.Parts[i] = n
 		switch {
-		case p.Way == Pool:
+		case p.Via == ViaAllocAsync:
 			poolAll = Add(poolAll, n)
 			if !p.Transient {
 				poolStays = Add(poolStays, n)
@@ -176,15 +176,15 @@ func check(r Rules, b Before, parts []Part, graphGrowth int64) error {
 	}
 	for i, p := range parts {
 		switch {
-		case p.Way >= numWays:
-			return fmt.Errorf("%w: part %d: %v is no way of allocating", ErrInvalid, i, p.Way)
+		case p.Via >= numVias:
+			return fmt.Errorf("%w: part %d: %v is no way of allocating", ErrInvalid, i, p.Via)
 		case p.Size < 1 || p.Count < 1:
 			return fmt.Errorf("%w: part %d: %d buffers of %d bytes: want at least one buffer of at least 1 byte", ErrInvalid, i, p.Count, p.Size)
-		case p.Way == Pool && r.PoolChunk < 1:
+		case p.Via == ViaAllocAsync && r.PoolChunk < 1:
 			return fmt.Errorf("%w: part %d is allocated from the memory pool, whose chunk is not known", ErrInvalid, i)
-		case p.Way == Map && r.Granularity < 1:
+		case p.Via == ViaMap && r.Granularity < 1:
 			return fmt.Errorf("%w: part %d is mapped, on a device that maps nothing", ErrInvalid, i)
-		case p.Way == Map && p.Size%r.Granularity != 0:
+		case p.Via == ViaMap && p.Size%r.Granularity != 0:
 			return fmt.Errorf("%w: part %d maps %d bytes, not a multiple of the granularity of %d bytes", ErrInvalid, i, p.Size, r.Granularity)
 		}
 	}

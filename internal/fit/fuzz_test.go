@@ -46,16 +46,16 @@ func (d *device) take(n *big.Int) {
 // alloc allocates one buffer of p.
 func (d *device) alloc(r Rules, p Part) {
 	switch {
-	case p.Way == Pool:
+	case p.Via == ViaAllocAsync:
 		d.poolUsed.Add(d.poolUsed, big.NewInt(p.Size))
 		if d.poolUsed.Cmp(d.poolReserved) > 0 { // the chunks that cover it, taken of the device
 			more := bigRoundUp(new(big.Int).Sub(d.poolUsed, d.poolReserved), r.PoolChunk)
 			d.poolReserved.Add(d.poolReserved, more)
 			d.take(more)
 		}
-	case p.Way == Alloc && p.Size < r.HeapBelow:
+	case p.Via == ViaAlloc && p.Size < r.HeapBelow:
 		d.take(big.NewInt(p.Size))
-	case p.Way == Map:
+	case p.Via == ViaMap:
 		d.take(roundBig(p.Size, r.Granularity))
 	default:
 		d.take(roundBig(p.Size, r.AllocUnit))
@@ -65,11 +65,11 @@ func (d *device) alloc(r Rules, p Part) {
 // free frees one buffer of p, and, for the pool, trims it at the end.
 func (d *device) free(r Rules, p Part) {
 	switch {
-	case p.Way == Pool:
+	case p.Via == ViaAllocAsync:
 		d.poolUsed.Sub(d.poolUsed, big.NewInt(p.Size))
-	case p.Way == Alloc && p.Size < r.HeapBelow:
+	case p.Via == ViaAlloc && p.Size < r.HeapBelow:
 		d.used.Sub(d.used, big.NewInt(p.Size))
-	case p.Way == Map:
+	case p.Via == ViaMap:
 		d.used.Sub(d.used, roundBig(p.Size, r.Granularity))
 	default:
 		d.used.Sub(d.used, roundBig(p.Size, r.AllocUnit))
@@ -133,8 +133,8 @@ func FuzzPredict(f *testing.F) {
 			if p.c%16 == 0 {
 				continue
 			}
-			part := Part{Way: Way(p.w % uint8(numWays)), Size: 1 + abs(p.s)%(1<<30), Count: int64(p.c % 16), Transient: p.tran}
-			if part.Way == Map {
+			part := Part{Via: Via(p.w % uint8(numVias)), Size: 1 + abs(p.s)%(1<<30), Count: int64(p.c % 16), Transient: p.tran}
+			if part.Via == ViaMap {
 				part.Size = RoundUp(part.Size, r.Granularity)
 			}
 			parts = append(parts, part)
