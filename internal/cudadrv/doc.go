@@ -118,6 +118,15 @@
 //     pending free, with a capture's record) is a key, never passed to the
 //     driver again.
 //
+//   - cuMemFree's wait. cuMemFree "will not perform any implicit
+//     synchronization" for a pointer of cuMemAllocAsync or
+//     cuMemAllocFromPoolAsync, and "may" for all other pointers; an H200
+//     (driver 580.159.04) did: its cuMemFree of a cuMemAlloc pointer did
+//     not return while a stream of the context was held back by a host
+//     function (testdata/gpu-runs/h200-2026-12-04-probes/tests.log). So
+//     [Free] may wait for every stream of the device, as the program's own
+//     cuMemFree would; [FreeAsync] never does.
+//
 //   - Event order. cuEventRecord "Captures in hEvent the contents of hStream
 //     at the time of this call", and cuEventQuery returns CUDA_SUCCESS "if
 //     all captured work has been completed": of two events recorded on one
