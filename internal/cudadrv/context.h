@@ -145,6 +145,21 @@ static inline void memtrack_unrelax(CUstreamCaptureMode m) {
 	if (m != CU_STREAM_CAPTURE_MODE_RELAXED) memtrack_cu.cuThreadExchangeStreamCaptureMode(&m);
 }
 
+// memtrack_on_device runs op(dev, arg) on dev, the device of ctx, in ctx
+// and in relaxed stream-capture mode, so that none of op's calls fails for,
+// or invalidates, a capture that this thread or another has begun; call
+// gets the context's results and op's.
+static inline void memtrack_on_device(CUcontext ctx, memtrack_result *call, CUresult (*op)(CUdevice dev, void *arg), void *arg) {
+	CUcontext prev;
+	if ((call->enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return;
+	CUstreamCaptureMode mode = memtrack_relaxed();
+	CUdevice dev = 0;
+	call->op = memtrack_cu.cuCtxGetDevice(&dev);
+	if (call->op == CUDA_SUCCESS) call->op = op(dev, arg);
+	memtrack_unrelax(mode);
+	call->restore = memtrack_leave(ctx, prev);
+}
+
 // memtrack_leave_stream makes prev current again after memtrack_enter_stream.
 static inline CUresult memtrack_leave_stream(CUcontext ctx, CUcontext prev, const memtrack_result *res) {
 	return res->foreign ? memtrack_cu.cuCtxSetCurrent(prev) : memtrack_leave(ctx, prev);

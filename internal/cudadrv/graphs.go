@@ -43,6 +43,18 @@ static CUresult memtrack_graph_op(int what, CUdevice dev, memtrack_graph_mem *g)
 	}
 }
 
+// memtrack_graph_call is memtrack_graph_op's what and g, for
+// memtrack_on_device.
+typedef struct {
+	int what;
+	memtrack_graph_mem *g;
+} memtrack_graph_call;
+
+static CUresult memtrack_graph_call_op(CUdevice dev, void *arg) {
+	memtrack_graph_call *c = arg;
+	return memtrack_graph_op(c->what, dev, c->g);
+}
+
 // memtrack_chunk_probe is what memtrack_graph_chunk found.
 typedef struct {
 	memtrack_result call;
@@ -65,7 +77,8 @@ typedef struct {
 // return that graph's cached memory. The chunk is trusted only where the
 // trim left nothing reserved: memory of another thread's graph that
 // appeared meanwhile may be in the reading.
-static CUresult memtrack_graph_probe(CUdevice dev, memtrack_chunk_probe *p) {
+static CUresult memtrack_graph_probe(CUdevice dev, void *arg) {
+	memtrack_chunk_probe *p = arg;
 	CUresult r = memtrack_graph_op(MEMTRACK_GRAPH_GET, dev, &p->before);
 	if (r != CUDA_SUCCESS || p->before.reserved != 0) return r;
 	p->ran = 1;
@@ -104,9 +117,8 @@ static CUresult memtrack_graph_probe(CUdevice dev, memtrack_chunk_probe *p) {
 	return r;
 }
 
-// memtrack_graph_chunk runs memtrack_graph_probe on the device of ctx, in
-// ctx and in relaxed stream-capture mode, so that none of its calls fails
-// for, or invalidates, a capture that this thread or another has begun.
+// memtrack_graph_chunk runs memtrack_graph_probe on the device of ctx
+// (memtrack_on_device).
 static memtrack_chunk_probe memtrack_graph_chunk(uintptr_t c) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_chunk_probe p;
@@ -119,14 +131,7 @@ static memtrack_chunk_probe memtrack_graph_chunk(uintptr_t c) {
 		p.call.op = CUDA_ERROR_NOT_SUPPORTED;
 		return p;
 	}
-	CUcontext prev;
-	if ((p.call.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return p;
-	CUstreamCaptureMode mode = memtrack_relaxed();
-	CUdevice dev = 0;
-	p.call.op = memtrack_cu.cuCtxGetDevice(&dev);
-	if (p.call.op == CUDA_SUCCESS) p.call.op = memtrack_graph_probe(dev, &p);
-	memtrack_unrelax(mode);
-	p.call.restore = memtrack_leave(ctx, prev);
+	memtrack_on_device(ctx, &p.call, memtrack_graph_probe, &p);
 	return p;
 }
 
@@ -146,14 +151,8 @@ static memtrack_graph_mem memtrack_graph(uintptr_t c, int what) {
 		g.call.op = CUDA_ERROR_NOT_SUPPORTED;
 		return g;
 	}
-	CUcontext prev;
-	if ((g.call.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return g;
-	CUstreamCaptureMode mode = memtrack_relaxed();
-	CUdevice dev = 0;
-	g.call.op = memtrack_cu.cuCtxGetDevice(&dev);
-	if (g.call.op == CUDA_SUCCESS) g.call.op = memtrack_graph_op(what, dev, &g);
-	memtrack_unrelax(mode);
-	g.call.restore = memtrack_leave(ctx, prev);
+	memtrack_graph_call call = {what, &g};
+	memtrack_on_device(ctx, &g.call, memtrack_graph_call_op, &call);
 	return g;
 }
 */

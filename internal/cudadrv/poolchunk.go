@@ -25,7 +25,8 @@ typedef struct {
 // synchronizes the stream, and destroys the stream and the pool, which
 // gives the pool's memory back. The device's current pool, its default
 // pool and every stream but the probe's own are left alone.
-static CUresult memtrack_pool_probe(CUdevice dev, memtrack_pool_chunk *p) {
+static CUresult memtrack_pool_probe(CUdevice dev, void *arg) {
+	memtrack_pool_chunk *p = arg;
 	CUmemPoolProps props;
 	memset(&props, 0, sizeof props);
 	props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -57,9 +58,8 @@ static CUresult memtrack_pool_probe(CUdevice dev, memtrack_pool_chunk *p) {
 	return r;
 }
 
-// memtrack_pool_chunk runs memtrack_pool_probe on the device of ctx, in ctx
-// and in relaxed stream-capture mode, so that none of its calls fails
-// for, or invalidates, a capture that this thread or another has begun.
+// memtrack_pool_chunk runs memtrack_pool_probe on the device of ctx
+// (memtrack_on_device).
 static memtrack_pool_chunk memtrack_pool_chunk_of(uintptr_t c) {
 	CUcontext ctx = (CUcontext)c;
 	memtrack_pool_chunk p;
@@ -70,14 +70,7 @@ static memtrack_pool_chunk memtrack_pool_chunk_of(uintptr_t c) {
 		p.call.op = CUDA_ERROR_NOT_SUPPORTED;
 		return p;
 	}
-	CUcontext prev;
-	if ((p.call.enter = memtrack_enter(ctx, &prev)) != CUDA_SUCCESS) return p;
-	CUstreamCaptureMode mode = memtrack_relaxed();
-	CUdevice dev = 0;
-	p.call.op = memtrack_cu.cuCtxGetDevice(&dev);
-	if (p.call.op == CUDA_SUCCESS) p.call.op = memtrack_pool_probe(dev, &p);
-	memtrack_unrelax(mode);
-	p.call.restore = memtrack_leave(ctx, prev);
+	memtrack_on_device(ctx, &p.call, memtrack_pool_probe, &p);
 	return p;
 }
 */
